@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Config defaults, names and validation. The Python layer validates first
+ * and explains in Python terms; this is the core's own guard, so a C caller
+ * with a bad config gets an error rather than undefined behaviour.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define MAX_READERS	4096
+#define MAX_DELAY_US	(10U * 1000 * 1000)
+#define MAX_GUEST_WORK	1000000U
+
+void ukvm_config_init(struct ukvm_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->vcpus = 1;
+	cfg->mem_per_vcpu = 1ULL << 30;
+	cfg->backing = UKVM_BACKING_ANONYMOUS;
+	cfg->uffd_mode = UKVM_UFFD_MISSING;
+	cfg->readers = 1;
+	cfg->wait = UKVM_WAIT_EPOLL_EXCLUSIVE;
+}
+
+const char *ukvm_backing_name(enum ukvm_backing b)
+{
+	static const char *const names[] = {
+		[UKVM_BACKING_ANONYMOUS] = "anonymous",
+		[UKVM_BACKING_SHMEM] = "shmem",
+	};
+
+	return (unsigned)b < ARRAY_SIZE(names) ? names[b] : "?";
+}
+
+const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m)
+{
+	static const char *const names[] = {
+		[UKVM_UFFD_NONE] = "none",
+		[UKVM_UFFD_MISSING] = "missing",
+		[UKVM_UFFD_MINOR] = "minor",
+	};
+
+	return (unsigned)m < ARRAY_SIZE(names) ? names[m] : "?";
+}
+
+const char *ukvm_wait_name(enum ukvm_wait w)
+{
+	static const char *const names[] = {
+		[UKVM_WAIT_POLL] = "poll",
+		[UKVM_WAIT_EPOLL] = "epoll",
+		[UKVM_WAIT_EPOLL_EXCLUSIVE] = "epoll_exclusive",
+		[UKVM_WAIT_READ] = "read",
+	};
+
+	return (unsigned)w < ARRAY_SIZE(names) ? names[w] : "?";
+}
+
+int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
+{
+#define BAD(...) do { ukvm_err_set(err, UKVM_ERR_CONFIG, 0, __VA_ARGS__); return -EINVAL; } while (0)
+	if (c->vcpus < 1)
+		BAD("vcpus must be at least 1");
+	if (c->mem_per_vcpu < UKVM_PAGE_SIZE || c->mem_per_vcpu % UKVM_PAGE_SIZE)
+		BAD("mem_per_vcpu must be a positive multiple of 4 KiB, not %llu",
+		    (unsigned long long)c->mem_per_vcpu);
+	if (!c->overlap && c->mem_per_vcpu > UINT64_MAX / c->vcpus)
+		BAD("vcpus * mem_per_vcpu overflows");
+	if ((unsigned)c->backing >= UKVM_BACKING__COUNT)
+		BAD("backing: unknown value %d", c->backing);
+	if ((unsigned)c->uffd_mode >= UKVM_UFFD__COUNT)
+		BAD("uffd_mode: unknown value %d", c->uffd_mode);
+	if ((unsigned)c->wait >= UKVM_WAIT__COUNT)
+		BAD("wait: unknown value %d", c->wait);
+	if (c->uffd_mode != UKVM_UFFD_NONE && (c->readers < 1 || c->readers > MAX_READERS))
+		BAD("readers must be between 1 and %d, not %u", MAX_READERS, c->readers);
+	if (c->uffd_mode == UKVM_UFFD_MINOR && !ukvm_backing_is_shared(c->backing))
+		BAD("uffd_mode minor needs a shared backing (shmem): MINOR faults happen "
+		    "when the page cache has the page but the mapping does not, and %s "
+		    "memory has no page cache", ukvm_backing_name(c->backing));
+	if (c->delay_us > MAX_DELAY_US)
+		BAD("delay_us must be at most %u (10 s), not %u", MAX_DELAY_US, c->delay_us);
+	if (c->guest_work > MAX_GUEST_WORK)
+		BAD("guest_work must be at most %u, not %u", MAX_GUEST_WORK, c->guest_work);
+	return 0;
+#undef BAD
+}

@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The guest: 64-bit code that walks a region of guest memory page by page.
+ *
+ * It is written in assembly, not C, so that no compiler choice (stack
+ * protector, sanitizer instrumentation, a call to memset, an absolute
+ * address) can leak host assumptions into it. Everything here is position
+ * independent: the host copies the bytes from ukvm_guest_code_start to
+ * ukvm_guest_code_end into guest memory and starts a vCPU at the first byte.
+ * Guest virtual addresses equal guest physical addresses.
+ *
+ * Entry: %rdi = the vCPU's args page (offsets in guest_abi.h),
+ *        %rsp = the top of a private stack.
+ *
+ * Per page, the guest either writes (page address ^ GUEST_WRITE_MAGIC) to
+ * word 0 and atomically increments word 2 (a visit count: with overlap
+ * several vCPUs write the same page), or reads word 1 into a checksum. The
+ * host checks both after the run, so a page the guest never reached, or one
+ * that held the wrong data when the guest read it, is caught.
+ */
+#include "guest_abi.h"
+
+	.text
+	.p2align 6
+	.globl	ukvm_guest_code_start
+	.hidden	ukvm_guest_code_start
+	.globl	ukvm_guest_code_end
+	.hidden	ukvm_guest_code_end
+	.globl	ukvm_guest_exception_offsets
+	.hidden	ukvm_guest_exception_offsets
+
+/*
+ * Registers for the whole walk:
+ *   %r8  args            %r12 passes done
+ *   %r9  region start    %r13 step within this pass
+ *   %r10 pages per pass  %r14 checksum of the words read
+ *   %r11 work per access %r15 write percent
+ *   %rbx accesses        %rbp pattern
+ *
+ * The hot path (sequential, all writes, no work) is 17 instructions per
+ * page. That matters on hosts that emulate guest instructions after a fault
+ * (software-virtualized KVM such as PVM): there every instruction between
+ * two faults costs microseconds, so the walk is kept short and the extra
+ * cost is opt-in, through GA_WORK.
+ */
+ukvm_guest_code_start:
+	mov	%rdi, %r8
+	mov	GA_REGION(%r8), %r9
+	mov	GA_PAGES(%r8), %r10
+	mov	GA_WORK(%r8), %r11
+	mov	GA_WRITE_PCT(%r8), %r15
+	mov	GA_PATTERN(%r8), %rbp
+	xor	%ebx, %ebx
+	xor	%r14d, %r14d
+	xor	%r12d, %r12d
+
+.Lpass:
+	cmp	GA_PASSES(%r8), %r12
+	jae	.Ldone
+	xor	%r13d, %r13d
+
+.Lstep:
+	cmp	%r10, %r13
+	jae	.Lpass_end
+	/* %rax = the index of the page visited at step %r13 */
+	mov	%r13, %rax
+	test	%rbp, %rbp		/* GUEST_PATTERN_SEQUENTIAL is 0 */
+	jnz	.Lordered
+
+.Laddress:
+	shl	$12, %rax
+	add	%r9, %rax		/* %rax = the page's address */
+
+	/* Write or read? Decided per page frame, so every vCPU and every pass agree. */
+	cmp	$100, %r15
+	jae	.Lwrite
+	test	%r15, %r15
+	jz	.Lread
+	mov	%rax, %rsi
+	shr	$12, %rsi
+	xor	GA_WRITE_KEY(%r8), %rsi
+	movabs	$GUEST_HASH_MUL1, %rcx
+	imul	%rcx, %rsi
+	mov	%rsi, %rcx
+	shr	$32, %rcx
+	xor	%rcx, %rsi
+	movabs	$GUEST_HASH_MUL2, %rcx
+	imul	%rcx, %rsi
+	mov	%rsi, %rcx
+	shr	$32, %rcx
+	xor	%rcx, %rsi
+	mov	%rax, %rdi		/* keep the address */
+	mov	%rsi, %rax
+	mov	$100, %ecx
+	mul	%rcx			/* %rdx = (hash * 100) >> 64, in 0..99 */
+	mov	%rdi, %rax
+	cmp	%r15, %rdx
+	jb	.Lwrite
+
+.Lread:
+	add	8(%rax), %r14
+	jmp	.Lnext
+
+.Lwrite:
+	movabs	$GUEST_WRITE_MAGIC, %rcx
+	xor	%rax, %rcx
+	mov	%rcx, (%rax)
+	lock incq 16(%rax)
+
+.Lnext:
+	inc	%r13
+	test	%r11, %r11
+	jnz	.Lwork
+	jmp	.Lstep
+
+	/*
+	 * Guest computation between accesses: GA_WORK iterations of four
+	 * instructions, two of them stack accesses (the shape of a call).
+	 */
+.Lwork:
+	mov	%r11, %rdx
+1:	push	%rcx
+	pop	%rcx
+	dec	%rdx
+	jnz	1b
+	jmp	.Lstep
+
+.Lordered:
+	cmp	$GUEST_PATTERN_REVERSE, %rbp
+	jne	.Lrandom
+	mov	%r10, %rax
+	sub	%r13, %rax
+	dec	%rax
+	jmp	.Laddress
+
+	/*
+	 * A keyed bijection on [0, 2^b) (xor, multiply by an odd number,
+	 * xor-shift, add: each invertible modulo 2^b), applied until the
+	 * value falls in [0, pages). This "cycle walking" is a permutation of
+	 * [0, pages) and takes under two rounds on average.
+	 */
+.Lrandom:
+	mov	GA_PERM_SHIFT(%r8), %rcx
+.Lwalk:
+	xor	GA_PERM_KEY0(%r8), %rax
+	movabs	$GUEST_PERM_MUL1, %rdx
+	imul	%rdx, %rax
+	and	GA_PERM_MASK(%r8), %rax
+	mov	%rax, %rdx
+	shr	%cl, %rdx
+	xor	%rdx, %rax
+	add	GA_PERM_KEY1(%r8), %rax
+	movabs	$GUEST_PERM_MUL2, %rdx
+	imul	%rdx, %rax
+	and	GA_PERM_MASK(%r8), %rax
+	mov	%rax, %rdx
+	shr	%cl, %rdx
+	xor	%rdx, %rax
+	cmp	%r10, %rax
+	jae	.Lwalk
+	jmp	.Laddress
+
+.Lpass_end:
+	inc	%r12
+	add	%r10, %rbx
+	mov	%rbx, GA_ACCESSES(%r8)
+	mov	%r14, GA_CHECKSUM(%r8)
+	mov	%r12, GA_PASSES_DONE(%r8)
+	mov	$UKVM_PORT_PASS, %dx
+	out	%al, %dx
+	jmp	.Lpass
+
+.Ldone:
+	mov	$UKVM_PORT_DONE, %dx
+	out	%al, %dx
+	hlt
+	jmp	.Ldone
+
+/*
+ * Exception stubs, one per architectural vector: the IDT points here. They
+ * report the vector, error code, faulting RIP and CR2 to the host, which
+ * turns them into an error naming the vCPU, instead of a triple fault.
+ */
+	.macro	EXC_NOERR vec
+exc_\vec:
+	pushq	$0
+	pushq	$\vec
+	jmp	exc_common
+	.endm
+
+	.macro	EXC_ERR vec
+exc_\vec:
+	pushq	$\vec
+	jmp	exc_common
+	.endm
+
+	.irp	vec, 0,1,2,3,4,5,6,7,9,15,16,18,19,20,22,23,24,25,26,27,28,31
+	EXC_NOERR \vec
+	.endr
+	.irp	vec, 8,10,11,12,13,14,17,21,29,30
+	EXC_ERR	\vec
+	.endr
+
+exc_common:
+	pop	%rax			/* vector */
+	pop	%rbx			/* error code */
+	mov	(%rsp), %rcx		/* RIP of the faulting instruction */
+	mov	%cr2, %rsi
+	mov	$UKVM_PORT_EXCEPTION, %dx
+	out	%al, %dx
+1:	hlt
+	jmp	1b
+
+ukvm_guest_code_end:
+
+	.section .rodata
+	.p2align 3
+/* Offset of each vector's stub from ukvm_guest_code_start. */
+ukvm_guest_exception_offsets:
+	.irp	vec, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+	.quad	exc_\vec - ukvm_guest_code_start
+	.endr
+
+	.section .note.GNU-stack, "", @progbits

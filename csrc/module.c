@@ -1,0 +1,357 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uffdkvm._core: the only file that knows about Python.
+ *
+ * run(config: dict) -> dict converts a dict of plain integers into a
+ * struct ukvm_config, runs the experiment with the GIL released, and
+ * converts the struct ukvm_result back into dicts and lists of integers.
+ * The Python package (uffdkvm/) validates, names and shapes; this file only
+ * converts, waits and raises.
+ *
+ * While the experiment runs, this thread waits in short slices without the
+ * GIL and calls PyErr_CheckSignals() between them (as CPython's
+ * select.epoll.poll does), so Ctrl-C cancels the run and raises
+ * KeyboardInterrupt once the core has cleaned up.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+
+#include "ukvm.h"
+
+#define WAIT_SLICE_NS	(50ULL * 1000 * 1000)
+
+static PyObject *CoreError;
+
+/* ---- config: dict -> struct ---- */
+
+enum field_type { F_U32, F_U64, F_BOOL, F_ENUM };
+
+struct field {
+	const char *name;
+	enum field_type type;
+	size_t offset;
+};
+
+#define FIELD(name, type) { #name, type, offsetof(struct ukvm_config, name) }
+static const struct field config_fields[] = {
+	FIELD(vcpus, F_U32),
+	FIELD(mem_per_vcpu, F_U64),
+	FIELD(backing, F_ENUM),
+	FIELD(uffd_mode, F_ENUM),
+	FIELD(single_uffd, F_BOOL),
+	FIELD(readers, F_U32),
+	FIELD(wait, F_ENUM),
+	FIELD(delay_us, F_U32),
+	FIELD(overlap, F_BOOL),
+	FIELD(guest_work, F_U32),
+	FIELD(timeout_ns, F_U64),
+};
+#undef FIELD
+
+static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
+{
+	size_t i;
+
+	ukvm_config_init(cfg);
+	for (i = 0; i < sizeof(config_fields) / sizeof(config_fields[0]); i++) {
+		const struct field *f = &config_fields[i];
+		char *dst = (char *)cfg + f->offset;
+		unsigned long long v;
+		PyObject *item = PyDict_GetItemString(dict, f->name);
+
+		if (!item)
+			continue;	/* the core's default */
+		v = PyLong_AsUnsignedLongLong(item);
+		if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+			PyErr_Format(PyExc_ValueError, "%s: expected a non-negative integer",
+				     f->name);
+			return -1;
+		}
+		switch (f->type) {
+		case F_U32:
+		case F_ENUM:
+			if (v > UINT32_MAX) {
+				PyErr_Format(PyExc_ValueError, "%s: %llu is too large", f->name, v);
+				return -1;
+			}
+			if (f->type == F_U32)
+				*(uint32_t *)dst = (uint32_t)v;
+			else
+				*(int *)dst = (int)v;
+			break;
+		case F_U64:
+			*(uint64_t *)dst = v;
+			break;
+		case F_BOOL:
+			*(bool *)dst = v != 0;
+			break;
+		}
+	}
+	return 0;
+}
+
+/* ---- result: struct -> dict ---- */
+
+static int set_u64(PyObject *d, const char *key, uint64_t v)
+{
+	PyObject *o = PyLong_FromUnsignedLongLong(v);
+	int ret;
+
+	if (!o)
+		return -1;
+	ret = PyDict_SetItemString(d, key, o);
+	Py_DECREF(o);
+	return ret;
+}
+
+static int set_obj(PyObject *d, const char *key, PyObject *o)
+{
+	int ret;
+
+	if (!o)
+		return -1;
+	ret = PyDict_SetItemString(d, key, o);
+	Py_DECREF(o);
+	return ret;
+}
+
+/* {name: value} for KVM's statistics, or an empty dict without them. */
+static PyObject *stats_dict(char *const *names, const uint64_t *values, uint32_t n)
+{
+	PyObject *d = PyDict_New();
+	uint32_t i;
+
+	for (i = 0; d && values && i < n; i++) {
+		if (set_u64(d, names[i], values[i])) {
+			Py_CLEAR(d);
+		}
+	}
+	return d;
+}
+
+static PyObject *vcpu_to_dict(const struct ukvm_vcpu_result *v, const struct ukvm_result *res)
+{
+	PyObject *d = PyDict_New();
+
+	if (!d)
+		return NULL;
+	/* Every vCPU has the same statistics; their names are kept once, in res. */
+	if (set_obj(d, "kvm_stats", stats_dict(res->vcpu_stat_names, v->kvm_stats,
+						res->nr_vcpu_stats))) {
+		Py_DECREF(d);
+		return NULL;
+	}
+	if (set_u64(d, "index", v->index) || set_u64(d, "tid", (uint64_t)v->tid) ||
+	    set_u64(d, "start_ns", v->start_ns) || set_u64(d, "end_ns", v->end_ns) ||
+	    set_u64(d, "pages", v->pages) ||
+	    set_obj(d, "exits", v->exits == UINT64_MAX ? Py_NewRef(Py_None)
+						      : PyLong_FromUnsignedLongLong(v->exits)) ||
+	    set_u64(d, "userspace_exits", v->userspace_exits)) {
+		Py_DECREF(d);
+		return NULL;
+	}
+	return d;
+}
+
+static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
+{
+	PyObject *d = PyDict_New();
+
+	if (!d)
+		return NULL;
+	if (set_u64(d, "uffd", r->uffd) || set_u64(d, "index", r->index) ||
+	    set_u64(d, "faults", r->faults) || set_u64(d, "wakeups", r->wakeups) ||
+	    set_u64(d, "spurious_wakeups", r->spurious_wakeups) ||
+	    set_u64(d, "eexist", r->eexist) || set_u64(d, "busy_ns", r->busy_ns) ||
+	    set_u64(d, "context_switches", r->context_switches) ||
+	    set_u64(d, "cpu_ns", r->cpu_ns)) {
+		Py_DECREF(d);
+		return NULL;
+	}
+	return d;
+}
+
+static PyObject *list_of(const void *items, uint32_t n, size_t size,
+			 PyObject *(*convert)(const void *, const struct ukvm_result *),
+			 const struct ukvm_result *res)
+{
+	PyObject *list = PyList_New(n);
+	uint32_t i;
+
+	if (!list)
+		return NULL;
+	for (i = 0; i < n; i++) {
+		PyObject *o = convert((const char *)items + i * size, res);
+
+		if (!o) {
+			Py_DECREF(list);
+			return NULL;
+		}
+		PyList_SET_ITEM(list, i, o);
+	}
+	return list;
+}
+
+static PyObject *vcpu_item(const void *p, const struct ukvm_result *res)
+{
+	return vcpu_to_dict(p, res);
+}
+
+static PyObject *reader_item(const void *p, const struct ukvm_result *res)
+{
+	(void)res;
+	return reader_to_dict(p);
+}
+
+static PyObject *result_to_dict(const struct ukvm_result *res)
+{
+	PyObject *d = PyDict_New();
+
+	if (!d)
+		return NULL;
+	if (set_obj(d, "kvm_stats", stats_dict(res->vm_stat_names, res->vm_stats,
+						res->nr_vm_stats)) ||
+	    set_u64(d, "start_ns", res->start_ns) || set_u64(d, "end_ns", res->end_ns) ||
+	    set_u64(d, "pages_per_vcpu", res->pages_per_vcpu) ||
+	    set_u64(d, "region_bytes", res->region_bytes) ||
+	    set_u64(d, "page_size", res->page_size) || set_u64(d, "uffds", res->nr_uffds) ||
+	    set_obj(d, "verified", PyBool_FromLong(res->verified)) ||
+	    set_u64(d, "bad_pages", res->bad_pages) ||
+	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
+	    set_obj(d, "vcpus", list_of(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus),
+					 vcpu_item, res)) ||
+	    set_obj(d, "readers", list_of(res->readers, res->nr_readers,
+					   sizeof(*res->readers), reader_item, res))) {
+		Py_DECREF(d);
+		return NULL;
+	}
+	return d;
+}
+
+/* ---- run ---- */
+
+static void raise_core_error(const struct ukvm_error *err)
+{
+	PyObject *args = Py_BuildValue("(iis)", (int)err->kind, err->errnum, err->message);
+
+	if (args) {
+		PyErr_SetObject(CoreError, args);
+		Py_DECREF(args);
+	}
+}
+
+static PyObject *core_run(PyObject *self, PyObject *arg)
+{
+	struct ukvm_experiment *exp;
+	struct ukvm_config cfg;
+	struct ukvm_result res;
+	struct ukvm_error err;
+	bool interrupted = false;
+	PyObject *out;
+	int ret;
+
+	(void)self;
+	if (!PyDict_Check(arg)) {
+		PyErr_SetString(PyExc_TypeError, "run() takes a dict of config fields");
+		return NULL;
+	}
+	if (config_from_dict(arg, &cfg))
+		return NULL;
+
+	Py_BEGIN_ALLOW_THREADS
+	ret = ukvm_experiment_start(&cfg, &exp, &err);
+	Py_END_ALLOW_THREADS
+	if (ret) {
+		raise_core_error(&err);
+		return NULL;
+	}
+
+	for (;;) {
+		Py_BEGIN_ALLOW_THREADS
+		ret = ukvm_experiment_wait(exp, WAIT_SLICE_NS);
+		Py_END_ALLOW_THREADS
+		if (ret == 0)
+			break;
+		if (PyErr_CheckSignals() < 0) {
+			/* The handler raised (KeyboardInterrupt): stop, clean up, re-raise. */
+			interrupted = true;
+			ukvm_experiment_cancel(exp);
+			break;
+		}
+	}
+
+	Py_BEGIN_ALLOW_THREADS
+	ret = ukvm_experiment_finish(exp, &res, &err);
+	Py_END_ALLOW_THREADS
+	if (interrupted) {
+		if (!ret)
+			ukvm_result_free(&res);
+		return NULL;	/* the signal handler's exception is still set */
+	}
+	if (ret) {
+		raise_core_error(&err);
+		return NULL;
+	}
+	out = result_to_dict(&res);
+	ukvm_result_free(&res);
+	return out;
+}
+
+static PyMethodDef core_methods[] = {
+	{ "run", core_run, METH_O,
+	  "run(config: dict) -> dict\n\nRun one experiment; the GIL is released while it "
+	  "runs. Raises CoreError(kind, errno, message) on failure." },
+	{ NULL, NULL, 0, NULL },
+};
+
+static struct PyModuleDef core_module = {
+	PyModuleDef_HEAD_INIT, "uffdkvm._core",
+	"The uffdkvm C core: KVM vCPUs and userfaultfd reader pools.", -1, core_methods,
+	NULL, NULL, NULL, NULL,
+};
+
+static int add_constants(PyObject *m)
+{
+	static const struct { const char *name; long value; } constants[] = {
+		{ "BACKING_ANONYMOUS", UKVM_BACKING_ANONYMOUS },
+		{ "BACKING_SHMEM", UKVM_BACKING_SHMEM },
+		{ "UFFD_NONE", UKVM_UFFD_NONE },
+		{ "UFFD_MISSING", UKVM_UFFD_MISSING },
+		{ "UFFD_MINOR", UKVM_UFFD_MINOR },
+		{ "WAIT_POLL", UKVM_WAIT_POLL },
+		{ "WAIT_EPOLL", UKVM_WAIT_EPOLL },
+		{ "WAIT_EPOLL_EXCLUSIVE", UKVM_WAIT_EPOLL_EXCLUSIVE },
+		{ "WAIT_READ", UKVM_WAIT_READ },
+		{ "ERR_CONFIG", UKVM_ERR_CONFIG },
+		{ "ERR_HOST", UKVM_ERR_HOST },
+		{ "ERR_RUN", UKVM_ERR_RUN },
+		{ "ERR_TIMEOUT", UKVM_ERR_TIMEOUT },
+		{ "ERR_CANCELLED", UKVM_ERR_CANCELLED },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
+		if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value))
+			return -1;
+	return 0;
+}
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+	PyObject *m = PyModule_Create(&core_module);
+
+	if (!m)
+		return NULL;
+	CoreError = PyErr_NewExceptionWithDoc(
+		"uffdkvm._core.CoreError",
+		"A failure reported by the C core: args are (kind, errno, message).",
+		PyExc_RuntimeError, NULL);
+	if (!CoreError || PyModule_AddObjectRef(m, "CoreError", CoreError) ||
+	    add_constants(m)) {
+		Py_XDECREF(CoreError);
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}

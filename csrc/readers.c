@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Reader pools: the threads that read one uffd's fault messages and resolve
+ * them. How they wait is the experiment:
+ *
+ *   poll            poll(2) on the shared uffd. Every waiting reader wakes for
+ *                   every fault, one reads it, the rest read nothing (EAGAIN):
+ *                   the thundering herd, counted as spurious wakeups.
+ *   epoll           each reader its own epoll set, plain EPOLLIN: the same herd.
+ *   epoll_exclusive each reader its own epoll set with EPOLLIN|EPOLLEXCLUSIVE on
+ *                   the uffd, so a fault wakes one of them.
+ *   read            a blocking read(2); the kernel hands each message to one
+ *                   reader without the reader returning to userspace empty.
+ *
+ * Every reader also waits on the pool's stop eventfd (read mode: it is kicked
+ * with a signal instead). Each keeps its counters in its own cache line and
+ * they survive every exit path, errors included.
+ */
+#include <errno.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define READER_STACK_BYTES	(512ULL << 10)
+#define EV_UFFD			0
+#define EV_STOP			1
+
+static const char *resolve_name(enum ukvm_uffd_mode mode)
+{
+	return mode == UKVM_UFFD_MINOR ? "UFFDIO_CONTINUE" : "UFFDIO_COPY";
+}
+
+/* Resolves one fault message. Returns 0, or -1 after reporting a failure. */
+static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uint64_t t_read)
+{
+	struct ukvm_pool *pool = r->pool;
+	uint64_t addr, gpa;
+	int ret;
+
+	if (msg->event != UFFD_EVENT_PAGEFAULT) {
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+			      "reader %u of uffd %u: unexpected uffd event 0x%x", r->index,
+			      pool->uffd_index, msg->event);
+		return -1;
+	}
+	addr = msg->arg.pagefault.address & ~(pool->page_size - 1);
+	if (addr < pool->hva_base || addr >= pool->hva_base + pool->region_size) {
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+			      "reader %u of uffd %u: fault at 0x%llx, outside the region "
+			      "this uffd registered", r->index, pool->uffd_index,
+			      (unsigned long long)msg->arg.pagefault.address);
+		return -1;
+	}
+	gpa = pool->gpa_base + (addr - pool->hva_base);
+
+	if (pool->delay_ns)
+		ukvm_sleep_ns(pool->delay_ns);
+
+	if (pool->mode == UKVM_UFFD_MINOR) {
+		ret = ukvm_uffd_continue(pool->uffd, addr, pool->page_size);
+	} else {
+		ukvm_fill_stamp(r->src, pool->page_size, gpa);
+		ret = ukvm_uffd_copy(pool->uffd, addr, r->src, pool->page_size);
+	}
+	if (ret < 0) {
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
+			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx)", r->index,
+			      pool->uffd_index, resolve_name(pool->mode),
+			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
+		return -1;
+	}
+	if (ret == 1)
+		r->stats.eexist++;
+	else
+		r->stats.faults++;
+	r->stats.busy_ns += ukvm_now_ns() - t_read;
+	return 0;
+}
+
+/*
+ * Reads one message and resolves it. Returns 0 to carry on, -1 to leave.
+ * EAGAIN after a wakeup is the thundering herd: another reader took it.
+ */
+static int reader_read_one(struct ukvm_reader *r)
+{
+	struct ukvm_pool *pool = r->pool;
+	struct uffd_msg msg;
+	ssize_t n;
+
+	n = read(pool->uffd, &msg, sizeof(msg));
+	if (n < 0) {
+		if (errno == EAGAIN) {
+			r->stats.spurious_wakeups++;
+			return 0;
+		}
+		if (errno == EINTR)
+			return 0;
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, errno, "reader %u of uffd %u: read(uffd)",
+			      r->index, pool->uffd_index);
+		return -1;
+	}
+	if (n != sizeof(msg)) {
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+			      "reader %u of uffd %u: read(uffd) returned %zd bytes, not %zu",
+			      r->index, pool->uffd_index, n, sizeof(msg));
+		return -1;
+	}
+	return reader_resolve(r, &msg, ukvm_now_ns());
+}
+
+static bool reader_stopping(struct ukvm_reader *r)
+{
+	return atomic_load_explicit(&r->pool->stop, memory_order_relaxed);
+}
+
+static void reader_loop_poll(struct ukvm_reader *r)
+{
+	struct ukvm_pool *pool = r->pool;
+
+	while (!reader_stopping(r)) {
+		struct pollfd fds[2] = {
+			{ .fd = pool->uffd, .events = POLLIN },
+			{ .fd = pool->stop_fd, .events = POLLIN },
+		};
+
+		if (poll(fds, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, errno, "reader %u of uffd %u: poll",
+				      r->index, pool->uffd_index);
+			return;
+		}
+		if (fds[1].revents)
+			return;
+		r->stats.wakeups++;
+		if (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+				      "reader %u of uffd %u: poll reported 0x%x on the uffd",
+				      r->index, pool->uffd_index, fds[0].revents);
+			return;
+		}
+		if (reader_read_one(r))
+			return;
+	}
+}
+
+static void reader_loop_epoll(struct ukvm_reader *r)
+{
+	struct ukvm_pool *pool = r->pool;
+
+	while (!reader_stopping(r)) {
+		struct epoll_event evs[2];
+		bool fault = false;
+		int n, i;
+
+		n = epoll_wait(r->epfd, evs, 2, -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, errno,
+				      "reader %u of uffd %u: epoll_wait", r->index, pool->uffd_index);
+			return;
+		}
+		for (i = 0; i < n; i++) {
+			if (evs[i].data.u32 == EV_STOP)
+				return;
+			if (evs[i].events & (EPOLLERR | EPOLLHUP)) {
+				ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+					      "reader %u of uffd %u: epoll reported 0x%x on the uffd",
+					      r->index, pool->uffd_index, evs[i].events);
+				return;
+			}
+			fault = true;
+		}
+		if (!fault)
+			continue;
+		r->stats.wakeups++;
+		if (reader_read_one(r))
+			return;
+	}
+}
+
+static void reader_loop_read(struct ukvm_reader *r)
+{
+	struct ukvm_pool *pool = r->pool;
+	struct uffd_msg msg;
+	ssize_t n;
+
+	while (!reader_stopping(r)) {
+		n = read(pool->uffd, &msg, sizeof(msg));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;	/* kicked: re-check stop */
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, errno,
+				      "reader %u of uffd %u: read(uffd)", r->index, pool->uffd_index);
+			return;
+		}
+		r->stats.wakeups++;
+		if (n != sizeof(msg)) {
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+				      "reader %u of uffd %u: read(uffd) returned %zd bytes",
+				      r->index, pool->uffd_index, n);
+			return;
+		}
+		if (reader_resolve(r, &msg, ukvm_now_ns()))
+			return;
+	}
+}
+
+static uint64_t timeval_ns(struct timeval tv)
+{
+	return (uint64_t)tv.tv_sec * NSEC_PER_SEC + (uint64_t)tv.tv_usec * 1000;
+}
+
+static void *reader_thread(void *arg)
+{
+	struct ukvm_reader *r = arg;
+	struct rusage start, end;
+
+	ukvm_thread_signals_init();
+	getrusage(RUSAGE_THREAD, &start);
+	switch (r->pool->wait) {
+	case UKVM_WAIT_POLL:
+		reader_loop_poll(r);
+		break;
+	case UKVM_WAIT_READ:
+		reader_loop_read(r);
+		break;
+	default:
+		reader_loop_epoll(r);
+		break;
+	}
+	getrusage(RUSAGE_THREAD, &end);
+	r->stats.context_switches = (uint64_t)(end.ru_nvcsw - start.ru_nvcsw) +
+				    (uint64_t)(end.ru_nivcsw - start.ru_nivcsw);
+	r->stats.cpu_ns = timeval_ns(end.ru_utime) + timeval_ns(end.ru_stime) -
+			  timeval_ns(start.ru_utime) - timeval_ns(start.ru_stime);
+	atomic_store(&r->exited, true);
+	return NULL;
+}
+
+static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
+{
+	struct ukvm_pool *pool = r->pool;
+	struct epoll_event ev;
+
+	if (pool->mode == UKVM_UFFD_MISSING) {
+		r->src = mmap(NULL, pool->page_size, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (r->src == MAP_FAILED) {
+			r->src = NULL;
+			ukvm_err_set(err, UKVM_ERR_RUN, errno,
+				     "uffd %u reader %u: mmap(source page)", pool->uffd_index,
+				     r->index);
+			return -ENOMEM;
+		}
+		ukvm_fill_template(r->src, pool->page_size);
+	}
+	if (pool->wait != UKVM_WAIT_EPOLL && pool->wait != UKVM_WAIT_EPOLL_EXCLUSIVE)
+		return 0;
+
+	r->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (r->epfd < 0) {
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "uffd %u reader %u: epoll_create1",
+			     pool->uffd_index, r->index);
+		return -EINVAL;
+	}
+	ev.events = EPOLLIN;
+	if (pool->wait == UKVM_WAIT_EPOLL_EXCLUSIVE)
+		ev.events |= EPOLLEXCLUSIVE;
+	ev.data.u64 = 0;
+	ev.data.u32 = EV_UFFD;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, pool->uffd, &ev)) {
+		ukvm_err_set(err, UKVM_ERR_HOST, errno,
+			     "uffd %u reader %u: epoll_ctl(ADD uffd%s)", pool->uffd_index,
+			     r->index, pool->wait == UKVM_WAIT_EPOLL_EXCLUSIVE ?
+			     ", EPOLLEXCLUSIVE" : "");
+		return -EINVAL;
+	}
+	ev.events = EPOLLIN;
+	ev.data.u64 = 0;
+	ev.data.u32 = EV_STOP;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, pool->stop_fd, &ev)) {
+		ukvm_err_set(err, UKVM_ERR_RUN, errno,
+			     "uffd %u reader %u: epoll_ctl(ADD stop eventfd)", pool->uffd_index,
+			     r->index);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void ukvm_pool_init(struct ukvm_pool *pool)
+{
+	memset(pool, 0, sizeof(*pool));
+	pool->uffd = -1;
+	pool->stop_fd = -1;
+	atomic_init(&pool->stop, false);
+}
+
+int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
+{
+	pthread_attr_t attr;
+	uint32_t i;
+	int ret;
+
+	pool->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (pool->stop_fd < 0) {
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "uffd %u: eventfd", pool->uffd_index);
+		return -EINVAL;
+	}
+	if (posix_memalign((void **)&pool->readers, UKVM_CACHELINE,
+			   pool->nr_readers * sizeof(*pool->readers))) {
+		pool->readers = NULL;
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "uffd %u: allocating %u readers",
+			     pool->uffd_index, pool->nr_readers);
+		return -ENOMEM;
+	}
+	memset(pool->readers, 0, pool->nr_readers * sizeof(*pool->readers));
+	for (i = 0; i < pool->nr_readers; i++) {
+		struct ukvm_reader *r = &pool->readers[i];
+
+		r->pool = pool;
+		r->index = i;
+		r->epfd = -1;
+		r->stats.uffd = pool->uffd_index;
+		r->stats.index = i;
+		atomic_init(&r->exited, false);
+	}
+	pool->readers_made = pool->nr_readers;
+	for (i = 0; i < pool->nr_readers; i++) {
+		ret = reader_prepare(&pool->readers[i], err);
+		if (ret)
+			return ret;
+	}
+
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, READER_STACK_BYTES);
+	for (i = 0; i < pool->nr_readers; i++) {
+		struct ukvm_reader *r = &pool->readers[i];
+
+		ret = pthread_create(&r->thread, &attr, reader_thread, r);
+		if (ret) {
+			pthread_attr_destroy(&attr);
+			ukvm_err_set(err, UKVM_ERR_RUN, ret,
+				     "uffd %u: pthread_create(reader %u of %u)", pool->uffd_index,
+				     i, pool->nr_readers);
+			return -ret;
+		}
+		r->thread_started = true;
+	}
+	pthread_attr_destroy(&attr);
+	return 0;
+}
+
+void ukvm_pool_stop(struct ukvm_pool *pool)
+{
+	uint64_t one = 1;
+	bool waiting;
+	uint32_t i;
+	int rounds;
+
+	if (!pool->readers)
+		return;
+	atomic_store(&pool->stop, true);
+	if (pool->stop_fd >= 0 && write(pool->stop_fd, &one, sizeof(one)) < 0) {
+		/* The eventfd counter cannot overflow from one write; the kicks below still work. */
+	}
+	/*
+	 * Readers in poll/epoll wake on the eventfd. A reader blocked in
+	 * read(2) (or sleeping out a delay) needs a signal; a kick can land
+	 * just before it blocks, so kick until it has left.
+	 */
+	for (rounds = 0;; rounds++) {
+		waiting = false;
+		for (i = 0; i < pool->nr_readers; i++) {
+			struct ukvm_reader *r = &pool->readers[i];
+
+			if (!r->thread_started || atomic_load(&r->exited))
+				continue;
+			waiting = true;
+			if (rounds > 0)
+				pthread_kill(r->thread, ukvm_kick_signal());
+		}
+		if (!waiting)
+			break;
+		ukvm_sleep_ns(rounds ? NSEC_PER_MSEC : 100000);
+	}
+	for (i = 0; i < pool->nr_readers; i++) {
+		struct ukvm_reader *r = &pool->readers[i];
+
+		if (r->thread_started) {
+			pthread_join(r->thread, NULL);
+			r->thread_started = false;
+		}
+	}
+}
+
+void ukvm_pool_destroy(struct ukvm_pool *pool)
+{
+	uint32_t i;
+
+	ukvm_pool_stop(pool);
+	for (i = 0; pool->readers && i < pool->readers_made; i++) {
+		struct ukvm_reader *r = &pool->readers[i];
+
+		if (r->epfd >= 0)
+			close(r->epfd);
+		if (r->src)
+			munmap(r->src, pool->page_size);
+	}
+	free(pool->readers);
+	pool->readers = NULL;
+	if (pool->stop_fd >= 0)
+		close(pool->stop_fd);
+	pool->stop_fd = -1;
+	if (pool->uffd >= 0)
+		close(pool->uffd);
+	pool->uffd = -1;
+}

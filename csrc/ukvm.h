@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uffdkvm core: a KVM demand-paging experiment driven by userfaultfd.
+ *
+ * This is the whole public interface of the C core. It is a plain library:
+ * no Python, no exit(), no abort(). Every function reports failure through a
+ * struct ukvm_error (a kind, an errno and a message naming the failing call)
+ * and releases everything it created on every path.
+ *
+ * One experiment is: build a VM with N vCPUs in long mode, back its test
+ * region with the chosen memory, register the region with userfaultfd,
+ * start pools of reader threads that resolve the faults, let every vCPU
+ * touch every 4 KiB page of its part of the region, then verify every page
+ * and hand back per-vCPU and per-reader statistics.
+ */
+#ifndef UKVM_H
+#define UKVM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ukvm_backing {
+	UKVM_BACKING_ANONYMOUS = 0,	/* private anonymous, THP off */
+	UKVM_BACKING_SHMEM,		/* memfd, mapped twice (guest + alias) */
+	UKVM_BACKING__COUNT
+};
+
+enum ukvm_uffd_mode {
+	UKVM_UFFD_NONE = 0,	/* no userfaultfd: the kernel pages memory in */
+	UKVM_UFFD_MISSING,	/* resolve with UFFDIO_COPY */
+	UKVM_UFFD_MINOR,	/* page cache prefilled; resolve with UFFDIO_CONTINUE */
+	UKVM_UFFD__COUNT
+};
+
+/* How a reader thread waits for fault messages. */
+enum ukvm_wait {
+	UKVM_WAIT_POLL = 0,		/* poll(2) on the shared uffd */
+	UKVM_WAIT_EPOLL,		/* own epoll set, plain EPOLLIN */
+	UKVM_WAIT_EPOLL_EXCLUSIVE,	/* own epoll set, EPOLLIN|EPOLLEXCLUSIVE */
+	UKVM_WAIT_READ,			/* blocking read(2), no poll at all */
+	UKVM_WAIT__COUNT
+};
+
+struct ukvm_config {
+	uint32_t vcpus;
+	uint64_t mem_per_vcpu;		/* bytes, a multiple of 4 KiB */
+	enum ukvm_backing backing;
+	enum ukvm_uffd_mode uffd_mode;
+	bool single_uffd;		/* one uffd for the whole region */
+	uint32_t readers;		/* reader threads per uffd */
+	enum ukvm_wait wait;
+	uint32_t delay_us;		/* sleep per fault before resolving it */
+	bool overlap;			/* every vCPU walks the same region */
+	uint32_t guest_work;		/* guest busy-loop iterations per access */
+	uint64_t timeout_ns;		/* 0: no limit */
+};
+
+void ukvm_config_init(struct ukvm_config *cfg);
+
+enum ukvm_error_kind {
+	UKVM_ERR_NONE = 0,
+	UKVM_ERR_CONFIG,	/* the config is invalid: fix the named field */
+	UKVM_ERR_HOST,		/* the host lacks or refuses something */
+	UKVM_ERR_RUN,		/* a call failed while the experiment ran */
+	UKVM_ERR_TIMEOUT,	/* cfg.timeout_ns passed before the run ended */
+	UKVM_ERR_CANCELLED,	/* ukvm_experiment_cancel() was called */
+};
+
+struct ukvm_error {
+	enum ukvm_error_kind kind;
+	int errnum;		/* errno of the failing call, 0 if none */
+	char message[1024];
+};
+
+struct ukvm_vcpu_result {
+	uint32_t index;
+	int32_t tid;		/* host thread that ran the vCPU */
+	uint64_t start_ns;	/* CLOCK_MONOTONIC, first KVM_RUN */
+	uint64_t end_ns;	/* the guest reported it was done */
+	uint64_t pages;		/* pages the guest says it touched */
+	uint64_t exits;		/* VM exits, from KVM's own "exits" stat */
+	uint64_t userspace_exits; /* returns from KVM_RUN */
+	uint64_t *kvm_stats;	/* ukvm_result.nr_vcpu_stats values, or NULL */
+};
+
+/* Every counter is kept by the reader thread itself and kept on every exit. */
+struct ukvm_reader_result {
+	uint32_t uffd;		/* which uffd of the experiment */
+	uint32_t index;		/* which reader of that uffd */
+	uint64_t faults;	/* faults this reader resolved */
+	uint64_t wakeups;	/* returns from its wait */
+	uint64_t spurious_wakeups; /* woke, then read nothing (EAGAIN) */
+	uint64_t eexist;	/* resolved by someone else first */
+	uint64_t busy_ns;	/* message read to resolving ioctl done */
+	/*
+	 * Times the thread was switched out, from getrusage(RUSAGE_THREAD).
+	 * A waiter that the kernel wakes and puts back to sleep without
+	 * returning to userspace (poll re-checks the uffd first) is invisible
+	 * to spurious_wakeups but still costs a switch: this counts it.
+	 */
+	uint64_t context_switches;
+	uint64_t cpu_ns;	/* user + system CPU time of the thread */
+};
+
+struct ukvm_result {
+	uint64_t start_ns;	/* first vCPU started */
+	uint64_t end_ns;	/* last vCPU done */
+	uint64_t pages_per_vcpu;
+	uint64_t region_bytes;
+	uint64_t page_size;	/* the unit faults are resolved in */
+	uint32_t nr_uffds;
+	uint32_t nr_vcpus;
+	struct ukvm_vcpu_result *vcpus;
+	uint32_t nr_readers;
+	struct ukvm_reader_result *readers;
+	/*
+	 * KVM's binary statistics over the run (names from the kernel):
+	 * cumulative ones as deltas, instant and peak ones at the end. Empty
+	 * where the kernel has no KVM_GET_STATS_FD.
+	 */
+	uint32_t nr_vm_stats;
+	char **vm_stat_names;
+	uint64_t *vm_stats;
+	uint32_t nr_vcpu_stats;
+	char **vcpu_stat_names;	/* values in each ukvm_vcpu_result.kvm_stats */
+	bool verified;		/* every page holds what it must */
+	uint64_t bad_pages;	/* pages that did not, when !verified */
+	char verify_message[256]; /* the first bad page, explained */
+};
+
+/* Frees the arrays of a result filled by ukvm_experiment_finish(). */
+void ukvm_result_free(struct ukvm_result *res);
+
+/*
+ * An experiment runs in a controller thread of its own, so the caller can
+ * wait in slices and cancel (a Python binding checks for Ctrl-C between
+ * waits). All threads the core makes block every signal but one private
+ * "kick" signal (see kick.c), so process signals reach the caller.
+ */
+struct ukvm_experiment;
+
+/* Validates cfg and starts the controller; the VM is built in the background. */
+int ukvm_experiment_start(const struct ukvm_config *cfg,
+			  struct ukvm_experiment **out, struct ukvm_error *err);
+/* 0 once the experiment has ended, -ETIMEDOUT if still running after timeout_ns. */
+int ukvm_experiment_wait(struct ukvm_experiment *exp, uint64_t timeout_ns);
+/* Asks a running experiment to stop; it ends with UKVM_ERR_CANCELLED. Thread-safe. */
+void ukvm_experiment_cancel(struct ukvm_experiment *exp);
+/* Waits for the end, fills res (or err), frees the experiment. */
+int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
+			   struct ukvm_error *err);
+
+/* start + finish in one call, for C programs. */
+int ukvm_run(const struct ukvm_config *cfg, struct ukvm_result *res,
+	     struct ukvm_error *err);
+
+const char *ukvm_backing_name(enum ukvm_backing b);
+const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m);
+const char *ukvm_wait_name(enum ukvm_wait w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* UKVM_H */

@@ -1,0 +1,136 @@
+"""End-to-end experiments on real KVM and userfaultfd: exact fault counts,
+verified memory, and per-reader counts that add up."""
+import itertools
+
+import pytest
+
+import uffdkvm
+from conftest import SMALL_PAGES, small
+
+pytestmark = pytest.mark.kvm
+
+MODES = [("missing", "anonymous"), ("missing", "shmem"), ("minor", "shmem")]
+WAITS = ["poll", "epoll", "epoll_exclusive", "read"]
+
+
+@pytest.mark.parametrize("single_uffd", [False, True], ids=["uffd_per_vcpu", "single_uffd"])
+@pytest.mark.parametrize("wait", WAITS)
+@pytest.mark.parametrize("mode,backing", MODES, ids=[f"{m}-{b}" for m, b in MODES])
+def test_every_page_faults_once_and_verifies(kvm, mode, backing, wait, single_uffd):
+    r = small(uffd_mode=mode, backing=backing, wait=wait, single_uffd=single_uffd, readers=2)
+
+    # Partitioned memory: each page is faulted by one vCPU, exactly once.
+    assert r.faults == SMALL_PAGES
+    assert r.eexist == 0
+    assert r.uffds == (1 if single_uffd else 2)
+    assert len(r.readers) == r.uffds * 2
+    assert sorted((x.uffd, x.index) for x in r.readers) == \
+        list(itertools.product(range(r.uffds), range(2)))
+    for uffd in range(r.uffds):
+        assert sum(x.faults for x in r.readers if x.uffd == uffd) == SMALL_PAGES // r.uffds
+    for x in r.readers:
+        # Every message read cost a wakeup; a wakeup that read nothing is spurious.
+        assert x.wakeups >= x.faults + x.eexist
+        assert x.wakeups == x.faults + x.eexist + x.spurious_wakeups
+        assert x.busy_seconds >= 0 and x.cpu_seconds >= 0
+        if wait == "read":
+            assert x.spurious_wakeups == 0  # a blocking read never returns empty
+    assert [v.index for v in r.vcpus] == [0, 1]
+    for v in r.vcpus:
+        assert v.pages == SMALL_PAGES // 2
+        assert 0 < v.seconds <= r.seconds
+        # Every fault is at least one VM exit (a nested-paging violation).
+        assert v.exits is None or v.exits >= v.pages
+    assert r.paging_rate == pytest.approx(r.pages_per_vcpu / r.seconds * 2)
+    assert r.per_vcpu_rate == pytest.approx(r.paging_rate / 2)
+
+
+def test_the_issue_example_resolves_exactly_32768_faults_through_8_readers(kvm):
+    r = uffdkvm.run(vcpus=2, mem_per_vcpu="64M", uffd_mode="missing", readers=4)
+    assert r.verified
+    assert r.faults == 32768
+    assert len(r.readers) == 8 and r.uffds == 2
+
+
+@pytest.mark.parametrize("mode,backing", MODES, ids=[f"{m}-{b}" for m, b in MODES])
+def test_overlap_resolves_each_page_once_across_readers(kvm, mode, backing):
+    r = small(uffd_mode=mode, backing=backing, overlap=True, readers=4, wait="poll")
+    region_pages = 16 * 1024 * 1024 // 4096
+    assert r.uffds == 1 and len(r.readers) == 4
+    # Both vCPUs touch every page; a page is resolved once, a second fault on
+    # it (the other vCPU's) is EEXIST.
+    assert r.faults == region_pages
+    assert r.eexist <= region_pages
+    for v in r.vcpus:
+        assert v.pages == region_pages
+
+
+def test_without_userfaultfd_the_kernel_pages_memory_in(kvm):
+    r = small(uffd_mode=None)
+    assert r.readers == [] and r.faults == 0 and r.uffds == 0
+    assert all(v.pages == SMALL_PAGES // 2 for v in r.vcpus)
+    r = small(uffd_mode=None, backing="shmem", overlap=True)
+    assert r.faults == 0
+
+
+def test_delay_is_spent_inside_the_readers(kvm):
+    r = uffdkvm.run(vcpus=1, mem_per_vcpu="256K", delay_us=2000)
+    assert r.verified and r.faults == 64
+    # 64 faults x 2 ms of delay, all of it counted as reader busy time.
+    assert sum(x.busy_seconds for x in r.readers) >= 64 * 0.002
+    assert r.seconds >= 64 * 0.002
+
+
+def test_poll_wakes_the_herd_and_epoll_exclusive_does_not(kvm):
+    """The 2023 upstream change in one test: one uffd, 32 readers."""
+    per_fault = {}
+    for wait in ("poll", "epoll_exclusive"):
+        r = small(single_uffd=True, readers=32, wait=wait)
+        assert r.faults == SMALL_PAGES
+        per_fault[wait] = (r.spurious_wakeups / r.faults,
+                           sum(x.context_switches for x in r.readers) / r.faults)
+    (poll_spurious, poll_switches), (excl_spurious, excl_switches) = \
+        per_fault["poll"], per_fault["epoll_exclusive"]
+    assert poll_spurious > 0
+    assert poll_spurious >= 3 * excl_spurious, per_fault
+    # Most of the herd never reaches userspace: poll re-checks the uffd in the
+    # kernel and sleeps again. It still costs a context switch per reader.
+    assert poll_switches >= 5 * excl_switches, per_fault
+
+
+def test_results_are_plain_data(kvm):
+    import json
+
+    r = small(readers=2)
+    d = r.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["config"]["mem_per_vcpu"] == 16 << 20
+    assert d["faults"] == SMALL_PAGES and d["verified"] is True
+    assert len(d["vcpus"]) == 2 and len(d["readers"]) == 4
+    assert set(d["readers"][0]) >= {"uffd", "index", "faults", "wakeups", "spurious_wakeups",
+                                    "eexist", "busy_seconds"}
+    assert set(d["vcpus"][0]) >= {"index", "seconds", "pages", "exits"}
+
+
+def test_run_overrides_fields_of_a_config(kvm):
+    base = uffdkvm.Config(vcpus=2, mem_per_vcpu="16M", readers=3)
+    r = uffdkvm.run(base, readers=1, wait="read")
+    assert r.config == base.replace(readers=1, wait="read")
+    assert len(r.readers) == 2
+
+
+def test_guest_work_runs_between_accesses_and_still_verifies(kvm):
+    plain = small(vcpus=1, mem_per_vcpu="4M")
+    worked = small(vcpus=1, mem_per_vcpu="4M", guest_work=50)
+    assert worked.faults == plain.faults == 1024
+    assert worked.config.guest_work == 50
+
+
+def test_kvm_statistics_come_back_by_name(kvm):
+    r = small(vcpus=1, mem_per_vcpu="4M")
+    v = r.vcpus[0]
+    if not v.kvm_stats:
+        pytest.skip("this kernel has no KVM binary statistics (KVM_GET_STATS_FD)")
+    assert v.kvm_stats["exits"] == v.exits >= 1024
+    assert all(isinstance(x, int) and x >= 0 for x in v.kvm_stats.values())
+    assert isinstance(r.kvm_stats, dict) and r.kvm_stats
