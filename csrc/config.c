@@ -81,6 +81,8 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		    "memory has no page cache", ukvm_backing_name(c->backing));
 	if (c->delay_us > MAX_DELAY_US)
 		BAD("delay_us must be at most %u (10 s), not %u", MAX_DELAY_US, c->delay_us);
+	if ((unsigned)c->inject >= UKVM_INJECT__COUNT)
+		BAD("inject: unknown value %d", c->inject);
 	if (c->guest_work > MAX_GUEST_WORK)
 		BAD("guest_work must be at most %u, not %u", MAX_GUEST_WORK, c->guest_work);
 	return 0;

@@ -28,6 +28,24 @@ int ukvm_ctl_init(struct ukvm_ctl *ctl)
 	return 0;
 }
 
+int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_bytes,
+		       void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	int ret;
+
+	if (ukvm_ctl_inject(ctl, UKVM_INJECT_THREAD_CREATE))
+		return EAGAIN;
+	ret = pthread_attr_init(&attr);
+	if (ret)
+		return ret;
+	ret = pthread_attr_setstacksize(&attr, stack_bytes);
+	if (!ret)
+		ret = pthread_create(thread, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	return ret;
+}
+
 void ukvm_ctl_destroy(struct ukvm_ctl *ctl)
 {
 	pthread_cond_destroy(&ctl->cond);

@@ -203,6 +203,26 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return 0;
 }
 
+/* UKVM_INJECT_GUEST_*: break the guest's mapping of one page of vCPU 0. */
+static int setup_guest_injection(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	uint64_t gva = exp->region_gpa + exp->cfg.inject_after * UKVM_PAGE_SIZE;
+	uint64_t *pte;
+
+	if (exp->cfg.inject != UKVM_INJECT_GUEST_FAULT && exp->cfg.inject != UKVM_INJECT_GUEST_MMIO)
+		return 0;
+	pte = ukvm_vm_leaf_pte(&exp->vm, gva);
+	if (!pte || exp->cfg.inject_after >= exp->slice_size / UKVM_PAGE_SIZE) {
+		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "inject_after: beyond vCPU 0's pages");
+		return -EINVAL;
+	}
+	if (exp->cfg.inject == UKVM_INJECT_GUEST_FAULT)
+		*pte = 0;
+	else	/* a guest-physical address no memslot covers */
+		*pte = (*pte & 0xfff) | ALIGN_UP(exp->region_gpa + exp->region_size + SZ_1G, SZ_1G);
+	return 0;
+}
+
 static int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
@@ -228,11 +248,12 @@ static int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 	exp->region_gpa = ALIGN_UP(sys_size, SZ_1G);
 	if (exp->region_gpa < REGION_MIN_GPA)
 		exp->region_gpa = REGION_MIN_GPA;
-	ret = ukvm_vm_map(&exp->vm, exp->region_gpa, exp->region_size, err);
+	ret = ukvm_vm_map(&exp->vm, exp->region_gpa, exp->region_size, UKVM_PAGE_SIZE, err);
 	ret = ret ?: ukvm_mem_create(&exp->mem, cfg->backing, exp->region_size, err);
 	ret = ret ?: ukvm_vm_add_memslot(&exp->vm, exp->region_gpa, exp->region_size,
 					 exp->mem.hva, err);
 	ret = ret ?: setup_vcpus(exp, err);
+	ret = ret ?: setup_guest_injection(exp, err);
 	if (ret)
 		return ret;
 	if (cfg->uffd_mode == UKVM_UFFD_MINOR) {
@@ -252,17 +273,15 @@ static void set_deadline(struct timespec *ts, uint64_t deadline_ns)
 static int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	struct ukvm_ctl *ctl = &exp->ctl;
-	pthread_attr_t attr;
 	struct timespec ts;
 	uint32_t i, ready;
 	int ret = 0;
 
-	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, THREAD_STACK_BYTES);
 	for (i = 0; i < exp->cfg.vcpus; i++) {
 		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
 
-		ret = pthread_create(&vcpu->thread, &attr, ukvm_vcpu_thread, vcpu);
+		ret = ukvm_thread_create(ctl, &vcpu->thread, THREAD_STACK_BYTES, ukvm_vcpu_thread,
+					 vcpu);
 		if (ret) {
 			ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_create(vCPU %u of %u)", i,
 				     exp->cfg.vcpus);
@@ -271,7 +290,6 @@ static int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *er
 		}
 		vcpu->thread_started = true;
 	}
-	pthread_attr_destroy(&attr);
 	if (ret)
 		return ret;
 
@@ -471,6 +489,8 @@ static int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *er
 	res->nr_readers = n;
 	/* Closing the uffds first: a page verify reads must not fault into a uffd. */
 	stop_pools(exp, true);
+	if (cfg->inject == UKVM_INJECT_CORRUPT_PAGE && cfg->inject_after < exp->region_size / UKVM_PAGE_SIZE)
+		exp->mem.hva[cfg->inject_after * UKVM_PAGE_SIZE + 100] ^= 0x40;
 
 	res->verified = true;
 	for (i = 0; i < cfg->vcpus; i++) {
@@ -605,6 +625,8 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 		free(exp);
 		return ret;
 	}
+	exp->ctl.inject = cfg->inject;
+	exp->ctl.inject_after = cfg->inject_after;
 
 	/* The controller, and every thread it makes, starts with all signals blocked. */
 	ukvm_block_all_signals(&old);

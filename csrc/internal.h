@@ -59,7 +59,23 @@ struct ukvm_ctl {
 	struct ukvm_error error;	/* the first failure */
 	atomic_bool stop;		/* every thread: leave now */
 	atomic_bool abort;		/* the experiment failed or was cancelled */
+	/* Test-only fault injection (ukvm.h): what, when, and how far along. */
+	enum ukvm_inject inject;
+	uint64_t inject_after;
+	atomic_uint_fast64_t inject_count;
 };
+
+/* True once per run: when the inject_after-th event of this kind happens. */
+static inline bool ukvm_ctl_inject(struct ukvm_ctl *ctl, enum ukvm_inject kind)
+{
+	if (__builtin_expect(ctl->inject != kind, 1))
+		return false;
+	return atomic_fetch_add(&ctl->inject_count, 1) + 1 == ctl->inject_after;
+}
+
+/* pthread_create, and the place where UKVM_INJECT_THREAD_CREATE strikes. */
+int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_bytes,
+		       void *(*fn)(void *), void *arg);
 
 int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err);
 
@@ -114,8 +130,11 @@ int ukvm_vm_alloc(struct ukvm_vm *vm, uint64_t bytes, uint64_t *gpa, struct ukvm
 void *ukvm_vm_sys_hva(struct ukvm_vm *vm, uint64_t gpa);
 int ukvm_vm_add_memslot(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, void *hva,
 			struct ukvm_error *err);
-/* Identity-maps [gpa, gpa + size) in the guest page tables with 4 KiB pages. */
-int ukvm_vm_map(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, struct ukvm_error *err);
+/* Identity-maps [gpa, gpa + size) in the guest page tables with page_size pages. */
+int ukvm_vm_map(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, uint64_t page_size,
+		struct ukvm_error *err);
+/* The guest page-table entry that maps gva (any level), or NULL. */
+uint64_t *ukvm_vm_leaf_pte(struct ukvm_vm *vm, uint64_t gva);
 
 /* ---- vcpu.c ---- */
 struct ukvm_vcpu {

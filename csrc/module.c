@@ -46,6 +46,8 @@ static const struct field config_fields[] = {
 	FIELD(overlap, F_BOOL),
 	FIELD(guest_work, F_U32),
 	FIELD(timeout_ns, F_U64),
+	FIELD(inject, F_ENUM),
+	FIELD(inject_after, F_U64),
 };
 #undef FIELD
 
@@ -328,6 +330,12 @@ static int add_constants(PyObject *m)
 		{ "ERR_RUN", UKVM_ERR_RUN },
 		{ "ERR_TIMEOUT", UKVM_ERR_TIMEOUT },
 		{ "ERR_CANCELLED", UKVM_ERR_CANCELLED },
+		{ "INJECT_RESOLVE_EIO", UKVM_INJECT_RESOLVE_EIO },
+		{ "INJECT_READER_EXIT", UKVM_INJECT_READER_EXIT },
+		{ "INJECT_GUEST_FAULT", UKVM_INJECT_GUEST_FAULT },
+		{ "INJECT_GUEST_MMIO", UKVM_INJECT_GUEST_MMIO },
+		{ "INJECT_THREAD_CREATE", UKVM_INJECT_THREAD_CREATE },
+		{ "INJECT_CORRUPT_PAGE", UKVM_INJECT_CORRUPT_PAGE },
 	};
 	size_t i;
 

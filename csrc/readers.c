@@ -64,6 +64,16 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 	if (pool->delay_ns)
 		ukvm_sleep_ns(pool->delay_ns);
 
+	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_READER_EXIT))
+		return -1;	/* gone without a word: the fault stays unresolved */
+	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_RESOLVE_EIO)) {
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, EIO,
+			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx) (injected)",
+			      r->index, pool->uffd_index, resolve_name(pool->mode),
+			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
+		return -1;
+	}
+
 	if (pool->mode == UKVM_UFFD_MINOR) {
 		ret = ukvm_uffd_continue(pool->uffd, addr, pool->page_size);
 	} else {
@@ -307,7 +317,6 @@ void ukvm_pool_init(struct ukvm_pool *pool)
 
 int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 {
-	pthread_attr_t attr;
 	uint32_t i;
 	int ret;
 
@@ -341,14 +350,11 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 			return ret;
 	}
 
-	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, READER_STACK_BYTES);
 	for (i = 0; i < pool->nr_readers; i++) {
 		struct ukvm_reader *r = &pool->readers[i];
 
-		ret = pthread_create(&r->thread, &attr, reader_thread, r);
+		ret = ukvm_thread_create(pool->ctl, &r->thread, READER_STACK_BYTES, reader_thread, r);
 		if (ret) {
-			pthread_attr_destroy(&attr);
 			ukvm_err_set(err, UKVM_ERR_RUN, ret,
 				     "uffd %u: pthread_create(reader %u of %u)", pool->uffd_index,
 				     i, pool->nr_readers);
@@ -356,7 +362,6 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 		}
 		r->thread_started = true;
 	}
-	pthread_attr_destroy(&attr);
 	return 0;
 }
 

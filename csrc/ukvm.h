@@ -46,6 +46,22 @@ enum ukvm_wait {
 	UKVM_WAIT__COUNT
 };
 
+/*
+ * Test-only fault injection, for the test suites (tests/c, uffdkvm._testing):
+ * each makes one thing go wrong so that an error path can be exercised for
+ * real. Never set in normal use.
+ */
+enum ukvm_inject {
+	UKVM_INJECT_NONE = 0,
+	UKVM_INJECT_RESOLVE_EIO,	/* resolve number inject_after fails with EIO */
+	UKVM_INJECT_READER_EXIT,	/* the reader taking fault inject_after leaves silently */
+	UKVM_INJECT_GUEST_FAULT,	/* page inject_after of vCPU 0 is unmapped: #PF */
+	UKVM_INJECT_GUEST_MMIO,		/* page inject_after of vCPU 0 maps no memory: MMIO exit */
+	UKVM_INJECT_THREAD_CREATE,	/* thread number inject_after fails to start (EAGAIN) */
+	UKVM_INJECT_CORRUPT_PAGE,	/* page inject_after is damaged before verification */
+	UKVM_INJECT__COUNT
+};
+
 struct ukvm_config {
 	uint32_t vcpus;
 	uint64_t mem_per_vcpu;		/* bytes, a multiple of 4 KiB */
@@ -58,6 +74,8 @@ struct ukvm_config {
 	bool overlap;			/* every vCPU walks the same region */
 	uint32_t guest_work;		/* guest busy-loop iterations per access */
 	uint64_t timeout_ns;		/* 0: no limit */
+	enum ukvm_inject inject;	/* tests only */
+	uint64_t inject_after;
 };
 
 void ukvm_config_init(struct ukvm_config *cfg);

@@ -235,9 +235,25 @@ static int vm_map_range(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, uint64_
 	return 0;
 }
 
-int ukvm_vm_map(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, struct ukvm_error *err)
+uint64_t *ukvm_vm_leaf_pte(struct ukvm_vm *vm, uint64_t gva)
 {
-	if ((gpa | size) & (UKVM_PAGE_SIZE - 1)) {
+	uint64_t *table = ukvm_vm_sys_hva(vm, vm->pml4_gpa), *entry;
+	int shift;
+
+	for (shift = 39;; shift -= 9) {
+		entry = &table[(gva >> shift) & 511];
+		if (!(*entry & PTE_PRESENT))
+			return NULL;
+		if (shift == 12 || (*entry & PTE_LARGE))
+			return entry;
+		table = ukvm_vm_sys_hva(vm, *entry & PTE_ADDR_MASK);
+	}
+}
+
+int ukvm_vm_map(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, uint64_t page_size,
+		struct ukvm_error *err)
+{
+	if ((gpa | size) & (page_size - 1)) {
 		ukvm_err_set(err, UKVM_ERR_RUN, EINVAL, "ukvm_vm_map: unaligned range");
 		return -EINVAL;
 	}
@@ -248,7 +264,7 @@ int ukvm_vm_map(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, struct ukvm_err
 			     (unsigned long long)(gpa + size), vm->phys_bits);
 		return -ERANGE;
 	}
-	return vm_map_range(vm, gpa, size, UKVM_PAGE_SIZE, err);
+	return vm_map_range(vm, gpa, size, page_size, err);
 }
 
 static uint64_t gdt_segment(uint64_t type, uint64_t flags)
