@@ -24,6 +24,7 @@ core = Extension(
     extra_compile_args=["-std=gnu11", "-D_GNU_SOURCE", "-pthread", "-fvisibility=hidden",
                         "-Wall", "-Wextra", "-Wno-unused-parameter", "-O2"],
     extra_link_args=["-pthread"],
+    libraries=["m"],
 )
 
 setup(ext_modules=[core], cmdclass={"build_ext": BuildExt})

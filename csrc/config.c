@@ -5,6 +5,7 @@
  * with a bad config gets an error rather than undefined behaviour.
  */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
@@ -12,6 +13,7 @@
 #define MAX_READERS	4096
 #define MAX_DELAY_US	(10U * 1000 * 1000)
 #define MAX_GUEST_WORK	1000000U
+#define MAX_PASSES	1000000U
 
 void ukvm_config_init(struct ukvm_config *cfg)
 {
@@ -22,6 +24,9 @@ void ukvm_config_init(struct ukvm_config *cfg)
 	cfg->uffd_mode = UKVM_UFFD_MISSING;
 	cfg->readers = 1;
 	cfg->wait = UKVM_WAIT_EPOLL_EXCLUSIVE;
+	cfg->guest_page_size = UKVM_PAGE_SIZE;
+	cfg->write_percent = 100;
+	cfg->passes = 1;
 }
 
 const char *ukvm_backing_name(enum ukvm_backing b)
@@ -29,6 +34,11 @@ const char *ukvm_backing_name(enum ukvm_backing b)
 	static const char *const names[] = {
 		[UKVM_BACKING_ANONYMOUS] = "anonymous",
 		[UKVM_BACKING_SHMEM] = "shmem",
+		[UKVM_BACKING_ANONYMOUS_THP] = "anonymous_thp",
+		[UKVM_BACKING_ANONYMOUS_HUGETLB] = "anonymous_hugetlb",
+		[UKVM_BACKING_ANONYMOUS_HUGETLB_1GB] = "anonymous_hugetlb_1gb",
+		[UKVM_BACKING_SHARED_HUGETLB] = "shared_hugetlb",
+		[UKVM_BACKING_GUEST_MEMFD] = "guest_memfd",
 	};
 
 	return (unsigned)b < ARRAY_SIZE(names) ? names[b] : "?";
@@ -43,6 +53,13 @@ const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m)
 	};
 
 	return (unsigned)m < ARRAY_SIZE(names) ? names[m] : "?";
+}
+
+const char *ukvm_pattern_name(enum ukvm_pattern p)
+{
+	static const char *const names[] = { "sequential", "reverse", "random" };
+
+	return (unsigned)p < ARRAY_SIZE(names) ? names[p] : "?";
 }
 
 const char *ukvm_wait_name(enum ukvm_wait w)
@@ -62,13 +79,24 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 #define BAD(...) do { ukvm_err_set(err, UKVM_ERR_CONFIG, 0, __VA_ARGS__); return -EINVAL; } while (0)
 	if (c->vcpus < 1)
 		BAD("vcpus must be at least 1");
-	if (c->mem_per_vcpu < UKVM_PAGE_SIZE || c->mem_per_vcpu % UKVM_PAGE_SIZE)
-		BAD("mem_per_vcpu must be a positive multiple of 4 KiB, not %llu",
-		    (unsigned long long)c->mem_per_vcpu);
-	if (!c->overlap && c->mem_per_vcpu > UINT64_MAX / c->vcpus)
-		BAD("vcpus * mem_per_vcpu overflows");
+	uint64_t unit;
+	uint32_t i;
+
 	if ((unsigned)c->backing >= UKVM_BACKING__COUNT)
 		BAD("backing: unknown value %d", c->backing);
+	if (c->guest_page_size != UKVM_PAGE_SIZE && c->guest_page_size != (2ULL << 20) &&
+	    c->guest_page_size != (1ULL << 30))
+		BAD("guest_page_size must be 4 KiB, 2 MiB or 1 GiB, not %llu",
+		    (unsigned long long)c->guest_page_size);
+	unit = ukvm_backing_page_size(c->backing);
+	if (c->guest_page_size > unit)
+		unit = c->guest_page_size;
+	if (c->mem_per_vcpu < unit || c->mem_per_vcpu % unit)
+		BAD("mem_per_vcpu must be a positive multiple of %llu KiB (the page size of "
+		    "the backing and of the guest's mappings), not %llu",
+		    (unsigned long long)(unit >> 10), (unsigned long long)c->mem_per_vcpu);
+	if (!c->overlap && c->mem_per_vcpu > UINT64_MAX / c->vcpus)
+		BAD("vcpus * mem_per_vcpu overflows");
 	if ((unsigned)c->uffd_mode >= UKVM_UFFD__COUNT)
 		BAD("uffd_mode: unknown value %d", c->uffd_mode);
 	if ((unsigned)c->wait >= UKVM_WAIT__COUNT)
@@ -76,9 +104,33 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 	if (c->uffd_mode != UKVM_UFFD_NONE && (c->readers < 1 || c->readers > MAX_READERS))
 		BAD("readers must be between 1 and %d, not %u", MAX_READERS, c->readers);
 	if (c->uffd_mode == UKVM_UFFD_MINOR && !ukvm_backing_is_shared(c->backing))
-		BAD("uffd_mode minor needs a shared backing (shmem): MINOR faults happen "
-		    "when the page cache has the page but the mapping does not, and %s "
-		    "memory has no page cache", ukvm_backing_name(c->backing));
+		BAD("uffd_mode minor needs a shared backing (shmem, shared_hugetlb, "
+		    "guest_memfd): MINOR faults happen when the page cache has the page but "
+		    "the mapping does not, and %s memory has no page cache",
+		    ukvm_backing_name(c->backing));
+	if ((unsigned)c->pattern >= UKVM_PATTERN__COUNT)
+		BAD("pattern: unknown value %d", c->pattern);
+	if ((unsigned)c->resolve >= UKVM_RESOLVE__COUNT)
+		BAD("resolve: unknown value %d", c->resolve);
+	if ((unsigned)c->delay_dist >= UKVM_DELAY__COUNT)
+		BAD("delay_dist: unknown value %d", c->delay_dist);
+	if (c->write_percent > 100)
+		BAD("write_percent must be between 0 and 100, not %u", c->write_percent);
+	if (c->passes < 1 || c->passes > MAX_PASSES)
+		BAD("passes must be between 1 and %u, not %u", MAX_PASSES, c->passes);
+	if (c->resolve == UKVM_RESOLVE_ZEROPAGE && c->uffd_mode != UKVM_UFFD_MISSING)
+		BAD("resolve zeropage applies to uffd_mode missing only");
+	if (c->resolve == UKVM_RESOLVE_ZEROPAGE && ukvm_backing_is_hugetlb(c->backing))
+		BAD("resolve zeropage does not work on hugetlb memory (no UFFDIO_ZEROPAGE "
+		    "there): use resolve copy");
+	for (i = 0; i < c->nr_pin_vcpus; i++)
+		if (c->pin_vcpus[i] < 0 || c->pin_vcpus[i] >= CPU_SETSIZE)
+			BAD("pin_vcpus: %d is not a CPU number", c->pin_vcpus[i]);
+	for (i = 0; i < c->nr_pin_readers; i++)
+		if (c->pin_readers[i] < 0 || c->pin_readers[i] >= CPU_SETSIZE)
+			BAD("pin_readers: %d is not a CPU number", c->pin_readers[i]);
+	if ((c->nr_pin_vcpus && !c->pin_vcpus) || (c->nr_pin_readers && !c->pin_readers))
+		BAD("pin lists: a count without a list");
 	if (c->delay_us > MAX_DELAY_US)
 		BAD("delay_us must be at most %u (10 s), not %u", MAX_DELAY_US, c->delay_us);
 	if ((unsigned)c->inject >= UKVM_INJECT__COUNT)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The coordination between the controller and the threads it starts. */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
@@ -44,6 +45,25 @@ int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_byt
 		ret = pthread_create(thread, &attr, fn, arg);
 	pthread_attr_destroy(&attr);
 	return ret;
+}
+
+int ukvm_thread_pin(int cpu, uint64_t affinity[16])
+{
+	cpu_set_t set;
+	int i;
+
+	if (cpu >= 0) {
+		CPU_ZERO(&set);
+		CPU_SET(cpu, &set);
+		if (sched_setaffinity(0, sizeof(set), &set))
+			return -1;
+	}
+	memset(affinity, 0, 16 * sizeof(uint64_t));
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		for (i = 0; i < 1024 && i < CPU_SETSIZE; i++)
+			if (CPU_ISSET(i, &set))
+				affinity[i / 64] |= 1ULL << (i % 64);
+	return 0;
 }
 
 void ukvm_ctl_destroy(struct ukvm_ctl *ctl)

@@ -42,12 +42,17 @@ struct ukvm_experiment {
 	uint64_t region_size;
 	uint64_t slice_size;		/* what one vCPU walks */
 	uint64_t passes;
+	uint64_t write_key;		/* the guest's write-or-read choice, seeded */
+	bool filled;			/* pages arrive with data (else zero-filled) */
+	int32_t *pin_vcpus;		/* copies of the config's lists */
+	int32_t *pin_readers;
 	struct ukvm_vcpu *vcpus;
 	struct ukvm_kvmstats *vcpu_stats;
 	struct ukvm_kvmstats vm_stats;
 	struct ukvm_pool *pools;
 	uint32_t nr_pools;
 	uint64_t deadline_ns;
+	bool probe;			/* ukvm_probe(): build, register, stop there */
 };
 
 /* Records err as the experiment's failure unless something failed first. */
@@ -70,6 +75,23 @@ static uint64_t *guest_args(struct ukvm_experiment *exp, struct ukvm_vcpu *vcpu)
 }
 
 #define ARG(args, off) ((args)[(off) / sizeof(uint64_t)])
+
+/* The keys of vCPU i's random walk order; guest.S applies them. */
+static void guest_order(const struct ukvm_config *cfg, uint32_t vcpu, uint64_t pages,
+			uint64_t *a)
+{
+	uint64_t state = cfg->seed ^ (0x6f72646572000000ULL + vcpu), mask;
+	unsigned bits = 0;
+
+	while (bits < 63 && (1ULL << bits) < pages)
+		bits++;
+	mask = (1ULL << bits) - 1;
+	ARG(a, GA_PATTERN) = (uint64_t)cfg->pattern;
+	ARG(a, GA_PERM_MASK) = mask;
+	ARG(a, GA_PERM_SHIFT) = bits / 2 + 1;
+	ARG(a, GA_PERM_KEY0) = ukvm_splitmix64(&state) & mask;
+	ARG(a, GA_PERM_KEY1) = ukvm_splitmix64(&state) & mask;
+}
 
 static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
@@ -102,14 +124,16 @@ static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 		ARG(a, GA_PAGES) = exp->slice_size / UKVM_PAGE_SIZE;
 		ARG(a, GA_WORK) = cfg->guest_work;
 		ARG(a, GA_PASSES) = exp->passes;
-		ARG(a, GA_PATTERN) = GUEST_PATTERN_SEQUENTIAL;
-		ARG(a, GA_WRITE_PCT) = 100;
+		ARG(a, GA_WRITE_PCT) = cfg->write_percent;
+		ARG(a, GA_WRITE_KEY) = exp->write_key;
+		guest_order(cfg, i, exp->slice_size / UKVM_PAGE_SIZE, a);
 
 		ret = ukvm_vcpu_create(&exp->vm, vcpu, i, args_gpa, stack_gpa + VCPU_STACK_BYTES,
 				       err);
 		if (ret)
 			return ret;
 		vcpu->ctl = &exp->ctl;
+		vcpu->cpu = cfg->nr_pin_vcpus ? cfg->pin_vcpus[i % cfg->nr_pin_vcpus] : -1;
 		vcpu->passes = exp->passes;
 		vcpu->pass_end_ns = calloc(exp->passes, sizeof(uint64_t));
 		if (!vcpu->pass_end_ns) {
@@ -123,8 +147,12 @@ static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return 0;
 }
 
-/* MINOR faults need the page cache full and the guest's mapping empty. */
-static int setup_prefill(struct ukvm_experiment *exp, struct ukvm_error *err)
+/*
+ * Writes every page's data before the run, through `where`: the alias for
+ * a MINOR run (the page cache fills, the guest's mapping stays empty), the
+ * guest's own mapping for prefault (then nothing is left to fault).
+ */
+static int setup_fill(struct ukvm_experiment *exp, uint8_t *where, struct ukvm_error *err)
 {
 	uint64_t off, len;
 
@@ -135,7 +163,7 @@ static int setup_prefill(struct ukvm_experiment *exp, struct ukvm_error *err)
 		}
 		len = exp->region_size - off < PREFILL_CHUNK ? exp->region_size - off
 							     : PREFILL_CHUNK;
-		ukvm_fill_pages(exp->mem.alias + off, len, exp->region_gpa + off);
+		ukvm_fill_pages(where + off, len, exp->region_gpa + off);
 	}
 	return 0;
 }
@@ -154,8 +182,12 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		return ret;
 	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHMEM)
 		wanted |= UFFD_FEATURE_MINOR_SHMEM;
+	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHARED_HUGETLB)
+		wanted |= UFFD_FEATURE_MINOR_HUGETLBFS;
 	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->backing == UKVM_BACKING_SHMEM)
 		wanted |= UFFD_FEATURE_MISSING_SHMEM;
+	if (cfg->uffd_mode == UKVM_UFFD_MISSING && ukvm_backing_is_hugetlb(cfg->backing))
+		wanted |= UFFD_FEATURE_MISSING_HUGETLBFS;
 	if ((available & wanted) != wanted) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
 			     "this kernel's userfaultfd lacks features 0x%llx needed for "
@@ -189,14 +221,21 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->region_size = range;
 		pool->gpa_base = exp->region_gpa + u * range;
 		pool->delay_ns = (uint64_t)cfg->delay_us * 1000;
+		pool->delay_dist = cfg->delay_dist;
+		pool->resolve = cfg->resolve;
+		pool->seed = cfg->seed;
+		pool->pins = cfg->pin_readers;
+		pool->nr_pins = cfg->nr_pin_readers;
+		pool->first_reader = u * cfg->readers;
 		pool->nr_readers = cfg->readers;
 		/* Readers that block in read(2) need a blocking uffd. */
 		pool->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
 		if (pool->uffd < 0)
 			return pool->uffd;
 		ret = ukvm_uffd_register(pool->uffd, (void *)(uintptr_t)pool->hva_base, range,
-					 cfg->uffd_mode, err);
-		ret = ret ?: ukvm_pool_start(pool, err);
+					 cfg->uffd_mode, cfg->backing, err);
+		if (!ret && !exp->probe)
+			ret = ukvm_pool_start(pool, err);
 		if (ret)
 			return ret;
 	}
@@ -229,12 +268,18 @@ static int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 	uint64_t sys_size;
 	int ret;
 
-	exp->passes = 1;
+	uint64_t state = cfg->seed ^ 0x7772697465000000ULL;
+
+	exp->passes = cfg->passes;
+	exp->write_key = ukvm_splitmix64(&state);
+	exp->filled = cfg->prefault || cfg->uffd_mode == UKVM_UFFD_MINOR ||
+		      (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY);
 	exp->slice_size = cfg->mem_per_vcpu;
 	exp->region_size = cfg->overlap ? cfg->mem_per_vcpu : cfg->mem_per_vcpu * cfg->vcpus;
 	sys_size = ukvm_vm_sys_size(cfg->vcpus, exp->region_size);
 
-	ret = ukvm_vm_create(&exp->vm, sys_size, err);
+	ret = ukvm_mem_check_host(cfg->backing, exp->region_size, err);
+	ret = ret ?: ukvm_vm_create(&exp->vm, sys_size, err);
 	if (ret)
 		return ret;
 	if (ukvm_kvmstats_open(&exp->vm_stats, exp->vm.vm_fd, "VM", NULL))
@@ -248,20 +293,29 @@ static int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 	exp->region_gpa = ALIGN_UP(sys_size, SZ_1G);
 	if (exp->region_gpa < REGION_MIN_GPA)
 		exp->region_gpa = REGION_MIN_GPA;
-	ret = ukvm_vm_map(&exp->vm, exp->region_gpa, exp->region_size, UKVM_PAGE_SIZE, err);
-	ret = ret ?: ukvm_mem_create(&exp->mem, cfg->backing, exp->region_size, err);
-	ret = ret ?: ukvm_vm_add_memslot(&exp->vm, exp->region_gpa, exp->region_size,
-					 exp->mem.hva, err);
-	ret = ret ?: setup_vcpus(exp, err);
+	ret = ukvm_vm_map(&exp->vm, exp->region_gpa, exp->region_size, cfg->guest_page_size, err);
+	ret = ret ?: ukvm_mem_create(&exp->mem, cfg->backing, exp->region_size, exp->vm.vm_fd, err);
+	if (ret)
+		return ret;
+	if (cfg->backing == UKVM_BACKING_GUEST_MEMFD)
+		ret = ukvm_vm_add_gmem_memslot(&exp->vm, exp->region_gpa, exp->region_size,
+					       exp->mem.hva, exp->mem.memfd, err);
+	else
+		ret = ukvm_vm_add_memslot(&exp->vm, exp->region_gpa, exp->region_size,
+					  exp->mem.hva, err);
+	if (ret)
+		return ret;
+	if (exp->probe)
+		return setup_uffds(exp, err);
+	ret = setup_vcpus(exp, err);
 	ret = ret ?: setup_guest_injection(exp, err);
 	if (ret)
 		return ret;
-	if (cfg->uffd_mode == UKVM_UFFD_MINOR) {
-		ret = setup_prefill(exp, err);
-		if (ret)
-			return ret;
-	}
-	return setup_uffds(exp, err);
+	if (cfg->prefault)
+		ret = setup_fill(exp, exp->mem.hva, err);
+	else if (cfg->uffd_mode == UKVM_UFFD_MINOR)
+		ret = setup_fill(exp, exp->mem.alias, err);
+	return ret ?: setup_uffds(exp, err);
 }
 
 static void set_deadline(struct timespec *ts, uint64_t deadline_ns)
@@ -457,10 +511,10 @@ static int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *er
 	struct ukvm_result *res = &exp->result;
 	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0;
 	struct ukvm_verify_params vp = {
-		.filled = cfg->uffd_mode != UKVM_UFFD_NONE,
+		.filled = exp->filled,
 		.written_visits = exp->passes * (cfg->overlap ? cfg->vcpus : 1),
-		.write_pct = 100,
-		.write_key = 0,
+		.write_pct = cfg->write_percent,
+		.write_key = exp->write_key,
 	};
 	uint32_t i, u, r, n;
 	int ret;
@@ -480,6 +534,8 @@ static int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *er
 		return ret;
 	}
 	res->pages_per_vcpu = pages;
+	res->region_gpa = exp->region_gpa;
+	res->passes = (uint32_t)exp->passes;
 	res->region_bytes = exp->region_size;
 	res->page_size = exp->mem.page_size;
 
@@ -503,6 +559,14 @@ static int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *er
 		vr->end_ns = vcpu->end_ns;
 		vr->pages = ARG(a, GA_ACCESSES);
 		vr->userspace_exits = vcpu->userspace_exits;
+		vr->cpu_ns = vcpu->cpu_ns;
+		memcpy(vr->affinity, vcpu->affinity, sizeof(vr->affinity));
+		vr->pass_end_ns = calloc(exp->passes, sizeof(uint64_t));
+		if (!vr->pass_end_ns) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the result");
+			return -ENOMEM;
+		}
+		memcpy(vr->pass_end_ns, vcpu->pass_end_ns, exp->passes * sizeof(uint64_t));
 		vr->exits = NO_STAT;
 		ret = collect_vcpu_stats(exp, i, vr);
 		if (ret) {
@@ -616,12 +680,35 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 		return -ENOMEM;
 	}
 	exp->cfg = *cfg;
+	/* The caller's pin lists need not outlive this call: keep copies. */
+	if (cfg->nr_pin_vcpus) {
+		exp->pin_vcpus = malloc(cfg->nr_pin_vcpus * sizeof(int32_t));
+		if (exp->pin_vcpus)
+			memcpy(exp->pin_vcpus, cfg->pin_vcpus, cfg->nr_pin_vcpus * sizeof(int32_t));
+	}
+	if (cfg->nr_pin_readers) {
+		exp->pin_readers = malloc(cfg->nr_pin_readers * sizeof(int32_t));
+		if (exp->pin_readers)
+			memcpy(exp->pin_readers, cfg->pin_readers,
+			       cfg->nr_pin_readers * sizeof(int32_t));
+	}
+	if ((cfg->nr_pin_vcpus && !exp->pin_vcpus) || (cfg->nr_pin_readers && !exp->pin_readers)) {
+		free(exp->pin_vcpus);
+		free(exp->pin_readers);
+		free(exp);
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "copying the pin lists");
+		return -ENOMEM;
+	}
+	exp->cfg.pin_vcpus = exp->pin_vcpus;
+	exp->cfg.pin_readers = exp->pin_readers;
 	ukvm_vm_init(&exp->vm);
 	ukvm_kvmstats_init(&exp->vm_stats);
 	ukvm_mem_init(&exp->mem);
 	ret = ukvm_ctl_init(&exp->ctl);
 	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_mutex_init/pthread_cond_init");
+		free(exp->pin_vcpus);
+		free(exp->pin_readers);
 		free(exp);
 		return ret;
 	}
@@ -635,6 +722,8 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_create(controller)");
 		ukvm_ctl_destroy(&exp->ctl);
+		free(exp->pin_vcpus);
+		free(exp->pin_readers);
 		free(exp);
 		return -ret;
 	}
@@ -693,6 +782,41 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 		*res = exp->result;
 	}
 	ukvm_ctl_destroy(&exp->ctl);
+	free(exp->pin_vcpus);
+	free(exp->pin_readers);
+	free(exp);
+	return ret;
+}
+
+int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
+{
+	struct ukvm_experiment *exp;
+	int ret;
+
+	memset(err, 0, sizeof(*err));
+	ret = ukvm_config_validate(cfg, err);
+	if (ret)
+		return ret;
+	exp = calloc(1, sizeof(*exp));
+	if (!exp) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the probe");
+		return -ENOMEM;
+	}
+	exp->cfg = *cfg;
+	exp->cfg.nr_pin_vcpus = exp->cfg.nr_pin_readers = 0;
+	exp->probe = true;
+	ukvm_vm_init(&exp->vm);
+	ukvm_mem_init(&exp->mem);
+	ukvm_kvmstats_init(&exp->vm_stats);
+	ret = ukvm_ctl_init(&exp->ctl);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_mutex_init/pthread_cond_init");
+		free(exp);
+		return ret;
+	}
+	ret = experiment_setup(exp, err);
+	experiment_teardown(exp);
+	ukvm_ctl_destroy(&exp->ctl);
 	free(exp);
 	return ret;
 }
@@ -713,8 +837,10 @@ void ukvm_result_free(struct ukvm_result *res)
 {
 	uint32_t i;
 
-	for (i = 0; res->vcpus && i < res->nr_vcpus; i++)
+	for (i = 0; res->vcpus && i < res->nr_vcpus; i++) {
 		free(res->vcpus[i].kvm_stats);
+		free(res->vcpus[i].pass_end_ns);
+	}
 	ukvm_free_names(res->vm_stat_names, res->nr_vm_stats);
 	ukvm_free_names(res->vcpu_stat_names, res->nr_vcpu_stats);
 	free(res->vm_stats);

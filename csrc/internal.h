@@ -40,6 +40,25 @@ void ukvm_err_set_hint(struct ukvm_error *err, enum ukvm_error_kind kind, int er
 /* An ioctl that retries on EINTR; returns its result, -1 with errno on failure. */
 int ukvm_ioctl(int fd, unsigned long req, void *arg);
 
+/* splitmix64: seeds and cheap per-thread random numbers, no shared state. */
+static inline uint64_t ukvm_splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* A uniform double in [0, 1). */
+static inline double ukvm_random_unit(uint64_t *state)
+{
+	return (double)(ukvm_splitmix64(state) >> 11) * 0x1.0p-53;
+}
+
+/* Pins the calling thread to cpu (if >= 0); records the affinity it then has. */
+int ukvm_thread_pin(int cpu, uint64_t affinity[16]);
+
 /* ---- kick.c: the private signal that interrupts KVM_RUN and read(2) ---- */
 int ukvm_kick_init(struct ukvm_error *err);
 int ukvm_kick_signal(void);
@@ -103,6 +122,7 @@ struct ukvm_vm {
 	struct kvm_cpuid2 *cpuid;
 	uint32_t max_vcpus;
 	uint32_t phys_bits;		/* guest physical address width */
+	bool gbpages;			/* 1 GiB guest pages allowed */
 	uint8_t *sys_hva;		/* the system memslot at GPA 0 */
 	uint64_t sys_size;
 	uint64_t sys_next;		/* bump allocator within it */
@@ -130,6 +150,9 @@ int ukvm_vm_alloc(struct ukvm_vm *vm, uint64_t bytes, uint64_t *gpa, struct ukvm
 void *ukvm_vm_sys_hva(struct ukvm_vm *vm, uint64_t gpa);
 int ukvm_vm_add_memslot(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, void *hva,
 			struct ukvm_error *err);
+/* A memslot whose memory is a guest_memfd (hva: its mmap, for the host's access). */
+int ukvm_vm_add_gmem_memslot(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, void *hva,
+			     int gmem_fd, struct ukvm_error *err);
 /* Identity-maps [gpa, gpa + size) in the guest page tables with page_size pages. */
 int ukvm_vm_map(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, uint64_t page_size,
 		struct ukvm_error *err);
@@ -157,6 +180,9 @@ struct ukvm_vcpu {
 	uint64_t *pass_end_ns;		/* one per pass, freed by destroy */
 	uint64_t passes;
 	uint64_t passes_seen;
+	int cpu;			/* pinned to, or -1 */
+	uint64_t affinity[16];
+	uint64_t cpu_ns;
 };
 
 void ukvm_vcpu_init(struct ukvm_vcpu *vcpu);
@@ -179,10 +205,14 @@ struct ukvm_mem {
 };
 
 void ukvm_mem_init(struct ukvm_mem *b);
-int ukvm_mem_create(struct ukvm_mem *b, enum ukvm_backing kind, uint64_t size,
-			struct ukvm_error *err);
+/* Before anything is built: are there enough huge pages for size bytes? */
+int ukvm_mem_check_host(enum ukvm_backing kind, uint64_t size, struct ukvm_error *err);
+/* vm_fd: the VM a guest_memfd belongs to (ignored for other kinds). */
+int ukvm_mem_create(struct ukvm_mem *b, enum ukvm_backing kind, uint64_t size, int vm_fd,
+		    struct ukvm_error *err);
 void ukvm_mem_destroy(struct ukvm_mem *b);
 bool ukvm_backing_is_shared(enum ukvm_backing kind);
+bool ukvm_backing_is_hugetlb(enum ukvm_backing kind);
 
 /* ---- pattern.c: what every page must hold ---- */
 /*
@@ -203,10 +233,11 @@ void ukvm_fill_pages(void *dst, uint64_t len, uint64_t gpa);
 int ukvm_uffd_open(bool nonblock, uint64_t features, struct ukvm_error *err);
 int ukvm_uffd_features(uint64_t *features, struct ukvm_error *err);
 int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode mode,
-		       struct ukvm_error *err);
+		       enum ukvm_backing backing, struct ukvm_error *err);
 /* 0 resolved here, 1 already resolved by another (EEXIST), -errno on failure. */
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len);
 int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len);
+int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len);
 
 /* ---- readers.c: pools of threads resolving one uffd's faults ---- */
 struct ukvm_pool;
@@ -219,6 +250,8 @@ struct ukvm_reader {
 	atomic_bool exited;
 	int epfd;
 	uint8_t *src;			/* UFFDIO_COPY source, stamped per fault */
+	int cpu;			/* pinned to, or -1 */
+	uint64_t rng;			/* delay distribution state */
 	struct ukvm_reader_result stats;	/* the thread's own; read after join */
 } __attribute__((aligned(UKVM_CACHELINE)));
 
@@ -234,6 +267,16 @@ struct ukvm_pool {
 	uint64_t region_size;
 	uint64_t gpa_base;		/* ...and its guest physical address */
 	uint64_t delay_ns;
+	enum ukvm_delay_dist delay_dist;
+	enum ukvm_resolve resolve;
+	uint64_t seed;
+	const int32_t *pins;		/* reader k of all pools runs on pins[k % nr_pins] */
+	uint32_t nr_pins;
+	uint32_t first_reader;		/* this pool's first reader, counted over all pools */
+	/* Huge sources (1 GiB pages) are one per pool, not one per reader. */
+	uint8_t *shared_src;
+	pthread_mutex_t src_lock;
+	bool src_lock_made;
 	uint32_t nr_readers;
 	uint32_t readers_made;		/* entries of readers[] to clean up */
 	struct ukvm_reader *readers;

@@ -45,14 +45,68 @@ static const struct field config_fields[] = {
 	FIELD(delay_us, F_U32),
 	FIELD(overlap, F_BOOL),
 	FIELD(guest_work, F_U32),
+	FIELD(guest_page_size, F_U64),
+	FIELD(pattern, F_ENUM),
+	FIELD(seed, F_U64),
+	FIELD(write_percent, F_U32),
+	FIELD(passes, F_U32),
+	FIELD(resolve, F_ENUM),
+	FIELD(delay_dist, F_ENUM),
+	FIELD(prefault, F_BOOL),
 	FIELD(timeout_ns, F_U64),
 	FIELD(inject, F_ENUM),
 	FIELD(inject_after, F_U64),
 };
 #undef FIELD
 
+/* A list of CPU numbers, into an int32 array the caller frees. */
+static int cpu_list(PyObject *dict, const char *key, uint32_t *nr, int32_t **out)
+{
+	PyObject *item = PyDict_GetItemString(dict, key), *seq;
+	Py_ssize_t i, n;
+
+	*nr = 0;
+	*out = NULL;
+	if (!item || item == Py_None)
+		return 0;
+	seq = PySequence_Fast(item, "expected a list of CPU numbers");
+	if (!seq)
+		return -1;
+	n = PySequence_Fast_GET_SIZE(seq);
+	*out = PyMem_Calloc(n ? (size_t)n : 1, sizeof(int32_t));
+	if (!*out) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+
+		if ((v == -1 && PyErr_Occurred()) || v < 0 || v > INT32_MAX) {
+			PyErr_Clear();
+			PyErr_Format(PyExc_ValueError, "%s: expected CPU numbers", key);
+			Py_DECREF(seq);
+			PyMem_Free(*out);
+			*out = NULL;
+			return -1;
+		}
+		(*out)[i] = (int32_t)v;
+	}
+	Py_DECREF(seq);
+	*nr = (uint32_t)n;
+	return 0;
+}
+
+static void config_free(struct ukvm_config *cfg)
+{
+	PyMem_Free((void *)cfg->pin_vcpus);
+	PyMem_Free((void *)cfg->pin_readers);
+	cfg->pin_vcpus = cfg->pin_readers = NULL;
+}
+
 static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 {
+	int32_t *pins;
 	size_t i;
 
 	ukvm_config_init(cfg);
@@ -90,6 +144,14 @@ static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 			break;
 		}
 	}
+	if (cpu_list(dict, "pin_vcpus", &cfg->nr_pin_vcpus, &pins))
+		return -1;
+	cfg->pin_vcpus = pins;
+	if (cpu_list(dict, "pin_readers", &cfg->nr_pin_readers, &pins)) {
+		config_free(cfg);
+		return -1;
+	}
+	cfg->pin_readers = pins;
 	return 0;
 }
 
@@ -132,6 +194,44 @@ static PyObject *stats_dict(char *const *names, const uint64_t *values, uint32_t
 	return d;
 }
 
+/* The CPUs a thread could run on, from its affinity bitmap. */
+static PyObject *cpus_list(const uint64_t affinity[16])
+{
+	PyObject *list = PyList_New(0);
+	int cpu;
+
+	for (cpu = 0; list && cpu < 1024; cpu++) {
+		if (affinity[cpu / 64] & (1ULL << (cpu % 64))) {
+			PyObject *o = PyLong_FromLong(cpu);
+
+			if (!o || PyList_Append(list, o)) {
+				Py_XDECREF(o);
+				Py_CLEAR(list);
+				break;
+			}
+			Py_DECREF(o);
+		}
+	}
+	return list;
+}
+
+static PyObject *u64_list(const uint64_t *values, uint32_t n)
+{
+	PyObject *list = PyList_New(values ? n : 0);
+	uint32_t i;
+
+	for (i = 0; list && values && i < n; i++) {
+		PyObject *o = PyLong_FromUnsignedLongLong(values[i]);
+
+		if (!o) {
+			Py_CLEAR(list);
+			break;
+		}
+		PyList_SET_ITEM(list, i, o);
+	}
+	return list;
+}
+
 static PyObject *vcpu_to_dict(const struct ukvm_vcpu_result *v, const struct ukvm_result *res)
 {
 	PyObject *d = PyDict_New();
@@ -149,7 +249,10 @@ static PyObject *vcpu_to_dict(const struct ukvm_vcpu_result *v, const struct ukv
 	    set_u64(d, "pages", v->pages) ||
 	    set_obj(d, "exits", v->exits == UINT64_MAX ? Py_NewRef(Py_None)
 						      : PyLong_FromUnsignedLongLong(v->exits)) ||
-	    set_u64(d, "userspace_exits", v->userspace_exits)) {
+	    set_u64(d, "userspace_exits", v->userspace_exits) ||
+	    set_u64(d, "cpu_ns", v->cpu_ns) ||
+	    set_obj(d, "cpus", cpus_list(v->affinity)) ||
+	    set_obj(d, "pass_end_ns", u64_list(v->pass_end_ns, res->passes))) {
 		Py_DECREF(d);
 		return NULL;
 	}
@@ -167,7 +270,8 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_u64(d, "spurious_wakeups", r->spurious_wakeups) ||
 	    set_u64(d, "eexist", r->eexist) || set_u64(d, "busy_ns", r->busy_ns) ||
 	    set_u64(d, "context_switches", r->context_switches) ||
-	    set_u64(d, "cpu_ns", r->cpu_ns)) {
+	    set_u64(d, "cpu_ns", r->cpu_ns) ||
+	    set_obj(d, "cpus", cpus_list(r->affinity))) {
 		Py_DECREF(d);
 		return NULL;
 	}
@@ -218,6 +322,7 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	    set_u64(d, "pages_per_vcpu", res->pages_per_vcpu) ||
 	    set_u64(d, "region_bytes", res->region_bytes) ||
 	    set_u64(d, "page_size", res->page_size) || set_u64(d, "uffds", res->nr_uffds) ||
+	    set_u64(d, "region_gpa", res->region_gpa) || set_u64(d, "passes", res->passes) ||
 	    set_obj(d, "verified", PyBool_FromLong(res->verified)) ||
 	    set_u64(d, "bad_pages", res->bad_pages) ||
 	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
@@ -264,6 +369,7 @@ static PyObject *core_run(PyObject *self, PyObject *arg)
 	Py_BEGIN_ALLOW_THREADS
 	ret = ukvm_experiment_start(&cfg, &exp, &err);
 	Py_END_ALLOW_THREADS
+	config_free(&cfg);	/* the experiment keeps its own copies */
 	if (ret) {
 		raise_core_error(&err);
 		return NULL;
@@ -300,7 +406,34 @@ static PyObject *core_run(PyObject *self, PyObject *arg)
 	return out;
 }
 
+static PyObject *core_probe(PyObject *self, PyObject *arg)
+{
+	struct ukvm_config cfg;
+	struct ukvm_error err;
+	int ret;
+
+	(void)self;
+	if (!PyDict_Check(arg)) {
+		PyErr_SetString(PyExc_TypeError, "probe() takes a dict of config fields");
+		return NULL;
+	}
+	if (config_from_dict(arg, &cfg))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	ret = ukvm_probe(&cfg, &err);
+	Py_END_ALLOW_THREADS
+	config_free(&cfg);
+	if (ret) {
+		raise_core_error(&err);
+		return NULL;
+	}
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef core_methods[] = {
+	{ "probe", core_probe, METH_O,
+	  "probe(config: dict) -> None\n\nBuild what the config needs and register it, "
+	  "run nothing. Raises CoreError(kind, errno, message) if the host cannot." },
 	{ "run", core_run, METH_O,
 	  "run(config: dict) -> dict\n\nRun one experiment; the GIL is released while it "
 	  "runs. Raises CoreError(kind, errno, message) on failure." },
@@ -318,6 +451,19 @@ static int add_constants(PyObject *m)
 	static const struct { const char *name; long value; } constants[] = {
 		{ "BACKING_ANONYMOUS", UKVM_BACKING_ANONYMOUS },
 		{ "BACKING_SHMEM", UKVM_BACKING_SHMEM },
+		{ "BACKING_ANONYMOUS_THP", UKVM_BACKING_ANONYMOUS_THP },
+		{ "BACKING_ANONYMOUS_HUGETLB", UKVM_BACKING_ANONYMOUS_HUGETLB },
+		{ "BACKING_ANONYMOUS_HUGETLB_1GB", UKVM_BACKING_ANONYMOUS_HUGETLB_1GB },
+		{ "BACKING_SHARED_HUGETLB", UKVM_BACKING_SHARED_HUGETLB },
+		{ "BACKING_GUEST_MEMFD", UKVM_BACKING_GUEST_MEMFD },
+		{ "PATTERN_SEQUENTIAL", UKVM_PATTERN_SEQUENTIAL },
+		{ "PATTERN_REVERSE", UKVM_PATTERN_REVERSE },
+		{ "PATTERN_RANDOM", UKVM_PATTERN_RANDOM },
+		{ "RESOLVE_COPY", UKVM_RESOLVE_COPY },
+		{ "RESOLVE_ZEROPAGE", UKVM_RESOLVE_ZEROPAGE },
+		{ "DELAY_FIXED", UKVM_DELAY_FIXED },
+		{ "DELAY_UNIFORM", UKVM_DELAY_UNIFORM },
+		{ "DELAY_EXPONENTIAL", UKVM_DELAY_EXPONENTIAL },
 		{ "UFFD_NONE", UKVM_UFFD_NONE },
 		{ "UFFD_MISSING", UKVM_UFFD_MISSING },
 		{ "UFFD_MINOR", UKVM_UFFD_MINOR },

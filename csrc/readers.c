@@ -17,6 +17,7 @@
  * they survive every exit path, errors included.
  */
 #include <errno.h>
+#include <math.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -30,12 +31,48 @@
 #include "internal.h"
 
 #define READER_STACK_BYTES	(512ULL << 10)
+/* Larger pages share one source buffer per pool: a 1 GiB buffer per reader is too much. */
+#define PRIVATE_SRC_MAX		(2ULL << 20)
 #define EV_UFFD			0
 #define EV_STOP			1
 
-static const char *resolve_name(enum ukvm_uffd_mode mode)
+static const char *resolve_name(const struct ukvm_pool *pool)
 {
-	return mode == UKVM_UFFD_MINOR ? "UFFDIO_CONTINUE" : "UFFDIO_COPY";
+	if (pool->mode == UKVM_UFFD_MINOR)
+		return "UFFDIO_CONTINUE";
+	return pool->resolve == UKVM_RESOLVE_ZEROPAGE ? "UFFDIO_ZEROPAGE" : "UFFDIO_COPY";
+}
+
+static uint64_t reader_delay_ns(struct ukvm_reader *r)
+{
+	struct ukvm_pool *pool = r->pool;
+	double u;
+
+	switch (pool->delay_dist) {
+	case UKVM_DELAY_UNIFORM:
+		return (uint64_t)(ukvm_random_unit(&r->rng) * 2.0 * (double)pool->delay_ns);
+	case UKVM_DELAY_EXPONENTIAL:
+		u = ukvm_random_unit(&r->rng);
+		return (uint64_t)(-log1p(-u) * (double)pool->delay_ns);
+	default:
+		return pool->delay_ns;
+	}
+}
+
+static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
+{
+	struct ukvm_pool *pool = r->pool;
+	int ret;
+
+	if (r->src) {
+		ukvm_fill_stamp(r->src, pool->page_size, gpa);
+		return ukvm_uffd_copy(pool->uffd, addr, r->src, pool->page_size);
+	}
+	pthread_mutex_lock(&pool->src_lock);
+	ukvm_fill_stamp(pool->shared_src, pool->page_size, gpa);
+	ret = ukvm_uffd_copy(pool->uffd, addr, pool->shared_src, pool->page_size);
+	pthread_mutex_unlock(&pool->src_lock);
+	return ret;
 }
 
 /* Resolves one fault message. Returns 0, or -1 after reporting a failure. */
@@ -62,28 +99,28 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 	gpa = pool->gpa_base + (addr - pool->hva_base);
 
 	if (pool->delay_ns)
-		ukvm_sleep_ns(pool->delay_ns);
+		ukvm_sleep_ns(reader_delay_ns(r));
 
 	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_READER_EXIT))
 		return -1;	/* gone without a word: the fault stays unresolved */
 	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_RESOLVE_EIO)) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, EIO,
 			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx) (injected)",
-			      r->index, pool->uffd_index, resolve_name(pool->mode),
+			      r->index, pool->uffd_index, resolve_name(pool),
 			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
 		return -1;
 	}
 
-	if (pool->mode == UKVM_UFFD_MINOR) {
+	if (pool->mode == UKVM_UFFD_MINOR)
 		ret = ukvm_uffd_continue(pool->uffd, addr, pool->page_size);
-	} else {
-		ukvm_fill_stamp(r->src, pool->page_size, gpa);
-		ret = ukvm_uffd_copy(pool->uffd, addr, r->src, pool->page_size);
-	}
+	else if (pool->resolve == UKVM_RESOLVE_ZEROPAGE)
+		ret = ukvm_uffd_zeropage(pool->uffd, addr, pool->page_size);
+	else
+		ret = reader_copy(r, addr, gpa);
 	if (ret < 0) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
 			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx)", r->index,
-			      pool->uffd_index, resolve_name(pool->mode),
+			      pool->uffd_index, resolve_name(pool),
 			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
 		return -1;
 	}
@@ -236,6 +273,13 @@ static void *reader_thread(void *arg)
 	struct rusage start, end;
 
 	ukvm_thread_signals_init();
+	if (ukvm_thread_pin(r->cpu, r->stats.affinity)) {
+		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, errno,
+			      "reader %u of uffd %u: pinning to CPU %d (pin_readers)", r->index,
+			      r->pool->uffd_index, r->cpu);
+		atomic_store(&r->exited, true);
+		return NULL;
+	}
 	getrusage(RUSAGE_THREAD, &start);
 	switch (r->pool->wait) {
 	case UKVM_WAIT_POLL:
@@ -262,7 +306,8 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 	struct ukvm_pool *pool = r->pool;
 	struct epoll_event ev;
 
-	if (pool->mode == UKVM_UFFD_MISSING) {
+	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
+	    pool->page_size <= PRIVATE_SRC_MAX) {
 		r->src = mmap(NULL, pool->page_size, PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (r->src == MAP_FAILED) {
@@ -333,12 +378,33 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 		return -ENOMEM;
 	}
 	memset(pool->readers, 0, pool->nr_readers * sizeof(*pool->readers));
+	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
+	    pool->page_size > PRIVATE_SRC_MAX) {
+		ret = pthread_mutex_init(&pool->src_lock, NULL);
+		if (ret) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_mutex_init");
+			return -ret;
+		}
+		pool->src_lock_made = true;
+		pool->shared_src = mmap(NULL, pool->page_size, PROT_READ | PROT_WRITE,
+					MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (pool->shared_src == MAP_FAILED) {
+			pool->shared_src = NULL;
+			ukvm_err_set(err, UKVM_ERR_HOST, errno, "uffd %u: mmap(%llu byte source)",
+				     pool->uffd_index, (unsigned long long)pool->page_size);
+			return -ENOMEM;
+		}
+		ukvm_fill_template(pool->shared_src, pool->page_size);
+	}
 	for (i = 0; i < pool->nr_readers; i++) {
 		struct ukvm_reader *r = &pool->readers[i];
+		uint32_t k = pool->first_reader + i;
 
 		r->pool = pool;
 		r->index = i;
 		r->epfd = -1;
+		r->cpu = pool->nr_pins ? pool->pins[k % pool->nr_pins] : -1;
+		r->rng = pool->seed ^ ((uint64_t)k << 32) ^ 0x7265616465720000ULL;
 		r->stats.uffd = pool->uffd_index;
 		r->stats.index = i;
 		atomic_init(&r->exited, false);
@@ -423,6 +489,12 @@ void ukvm_pool_destroy(struct ukvm_pool *pool)
 	}
 	free(pool->readers);
 	pool->readers = NULL;
+	if (pool->shared_src)
+		munmap(pool->shared_src, pool->page_size);
+	pool->shared_src = NULL;
+	if (pool->src_lock_made)
+		pthread_mutex_destroy(&pool->src_lock);
+	pool->src_lock_made = false;
 	if (pool->stop_fd >= 0)
 		close(pool->stop_fd);
 	pool->stop_fd = -1;

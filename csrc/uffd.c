@@ -101,7 +101,7 @@ int ukvm_uffd_open(bool nonblock, uint64_t features, struct ukvm_error *err)
 }
 
 int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode mode,
-		       struct ukvm_error *err)
+		       enum ukvm_backing backing, struct ukvm_error *err)
 {
 	struct uffdio_register reg = {
 		.range = { .start = (uint64_t)(uintptr_t)addr, .len = len },
@@ -115,9 +115,20 @@ int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode m
 	if (ukvm_ioctl(uffd, UFFDIO_REGISTER, &reg)) {
 		int e = errno;
 
-		ukvm_err_set(err, e == EINVAL ? UKVM_ERR_HOST : UKVM_ERR_RUN, e,
-			     "UFFDIO_REGISTER(mode %s, %llu bytes at %p)", name,
-			     (unsigned long long)len, addr);
+		if (e == EINVAL && backing == UKVM_BACKING_GUEST_MEMFD)
+			ukvm_err_set_hint(err, UKVM_ERR_HOST, e, "UFFDIO_REGISTER(guest_memfd)",
+					  "This kernel's userfaultfd cannot register guest_memfd "
+					  "memory (uffd_mode %s); run guest_memfd with "
+					  "uffd_mode=None, or use a kernel with userfaultfd "
+					  "support for guest_memfd", name);
+		else if (e == EINVAL)
+			ukvm_err_set_hint(err, UKVM_ERR_HOST, e, "UFFDIO_REGISTER",
+					  "This kernel cannot register %s memory in mode %s",
+					  ukvm_backing_name(backing), name);
+		else
+			ukvm_err_set(err, UKVM_ERR_RUN, e,
+				     "UFFDIO_REGISTER(mode %s, %llu bytes at %p)", name,
+				     (unsigned long long)len, addr);
 		return -e;
 	}
 	if ((reg.ioctls & needed) != needed) {
@@ -156,6 +167,34 @@ int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len)
 			dst += (uint64_t)copy.copy;
 			from += copy.copy;
 			len -= (uint64_t)copy.copy;
+			if (!len)
+				return 0;
+		}
+	}
+	return -EAGAIN;
+}
+
+int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len)
+{
+	int tries;
+
+	for (tries = 0; tries < UFFD_MAX_RETRIES; tries++) {
+		struct uffdio_zeropage zero = {
+			.range = { .start = addr, .len = len },
+			.mode = 0,
+		};
+		int e;
+
+		if (ioctl(uffd, UFFDIO_ZEROPAGE, &zero) == 0)
+			return 0;
+		e = errno;
+		if (e == EEXIST)
+			return 1;
+		if (e != EAGAIN && e != EINTR)
+			return -e;
+		if (zero.zeropage > 0) {
+			addr += (uint64_t)zero.zeropage;
+			len -= (uint64_t)zero.zeropage;
 			if (!len)
 				return 0;
 		}

@@ -24,10 +24,38 @@
 extern "C" {
 #endif
 
+/* Memory behind the test region; faults are resolved at its page size. */
 enum ukvm_backing {
-	UKVM_BACKING_ANONYMOUS = 0,	/* private anonymous, THP off */
-	UKVM_BACKING_SHMEM,		/* memfd, mapped twice (guest + alias) */
+	UKVM_BACKING_ANONYMOUS = 0,	/* private anonymous, THP off: 4 KiB */
+	UKVM_BACKING_SHMEM,		/* memfd, mapped twice (guest + alias): 4 KiB */
+	UKVM_BACKING_ANONYMOUS_THP,	/* private anonymous, MADV_HUGEPAGE: 2 MiB */
+	UKVM_BACKING_ANONYMOUS_HUGETLB,	/* private hugetlb: 2 MiB */
+	UKVM_BACKING_ANONYMOUS_HUGETLB_1GB, /* private hugetlb: 1 GiB */
+	UKVM_BACKING_SHARED_HUGETLB,	/* hugetlbfs memfd, mapped twice: 2 MiB */
+	UKVM_BACKING_GUEST_MEMFD,	/* KVM_CREATE_GUEST_MEMFD, mmap'ed: 4 KiB */
 	UKVM_BACKING__COUNT
+};
+
+enum ukvm_pattern {
+	UKVM_PATTERN_SEQUENTIAL = 0,
+	UKVM_PATTERN_REVERSE,
+	UKVM_PATTERN_RANDOM,		/* a seeded permutation: every page once a pass */
+	UKVM_PATTERN__COUNT
+};
+
+/* How a MISSING fault is resolved. */
+enum ukvm_resolve {
+	UKVM_RESOLVE_COPY = 0,		/* UFFDIO_COPY of a page of known data */
+	UKVM_RESOLVE_ZEROPAGE,		/* UFFDIO_ZEROPAGE */
+	UKVM_RESOLVE__COUNT
+};
+
+/* The distribution of the per-fault delay, around delay_us. */
+enum ukvm_delay_dist {
+	UKVM_DELAY_FIXED = 0,		/* exactly delay_us */
+	UKVM_DELAY_UNIFORM,		/* uniform on [0, 2 * delay_us] */
+	UKVM_DELAY_EXPONENTIAL,		/* exponential with mean delay_us */
+	UKVM_DELAY__COUNT
 };
 
 enum ukvm_uffd_mode {
@@ -73,6 +101,19 @@ struct ukvm_config {
 	uint32_t delay_us;		/* sleep per fault before resolving it */
 	bool overlap;			/* every vCPU walks the same region */
 	uint32_t guest_work;		/* guest busy-loop iterations per access */
+	uint64_t guest_page_size;	/* how the guest maps the region: 4K, 2M, 1G */
+	enum ukvm_pattern pattern;
+	uint64_t seed;			/* for everything random */
+	uint32_t write_percent;		/* 0..100: pages written rather than read */
+	uint32_t passes;		/* walks of the region per vCPU; only the first faults */
+	enum ukvm_resolve resolve;
+	enum ukvm_delay_dist delay_dist;
+	bool prefault;			/* populate the region before the vCPUs start */
+	/* Host CPUs for vCPU i and reader k: pins[i % nr] (copied at start). */
+	uint32_t nr_pin_vcpus;
+	const int32_t *pin_vcpus;
+	uint32_t nr_pin_readers;
+	const int32_t *pin_readers;
 	uint64_t timeout_ns;		/* 0: no limit */
 	enum ukvm_inject inject;	/* tests only */
 	uint64_t inject_after;
@@ -104,6 +145,9 @@ struct ukvm_vcpu_result {
 	uint64_t exits;		/* VM exits, from KVM's own "exits" stat */
 	uint64_t userspace_exits; /* returns from KVM_RUN */
 	uint64_t *kvm_stats;	/* ukvm_result.nr_vcpu_stats values, or NULL */
+	uint64_t *pass_end_ns;	/* when each of ukvm_result.passes ended */
+	uint64_t cpu_ns;	/* CPU time of the thread (getrusage) */
+	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
 };
 
 /* Every counter is kept by the reader thread itself and kept on every exit. */
@@ -123,6 +167,7 @@ struct ukvm_reader_result {
 	 */
 	uint64_t context_switches;
 	uint64_t cpu_ns;	/* user + system CPU time of the thread */
+	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
 };
 
 struct ukvm_result {
@@ -131,6 +176,8 @@ struct ukvm_result {
 	uint64_t pages_per_vcpu;
 	uint64_t region_bytes;
 	uint64_t page_size;	/* the unit faults are resolved in */
+	uint64_t region_gpa;	/* where the test region starts, guest-physical */
+	uint32_t passes;
 	uint32_t nr_uffds;
 	uint32_t nr_vcpus;
 	struct ukvm_vcpu_result *vcpus;
@@ -173,6 +220,14 @@ void ukvm_experiment_cancel(struct ukvm_experiment *exp);
 int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 			   struct ukvm_error *err);
 
+/*
+ * Can this host run cfg? Builds the VM, the memory and the uffds and
+ * registers them, runs nothing, releases everything: 0, or the error the
+ * run would have met while setting up (kind UKVM_ERR_HOST for a missing
+ * capability).
+ */
+int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err);
+
 /* start + finish in one call, for C programs. */
 int ukvm_run(const struct ukvm_config *cfg, struct ukvm_result *res,
 	     struct ukvm_error *err);
@@ -180,6 +235,9 @@ int ukvm_run(const struct ukvm_config *cfg, struct ukvm_result *res,
 const char *ukvm_backing_name(enum ukvm_backing b);
 const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m);
 const char *ukvm_wait_name(enum ukvm_wait w);
+const char *ukvm_pattern_name(enum ukvm_pattern p);
+/* The page size faults on this backing are resolved at. */
+uint64_t ukvm_backing_page_size(enum ukvm_backing b);
 
 #ifdef __cplusplus
 }

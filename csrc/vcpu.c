@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "guest_abi.h"
@@ -33,6 +34,7 @@ void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
 {
 	memset(vcpu, 0, sizeof(*vcpu));
 	vcpu->fd = -1;
+	vcpu->cpu = -1;
 	atomic_init(&vcpu->exited, false);
 }
 
@@ -255,7 +257,9 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu)
 			return 1;
 		}
 		if (run->io.port == UKVM_PORT_DONE) {
-			vcpu->end_ns = ukvm_now_ns();
+			/* The walk ended with the last pass: one clock for both. */
+			vcpu->end_ns = vcpu->passes_seen && vcpu->passes_seen <= vcpu->passes ?
+				       vcpu->pass_end_ns[vcpu->passes_seen - 1] : ukvm_now_ns();
 			return 0;
 		}
 		if (run->io.port == UKVM_PORT_EXCEPTION) {
@@ -276,10 +280,14 @@ void *ukvm_vcpu_thread(void *arg)
 {
 	struct ukvm_vcpu *vcpu = arg;
 	struct ukvm_ctl *ctl = vcpu->ctl;
+	struct rusage usage;
 	int go, ret;
 
 	ukvm_thread_signals_init();
 	vcpu->tid = (int32_t)gettid();
+	if (ukvm_thread_pin(vcpu->cpu, vcpu->affinity))
+		ukvm_ctl_fail(ctl, UKVM_ERR_RUN, errno, "vCPU %u: pinning to CPU %d (pin_vcpus)",
+			      vcpu->index, vcpu->cpu);
 
 	pthread_mutex_lock(&ctl->lock);
 	vcpu->ready = true;
@@ -323,6 +331,11 @@ void *ukvm_vcpu_thread(void *arg)
 	}
 
 out:
+	if (getrusage(RUSAGE_THREAD, &usage) == 0)
+		vcpu->cpu_ns = (uint64_t)usage.ru_utime.tv_sec * NSEC_PER_SEC +
+			       (uint64_t)usage.ru_utime.tv_usec * 1000 +
+			       (uint64_t)usage.ru_stime.tv_sec * NSEC_PER_SEC +
+			       (uint64_t)usage.ru_stime.tv_usec * 1000;
 	pthread_mutex_lock(&ctl->lock);
 	atomic_store(&vcpu->exited, true);
 	if (vcpu->done)

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "uapi_compat.h"
 
 #define PTE_PRESENT	(1ULL << 0)
 #define PTE_WRITE	(1ULL << 1)
@@ -114,6 +115,8 @@ static int vm_get_cpuid(struct ukvm_vm *vm, struct ukvm_error *err)
 
 		if (e->function == 0x80000008 && (e->eax & 0xff))
 			vm->phys_bits = e->eax & 0xff;
+		if (e->function == 0x80000001)
+			vm->gbpages = e->edx & (1U << 26);	/* pdpe1gb */
 	}
 	return 0;
 }
@@ -156,6 +159,31 @@ int ukvm_vm_add_memslot(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, void *h
 		ukvm_err_set(err, UKVM_ERR_RUN, e,
 			     "KVM_SET_USER_MEMORY_REGION(slot %u, gpa 0x%llx, %llu bytes)",
 			     region.slot, (unsigned long long)gpa, (unsigned long long)size);
+		return -e;
+	}
+	vm->nr_slots++;
+	return 0;
+}
+
+int ukvm_vm_add_gmem_memslot(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, void *hva,
+			     int gmem_fd, struct ukvm_error *err)
+{
+	struct ukvm_userspace_memory_region2 region = {
+		.slot = vm->nr_slots,
+		.flags = UKVM_MEM_GUEST_MEMFD,
+		.guest_phys_addr = gpa,
+		.memory_size = size,
+		.userspace_addr = (uint64_t)(uintptr_t)hva,
+		.guest_memfd_offset = 0,
+		.guest_memfd = (uint32_t)gmem_fd,
+	};
+
+	if (ukvm_ioctl(vm->vm_fd, UKVM_SET_USER_MEMORY_REGION2, &region)) {
+		int e = errno;
+
+		ukvm_err_set(err, UKVM_ERR_HOST, e,
+			     "KVM_SET_USER_MEMORY_REGION2(slot %u, KVM_MEM_GUEST_MEMFD, %llu bytes)",
+			     region.slot, (unsigned long long)size);
 		return -e;
 	}
 	vm->nr_slots++;
@@ -256,6 +284,12 @@ int ukvm_vm_map(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, uint64_t page_s
 	if ((gpa | size) & (page_size - 1)) {
 		ukvm_err_set(err, UKVM_ERR_RUN, EINVAL, "ukvm_vm_map: unaligned range");
 		return -EINVAL;
+	}
+	if (page_size == SZ_1G && !vm->gbpages) {
+		ukvm_err_set(err, UKVM_ERR_HOST, 0,
+			     "guest_page_size 1G: this KVM does not offer 1 GiB pages to guests "
+			     "(CPUID pdpe1gb is not in KVM_GET_SUPPORTED_CPUID); use 2M or 4K");
+		return -EOPNOTSUPP;
 	}
 	if (gpa + size > (1ULL << vm->phys_bits) || gpa + size > (1ULL << 48)) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,

@@ -39,3 +39,53 @@ def small(**fields):
     assert r.verified, r.verify_message
     assert r.bad_pages == 0
     return r
+
+
+HUGEPAGE_POOLS = {  # huge page size in kB -> pages the tests may need at once
+    2048: 16,
+    1048576: 1,
+}
+
+
+def _read_int(path):
+    with open(path) as f:
+        return int(f.read())
+
+
+def _write_int(path, value):
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+@pytest.fixture(scope="session")
+def hugepages():
+    """As root, grow the huge page pools to what the tests need, for the
+    session only: the pools go back to their sizes afterwards. Without root
+    the tests that need huge pages skip with the reason the run gave."""
+    restore = {}
+    for size_kb, want in HUGEPAGE_POOLS.items():
+        base = f"/sys/kernel/mm/hugepages/hugepages-{size_kb}kB"
+        try:
+            total, free = _read_int(f"{base}/nr_hugepages"), _read_int(f"{base}/free_hugepages")
+        except OSError:
+            continue
+        if IS_ROOT and free < want:
+            try:
+                _write_int(f"{base}/nr_hugepages", total + want - free)
+                restore[base] = total
+            except OSError:
+                pass
+    yield
+    for base, total in restore.items():
+        _write_int(f"{base}/nr_hugepages", total)
+
+
+def run_or_skip(**fields):
+    """Runs an experiment that must verify; skips with the host's reason if
+    this host cannot run it."""
+    try:
+        r = uffdkvm.run(**fields)
+    except uffdkvm.HostUnsupportedError as e:
+        pytest.skip(f"this host cannot: {e}")
+    assert r.verified, r.verify_message
+    return r

@@ -11,10 +11,11 @@ from .config import Config, parse_size
 from .errors import (ConfigError, HostUnsupportedError, RunError, RunTimeoutError,
                      UffdkvmError)
 from .result import ReaderStats, Result, VcpuStats
-from .run import run
+from .host import backing_support
+from .run import probe, run
 
 __all__ = [
     "Config", "ConfigError", "HostUnsupportedError", "ReaderStats", "Result",
     "RunError", "RunTimeoutError", "UffdkvmError", "VcpuStats", "__version__",
-    "parse_size", "run",
+    "backing_support", "parse_size", "probe", "run",
 ]

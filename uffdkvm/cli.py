@@ -14,9 +14,11 @@ import json
 import sys
 from typing import List, Optional, Sequence
 
-from .config import BACKINGS, WAITS, Config
+from .config import (BACKINGS, DELAY_DISTS, GUEST_PAGE_SIZES, PATTERNS, RESOLVES, WAITS,
+                     Config)
 from .errors import ConfigError, HostUnsupportedError, UffdkvmError
 from .result import Result
+from .host import backing_support
 from .run import run
 
 EXIT_OK = 0
@@ -59,13 +61,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory each vCPU demand-pages, e.g. 64M or 2G (default 1G)")
     p.add_argument("-s", dest="backing", default=d.backing, type=str.lower,
                    choices=BACKINGS, metavar="TYPE",
-                   help=f"backing memory: {', '.join(BACKINGS)} (default {d.backing})")
+                   help=f"backing memory: {', '.join(BACKINGS)} (default {d.backing}); "
+                   "see --list-backings")
     p.add_argument("-v", dest="vcpus", type=int, default=d.vcpus, metavar="N",
                    help="vCPUs (default 1)")
     p.add_argument("-o", dest="overlap", action="store_true",
                    help="every vCPU walks the same memory (implies -a)")
+    p.add_argument("-c", dest="cpus", default=None, metavar="CPULIST",
+                   help="pin vCPUs to host CPUs, e.g. 0,1 (round-robin); one more entry "
+                   "than vCPUs pins this process's main thread too, as upstream does")
     p.add_argument("--wait", default=d.wait, type=str.lower, choices=WAITS, metavar="MODE",
                    help=f"how readers wait: {', '.join(WAITS)} (default {d.wait})")
+    p.add_argument("--pin-readers", dest="pin_readers", default=None, metavar="CPULIST",
+                   help="pin reader threads to host CPUs, round-robin")
+    p.add_argument("--guest-page-size", dest="guest_page_size", default=d.guest_page_size,
+                   type=str.upper, choices=tuple(GUEST_PAGE_SIZES), metavar="SIZE",
+                   help="how the guest maps its memory: 4K, 2M or 1G (default 4K)")
+    p.add_argument("--pattern", default=d.pattern, type=str.lower, choices=PATTERNS,
+                   metavar="ORDER", help=f"page order: {', '.join(PATTERNS)}")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed for everything random")
+    p.add_argument("--write-percent", dest="write_percent", type=int,
+                   default=d.write_percent, metavar="PCT",
+                   help="share of pages written; the rest are read (default 100)")
+    p.add_argument("--passes", type=int, default=d.passes, metavar="N",
+                   help="walks of the memory per vCPU; only the first faults")
+    p.add_argument("--resolve", default=d.resolve, type=str.lower, choices=RESOLVES,
+                   metavar="HOW", help="missing faults: copy (default) or zeropage")
+    p.add_argument("--delay-dist", dest="delay_dist", default=d.delay_dist, type=str.lower,
+                   choices=DELAY_DISTS, metavar="DIST",
+                   help=f"distribution of -d: {', '.join(DELAY_DISTS)}")
+    p.add_argument("--prefault", action="store_true",
+                   help="populate all memory before the vCPUs start (no faults)")
     p.add_argument("--guest-work", dest="guest_work", type=int, default=d.guest_work,
                    metavar="N", help="guest busy-loop iterations after each page access "
                    "(4 instructions each; default 0)")
@@ -73,7 +99,45 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="SECONDS", help="abandon a run that takes longer than this")
     p.add_argument("--json", action="store_true",
                    help="print the whole result as JSON instead of text")
+    p.add_argument("--list-backings", action="store_true",
+                   help="say which backings and uffd modes this host runs, and why not")
     return p
+
+
+def format_backing_support(support) -> str:
+    lines = []
+    for backing, modes in support.items():
+        works = [str(m or "none") for m, why in modes.items() if why is None]
+        lines.append(f"{backing}: " + (f"runs with uffd_mode {', '.join(works)}"
+                                       if works else "cannot run here"))
+        reasons = {}
+        for mode, why in modes.items():
+            if why is not None:
+                reasons.setdefault(why, []).append(str(mode or "none"))
+        for why, ms in reasons.items():
+            lines.append(f"    not {', '.join(ms)}: {why}")
+    return "\n".join(lines)
+
+
+def _pins(args) -> None:
+    """-c: upstream's vCPU list, plus optionally one CPU for the main thread."""
+    cpus = args.pop("cpus")
+    if cpus is None:
+        return
+    try:
+        cpu_list = [int(x) for x in cpus.split(",")]
+    except ValueError:
+        raise ConfigError(f"pin_vcpus: -c {cpus!r} is not a list of CPU numbers like 0,1") \
+            from None
+    if len(cpu_list) == args["vcpus"] + 1:
+        import os
+        main_cpu = cpu_list.pop()
+        try:
+            os.sched_setaffinity(0, {main_cpu})
+        except OSError as e:
+            raise ConfigError(f"pin_vcpus: cannot pin the main thread to CPU {main_cpu} "
+                              f"(the last entry of -c): {e.strerror}") from None
+    args["pin_vcpus"] = cpu_list
 
 
 def _table(headers: Sequence[str], rows: List[Sequence[object]]) -> str:
@@ -123,7 +187,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     fields = vars(args)
     as_json = fields.pop("json")
+    if fields.pop("list_backings"):
+        print(format_backing_support(backing_support()))
+        return EXIT_OK
     try:
+        _pins(fields)
         result = run(Config(**fields))
     except ConfigError as e:
         print(f"uffdkvm: {e}", file=sys.stderr)

@@ -4,19 +4,38 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Tuple, Union
 
 from .errors import ConfigError
 
-BACKINGS = ("anonymous", "shmem")
-SHARED_BACKINGS = ("shmem",)
+PAGE_SIZE = 4096
+_2M, _1G = 2 << 20, 1 << 30
+
+# Each backing and the page size its faults are resolved at.
+BACKING_PAGE_SIZES = {
+    "anonymous": PAGE_SIZE,
+    "anonymous_thp": _2M,
+    "anonymous_hugetlb": _2M,
+    "anonymous_hugetlb_1gb": _1G,
+    "shmem": PAGE_SIZE,
+    "shared_hugetlb": _2M,
+    "guest_memfd": PAGE_SIZE,
+}
+BACKINGS = tuple(BACKING_PAGE_SIZES)
+SHARED_BACKINGS = ("shmem", "shared_hugetlb", "guest_memfd")
+HUGETLB_BACKINGS = ("anonymous_hugetlb", "anonymous_hugetlb_1gb", "shared_hugetlb")
 UFFD_MODES = ("missing", "minor")
 WAITS = ("poll", "epoll", "epoll_exclusive", "read")
+GUEST_PAGE_SIZES = {"4K": PAGE_SIZE, "2M": _2M, "1G": _1G}
+PATTERNS = ("sequential", "reverse", "random")
+RESOLVES = ("copy", "zeropage")
+DELAY_DISTS = ("fixed", "uniform", "exponential")
 
-PAGE_SIZE = 4096
 MAX_READERS = 4096
 MAX_DELAY_US = 10_000_000
 MAX_GUEST_WORK = 1_000_000
+MAX_PASSES = 1_000_000
+MAX_CPU = 1023
 
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
@@ -65,26 +84,75 @@ def _flag(field: str, value: Any) -> bool:
     return value
 
 
+def _cpus(field: str, value: Any) -> Optional[Tuple[int, ...]]:
+    """None, or a non-empty tuple of CPU numbers (a list or "0,2,3" is accepted)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"{field}: {value!r} is not a list of CPU numbers like '0,1'") \
+                from None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(f"{field}: expected a non-empty list of CPU numbers, not {value!r}")
+    return tuple(_integer(field, cpu, 0, MAX_CPU) for cpu in value)
+
+
+def _page_size(field: str, value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        for name, size in GUEST_PAGE_SIZES.items():
+            if size == value:
+                return name
+    if isinstance(value, str) and value.upper().replace("IB", "").replace("B", "") \
+            in GUEST_PAGE_SIZES:
+        return value.upper().replace("IB", "").replace("B", "")
+    raise ConfigError(f"{field}: {value!r} is not one of '4K', '2M', '1G'")
+
+
 @dataclass(frozen=True)
 class Config:
     """One experiment. Fields are checked when the Config is made, so a bad
     value fails here, with the field's name, before any VM exists.
 
-    vcpus         vCPUs, each in its own host thread
-    mem_per_vcpu  bytes each vCPU demand-pages: an int, or "64M", "1G"
-    backing       "anonymous" (private, THP off) or "shmem" (memfd)
-    uffd_mode     "missing" (UFFDIO_COPY), "minor" (UFFDIO_CONTINUE after the
-                  page cache is prefilled; shared backings only), or None: no
-                  userfaultfd, the kernel pages memory in itself (the baseline)
-    single_uffd   one uffd for the whole region instead of one per vCPU
-    readers       reader threads per uffd
-    wait          how readers wait: "poll", "epoll", "epoll_exclusive", "read"
-    delay_us      microseconds a reader sleeps per fault before resolving it
-    overlap       every vCPU walks the same region (implies one uffd)
-    guest_work    guest computation after each page access: iterations of a
-                  4-instruction loop, two of them stack accesses (0: none)
-    timeout_s     seconds before the run is abandoned with RunTimeoutError
-                  (None: no limit)
+    vcpus            vCPUs, each in its own host thread
+    mem_per_vcpu     bytes each vCPU demand-pages: an int, or "64M", "1G"
+    backing          the memory: "anonymous" (private, THP off), "anonymous_thp",
+                     "anonymous_hugetlb" (2 MiB), "anonymous_hugetlb_1gb",
+                     "shmem" (memfd), "shared_hugetlb" (2 MiB hugetlbfs memfd),
+                     "guest_memfd"; faults are resolved at its page size
+    uffd_mode        "missing" (UFFDIO_COPY or UFFDIO_ZEROPAGE), "minor"
+                     (UFFDIO_CONTINUE after the page cache is prefilled; shared
+                     backings only), or None: no userfaultfd, the kernel pages
+                     memory in itself (the baseline)
+    single_uffd      one uffd for the whole region instead of one per vCPU
+    readers          reader threads per uffd
+    wait             how readers wait: "poll", "epoll", "epoll_exclusive", "read"
+    delay_us         microseconds a reader waits per fault before resolving it
+    delay_dist       "fixed" (exactly delay_us), "uniform" (0 to 2 x delay_us)
+                     or "exponential" (mean delay_us), seeded by seed
+    overlap          every vCPU walks the same region (implies one uffd)
+    guest_page_size  how the guest's page tables map the region: "4K", "2M", "1G"
+    pattern          the order each vCPU visits its pages: "sequential",
+                     "reverse" or "random" (a seeded permutation: still every
+                     page exactly once per pass)
+    seed             seeds everything random (order, reads, delays)
+    write_percent    0-100: the share of pages the guest writes; it reads the
+                     rest (and checks what it read)
+    passes           walks of the region per vCPU; only the first faults
+    resolve          for missing faults: "copy" (UFFDIO_COPY of known data) or
+                     "zeropage" (UFFDIO_ZEROPAGE)
+    pin_vcpus        host CPUs for the vCPU threads, assigned round-robin
+    pin_readers      host CPUs for the reader threads, assigned round-robin
+    prefault         populate the whole region before the vCPUs start: no
+                     userfaults at all, the ceiling to compare with
+    guest_work       guest computation after each page access: iterations of a
+                     4-instruction loop, two of them stack accesses (0: none)
+    timeout_s        seconds before the run is abandoned with RunTimeoutError;
+                     None: a generous limit from the size of the run
+                     (see effective_timeout_s); math.inf: no limit
     """
 
     vcpus: int = 1
@@ -97,17 +165,33 @@ class Config:
     delay_us: int = 0
     overlap: bool = False
     guest_work: int = 0
+    guest_page_size: str = "4K"
+    pattern: str = "sequential"
+    seed: int = 0
+    write_percent: int = 100
+    passes: int = 1
+    resolve: str = "copy"
+    delay_dist: str = "fixed"
+    pin_vcpus: Optional[Tuple[int, ...]] = None
+    pin_readers: Optional[Tuple[int, ...]] = None
+    prefault: bool = False
     timeout_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
         put(self, "vcpus", _integer("vcpus", self.vcpus, 1))
-        mem = parse_size(self.mem_per_vcpu, "mem_per_vcpu")
-        if mem < PAGE_SIZE or mem % PAGE_SIZE:
-            raise ConfigError(f"mem_per_vcpu: must be a positive multiple of 4 KiB (4096), "
-                              f"not {mem}")
-        put(self, "mem_per_vcpu", mem)
         put(self, "backing", _choice("backing", self.backing, BACKINGS))
+        put(self, "guest_page_size", _page_size("guest_page_size", self.guest_page_size))
+        mem = parse_size(self.mem_per_vcpu, "mem_per_vcpu")
+        unit = max(BACKING_PAGE_SIZES[self.backing], GUEST_PAGE_SIZES[self.guest_page_size])
+        if mem < unit or mem % unit:
+            why = (f"the {format_size(unit)} pages of {self.backing!r} memory"
+                   if unit == BACKING_PAGE_SIZES[self.backing] and unit > PAGE_SIZE
+                   else f"the guest's {format_size(unit)} pages" if unit > PAGE_SIZE
+                   else "4 KiB pages")
+            raise ConfigError(f"mem_per_vcpu: must be a positive multiple of {unit} "
+                              f"({format_size(unit)}, {why}), not {mem}")
+        put(self, "mem_per_vcpu", mem)
         mode = self.uffd_mode
         if isinstance(mode, str) and mode.lower() == "none":
             mode = None
@@ -116,13 +200,22 @@ class Config:
         put(self, "readers", _integer("readers", self.readers, 1, MAX_READERS))
         put(self, "wait", _choice("wait", self.wait, WAITS))
         put(self, "delay_us", _integer("delay_us", self.delay_us, 0, MAX_DELAY_US))
+        put(self, "delay_dist", _choice("delay_dist", self.delay_dist, DELAY_DISTS))
         put(self, "overlap", _flag("overlap", self.overlap))
         put(self, "guest_work", _integer("guest_work", self.guest_work, 0, MAX_GUEST_WORK))
+        put(self, "pattern", _choice("pattern", self.pattern, PATTERNS))
+        put(self, "seed", _integer("seed", self.seed, 0, (1 << 64) - 1))
+        put(self, "write_percent", _integer("write_percent", self.write_percent, 0, 100))
+        put(self, "passes", _integer("passes", self.passes, 1, MAX_PASSES))
+        put(self, "resolve", _choice("resolve", self.resolve, RESOLVES))
+        put(self, "pin_vcpus", _cpus("pin_vcpus", self.pin_vcpus))
+        put(self, "pin_readers", _cpus("pin_readers", self.pin_readers))
+        put(self, "prefault", _flag("prefault", self.prefault))
         if self.timeout_s is not None:
             if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
                     or not self.timeout_s > 0:
-                raise ConfigError(f"timeout_s: expected a positive number of seconds or None, "
-                                  f"not {self.timeout_s!r}")
+                raise ConfigError(f"timeout_s: expected a positive number of seconds, "
+                                  f"math.inf or None, not {self.timeout_s!r}")
             put(self, "timeout_s", float(self.timeout_s))
         if self.uffd_mode == "minor" and self.backing not in SHARED_BACKINGS:
             raise ConfigError(
@@ -130,6 +223,12 @@ class Config:
                 f"MINOR faults come from pages that are in the page cache but not mapped, "
                 f"and {self.backing!r} memory has no page cache. Use backing='shmem' or "
                 f"uffd_mode='missing'")
+        if self.resolve == "zeropage" and self.uffd_mode != "missing":
+            raise ConfigError("resolve: 'zeropage' resolves missing faults only; use "
+                              "uffd_mode='missing' or resolve='copy'")
+        if self.resolve == "zeropage" and self.backing in HUGETLB_BACKINGS:
+            raise ConfigError(f"resolve: 'zeropage' does not work on hugetlb memory "
+                              f"({self.backing!r} has no UFFDIO_ZEROPAGE); use resolve='copy'")
 
     @property
     def region_bytes(self) -> int:
@@ -140,6 +239,22 @@ class Config:
     def pages_per_vcpu(self) -> int:
         """4 KiB pages each vCPU touches per pass."""
         return self.mem_per_vcpu // PAGE_SIZE
+
+    @property
+    def page_size(self) -> int:
+        """Bytes resolved per fault: the backing's page size."""
+        return BACKING_PAGE_SIZES[self.backing]
+
+    @property
+    def effective_timeout_s(self) -> float:
+        """The time limit a run of this Config gets: timeout_s, or when None a
+        generous one: 60 s, plus 2 ms per page touched, plus twice the
+        configured delay for every fault (as if no two delays overlapped)."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        touched = self.pages_per_vcpu * self.vcpus * self.passes
+        faults = self.region_bytes // self.page_size
+        return 60.0 + 0.002 * touched + 2 * self.delay_us * 1e-6 * faults
 
     @property
     def uffds(self) -> int:
@@ -157,5 +272,9 @@ class Config:
         return dataclasses.replace(self, **fields)
 
     def to_dict(self) -> dict:
-        """The fields as plain JSON-ready values."""
-        return dataclasses.asdict(self)
+        """The fields as plain JSON-ready values (tuples become lists)."""
+        d = dataclasses.asdict(self)
+        for key in ("pin_vcpus", "pin_readers"):
+            if d[key] is not None:
+                d[key] = list(d[key])
+        return d

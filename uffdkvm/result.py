@@ -27,6 +27,9 @@ class VcpuStats:
                      kernel's names: counters as deltas, the rest as they
                      stood at the end (empty without KVM_GET_STATS_FD)
     tid              the host thread that ran it
+    pass_seconds     how long each pass took (the first one demand-pages)
+    cpus             the CPUs the thread could run on, as it saw them itself
+    cpu_seconds      CPU time the thread used
     """
 
     index: int
@@ -36,6 +39,9 @@ class VcpuStats:
     userspace_exits: int
     tid: int
     kvm_stats: Dict[str, int] = field(default_factory=dict, repr=False)
+    pass_seconds: List[float] = field(default_factory=list)
+    cpus: List[int] = field(default_factory=list, repr=False)
+    cpu_seconds: float = 0.0
 
     @property
     def pages_per_s(self) -> float:
@@ -56,6 +62,7 @@ class ReaderStats:
     context_switches  times the thread was switched out (getrusage): counts
                       in-kernel herd wakeups that spurious_wakeups cannot see
     cpu_seconds       CPU time the thread used
+    cpus              the CPUs the thread could run on, as it saw them itself
     """
 
     uffd: int
@@ -67,6 +74,7 @@ class ReaderStats:
     busy_seconds: float
     context_switches: int
     cpu_seconds: float
+    cpus: List[int] = field(default_factory=list, repr=False)
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,9 @@ class Result:
     seconds        first vCPU started to last vCPU done
     faults         faults resolved by all readers (EEXIST not counted)
     paging_rate    pages/s as upstream's demand_paging_test computes it:
-                   pages_per_vcpu / seconds * vcpus
+                   pages_per_vcpu / seconds * vcpus, over the first pass (the
+                   one that demand-pages; with passes=1, the whole run)
+    pass_seconds   for each pass, first vCPU starting it to last vCPU ending it
     verified       every page of the region held what it must after the run,
                    and every vCPU touched and read what it should have
     bad_pages      pages that did not (0 when verified)
@@ -97,11 +107,12 @@ class Result:
     page_size: int
     uffds: int
     kvm_stats: Dict[str, int] = field(default_factory=dict, repr=False)
+    pass_seconds: List[float] = field(default_factory=list)
 
     @property
     def per_vcpu_rate(self) -> float:
         """Upstream's "Per-vcpu demand paging rate", pages/s per vCPU."""
-        return self.pages_per_vcpu / self.seconds if self.seconds > 0 else 0.0
+        return self.paging_rate / len(self.vcpus) if self.vcpus else 0.0
 
     @property
     def eexist(self) -> int:
@@ -123,22 +134,31 @@ class Result:
         vcpus = [VcpuStats(index=v["index"], seconds=(v["end_ns"] - v["start_ns"]) * NS,
                            pages=v["pages"], exits=v["exits"],
                            userspace_exits=v["userspace_exits"], tid=v["tid"],
-                           kvm_stats=v["kvm_stats"])
+                           kvm_stats=v["kvm_stats"],
+                           pass_seconds=[(b - a) * NS for a, b in
+                                         zip([v["start_ns"]] + v["pass_end_ns"], v["pass_end_ns"])],
+                           cpus=v["cpus"], cpu_seconds=v["cpu_ns"] * NS)
                  for v in raw["vcpus"]]
         readers = [ReaderStats(uffd=r["uffd"], index=r["index"], faults=r["faults"],
                                wakeups=r["wakeups"], spurious_wakeups=r["spurious_wakeups"],
                                eexist=r["eexist"], busy_seconds=r["busy_ns"] * NS,
                                context_switches=r["context_switches"],
-                               cpu_seconds=r["cpu_ns"] * NS)
+                               cpu_seconds=r["cpu_ns"] * NS, cpus=r["cpus"])
                    for r in raw["readers"]]
         seconds = (raw["end_ns"] - raw["start_ns"]) * NS
         pages = raw["pages_per_vcpu"]
+        # Pass p runs from the first vCPU starting it to the last one ending it.
+        starts = [[v["start_ns"]] + v["pass_end_ns"][:-1] for v in raw["vcpus"]]
+        ends = [v["pass_end_ns"] for v in raw["vcpus"]]
+        pass_seconds = [(max(e[p] for e in ends) - min(s[p] for s in starts)) * NS
+                        for p in range(raw["passes"])]
+        first = pass_seconds[0] if pass_seconds else seconds
         return cls(
             config=config,
             seconds=seconds,
             pages_per_vcpu=pages,
             faults=sum(r.faults for r in readers),
-            paging_rate=pages / seconds * len(vcpus) if seconds > 0 else 0.0,
+            paging_rate=pages / first * len(vcpus) if first > 0 else 0.0,
             vcpus=vcpus,
             readers=readers,
             verified=raw["verified"],
@@ -147,4 +167,5 @@ class Result:
             page_size=raw["page_size"],
             uffds=raw["uffds"],
             kvm_stats=raw["kvm_stats"],
+            pass_seconds=pass_seconds,
         )

@@ -1,15 +1,20 @@
 """run(): one experiment, from a Config to a Result."""
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 from . import _core
-from .config import Config, format_size
+from .config import (BACKINGS, DELAY_DISTS, GUEST_PAGE_SIZES, HUGETLB_BACKINGS, PATTERNS,
+                     RESOLVES, Config, format_size)
 from .errors import (ConfigError, HostUnsupportedError, RunError, RunTimeoutError,
                      UffdkvmError)
 from .result import Result
 
-_BACKINGS = {"anonymous": _core.BACKING_ANONYMOUS, "shmem": _core.BACKING_SHMEM}
+_BACKINGS = {name: getattr(_core, "BACKING_" + name.upper()) for name in BACKINGS}
+_PATTERNS = {name: getattr(_core, "PATTERN_" + name.upper()) for name in PATTERNS}
+_RESOLVES = {name: getattr(_core, "RESOLVE_" + name.upper()) for name in RESOLVES}
+_DELAY_DISTS = {name: getattr(_core, "DELAY_" + name.upper()) for name in DELAY_DISTS}
 _UFFD_MODES = {None: _core.UFFD_NONE, "missing": _core.UFFD_MISSING,
                "minor": _core.UFFD_MINOR}
 _WAITS = {"poll": _core.WAIT_POLL, "epoll": _core.WAIT_EPOLL,
@@ -30,8 +35,24 @@ def _core_config(c: Config) -> dict:
         "delay_us": c.delay_us,
         "overlap": int(c.overlap),
         "guest_work": c.guest_work,
-        "timeout_ns": 0 if c.timeout_s is None else max(1, int(c.timeout_s * 1e9)),
+        "guest_page_size": GUEST_PAGE_SIZES[c.guest_page_size],
+        "pattern": _PATTERNS[c.pattern],
+        "seed": c.seed,
+        "write_percent": c.write_percent,
+        "passes": c.passes,
+        "resolve": _RESOLVES[c.resolve],
+        "delay_dist": _DELAY_DISTS[c.delay_dist],
+        "prefault": int(c.prefault),
+        "pin_vcpus": list(c.pin_vcpus or ()),
+        "pin_readers": list(c.pin_readers or ()),
+        "timeout_ns": _timeout_ns(c.effective_timeout_s),
     }
+
+
+def _timeout_ns(seconds: float) -> int:
+    if seconds == float("inf") or seconds * 1e9 >= 2**64 - 1:
+        return 0  # the core's "no limit"
+    return max(1, int(seconds * 1e9))
 
 
 def _mem_available() -> Optional[int]:
@@ -45,8 +66,34 @@ def _mem_available() -> Optional[int]:
     return None
 
 
+# The CPUs this process could use when uffdkvm was imported (before a CLI
+# -c pinned the main thread to one of them).
+_ALLOWED_CPUS = frozenset(os.sched_getaffinity(0))
+
+
+def _check_pins(c: Config) -> None:
+    allowed = _ALLOWED_CPUS | os.sched_getaffinity(0)
+    for field in ("pin_vcpus", "pin_readers"):
+        bad = [cpu for cpu in getattr(c, field) or () if cpu not in allowed]
+        if bad:
+            raise ConfigError(f"{field}: CPU {bad[0]} is not one this process may run on "
+                              f"(it may use {_cpu_ranges(allowed)})")
+
+
+def _cpu_ranges(cpus) -> str:
+    cpus, out = sorted(cpus), []
+    for cpu in cpus:
+        if out and out[-1][1] == cpu - 1:
+            out[-1][1] = cpu
+        else:
+            out.append([cpu, cpu])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
 def _check_fits_host(c: Config) -> None:
     """Refuse a region the host cannot hold before the OOM killer decides."""
+    if c.backing in HUGETLB_BACKINGS:
+        return  # from the reserved huge page pool, which the core checks
     available = _mem_available()
     if available is not None and c.region_bytes > available:
         what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"
@@ -54,6 +101,34 @@ def _check_fits_host(c: Config) -> None:
             f"mem_per_vcpu: the run would demand-page {format_size(c.region_bytes)} "
             f"({what}), more than the {format_size(available // (1 << 20) << 20)} this host "
             f"has available (MemAvailable); use less memory per vCPU or fewer vCPUs")
+
+
+def _config_of(config: Optional[Config], fields: dict) -> Config:
+    if config is None:
+        return Config().replace(**fields) if fields else Config()
+    if not isinstance(config, Config):
+        raise TypeError(f"expected a uffdkvm.Config, not {type(config).__name__}")
+    return config.replace(**fields) if fields else config
+
+
+def _raise_from_core(e: "_core.CoreError") -> None:
+    kind, errnum, message = e.args
+    raise _ERRORS.get(kind, UffdkvmError)(message, errnum) from None
+
+
+def probe(config: Optional[Config] = None, **fields: Any) -> None:
+    """Checks that this host can run the config without running it.
+
+    Builds the VM, the backing memory and the uffds and registers them, then
+    releases everything. Returns None, or raises what run() would raise while
+    setting up: HostUnsupportedError for a missing capability.
+    """
+    config = _config_of(config, fields)
+    _check_pins(config)
+    try:
+        _core.probe(_core_config(config))
+    except _core.CoreError as e:
+        _raise_from_core(e)
 
 
 def run(config: Optional[Config] = None, **fields: Any) -> Result:
@@ -65,16 +140,11 @@ def run(config: Optional[Config] = None, **fields: Any) -> Result:
     (cleanly: every thread joined, every fd and mapping released) and raises
     KeyboardInterrupt.
     """
-    if config is None:
-        config = Config().replace(**fields) if fields else Config()
-    elif not isinstance(config, Config):
-        raise TypeError(f"run() takes a uffdkvm.Config, not {type(config).__name__}")
-    elif fields:
-        config = config.replace(**fields)
+    config = _config_of(config, fields)
     _check_fits_host(config)
+    _check_pins(config)
     try:
         raw = _core.run(_core_config(config))
     except _core.CoreError as e:
-        kind, errnum, message = e.args
-        raise _ERRORS.get(kind, UffdkvmError)(message, errnum) from None
+        _raise_from_core(e)
     return Result._from_core(config, raw)

@@ -1,0 +1,72 @@
+"""How faults are resolved: copy, zero page, delays, prefault, pinned threads."""
+import os
+
+import pytest
+
+import uffdkvm
+from conftest import small
+
+pytestmark = pytest.mark.kvm
+
+
+@pytest.mark.parametrize("backing", ["anonymous", "shmem", "anonymous_thp"])
+def test_zeropage_resolves_with_zeros(kvm, backing):
+    # Verification checks every byte the guest did not write is zero, and
+    # that every page the guest read summed to zero.
+    r = small(mem_per_vcpu="4M", resolve="zeropage", backing=backing, write_percent=50)
+    assert r.faults == 2 * (4 << 20) // r.page_size
+
+
+def test_zeropage_is_refused_where_it_cannot_work():
+    with pytest.raises(uffdkvm.ConfigError, match="^resolve:"):
+        uffdkvm.Config(resolve="zeropage", uffd_mode="minor", backing="shmem")
+    with pytest.raises(uffdkvm.ConfigError, match="hugetlb"):
+        uffdkvm.Config(resolve="zeropage", backing="anonymous_hugetlb", mem_per_vcpu="2M")
+
+
+@pytest.mark.parametrize("dist", ["fixed", "uniform", "exponential"])
+def test_delay_distributions_have_the_configured_mean(kvm, dist):
+    r = small(vcpus=1, mem_per_vcpu="1M", delay_us=1000, delay_dist=dist, seed=5)
+    busy = sum(x.busy_seconds for x in r.readers)
+    # 256 faults with a mean delay of 1 ms: the sleeps alone add up to about
+    # 0.256 s (seeded, so the same draws every run; oversleeping only adds).
+    assert 0.256 * 0.7 < busy < 0.256 * 3
+
+
+def test_delays_are_seeded(kvm):
+    def busy(seed):
+        r = small(vcpus=1, mem_per_vcpu="256K", delay_us=2000, delay_dist="exponential",
+                  seed=seed)
+        return sum(x.busy_seconds for x in r.readers)
+    assert busy(1) != pytest.approx(busy(2), rel=0.02)
+
+
+@pytest.mark.parametrize("mode,backing", [("missing", "anonymous"), ("minor", "shmem"),
+                                          (None, "anonymous")])
+def test_prefault_leaves_nothing_to_fault(kvm, mode, backing):
+    r = small(mem_per_vcpu="4M", prefault=True, uffd_mode=mode, backing=backing,
+              write_percent=50)
+    assert r.faults == 0
+    assert all(x.wakeups == 0 for x in r.readers)
+
+
+def test_threads_run_where_they_were_pinned(kvm):
+    cpus = sorted(os.sched_getaffinity(0))
+    vcpu_pins, reader_pins = cpus[::-1], cpus
+    r = small(vcpus=3, readers=2, pin_vcpus=vcpu_pins, pin_readers=reader_pins)
+    # Each thread reports the affinity it saw from inside itself.
+    for v in r.vcpus:
+        assert v.cpus == [vcpu_pins[v.index % len(vcpu_pins)]]
+    for k, x in enumerate(sorted(r.readers, key=lambda x: (x.uffd, x.index))):
+        assert x.cpus == [reader_pins[k % len(reader_pins)]]
+
+
+def test_unpinned_threads_may_run_anywhere(kvm):
+    r = small(readers=1)
+    allowed = sorted(os.sched_getaffinity(0))
+    assert all(v.cpus == allowed for v in r.vcpus)
+
+
+def test_pinning_to_a_cpu_the_process_cannot_use_is_a_config_error(kvm):
+    with pytest.raises(uffdkvm.ConfigError, match="^pin_vcpus: CPU 1000 "):
+        uffdkvm.run(mem_per_vcpu="1M", pin_vcpus=[1000])

@@ -1,0 +1,53 @@
+"""The guest's side of an experiment: order, reads and writes, passes, page size."""
+import pytest
+
+import uffdkvm
+from conftest import run_or_skip, small
+
+pytestmark = pytest.mark.kvm
+
+
+@pytest.mark.parametrize("pattern", ["sequential", "reverse", "random"])
+@pytest.mark.parametrize("overlap", [False, True], ids=["partitioned", "overlap"])
+def test_every_pattern_visits_every_page_once_per_pass(kvm, pattern, overlap):
+    # Verification checks each page's count of guest writes: passes x writers.
+    r = small(mem_per_vcpu="4M", pattern=pattern, seed=11, passes=3, overlap=overlap,
+              readers=2)
+    pages = 1024
+    assert r.faults == (pages if overlap else 2 * pages)
+    assert all(v.pages == 3 * pages for v in r.vcpus)
+
+
+@pytest.mark.parametrize("write_percent", [0, 50, 100])
+@pytest.mark.parametrize("mode,backing", [("missing", "anonymous"), ("minor", "shmem")])
+def test_reads_and_writes_verify(kvm, write_percent, mode, backing):
+    """Reads are checked too: each vCPU sums what it read, and the host
+    checks the sum against what the resolver supplied."""
+    r = small(mem_per_vcpu="4M", write_percent=write_percent, uffd_mode=mode,
+              backing=backing, pattern="random")
+    assert r.faults == 2048
+
+
+def test_later_passes_do_not_fault(kvm):
+    r = small(vcpus=1, mem_per_vcpu="4M", passes=4)
+    assert r.faults == 1024
+    assert len(r.pass_seconds) == 4
+    for v in r.vcpus:
+        assert len(v.pass_seconds) == 4
+        assert sum(v.pass_seconds) == pytest.approx(v.seconds)
+        # The first pass demand-pages; the others find every page mapped.
+        assert v.pass_seconds[0] > min(v.pass_seconds[1:])
+    assert r.paging_rate == pytest.approx(1024 / r.pass_seconds[0])
+
+
+@pytest.mark.parametrize("size", ["4K", "2M", "1G"])
+def test_guest_page_sizes(kvm, size):
+    mem = "1G" if size == "1G" else "4M"
+    r = run_or_skip(vcpus=1, mem_per_vcpu=mem, guest_page_size=size, uffd_mode=None)
+    assert r.config.guest_page_size == size
+
+
+def test_random_order_depends_on_the_seed_and_still_verifies(kvm):
+    a = small(vcpus=1, mem_per_vcpu="1M", pattern="random", seed=1)
+    b = small(vcpus=1, mem_per_vcpu="1M", pattern="random", seed=2)
+    assert a.faults == b.faults == 256
