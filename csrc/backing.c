@@ -246,7 +246,8 @@ int ukvm_mem_create(struct ukvm_mem *b, enum ukvm_backing kind, uint64_t size, i
 				     (unsigned long long)size);
 			break;
 		}
-		/* fallthrough: map the fd twice */
+		/* then map the fd twice, as for a guest_memfd */
+		__attribute__((fallthrough));
 	case UKVM_BACKING_GUEST_MEMFD:
 		if (kind == UKVM_BACKING_GUEST_MEMFD) {
 			ret = mem_create_gmem(b, vm_fd, err);

@@ -133,6 +133,10 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		BAD("pin lists: a count without a list");
 	if (c->delay_us > MAX_DELAY_US)
 		BAD("delay_us must be at most %u (10 s), not %u", MAX_DELAY_US, c->delay_us);
+	if ((unsigned)c->stats >= UKVM_STATS__COUNT)
+		BAD("stats: unknown value %d", c->stats);
+	if (c->trace_faults && c->stats != UKVM_STATS_FULL)
+		BAD("trace_faults needs stats full: stats basic keeps no fault records");
 	if ((unsigned)c->inject >= UKVM_INJECT__COUNT)
 		BAD("inject: unknown value %d", c->inject);
 	if (c->guest_work > MAX_GUEST_WORK)

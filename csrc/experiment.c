@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 
 #include "guest_abi.h"
 #include "internal.h"
@@ -126,6 +127,7 @@ static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 		ARG(a, GA_PASSES) = exp->passes;
 		ARG(a, GA_WRITE_PCT) = cfg->write_percent;
 		ARG(a, GA_WRITE_KEY) = exp->write_key;
+		ARG(a, GA_TIMING) = cfg->guest_timing;
 		guest_order(cfg, i, exp->slice_size / UKVM_PAGE_SIZE, a);
 
 		ret = ukvm_vcpu_create(&exp->vm, vcpu, i, args_gpa, stack_gpa + VCPU_STACK_BYTES,
@@ -139,6 +141,11 @@ static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 		if (!vcpu->pass_end_ns) {
 			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating pass times");
 			return -ENOMEM;
+		}
+		if (i == 0) {
+			int khz = ioctl(vcpu->fd, KVM_GET_TSC_KHZ, 0);
+
+			exp->result.tsc_khz = khz > 0 ? (uint64_t)khz : 0;
 		}
 		/* KVM's statistics are a bonus: a kernel without them still runs. */
 		if (ukvm_kvmstats_open(&exp->vcpu_stats[i], vcpu->fd, "vCPU", NULL))
@@ -188,6 +195,9 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		wanted |= UFFD_FEATURE_MISSING_SHMEM;
 	if (cfg->uffd_mode == UKVM_UFFD_MISSING && ukvm_backing_is_hugetlb(cfg->backing))
 		wanted |= UFFD_FEATURE_MISSING_HUGETLBFS;
+	/* Which vCPU faulted: nice to have, so only if the kernel offers it. */
+	if (cfg->stats == UKVM_STATS_FULL)
+		wanted |= available & UFFD_FEATURE_THREAD_ID;
 	if ((available & wanted) != wanted) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
 			     "this kernel's userfaultfd lacks features 0x%llx needed for "
@@ -223,6 +233,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->delay_ns = (uint64_t)cfg->delay_us * 1000;
 		pool->delay_dist = cfg->delay_dist;
 		pool->resolve = cfg->resolve;
+		pool->full_stats = cfg->stats == UKVM_STATS_FULL;
 		pool->seed = cfg->seed;
 		pool->pins = cfg->pin_readers;
 		pool->nr_pins = cfg->nr_pin_readers;
@@ -504,6 +515,39 @@ static int collect_vcpu_stats(struct ukvm_experiment *exp, uint32_t i,
 	return 0;
 }
 
+/* Stats full: per-vCPU faults, latency and blocked time, and the VM's blocktime. */
+static int collect_faultlog(struct ukvm_experiment *exp)
+{
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_faultlog log = {
+		.nr_vcpus = exp->cfg.vcpus,
+		.vcpus = res->vcpus,
+	};
+	int32_t *tids = calloc(exp->cfg.vcpus, sizeof(*tids));
+	uint32_t i;
+	int ret;
+
+	if (!tids)
+		return -ENOMEM;
+	for (i = 0; i < exp->cfg.vcpus; i++)
+		tids[i] = exp->vcpus[i].tid;
+	log.tids = tids;
+	ret = ukvm_faultlog_build(&log, exp->pools, exp->nr_pools);
+	free(tids);
+	if (ret) {
+		free(log.all);
+		return ret;
+	}
+	res->blocktime_ns = log.blocktime_ns;
+	if (exp->cfg.trace_faults) {
+		res->trace = log.all;
+		res->nr_trace = log.nr_all;
+	} else {
+		free(log.all);
+	}
+	return 0;
+}
+
 /* Verifies memory and what each vCPU's guest reported; fills the result. */
 static int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
@@ -543,6 +587,14 @@ static int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *er
 		for (r = 0; exp->pools[u].readers && r < exp->pools[u].nr_readers; r++)
 			res->readers[n++] = exp->pools[u].readers[r].stats;
 	res->nr_readers = n;
+	res->stats_full = cfg->stats == UKVM_STATS_FULL;
+	if (res->stats_full) {
+		ret = collect_faultlog(exp);
+		if (ret) {
+			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "building the fault log");
+			return ret;
+		}
+	}
 	/* Closing the uffds first: a page verify reads must not fault into a uffd. */
 	stop_pools(exp, true);
 	if (cfg->inject == UKVM_INJECT_CORRUPT_PAGE && cfg->inject_after < exp->region_size / UKVM_PAGE_SIZE)
@@ -567,6 +619,10 @@ static int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *er
 			return -ENOMEM;
 		}
 		memcpy(vr->pass_end_ns, vcpu->pass_end_ns, exp->passes * sizeof(uint64_t));
+		if (cfg->guest_timing) {
+			vr->access_cycles = ARG(a, GA_TSC_SUM);
+			memcpy(vr->access_hist, &ARG(a, GA_TSC_HIST), sizeof(vr->access_hist));
+		}
 		vr->exits = NO_STAT;
 		ret = collect_vcpu_stats(exp, i, vr);
 		if (ret) {
@@ -844,6 +900,9 @@ void ukvm_result_free(struct ukvm_result *res)
 	ukvm_free_names(res->vm_stat_names, res->nr_vm_stats);
 	ukvm_free_names(res->vcpu_stat_names, res->nr_vcpu_stats);
 	free(res->vm_stats);
+	free(res->trace);
+	res->trace = NULL;
+	res->nr_trace = 0;
 	res->vm_stat_names = res->vcpu_stat_names = NULL;
 	res->vm_stats = NULL;
 	free(res->vcpus);

@@ -20,62 +20,53 @@
  */
 #include "guest_abi.h"
 
-	.text
-	.p2align 6
-	.globl	ukvm_guest_code_start
-	.hidden	ukvm_guest_code_start
-	.globl	ukvm_guest_code_end
-	.hidden	ukvm_guest_code_end
-	.globl	ukvm_guest_exception_offsets
-	.hidden	ukvm_guest_exception_offsets
+/* Timing: %rsi = the TSC before the access (the address stays in %rax). */
+	.macro	TSC_BEGIN
+	mov	%rax, %rdi
+	lfence
+	rdtsc
+	shl	$32, %rdx
+	or	%rdx, %rax
+	mov	%rax, %rsi
+	mov	%rdi, %rax
+	.endm
 
-/*
- * Registers for the whole walk:
- *   %r8  args            %r12 passes done
- *   %r9  region start    %r13 step within this pass
- *   %r10 pages per pass  %r14 checksum of the words read
- *   %r11 work per access %r15 write percent
- *   %rbx accesses        %rbp pattern
- *
- * The hot path (sequential, all writes, no work) is 17 instructions per
- * page. That matters on hosts that emulate guest instructions after a fault
- * (software-virtualized KVM such as PVM): there every instruction between
- * two faults costs microseconds, so the walk is kept short and the extra
- * cost is opt-in, through GA_WORK.
- */
-ukvm_guest_code_start:
-	mov	%rdi, %r8
-	mov	GA_REGION(%r8), %r9
-	mov	GA_PAGES(%r8), %r10
-	mov	GA_WORK(%r8), %r11
-	mov	GA_WRITE_PCT(%r8), %r15
-	mov	GA_PATTERN(%r8), %rbp
-	xor	%ebx, %ebx
-	xor	%r14d, %r14d
-	xor	%r12d, %r12d
+/* Timing: the access's cycles into GA_TSC_SUM and bucket log2(cycles). */
+	.macro	TSC_END
+	lfence
+	rdtsc
+	shl	$32, %rdx
+	or	%rdx, %rax
+	sub	%rsi, %rax
+	add	%rax, GA_TSC_SUM(%r8)
+	or	$1, %rax		/* bsr of 0 is undefined */
+	bsr	%rax, %rcx
+	incq	GA_TSC_HIST(%r8,%rcx,8)
+	.endm
 
-.Lpass:
+	.macro	WALK timed, s
+.Lpass\s:
 	cmp	GA_PASSES(%r8), %r12
 	jae	.Ldone
 	xor	%r13d, %r13d
 
-.Lstep:
+.Lstep\s:
 	cmp	%r10, %r13
-	jae	.Lpass_end
+	jae	.Lpass_end\s
 	/* %rax = the index of the page visited at step %r13 */
 	mov	%r13, %rax
 	test	%rbp, %rbp		/* GUEST_PATTERN_SEQUENTIAL is 0 */
-	jnz	.Lordered
+	jnz	.Lordered\s
 
-.Laddress:
+.Laddress\s:
 	shl	$12, %rax
 	add	%r9, %rax		/* %rax = the page's address */
 
 	/* Write or read? Decided per page frame, so every vCPU and every pass agree. */
 	cmp	$100, %r15
-	jae	.Lwrite
+	jae	.Lwrite\s
 	test	%r15, %r15
-	jz	.Lread
+	jz	.Lread\s
 	mov	%rax, %rsi
 	shr	$12, %rsi
 	xor	GA_WRITE_KEY(%r8), %rsi
@@ -95,43 +86,55 @@ ukvm_guest_code_start:
 	mul	%rcx			/* %rdx = (hash * 100) >> 64, in 0..99 */
 	mov	%rdi, %rax
 	cmp	%r15, %rdx
-	jb	.Lwrite
+	jb	.Lwrite\s
 
-.Lread:
+.Lread\s:
+	.if \timed
+	TSC_BEGIN
+	.endif
 	add	8(%rax), %r14
-	jmp	.Lnext
+	.if \timed
+	TSC_END
+	.endif
+	jmp	.Lnext\s
 
-.Lwrite:
+.Lwrite\s:
+	.if \timed
+	TSC_BEGIN
+	.endif
 	movabs	$GUEST_WRITE_MAGIC, %rcx
 	xor	%rax, %rcx
 	mov	%rcx, (%rax)
 	lock incq 16(%rax)
+	.if \timed
+	TSC_END
+	.endif
 
-.Lnext:
+.Lnext\s:
 	inc	%r13
 	test	%r11, %r11
-	jnz	.Lwork
-	jmp	.Lstep
+	jnz	.Lwork\s
+	jmp	.Lstep\s
 
 	/*
 	 * Guest computation between accesses: GA_WORK iterations of four
 	 * instructions, two of them stack accesses (the shape of a call).
 	 */
-.Lwork:
+.Lwork\s:
 	mov	%r11, %rdx
 1:	push	%rcx
 	pop	%rcx
 	dec	%rdx
 	jnz	1b
-	jmp	.Lstep
+	jmp	.Lstep\s
 
-.Lordered:
+.Lordered\s:
 	cmp	$GUEST_PATTERN_REVERSE, %rbp
-	jne	.Lrandom
+	jne	.Lrandom\s
 	mov	%r10, %rax
 	sub	%r13, %rax
 	dec	%rax
-	jmp	.Laddress
+	jmp	.Laddress\s
 
 	/*
 	 * A keyed bijection on [0, 2^b) (xor, multiply by an odd number,
@@ -139,9 +142,9 @@ ukvm_guest_code_start:
 	 * value falls in [0, pages). This "cycle walking" is a permutation of
 	 * [0, pages) and takes under two rounds on average.
 	 */
-.Lrandom:
+.Lrandom\s:
 	mov	GA_PERM_SHIFT(%r8), %rcx
-.Lwalk:
+.Lwalk\s:
 	xor	GA_PERM_KEY0(%r8), %rax
 	movabs	$GUEST_PERM_MUL1, %rdx
 	imul	%rdx, %rax
@@ -157,10 +160,10 @@ ukvm_guest_code_start:
 	shr	%cl, %rdx
 	xor	%rdx, %rax
 	cmp	%r10, %rax
-	jae	.Lwalk
-	jmp	.Laddress
+	jae	.Lwalk\s
+	jmp	.Laddress\s
 
-.Lpass_end:
+.Lpass_end\s:
 	inc	%r12
 	add	%r10, %rbx
 	mov	%rbx, GA_ACCESSES(%r8)
@@ -168,7 +171,48 @@ ukvm_guest_code_start:
 	mov	%r12, GA_PASSES_DONE(%r8)
 	mov	$UKVM_PORT_PASS, %dx
 	out	%al, %dx
-	jmp	.Lpass
+	jmp	.Lpass\s
+	.endm
+
+	.text
+	.p2align 6
+	.globl	ukvm_guest_code_start
+	.hidden	ukvm_guest_code_start
+	.globl	ukvm_guest_code_end
+	.hidden	ukvm_guest_code_end
+	.globl	ukvm_guest_exception_offsets
+	.hidden	ukvm_guest_exception_offsets
+
+/*
+ * Registers for the whole walk:
+ *   %r8  args            %r12 passes done
+ *   %r9  region start    %r13 step within this pass
+ *   %r10 pages per pass  %r14 checksum of the words read
+ *   %r11 work per access %r15 write percent
+ *   %rbx accesses        %rbp pattern
+ *
+ * The walk exists twice, from one macro: plain, and timed (GA_TIMING: rdtsc
+ * around every access, into a log2 histogram in the args page). The plain
+ * hot path (sequential, all writes, no work) is 17 instructions per page,
+ * and choosing between the two costs nothing per page. Both matter on hosts
+ * that emulate guest instructions after a fault (software-virtualized KVM
+ * such as PVM): there every instruction between two faults costs
+ * microseconds, and so does rdtsc.
+ */
+ukvm_guest_code_start:
+	mov	%rdi, %r8
+	mov	GA_REGION(%r8), %r9
+	mov	GA_PAGES(%r8), %r10
+	mov	GA_WORK(%r8), %r11
+	mov	GA_WRITE_PCT(%r8), %r15
+	mov	GA_PATTERN(%r8), %rbp
+	xor	%ebx, %ebx
+	xor	%r14d, %r14d
+	xor	%r12d, %r12d
+	cmpq	$0, GA_TIMING(%r8)
+	jne	.Lpass_timed
+	WALK	0, _plain
+	WALK	1, _timed
 
 .Ldone:
 	mov	$UKVM_PORT_DONE, %dx

@@ -23,13 +23,17 @@
 #define GA_PERM_KEY1	0x40
 #define GA_WRITE_PCT	0x48	/* 0..100: share of pages written, not read */
 #define GA_WRITE_KEY	0x50	/* seeds the per-page write/read choice */
+#define GA_TIMING	0x58	/* nonzero: time every access with rdtsc */
 
 /* Written by the guest, at the end of every pass. */
 #define GA_ACCESSES	0x80	/* pages touched so far, all passes */
 #define GA_CHECKSUM	0x88	/* sum of word 1 of every page it read */
 #define GA_PASSES_DONE	0x90
+#define GA_TSC_SUM	0x98	/* timing: TSC cycles spent in accesses */
+#define GA_TSC_HIST	0x100	/* timing: 64 counters, [i] counts accesses of 2^i.. cycles */
 
-#define GA_SIZE		0x100
+#define GA_SIZE		0x300
+#define GA_TSC_BUCKETS	64
 
 #define GUEST_PATTERN_SEQUENTIAL	0
 #define GUEST_PATTERN_REVERSE		1

@@ -59,6 +59,25 @@ static inline double ukvm_random_unit(uint64_t *state)
 /* Pins the calling thread to cpu (if >= 0); records the affinity it then has. */
 int ukvm_thread_pin(int cpu, uint64_t affinity[16]);
 
+/* ---- hist.c ---- */
+unsigned ukvm_hist_bucket(uint64_t v);
+void ukvm_hist_add(struct ukvm_hist *h, uint64_t v);
+void ukvm_hist_merge(struct ukvm_hist *dst, const struct ukvm_hist *src);
+
+/* ---- faultlog.c: what the readers' fault records say about the vCPUs ---- */
+struct ukvm_pool;
+struct ukvm_faultlog {
+	uint32_t nr_vcpus;
+	const int32_t *tids;		/* of each vCPU thread */
+	struct ukvm_vcpu_result *vcpus;	/* gets faults, blocked_ns, fault_latency */
+	uint64_t blocktime_ns;		/* every vCPU blocked at once */
+	struct ukvm_fault_record *all;	/* every record, by start time (owned) */
+	uint64_t nr_all;
+};
+
+/* Attributes, times and merges the records of every reader. */
+int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools);
+
 /* ---- kick.c: the private signal that interrupts KVM_RUN and read(2) ---- */
 int ukvm_kick_init(struct ukvm_error *err);
 int ukvm_kick_signal(void);
@@ -252,6 +271,9 @@ struct ukvm_reader {
 	uint8_t *src;			/* UFFDIO_COPY source, stamped per fault */
 	int cpu;			/* pinned to, or -1 */
 	uint64_t rng;			/* delay distribution state */
+	struct ukvm_fault_record *records;	/* stats full: one per fault, vcpu = tid */
+	uint64_t nr_records;
+	uint64_t cap_records;
 	struct ukvm_reader_result stats;	/* the thread's own; read after join */
 } __attribute__((aligned(UKVM_CACHELINE)));
 
@@ -269,6 +291,7 @@ struct ukvm_pool {
 	uint64_t delay_ns;
 	enum ukvm_delay_dist delay_dist;
 	enum ukvm_resolve resolve;
+	bool full_stats;
 	uint64_t seed;
 	const int32_t *pins;		/* reader k of all pools runs on pins[k % nr_pins] */
 	uint32_t nr_pins;

@@ -53,6 +53,9 @@ static const struct field config_fields[] = {
 	FIELD(resolve, F_ENUM),
 	FIELD(delay_dist, F_ENUM),
 	FIELD(prefault, F_BOOL),
+	FIELD(stats, F_ENUM),
+	FIELD(guest_timing, F_BOOL),
+	FIELD(trace_faults, F_BOOL),
 	FIELD(timeout_ns, F_U64),
 	FIELD(inject, F_ENUM),
 	FIELD(inject_after, F_U64),
@@ -232,6 +235,66 @@ static PyObject *u64_list(const uint64_t *values, uint32_t n)
 	return list;
 }
 
+static PyObject *hist_to_dict(const struct ukvm_hist *h)
+{
+	PyObject *d = PyDict_New();
+
+	if (!d)
+		return NULL;
+	if (set_u64(d, "count", h->count) || set_u64(d, "sum", h->sum) ||
+	    set_u64(d, "min", h->min) || set_u64(d, "max", h->max) ||
+	    set_obj(d, "buckets", u64_list(h->buckets, UKVM_HIST_BUCKETS))) {
+		Py_DECREF(d);
+		return NULL;
+	}
+	return d;
+}
+
+/* The fault records as columns: one list per field. */
+static PyObject *trace_to_dict(const struct ukvm_fault_record *t, uint64_t n)
+{
+	static const char *const names[] = { "start_ns", "end_ns", "gpa", "vcpu", "uffd",
+					     "reader", "eexist" };
+	PyObject *d = PyDict_New(), *cols[7] = { NULL };
+	uint64_t i;
+	int c;
+
+	if (!d)
+		return NULL;
+	for (c = 0; c < 7; c++) {
+		cols[c] = PyList_New((Py_ssize_t)n);
+		if (!cols[c] || PyDict_SetItemString(d, names[c], cols[c]))
+			goto error;
+		Py_DECREF(cols[c]);	/* d holds it */
+	}
+	for (i = 0; i < n; i++) {
+		PyObject *v[7] = {
+			PyLong_FromUnsignedLongLong(t[i].start_ns),
+			PyLong_FromUnsignedLongLong(t[i].end_ns),
+			PyLong_FromUnsignedLongLong(t[i].gpa),
+			PyLong_FromLong(t[i].vcpu),
+			PyLong_FromLong(t[i].uffd),
+			PyLong_FromLong(t[i].reader),
+			PyBool_FromLong(t[i].eexist),
+		};
+		for (c = 0; c < 7; c++) {
+			if (!v[c]) {
+				for (c = 0; c < 7; c++)
+					Py_XDECREF(v[c]);
+				goto error_cols_owned;
+			}
+		}
+		for (c = 0; c < 7; c++)
+			PyList_SET_ITEM(cols[c], (Py_ssize_t)i, v[c]);
+	}
+	return d;
+error:
+	Py_XDECREF(cols[c]);
+error_cols_owned:
+	Py_DECREF(d);
+	return NULL;
+}
+
 static PyObject *vcpu_to_dict(const struct ukvm_vcpu_result *v, const struct ukvm_result *res)
 {
 	PyObject *d = PyDict_New();
@@ -252,7 +315,11 @@ static PyObject *vcpu_to_dict(const struct ukvm_vcpu_result *v, const struct ukv
 	    set_u64(d, "userspace_exits", v->userspace_exits) ||
 	    set_u64(d, "cpu_ns", v->cpu_ns) ||
 	    set_obj(d, "cpus", cpus_list(v->affinity)) ||
-	    set_obj(d, "pass_end_ns", u64_list(v->pass_end_ns, res->passes))) {
+	    set_obj(d, "pass_end_ns", u64_list(v->pass_end_ns, res->passes)) ||
+	    set_u64(d, "faults", v->faults) || set_u64(d, "blocked_ns", v->blocked_ns) ||
+	    set_obj(d, "fault_latency", hist_to_dict(&v->fault_latency)) ||
+	    set_u64(d, "access_cycles", v->access_cycles) ||
+	    set_obj(d, "access_hist", u64_list(v->access_hist, 64))) {
 		Py_DECREF(d);
 		return NULL;
 	}
@@ -271,7 +338,8 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_u64(d, "eexist", r->eexist) || set_u64(d, "busy_ns", r->busy_ns) ||
 	    set_u64(d, "context_switches", r->context_switches) ||
 	    set_u64(d, "cpu_ns", r->cpu_ns) ||
-	    set_obj(d, "cpus", cpus_list(r->affinity))) {
+	    set_obj(d, "cpus", cpus_list(r->affinity)) ||
+	    set_obj(d, "latency", hist_to_dict(&r->latency))) {
 		Py_DECREF(d);
 		return NULL;
 	}
@@ -323,6 +391,10 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	    set_u64(d, "region_bytes", res->region_bytes) ||
 	    set_u64(d, "page_size", res->page_size) || set_u64(d, "uffds", res->nr_uffds) ||
 	    set_u64(d, "region_gpa", res->region_gpa) || set_u64(d, "passes", res->passes) ||
+	    set_obj(d, "stats_full", PyBool_FromLong(res->stats_full)) ||
+	    set_u64(d, "blocktime_ns", res->blocktime_ns) || set_u64(d, "tsc_khz", res->tsc_khz) ||
+	    set_obj(d, "trace", res->trace ? trace_to_dict(res->trace, res->nr_trace)
+					   : Py_NewRef(Py_None)) ||
 	    set_obj(d, "verified", PyBool_FromLong(res->verified)) ||
 	    set_u64(d, "bad_pages", res->bad_pages) ||
 	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
@@ -446,6 +518,31 @@ static struct PyModuleDef core_module = {
 	NULL, NULL, NULL, NULL,
 };
 
+static int add_hist_bounds(PyObject *m)
+{
+	PyObject *bounds = PyList_New(UKVM_HIST_BUCKETS + 1);
+	unsigned b;
+
+	for (b = 0; bounds && b <= UKVM_HIST_BUCKETS; b++) {
+		PyObject *o = PyLong_FromUnsignedLongLong(ukvm_hist_bucket_lower(b));
+
+		if (!o) {
+			Py_CLEAR(bounds);
+			break;
+		}
+		PyList_SET_ITEM(bounds, b, o);
+	}
+	if (!bounds)
+		return -1;
+	/* Bucket b holds [HIST_BOUNDS[b], HIST_BOUNDS[b + 1]) nanoseconds. */
+	if (PyModule_AddObjectRef(m, "HIST_BOUNDS", bounds)) {
+		Py_DECREF(bounds);
+		return -1;
+	}
+	Py_DECREF(bounds);
+	return 0;
+}
+
 static int add_constants(PyObject *m)
 {
 	static const struct { const char *name; long value; } constants[] = {
@@ -464,6 +561,8 @@ static int add_constants(PyObject *m)
 		{ "DELAY_FIXED", UKVM_DELAY_FIXED },
 		{ "DELAY_UNIFORM", UKVM_DELAY_UNIFORM },
 		{ "DELAY_EXPONENTIAL", UKVM_DELAY_EXPONENTIAL },
+		{ "STATS_FULL", UKVM_STATS_FULL },
+		{ "STATS_BASIC", UKVM_STATS_BASIC },
 		{ "UFFD_NONE", UKVM_UFFD_NONE },
 		{ "UFFD_MISSING", UKVM_UFFD_MISSING },
 		{ "UFFD_MINOR", UKVM_UFFD_MINOR },
@@ -502,7 +601,7 @@ PyMODINIT_FUNC PyInit__core(void)
 		"A failure reported by the C core: args are (kind, errno, message).",
 		PyExc_RuntimeError, NULL);
 	if (!CoreError || PyModule_AddObjectRef(m, "CoreError", CoreError) ||
-	    add_constants(m)) {
+	    add_constants(m) || add_hist_bounds(m)) {
 		Py_XDECREF(CoreError);
 		Py_DECREF(m);
 		return NULL;

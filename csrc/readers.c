@@ -75,6 +75,37 @@ static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 	return ret;
 }
 
+/* Stats full: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
+static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, uint64_t gpa,
+			 int32_t tid, bool eexist)
+{
+	struct ukvm_fault_record *rec;
+
+	if (r->nr_records == r->cap_records) {
+		uint64_t cap = r->cap_records ? 2 * r->cap_records : 4096;
+
+		rec = realloc(r->records, cap * sizeof(*rec));
+		if (!rec) {
+			ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, ENOMEM,
+				      "reader %u of uffd %u: growing the fault log to %llu records",
+				      r->index, r->pool->uffd_index, (unsigned long long)cap);
+			return -1;
+		}
+		r->records = rec;
+		r->cap_records = cap;
+	}
+	rec = &r->records[r->nr_records++];
+	rec->start_ns = start;
+	rec->end_ns = end;
+	rec->gpa = gpa;
+	rec->vcpu = tid;
+	rec->uffd = (uint16_t)r->pool->uffd_index;
+	rec->reader = (uint16_t)r->index;
+	rec->eexist = eexist;
+	rec->pad = 0;
+	return 0;
+}
+
 /* Resolves one fault message. Returns 0, or -1 after reporting a failure. */
 static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uint64_t t_read)
 {
@@ -128,8 +159,21 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		r->stats.eexist++;
 	else
 		r->stats.faults++;
-	r->stats.busy_ns += ukvm_now_ns() - t_read;
+	if (pool->full_stats) {
+		uint64_t t_done = ukvm_now_ns();
+
+		r->stats.busy_ns += t_done - t_read;
+		ukvm_hist_add(&r->stats.latency, t_done - t_read);
+		return reader_record(r, t_read, t_done, gpa, (int32_t)msg->arg.pagefault.feat.ptid,
+				     ret == 1);
+	}
 	return 0;
+}
+
+/* The time a message was read; stats basic reads no clocks at all. */
+static uint64_t reader_clock(struct ukvm_reader *r)
+{
+	return r->pool->full_stats ? ukvm_now_ns() : 0;
 }
 
 /*
@@ -160,7 +204,7 @@ static int reader_read_one(struct ukvm_reader *r)
 			      r->index, pool->uffd_index, n, sizeof(msg));
 		return -1;
 	}
-	return reader_resolve(r, &msg, ukvm_now_ns());
+	return reader_resolve(r, &msg, reader_clock(r));
 }
 
 static bool reader_stopping(struct ukvm_reader *r)
@@ -257,7 +301,7 @@ static void reader_loop_read(struct ukvm_reader *r)
 				      r->index, pool->uffd_index, n);
 			return;
 		}
-		if (reader_resolve(r, &msg, ukvm_now_ns()))
+		if (reader_resolve(r, &msg, reader_clock(r)))
 			return;
 	}
 }
@@ -486,6 +530,7 @@ void ukvm_pool_destroy(struct ukvm_pool *pool)
 			close(r->epfd);
 		if (r->src)
 			munmap(r->src, pool->page_size);
+		free(r->records);
 	}
 	free(pool->readers);
 	pool->readers = NULL;

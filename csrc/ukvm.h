@@ -74,6 +74,41 @@ enum ukvm_wait {
 	UKVM_WAIT__COUNT
 };
 
+/* What the readers measure beyond counters. */
+enum ukvm_stats {
+	UKVM_STATS_FULL = 0,	/* timestamps per fault: latency, attribution, blocktime */
+	UKVM_STATS_BASIC,	/* counters only: nothing on the hot path but increments */
+	UKVM_STATS__COUNT
+};
+
+/*
+ * A latency histogram in nanoseconds: exact below 16 ns, then four buckets
+ * per power of two, so a percentile read from it is within 25%.
+ */
+#define UKVM_HIST_BUCKETS	160
+struct ukvm_hist {
+	uint64_t count;
+	uint64_t sum;
+	uint64_t min;
+	uint64_t max;
+	uint64_t buckets[UKVM_HIST_BUCKETS];
+};
+
+/* The smallest value bucket b holds (b in 0..UKVM_HIST_BUCKETS). */
+uint64_t ukvm_hist_bucket_lower(unsigned b);
+
+/* One fault as a reader saw it (stats full). */
+struct ukvm_fault_record {
+	uint64_t start_ns;	/* the reader read the message */
+	uint64_t end_ns;	/* the resolving ioctl returned */
+	uint64_t gpa;		/* the faulting page, guest-physical */
+	int32_t vcpu;		/* the vCPU that faulted (UFFD_FEATURE_THREAD_ID), or -1 */
+	uint16_t uffd;
+	uint16_t reader;
+	uint32_t eexist;	/* 1 if another reader had resolved it */
+	uint32_t pad;
+};
+
 /*
  * Test-only fault injection, for the test suites (tests/c, uffdkvm._testing):
  * each makes one thing go wrong so that an error path can be exercised for
@@ -114,6 +149,9 @@ struct ukvm_config {
 	const int32_t *pin_vcpus;
 	uint32_t nr_pin_readers;
 	const int32_t *pin_readers;
+	enum ukvm_stats stats;
+	bool guest_timing;		/* the guest times every access with rdtsc */
+	bool trace_faults;		/* return every fault record */
 	uint64_t timeout_ns;		/* 0: no limit */
 	enum ukvm_inject inject;	/* tests only */
 	uint64_t inject_after;
@@ -148,6 +186,13 @@ struct ukvm_vcpu_result {
 	uint64_t *pass_end_ns;	/* when each of ukvm_result.passes ended */
 	uint64_t cpu_ns;	/* CPU time of the thread (getrusage) */
 	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
+	/* stats full: the faults this vCPU took, as its readers timed them */
+	uint64_t faults;	/* fault messages from this vCPU (EEXIST ones included) */
+	uint64_t blocked_ns;	/* time with a fault of this vCPU outstanding */
+	struct ukvm_hist fault_latency;
+	/* guest_timing: the guest's own view, in TSC cycles */
+	uint64_t access_cycles;	/* summed over all accesses */
+	uint64_t access_hist[64]; /* [i]: accesses of 2^i to 2^(i+1) - 1 cycles */
 };
 
 /* Every counter is kept by the reader thread itself and kept on every exit. */
@@ -168,6 +213,7 @@ struct ukvm_reader_result {
 	uint64_t context_switches;
 	uint64_t cpu_ns;	/* user + system CPU time of the thread */
 	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
+	struct ukvm_hist latency; /* stats full: message read to ioctl done */
 };
 
 struct ukvm_result {
@@ -178,6 +224,11 @@ struct ukvm_result {
 	uint64_t page_size;	/* the unit faults are resolved in */
 	uint64_t region_gpa;	/* where the test region starts, guest-physical */
 	uint32_t passes;
+	bool stats_full;
+	uint64_t blocktime_ns;	/* stats full: time during which every vCPU was blocked */
+	uint64_t tsc_khz;	/* guest TSC frequency, for guest_timing */
+	uint64_t nr_trace;	/* trace_faults: every fault, by start time */
+	struct ukvm_fault_record *trace;
 	uint32_t nr_uffds;
 	uint32_t nr_vcpus;
 	struct ukvm_vcpu_result *vcpus;

@@ -29,10 +29,25 @@ def test_text_output_starts_with_upstreams_three_lines(kvm):
                                  lines[2]).group(1))
     assert overall == pytest.approx(2 * per_vcpu, rel=1e-5)
     assert "Memory verified:\t8192 pages" in p.stdout
-    # One row per vCPU and per reader (2 uffds x 2 readers).
-    assert len(re.findall(r"^\s+[01]\s+[\d.]+\s+4096\s", p.stdout, re.M)) == 2
-    assert len(re.findall(r"^\s+[01]\s+[01]\s+\d+\s+\d+", p.stdout, re.M)) == 4
+    # One row per vCPU and per reader (2 uffds x 2 readers) under their headers.
+    vcpu_rows = section(p.stdout, "vCPUs:")
+    reader_rows = section(p.stdout, "Readers (epoll_exclusive, 2 uffd(s) x 2):")
+    assert [(row.split()[0], row.split()[2]) for row in vcpu_rows[1:]] == [("0", "4096"),
+                                                                         ("1", "4096")]
+    assert vcpu_rows[0].split()[:3] == ["vcpu", "seconds", "pages"]
+    assert [row.split()[:2] for row in reader_rows[1:]] == [["0", "0"], ["0", "1"],
+                                                         ["1", "0"], ["1", "1"]]
+    assert sum(int(row.split()[2]) for row in reader_rows[1:]) == 8192
     assert "Total faults resolved: 8192" in p.stdout
+    assert re.search(r"^Blocktime \(every vCPU blocked at once\): [\d.]+s$", p.stdout, re.M)
+
+
+def section(text, header):
+    """The lines of the table under header, up to the next blank line."""
+    lines = text.splitlines()
+    start = lines.index(header) + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return [line for line in lines[start:end] if line.startswith(" ") or line[:1].islower()]
 
 
 def test_json_output_is_the_result(kvm):

@@ -10,12 +10,13 @@ from ._version import __version__
 from .config import Config, parse_size
 from .errors import (ConfigError, HostUnsupportedError, RunError, RunTimeoutError,
                      UffdkvmError)
-from .result import ReaderStats, Result, VcpuStats
+from .histogram import Histogram
+from .result import FaultTrace, ReaderStats, Result, VcpuStats
 from .host import backing_support
 from .run import probe, run
 
 __all__ = [
-    "Config", "ConfigError", "HostUnsupportedError", "ReaderStats", "Result",
+    "Config", "ConfigError", "FaultTrace", "Histogram", "HostUnsupportedError", "ReaderStats", "Result",
     "RunError", "RunTimeoutError", "UffdkvmError", "VcpuStats", "__version__",
     "backing_support", "parse_size", "probe", "run",
 ]

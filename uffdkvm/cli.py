@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "(4 instructions each; default 0)")
     p.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
                    metavar="SECONDS", help="abandon a run that takes longer than this")
+    p.add_argument("--stats", default=d.stats, type=str.lower, choices=("full", "basic"),
+                   help="full (default): time every fault; basic: counters only")
+    p.add_argument("--guest-timing", dest="guest_timing", action="store_true",
+                   help="the guest times every access with rdtsc")
+    p.add_argument("--trace-faults", dest="trace_faults", action="store_true",
+                   help="keep every fault in the result (with --json)")
     p.add_argument("--json", action="store_true",
                    help="print the whole result as JSON instead of text")
     p.add_argument("--list-backings", action="store_true",
@@ -168,19 +174,34 @@ def format_text(r: Result) -> str:
     else:
         lines.append(f"MEMORY VERIFICATION FAILED:\t{r.bad_pages} bad pages; {r.verify_message}")
     lines += ["", "vCPUs:", _table(
-        ["vcpu", "seconds", "pages", "pages/s", "exits", "userspace_exits"],
-        [[v.index, v.seconds, v.pages, round(v.pages_per_s), v.exits, v.userspace_exits]
+        ["vcpu", "seconds", "pages", "pages/s", "exits", "userspace_exits", "faults",
+         "blocked_s", "fault_p50_us", "fault_p99_us"] +
+        (["access_p50_us", "access_p99_us"] if r.config.guest_timing else []),
+        [[v.index, v.seconds, v.pages, round(v.pages_per_s), v.exits, v.userspace_exits,
+          v.faults, v.blocked_seconds, _us(v.fault_latency, 50), _us(v.fault_latency, 99)] +
+         ([_us(v.access_latency, 50), _us(v.access_latency, 99)]
+          if r.config.guest_timing else [])
          for v in r.vcpus])]
     if r.readers:
         lines += ["", f"Readers ({r.config.wait}, {r.uffds} uffd(s) x {r.config.readers}):",
                   _table(["uffd", "reader", "faults", "wakeups", "spurious", "eexist",
-                          "busy_s", "ctx_switches", "cpu_s"],
+                          "busy_s", "ctx_switches", "cpu_s", "p50_us", "p99_us", "max_us"],
                          [[x.uffd, x.index, x.faults, x.wakeups, x.spurious_wakeups,
-                           x.eexist, x.busy_seconds, x.context_switches, x.cpu_seconds]
+                           x.eexist, x.busy_seconds, x.context_switches, x.cpu_seconds,
+                           _us(x.latency, 50), _us(x.latency, 99), _us(x.latency, 100)]
                           for x in r.readers])]
         lines.append(f"Total faults resolved: {r.faults}, eexist: {r.eexist}, "
                      f"spurious wakeups: {r.spurious_wakeups}")
+    if r.blocktime_seconds is not None:
+        lines.append(f"Blocktime (every vCPU blocked at once): {r.blocktime_seconds:.6f}s")
     return "\n".join(lines)
+
+
+def _us(h, q):
+    """Percentile q of a nanosecond histogram, in microseconds (None if none)."""
+    if h is None or not h.count:
+        return None
+    return f"{h.percentile(q) / 1000:.1f}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

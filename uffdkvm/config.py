@@ -30,6 +30,7 @@ GUEST_PAGE_SIZES = {"4K": PAGE_SIZE, "2M": _2M, "1G": _1G}
 PATTERNS = ("sequential", "reverse", "random")
 RESOLVES = ("copy", "zeropage")
 DELAY_DISTS = ("fixed", "uniform", "exponential")
+STATS = ("full", "basic")
 
 MAX_READERS = 4096
 MAX_DELAY_US = 10_000_000
@@ -150,6 +151,12 @@ class Config:
                      userfaults at all, the ceiling to compare with
     guest_work       guest computation after each page access: iterations of a
                      4-instruction loop, two of them stack accesses (0: none)
+    stats            "full": readers time every fault (latency histograms,
+                     per-vCPU attribution and blocktime); "basic": counters
+                     only, no clock reads on the hot path
+    guest_timing     the guest times every access with rdtsc into a histogram
+                     (VcpuStats.access_latency); costly where rdtsc traps
+    trace_faults     return every fault (Result.fault_trace); needs stats="full"
     timeout_s        seconds before the run is abandoned with RunTimeoutError;
                      None: a generous limit from the size of the run
                      (see effective_timeout_s); math.inf: no limit
@@ -175,6 +182,9 @@ class Config:
     pin_vcpus: Optional[Tuple[int, ...]] = None
     pin_readers: Optional[Tuple[int, ...]] = None
     prefault: bool = False
+    stats: str = "full"
+    guest_timing: bool = False
+    trace_faults: bool = False
     timeout_s: Optional[float] = None
 
     def __post_init__(self) -> None:
@@ -211,6 +221,12 @@ class Config:
         put(self, "pin_vcpus", _cpus("pin_vcpus", self.pin_vcpus))
         put(self, "pin_readers", _cpus("pin_readers", self.pin_readers))
         put(self, "prefault", _flag("prefault", self.prefault))
+        put(self, "stats", _choice("stats", self.stats, STATS))
+        put(self, "guest_timing", _flag("guest_timing", self.guest_timing))
+        put(self, "trace_faults", _flag("trace_faults", self.trace_faults))
+        if self.trace_faults and self.stats != "full":
+            raise ConfigError("trace_faults: needs stats='full' (stats='basic' keeps no "
+                              "record of each fault)")
         if self.timeout_s is not None:
             if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
                     or not self.timeout_s > 0:

@@ -9,9 +9,40 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from . import _core
 from .config import Config
+from .histogram import Histogram
 
 NS = 1e-9
+# The core's latency buckets, in nanoseconds (see Histogram).
+LATENCY_BOUNDS = tuple(_core.HIST_BOUNDS)
+
+
+def _plain(value):
+    """Dicts, lists and scalars only: what json.dumps writes and reads back alike."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _latency(h: dict) -> Histogram:
+    return Histogram(LATENCY_BOUNDS, tuple(h["buckets"]), h["count"], h["sum"],
+                     h["min"], h["max"])
+
+
+def _access_latency(counts, cycles: int, tsc_khz: int) -> Optional[Histogram]:
+    """The guest's log2 histogram of TSC cycles, in nanoseconds."""
+    if not tsc_khz:
+        return None
+    ns_per_cycle = 1e6 / tsc_khz
+    bounds = tuple(float(2 ** i) * ns_per_cycle for i in range(len(counts) + 1))
+    used = [i for i, n in enumerate(counts) if n]
+    if not used:
+        return Histogram.empty(bounds)
+    return Histogram(bounds, tuple(counts), sum(counts), cycles * ns_per_cycle,
+                     bounds[used[0]], bounds[used[-1] + 1])
 
 
 @dataclass(frozen=True)
@@ -30,6 +61,15 @@ class VcpuStats:
     pass_seconds     how long each pass took (the first one demand-pages)
     cpus             the CPUs the thread could run on, as it saw them itself
     cpu_seconds      CPU time the thread used
+    faults           fault messages this vCPU caused (UFFD_FEATURE_THREAD_ID),
+                     EEXIST ones included; None with stats="basic"
+    fault_latency    Histogram of those faults' latencies: message read by a
+                     reader to the resolving ioctl done (ns)
+    blocked_seconds  time with one of its faults in a reader's hands (QEMU's
+                     per-vCPU blocktime; the vCPU also waits for the reader
+                     to wake and to be woken, which only guest_timing sees)
+    access_latency   guest_timing: Histogram of every access as the guest
+                     timed it with rdtsc (ns), None otherwise
     """
 
     index: int
@@ -40,8 +80,14 @@ class VcpuStats:
     tid: int
     kvm_stats: Dict[str, int] = field(default_factory=dict, repr=False)
     pass_seconds: List[float] = field(default_factory=list)
+    blocktime_seconds: Optional[float] = None
+    fault_trace: Optional["FaultTrace"] = field(default=None, repr=False)
     cpus: List[int] = field(default_factory=list, repr=False)
     cpu_seconds: float = 0.0
+    faults: Optional[int] = None
+    fault_latency: Optional[Histogram] = None
+    blocked_seconds: Optional[float] = None
+    access_latency: Optional[Histogram] = None
 
     @property
     def pages_per_s(self) -> float:
@@ -58,7 +104,9 @@ class ReaderStats:
                       another reader took the message
     eexist            faults it found already resolved by another reader
     busy_seconds      from reading a message to its resolving ioctl returning,
-                      summed (the per-fault delay included)
+                      summed (the per-fault delay included); None with
+                      stats="basic", which reads no clocks
+    latency           Histogram of those intervals (ns); None with stats="basic"
     context_switches  times the thread was switched out (getrusage): counts
                       in-kernel herd wakeups that spurious_wakeups cannot see
     cpu_seconds       CPU time the thread used
@@ -71,10 +119,35 @@ class ReaderStats:
     wakeups: int
     spurious_wakeups: int
     eexist: int
-    busy_seconds: float
+    busy_seconds: Optional[float]
     context_switches: int
     cpu_seconds: float
     cpus: List[int] = field(default_factory=list, repr=False)
+    latency: Optional[Histogram] = None
+
+
+@dataclass(frozen=True)
+class FaultTrace:
+    """Every fault of a run (trace_faults=True), as columns, by start time.
+
+    start_ns / end_ns  a reader read the message / its ioctl returned
+                       (CLOCK_MONOTONIC)
+    gpa                the faulting page, guest-physical
+    vcpu               the vCPU that faulted, or -1 if unknown
+    uffd, reader       who resolved it
+    eexist             another reader had resolved it first
+    """
+
+    start_ns: List[int]
+    end_ns: List[int]
+    gpa: List[int]
+    vcpu: List[int]
+    uffd: List[int]
+    reader: List[int]
+    eexist: List[bool]
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
 
 
 @dataclass(frozen=True)
@@ -87,6 +160,10 @@ class Result:
                    pages_per_vcpu / seconds * vcpus, over the first pass (the
                    one that demand-pages; with passes=1, the whole run)
     pass_seconds   for each pass, first vCPU starting it to last vCPU ending it
+    blocktime_seconds  time during which every vCPU had a fault in a reader's
+                   hands at once (QEMU's postcopy-blocktime); None with
+                   stats="basic"
+    fault_trace    trace_faults: every fault (FaultTrace), else None
     verified       every page of the region held what it must after the run,
                    and every vCPU touched and read what it should have
     bad_pages      pages that did not (0 when verified)
@@ -108,6 +185,8 @@ class Result:
     uffds: int
     kvm_stats: Dict[str, int] = field(default_factory=dict, repr=False)
     pass_seconds: List[float] = field(default_factory=list)
+    blocktime_seconds: Optional[float] = None
+    fault_trace: Optional["FaultTrace"] = field(default=None, repr=False)
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -124,26 +203,35 @@ class Result:
 
     def to_dict(self) -> dict:
         """Everything as plain JSON-ready types (the config included)."""
-        d = dataclasses.asdict(self)
+        d = _plain(dataclasses.asdict(self))
         d["config"] = self.config.to_dict()
         d["per_vcpu_rate"] = self.per_vcpu_rate
         return d
 
     @classmethod
     def _from_core(cls, config: Config, raw: dict) -> "Result":
+        full = raw["stats_full"]
+        timing = config.guest_timing
         vcpus = [VcpuStats(index=v["index"], seconds=(v["end_ns"] - v["start_ns"]) * NS,
                            pages=v["pages"], exits=v["exits"],
                            userspace_exits=v["userspace_exits"], tid=v["tid"],
                            kvm_stats=v["kvm_stats"],
                            pass_seconds=[(b - a) * NS for a, b in
                                          zip([v["start_ns"]] + v["pass_end_ns"], v["pass_end_ns"])],
-                           cpus=v["cpus"], cpu_seconds=v["cpu_ns"] * NS)
+                           cpus=v["cpus"], cpu_seconds=v["cpu_ns"] * NS,
+                           faults=v["faults"] if full else None,
+                           fault_latency=_latency(v["fault_latency"]) if full else None,
+                           blocked_seconds=v["blocked_ns"] * NS if full else None,
+                           access_latency=_access_latency(v["access_hist"], v["access_cycles"],
+                                                          raw["tsc_khz"]) if timing else None)
                  for v in raw["vcpus"]]
         readers = [ReaderStats(uffd=r["uffd"], index=r["index"], faults=r["faults"],
                                wakeups=r["wakeups"], spurious_wakeups=r["spurious_wakeups"],
-                               eexist=r["eexist"], busy_seconds=r["busy_ns"] * NS,
+                               eexist=r["eexist"],
+                               busy_seconds=r["busy_ns"] * NS if full else None,
                                context_switches=r["context_switches"],
-                               cpu_seconds=r["cpu_ns"] * NS, cpus=r["cpus"])
+                               cpu_seconds=r["cpu_ns"] * NS, cpus=r["cpus"],
+                               latency=_latency(r["latency"]) if full else None)
                    for r in raw["readers"]]
         seconds = (raw["end_ns"] - raw["start_ns"]) * NS
         pages = raw["pages_per_vcpu"]
@@ -168,4 +256,6 @@ class Result:
             uffds=raw["uffds"],
             kvm_stats=raw["kvm_stats"],
             pass_seconds=pass_seconds,
+            blocktime_seconds=raw["blocktime_ns"] * NS if full else None,
+            fault_trace=FaultTrace(**raw["trace"]) if raw["trace"] is not None else None,
         )
