@@ -3,6 +3,8 @@
     >>> import uffdkvm
     >>> r = uffdkvm.run(vcpus=2, mem_per_vcpu="64M", readers=4)
     >>> r.paging_rate, r.faults, r.verified
+    >>> r.to_frame(), r.vcpus_frame(), r.readers_frame()     # pandas, on request
+    >>> uffdkvm.sweep(readers=[1, 2, 4], wait=["poll", "epoll_exclusive"], trials=3)
 
 See README.md for the host requirements, the API and the CLI.
 """
@@ -10,11 +12,13 @@ from ._version import __version__
 from .config import Config, parse_size
 from .errors import (ConfigError, HostUnsupportedError, RunError, RunTimeoutError,
                      UffdkvmError)
+from .host import HostInfo
 from .result import ReaderStats, Result, VcpuStats
 from .run import run
+from .sweep import SweepWarning, read_results, sweep
 
 __all__ = [
-    "Config", "ConfigError", "HostUnsupportedError", "ReaderStats", "Result",
-    "RunError", "RunTimeoutError", "UffdkvmError", "VcpuStats", "__version__",
-    "parse_size", "run",
+    "Config", "ConfigError", "HostInfo", "HostUnsupportedError", "ReaderStats", "Result",
+    "RunError", "RunTimeoutError", "SweepWarning", "UffdkvmError", "VcpuStats",
+    "__version__", "parse_size", "read_results", "run", "sweep",
 ]

@@ -1,12 +1,14 @@
 """run(): one experiment, from a Config to a Result."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional
 
 from . import _core
 from .config import Config, format_size
 from .errors import (ConfigError, HostUnsupportedError, RunError, RunTimeoutError,
                      UffdkvmError)
+from .host import HostInfo
 from .result import Result
 
 _BACKINGS = {"anonymous": _core.BACKING_ANONYMOUS, "shmem": _core.BACKING_SHMEM}
@@ -77,4 +79,4 @@ def run(config: Optional[Config] = None, **fields: Any) -> Result:
     except _core.CoreError as e:
         kind, errnum, message = e.args
         raise _ERRORS.get(kind, UffdkvmError)(message, errnum) from None
-    return Result._from_core(config, raw)
+    return dataclasses.replace(Result._from_core(config, raw), host=HostInfo.current())
