@@ -4,7 +4,7 @@ import pytest
 import uffdkvm
 from conftest import run_or_skip
 from uffdkvm.config import BACKING_PAGE_SIZES
-from uffdkvm.host import modes_for
+from uffdkvm.support import modes_for
 
 pytestmark = pytest.mark.kvm
 

@@ -3,6 +3,8 @@
     >>> import uffdkvm
     >>> r = uffdkvm.run(vcpus=2, mem_per_vcpu="64M", readers=4)
     >>> r.paging_rate, r.faults, r.verified
+    >>> r.to_frame(), r.vcpus_frame(), r.readers_frame()     # pandas, on request
+    >>> uffdkvm.sweep(readers=[1, 2, 4], wait=["poll", "epoll_exclusive"], trials=3)
 
 See README.md for the host requirements, the API and the CLI.
 """
@@ -11,12 +13,15 @@ from .config import Config, parse_size
 from .errors import (ConfigError, HostUnsupportedError, RunError, RunTimeoutError,
                      UffdkvmError)
 from .histogram import Histogram
+from .host import HostInfo
 from .result import FaultTrace, ReaderStats, Result, VcpuStats
-from .host import backing_support
 from .run import probe, run
+from .support import backing_support
+from .sweep import SweepWarning, read_results, sweep
 
 __all__ = [
-    "Config", "ConfigError", "FaultTrace", "Histogram", "HostUnsupportedError", "ReaderStats", "Result",
-    "RunError", "RunTimeoutError", "UffdkvmError", "VcpuStats", "__version__",
-    "backing_support", "parse_size", "probe", "run",
+    "Config", "ConfigError", "FaultTrace", "Histogram", "HostInfo", "HostUnsupportedError",
+    "ReaderStats", "Result", "RunError", "RunTimeoutError", "SweepWarning", "UffdkvmError",
+    "VcpuStats", "__version__", "backing_support", "parse_size", "probe", "read_results",
+    "run", "sweep",
 ]

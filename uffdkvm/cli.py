@@ -18,7 +18,7 @@ from .config import (BACKINGS, DELAY_DISTS, GUEST_PAGE_SIZES, PATTERNS, RESOLVES
                      Config)
 from .errors import ConfigError, HostUnsupportedError, UffdkvmError
 from .result import Result
-from .host import backing_support
+from .support import backing_support
 from .run import run
 
 EXIT_OK = 0
@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Unlike upstream, the default is -u MISSING (upstream runs without "
                "userfaultfd unless -u is given; here that is -u NONE). Exit status: 0 "
                "ok, 1 memory failed verification, 2 bad arguments, 3 host lacks "
-               "something, 4 the run failed.")
+               "something, 4 the run failed. To run a grid of experiments and compare "
+               "them in one table: uffdkvm sweep --help.")
     d = Config()
     p.add_argument("-u", dest="uffd_mode", type=_uffd_mode, default=d.uffd_mode,
                    metavar="MODE", help="MISSING (UFFDIO_COPY), MINOR (UFFDIO_CONTINUE, "
@@ -205,6 +206,10 @@ def _us(h, q):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["sweep"]:  # uffdkvm sweep ...: many runs, one table
+        from .cli_sweep import main as sweep_main
+        return sweep_main(argv[1:])
     args = build_parser().parse_args(argv)
     fields = vars(args)
     as_json = fields.pop("json")

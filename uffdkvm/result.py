@@ -12,6 +12,7 @@ from typing import Dict, List, Optional
 from . import _core
 from .config import Config
 from .histogram import Histogram
+from .host import HostInfo
 
 NS = 1e-9
 # The core's latency buckets, in nanoseconds (see Histogram).
@@ -169,6 +170,7 @@ class Result:
     bad_pages      pages that did not (0 when verified)
     verify_message the first problem found, or "" when verified
     kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
+    host           the machine it ran on (None for a Result made by hand)
     """
 
     config: Config
@@ -187,6 +189,7 @@ class Result:
     pass_seconds: List[float] = field(default_factory=list)
     blocktime_seconds: Optional[float] = None
     fault_trace: Optional["FaultTrace"] = field(default=None, repr=False)
+    host: Optional[HostInfo] = field(default=None, repr=False)
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -207,6 +210,38 @@ class Result:
         d["config"] = self.config.to_dict()
         d["per_vcpu_rate"] = self.per_vcpu_rate
         return d
+
+    # Frames and JSON live in frames.py and serial.py; pandas loads on call.
+    def to_frame(self):
+        """One row: Config fields, results and aggregates (see uffdkvm.frames)."""
+        from .frames import run_frame
+        return run_frame(self)
+
+    def vcpus_frame(self):
+        """One row per vCPU, KVM's statistics as ``kvm_*`` columns."""
+        from .frames import vcpus_frame
+        return vcpus_frame(self)
+
+    def readers_frame(self):
+        """One row per reader thread."""
+        from .frames import readers_frame
+        return readers_frame(self)
+
+    def faults_frame(self):
+        """One row per fault, from fault_trace (needs trace_faults=True)."""
+        from .frames import faults_frame
+        return faults_frame(self)
+
+    def to_json(self, **dumps_kwargs) -> str:
+        """Everything, losslessly, as one line of JSON (see uffdkvm.serial)."""
+        from .serial import to_json
+        return to_json(self, **dumps_kwargs)
+
+    @classmethod
+    def from_json(cls, text) -> "Result":
+        """The Result that :meth:`to_json` wrote: ``Result.from_json(r.to_json()) == r``."""
+        from .serial import from_json
+        return from_json(cls, text)
 
     @classmethod
     def _from_core(cls, config: Config, raw: dict) -> "Result":

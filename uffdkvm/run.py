@@ -1,6 +1,7 @@
 """run(): one experiment, from a Config to a Result."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Optional
 
@@ -9,6 +10,7 @@ from .config import (BACKINGS, DELAY_DISTS, GUEST_PAGE_SIZES, HUGETLB_BACKINGS, 
                      RESOLVES, Config, format_size)
 from .errors import (ConfigError, HostUnsupportedError, RunError, RunTimeoutError,
                      UffdkvmError)
+from .host import HostInfo
 from .result import Result
 
 _BACKINGS = {name: getattr(_core, "BACKING_" + name.upper()) for name in BACKINGS}
@@ -150,4 +152,4 @@ def run(config: Optional[Config] = None, **fields: Any) -> Result:
         raw = _core.run(_core_config(config))
     except _core.CoreError as e:
         _raise_from_core(e)
-    return Result._from_core(config, raw)
+    return dataclasses.replace(Result._from_core(config, raw), host=HostInfo.current())

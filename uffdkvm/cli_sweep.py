@@ -1,0 +1,271 @@
+"""``uffdkvm sweep``: the run command's flags, each taking a comma-separated
+list, run over every combination and printed as one comparison table.
+
+    uffdkvm sweep -a -v 4 -b 256M -r 1,2,4,8,16,32 --wait poll,epoll_exclusive \\
+        --trials 5 --out herd.jsonl
+
+    | readers | poll | epoll_exclusive |
+    |---|---|---|
+    | 1 | 249k (241k-255k) | 185k (180k-190k) |
+    ...
+
+One row per combination of the swept fields, one column per --wait mode (or,
+when --wait is fixed, per value of the last swept field; with one swept field,
+one column); each cell the median of the metric (default pages_per_s) over
+the trials, with min-max beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import typing
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import cli
+from .support import backing_support
+from .config import Config, format_size
+from .errors import ConfigError
+from .serial import type_hints
+from .sweep import SweepWarning, sweep
+
+FIELDS = [f.name for f in dataclasses.fields(Config)]
+
+
+def _list_of(convert: Optional[Callable[[str], Any]], choices: Optional[Sequence]):
+    """An argparse type: "a,b,c" -> [convert(a), convert(b), convert(c)]."""
+    def parse(text: str) -> list:
+        values = []
+        for item in text.split(","):
+            value = convert(item.strip()) if convert else item.strip()
+            if choices is not None and value not in choices:
+                raise argparse.ArgumentTypeError(
+                    f"invalid choice: {item.strip()!r} (choose from "
+                    f"{', '.join(map(repr, choices))})")
+            values.append(value)
+        return values
+    parse.__name__ = getattr(convert, "__name__", "value")  # for argparse's messages
+    return parse
+
+
+def _convert(field: str, hint: Any, text: str) -> Any:
+    """text as a value of the Config field's type (bool, int, float, None, str)."""
+    types = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
+    if text.lower() == "none" and type(None) in types:
+        return None
+    for t in types:
+        if t is bool:
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+        elif t is int:
+            try:
+                return int(text)
+            except ValueError:
+                pass
+        elif t is float:
+            try:
+                return float(text)
+            except ValueError:
+                pass
+        elif t is str:
+            return text
+    raise argparse.ArgumentTypeError(
+        f"{field}: {text!r} is not a {getattr(hint, '__name__', hint)}")
+
+
+def _setting(text: str) -> Tuple[str, list]:
+    """--set FIELD=V1,V2: any Config field, with values parsed by its type."""
+    field, sep, values = text.partition("=")
+    field = field.strip().replace("-", "_")
+    if not sep or field not in FIELDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected FIELD=VALUE[,VALUE...] with FIELD one of {', '.join(FIELDS)}")
+    hint = type_hints(Config)[field]
+    return field, [_convert(field, hint, v.strip()) for v in values.split(",")]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = cli.build_parser()
+    p.prog = "uffdkvm sweep"
+    p.description = (
+        "Run KVM demand-paging experiments over every combination of the given values "
+        "and print one comparison table. Takes the flags of the run command (uffdkvm "
+        "--help); each flag that takes a value also takes a comma-separated list "
+        "(-r 1,2,4 --wait poll,epoll_exclusive), and --set sweeps any Config field.")
+    p.epilog = (
+        "Table: one row per combination of the swept fields, one column per --wait mode "
+        "(or, when --wait is fixed, per value of the last swept field); each cell is the "
+        "median of --metric over the trials, min-max in parentheses. A run that fails is "
+        "reported and the sweep goes on. Exit status: 0 ok, 1 some run's memory failed "
+        "verification, 2 bad arguments, 3 pandas is missing, 4 some run failed, 130 "
+        "interrupted (finished runs are in --out).")
+    for action in p._actions:
+        # A CPU list is one value (the pins), not a list of values to sweep.
+        if action.dest in FIELDS and action.option_strings and action.nargs is None \
+                and action.dest not in ("pin_vcpus", "pin_readers"):
+            action.type = _list_of(action.type, action.choices)
+            action.choices = None
+    for action in p._actions:
+        if action.dest == "json":
+            action.help = "print every run as one line of JSON (the frame's rows) " \
+                          "instead of the table"
+    p.add_argument("--set", dest="settings", type=_setting, action="append", default=[],
+                   metavar="FIELD=V1,V2", help="sweep any Config field, e.g. --set "
+                   "single_uffd=false,true; overrides the flag for that field")
+    p.add_argument("--trials", type=int, default=1, metavar="N",
+                   help="runs per combination (default 1)")
+    p.add_argument("--out", metavar="FILE.jsonl",
+                   help="append each finished run to this file as one line of JSON; "
+                   "a rerun skips the runs it holds")
+    p.add_argument("--metric", default="pages_per_s", metavar="COLUMN",
+                   help="what the table shows: any numeric column of Result.to_frame(), "
+                   "e.g. context_switches_per_fault (default pages_per_s)")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar on stderr")
+    return p
+
+
+def _si(x: float) -> str:
+    """249123 -> '249k', 18512 -> '18.5k', 1.0254 -> '1.03'."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def _show(field: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "none"
+    if field == "mem_per_vcpu":
+        return format_size(int(value))
+    return str(value)
+
+
+def _heading(field: Optional[str], value: Any) -> str:
+    """A column's heading: the wait mode alone ("poll"), else field=value."""
+    if field is None:
+        return str(value)
+    return _show(field, value) if field == "wait" else f"{field}={_show(field, value)}"
+
+
+def _cell(values: List[float], failed: int) -> str:
+    if not values:
+        return f"{failed} failed" if failed else "-"
+    values = sorted(values)
+    n = len(values)
+    median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+    text = _si(median) if n == 1 else f"{_si(median)} ({_si(values[0])}-{_si(values[-1])})"
+    return f"{text}, {failed} failed" if failed else text
+
+
+def format_table(df, swept: List[str], metric: str) -> str:
+    """The markdown comparison table of a sweep's frame."""
+    column_field = "wait" if "wait" in swept else (swept[-1] if len(swept) > 1 else None)
+    row_fields = [f for f in swept if f != column_field]
+    keys = list(df[[*row_fields, *([column_field] if column_field else [])]].itertuples(
+        index=False, name=None)) if swept else [()] * len(df)
+    cells: Dict[Tuple, Tuple[List[float], int]] = {}
+    row_keys: Dict[Tuple, None] = {}
+    column_keys: Dict[Any, None] = {}
+    for key, (_, row) in zip(keys, df.iterrows()):
+        row_key = tuple(key[:len(row_fields)])
+        column_key = key[len(row_fields)] if column_field else metric
+        row_keys.setdefault(row_key)
+        column_keys.setdefault(column_key)
+        values, failed = cells.get((row_key, column_key), ([], 0))
+        if isinstance(row.get("error"), str):
+            failed += 1
+        elif row.get(metric) is not None and not _isnan(row.get(metric)):
+            values.append(float(row[metric]))
+        cells[(row_key, column_key)] = (values, failed)
+    header = [*row_fields, *(_heading(column_field, c) for c in column_keys)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row_key in row_keys:
+        lines.append("| " + " | ".join(
+            [*(_show(f, v) for f, v in zip(row_fields, row_key)),
+             *(_cell(*cells.get((row_key, c), ([], 0))) for c in column_keys)]) + " |")
+    return "\n".join(lines)
+
+
+def _isnan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    options = vars(args)
+    trials, out, metric = options.pop("trials"), options.pop("out"), options.pop("metric")
+    progress, as_json = options.pop("progress"), options.pop("json")
+    settings = options.pop("settings")
+    if options.pop("list_backings"):
+        print(cli.format_backing_support(backing_support()))
+        return cli.EXIT_OK
+    cpus = options.pop("cpus")
+    if cpus is not None:
+        options["pin_vcpus"] = cpus  # "0,1": one pin list, held fixed
+    grid: Dict[str, Any] = dict(options)  # lists are swept, the rest held fixed
+    grid.update(settings)
+    if trials < 1:
+        print("uffdkvm sweep: --trials: must be at least 1", file=sys.stderr)
+        return cli.EXIT_CONFIG
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SweepWarning)  # summarised below instead
+            df = sweep(trials=trials, progress=progress, out=out, **grid)
+    except ConfigError as e:
+        print(f"uffdkvm sweep: {e}", file=sys.stderr)
+        return cli.EXIT_CONFIG
+    except OSError as e:
+        print(f"uffdkvm sweep: --out: {e}", file=sys.stderr)
+        return cli.EXIT_CONFIG
+    except ImportError as e:  # no pandas
+        print(f"uffdkvm sweep: {e}", file=sys.stderr)
+        return cli.EXIT_HOST
+    except KeyboardInterrupt:
+        kept = f"; finished runs are in {out}" if out else ""
+        print(f"uffdkvm sweep: interrupted{kept}", file=sys.stderr)
+        return 130
+
+    failed = df[df["error"].notna()]
+    unverified = int((df["verified"] == False).sum()) if "verified" in df else 0  # noqa: E712
+    if as_json:
+        text = df.to_json(orient="records", lines=True, double_precision=15)
+        print(text.rstrip("\n"))
+    else:
+        ok = df[df["error"].isna()]
+        if len(ok) and metric not in df.columns:
+            numeric = [c for c in ok.columns if c != "trial" and _is_numeric(ok[c])
+                       and not c.startswith(("kvm_", "vcpus_kvm_", "host_"))]
+            print(f"uffdkvm sweep: --metric: no column {metric!r}; numeric columns include "
+                  f"{', '.join(numeric)}, and kvm_*, vcpus_kvm_* for KVM's statistics",
+                  file=sys.stderr)
+            return cli.EXIT_CONFIG
+        swept = [f for f in FIELDS if f in df and isinstance(grid.get(f), list)
+                 and df[f].nunique(dropna=False) > 1]
+        print(format_table(df, swept, metric))
+        spread = " (min-max)" if trials > 1 else ""
+        runs = f"{len(df)} run" + ("s" if len(df) != 1 else "")
+        print(f"\nmedian {metric} of {trials} trial(s){spread}; {runs}"
+              + (f", {len(failed)} failed" if len(failed) else "")
+              + (f", {unverified} did not verify" if unverified else "")
+              + (f"; every run is in {out}" if out else ""))
+    if len(failed):
+        counts = failed["error"].value_counts()
+        for message, n in list(counts.items())[:5]:
+            print(f"uffdkvm sweep: {n} run(s) failed: {message}", file=sys.stderr)
+        if len(counts) > 5:
+            print(f"uffdkvm sweep: ... and {len(counts) - 5} other errors", file=sys.stderr)
+    if unverified:
+        return cli.EXIT_UNVERIFIED
+    return cli.EXIT_RUN if len(failed) else cli.EXIT_OK
+
+
+def _is_numeric(series) -> bool:
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+    return is_numeric_dtype(series) and not is_bool_dtype(series)

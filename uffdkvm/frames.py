@@ -1,0 +1,316 @@
+"""Results as pandas DataFrames, built generically from the dataclass fields.
+
+pandas is imported only when a frame is asked for; ``import uffdkvm`` never
+loads it. The row builders (:func:`run_row`, :func:`table_rows`) return plain
+dicts and need no pandas at all.
+
+How fields become columns, at every level:
+
+- a scalar field is a column of its own name; public properties too
+  (``VcpuStats.pages_per_s``, ``Result.per_vcpu_rate``);
+- a dict field becomes one column per key, prefixed with the field's name
+  less a trailing ``_stats``: ``kvm_stats["exits"]`` is ``kvm_exits``;
+- a nested dataclass becomes its own columns prefixed with the field's name
+  (``host.kernel_release`` is ``host_kernel_release``), except ``config``,
+  whose fields keep their names (``readers``, ``wait``: the names you swept);
+- a list of dataclasses is a table of its own (``vcpus``, ``readers``), with
+  ``index`` renamed after the table (``vcpu``, ``reader``); a list of plain
+  values stays one cell.
+
+Result names that leave the unit open get it: ``paging_rate`` is
+``pages_per_s``, ``per_vcpu_rate`` ``pages_per_s_per_vcpu``, ``page_size``
+``page_size_bytes``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import typing
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+
+from .histogram import Histogram
+from .serial import type_hints
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+    from .config import Config
+    from .result import Result
+
+# Result-level names that need a unit to say what they are.
+RESULT_RENAMES = {
+    "paging_rate": "pages_per_s",
+    "per_vcpu_rate": "pages_per_s_per_vcpu",
+    "page_size": "page_size_bytes",
+}
+# Per-thread columns that identify a thread rather than measure it.
+IDENTIFIERS = frozenset({"index", "uffd", "tid"})
+
+# How a column came to be, which decides how to_frame summarises it.
+_FIELD, _DICT, _NESTED = "field", "dict", "nested"
+# KVM statistics that are peaks, not counters: summarised by their max.
+_PEAK = re.compile(r"(^|_)max_")
+
+
+def _pandas():
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("DataFrames need pandas: pip install 'uffdkvm[analysis]' "
+                          "(or pip install pandas)") from None
+    return pandas
+
+
+def _properties(cls: type) -> Iterator[str]:
+    """Public properties of cls, in definition order, base classes first."""
+    seen = set()
+    for klass in reversed(cls.__mro__):
+        for name, member in vars(klass).items():
+            if isinstance(member, property) and not name.startswith("_") and name not in seen:
+                seen.add(name)
+                yield name
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(
+        dataclasses.is_dataclass(v) for v in value)
+
+
+def _columns(obj: Any, prefix: str = "", renames: Optional[Dict[str, str]] = None,
+             skip: frozenset = frozenset()) -> List[Tuple[str, Any, str]]:
+    """(column, value, kind) for every field and property of a dataclass:
+    plain values first (fields, then properties), then the columns of dicts
+    and nested dataclasses."""
+    renames = renames or {}
+    names = [f.name for f in dataclasses.fields(obj)]
+    names += [p for p in _properties(type(obj)) if p not in names]
+    plain: List[Tuple[str, Any, str]] = []
+    spread: List[Tuple[str, Any, str]] = []
+    hints = type_hints(type(obj))
+    for name in names:
+        if name in skip:
+            continue
+        value = getattr(obj, name)
+        column = prefix + renames.get(name, name)
+        if isinstance(value, Histogram) or _is_histogram_hint(hints.get(name)):
+            spread += [(c, v, _NESTED) for c, v in _histogram_columns(value, column)]
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            spread += [(c, v, _NESTED) for c, v, _ in _columns(value, column + "_")]
+        elif isinstance(value, dict):
+            stem = name[:-len("_stats")] if name.endswith("_stats") else name
+            spread += [(c, v, _DICT) for c, v in _dict_columns(value, prefix + stem + "_")]
+        elif _is_table(value) or (isinstance(value, list) and not value
+                                   and _table_type(type(obj), name) is not None):
+            continue  # a table of its own
+        else:
+            plain.append((column, value, _FIELD))
+    return plain + spread
+
+
+HISTOGRAM_PERCENTILES = (50, 90, 99)
+
+
+def _is_histogram_hint(hint: Any) -> bool:
+    return hint is Histogram or Histogram in typing.get_args(hint)
+
+
+def _histogram_columns(h: Optional[Histogram], name: str) -> Iterator[Tuple[str, Any]]:
+    """A histogram in a row: its count and the numbers one plots, in its unit."""
+    unit = h.unit if h is not None else "ns"
+    empty = h is None or not h.count
+    yield f"{name}_count", None if h is None else h.count
+    yield f"{name}_mean_{unit}", None if empty else h.mean
+    for q in HISTOGRAM_PERCENTILES:
+        yield f"{name}_p{q}_{unit}", None if empty else h.percentile(q)
+    yield f"{name}_max_{unit}", None if empty else h.max
+
+
+def _dict_columns(d: dict, prefix: str) -> Iterator[Tuple[str, Any]]:
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _dict_columns(v, f"{prefix}{k}_")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def _table_type(cls: type, name: str) -> Optional[type]:
+    """The dataclass a list field of cls holds (List[VcpuStats] -> VcpuStats)."""
+    try:
+        hint = type_hints(cls).get(name)
+    except Exception:  # unresolvable annotations: treat as plain values
+        return None
+    if typing.get_origin(hint) in (list, tuple):
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        if len(args) == 1 and dataclasses.is_dataclass(args[0]):
+            return args[0]
+    return None
+
+
+def _tables(r: "Result") -> List[str]:
+    """Result fields that are tables: lists of dataclasses (vcpus, readers)."""
+    return [f.name for f in dataclasses.fields(r)
+            if _is_table(getattr(r, f.name)) or _table_type(type(r), f.name) is not None]
+
+
+def _singular(table: str) -> str:
+    return table[:-1] if table.endswith("s") else table
+
+
+# ---- one row per thread ---------------------------------------------------
+
+def table_rows(r: "Result", table: str) -> List[Dict[str, Any]]:
+    """One dict per element of the list field ``table`` (e.g. "vcpus")."""
+    renames = {"index": _singular(table)}
+    return [{c: v for c, v, _ in _columns(x, renames=renames)} for x in getattr(r, table)]
+
+
+def _empty_columns(r: "Result", table: str) -> List[str]:
+    cls = _table_type(type(r), table)
+    if cls is None:
+        return []
+    renames = {"index": _singular(table)}
+    hints = type_hints(cls)
+    return [renames.get(f.name, f.name) for f in dataclasses.fields(cls)
+            if not _is_dict_hint(hints.get(f.name))]
+
+
+def _is_dict_hint(hint: Any) -> bool:
+    return hint is dict or typing.get_origin(hint) is dict
+
+
+def table_frame(r: "Result", table: str) -> "pandas.DataFrame":
+    pd = _pandas()
+    rows = table_rows(r, table)
+    if not rows:
+        return pd.DataFrame(columns=_empty_columns(r, table))
+    return pd.DataFrame(rows)
+
+
+def vcpus_frame(r: "Result") -> "pandas.DataFrame":
+    """One row per vCPU: ``vcpu``, ``seconds``, ``pages``, ``pages_per_s``,
+    ``exits``, ..., and ``kvm_<name>`` for each of KVM's per-vCPU statistics."""
+    return table_frame(r, "vcpus")
+
+
+def readers_frame(r: "Result") -> "pandas.DataFrame":
+    """One row per reader thread: ``uffd``, ``reader``, ``faults``,
+    ``wakeups``, ``spurious_wakeups``, ..., ``busy_seconds``, ``cpu_seconds``."""
+    return table_frame(r, "readers")
+
+
+# ---- one row per run ------------------------------------------------------
+
+def config_row(config: "Config", shadowed: frozenset = frozenset()) -> Dict[str, Any]:
+    """The Config's fields (and properties not in ``shadowed``) as columns."""
+    return {c: v for c, v, _ in _columns(config, skip=shadowed)}
+
+
+def _result_names(r: Any) -> frozenset:
+    names = {f.name for f in dataclasses.fields(r)} | set(_properties(type(r)))
+    return frozenset(RESULT_RENAMES.get(n, n) for n in names) | names
+
+
+def run_row(r: "Result") -> Dict[str, Any]:
+    """One run as one flat dict: what :func:`run_frame` puts in its row."""
+    config_fields = {f.name for f in dataclasses.fields(r.config)}
+    # A Config property the Result also measures (uffds, pages_per_vcpu) is
+    # given once, as measured.
+    row = config_row(r.config, shadowed=_result_names(r) - config_fields)
+    for column, value, _ in _columns(r, renames=RESULT_RENAMES,
+                                     skip=frozenset({"config", "fault_trace"})):
+        row["result_" + column if column in config_fields else column] = value
+    for table in _tables(r):
+        row.update(_aggregates(r, table))
+    return row
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _aggregates(r: "Result", table: str) -> Dict[str, Any]:
+    """Per-thread numbers summarised over the threads of one table:
+    ``<table>_<x>`` the sum, ``_min`` and ``_max`` beside it; for dict-born
+    columns (``kvm_*``) the sum only (the max for peaks named ``max_*``); and,
+    for tables that count faults, ``<x>_per_fault`` = sum / faults."""
+    items = getattr(r, table)
+    renames = {"index": _singular(table)}
+    per_thread = [_columns(x, renames=renames) for x in items]
+    kinds: Dict[str, str] = {}
+    values: Dict[str, List[float]] = {}
+    zero: Dict[str, float] = {}
+    if per_thread:
+        for cols in per_thread:
+            for c, v, kind in cols:
+                if c in IDENTIFIERS or c == renames["index"] or kind == _NESTED:
+                    continue
+                kinds.setdefault(c, kind)
+                values.setdefault(c, [])
+                if _number(v):
+                    values[c].append(v)
+        values = {c: vs for c, vs in values.items() if vs}
+    else:  # no threads (no userfaultfd: no readers): the numeric fields, summed to 0
+        cls = _table_type(type(r), table)
+        if cls is None:
+            return {}
+        hints = type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name not in IDENTIFIERS and _numeric_hint(hints.get(f.name)):
+                kinds[f.name] = _FIELD
+                values[f.name] = []
+                zero[f.name] = 0.0 if float in _hint_types(hints[f.name]) else 0
+
+    out: Dict[str, Any] = {}
+    for c, vs in values.items():
+        if kinds[c] == _DICT:
+            peak = _PEAK.search(c) is not None
+            out[f"{table}_{c}"] = (max(vs) if vs else math.nan) if peak else sum(vs)
+        else:
+            out[f"{table}_{c}"] = sum(vs, zero.get(c, 0))
+            out[f"{table}_{c}_min"] = min(vs) if vs else math.nan
+            out[f"{table}_{c}_max"] = max(vs) if vs else math.nan
+    if "faults" in values and kinds.get("faults") == _FIELD:
+        faults = sum(values["faults"])
+        for c, vs in values.items():
+            if c != "faults" and kinds[c] == _FIELD:
+                out[f"{c}_per_fault"] = sum(vs) / faults if faults else math.nan
+    return out
+
+
+def _hint_types(hint: Any) -> Tuple[Any, ...]:
+    """The types a hint allows: Optional[int] -> (int, NoneType)."""
+    if typing.get_origin(hint) is typing.Union:
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def _numeric_hint(hint: Any) -> bool:
+    """int, float, or an Optional of one of them."""
+    types = _hint_types(hint)
+    return all(t in (int, float, type(None)) for t in types) and \
+        any(t in (int, float) for t in types)
+
+
+def faults_frame(r: "Result") -> "pandas.DataFrame":
+    """One row per fault (trace_faults=True): ``start_ns``, ``end_ns``,
+    ``latency_ns``, ``t_s`` (seconds since the run started), ``gpa``,
+    ``vcpu``, ``uffd``, ``reader``, ``eexist``."""
+    pd = _pandas()
+    if r.fault_trace is None:
+        raise ValueError("fault_trace: this run kept no trace; run with trace_faults=True")
+    t = r.fault_trace
+    df = pd.DataFrame({f.name: getattr(t, f.name) for f in dataclasses.fields(t)})
+    df.insert(2, "latency_ns", df["end_ns"] - df["start_ns"])
+    start = min(t.start_ns) if len(t) else 0
+    df.insert(0, "t_s", (df["start_ns"] - start) / 1e9)
+    return df
+
+
+def run_frame(r: "Result") -> "pandas.DataFrame":
+    """One row for the run: the Config's fields, the Result's scalars (units
+    in the names), ``host_*``, KVM's VM-wide ``kvm_*``, and per-thread
+    aggregates: ``vcpus_*`` and ``readers_*`` (sum, ``_min``, ``_max``) and
+    ``*_per_fault`` (``spurious_wakeups_per_fault``,
+    ``context_switches_per_fault``, ...)."""
+    return _pandas().DataFrame([run_row(r)])
