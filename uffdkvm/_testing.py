@@ -1,0 +1,44 @@
+"""Test-only: make one thing go wrong inside a run, for real.
+
+The C core has a private fault-injection hook (enum ukvm_inject in
+csrc/ukvm.h) so that every error path can be exercised by the test suites.
+This module is its only Python door; nothing else in uffdkvm uses it.
+
+    from uffdkvm._testing import run_with_fault
+    run_with_fault(cfg, "resolve_eio", after=3)    # raises RunError (EIO)
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import _core
+from .config import Config
+from .result import Result
+from .run import _check_fits_host, _check_pins, _config_of, _core_config, _raise_from_core
+
+FAULTS = {
+    "resolve_eio": _core.INJECT_RESOLVE_EIO,       # resolve number `after` fails with EIO
+    "reader_exit": _core.INJECT_READER_EXIT,       # the reader taking fault `after` vanishes
+    "guest_fault": _core.INJECT_GUEST_FAULT,       # vCPU 0's page `after` is unmapped: #PF
+    "guest_mmio": _core.INJECT_GUEST_MMIO,         # vCPU 0's page `after` maps nothing: MMIO
+    "thread_create": _core.INJECT_THREAD_CREATE,   # thread number `after` fails to start
+    "corrupt_page": _core.INJECT_CORRUPT_PAGE,     # page `after` is damaged before the check
+}
+
+
+def run_with_fault(config: Optional[Config] = None, fault: str = "resolve_eio",
+                   after: int = 1, **fields: Any) -> Result:
+    """run(), with one injected failure (see FAULTS)."""
+    if fault not in FAULTS:
+        raise ValueError(f"fault: {fault!r} is not one of {', '.join(FAULTS)}")
+    config = _config_of(config, fields)
+    _check_fits_host(config)
+    _check_pins(config)
+    raw_config = _core_config(config)
+    raw_config["inject"] = FAULTS[fault]
+    raw_config["inject_after"] = after
+    try:
+        raw = _core.run(raw_config)
+    except _core.CoreError as e:
+        _raise_from_core(e)
+    return Result._from_core(config, raw)
