@@ -28,6 +28,9 @@
 #define THREAD_STACK_BYTES	(512ULL << 10)
 #define PREFILL_CHUNK		(2ULL << 20)
 #define STUCK_VCPU_NS		(500 * NSEC_PER_MSEC)
+/* A failed run verifies nothing, so its uffds may go at once (PVM, for one,
+ * does not let the kick interrupt a vCPU waiting on a userfault). */
+#define STUCK_VCPU_ABORTED_NS	(10 * NSEC_PER_MSEC)
 #define NO_STAT			UINT64_MAX
 
 struct ukvm_experiment {
@@ -54,7 +57,45 @@ struct ukvm_experiment {
 	uint32_t nr_pools;
 	uint64_t deadline_ns;
 	bool probe;			/* ukvm_probe(): build, register, stop there */
+	bool releasing_memory;		/* under ctl.lock: a failed run's memory, still going */
+	struct ukvm_experiment *next_pending;
 };
+
+/*
+ * A failed, cancelled or timed-out run returns to its caller as soon as its
+ * threads are joined and its fds closed: handing back a region of several
+ * GiB can take the kernel seconds (the page cache of a prefilled shmem
+ * region, say), and Ctrl-C must answer within one. Its controller then
+ * releases the memory on its own, and the experiment waits on this list
+ * until ukvm_wait_idle() (or the next experiment's start) joins the
+ * controller and frees it, so nothing piles up and no thread outlives it.
+ */
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ukvm_experiment *pending;
+
+static void experiment_free(struct ukvm_experiment *exp);
+
+void ukvm_wait_idle(void)
+{
+	struct ukvm_experiment *exp;
+
+	pthread_mutex_lock(&pending_lock);
+	while ((exp = pending)) {
+		pending = exp->next_pending;
+		pthread_join(exp->controller, NULL);
+		experiment_free(exp);
+	}
+	pthread_mutex_unlock(&pending_lock);
+}
+
+static void experiment_free(struct ukvm_experiment *exp)
+{
+	ukvm_result_free(&exp->result);
+	ukvm_ctl_destroy(&exp->ctl);
+	free(exp->pin_vcpus);
+	free(exp->pin_readers);
+	free(exp);
+}
 
 /* Records err as the experiment's failure unless something failed first. */
 static void exp_fail(struct ukvm_experiment *exp, const struct ukvm_error *err)
@@ -329,6 +370,14 @@ static int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return ret ?: setup_uffds(exp, err);
 }
 
+/* now + timeout_ns, saturating: a timeout of "forever" must not wrap around. */
+static uint64_t deadline_after(uint64_t timeout_ns)
+{
+	uint64_t now = ukvm_now_ns();
+
+	return timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+}
+
 static void set_deadline(struct timespec *ts, uint64_t deadline_ns)
 {
 	ts->tv_sec = (time_t)(deadline_ns / NSEC_PER_SEC);
@@ -444,7 +493,8 @@ static void experiment_stop_vcpus(struct ukvm_experiment *exp)
 		 * kernel where that wait is not interruptible: closing the uffd
 		 * wakes it and the fault completes without userfaultfd.
 		 */
-		if (!released && ukvm_now_ns() - start > STUCK_VCPU_NS) {
+		if (!released && ukvm_now_ns() - start >
+		    (exp_aborted(exp) ? STUCK_VCPU_ABORTED_NS : STUCK_VCPU_NS)) {
 			stop_pools(exp, true);
 			released = true;
 		}
@@ -668,7 +718,8 @@ static int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *er
 	return 0;
 }
 
-static void experiment_teardown(struct ukvm_experiment *exp)
+/* Releases everything; with keep_memory, all but the test region's memory. */
+static void experiment_teardown(struct ukvm_experiment *exp, bool keep_memory)
 {
 	uint32_t i;
 
@@ -686,17 +737,19 @@ static void experiment_teardown(struct ukvm_experiment *exp)
 	exp->vcpu_stats = NULL;
 	ukvm_kvmstats_close(&exp->vm_stats);
 	ukvm_vm_destroy(&exp->vm);
-	ukvm_mem_destroy(&exp->mem);
+	if (!keep_memory)
+		ukvm_mem_destroy(&exp->mem);
 }
 
 static void *controller_thread(void *arg)
 {
 	struct ukvm_experiment *exp = arg;
 	struct ukvm_error err = { 0 };
+	bool early;
 	int ret;
 
 	if (exp->cfg.timeout_ns)
-		exp->deadline_ns = ukvm_now_ns() + exp->cfg.timeout_ns;
+		exp->deadline_ns = deadline_after(exp->cfg.timeout_ns);
 	ret = experiment_setup(exp, &err);
 	if (!ret && !exp_aborted(exp))
 		ret = experiment_execute(exp, &err);
@@ -709,12 +762,18 @@ static void *controller_thread(void *arg)
 		if (ret)
 			exp_fail(exp, &err);
 	}
-	experiment_teardown(exp);
+	early = exp_aborted(exp) && exp->mem.hva;
+	experiment_teardown(exp, early);
 
 	pthread_mutex_lock(&exp->ctl.lock);
 	exp->finished = true;
+	exp->releasing_memory = early;
 	pthread_cond_broadcast(&exp->ctl.cond);
 	pthread_mutex_unlock(&exp->ctl.lock);
+	if (!early)
+		return NULL;
+
+	ukvm_mem_destroy(&exp->mem);	/* the caller may have gone: see ukvm_wait_idle() */
 	return NULL;
 }
 
@@ -730,6 +789,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	ret = ret ?: ukvm_kick_init(err);
 	if (ret)
 		return ret;
+	ukvm_wait_idle();	/* an earlier failed run's memory first */
 	exp = calloc(1, sizeof(*exp));
 	if (!exp) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the experiment");
@@ -790,7 +850,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 int ukvm_experiment_wait(struct ukvm_experiment *exp, uint64_t timeout_ns)
 {
 	struct ukvm_ctl *ctl = &exp->ctl;
-	uint64_t deadline = ukvm_now_ns() + timeout_ns;
+	uint64_t deadline = deadline_after(timeout_ns);
 	struct timespec ts;
 	int ret = 0;
 
@@ -816,8 +876,10 @@ void ukvm_experiment_cancel(struct ukvm_experiment *exp)
 
 	ukvm_err_set(&cancelled, UKVM_ERR_CANCELLED, 0, "the experiment was cancelled");
 	pthread_mutex_lock(&ctl->lock);
-	ctl->cancelled = true;
-	ukvm_ctl_fail_locked(ctl, &cancelled);
+	if (!exp->finished) {	/* too late to cancel a finished run: keep its result */
+		ctl->cancelled = true;
+		ukvm_ctl_fail_locked(ctl, &cancelled);
+	}
 	pthread_mutex_unlock(&ctl->lock);
 }
 
@@ -829,18 +891,27 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 	memset(err, 0, sizeof(*err));
 	memset(res, 0, sizeof(*res));
 	ukvm_experiment_wait(exp, UINT64_MAX);
+	pthread_mutex_lock(&exp->ctl.lock);
+	if (exp->releasing_memory) {
+		/* Failed: answer now; the controller finishes releasing memory. */
+		*err = exp->ctl.error;
+		pthread_mutex_unlock(&exp->ctl.lock);
+		pthread_mutex_lock(&pending_lock);
+		exp->next_pending = pending;
+		pending = exp;
+		pthread_mutex_unlock(&pending_lock);
+		return -1;
+	}
+	pthread_mutex_unlock(&exp->ctl.lock);
 	pthread_join(exp->controller, NULL);
 	if (exp->ctl.failed) {
 		*err = exp->ctl.error;
-		ukvm_result_free(&exp->result);
 		ret = -1;
 	} else {
 		*res = exp->result;
+		memset(&exp->result, 0, sizeof(exp->result));	/* now the caller's */
 	}
-	ukvm_ctl_destroy(&exp->ctl);
-	free(exp->pin_vcpus);
-	free(exp->pin_readers);
-	free(exp);
+	experiment_free(exp);
 	return ret;
 }
 
@@ -871,9 +942,8 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 		return ret;
 	}
 	ret = experiment_setup(exp, err);
-	experiment_teardown(exp);
-	ukvm_ctl_destroy(&exp->ctl);
-	free(exp);
+	experiment_teardown(exp, false);
+	experiment_free(exp);
 	return ret;
 }
 

@@ -111,6 +111,8 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint
 		for (r = 0; pools[u].readers && r < pools[u].nr_readers; r++) {
 			struct ukvm_reader *rd = &pools[u].readers[r];
 
+			if (!rd->nr_records)
+				continue;	/* and records may be NULL */
 			memcpy(log->all + k, rd->records, rd->nr_records * sizeof(*rd->records));
 			k += rd->nr_records;
 		}

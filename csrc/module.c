@@ -502,7 +502,20 @@ static PyObject *core_probe(PyObject *self, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
+static PyObject *core_wait_idle(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	Py_BEGIN_ALLOW_THREADS
+	ukvm_wait_idle();
+	Py_END_ALLOW_THREADS
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef core_methods[] = {
+	{ "wait_idle", core_wait_idle, METH_NOARGS,
+	  "wait_idle() -> None\n\nWait until failed runs have released their memory (a "
+	  "failed or interrupted run returns first and frees its memory after)." },
 	{ "probe", core_probe, METH_O,
 	  "probe(config: dict) -> None\n\nBuild what the config needs and register it, "
 	  "run nothing. Raises CoreError(kind, errno, message) if the host cannot." },

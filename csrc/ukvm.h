@@ -265,9 +265,18 @@ int ukvm_experiment_start(const struct ukvm_config *cfg,
 			  struct ukvm_experiment **out, struct ukvm_error *err);
 /* 0 once the experiment has ended, -ETIMEDOUT if still running after timeout_ns. */
 int ukvm_experiment_wait(struct ukvm_experiment *exp, uint64_t timeout_ns);
-/* Asks a running experiment to stop; it ends with UKVM_ERR_CANCELLED. Thread-safe. */
+/*
+ * Asks a running experiment to stop; it ends with UKVM_ERR_CANCELLED (a run
+ * that has already finished keeps its result). Any thread may call it, but
+ * only before ukvm_experiment_finish(), which frees the experiment.
+ */
 void ukvm_experiment_cancel(struct ukvm_experiment *exp);
-/* Waits for the end, fills res (or err), frees the experiment. */
+/*
+ * Waits for the end, fills res (or err), frees the experiment. A run that
+ * failed (cancelled, timed out) returns as soon as its threads are joined
+ * and its fds closed; its memory is then released in the background, and
+ * the next ukvm_experiment_start() waits for that (as ukvm_wait_idle() does).
+ */
 int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 			   struct ukvm_error *err);
 
@@ -278,6 +287,9 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
  * capability).
  */
 int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err);
+
+/* Waits until every earlier experiment has released all of its memory. */
+void ukvm_wait_idle(void);
 
 /* start + finish in one call, for C programs. */
 int ukvm_run(const struct ukvm_config *cfg, struct ukvm_result *res,

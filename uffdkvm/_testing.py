@@ -42,3 +42,14 @@ def run_with_fault(config: Optional[Config] = None, fault: str = "resolve_eio",
     except _core.CoreError as e:
         _raise_from_core(e)
     return Result._from_core(config, raw)
+
+
+def wait_idle() -> None:
+    """Waits until failed or interrupted runs have released their memory.
+
+    Such a run raises as soon as its threads are joined and its fds closed,
+    and the core frees its memory in the background (freeing a few GiB can
+    take the kernel seconds); the next run waits for that. Tests that count
+    threads or memory call this first.
+    """
+    _core.wait_idle()

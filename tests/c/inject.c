@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Every test-only fault injection of enum ukvm_inject but THREAD_CREATE
+ * (thread_create.c) and READER_EXIT (timeout.c, cancel.c) makes the run
+ * fail the way ukvm.h says, with an error that says what happened.
+ */
+#include "helpers.h"
+
+static const enum ukvm_wait waits[] = {
+	UKVM_WAIT_POLL, UKVM_WAIT_EPOLL, UKVM_WAIT_EPOLL_EXCLUSIVE, UKVM_WAIT_READ,
+};
+
+static const struct {
+	enum ukvm_uffd_mode mode;
+	enum ukvm_backing backing;
+} modes[] = {
+	{ UKVM_UFFD_MISSING, UKVM_BACKING_ANONYMOUS },
+	{ UKVM_UFFD_MISSING, UKVM_BACKING_SHMEM },
+	{ UKVM_UFFD_MINOR, UKVM_BACKING_SHMEM },
+	{ UKVM_UFFD_NONE, UKVM_BACKING_ANONYMOUS },
+};
+
+int main(void)
+{
+	struct ukvm_config cfg;
+	struct ukvm_result res;
+	unsigned i;
+
+	ukt_init("inject");
+
+	for (i = 0; i < ARRAY_SIZE(waits); i++) {
+		UKT_CASE("RESOLVE_EIO, %s, single uffd, 3 readers", ukvm_wait_name(waits[i])) {
+			cfg = ukt_small();
+			cfg.wait = waits[i];
+			cfg.single_uffd = true;
+			cfg.readers = 3;
+			cfg.inject = UKVM_INJECT_RESOLVE_EIO;
+			cfg.inject_after = 17;
+			ukt_run_fails(&cfg, UKVM_ERR_RUN, EIO, "UFFDIO_COPY", NULL);
+		}
+	}
+
+	/*
+	 * Below, two readers per uffd: a vCPU whose fault died with its only
+	 * reader waits out the core's 500 ms stuck-vCPU release (timeout.c).
+	 */
+	UKT_CASE("RESOLVE_EIO on the first fault, uffd per vCPU") {
+		cfg = ukt_small();
+		cfg.readers = 2;
+		cfg.inject = UKVM_INJECT_RESOLVE_EIO;
+		cfg.inject_after = 1;
+		ukt_run_fails(&cfg, UKVM_ERR_RUN, EIO, "UFFDIO_COPY", NULL);
+	}
+
+	UKT_CASE("RESOLVE_EIO, MINOR on shmem") {
+		cfg = ukt_small();
+		cfg.backing = UKVM_BACKING_SHMEM;
+		cfg.uffd_mode = UKVM_UFFD_MINOR;
+		cfg.readers = 2;
+		cfg.inject = UKVM_INJECT_RESOLVE_EIO;
+		cfg.inject_after = 100;
+		ukt_run_fails(&cfg, UKVM_ERR_RUN, EIO, "UFFDIO_CONTINUE", NULL);
+	}
+
+	UKT_CASE("RESOLVE_EIO after the last fault: the run succeeds") {
+		cfg = ukt_small();
+		cfg.inject = UKVM_INJECT_RESOLVE_EIO;
+		cfg.inject_after = cfg.vcpus * cfg.mem_per_vcpu / PAGE + 1;
+		if (ukt_run_ok(&cfg, &res)) {
+			ukt_check_result(&cfg, &res);
+			ukvm_result_free(&res);
+		}
+	}
+
+	for (i = 0; i < ARRAY_SIZE(modes); i++) {
+		const char *m = ukvm_uffd_mode_name(modes[i].mode);
+		const char *b = ukvm_backing_name(modes[i].backing);
+
+		UKT_CASE("GUEST_FAULT, %s on %s: the guest takes #PF", m, b) {
+			cfg = ukt_small();
+			cfg.uffd_mode = modes[i].mode;
+			cfg.backing = modes[i].backing;
+			cfg.inject = UKVM_INJECT_GUEST_FAULT;
+			cfg.inject_after = 10;
+			ukt_run_fails(&cfg, UKVM_ERR_RUN, 0, "#PF", NULL);
+		}
+		UKT_CASE("GUEST_MMIO, %s on %s: an MMIO exit", m, b) {
+			cfg = ukt_small();
+			cfg.uffd_mode = modes[i].mode;
+			cfg.backing = modes[i].backing;
+			cfg.inject = UKVM_INJECT_GUEST_MMIO;
+			cfg.inject_after = 10;
+			ukt_run_fails(&cfg, UKVM_ERR_RUN, 0, "MMIO", NULL);
+		}
+		UKT_CASE("CORRUPT_PAGE, %s on %s: one bad page", m, b) {
+			cfg = ukt_small();
+			cfg.uffd_mode = modes[i].mode;
+			cfg.backing = modes[i].backing;
+			cfg.inject = UKVM_INJECT_CORRUPT_PAGE;
+			cfg.inject_after = 700;	/* in vCPU 1's half */
+			if (ukt_run_ok(&cfg, &res)) {
+				CHECK(!res.verified, "verified despite a damaged page");
+				CHECK_EQ(res.bad_pages, 1);
+				CHECK(strstr(res.verify_message, "word 12"), "%s", res.verify_message);
+				/* Everything but the memory is as in a good run. */
+				CHECK_EQ(res.nr_vcpus, 2);
+				CHECK_EQ(res.vcpus[0].pages + res.vcpus[1].pages,
+					 cfg.vcpus * cfg.mem_per_vcpu / PAGE);
+				ukvm_result_free(&res);
+			}
+		}
+	}
+
+	UKT_CASE("GUEST_FAULT on vCPU 0's last page, overlap") {
+		cfg = ukt_small();
+		cfg.overlap = true;
+		cfg.inject = UKVM_INJECT_GUEST_FAULT;
+		cfg.inject_after = cfg.mem_per_vcpu / PAGE - 1;
+		ukt_run_fails(&cfg, UKVM_ERR_RUN, 0, "#PF", NULL);
+	}
+
+	UKT_CASE("CORRUPT_PAGE, the first page of an overlapped region") {
+		cfg = ukt_small();
+		cfg.overlap = true;
+		cfg.readers = 2;
+		cfg.inject = UKVM_INJECT_CORRUPT_PAGE;
+		cfg.inject_after = 0;
+		/* Here inject_after is a page index, not an event count: the first page. */
+		if (ukt_run_ok(&cfg, &res)) {
+			CHECK(!res.verified);
+			CHECK_EQ(res.bad_pages, 1);
+			ukvm_result_free(&res);
+		}
+	}
+
+	UKT_CASE("CORRUPT_PAGE past the region: nothing to damage") {
+		cfg = ukt_small();
+		cfg.inject = UKVM_INJECT_CORRUPT_PAGE;
+		cfg.inject_after = cfg.vcpus * cfg.mem_per_vcpu / PAGE;
+		if (ukt_run_ok(&cfg, &res)) {
+			ukt_check_result(&cfg, &res);
+			ukvm_result_free(&res);
+		}
+	}
+
+	return ukt_exit();
+}

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The reader pools: every way of waiting, with one uffd per vCPU and with
+ * one uffd shared by several readers (the herd), for COPY and CONTINUE, and
+ * with a delay so that readers sleep while others wait. Exact fault counts
+ * per uffd and wakeup accounting per reader.
+ */
+#include "helpers.h"
+
+static const enum ukvm_wait waits[] = {
+	UKVM_WAIT_POLL, UKVM_WAIT_EPOLL, UKVM_WAIT_EPOLL_EXCLUSIVE, UKVM_WAIT_READ,
+};
+
+static void run_case(const struct ukvm_config *cfg)
+{
+	struct ukvm_result res;
+
+	if (!ukt_run_ok(cfg, &res))
+		return;
+	ukt_check_result(cfg, &res);
+	ukvm_result_free(&res);
+}
+
+int main(void)
+{
+	struct ukvm_config cfg;
+	unsigned i;
+
+	ukt_init("wait_modes");
+
+	for (i = 0; i < ARRAY_SIZE(waits); i++) {
+		const char *w = ukvm_wait_name(waits[i]);
+
+		UKT_CASE("%s: uffd per vCPU, 2 readers each", w) {
+			cfg = ukt_small();
+			cfg.wait = waits[i];
+			cfg.readers = 2;
+			run_case(&cfg);
+		}
+		UKT_CASE("%s: single uffd, 4 readers", w) {
+			cfg = ukt_small();
+			cfg.wait = waits[i];
+			cfg.single_uffd = true;
+			cfg.readers = 4;
+			run_case(&cfg);
+		}
+		UKT_CASE("%s: MINOR on shmem, single uffd, 3 readers", w) {
+			cfg = ukt_small();
+			cfg.backing = UKVM_BACKING_SHMEM;
+			cfg.uffd_mode = UKVM_UFFD_MINOR;
+			cfg.wait = waits[i];
+			cfg.single_uffd = true;
+			cfg.readers = 3;
+			run_case(&cfg);
+		}
+		UKT_CASE("%s: MISSING on shmem, 1 vCPU, 2 readers, 20 us delay", w) {
+			cfg = ukt_small();
+			cfg.vcpus = 1;
+			cfg.mem_per_vcpu = MiB;
+			cfg.backing = UKVM_BACKING_SHMEM;
+			cfg.wait = waits[i];
+			cfg.readers = 2;
+			cfg.delay_us = 20;
+			run_case(&cfg);
+		}
+	}
+
+	UKT_CASE("delay is spent inside the readers") {
+		struct ukvm_result res;
+		uint64_t busy = 0;
+
+		cfg = ukt_small();
+		cfg.vcpus = 1;
+		cfg.mem_per_vcpu = 32 * PAGE;
+		cfg.delay_us = 1000;
+		if (ukt_run_ok(&cfg, &res)) {
+			ukt_check_result(&cfg, &res);
+			for (i = 0; i < res.nr_readers; i++)
+				busy += res.readers[i].busy_ns;
+			CHECK_GE(busy, 32 * NSEC_PER_MSEC);
+			CHECK_GE(res.end_ns - res.start_ns, 32 * NSEC_PER_MSEC);
+			ukvm_result_free(&res);
+		}
+	}
+
+	return ukt_exit();
+}
