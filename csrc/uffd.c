@@ -141,91 +141,90 @@ int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode m
 	return 0;
 }
 
-int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len)
+/*
+ * One try of a resolving ioctl over [addr, addr + len): returns 0 or an
+ * errno, and sets *done to the bytes it resolved before failing (the
+ * kernel reports partial progress in the ioctl's last field).
+ */
+typedef int (*resolve_try)(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
+			   int64_t *done);
+
+static int try_copy(int uffd, uint64_t addr, uint64_t len, const uint8_t *src, int64_t *done)
 {
-	const uint8_t *from = src;
-	int tries;
+	struct uffdio_copy copy = {
+		.dst = addr, .src = (uint64_t)(uintptr_t)src, .len = len, .mode = 0,
+	};
+	int ret = ioctl(uffd, UFFDIO_COPY, &copy) ? errno : 0;
+
+	*done = copy.copy;
+	return ret;
+}
+
+static int try_zeropage(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
+			int64_t *done)
+{
+	struct uffdio_zeropage zero = { .range = { .start = addr, .len = len }, .mode = 0 };
+	int ret = ioctl(uffd, UFFDIO_ZEROPAGE, &zero) ? errno : 0;
+
+	(void)src;
+	*done = zero.zeropage;
+	return ret;
+}
+
+static int try_continue(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
+			int64_t *done)
+{
+	struct uffdio_continue cont = { .range = { .start = addr, .len = len }, .mode = 0 };
+	int ret = ioctl(uffd, UFFDIO_CONTINUE, &cont) ? errno : 0;
+
+	(void)src;
+	*done = cont.mapped;
+	return ret;
+}
+
+/*
+ * 0 resolved here, 1 resolved already (EEXIST: another reader won), or
+ * -errno. EAGAIN (the mm changed under the ioctl) and EINTR are retried
+ * from where the kernel got to, as VMMs do; endless EAGAIN is an error.
+ */
+static int resolve(resolve_try attempt, int uffd, uint64_t addr, const uint8_t *src,
+		   uint64_t len)
+{
+	int tries, e;
 
 	for (tries = 0; tries < UFFD_MAX_RETRIES; tries++) {
-		struct uffdio_copy copy = {
-			.dst = dst,
-			.src = (uint64_t)(uintptr_t)from,
-			.len = len,
-			.mode = 0,
-		};
-		int e;
+		int64_t done = 0;
 
-		if (ioctl(uffd, UFFDIO_COPY, &copy) == 0)
+		e = attempt(uffd, addr, len, src, &done);
+		if (!e)
 			return 0;
-		e = errno;
 		if (e == EEXIST)
 			return 1;
 		if (e != EAGAIN && e != EINTR)
 			return -e;
-		/* Partly done: carry on after what was copied. */
-		if (copy.copy > 0) {
-			dst += (uint64_t)copy.copy;
-			from += copy.copy;
-			len -= (uint64_t)copy.copy;
+		if (done > 0) {
+			addr += (uint64_t)done;
+			if (src)
+				src += done;
+			len -= (uint64_t)done;
 			if (!len)
 				return 0;
 		}
 	}
 	return -EAGAIN;
+}
+
+int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len)
+{
+	return resolve(try_copy, uffd, dst, src, len);
 }
 
 int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len)
 {
-	int tries;
-
-	for (tries = 0; tries < UFFD_MAX_RETRIES; tries++) {
-		struct uffdio_zeropage zero = {
-			.range = { .start = addr, .len = len },
-			.mode = 0,
-		};
-		int e;
-
-		if (ioctl(uffd, UFFDIO_ZEROPAGE, &zero) == 0)
-			return 0;
-		e = errno;
-		if (e == EEXIST)
-			return 1;
-		if (e != EAGAIN && e != EINTR)
-			return -e;
-		if (zero.zeropage > 0) {
-			addr += (uint64_t)zero.zeropage;
-			len -= (uint64_t)zero.zeropage;
-			if (!len)
-				return 0;
-		}
-	}
-	return -EAGAIN;
+	return resolve(try_zeropage, uffd, addr, NULL, len);
 }
 
 int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len)
 {
-	int tries;
-
-	for (tries = 0; tries < UFFD_MAX_RETRIES; tries++) {
-		struct uffdio_continue cont = {
-			.range = { .start = addr, .len = len },
-			.mode = 0,
-		};
-		int e;
-
-		if (ioctl(uffd, UFFDIO_CONTINUE, &cont) == 0)
-			return 0;
-		e = errno;
-		if (e == EEXIST)
-			return 1;
-		if (e != EAGAIN && e != EINTR)
-			return -e;
-		if (cont.mapped > 0) {
-			addr += (uint64_t)cont.mapped;
-			len -= (uint64_t)cont.mapped;
-			if (!len)
-				return 0;
-		}
-	}
-	return -EAGAIN;
+	return resolve(try_continue, uffd, addr, NULL, len);
 }

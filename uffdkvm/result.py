@@ -81,8 +81,6 @@ class VcpuStats:
     tid: int
     kvm_stats: Dict[str, int] = field(default_factory=dict, repr=False)
     pass_seconds: List[float] = field(default_factory=list)
-    blocktime_seconds: Optional[float] = None
-    fault_trace: Optional["FaultTrace"] = field(default=None, repr=False)
     cpus: List[int] = field(default_factory=list, repr=False)
     cpu_seconds: float = 0.0
     faults: Optional[int] = None
