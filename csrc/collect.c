@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * After the run: KVM's statistics, the readers' counters and fault log, the
+ * uffds closed (a page the check reads must not fault into one), every page
+ * verified, and the result filled in.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+
+#include "experiment.h"
+
+/* KVM's VM-wide statistics into the result; absent stats are not an error. */
+static int collect_vm_stats(struct ukvm_experiment *exp)
+{
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_kvmstats *s = &exp->vm_stats;
+
+	if (s->fd < 0 || !s->have_before)
+		return 0;
+	res->vm_stats = calloc(s->nr_scalars ?: 1, sizeof(uint64_t));
+	res->vm_stat_names = ukvm_kvmstats_scalar_names(s);
+	if (!res->vm_stats || !res->vm_stat_names)
+		return -ENOMEM;
+	res->nr_vm_stats = s->nr_scalars;
+	if (ukvm_kvmstats_deltas(s, res->vm_stats)) {
+		ukvm_free_names(res->vm_stat_names, res->nr_vm_stats);
+		free(res->vm_stats);
+		res->vm_stat_names = NULL;
+		res->vm_stats = NULL;
+		res->nr_vm_stats = 0;
+	}
+	return 0;
+}
+
+/* One vCPU's statistics; every vCPU has the same set, named once. */
+static int collect_vcpu_stats(struct ukvm_experiment *exp, uint32_t i,
+			      struct ukvm_vcpu_result *vr)
+{
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_kvmstats *s = &exp->vcpu_stats[i];
+	int idx;
+
+	if (s->fd < 0 || !s->have_before)
+		return 0;
+	if (!res->vcpu_stat_names) {
+		res->vcpu_stat_names = ukvm_kvmstats_scalar_names(s);
+		if (!res->vcpu_stat_names)
+			return -ENOMEM;
+		res->nr_vcpu_stats = s->nr_scalars;
+	}
+	if (s->nr_scalars != res->nr_vcpu_stats)
+		return 0;
+	vr->kvm_stats = calloc(s->nr_scalars ?: 1, sizeof(uint64_t));
+	if (!vr->kvm_stats)
+		return -ENOMEM;
+	if (ukvm_kvmstats_deltas(s, vr->kvm_stats)) {
+		free(vr->kvm_stats);
+		vr->kvm_stats = NULL;
+		return 0;
+	}
+	idx = ukvm_kvmstats_find(s, "exits");
+	if (idx >= 0)
+		vr->exits = vr->kvm_stats[idx];
+	return 0;
+}
+
+/* Stats full: per-vCPU faults, latency and blocked time, and the VM's blocktime. */
+static int collect_faultlog(struct ukvm_experiment *exp)
+{
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_faultlog log = {
+		.nr_vcpus = exp->cfg.vcpus,
+		.vcpus = res->vcpus,
+	};
+	int32_t *tids = calloc(exp->cfg.vcpus, sizeof(*tids));
+	uint32_t i;
+	int ret;
+
+	if (!tids)
+		return -ENOMEM;
+	for (i = 0; i < exp->cfg.vcpus; i++)
+		tids[i] = exp->vcpus[i].tid;
+	log.tids = tids;
+	ret = ukvm_faultlog_build(&log, exp->pools, exp->nr_pools);
+	free(tids);
+	if (ret) {
+		free(log.all);
+		return ret;
+	}
+	res->blocktime_ns = log.blocktime_ns;
+	if (exp->cfg.trace_faults) {
+		res->trace = log.all;
+		res->nr_trace = log.nr_all;
+	} else {
+		free(log.all);
+	}
+	return 0;
+}
+
+/* Verifies memory and what each vCPU's guest reported; fills the result. */
+int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	struct ukvm_result *res = &exp->result;
+	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0;
+	struct ukvm_verify_params vp = {
+		.filled = exp->filled,
+		.written_visits = exp->passes * (cfg->overlap ? cfg->vcpus : 1),
+		.write_pct = cfg->write_percent,
+		.write_key = exp->write_key,
+	};
+	uint32_t i, u, r, n;
+	int ret;
+
+	res->nr_vcpus = cfg->vcpus;
+	res->vcpus = calloc(cfg->vcpus, sizeof(*res->vcpus));
+	res->nr_uffds = exp->nr_pools;
+	res->nr_readers = exp->nr_pools * cfg->readers;
+	res->readers = calloc(res->nr_readers ?: 1, sizeof(*res->readers));
+	if (!res->vcpus || !res->readers) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the result");
+		return -ENOMEM;
+	}
+	ret = collect_vm_stats(exp);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "collecting KVM statistics");
+		return ret;
+	}
+	res->pages_per_vcpu = pages;
+	res->region_gpa = exp->region_gpa;
+	res->passes = (uint32_t)exp->passes;
+	res->region_bytes = exp->region_size;
+	res->page_size = exp->mem.page_size;
+
+	for (u = 0, n = 0; u < exp->nr_pools; u++)
+		for (r = 0; exp->pools[u].readers && r < exp->pools[u].nr_readers; r++)
+			res->readers[n++] = exp->pools[u].readers[r].stats;
+	res->nr_readers = n;
+	res->stats_full = cfg->stats == UKVM_STATS_FULL;
+	if (res->stats_full) {
+		ret = collect_faultlog(exp);
+		if (ret) {
+			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "building the fault log");
+			return ret;
+		}
+	}
+	/* Closing the uffds first: a page verify reads must not fault into a uffd. */
+	experiment_stop_pools(exp, true);
+	if (cfg->inject == UKVM_INJECT_CORRUPT_PAGE && cfg->inject_after < exp->region_size / UKVM_PAGE_SIZE)
+		exp->mem.hva[cfg->inject_after * UKVM_PAGE_SIZE + 100] ^= 0x40;
+
+	res->verified = true;
+	for (i = 0; i < cfg->vcpus; i++) {
+		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
+		struct ukvm_vcpu_result *vr = &res->vcpus[i];
+		uint64_t *a = guest_args(exp, vcpu);
+		vr->index = i;
+		vr->tid = vcpu->tid;
+		vr->start_ns = vcpu->start_ns;
+		vr->end_ns = vcpu->end_ns;
+		vr->pages = ARG(a, GA_ACCESSES);
+		vr->userspace_exits = vcpu->userspace_exits;
+		vr->cpu_ns = vcpu->cpu_ns;
+		memcpy(vr->affinity, vcpu->affinity, sizeof(vr->affinity));
+		vr->pass_end_ns = calloc(exp->passes, sizeof(uint64_t));
+		if (!vr->pass_end_ns) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the result");
+			return -ENOMEM;
+		}
+		memcpy(vr->pass_end_ns, vcpu->pass_end_ns, exp->passes * sizeof(uint64_t));
+		if (cfg->guest_timing) {
+			vr->access_cycles = ARG(a, GA_TSC_SUM);
+			memcpy(vr->access_hist, &ARG(a, GA_TSC_HIST), sizeof(vr->access_hist));
+		}
+		vr->exits = NO_STAT;
+		ret = collect_vcpu_stats(exp, i, vr);
+		if (ret) {
+			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "collecting KVM statistics");
+			return ret;
+		}
+		if (i == 0 || vr->start_ns < res->start_ns)
+			res->start_ns = vr->start_ns;
+		if (vr->end_ns > res->end_ns)
+			res->end_ns = vr->end_ns;
+
+		/* Partitioned: verify this vCPU's slice. Overlapped: the region, once. */
+		if (!cfg->overlap || i == 0) {
+			vp.hva = exp->mem.hva + (cfg->overlap ? 0 : i * exp->slice_size);
+			vp.gpa = exp->region_gpa + (cfg->overlap ? 0 : i * exp->slice_size);
+			vp.size = exp->slice_size;
+			res->bad_pages += ukvm_verify_region(&vp, &exp->ctl, &read_sum,
+							     res->verify_message,
+							     sizeof(res->verify_message));
+			if (exp_aborted(exp)) {
+				ukvm_err_set(err, UKVM_ERR_CANCELLED, 0, "cancelled during verification");
+				return -ECANCELED;
+			}
+		}
+		if (vr->pages != pages * exp->passes && res->verified) {
+			snprintf(res->verify_message, sizeof(res->verify_message),
+				 "vCPU %u touched %llu pages, expected %llu", i,
+				 (unsigned long long)vr->pages,
+				 (unsigned long long)(pages * exp->passes));
+			res->verified = false;
+		}
+		if (ARG(a, GA_CHECKSUM) != read_sum * exp->passes && res->verified) {
+			snprintf(res->verify_message, sizeof(res->verify_message),
+				 "vCPU %u read data other than what was resolved: checksum "
+				 "0x%llx, expected 0x%llx", i,
+				 (unsigned long long)ARG(a, GA_CHECKSUM),
+				 (unsigned long long)(read_sum * exp->passes));
+			res->verified = false;
+		}
+	}
+	if (res->bad_pages)
+		res->verified = false;
+	return 0;
+}
