@@ -93,7 +93,7 @@ def _columns(obj: Any, prefix: str = "", renames: Optional[Dict[str, str]] = Non
             continue
         value = getattr(obj, name)
         column = prefix + renames.get(name, name)
-        if isinstance(value, Histogram) or _is_histogram_hint(hints.get(name)):
+        if isinstance(value, Histogram) or _is_histogram_hint(_hint(type(obj), hints, name)):
             spread += [(c, v, _NESTED) for c, v in _histogram_columns(value, column)]
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             spread += [(c, v, _NESTED) for c, v, _ in _columns(value, column + "_")]
@@ -112,7 +112,17 @@ HISTOGRAM_PERCENTILES = (50, 90, 99)
 
 
 def _is_histogram_hint(hint: Any) -> bool:
+    if isinstance(hint, str):  # a property's annotation, unevaluated
+        return "Histogram" in hint
     return hint is Histogram or Histogram in typing.get_args(hint)
+
+
+def _hint(cls: type, hints: Dict[str, Any], name: str) -> Any:
+    """A field's type hint, or a property's return annotation."""
+    if name in hints:
+        return hints[name]
+    prop = getattr(cls, name, None)
+    return getattr(getattr(prop, "fget", None), "__annotations__", {}).get("return")
 
 
 def _histogram_columns(h: Optional[Histogram], name: str) -> Iterator[Tuple[str, Any]]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,16 @@ class Histogram:
         if other == 0:  # sum(histograms)
             return self
         return NotImplemented
+
+    def cdf(self) -> List[Tuple[float, float]]:
+        """(value, fraction of values at or below it) at each non-empty
+        bucket's upper bound: the points of a cumulative distribution plot."""
+        out, seen = [], 0
+        for i, n in enumerate(self.counts):
+            if n:
+                seen += n
+                out.append((min(self.bounds[i + 1], self.max), seen / self.count))
+        return out
 
     def bucket_of(self, value: float) -> int:
         """The index of the bucket that holds value."""

@@ -195,6 +195,18 @@ class Result:
         return self.paging_rate / len(self.vcpus) if self.vcpus else 0.0
 
     @property
+    def fault_latency(self) -> Optional[Histogram]:
+        """Every vCPU's fault latencies merged (stats="full"), else None."""
+        hists = [v.fault_latency for v in self.vcpus if v.fault_latency is not None]
+        return sum(hists) if hists else None
+
+    @property
+    def access_latency(self) -> Optional[Histogram]:
+        """Every vCPU's guest-timed accesses merged (guest_timing), else None."""
+        hists = [v.access_latency for v in self.vcpus if v.access_latency is not None]
+        return sum(hists) if hists else None
+
+    @property
     def eexist(self) -> int:
         return sum(r.eexist for r in self.readers)
 
