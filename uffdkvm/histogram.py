@@ -28,6 +28,13 @@ class Histogram:
     unit: str = "ns"
 
     def __post_init__(self):
+        # One type per field, however the histogram was made (from the core
+        # or from JSON), so that equal histograms compare and tabulate alike.
+        put = object.__setattr__
+        put(self, "bounds", tuple(float(b) for b in self.bounds))
+        put(self, "counts", tuple(int(n) for n in self.counts))
+        for name in ("sum", "min", "max"):
+            put(self, name, float(getattr(self, name)))
         if len(self.bounds) != len(self.counts) + 1:
             raise ValueError("bounds: need one more bound than there are counts")
         if sum(self.counts) != self.count:
