@@ -16,14 +16,18 @@
 #include "experiment.h"
 
 /*
- * A failed, cancelled or timed-out run returns to its caller as soon as its
- * threads are joined and its fds closed: handing back a region of several
- * GiB can take the kernel seconds (the page cache of a prefilled shmem
- * region, say), and Ctrl-C must answer within one. Its controller then
- * releases the memory on its own, and the experiment waits on this list
- * until ukvm_wait_idle() (or the next experiment's start) joins the
- * controller and frees it, so nothing piles up and no thread outlives it.
+ * A failed, cancelled or timed-out run is over once its threads are joined
+ * and its fds closed, but handing back a region of several GiB can take the
+ * kernel seconds (the page cache of a prefilled shmem region, say), and
+ * Ctrl-C must answer within one. So its caller waits RELEASE_WAIT_NS at most
+ * for the memory (enough for most regions: then it is all gone, as for a
+ * run that succeeded); past that it returns, the controller releases the
+ * memory on its own, and the experiment waits on this list until
+ * ukvm_wait_idle() (or the next experiment's start) joins the controller
+ * and frees it, so nothing piles up and no thread outlives it.
  */
+#define RELEASE_WAIT_NS		(300 * NSEC_PER_MSEC)
+
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ukvm_experiment *pending;
 
@@ -84,6 +88,10 @@ static void *controller_thread(void *arg)
 		return NULL;
 
 	ukvm_mem_destroy(&exp->mem);	/* the caller may have gone: see ukvm_wait_idle() */
+	pthread_mutex_lock(&exp->ctl.lock);
+	exp->releasing_memory = false;
+	pthread_cond_broadcast(&exp->ctl.cond);
+	pthread_mutex_unlock(&exp->ctl.lock);
 	return NULL;
 }
 
@@ -203,7 +211,16 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 	ukvm_experiment_wait(exp, UINT64_MAX);
 	pthread_mutex_lock(&exp->ctl.lock);
 	if (exp->releasing_memory) {
-		/* Failed: answer now; the controller finishes releasing memory. */
+		/* Failed: most regions go in milliseconds; for the rest, don't wait. */
+		struct timespec ts;
+
+		experiment_timespec(&ts, experiment_deadline_after(RELEASE_WAIT_NS));
+		while (exp->releasing_memory &&
+		       pthread_cond_timedwait(&exp->ctl.cond, &exp->ctl.lock, &ts) != ETIMEDOUT)
+			;
+	}
+	if (exp->releasing_memory) {
+		/* Answer now; the controller finishes releasing memory. */
 		*err = exp->ctl.error;
 		pthread_mutex_unlock(&exp->ctl.lock);
 		pthread_mutex_lock(&pending_lock);

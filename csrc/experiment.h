@@ -70,6 +70,11 @@ static inline bool exp_aborted(struct ukvm_experiment *exp)
 	return ukvm_ctl_aborted(&exp->ctl);
 }
 
+static inline bool exp_past_deadline(struct ukvm_experiment *exp)
+{
+	return exp->deadline_ns && ukvm_now_ns() >= exp->deadline_ns;
+}
+
 /* The vCPU's args page (guest_abi.h), as the host sees it. */
 static inline uint64_t *guest_args(struct ukvm_experiment *exp, struct ukvm_vcpu *vcpu)
 {

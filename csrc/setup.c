@@ -103,9 +103,21 @@ static int setup_fill(struct ukvm_experiment *exp, uint8_t *where, struct ukvm_e
 	uint64_t off, len;
 
 	for (off = 0; off < exp->region_size; off += PREFILL_CHUNK) {
-		if (off % (64 * PREFILL_CHUNK) == 0 && exp_aborted(exp)) {
-			ukvm_err_set(err, UKVM_ERR_CANCELLED, 0, "cancelled during the prefill");
-			return -ECANCELED;
+		if (off % (64 * PREFILL_CHUNK) == 0) {
+			if (exp_aborted(exp)) {
+				ukvm_err_set(err, UKVM_ERR_CANCELLED, 0, "cancelled during the prefill");
+				return -ECANCELED;
+			}
+			if (exp_past_deadline(exp)) {
+				ukvm_err_set(err, UKVM_ERR_TIMEOUT, 0,
+					     "the run did not finish within timeout_s=%.3f: it was still "
+					     "filling the guest's memory before the vCPUs started "
+					     "(%llu of %llu MiB)",
+					     (double)exp->cfg.timeout_ns / NSEC_PER_SEC,
+					     (unsigned long long)(off >> 20),
+					     (unsigned long long)(exp->region_size >> 20));
+				return -ETIMEDOUT;
+			}
 		}
 		len = exp->region_size - off < PREFILL_CHUNK ? exp->region_size - off
 							     : PREFILL_CHUNK;
@@ -265,7 +277,15 @@ int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 		ret = setup_fill(exp, exp->mem.hva, err);
 	else if (cfg->uffd_mode == UKVM_UFFD_MINOR)
 		ret = setup_fill(exp, exp->mem.alias, err);
-	return ret ?: setup_uffds(exp, err);
+	ret = ret ?: setup_uffds(exp, err);
+	if (!ret && exp_past_deadline(exp)) {
+		ukvm_err_set(err, UKVM_ERR_TIMEOUT, 0,
+			     "the run did not finish within timeout_s=%.3f: it was still being set "
+			     "up, before the vCPUs started",
+			     (double)exp->cfg.timeout_ns / NSEC_PER_SEC);
+		ret = -ETIMEDOUT;
+	}
+	return ret;
 }
 
 void experiment_teardown(struct ukvm_experiment *exp, bool keep_memory)

@@ -4,6 +4,7 @@ Tests that need KVM and userfaultfd take the ``kvm`` fixture: where the host
 lacks either, they skip with the exact HostUnsupportedError message.
 """
 import os
+import time
 
 import pytest
 
@@ -89,3 +90,52 @@ def run_or_skip(**fields):
         pytest.skip(f"this host cannot: {e}")
     assert r.verified, r.verify_message
     return r
+
+
+def resources():
+    """What a run must give back: this process's open fds and threads, and
+    its memory mappings (a leaked mapping shows as one more line)."""
+    with open("/proc/self/maps") as f:
+        maps = sum(1 for _ in f)
+    return {"fds": len(os.listdir("/proc/self/fd")),
+            "threads": len(os.listdir("/proc/self/task")),
+            "maps": maps}
+
+
+def assert_released(before, within_s=1.0, maps_slack=None):
+    """fds and threads are back to `before` (a joined thread can stay in
+    /proc/self/task for a moment after pthread_join returns, so wait a
+    little). Maps are compared when maps_slack is given: the interpreter's
+    own allocator may map or unmap an arena in between."""
+    deadline = time.monotonic() + within_s
+    while True:
+        now = resources()
+        ok = now["fds"] == before["fds"] and now["threads"] == before["threads"]
+        if maps_slack is not None:
+            ok = ok and abs(now["maps"] - before["maps"]) <= maps_slack
+        if ok or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert now["fds"] == before["fds"], f"open fds: {before['fds']} -> {now['fds']}"
+    assert now["threads"] == before["threads"], \
+        f"threads: {before['threads']} -> {now['threads']}"
+    if maps_slack is not None:
+        assert abs(now["maps"] - before["maps"]) <= maps_slack, \
+            f"memory mappings: {before['maps']} -> {now['maps']}"
+
+
+@pytest.fixture
+def released():
+    """Asserts, after the test, that every fd and thread it made is gone."""
+    before = resources()
+    yield before
+    assert_released(before)
+
+
+def mem_info(key):
+    """A /proc/meminfo value in bytes (e.g. "MemAvailable"), or None."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return None

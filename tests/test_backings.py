@@ -49,12 +49,21 @@ def test_backing_support_probes_every_combination(kvm):
 
 
 def test_too_few_huge_pages_fail_before_the_vm_with_the_fix(kvm):
-    """Asking for far more huge pages than any pool holds names the sysctl."""
+    """Asking for more huge pages than the pool holds says how many and where."""
+    free = int(open("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages").read())
+    pages = free + 64
     with pytest.raises(uffdkvm.HostUnsupportedError) as info:
-        uffdkvm.run(vcpus=64, mem_per_vcpu="64G", backing="anonymous_hugetlb")
+        uffdkvm.run(mem_per_vcpu=pages * (2 << 20), backing="anonymous_hugetlb")
     message = str(info.value)
-    assert "needs 2097152 free huge pages of 2 MiB" in message
+    assert f"needs {pages} free huge pages of 2 MiB" in message
     assert "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages" in message
+
+
+def test_no_pool_can_outgrow_the_host(kvm):
+    total = int(open("/proc/meminfo").read().split("MemTotal:")[1].split()[0]) * 1024
+    with pytest.raises(uffdkvm.ConfigError, match="^mem_per_vcpu: the run needs"):
+        uffdkvm.run(vcpus=2, mem_per_vcpu=(total // 2 + (1 << 30)) >> 21 << 21,
+                    backing="anonymous_hugetlb")
 
 
 def test_hugetlb_sizes_must_be_whole_pages():

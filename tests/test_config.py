@@ -43,6 +43,8 @@ def test_config_is_frozen_and_replace_validates():
     (dict(vcpus=0), "vcpus"),
     (dict(vcpus="2"), "vcpus"),
     (dict(vcpus=True), "vcpus"),
+    (dict(vcpus=5000), "vcpus"),
+    (dict(vcpus=64, mem_per_vcpu="2T"), "mem_per_vcpu"),
     (dict(mem_per_vcpu="64Q"), "mem_per_vcpu"),
     (dict(mem_per_vcpu=1000), "mem_per_vcpu"),
     (dict(mem_per_vcpu=0), "mem_per_vcpu"),
@@ -83,7 +85,7 @@ def test_run_rejects_what_is_not_a_config():
 
 def test_a_region_larger_than_the_host_is_refused_before_anything_runs():
     with pytest.raises(ConfigError, match="MemAvailable"):
-        uffdkvm.run(vcpus=64, mem_per_vcpu="64T")
+        uffdkvm.run(vcpus=64, mem_per_vcpu="64G")
 
 
 def test_derived_sizes():

@@ -32,6 +32,10 @@ RESOLVES = ("copy", "zeropage")
 DELAY_DISTS = ("fixed", "uniform", "exponential")
 STATS = ("full", "basic")
 
+MAX_VCPUS = 4096          # KVM's own ceiling (KVM_MAX_VCPUS); the host may allow fewer
+# No guest here addresses more than 2^46 bytes of test memory (the core puts
+# the region above 4 GiB, under the CPU's physical-address width).
+MAX_REGION_BYTES = 1 << 46
 MAX_READERS = 4096
 MAX_DELAY_US = 10_000_000
 MAX_GUEST_WORK = 1_000_000
@@ -189,7 +193,7 @@ class Config:
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
-        put(self, "vcpus", _integer("vcpus", self.vcpus, 1))
+        put(self, "vcpus", _integer("vcpus", self.vcpus, 1, MAX_VCPUS))
         put(self, "backing", _choice("backing", self.backing, BACKINGS))
         put(self, "guest_page_size", _page_size("guest_page_size", self.guest_page_size))
         mem = parse_size(self.mem_per_vcpu, "mem_per_vcpu")
@@ -202,10 +206,19 @@ class Config:
             raise ConfigError(f"mem_per_vcpu: must be a positive multiple of {unit} "
                               f"({format_size(unit)}, {why}), not {mem}")
         put(self, "mem_per_vcpu", mem)
+        region = mem if self.overlap is True else mem * self.vcpus
+        if region > MAX_REGION_BYTES:
+            what = "mem_per_vcpu" if self.overlap is True else "vcpus x mem_per_vcpu"
+            raise ConfigError(f"mem_per_vcpu: {what} is {format_size(region)}, more guest "
+                              f"memory than uffdkvm maps ({format_size(MAX_REGION_BYTES)}); "
+                              f"use less memory per vCPU or fewer vCPUs")
         mode = self.uffd_mode
         if isinstance(mode, str) and mode.lower() == "none":
             mode = None
-        put(self, "uffd_mode", None if mode is None else _choice("uffd_mode", mode, UFFD_MODES))
+        if mode is not None and not (isinstance(mode, str) and mode.lower() in UFFD_MODES):
+            raise ConfigError(f"uffd_mode: {mode!r} is not one of 'missing', 'minor' or None "
+                              f"(no userfaultfd: the kernel pages memory in itself)")
+        put(self, "uffd_mode", None if mode is None else mode.lower())
         put(self, "single_uffd", _flag("single_uffd", self.single_uffd))
         put(self, "readers", _integer("readers", self.readers, 1, MAX_READERS))
         put(self, "wait", _choice("wait", self.wait, WAITS))

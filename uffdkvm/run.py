@@ -60,15 +60,20 @@ def _timeout_ns(seconds: float) -> int:
     return max(1, int(seconds * 1e9))
 
 
-def _mem_available() -> Optional[int]:
+def _meminfo(key: str) -> Optional[int]:
+    """A /proc/meminfo line in bytes, or None."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
+
+
+def _mem_available() -> Optional[int]:
+    return _meminfo("MemAvailable")
 
 
 # The CPUs this process could use when uffdkvm was imported (before a CLI
@@ -98,7 +103,15 @@ def _cpu_ranges(cpus) -> str:
 def _check_fits_host(c: Config) -> None:
     """Refuse a region the host cannot hold before the OOM killer decides."""
     if c.backing in HUGETLB_BACKINGS:
-        return  # from the reserved huge page pool, which the core checks
+        # From the reserved huge page pool, which the core checks; but no pool
+        # can be larger than the host.
+        total = _meminfo("MemTotal")
+        if total is not None and c.region_bytes > total:
+            raise ConfigError(
+                f"mem_per_vcpu: the run needs {format_size(c.region_bytes)} of huge pages, "
+                f"more than this host's {format_size(total // (1 << 20) << 20)} of memory; "
+                f"use less memory per vCPU or fewer vCPUs")
+        return
     available = _mem_available()
     if available is not None and c.region_bytes > available:
         what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"

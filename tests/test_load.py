@@ -1,0 +1,51 @@
+"""Load: far more threads than cores, and a region of several GiB.
+
+64 vCPUs and 64 readers on one uffd on a 2-core host, and 4 GiB demand-paged
+and verified. The large run touches every 4 KiB page of 4 GiB in the guest
+and checks each afterwards, which takes seconds even in its cheapest form;
+it is marked slow (it still runs by default; -m "not slow" leaves it out).
+"""
+import pytest
+
+from conftest import mem_info, small
+
+pytestmark = pytest.mark.kvm
+
+WAITS = ["poll", "epoll", "epoll_exclusive", "read"]
+
+
+@pytest.mark.parametrize("wait", WAITS)
+def test_64_vcpus_and_64_readers_on_one_uffd(kvm, released, wait):
+    r = small(vcpus=64, mem_per_vcpu="256K", single_uffd=True, readers=64, wait=wait,
+              timeout_s=60)
+    assert r.faults == 64 * 64 and r.eexist == 0
+    assert len(r.vcpus) == 64 and len(r.readers) == 64
+    assert all(v.pages == 64 for v in r.vcpus)
+
+
+def test_64_vcpus_each_with_its_own_uffd(kvm, released):
+    r = small(vcpus=64, mem_per_vcpu="256K", readers=1, wait="read", timeout_s=60)
+    assert r.uffds == 64 and r.faults == 64 * 64
+    assert all(x.faults == 64 for x in r.readers)
+
+
+def test_64_vcpus_overlapping_on_one_region(kvm, released):
+    r = small(vcpus=64, mem_per_vcpu="256K", overlap=True, readers=64, wait="epoll_exclusive",
+              pattern="random", write_percent=50, timeout_s=60)
+    assert r.faults == 64
+
+
+@pytest.mark.slow
+def test_a_4_gib_region_demand_pages_and_verifies(kvm, released):
+    """The cheapest honest 4 GiB: 2 MiB pages (anonymous THP) resolved with
+    UFFDIO_COPY and mapped by the guest with 2 MiB pages, so 2048 faults
+    and few exits; the guest still touches, and the host still verifies,
+    every 4 KiB page. About 8-20 s on the development host."""
+    size = 4 << 30
+    if (mem_info("MemAvailable") or 0) < size + (1 << 30):
+        pytest.skip("needs 5 GiB of available memory")
+    r = small(vcpus=2, mem_per_vcpu="2G", backing="anonymous_thp", guest_page_size="2M",
+              readers=2, timeout_s=600)
+    assert r.config.region_bytes == size
+    assert r.faults == size // (2 << 20)
+    assert all(v.pages == (2 << 30) // 4096 for v in r.vcpus)

@@ -1,0 +1,192 @@
+"""Random and hostile Configs: each either runs and verifies or raises a
+documented exception, never anything else, never a crash.
+
+Every field gets its valid values (kept small, so that a valid run is quick)
+and hostile ones: wrong types, huge and negative numbers, odd strings,
+NaN and infinities. Hypothesis combines them; examples are derandomised and
+no database is kept, so CI sees the same ones every time.
+"""
+import dataclasses
+import math
+
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+import uffdkvm
+from conftest import assert_released, resources
+from uffdkvm import Config, ConfigError, HostUnsupportedError, RunError
+from uffdkvm.config import (BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS, HUGETLB_BACKINGS,
+                            PATTERNS, RESOLVES, STATS, WAITS)
+
+FIELDS = [f.name for f in dataclasses.fields(Config)]
+
+HOSTILE = st.one_of(
+    st.none(), st.booleans(), st.just(math.nan), st.just(math.inf), st.just(-math.inf),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([-1, 0, 2**31, 2**32, 2**63, 2**64, 2**64 + 1, 10**30]),
+    st.text(max_size=8),
+    st.sampled_from(["", " ", "\x00", "none", "None", "1e3", "0x10", "4K\n", "\u0664K",
+                     "9" * 40, "-1", "NaN", "inf", "ANONYMOUS ", "poll\x00"]),
+    st.binary(max_size=4),
+    st.lists(st.integers(-2, 2), max_size=3),
+    st.just(object()), st.just({}), st.just(()), st.just({0}),
+)
+
+
+def cased(names):
+    """A valid name, in any case."""
+    return st.sampled_from(names).flatmap(
+        lambda name: st.sampled_from([name, name.upper(), name.title()]))
+
+
+# Valid values small enough that any combination runs in well under a second.
+VALID = {
+    "vcpus": st.integers(1, 3),
+    "mem_per_vcpu": st.sampled_from([4096, 8192, "16K", "64K", "64 KiB", "256k", "2M"]),
+    "backing": cased(BACKINGS),
+    "uffd_mode": st.sampled_from(["missing", "minor", None, "none", "MISSING"]),
+    "single_uffd": st.booleans(),
+    "readers": st.integers(1, 4),
+    "wait": cased(WAITS),
+    "delay_us": st.sampled_from([0, 0, 1, 50]),
+    "overlap": st.booleans(),
+    "guest_work": st.integers(0, 3),
+    "guest_page_size": st.sampled_from(["4K", "4k", "2M", "2MiB", "1G", 4096, 2 << 20]),
+    "pattern": cased(PATTERNS),
+    "seed": st.one_of(st.integers(0, 2**64 - 1), st.just(2**64 - 1)),
+    "write_percent": st.integers(0, 100),
+    "passes": st.integers(1, 3),
+    "resolve": cased(RESOLVES),
+    "delay_dist": cased(DELAY_DISTS),
+    "pin_vcpus": st.sampled_from([None, [0], (0,), "0", 0, [0, 0], "0,,0", [1023]]),
+    "pin_readers": st.sampled_from([None, [0], "0", [0, 1023]]),
+    "prefault": st.booleans(),
+    "stats": cased(STATS),
+    "guest_timing": st.booleans(),
+    "trace_faults": st.booleans(),
+    "timeout_s": st.sampled_from([None, 30, 30.0, math.inf, 1e300, 1e-9]),
+}
+assert set(VALID) == set(FIELDS), "every Config field has a strategy"
+
+
+@st.composite
+def hostile_fields(draw, hostile_share=0.25):
+    """Some of the fields, each valid or (now and then) hostile. mem_per_vcpu
+    is always given: the default of 1 GiB would make a valid run slow."""
+    fields = {}
+    for name in FIELDS:
+        if name != "mem_per_vcpu" and not draw(st.booleans()):
+            continue
+        hostile = draw(st.floats(0, 1)) < hostile_share
+        fields[name] = draw(HOSTILE if hostile else VALID[name])
+    return fields
+
+
+@st.composite
+def coherent_fields(draw):
+    """Valid values that fit together (a memory size the backing's pages
+    divide, a uffd mode the backing takes, ...): mostly runs."""
+    backing = draw(st.sampled_from(["anonymous", "anonymous", "shmem", "shmem",
+                                    "anonymous_thp", "anonymous_hugetlb", "shared_hugetlb",
+                                    "guest_memfd"]))
+    shared = backing in ("shmem", "shared_hugetlb", "guest_memfd")
+    huge = BACKING_PAGE_SIZES[backing] > 4096
+    guest_page_size = draw(st.sampled_from(["4K", "2M"] if huge else ["4K", "4K", "2M"]))
+    unit = 2 << 20 if huge or guest_page_size == "2M" else 4096
+    mode = draw(st.sampled_from(["missing", None] + (["minor"] if shared else [])))
+    zeropage_ok = mode == "missing" and backing not in HUGETLB_BACKINGS
+    stats = draw(cased(STATS))
+    fields = {name: draw(VALID[name]) for name in FIELDS}
+    fields.update(
+        backing=backing, guest_page_size=guest_page_size, uffd_mode=mode, stats=stats,
+        mem_per_vcpu=unit * draw(st.integers(1, 2 if unit > 4096 else 256)),
+        resolve=draw(st.sampled_from(["copy", "zeropage"] if zeropage_ok else ["copy"])),
+        trace_faults=stats.lower() == "full" and draw(st.booleans()),
+        pin_vcpus=draw(st.sampled_from([None, [0], "0", (0,)])),
+        pin_readers=draw(st.sampled_from([None, [0], "0"])),
+        timeout_s=draw(st.sampled_from([None, 30.0, math.inf])))
+    return fields
+
+
+def field_named_first(message):
+    """The name of the field a ConfigError's message starts with."""
+    return any(message.startswith(name) for name in FIELDS)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(hostile_fields(hostile_share=0.5))
+def test_config_accepts_or_names_the_bad_field(fields):
+    try:
+        c = Config(**fields)
+    except ConfigError as e:
+        assert isinstance(e, ValueError)
+        assert field_named_first(str(e)), str(e)
+        return
+    # What was accepted is normalised, and accepted again unchanged.
+    assert Config(**c.to_dict()) == c
+    assert c.replace() == c
+
+
+def quick(fields):
+    """False for a valid Config that would take long: a hostile number can
+    land inside a field's range (passes=999999, delay_us=9999999), and
+    such a run proves nothing more than a small one."""
+    try:
+        c = Config(**fields)
+    except (ConfigError, TypeError):
+        return True
+    pages = c.pages_per_vcpu * c.vcpus * c.passes
+    faults = c.region_bytes // c.page_size
+    return (pages * (1 + c.guest_work // 64) <= 2048 and c.vcpus <= 8
+            and c.readers * max(c.uffds, 1) <= 16 and c.delay_us * faults <= 200_000
+            and c.region_bytes <= 8 << 20)
+
+
+# What run() may raise: the documented exceptions, nothing else.
+DOCUMENTED = (ConfigError, HostUnsupportedError, RunError)
+
+
+@pytest.mark.kvm
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.filter_too_much])
+@given(st.one_of(coherent_fields(), hostile_fields()))
+def test_run_verifies_or_raises_a_documented_error(kvm, fields):
+    assume(quick(fields))
+    before = resources()
+    try:
+        r = uffdkvm.run(**fields)
+    except DOCUMENTED as e:
+        event(type(e).__name__)
+        assert isinstance(e.errno, int)
+        if isinstance(e, ConfigError):
+            assert field_named_first(str(e)), str(e)
+        elif isinstance(e, RunError):
+            # Only a time limit too short for the run fails it here.
+            assert isinstance(e, uffdkvm.RunTimeoutError), str(e)
+        assert str(e)
+    except ValueError as e:
+        event("ValueError")
+        # The binding's own range check (values past 32/64 bits on hugetlb
+        # backings, which skip the MemAvailable check); see test_validation.
+        assert field_named_first(str(e)), str(e)
+    else:
+        event("ran")
+        assert r.verified, r.verify_message
+        assert r.bad_pages == 0
+        c = r.config
+        touched = c.pages_per_vcpu * c.passes
+        assert all(v.pages == touched for v in r.vcpus)
+        if c.uffd_mode is not None and not c.prefault:
+            assert r.faults == c.region_bytes // r.page_size
+    assert_released(before)
+
+
+@pytest.mark.parametrize("positional", [{"vcpus": 1}, [("vcpus", 1)], "vcpus=1", 1, 1.5,
+                                        b"", object(), Config])
+def test_run_takes_only_a_config_positionally(positional):
+    with pytest.raises(TypeError, match="expected a uffdkvm.Config"):
+        uffdkvm.run(positional, mem_per_vcpu="64K")

@@ -1,0 +1,288 @@
+"""Bad input fails early and says what to do.
+
+Every Config field's bad type, range or combination is a ConfigError (a
+ValueError) whose message starts with the field's name and says the fix,
+raised before any VM, thread or fd exists. What only the host can judge
+(KVM's vCPU limit, the memory it has, huge page reservations, the CPUs this
+process may use) fails in run() the same way, leaving nothing behind.
+"""
+import dataclasses
+import fcntl
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import uffdkvm
+from conftest import assert_released, mem_info, resources
+from uffdkvm import Config, ConfigError, HostUnsupportedError
+
+FIELDS = {f.name for f in dataclasses.fields(Config)}
+
+# (fields, the field the message must start with, what the message must say)
+BAD = [
+    (dict(vcpus=0), "vcpus", "must be between 1 and 4096"),
+    (dict(vcpus=-3), "vcpus", "must be between 1 and 4096"),
+    (dict(vcpus="2"), "vcpus", "expected an int"),
+    (dict(vcpus=2.0), "vcpus", "expected an int"),
+    (dict(vcpus=True), "vcpus", "expected an int"),
+    (dict(vcpus=None), "vcpus", "expected an int"),
+    (dict(mem_per_vcpu=0), "mem_per_vcpu", "positive multiple of 4096"),
+    (dict(mem_per_vcpu=-4096), "mem_per_vcpu", "positive multiple of 4096"),
+    (dict(mem_per_vcpu=4097), "mem_per_vcpu", "positive multiple of 4096"),
+    (dict(mem_per_vcpu="64Q"), "mem_per_vcpu", "e.g. '64M'"),
+    (dict(mem_per_vcpu=""), "mem_per_vcpu", "e.g. '64M'"),
+    (dict(mem_per_vcpu="-4K"), "mem_per_vcpu", "e.g. '64M'"),
+    (dict(mem_per_vcpu=1.5), "mem_per_vcpu", "a string like '64M'"),
+    (dict(mem_per_vcpu=b"4K"), "mem_per_vcpu", "a string like '64M'"),
+    (dict(mem_per_vcpu=None), "mem_per_vcpu", "a string like '64M'"),
+    (dict(backing="tmpfs"), "backing", "'anonymous', 'anonymous_thp'"),
+    (dict(backing=None), "backing", "'shmem'"),
+    (dict(uffd_mode="wp"), "uffd_mode", "'missing', 'minor'"),
+    (dict(uffd_mode=1), "uffd_mode", "'missing', 'minor'"),
+    (dict(single_uffd=1), "single_uffd", "expected True or False"),
+    (dict(single_uffd="yes"), "single_uffd", "expected True or False"),
+    (dict(readers=0), "readers", "between 1 and 4096"),
+    (dict(readers=4097), "readers", "between 1 and 4096"),
+    (dict(readers=2.0), "readers", "expected an int"),
+    (dict(wait="select"), "wait", "'poll', 'epoll', 'epoll_exclusive', 'read'"),
+    (dict(wait=None), "wait", "'poll', 'epoll', 'epoll_exclusive', 'read'"),
+    (dict(delay_us=-1), "delay_us", "between 0 and 10000000"),
+    (dict(delay_us=10_000_001), "delay_us", "between 0 and 10000000"),
+    (dict(delay_us=0.5), "delay_us", "expected an int"),
+    (dict(delay_dist="normal"), "delay_dist", "'fixed', 'uniform', 'exponential'"),
+    (dict(overlap=1), "overlap", "expected True or False"),
+    (dict(guest_work=-1), "guest_work", "between 0 and 1000000"),
+    (dict(guest_work=10**7), "guest_work", "between 0 and 1000000"),
+    (dict(guest_work="1"), "guest_work", "expected an int"),
+    (dict(guest_page_size="8K"), "guest_page_size", "'4K', '2M', '1G'"),
+    (dict(guest_page_size=8192), "guest_page_size", "'4K', '2M', '1G'"),
+    (dict(guest_page_size=None), "guest_page_size", "'4K', '2M', '1G'"),
+    (dict(pattern="stride"), "pattern", "'sequential', 'reverse', 'random'"),
+    (dict(seed=-1), "seed", "between 0 and 18446744073709551615"),
+    (dict(seed=2**64), "seed", "between 0 and 18446744073709551615"),
+    (dict(seed=1.0), "seed", "expected an int"),
+    (dict(write_percent=101), "write_percent", "between 0 and 100"),
+    (dict(write_percent=-1), "write_percent", "between 0 and 100"),
+    (dict(write_percent=50.0), "write_percent", "expected an int"),
+    (dict(passes=0), "passes", "between 1 and 1000000"),
+    (dict(passes=1_000_001), "passes", "between 1 and 1000000"),
+    (dict(resolve="move"), "resolve", "'copy', 'zeropage'"),
+    (dict(pin_vcpus=[]), "pin_vcpus", "non-empty list of CPU numbers"),
+    (dict(pin_vcpus="a,b"), "pin_vcpus", "like '0,1'"),
+    (dict(pin_vcpus=[-1]), "pin_vcpus", "between 0 and 1023"),
+    (dict(pin_vcpus=[1024]), "pin_vcpus", "between 0 and 1023"),
+    (dict(pin_vcpus=[0.0]), "pin_vcpus", "expected an int"),
+    (dict(pin_vcpus={0}), "pin_vcpus", "non-empty list of CPU numbers"),
+    (dict(pin_readers=[True]), "pin_readers", "expected an int"),
+    (dict(pin_readers=[]), "pin_readers", "non-empty list of CPU numbers"),
+    (dict(prefault="no"), "prefault", "expected True or False"),
+    (dict(stats="none"), "stats", "'full', 'basic'"),
+    (dict(guest_timing=1), "guest_timing", "expected True or False"),
+    (dict(trace_faults="yes"), "trace_faults", "expected True or False"),
+    (dict(timeout_s=0), "timeout_s", "a positive number of seconds"),
+    (dict(timeout_s=-1.0), "timeout_s", "a positive number of seconds"),
+    (dict(timeout_s=math.nan), "timeout_s", "a positive number of seconds"),
+    (dict(timeout_s="60"), "timeout_s", "a positive number of seconds"),
+    (dict(timeout_s=True), "timeout_s", "a positive number of seconds"),
+]
+
+# Values that are fine alone and wrong together.
+BAD_COMBINATIONS = [
+    (dict(uffd_mode="minor"), "uffd_mode", "Use backing='shmem' or uffd_mode='missing'"),
+    (dict(uffd_mode="minor", backing="anonymous_thp", mem_per_vcpu="2M"), "uffd_mode",
+     "Use backing='shmem'"),
+    (dict(resolve="zeropage", uffd_mode="minor", backing="shmem"), "resolve",
+     "use uffd_mode='missing' or resolve='copy'"),
+    (dict(resolve="zeropage", uffd_mode=None), "resolve",
+     "use uffd_mode='missing' or resolve='copy'"),
+    (dict(resolve="zeropage", backing="anonymous_hugetlb", mem_per_vcpu="2M"), "resolve",
+     "use resolve='copy'"),
+    (dict(trace_faults=True, stats="basic"), "trace_faults", "needs stats='full'"),
+    (dict(backing="anonymous_hugetlb", mem_per_vcpu="1M"), "mem_per_vcpu",
+     "positive multiple of 2097152"),
+    (dict(backing="anonymous_hugetlb_1gb", mem_per_vcpu="512M"), "mem_per_vcpu",
+     "positive multiple of 1073741824"),
+    (dict(guest_page_size="2M", mem_per_vcpu="1M"), "mem_per_vcpu",
+     "the guest's 2M pages"),
+]
+
+
+@pytest.fixture
+def no_core(monkeypatch):
+    """Fails the test if anything reaches the C core: what Python can judge
+    must be refused before a VM, a thread or an fd exists."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the C core was called for a config Python should refuse")
+    monkeypatch.setattr(uffdkvm._core, "run", refuse)
+    monkeypatch.setattr(uffdkvm._core, "probe", refuse)
+
+
+def check(error, field, fix):
+    message = str(error)
+    assert isinstance(error, ConfigError) and isinstance(error, ValueError)
+    assert message.startswith(field + ": "), message
+    assert fix in message, message
+
+
+@pytest.mark.parametrize("fields,field,fix", BAD + BAD_COMBINATIONS,
+                         ids=[repr(fields)[1:-1][:60] for fields, _, _ in BAD + BAD_COMBINATIONS])
+def test_a_bad_field_is_a_config_error_that_names_it_and_the_fix(no_core, fields, field, fix):
+    before = resources()
+    with pytest.raises(ConfigError) as info:
+        Config(**fields)
+    check(info.value, field, fix)
+    # The same through run() and probe(), by keywords and as an override.
+    for call in (lambda: uffdkvm.run(**{"mem_per_vcpu": "64K", **fields}),
+                 lambda: uffdkvm.run(Config(mem_per_vcpu="64K"), **fields),
+                 lambda: uffdkvm.probe(**{"mem_per_vcpu": "64K", **fields})):
+        with pytest.raises(ConfigError) as info:
+            call()
+        check(info.value, field, fix)
+    assert_released(before)
+
+
+def test_every_field_has_its_bad_values_tested():
+    assert {field for _, field, _ in BAD} == FIELDS
+
+
+def test_an_unknown_field_lists_the_real_ones(no_core):
+    with pytest.raises(ConfigError) as info:
+        uffdkvm.run(mem_per_vcpu="64K", reader=4)
+    assert str(info.value).startswith("reader: not a Config field; fields are vcpus, ")
+    with pytest.raises(TypeError):
+        Config(reader=4)  # a dataclass: Python's own error for an unknown keyword
+
+
+@pytest.mark.parametrize("value", [{"vcpus": 2}, "vcpus=2", 2, None.__class__])
+def test_a_positional_argument_must_be_a_config(no_core, value):
+    with pytest.raises(TypeError, match="expected a uffdkvm.Config"):
+        uffdkvm.run(value)
+
+
+def test_uffd_mode_error_lists_every_accepted_value(no_core):
+    with pytest.raises(ConfigError) as info:
+        Config(uffd_mode="wp")
+    assert "None" in str(info.value), str(info.value)
+
+
+# ---- what only the host can judge ----
+
+KVM_CHECK_EXTENSION = 0xAE03
+KVM_CAP_MAX_VCPUS = 66
+
+
+def kvm_max_vcpus():
+    with open("/dev/kvm", "rb", buffering=0) as kvm:
+        return fcntl.ioctl(kvm.fileno(), KVM_CHECK_EXTENSION, KVM_CAP_MAX_VCPUS)
+
+
+def test_vcpus_beyond_kvms_limit(kvm):
+    limit = kvm_max_vcpus()
+    before = resources()
+    with pytest.raises(ConfigError) as info:
+        uffdkvm.run(vcpus=limit + 1, mem_per_vcpu="4K")
+    check(info.value, "vcpus", f"allows at most {limit} vCPUs per VM, not {limit + 1}")
+    assert_released(before)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_memory_the_host_does_not_have(no_core, overlap):
+    available = mem_info("MemAvailable")
+    if available is None:
+        pytest.skip("no MemAvailable in /proc/meminfo")
+    per_vcpu = (available // 2 // (1 << 30) + 1) << 30  # two of these are too much
+    if overlap:
+        per_vcpu *= 2
+    with pytest.raises(ConfigError) as info:
+        uffdkvm.run(vcpus=2, mem_per_vcpu=per_vcpu, overlap=overlap)
+    check(info.value, "mem_per_vcpu", "MemAvailable")
+    assert "use less memory per vCPU or fewer vCPUs" in str(info.value)
+    assert ("(mem_per_vcpu)" if overlap else "(vcpus * mem_per_vcpu)") in str(info.value)
+
+
+def hugetlb_pool(backing):
+    size_kb = 1 << 20 if backing == "anonymous_hugetlb_1gb" else 2048
+    base = f"/sys/kernel/mm/hugepages/hugepages-{size_kb}kB"
+    try:
+        with open(f"{base}/free_hugepages") as f:
+            return base, size_kb << 10, int(f.read())
+    except OSError:
+        pytest.skip(f"this kernel has no {size_kb} kB huge page pool")
+
+
+@pytest.mark.parametrize("backing", ["anonymous_hugetlb", "shared_hugetlb",
+                                     "anonymous_hugetlb_1gb"])
+def test_huge_pages_not_reserved(kvm, backing):
+    base, page, free = hugetlb_pool(backing)
+    # Well beyond what is free, so that another test growing the pool meanwhile
+    # does not matter; the run must fail before it maps anything.
+    need = free + (4 if page == 1 << 30 else 1024)
+    before = resources()
+    with pytest.raises(HostUnsupportedError) as info:
+        uffdkvm.run(mem_per_vcpu=need * page, backing=backing)
+    message = str(info.value)
+    assert f"needs {need} free huge pages" in message, message
+    assert f"{base}/nr_hugepages" in message, message
+    assert message.startswith(f"backing {backing} "), message
+    assert_released(before)
+
+
+def test_pinning_to_a_cpu_that_does_not_exist(no_core):
+    missing = max(os.sched_getaffinity(0)) + 1
+    if missing > 1023:
+        pytest.skip("every CPU number a Config takes is usable here")
+    for field in ("pin_vcpus", "pin_readers"):
+        with pytest.raises(ConfigError) as info:
+            uffdkvm.run(mem_per_vcpu="64K", **{field: [0, missing]})
+        check(info.value, field, f"CPU {missing} is not one this process may run on")
+
+
+PINNED_CHILD = """
+import json, uffdkvm
+try:
+    uffdkvm.run(mem_per_vcpu="64K", FIELD=[1])
+    print(json.dumps({"ran": True}))
+except uffdkvm.ConfigError as e:
+    print(json.dumps({"error": str(e)}))
+"""
+
+
+@pytest.mark.parametrize("field", ["pin_vcpus", "pin_readers"])
+def test_pinning_to_a_cpu_outside_the_process_affinity(kvm, field):
+    """A process started on CPU 0 only (taskset, a cpuset) may not pin to CPU 1."""
+    if len(os.sched_getaffinity(0)) < 2 or 1 not in os.sched_getaffinity(0):
+        pytest.skip("needs CPUs 0 and 1")
+    if not shutil.which("taskset"):
+        pytest.skip("needs taskset (util-linux)")
+    p = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
+                        PINNED_CHILD.replace("FIELD", field)],
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out.get("error", "").startswith(
+        f"{field}: CPU 1 is not one this process may run on (it may use 0)"), out
+
+
+# ---- sizes past what the core can represent ----
+
+@pytest.mark.parametrize("fields,field", [
+    (dict(vcpus=2**32, mem_per_vcpu="2M", backing="anonymous_hugetlb"), "vcpus"),
+    (dict(mem_per_vcpu=2**64, backing="shared_hugetlb"), "mem_per_vcpu"),
+    (dict(vcpus=3, mem_per_vcpu=2**63, backing="anonymous_hugetlb"), "mem_per_vcpu"),
+], ids=["vcpus-2**32", "mem-2**64", "product-overflows"])
+def test_sizes_past_the_cores_integers_are_config_errors(kvm, fields, field):
+    with pytest.raises(ConfigError) as info:
+        uffdkvm.run(**fields)
+    assert str(info.value).startswith(field + ": "), str(info.value)
+
+
+def test_a_hugetlb_region_larger_than_the_host_is_a_config_error(kvm):
+    total = mem_info("MemTotal")
+    with pytest.raises(ConfigError) as info:
+        uffdkvm.run(mem_per_vcpu=((total >> 30) + 2) << 30, backing="anonymous_hugetlb")
+    assert str(info.value).startswith("mem_per_vcpu: "), str(info.value)
