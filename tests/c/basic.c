@@ -6,27 +6,6 @@
  */
 #include "helpers.h"
 
-static const struct {
-	enum ukvm_uffd_mode mode;
-	enum ukvm_backing backing;
-} modes[] = {
-	{ UKVM_UFFD_MISSING, UKVM_BACKING_ANONYMOUS },
-	{ UKVM_UFFD_MISSING, UKVM_BACKING_SHMEM },
-	{ UKVM_UFFD_MINOR, UKVM_BACKING_SHMEM },
-	{ UKVM_UFFD_NONE, UKVM_BACKING_ANONYMOUS },
-	{ UKVM_UFFD_NONE, UKVM_BACKING_SHMEM },
-};
-
-static void run_case(const struct ukvm_config *cfg)
-{
-	struct ukvm_result res;
-
-	if (!ukt_run_ok(cfg, &res))
-		return;
-	ukt_check_result(cfg, &res);
-	ukvm_result_free(&res);
-}
-
 int main(void)
 {
 	struct ukvm_config cfg;
@@ -35,19 +14,19 @@ int main(void)
 
 	ukt_init("basic");
 
-	for (i = 0; i < ARRAY_SIZE(modes); i++) {
+	for (i = 0; i < ARRAY_SIZE(ukt_modes); i++) {
 		for (single = 0; single <= 1; single++) {
-			if (single && modes[i].mode == UKVM_UFFD_NONE)
+			if (single && ukt_modes[i].mode == UKVM_UFFD_NONE)
 				continue;
-			UKT_CASE("%s on %s, %s", ukvm_uffd_mode_name(modes[i].mode),
-				 ukvm_backing_name(modes[i].backing),
+			UKT_CASE("%s on %s, %s", ukvm_uffd_mode_name(ukt_modes[i].mode),
+				 ukvm_backing_name(ukt_modes[i].backing),
 				 single ? "single uffd" : "uffd per vCPU") {
 				cfg = ukt_small();
-				cfg.uffd_mode = modes[i].mode;
-				cfg.backing = modes[i].backing;
+				cfg.uffd_mode = ukt_modes[i].mode;
+				cfg.backing = ukt_modes[i].backing;
 				cfg.single_uffd = single;
 				cfg.readers = 2;
-				run_case(&cfg);
+				ukt_run_checked(&cfg);
 			}
 		}
 	}
@@ -56,7 +35,7 @@ int main(void)
 		cfg = ukt_small();
 		cfg.vcpus = 1;
 		cfg.mem_per_vcpu = 4 * MiB;
-		run_case(&cfg);
+		ukt_run_checked(&cfg);
 	}
 
 	UKT_CASE("three vCPUs of 1 MiB + 4 KiB, single uffd") {
@@ -66,33 +45,33 @@ int main(void)
 		cfg.mem_per_vcpu = MiB + PAGE;
 		cfg.single_uffd = true;
 		cfg.readers = 3;
-		run_case(&cfg);
+		ukt_run_checked(&cfg);
 	}
 
 	UKT_CASE("a one-page region") {
 		cfg = ukt_small();
 		cfg.vcpus = 1;
 		cfg.mem_per_vcpu = PAGE;
-		run_case(&cfg);
+		ukt_run_checked(&cfg);
 	}
 
 	UKT_CASE("guest_work between accesses") {
 		cfg = ukt_small();
 		cfg.guest_work = 3;
-		run_case(&cfg);
+		ukt_run_checked(&cfg);
 	}
 
 	UKT_CASE("readers = 0 is fine without userfaultfd") {
 		cfg = ukt_small();
 		cfg.uffd_mode = UKVM_UFFD_NONE;
 		cfg.readers = 0;
-		run_case(&cfg);
+		ukt_run_checked(&cfg);
 	}
 
 	UKT_CASE("a timeout that is not reached") {
 		cfg = ukt_small();
 		cfg.timeout_ns = 60 * NSEC_PER_SEC;
-		run_case(&cfg);
+		ukt_run_checked(&cfg);
 	}
 
 	return ukt_exit();

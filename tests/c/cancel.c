@@ -15,10 +15,6 @@
 /* A vCPU stuck on a fault nobody resolves is released after 500 ms. */
 #define PROMPT_STUCK_NS	(2500 * NSEC_PER_MSEC)
 
-static const enum ukvm_wait waits[] = {
-	UKVM_WAIT_POLL, UKVM_WAIT_EPOLL, UKVM_WAIT_EPOLL_EXCLUSIVE, UKVM_WAIT_READ,
-};
-
 /* 1 vCPU x 8 MiB at 2 ms per fault: 4 s unless cancelled. */
 static struct ukvm_config slow_config(void)
 {
@@ -89,18 +85,18 @@ int main(void)
 
 	ukt_init("cancel");
 
-	for (i = 0; i < ARRAY_SIZE(waits); i++) {
-		UKT_CASE("%s: cancel while readers sleep out a delay", ukvm_wait_name(waits[i])) {
+	for (i = 0; i < ARRAY_SIZE(ukt_waits); i++) {
+		UKT_CASE("%s: cancel while readers sleep out a delay", ukvm_wait_name(ukt_waits[i])) {
 			cfg = slow_config();
-			cfg.wait = waits[i];
+			cfg.wait = ukt_waits[i];
 			cfg.readers = 2;
 			cancel_after(&cfg, 30, PROMPT_NS);
 		}
 		UKT_CASE("%s: cancel with readers blocked and a vCPU stuck on a fault",
-			 ukvm_wait_name(waits[i])) {
+			 ukvm_wait_name(ukt_waits[i])) {
 			/* Reader 1 of the single uffd leaves at fault 3 without resolving it. */
 			cfg = ukt_small();
-			cfg.wait = waits[i];
+			cfg.wait = ukt_waits[i];
 			cfg.single_uffd = true;
 			cfg.readers = 2;
 			cfg.inject = UKVM_INJECT_READER_EXIT;

@@ -420,4 +420,32 @@ static inline int ukt_exit(void)
 	return ukt_skips == ukt_cases ? T_EXIT_SKIP : T_EXIT_PASS;
 }
 
+
+/* Every uffd mode on the backings it applies to, and every wait mode. */
+static const struct {
+	enum ukvm_uffd_mode mode;
+	enum ukvm_backing backing;
+} ukt_modes[] = {
+	{ UKVM_UFFD_MISSING, UKVM_BACKING_ANONYMOUS },
+	{ UKVM_UFFD_MISSING, UKVM_BACKING_SHMEM },
+	{ UKVM_UFFD_MINOR, UKVM_BACKING_SHMEM },
+	{ UKVM_UFFD_NONE, UKVM_BACKING_ANONYMOUS },
+	{ UKVM_UFFD_NONE, UKVM_BACKING_SHMEM },
+};
+
+static const enum ukvm_wait ukt_waits[] = {
+	UKVM_WAIT_POLL, UKVM_WAIT_EPOLL, UKVM_WAIT_EPOLL_EXCLUSIVE, UKVM_WAIT_READ,
+};
+
+/* A run that must succeed and pass ukt_check_result(). */
+static inline void ukt_run_checked(const struct ukvm_config *cfg)
+{
+	struct ukvm_result res;
+
+	if (!ukt_run_ok(cfg, &res))
+		return;
+	ukt_check_result(cfg, &res);
+	ukvm_result_free(&res);
+}
+
 #endif

@@ -6,10 +6,6 @@
  */
 #include "helpers.h"
 
-static const enum ukvm_wait waits[] = {
-	UKVM_WAIT_POLL, UKVM_WAIT_EPOLL, UKVM_WAIT_EPOLL_EXCLUSIVE, UKVM_WAIT_READ,
-};
-
 static const struct {
 	enum ukvm_uffd_mode mode;
 	enum ukvm_backing backing;
@@ -28,10 +24,10 @@ int main(void)
 
 	ukt_init("inject");
 
-	for (i = 0; i < ARRAY_SIZE(waits); i++) {
-		UKT_CASE("RESOLVE_EIO, %s, single uffd, 3 readers", ukvm_wait_name(waits[i])) {
+	for (i = 0; i < ARRAY_SIZE(ukt_waits); i++) {
+		UKT_CASE("RESOLVE_EIO, %s, single uffd, 3 readers", ukvm_wait_name(ukt_waits[i])) {
 			cfg = ukt_small();
-			cfg.wait = waits[i];
+			cfg.wait = ukt_waits[i];
 			cfg.single_uffd = true;
 			cfg.readers = 3;
 			cfg.inject = UKVM_INJECT_RESOLVE_EIO;

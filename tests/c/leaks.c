@@ -37,15 +37,12 @@ static void start_cancel(const struct ukvm_config *cfg, unsigned delay_ms)
 /* One of everything that can happen to a run. */
 static void every_kind_of_run(void)
 {
-	static const enum ukvm_wait waits[] = {
-		UKVM_WAIT_POLL, UKVM_WAIT_EPOLL, UKVM_WAIT_EPOLL_EXCLUSIVE, UKVM_WAIT_READ,
-	};
 	struct ukvm_config cfg;
 	unsigned i, n;
 
-	for (i = 0; i < ARRAY_SIZE(waits); i++) {
+	for (i = 0; i < ARRAY_SIZE(ukt_waits); i++) {
 		cfg = ukt_small();
-		cfg.wait = waits[i];
+		cfg.wait = ukt_waits[i];
 		cfg.readers = 2;
 		cfg.mem_per_vcpu = MiB;
 		run_quietly(&cfg);		/* success */

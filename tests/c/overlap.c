@@ -7,22 +7,7 @@
  */
 #include "helpers.h"
 
-static const struct {
-	enum ukvm_uffd_mode mode;
-	enum ukvm_backing backing;
-} modes[] = {
-	{ UKVM_UFFD_MISSING, UKVM_BACKING_ANONYMOUS },
-	{ UKVM_UFFD_MISSING, UKVM_BACKING_SHMEM },
-	{ UKVM_UFFD_MINOR, UKVM_BACKING_SHMEM },
-	{ UKVM_UFFD_NONE, UKVM_BACKING_ANONYMOUS },
-	{ UKVM_UFFD_NONE, UKVM_BACKING_SHMEM },
-};
-
-static const enum ukvm_wait waits[] = {
-	UKVM_WAIT_POLL, UKVM_WAIT_EPOLL, UKVM_WAIT_EPOLL_EXCLUSIVE, UKVM_WAIT_READ,
-};
-
-static void run_case(const struct ukvm_config *cfg)
+static void run_overlapped(const struct ukvm_config *cfg)
 {
 	struct ukvm_result res;
 
@@ -41,28 +26,28 @@ int main(void)
 
 	ukt_init("overlap");
 
-	for (i = 0; i < ARRAY_SIZE(modes); i++) {
+	for (i = 0; i < ARRAY_SIZE(ukt_modes); i++) {
 		UKT_CASE("%s on %s, 2 vCPUs over 4 MiB, 3 readers",
-			 ukvm_uffd_mode_name(modes[i].mode), ukvm_backing_name(modes[i].backing)) {
+			 ukvm_uffd_mode_name(ukt_modes[i].mode), ukvm_backing_name(ukt_modes[i].backing)) {
 			cfg = ukt_small();
-			cfg.uffd_mode = modes[i].mode;
-			cfg.backing = modes[i].backing;
+			cfg.uffd_mode = ukt_modes[i].mode;
+			cfg.backing = ukt_modes[i].backing;
 			cfg.mem_per_vcpu = 4 * MiB;
 			cfg.overlap = true;
 			cfg.readers = 3;
-			run_case(&cfg);
+			run_overlapped(&cfg);
 		}
 	}
 
-	for (i = 0; i < ARRAY_SIZE(waits); i++) {
-		UKT_CASE("%s: 3 vCPUs over 1 MiB, 2 readers", ukvm_wait_name(waits[i])) {
+	for (i = 0; i < ARRAY_SIZE(ukt_waits); i++) {
+		UKT_CASE("%s: 3 vCPUs over 1 MiB, 2 readers", ukvm_wait_name(ukt_waits[i])) {
 			cfg = ukt_small();
 			cfg.vcpus = 3;
 			cfg.mem_per_vcpu = MiB;
 			cfg.overlap = true;
-			cfg.wait = waits[i];
+			cfg.wait = ukt_waits[i];
 			cfg.readers = 2;
-			run_case(&cfg);
+			run_overlapped(&cfg);
 		}
 	}
 
@@ -70,7 +55,7 @@ int main(void)
 		cfg = ukt_small();
 		cfg.overlap = true;
 		cfg.single_uffd = true;
-		run_case(&cfg);
+		run_overlapped(&cfg);
 	}
 
 	return ukt_exit();

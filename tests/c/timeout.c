@@ -7,12 +7,8 @@
 #include "helpers.h"
 
 #define LIMIT_NS	(100 * NSEC_PER_MSEC)
-/* Past the limit: stopping, and releasing a vCPU stuck on a fault (500 ms). */
+/* Past the limit: stopping, and releasing a vCPU stuck on a fault. */
 #define SHORTLY_NS	(2000 * NSEC_PER_MSEC)
-
-static const enum ukvm_wait waits[] = {
-	UKVM_WAIT_POLL, UKVM_WAIT_EPOLL, UKVM_WAIT_EPOLL_EXCLUSIVE, UKVM_WAIT_READ,
-};
 
 /* Runs cfg, expects UKVM_ERR_TIMEOUT within [timeout, timeout + SHORTLY_NS). */
 static void expect_timeout(const struct ukvm_config *cfg)
@@ -34,13 +30,13 @@ int main(void)
 
 	ukt_init("timeout");
 
-	for (i = 0; i < ARRAY_SIZE(waits); i++) {
+	for (i = 0; i < ARRAY_SIZE(ukt_waits); i++) {
 		UKT_CASE("%s: 1 of 2 readers of the one uffd leaves at fault 5",
-			 ukvm_wait_name(waits[i])) {
+			 ukvm_wait_name(ukt_waits[i])) {
 			/* The other reader stays, blocked in its wait until the end. */
 			cfg = ukt_small();
 			cfg.single_uffd = true;
-			cfg.wait = waits[i];
+			cfg.wait = ukt_waits[i];
 			cfg.readers = 2;
 			cfg.timeout_ns = LIMIT_NS;
 			cfg.inject = UKVM_INJECT_READER_EXIT;
@@ -54,13 +50,13 @@ int main(void)
 	 * KVM's wait for the fault, only closing the uffd frees it (the
 	 * core's 500 ms "stuck vCPU" release).
 	 */
-	for (i = 0; i < ARRAY_SIZE(waits); i++) {
-		if (waits[i] != UKVM_WAIT_READ && waits[i] != UKVM_WAIT_EPOLL_EXCLUSIVE)
+	for (i = 0; i < ARRAY_SIZE(ukt_waits); i++) {
+		if (ukt_waits[i] != UKVM_WAIT_READ && ukt_waits[i] != UKVM_WAIT_EPOLL_EXCLUSIVE)
 			continue;
-		UKT_CASE("%s: the only reader leaves at fault 5", ukvm_wait_name(waits[i])) {
+		UKT_CASE("%s: the only reader leaves at fault 5", ukvm_wait_name(ukt_waits[i])) {
 			cfg = ukt_small();
 			cfg.vcpus = 1;
-			cfg.wait = waits[i];
+			cfg.wait = ukt_waits[i];
 			cfg.readers = 1;
 			cfg.timeout_ns = LIMIT_NS;
 			cfg.inject = UKVM_INJECT_READER_EXIT;

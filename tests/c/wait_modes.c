@@ -7,20 +7,6 @@
  */
 #include "helpers.h"
 
-static const enum ukvm_wait waits[] = {
-	UKVM_WAIT_POLL, UKVM_WAIT_EPOLL, UKVM_WAIT_EPOLL_EXCLUSIVE, UKVM_WAIT_READ,
-};
-
-static void run_case(const struct ukvm_config *cfg)
-{
-	struct ukvm_result res;
-
-	if (!ukt_run_ok(cfg, &res))
-		return;
-	ukt_check_result(cfg, &res);
-	ukvm_result_free(&res);
-}
-
 int main(void)
 {
 	struct ukvm_config cfg;
@@ -28,40 +14,40 @@ int main(void)
 
 	ukt_init("wait_modes");
 
-	for (i = 0; i < ARRAY_SIZE(waits); i++) {
-		const char *w = ukvm_wait_name(waits[i]);
+	for (i = 0; i < ARRAY_SIZE(ukt_waits); i++) {
+		const char *w = ukvm_wait_name(ukt_waits[i]);
 
 		UKT_CASE("%s: uffd per vCPU, 2 readers each", w) {
 			cfg = ukt_small();
-			cfg.wait = waits[i];
+			cfg.wait = ukt_waits[i];
 			cfg.readers = 2;
-			run_case(&cfg);
+			ukt_run_checked(&cfg);
 		}
 		UKT_CASE("%s: single uffd, 4 readers", w) {
 			cfg = ukt_small();
-			cfg.wait = waits[i];
+			cfg.wait = ukt_waits[i];
 			cfg.single_uffd = true;
 			cfg.readers = 4;
-			run_case(&cfg);
+			ukt_run_checked(&cfg);
 		}
 		UKT_CASE("%s: MINOR on shmem, single uffd, 3 readers", w) {
 			cfg = ukt_small();
 			cfg.backing = UKVM_BACKING_SHMEM;
 			cfg.uffd_mode = UKVM_UFFD_MINOR;
-			cfg.wait = waits[i];
+			cfg.wait = ukt_waits[i];
 			cfg.single_uffd = true;
 			cfg.readers = 3;
-			run_case(&cfg);
+			ukt_run_checked(&cfg);
 		}
 		UKT_CASE("%s: MISSING on shmem, 1 vCPU, 2 readers, 20 us delay", w) {
 			cfg = ukt_small();
 			cfg.vcpus = 1;
 			cfg.mem_per_vcpu = MiB;
 			cfg.backing = UKVM_BACKING_SHMEM;
-			cfg.wait = waits[i];
+			cfg.wait = ukt_waits[i];
 			cfg.readers = 2;
 			cfg.delay_us = 20;
-			run_case(&cfg);
+			ukt_run_checked(&cfg);
 		}
 	}
 
