@@ -177,8 +177,9 @@ static uint64_t reader_clock(struct ukvm_reader *r)
 }
 
 /*
- * Reads one message and resolves it. Returns 0 to carry on, -1 to leave.
- * EAGAIN after a wakeup is the thundering herd: another reader took it.
+ * Reads one message and resolves it: 1 done, 0 nothing read (EAGAIN after a
+ * wakeup is the thundering herd: another reader took it; EINTR a kick), -1
+ * leave.
  */
 static int reader_read_one(struct ukvm_reader *r)
 {
@@ -204,7 +205,7 @@ static int reader_read_one(struct ukvm_reader *r)
 			      r->index, pool->uffd_index, n, sizeof(msg));
 		return -1;
 	}
-	return reader_resolve(r, &msg, reader_clock(r));
+	return reader_resolve(r, &msg, reader_clock(r)) ? -1 : 1;
 }
 
 static bool reader_stopping(struct ukvm_reader *r)
@@ -238,7 +239,7 @@ static void reader_loop_poll(struct ukvm_reader *r)
 				      r->index, pool->uffd_index, fds[0].revents);
 			return;
 		}
-		if (reader_read_one(r))
+		if (reader_read_one(r) < 0)
 			return;
 	}
 }
@@ -274,35 +275,21 @@ static void reader_loop_epoll(struct ukvm_reader *r)
 		if (!fault)
 			continue;
 		r->stats.wakeups++;
-		if (reader_read_one(r))
+		if (reader_read_one(r) < 0)
 			return;
 	}
 }
 
+/* The uffd is blocking here: a read returns a message, or EINTR for a kick. */
 static void reader_loop_read(struct ukvm_reader *r)
 {
-	struct ukvm_pool *pool = r->pool;
-	struct uffd_msg msg;
-	ssize_t n;
+	int ret;
 
 	while (!reader_stopping(r)) {
-		n = read(pool->uffd, &msg, sizeof(msg));
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;	/* kicked: re-check stop */
-			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, errno,
-				      "reader %u of uffd %u: read(uffd)", r->index, pool->uffd_index);
+		ret = reader_read_one(r);
+		if (ret < 0)
 			return;
-		}
-		r->stats.wakeups++;
-		if (n != sizeof(msg)) {
-			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
-				      "reader %u of uffd %u: read(uffd) returned %zd bytes",
-				      r->index, pool->uffd_index, n);
-			return;
-		}
-		if (reader_resolve(r, &msg, reader_clock(r)))
-			return;
+		r->stats.wakeups += (uint64_t)ret;
 	}
 }
 
