@@ -14,7 +14,7 @@ from typing import Any, Optional
 from . import _core
 from .config import Config
 from .result import Result
-from .run import _check_fits_host, _check_pins, _config_of, _core_config, _raise_from_core
+from .run import _config_of, _run
 
 FAULTS = {
     "resolve_eio": _core.INJECT_RESOLVE_EIO,       # resolve number `after` fails with EIO
@@ -31,17 +31,7 @@ def run_with_fault(config: Optional[Config] = None, fault: str = "resolve_eio",
     """run(), with one injected failure (see FAULTS)."""
     if fault not in FAULTS:
         raise ValueError(f"fault: {fault!r} is not one of {', '.join(FAULTS)}")
-    config = _config_of(config, fields)
-    _check_fits_host(config)
-    _check_pins(config)
-    raw_config = _core_config(config)
-    raw_config["inject"] = FAULTS[fault]
-    raw_config["inject_after"] = after
-    try:
-        raw = _core.run(raw_config)
-    except _core.CoreError as e:
-        _raise_from_core(e)
-    return Result._from_core(config, raw)
+    return _run(_config_of(config, fields), inject=FAULTS[fault], inject_after=after)
 
 
 def wait_idle() -> None:

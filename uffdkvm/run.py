@@ -155,14 +155,18 @@ def run(config: Optional[Config] = None, **fields: Any) -> Result:
     ``run()`` runs the default Config; ``run(vcpus=2, mem_per_vcpu="64M")``
     makes one from keywords; ``run(cfg, readers=4)`` overrides fields of cfg.
     The GIL is released while the experiment runs, and Ctrl-C stops it
-    (cleanly: every thread joined, every fd and mapping released) and raises
-    KeyboardInterrupt.
+    (every thread joined, every fd closed) and raises KeyboardInterrupt.
     """
-    config = _config_of(config, fields)
+    return _run(_config_of(config, fields))
+
+
+def _run(config: Config, **core_fields: Any) -> Result:
+    """run() for a Config; core_fields go to the core as they are (tests
+    inject failures this way, see uffdkvm._testing)."""
     _check_fits_host(config)
     _check_pins(config)
     try:
-        raw = _core.run(_core_config(config))
+        raw = _core.run({**_core_config(config), **core_fields})
     except _core.CoreError as e:
         _raise_from_core(e)
     return dataclasses.replace(Result._from_core(config, raw), host=HostInfo.current())
