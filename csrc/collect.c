@@ -133,6 +133,8 @@ int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *err)
 		return ret;
 	}
 	res->pages_per_vcpu = pages;
+	res->threads_start_ns = exp->threads_start_ns;
+	res->threads_joined_ns = exp->threads_joined_ns;
 	res->region_gpa = exp->region_gpa;
 	res->passes = (uint32_t)exp->passes;
 	res->region_bytes = exp->region_size;

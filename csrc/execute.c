@@ -36,6 +36,7 @@ int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 	uint32_t i, ready;
 	int ret = 0;
 
+	exp->threads_start_ns = ukvm_now_ns();
 	for (i = 0; i < exp->cfg.vcpus; i++) {
 		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
 
@@ -142,4 +143,5 @@ void experiment_stop_vcpus(struct ukvm_experiment *exp)
 			vcpu->thread_started = false;
 		}
 	}
+	exp->threads_joined_ns = ukvm_now_ns();
 }

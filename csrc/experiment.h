@@ -52,6 +52,9 @@ struct ukvm_experiment {
 	struct ukvm_pool *pools;
 	uint32_t nr_pools;
 	uint64_t deadline_ns;
+	/* demand_paging_test's window: before the first vCPU thread is created... */
+	uint64_t threads_start_ns;
+	uint64_t threads_joined_ns;	/* ...after the last one is joined */
 	bool probe;			/* ukvm_probe(): build, register, stop there */
 	bool releasing_memory;		/* under ctl.lock: a failed run's memory, still going */
 	struct ukvm_experiment *next_pending;

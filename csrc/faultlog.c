@@ -39,7 +39,7 @@ static int cmp_start(const void *a, const void *b)
 {
 	const struct ukvm_fault_record *x = a, *y = b;
 
-	return (x->start_ns > y->start_ns) - (x->start_ns < y->start_ns);
+	return (x->read_ns > y->read_ns) - (x->read_ns < y->read_ns);
 }
 
 /* By time; at the same instant an end before a start, so touching faults do not overlap. */
@@ -132,9 +132,9 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint
 			continue;	/* not a vCPU's fault (no THREAD_ID, say) */
 		v = &log->vcpus[rec->vcpu];
 		v->faults++;
-		ukvm_hist_add(&v->fault_latency, rec->end_ns - rec->start_ns);
-		ev[k++] = (struct event){ rec->start_ns, rec->vcpu, +1 };
-		ev[k++] = (struct event){ rec->end_ns, rec->vcpu, -1 };
+		ukvm_hist_add(&v->service_latency, rec->resolved_ns - rec->read_ns);
+		ev[k++] = (struct event){ rec->read_ns, rec->vcpu, +1 };
+		ev[k++] = (struct event){ rec->resolved_ns, rec->vcpu, -1 };
 	}
 	qsort(ev, k, sizeof(*ev), cmp_event);
 	sweep(log, ev, k);

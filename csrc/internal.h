@@ -69,7 +69,7 @@ struct ukvm_pool;
 struct ukvm_faultlog {
 	uint32_t nr_vcpus;
 	const int32_t *tids;		/* of each vCPU thread */
-	struct ukvm_vcpu_result *vcpus;	/* gets faults, blocked_ns, fault_latency */
+	struct ukvm_vcpu_result *vcpus;	/* gets faults, blocked_ns, the latencies */
 	uint64_t blocktime_ns;		/* every vCPU blocked at once */
 	struct ukvm_fault_record *all;	/* every record, by start time (owned) */
 	uint64_t nr_all;

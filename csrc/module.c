@@ -250,41 +250,53 @@ static PyObject *hist_to_dict(const struct ukvm_hist *h)
 	return d;
 }
 
+/* A guest-stamped time: 0 means the guest's stamp is unknown. */
+static PyObject *stamp_or_none(uint64_t ns)
+{
+	return ns ? PyLong_FromUnsignedLongLong(ns) : Py_NewRef(Py_None);
+}
+
+#define TRACE_COLUMNS 9
+
 /* The fault records as columns: one list per field. */
 static PyObject *trace_to_dict(const struct ukvm_fault_record *t, uint64_t n)
 {
-	static const char *const names[] = { "start_ns", "end_ns", "gpa", "vcpu", "uffd",
-					     "reader", "eexist" };
-	PyObject *d = PyDict_New(), *cols[7] = { NULL };
+	static const char *const names[TRACE_COLUMNS] = {
+		"raised_ns", "read_ns", "resolved_ns", "resumed_ns", "gpa", "vcpu", "uffd",
+		"reader", "eexist",
+	};
+	PyObject *d = PyDict_New(), *cols[TRACE_COLUMNS] = { NULL };
 	uint64_t i;
 	int c;
 
 	if (!d)
 		return NULL;
-	for (c = 0; c < 7; c++) {
+	for (c = 0; c < TRACE_COLUMNS; c++) {
 		cols[c] = PyList_New((Py_ssize_t)n);
 		if (!cols[c] || PyDict_SetItemString(d, names[c], cols[c]))
 			goto error;
 		Py_DECREF(cols[c]);	/* d holds it */
 	}
 	for (i = 0; i < n; i++) {
-		PyObject *v[7] = {
-			PyLong_FromUnsignedLongLong(t[i].start_ns),
-			PyLong_FromUnsignedLongLong(t[i].end_ns),
+		PyObject *v[TRACE_COLUMNS] = {
+			stamp_or_none(t[i].raised_ns),
+			PyLong_FromUnsignedLongLong(t[i].read_ns),
+			PyLong_FromUnsignedLongLong(t[i].resolved_ns),
+			stamp_or_none(t[i].resumed_ns),
 			PyLong_FromUnsignedLongLong(t[i].gpa),
 			PyLong_FromLong(t[i].vcpu),
 			PyLong_FromLong(t[i].uffd),
 			PyLong_FromLong(t[i].reader),
 			PyBool_FromLong(t[i].eexist),
 		};
-		for (c = 0; c < 7; c++) {
+		for (c = 0; c < TRACE_COLUMNS; c++) {
 			if (!v[c]) {
-				for (c = 0; c < 7; c++)
+				for (c = 0; c < TRACE_COLUMNS; c++)
 					Py_XDECREF(v[c]);
 				goto error_cols_owned;
 			}
 		}
-		for (c = 0; c < 7; c++)
+		for (c = 0; c < TRACE_COLUMNS; c++)
 			PyList_SET_ITEM(cols[c], (Py_ssize_t)i, v[c]);
 	}
 	return d;
@@ -317,6 +329,9 @@ static PyObject *vcpu_to_dict(const struct ukvm_vcpu_result *v, const struct ukv
 	    set_obj(d, "cpus", cpus_list(v->affinity)) ||
 	    set_obj(d, "pass_end_ns", u64_list(v->pass_end_ns, res->passes)) ||
 	    set_u64(d, "faults", v->faults) || set_u64(d, "blocked_ns", v->blocked_ns) ||
+	    set_obj(d, "service_latency", hist_to_dict(&v->service_latency)) ||
+	    set_obj(d, "queue_latency", hist_to_dict(&v->queue_latency)) ||
+	    set_obj(d, "resume_latency", hist_to_dict(&v->resume_latency)) ||
 	    set_obj(d, "fault_latency", hist_to_dict(&v->fault_latency)) ||
 	    set_u64(d, "access_cycles", v->access_cycles) ||
 	    set_obj(d, "access_hist", u64_list(v->access_hist, 64))) {
@@ -336,10 +351,13 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_u64(d, "faults", r->faults) || set_u64(d, "wakeups", r->wakeups) ||
 	    set_u64(d, "spurious_wakeups", r->spurious_wakeups) ||
 	    set_u64(d, "eexist", r->eexist) || set_u64(d, "busy_ns", r->busy_ns) ||
+	    set_u64(d, "tid", (uint64_t)r->tid) || set_u64(d, "copies", r->copies) ||
+	    set_u64(d, "zeropages", r->zeropages) || set_u64(d, "continues", r->continues) ||
 	    set_u64(d, "context_switches", r->context_switches) ||
 	    set_u64(d, "cpu_ns", r->cpu_ns) ||
 	    set_obj(d, "cpus", cpus_list(r->affinity)) ||
-	    set_obj(d, "latency", hist_to_dict(&r->latency))) {
+	    set_obj(d, "service_latency", hist_to_dict(&r->service_latency)) ||
+	    set_obj(d, "queue_latency", hist_to_dict(&r->queue_latency))) {
 		Py_DECREF(d);
 		return NULL;
 	}
@@ -387,6 +405,8 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	if (set_obj(d, "kvm_stats", stats_dict(res->vm_stat_names, res->vm_stats,
 						res->nr_vm_stats)) ||
 	    set_u64(d, "start_ns", res->start_ns) || set_u64(d, "end_ns", res->end_ns) ||
+	    set_u64(d, "threads_start_ns", res->threads_start_ns) ||
+	    set_u64(d, "threads_joined_ns", res->threads_joined_ns) ||
 	    set_u64(d, "pages_per_vcpu", res->pages_per_vcpu) ||
 	    set_u64(d, "region_bytes", res->region_bytes) ||
 	    set_u64(d, "page_size", res->page_size) || set_u64(d, "uffds", res->nr_uffds) ||

@@ -95,8 +95,10 @@ static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, ui
 		r->cap_records = cap;
 	}
 	rec = &r->records[r->nr_records++];
-	rec->start_ns = start;
-	rec->end_ns = end;
+	rec->raised_ns = 0;	/* guest_timing: from the guest's stamps, after the run */
+	rec->read_ns = start;
+	rec->resolved_ns = end;
+	rec->resumed_ns = 0;
 	rec->gpa = gpa;
 	rec->vcpu = tid;
 	rec->uffd = (uint16_t)r->pool->uffd_index;
@@ -142,12 +144,16 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		return -1;
 	}
 
-	if (pool->mode == UKVM_UFFD_MINOR)
+	if (pool->mode == UKVM_UFFD_MINOR) {
 		ret = ukvm_uffd_continue(pool->uffd, addr, pool->page_size);
-	else if (pool->resolve == UKVM_RESOLVE_ZEROPAGE)
+		r->stats.continues++;
+	} else if (pool->resolve == UKVM_RESOLVE_ZEROPAGE) {
 		ret = ukvm_uffd_zeropage(pool->uffd, addr, pool->page_size);
-	else
+		r->stats.zeropages++;
+	} else {
 		ret = reader_copy(r, addr, gpa);
+		r->stats.copies++;
+	}
 	if (ret < 0) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
 			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx)", r->index,
@@ -163,7 +169,7 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		uint64_t t_done = ukvm_now_ns();
 
 		r->stats.busy_ns += t_done - t_read;
-		ukvm_hist_add(&r->stats.latency, t_done - t_read);
+		ukvm_hist_add(&r->stats.service_latency, t_done - t_read);
 		return reader_record(r, t_read, t_done, gpa, (int32_t)msg->arg.pagefault.feat.ptid,
 				     ret == 1);
 	}
@@ -304,6 +310,7 @@ static void *reader_thread(void *arg)
 	struct rusage start, end;
 
 	ukvm_thread_signals_init();
+	r->stats.tid = (int32_t)gettid();
 	if (ukvm_thread_pin(r->cpu, r->stats.affinity)) {
 		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, errno,
 			      "reader %u of uffd %u: pinning to CPU %d (pin_readers)", r->index,

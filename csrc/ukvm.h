@@ -97,11 +97,19 @@ struct ukvm_hist {
 /* The smallest value bucket b holds (b in 0..UKVM_HIST_BUCKETS). */
 uint64_t ukvm_hist_bucket_lower(unsigned b);
 
-/* One fault as a reader saw it (stats full). */
+/*
+ * One fault (stats full), CLOCK_MONOTONIC nanoseconds. The reader stamps
+ * read_ns and resolved_ns; with guest_timing the guest's own stamps of the
+ * access give raised_ns and resumed_ns (0 where unknown), so a fault's
+ * stages are queue = read - raised, service = resolved - read and
+ * resume = resumed - resolved.
+ */
 struct ukvm_fault_record {
-	uint64_t start_ns;	/* the reader read the message */
-	uint64_t end_ns;	/* the resolving ioctl returned */
-	uint64_t gpa;		/* the faulting page, guest-physical */
+	uint64_t raised_ns;	/* the guest was about to make the faulting access */
+	uint64_t read_ns;	/* a reader's read() returned the fault message */
+	uint64_t resolved_ns;	/* the resolving ioctl returned */
+	uint64_t resumed_ns;	/* the guest's access completed */
+	uint64_t gpa;		/* the 4 KiB page the vCPU touched, guest-physical */
 	int32_t vcpu;		/* the vCPU that faulted (UFFD_FEATURE_THREAD_ID), or -1 */
 	uint16_t uffd;
 	uint16_t reader;
@@ -186,10 +194,14 @@ struct ukvm_vcpu_result {
 	uint64_t *pass_end_ns;	/* when each of ukvm_result.passes ended */
 	uint64_t cpu_ns;	/* CPU time of the thread (getrusage) */
 	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
-	/* stats full: the faults this vCPU took, as its readers timed them */
+	/* stats full: the faults this vCPU took (UFFD_FEATURE_THREAD_ID) */
 	uint64_t faults;	/* fault messages from this vCPU (EEXIST ones included) */
 	uint64_t blocked_ns;	/* time with a fault of this vCPU outstanding */
-	struct ukvm_hist fault_latency;
+	struct ukvm_hist service_latency; /* read -> resolving ioctl returned */
+	/* stats full + guest_timing: the stages the readers cannot see alone */
+	struct ukvm_hist queue_latency;	/* raised -> read */
+	struct ukvm_hist resume_latency; /* resolved -> the guest's access completed */
+	struct ukvm_hist fault_latency;	/* raised -> resumed: the whole fault */
 	/* guest_timing: the guest's own view, in TSC cycles */
 	uint64_t access_cycles;	/* summed over all accesses */
 	uint64_t access_hist[64]; /* [i]: accesses of 2^i to 2^(i+1) - 1 cycles */
@@ -203,7 +215,12 @@ struct ukvm_reader_result {
 	uint64_t wakeups;	/* returns from its wait */
 	uint64_t spurious_wakeups; /* woke, then read nothing (EAGAIN) */
 	uint64_t eexist;	/* resolved by someone else first */
+	int32_t tid;		/* the reader's host thread */
 	uint64_t busy_ns;	/* message read to resolving ioctl done */
+	/* Messages resolved by each ioctl (EEXIST included): which one ran. */
+	uint64_t copies;	/* UFFDIO_COPY */
+	uint64_t zeropages;	/* UFFDIO_ZEROPAGE */
+	uint64_t continues;	/* UFFDIO_CONTINUE */
 	/*
 	 * Times the thread was switched out, from getrusage(RUSAGE_THREAD).
 	 * A waiter that the kernel wakes and puts back to sleep without
@@ -213,11 +230,15 @@ struct ukvm_reader_result {
 	uint64_t context_switches;
 	uint64_t cpu_ns;	/* user + system CPU time of the thread */
 	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
-	struct ukvm_hist latency; /* stats full: message read to ioctl done */
+	struct ukvm_hist service_latency; /* stats full: message read to ioctl done */
+	struct ukvm_hist queue_latency;	/* stats full + guest_timing: raised -> read */
 };
 
 struct ukvm_result {
-	uint64_t start_ns;	/* first vCPU started */
+	/* demand_paging_test's window: vCPU threads created ... all joined */
+	uint64_t threads_start_ns;
+	uint64_t threads_joined_ns;
+	uint64_t start_ns;	/* first KVM_RUN of any vCPU */
 	uint64_t end_ns;	/* last vCPU done */
 	uint64_t pages_per_vcpu;
 	uint64_t region_bytes;

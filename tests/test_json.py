@@ -37,7 +37,7 @@ def test_round_trip_is_equal_config_and_host_included(result):
 def test_json_is_one_line_with_the_schema_first(result):
     text = result.to_json()
     assert "\n" not in text
-    assert text.startswith('{"schema": 1, "config": {')
+    assert text.startswith('{"schema": 2, "config": {')
     d = json.loads(text)
     assert d["config"]["timeout_s"] == 60.0 and d["faults"] == 512
     assert Result.from_json(result.to_json(indent=2)) == result
@@ -143,3 +143,36 @@ def test_nested_types_of_new_fields_round_trip():
     del d["blocktime_seconds"], d["notes"]
     assert serial.from_json(Future, json.dumps(d)) == dataclasses.replace(
         x, blocktime_seconds=0.0, notes=[])
+
+
+def test_schema_1_files_load_under_the_stage_names(kvm):
+    """JSON written by uffdkvm 0.1 (schema 1) named the service stage
+    fault_latency / latency and the trace's times start_ns / end_ns, and its
+    seconds was the first-KVM_RUN-to-done window. Rewrite a fresh Result in
+    that old shape and read it back: every value lands under its new name."""
+    r = uffdkvm.run(vcpus=1, mem_per_vcpu="256K", trace_faults=True)
+    old = json.loads(r.to_json())
+    old["schema"] = 1
+    old["seconds"] = old.pop("kvm_run_seconds")
+    for v in old["vcpus"]:
+        for stage in ("queue_latency", "resume_latency", "fault_latency"):
+            v.pop(stage)
+        v["fault_latency"] = v.pop("service_latency")
+    for x in old["readers"]:
+        x.pop("queue_latency")
+        x["latency"] = x.pop("service_latency")
+    t = old["fault_trace"]
+    t.pop("raised_ns"), t.pop("resumed_ns")
+    t["start_ns"], t["end_ns"] = t.pop("read_ns"), t.pop("resolved_ns")
+
+    back = Result.from_json(json.dumps(old))
+    assert back.vcpus[0].service_latency == r.vcpus[0].service_latency
+    assert back.vcpus[0].service_latency.count == 64
+    assert back.vcpus[0].fault_latency is None  # the whole fault was never measured
+    assert back.readers[0].service_latency == r.readers[0].service_latency
+    assert back.fault_trace.read_ns == r.fault_trace.read_ns
+    assert back.fault_trace.resolved_ns == r.fault_trace.resolved_ns
+    assert back.fault_trace.raised_ns == [None] * 64
+    assert back.kvm_run_seconds == back.seconds == r.kvm_run_seconds
+    with pytest.raises(ValueError, match="schema"):
+        Result.from_json(json.dumps({**old, "schema": 0}))

@@ -37,7 +37,10 @@ def test_later_passes_do_not_fault(kvm):
         assert sum(v.pass_seconds) == pytest.approx(v.seconds)
         # The first pass demand-pages; the others find every page mapped.
         assert v.pass_seconds[0] > min(v.pass_seconds[1:])
-    assert r.paging_rate == pytest.approx(1024 / r.pass_seconds[0])
+    # The rate covers the demand-paging pass, from upstream's start (the
+    # threads' creation): a little longer than the pass itself.
+    assert 1024 / r.paging_rate > r.pass_seconds[0]
+    assert 1024 / r.paging_rate < r.seconds
 
 
 @pytest.mark.parametrize("size", ["4K", "2M", "1G"])

@@ -303,17 +303,26 @@ def _numeric_hint(hint: Any) -> bool:
 
 
 def faults_frame(r: "Result") -> "pandas.DataFrame":
-    """One row per fault (trace_faults=True): ``start_ns``, ``end_ns``,
-    ``latency_ns``, ``t_s`` (seconds since the run started), ``gpa``,
-    ``vcpu``, ``uffd``, ``reader``, ``eexist``."""
+    """One row per fault (trace_faults=True), by read time: ``t_s`` (seconds
+    since the first fault was read), the trace's columns (``raised_ns``,
+    ``read_ns``, ``resolved_ns``, ``resumed_ns``, ``gpa``, ``vcpu``, ``uffd``,
+    ``reader``, ``eexist``) and each fault's stages in ns: ``service_ns``
+    (read to resolved) always, ``queue_ns`` (raised to read), ``resume_ns``
+    (resolved to resumed) and ``fault_ns`` (raised to resumed) with
+    guest_timing. Columns that can be unknown use pandas' nullable Int64."""
     pd = _pandas()
     if r.fault_trace is None:
         raise ValueError("fault_trace: this run kept no trace; run with trace_faults=True")
     t = r.fault_trace
     df = pd.DataFrame({f.name: getattr(t, f.name) for f in dataclasses.fields(t)})
-    df.insert(2, "latency_ns", df["end_ns"] - df["start_ns"])
-    start = min(t.start_ns) if len(t) else 0
-    df.insert(0, "t_s", (df["start_ns"] - start) / 1e9)
+    for stamp in ("raised_ns", "resumed_ns"):
+        df[stamp] = df[stamp].astype("Int64")
+    df["queue_ns"] = df["read_ns"] - df["raised_ns"]
+    df["service_ns"] = df["resolved_ns"] - df["read_ns"]
+    df["resume_ns"] = df["resumed_ns"] - df["resolved_ns"]
+    df["fault_ns"] = df["resumed_ns"] - df["raised_ns"]
+    start = min(t.read_ns) if len(t) else 0
+    df.insert(0, "t_s", (df["read_ns"] - start) / 1e9)
     return df
 
 

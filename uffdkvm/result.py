@@ -64,13 +64,26 @@ class VcpuStats:
     cpu_seconds      CPU time the thread used
     faults           fault messages this vCPU caused (UFFD_FEATURE_THREAD_ID),
                      EEXIST ones included; None with stats="basic"
-    fault_latency    Histogram of those faults' latencies: message read by a
-                     reader to the resolving ioctl done (ns)
-    blocked_seconds  time with one of its faults in a reader's hands (QEMU's
-                     per-vCPU blocktime; the vCPU also waits for the reader
-                     to wake and to be woken, which only guest_timing sees)
+
+    Each fault in stages (ns Histograms; stats="full"). A fault is raised when
+    the guest is about to make the access, read when a reader's read()
+    returns its message, resolved when the resolving ioctl returns, resumed
+    when the guest's access completes. Raised and resumed come from the
+    guest's own rdtsc stamps, so they need guest_timing=True:
+
+    queue_latency    raised -> read: delivery, the wakeup, the herd
+                     (guest_timing, else None)
+    service_latency  read -> resolved: the reader's work, delay_us included
+                     (service time only: not the whole fault)
+    resume_latency   resolved -> resumed: waking the vCPU and finishing the
+                     access (guest_timing, else None)
+    fault_latency    raised -> resumed: the whole fault as the vCPU lived it,
+                     = queue + service + resume (guest_timing, else None)
+    blocked_seconds  time with a fault of this vCPU outstanding (QEMU's
+                     per-vCPU blocktime): raised -> resumed with guest_timing,
+                     read -> resolved without it
     access_latency   guest_timing: Histogram of every access as the guest
-                     timed it with rdtsc (ns), None otherwise
+                     timed it with rdtsc (ns), faulting or not, all passes
     """
 
     index: int
@@ -84,6 +97,9 @@ class VcpuStats:
     cpus: List[int] = field(default_factory=list, repr=False)
     cpu_seconds: float = 0.0
     faults: Optional[int] = None
+    queue_latency: Optional[Histogram] = None
+    service_latency: Optional[Histogram] = None
+    resume_latency: Optional[Histogram] = None
     fault_latency: Optional[Histogram] = None
     blocked_seconds: Optional[float] = None
     access_latency: Optional[Histogram] = None
@@ -102,10 +118,17 @@ class ReaderStats:
     spurious_wakeups  wakeups after which the read found nothing (EAGAIN):
                       another reader took the message
     eexist            faults it found already resolved by another reader
-    busy_seconds      from reading a message to its resolving ioctl returning,
-                      summed (the per-fault delay included); None with
-                      stats="basic", which reads no clocks
-    latency           Histogram of those intervals (ns); None with stats="basic"
+    copies, zeropages, continues
+                      messages it resolved with UFFDIO_COPY, UFFDIO_ZEROPAGE,
+                      UFFDIO_CONTINUE (EEXIST ones included)
+    busy_seconds      service time summed: from reading a message to its
+                      resolving ioctl returning (the per-fault delay
+                      included); None with stats="basic", which reads no clocks
+    service_latency   Histogram of those intervals (ns); None with stats="basic"
+    queue_latency     guest_timing: Histogram of the time from the guest
+                      raising each fault this reader read to the read
+                      returning (ns), else None
+    tid               the reader's host thread
     context_switches  times the thread was switched out (getrusage): counts
                       in-kernel herd wakeups that spurious_wakeups cannot see
     cpu_seconds       CPU time the thread used
@@ -122,23 +145,34 @@ class ReaderStats:
     context_switches: int
     cpu_seconds: float
     cpus: List[int] = field(default_factory=list, repr=False)
-    latency: Optional[Histogram] = None
+    service_latency: Optional[Histogram] = None
+    queue_latency: Optional[Histogram] = None
+    tid: int = 0
+    copies: int = 0
+    zeropages: int = 0
+    continues: int = 0
 
 
 @dataclass(frozen=True)
 class FaultTrace:
-    """Every fault of a run (trace_faults=True), as columns, by start time.
+    """Every fault of a run (trace_faults=True), as columns, by read time.
+    Times are CLOCK_MONOTONIC nanoseconds:
 
-    start_ns / end_ns  a reader read the message / its ioctl returned
-                       (CLOCK_MONOTONIC)
-    gpa                the faulting page, guest-physical
-    vcpu               the vCPU that faulted, or -1 if unknown
-    uffd, reader       who resolved it
-    eexist             another reader had resolved it first
+    raised_ns     the guest was about to make the access (guest_timing,
+                  from its rdtsc stamp; None without guest timing)
+    read_ns       a reader's read() returned the fault message
+    resolved_ns   the resolving ioctl returned
+    resumed_ns    the guest's access completed (guest_timing, else None)
+    gpa           the 4 KiB page the vCPU touched, guest-physical
+    vcpu          the vCPU that faulted, or -1 if unknown
+    uffd, reader  who resolved it
+    eexist        another reader had resolved it first
     """
 
-    start_ns: List[int]
-    end_ns: List[int]
+    raised_ns: List[Optional[int]]
+    read_ns: List[int]
+    resolved_ns: List[int]
+    resumed_ns: List[Optional[int]]
     gpa: List[int]
     vcpu: List[int]
     uffd: List[int]
@@ -146,21 +180,28 @@ class FaultTrace:
     eexist: List[bool]
 
     def __len__(self) -> int:
-        return len(self.start_ns)
+        return len(self.read_ns)
 
 
 @dataclass(frozen=True)
 class Result:
     """One experiment.
 
-    seconds        first vCPU started to last vCPU done
+    seconds        demand_paging_test's "Total guest execution time": from
+                   just before the first vCPU thread is created to just after
+                   the last one is joined
+    kvm_run_seconds  the narrower window: the first KVM_RUN of any vCPU to
+                   the last vCPU reporting done (thread start-up and joining
+                   left out)
     faults         faults resolved by all readers (EEXIST not counted)
     paging_rate    pages/s as upstream's demand_paging_test computes it:
-                   pages_per_vcpu / seconds * vcpus, over the first pass (the
-                   one that demand-pages; with passes=1, the whole run)
+                   pages_per_vcpu * vcpus / seconds; with passes > 1, over the
+                   first pass (the one that demand-pages): from the threads'
+                   creation to the last vCPU ending that pass
     pass_seconds   for each pass, first vCPU starting it to last vCPU ending it
-    blocktime_seconds  time during which every vCPU had a fault in a reader's
-                   hands at once (QEMU's postcopy-blocktime); None with
+    blocktime_seconds  time during which every vCPU had a fault outstanding
+                   at once (QEMU's postcopy-blocktime), with each fault's
+                   span as in VcpuStats.blocked_seconds; None with
                    stats="basic"
     fault_trace    trace_faults: every fault (FaultTrace), else None
     verified       every page of the region held what it must after the run,
@@ -188,23 +229,41 @@ class Result:
     blocktime_seconds: Optional[float] = None
     fault_trace: Optional["FaultTrace"] = field(default=None, repr=False)
     host: Optional[HostInfo] = field(default=None, repr=False)
+    kvm_run_seconds: Optional[float] = None
 
     @property
     def per_vcpu_rate(self) -> float:
         """Upstream's "Per-vcpu demand paging rate", pages/s per vCPU."""
         return self.paging_rate / len(self.vcpus) if self.vcpus else 0.0
 
+    def _merged(self, name: str) -> Optional[Histogram]:
+        hists = [getattr(v, name) for v in self.vcpus if getattr(v, name) is not None]
+        return sum(hists) if hists else None
+
+    @property
+    def queue_latency(self) -> Optional[Histogram]:
+        """Every vCPU's queue stage merged (guest_timing), else None."""
+        return self._merged("queue_latency")
+
+    @property
+    def service_latency(self) -> Optional[Histogram]:
+        """Every vCPU's service stage merged (stats="full"), else None."""
+        return self._merged("service_latency")
+
+    @property
+    def resume_latency(self) -> Optional[Histogram]:
+        """Every vCPU's resume stage merged (guest_timing), else None."""
+        return self._merged("resume_latency")
+
     @property
     def fault_latency(self) -> Optional[Histogram]:
-        """Every vCPU's fault latencies merged (stats="full"), else None."""
-        hists = [v.fault_latency for v in self.vcpus if v.fault_latency is not None]
-        return sum(hists) if hists else None
+        """Every vCPU's whole faults, raised to resumed, merged (guest_timing), else None."""
+        return self._merged("fault_latency")
 
     @property
     def access_latency(self) -> Optional[Histogram]:
         """Every vCPU's guest-timed accesses merged (guest_timing), else None."""
-        hists = [v.access_latency for v in self.vcpus if v.access_latency is not None]
-        return sum(hists) if hists else None
+        return self._merged("access_latency")
 
     @property
     def eexist(self) -> int:
@@ -257,6 +316,11 @@ class Result:
     def _from_core(cls, config: Config, raw: dict) -> "Result":
         full = raw["stats_full"]
         timing = config.guest_timing
+        staged = full and timing  # the guest's stamps give the stages around service
+
+        def stage(h: dict, present: bool) -> Optional[Histogram]:
+            return _latency(h) if present else None
+
         vcpus = [VcpuStats(index=v["index"], seconds=(v["end_ns"] - v["start_ns"]) * NS,
                            pages=v["pages"], exits=v["exits"],
                            userspace_exits=v["userspace_exits"], tid=v["tid"],
@@ -265,7 +329,10 @@ class Result:
                                          zip([v["start_ns"]] + v["pass_end_ns"], v["pass_end_ns"])],
                            cpus=v["cpus"], cpu_seconds=v["cpu_ns"] * NS,
                            faults=v["faults"] if full else None,
-                           fault_latency=_latency(v["fault_latency"]) if full else None,
+                           queue_latency=stage(v["queue_latency"], staged),
+                           service_latency=stage(v["service_latency"], full),
+                           resume_latency=stage(v["resume_latency"], staged),
+                           fault_latency=stage(v["fault_latency"], staged),
                            blocked_seconds=v["blocked_ns"] * NS if full else None,
                            access_latency=_access_latency(v["access_hist"], v["access_cycles"],
                                                           raw["tsc_khz"]) if timing else None)
@@ -276,22 +343,31 @@ class Result:
                                busy_seconds=r["busy_ns"] * NS if full else None,
                                context_switches=r["context_switches"],
                                cpu_seconds=r["cpu_ns"] * NS, cpus=r["cpus"],
-                               latency=_latency(r["latency"]) if full else None)
+                               service_latency=stage(r["service_latency"], full),
+                               queue_latency=stage(r["queue_latency"], staged),
+                               tid=r["tid"], copies=r["copies"], zeropages=r["zeropages"],
+                               continues=r["continues"])
                    for r in raw["readers"]]
-        seconds = (raw["end_ns"] - raw["start_ns"]) * NS
+        # demand_paging_test's window: the vCPU threads' creation to their join.
+        seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS
         pages = raw["pages_per_vcpu"]
         # Pass p runs from the first vCPU starting it to the last one ending it.
         starts = [[v["start_ns"]] + v["pass_end_ns"][:-1] for v in raw["vcpus"]]
         ends = [v["pass_end_ns"] for v in raw["vcpus"]]
         pass_seconds = [(max(e[p] for e in ends) - min(s[p] for s in starts)) * NS
                         for p in range(raw["passes"])]
-        first = pass_seconds[0] if pass_seconds else seconds
+        # With several passes the rate covers the one that demand-pages: from
+        # the threads' creation (upstream's start) to the last vCPU ending it.
+        paging_seconds = seconds
+        if raw["passes"] > 1 and ends:
+            paging_seconds = (max(e[0] for e in ends) - raw["threads_start_ns"]) * NS
+        trace = raw["trace"]
         return cls(
             config=config,
             seconds=seconds,
             pages_per_vcpu=pages,
             faults=sum(r.faults for r in readers),
-            paging_rate=pages / first * len(vcpus) if first > 0 else 0.0,
+            paging_rate=pages * len(vcpus) / paging_seconds if paging_seconds > 0 else 0.0,
             vcpus=vcpus,
             readers=readers,
             verified=raw["verified"],
@@ -302,5 +378,6 @@ class Result:
             kvm_stats=raw["kvm_stats"],
             pass_seconds=pass_seconds,
             blocktime_seconds=raw["blocktime_ns"] * NS if full else None,
-            fault_trace=FaultTrace(**raw["trace"]) if raw["trace"] is not None else None,
+            fault_trace=FaultTrace(**trace) if trace is not None else None,
+            kvm_run_seconds=(raw["end_ns"] - raw["start_ns"]) * NS,
         )

@@ -23,7 +23,17 @@ real mistakes:
 - a ``schema`` newer than this uffdkvm knows is a ValueError.
 
 ``schema`` is raised only when an existing field changes meaning or type;
-added fields do not need it.
+added fields do not need it. Older schemas are read by migrating them first
+(:data:`MIGRATIONS`).
+
+Schema 2 (uffdkvm 0.2): a fault's stages got their own names. VcpuStats'
+``fault_latency`` (read to resolved) became ``service_latency``, and
+``fault_latency`` now means the whole fault, raised to resumed;
+ReaderStats' ``latency`` became ``service_latency``; FaultTrace's
+``start_ns``/``end_ns`` became ``read_ns``/``resolved_ns``; Result's
+``seconds`` became demand_paging_test's window (threads created to joined),
+the old narrower window being ``kvm_run_seconds``. A schema 1 file recorded
+only that narrower window: it is read into both.
 """
 from __future__ import annotations
 
@@ -36,7 +46,7 @@ import typing
 from collections import abc
 from typing import Any, Union
 
-SCHEMA = 1
+SCHEMA = 2
 
 _NoneType = type(None)
 
@@ -71,10 +81,43 @@ def from_json(cls: type, text: Union[str, bytes]) -> Any:
         raise ValueError(f"$: expected a JSON object for {cls.__name__}, "
                          f"not {type(data).__name__}")
     schema = data.get("schema", SCHEMA)
-    if isinstance(schema, bool) or not isinstance(schema, int) or schema > SCHEMA:
+    if isinstance(schema, bool) or not isinstance(schema, int) or not 1 <= schema <= SCHEMA:
         raise ValueError(f"$.schema: {schema!r} is not a schema this uffdkvm reads "
-                         f"(up to {SCHEMA}); upgrade uffdkvm to read this file")
+                         f"(1 to {SCHEMA}); upgrade uffdkvm to read this file")
+    for version in range(schema, SCHEMA):
+        data = MIGRATIONS[version](data)
     return decode(cls, data)
+
+
+def _renamed(d: Any, renames: dict) -> Any:
+    if not isinstance(d, dict):
+        return d
+    return {renames.get(k, k): v for k, v in d.items()}
+
+
+def _migrate_1_to_2(data: dict) -> dict:
+    """Schema 1 -> 2: the stage names (see the module docstring)."""
+    data = dict(data)
+    if isinstance(data.get("vcpus"), list):
+        data["vcpus"] = [_renamed(v, {"fault_latency": "service_latency"})
+                         for v in data["vcpus"]]
+    if isinstance(data.get("readers"), list):
+        data["readers"] = [_renamed(r, {"latency": "service_latency"})
+                           for r in data["readers"]]
+    trace = data.get("fault_trace")
+    if isinstance(trace, dict):
+        trace = _renamed(trace, {"start_ns": "read_ns", "end_ns": "resolved_ns"})
+        n = len(trace.get("read_ns") or [])
+        trace.setdefault("raised_ns", [None] * n)
+        trace.setdefault("resumed_ns", [None] * n)
+        data["fault_trace"] = trace
+    if "seconds" in data and "kvm_run_seconds" not in data:
+        data["kvm_run_seconds"] = data["seconds"]
+    return data
+
+
+# MIGRATIONS[n]: JSON data of schema n -> schema n + 1.
+MIGRATIONS = {1: _migrate_1_to_2}
 
 
 @functools.lru_cache(maxsize=None)
