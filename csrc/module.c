@@ -256,14 +256,14 @@ static PyObject *stamp_or_none(uint64_t ns)
 	return ns ? PyLong_FromUnsignedLongLong(ns) : Py_NewRef(Py_None);
 }
 
-#define TRACE_COLUMNS 9
+#define TRACE_COLUMNS 10
 
 /* The fault records as columns: one list per field. */
 static PyObject *trace_to_dict(const struct ukvm_fault_record *t, uint64_t n)
 {
 	static const char *const names[TRACE_COLUMNS] = {
 		"raised_ns", "read_ns", "resolved_ns", "resumed_ns", "gpa", "vcpu", "uffd",
-		"reader", "eexist",
+		"reader", "eexist", "write",
 	};
 	PyObject *d = PyDict_New(), *cols[TRACE_COLUMNS] = { NULL };
 	uint64_t i;
@@ -288,6 +288,7 @@ static PyObject *trace_to_dict(const struct ukvm_fault_record *t, uint64_t n)
 			PyLong_FromLong(t[i].uffd),
 			PyLong_FromLong(t[i].reader),
 			PyBool_FromLong(t[i].eexist),
+			PyBool_FromLong(t[i].write),
 		};
 		for (c = 0; c < TRACE_COLUMNS; c++) {
 			if (!v[c]) {

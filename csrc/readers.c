@@ -77,7 +77,7 @@ static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 
 /* Stats full: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
 static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, uint64_t gpa,
-			 int32_t tid, bool eexist)
+			 int32_t tid, bool eexist, bool write)
 {
 	struct ukvm_fault_record *rec;
 
@@ -104,7 +104,7 @@ static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, ui
 	rec->uffd = (uint16_t)r->pool->uffd_index;
 	rec->reader = (uint16_t)r->index;
 	rec->eexist = eexist;
-	rec->pad = 0;
+	rec->write = write;
 	return 0;
 }
 
@@ -171,7 +171,7 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		r->stats.busy_ns += t_done - t_read;
 		ukvm_hist_add(&r->stats.service_latency, t_done - t_read);
 		return reader_record(r, t_read, t_done, gpa, (int32_t)msg->arg.pagefault.feat.ptid,
-				     ret == 1);
+				     ret == 1, msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
 	}
 	return 0;
 }

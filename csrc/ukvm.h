@@ -114,7 +114,7 @@ struct ukvm_fault_record {
 	uint16_t uffd;
 	uint16_t reader;
 	uint32_t eexist;	/* 1 if another reader had resolved it */
-	uint32_t pad;
+	uint32_t write;		/* 1 if the kernel reported a write fault (UFFD_PAGEFAULT_FLAG_WRITE) */
 };
 
 /*

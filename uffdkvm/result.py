@@ -167,6 +167,8 @@ class FaultTrace:
     vcpu          the vCPU that faulted, or -1 if unknown
     uffd, reader  who resolved it
     eexist        another reader had resolved it first
+    write         the kernel reported a write fault (UFFD_PAGEFAULT_FLAG_WRITE):
+                  the guest's access was a write
     """
 
     raised_ns: List[Optional[int]]
@@ -178,6 +180,7 @@ class FaultTrace:
     uffd: List[int]
     reader: List[int]
     eexist: List[bool]
+    write: List[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.read_ns)
