@@ -14,6 +14,7 @@
 #include <sys/ioctl.h>
 
 #include "experiment.h"
+#include "faultlog.h"
 
 /* KVM's VM-wide statistics into the result; absent stats are not an error. */
 static int collect_vm_stats(struct ukvm_experiment *exp)
@@ -70,37 +71,170 @@ static int collect_vcpu_stats(struct ukvm_experiment *exp, uint32_t i,
 	return 0;
 }
 
-/* Stats full: per-vCPU faults, latency and blocked time, and the VM's blocktime. */
-static int collect_faultlog(struct ukvm_experiment *exp)
+/* KVM's TSC offset of a vCPU (guest TSC - host TSC), or -1 where KVM does not say. */
+static int vcpu_tsc_offset(struct ukvm_vcpu *vcpu, int64_t *offset)
+{
+	if (vcpu->ctl->inject == UKVM_INJECT_NO_KVM_TSC_OFFSET)
+		return -1;
+	uint64_t value;
+	struct kvm_device_attr attr = {
+		.group = KVM_VCPU_TSC_CTRL,
+		.attr = KVM_VCPU_TSC_OFFSET,
+		.addr = (uint64_t)(uintptr_t)&value,
+	};
+
+	if (ioctl(vcpu->fd, KVM_GET_DEVICE_ATTR, &attr))
+		return -1;
+	value += vcpu->tsc_bias;	/* UKVM_INJECT_TSC_OFFSET: as if KVM had applied it */
+	*offset = (int64_t)value;
+	return 0;
+}
+
+/*
+ * guest_timing: how each vCPU's TSC maps to the host's (tsc.h). KVM's
+ * offset is taken when the sync exits confirm it, else the middle of their
+ * bracket; a guest TSC running at another rate than the host's (KVM
+ * scaling, which uffdkvm never asks for) cannot be converted at all.
+ */
+static void collect_clock(struct ukvm_experiment *exp, struct ukvm_guest_log *logs)
 {
 	struct ukvm_result *res = &exp->result;
-	struct ukvm_faultlog log = {
-		.nr_vcpus = exp->cfg.vcpus,
-		.vcpus = res->vcpus,
-	};
-	int32_t *tids = calloc(exp->cfg.vcpus, sizeof(*tids));
+	double per_ns = ukvm_tsc_clock_cycles_per_ns(&exp->tsc_clock);
+	double half_width = 0;
+	bool all_kvm = true;
 	uint32_t i;
-	int ret;
+
+	res->clock_sync = UKVM_CLOCK_SYNC_NONE;
+	if (per_ns <= 0 || !res->tsc_khz ||
+	    (double)res->tsc_khz > per_ns * 1e6 * 1.001 ||
+	    (double)res->tsc_khz < per_ns * 1e6 * 0.999)
+		return;
+	for (i = 0; i < exp->cfg.vcpus; i++) {
+		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
+		const struct ukvm_tsc_bracket *b = &vcpu->tsc_bracket;
+		struct ukvm_guest_log *g = &logs[i];
+		int64_t kvm;
+
+		if (!b->rounds || b->lo > b->hi)
+			return;		/* no bracket: nothing to trust */
+		if (!vcpu_tsc_offset(vcpu, &kvm) && kvm >= b->lo && kvm <= b->hi) {
+			g->tsc_offset = kvm;
+		} else {
+			all_kvm = false;
+			g->tsc_offset = b->lo + (b->hi - b->lo) / 2;
+			if ((double)(b->hi - b->lo) / 2 > half_width)
+				half_width = (double)(b->hi - b->lo) / 2;
+		}
+	}
+	for (i = 0; i < exp->cfg.vcpus; i++)
+		logs[i].usable = exp->vcpus[i].passes_seen >= 1;
+	res->clock_sync = all_kvm ? UKVM_CLOCK_SYNC_KVM_OFFSET : UKVM_CLOCK_SYNC_EXITS;
+	res->clock_error_ns = (uint64_t)(ukvm_tsc_clock_error_ns(&exp->tsc_clock) +
+					 half_width / per_ns) + 1;
+}
+
+/*
+ * Stats full: per-vCPU faults, stages and blocked time, the VM's blocktime,
+ * per-page resolution counts; and the trace.
+ */
+static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *log)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_guest_log *logs = NULL;
+	int32_t *tids = calloc(cfg->vcpus, sizeof(*tids));
+	uint32_t i;
+	int ret = -ENOMEM;
 
 	if (!tids)
 		return -ENOMEM;
-	for (i = 0; i < exp->cfg.vcpus; i++)
+	if (cfg->guest_timing) {
+		logs = calloc(cfg->vcpus, sizeof(*logs));
+		if (!logs)
+			goto out;
+		for (i = 0; i < cfg->vcpus; i++) {
+			logs[i].entries = ukvm_vm_sys_hva(&exp->vm, exp->vcpus[i].log_gpa);
+			logs[i].nr = exp->slice_size / UKVM_PAGE_SIZE;
+			logs[i].base_gpa = ARG(guest_args(exp, &exp->vcpus[i]), GA_REGION);
+			logs[i].tsc_bias = exp->vcpus[i].tsc_bias;
+		}
+		collect_clock(exp, logs);
+	}
+	for (i = 0; i < cfg->vcpus; i++)
 		tids[i] = exp->vcpus[i].tid;
-	log.tids = tids;
-	ret = ukvm_faultlog_build(&log, exp->pools, exp->nr_pools);
+	*log = (struct ukvm_faultlog){
+		.nr_vcpus = cfg->vcpus,
+		.tids = tids,
+		.guest = logs,
+		.clock = &exp->tsc_clock,
+		.region_gpa = exp->region_gpa,
+		.region_pages = exp->region_size / exp->mem.page_size,
+		.page_size = exp->mem.page_size,
+		.vcpus = res->vcpus,
+		.readers = res->readers,
+		.readers_per_uffd = cfg->readers,
+	};
+	ret = ukvm_faultlog_build(log, exp->pools, exp->nr_pools);
+	if (ret)
+		goto out;
+	res->blocktime_ns = log->blocktime_ns;
+	res->misordered = log->misordered;
+	if (cfg->trace_faults) {
+		res->trace = log->all;
+		res->nr_trace = log->nr_all;
+		log->all = NULL;
+	}
+out:
+	free(log->all);
+	log->all = NULL;
 	free(tids);
-	if (ret) {
-		free(log.all);
-		return ret;
+	free(logs);
+	return ret;
+}
+
+/*
+ * Did the experiment happen as configured? Every page of the region must
+ * have come through userfaultfd exactly once in a uffd mode (EEXIST aside:
+ * a second message for a page already resolved), and none may have without
+ * userfaultfd or with prefault. Contents are verify.c's job; this is the
+ * accounting, so that a run whose pages arrived some other way (a kernel
+ * that maps them without asking) is not reported as verified.
+ */
+static void verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	struct ukvm_result *res = &exp->result;
+	uint64_t resolved = 0, messages = 0, expected = 0;
+	const char *how = "";
+	uint32_t i;
+
+	for (i = 0; i < res->nr_readers; i++) {
+		resolved += res->readers[i].faults;
+		messages += res->readers[i].faults + res->readers[i].eexist;
 	}
-	res->blocktime_ns = log.blocktime_ns;
-	if (exp->cfg.trace_faults) {
-		res->trace = log.all;
-		res->nr_trace = log.nr_all;
-	} else {
-		free(log.all);
+	if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault)
+		expected = exp->region_size / exp->mem.page_size;
+	else if (cfg->uffd_mode != UKVM_UFFD_NONE)
+		how = " (prefault populated every page before the vCPUs started)";
+	else
+		how = " (uffd_mode None: no userfaultfd)";
+
+	if (resolved != expected || (!expected && messages)) {
+		snprintf(res->verify_message, sizeof(res->verify_message),
+			 "userfaultfd resolved %llu faults (%llu messages), expected %llu%s%s",
+			 (unsigned long long)resolved, (unsigned long long)messages,
+			 (unsigned long long)expected,
+			 expected ? ": one per page of the region" : "", how);
+		res->verified = false;
+		return;
 	}
-	return 0;
+	if (expected && res->stats_full && log->pages_not_once) {
+		snprintf(res->verify_message, sizeof(res->verify_message),
+			 "%llu pages were not resolved exactly once: the page at gpa 0x%llx "
+			 "was resolved %u times", (unsigned long long)log->pages_not_once,
+			 (unsigned long long)log->first_bad_gpa, log->first_bad_count);
+		res->verified = false;
+	}
 }
 
 /* Verifies memory and what each vCPU's guest reported; fills the result. */
@@ -108,6 +242,7 @@ int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
+	struct ukvm_faultlog log = { 0 };
 	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0;
 	struct ukvm_verify_params vp = {
 		.filled = exp->filled,
@@ -146,7 +281,7 @@ int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *err)
 	res->nr_readers = n;
 	res->stats_full = cfg->stats == UKVM_STATS_FULL;
 	if (res->stats_full) {
-		ret = collect_faultlog(exp);
+		ret = collect_faultlog(exp, &log);
 		if (ret) {
 			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "building the fault log");
 			return ret;
@@ -222,5 +357,7 @@ int experiment_collect(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	if (res->bad_pages)
 		res->verified = false;
+	if (res->verified)
+		verify_faults(exp, &log);
 	return 0;
 }

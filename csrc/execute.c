@@ -32,6 +32,7 @@ void experiment_timespec(struct timespec *ts, uint64_t deadline_ns)
 int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	struct ukvm_ctl *ctl = &exp->ctl;
+	bool timing = exp->cfg.guest_timing;
 	struct timespec ts;
 	uint32_t i, ready;
 	int ret = 0;
@@ -70,16 +71,25 @@ int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 
 	pthread_mutex_lock(&ctl->lock);
 	ctl->vcpus_running = exp->cfg.vcpus;
+	if (timing)
+		ukvm_tsc_clock_sample(&exp->tsc_clock);
 	ctl->go = ctl->failed ? -1 : 1;
 	pthread_cond_broadcast(&ctl->cond);
 	while (ctl->vcpus_running && !ctl->failed) {
-		if (!exp->deadline_ns) {
+		uint64_t until = exp->deadline_ns;
+
+		/* guest_timing: a (TSC, CLOCK_MONOTONIC) pair every CLOCK_PAIR_NS */
+		if (timing && (!until || until - ukvm_now_ns() > CLOCK_PAIR_NS))
+			until = experiment_deadline_after(CLOCK_PAIR_NS);
+		if (!until) {
 			pthread_cond_wait(&ctl->cond, &ctl->lock);
 			continue;
 		}
-		experiment_timespec(&ts, exp->deadline_ns);
-		if (pthread_cond_timedwait(&ctl->cond, &ctl->lock, &ts) == ETIMEDOUT &&
-		    ukvm_now_ns() >= exp->deadline_ns) {
+		experiment_timespec(&ts, until);
+		ret = pthread_cond_timedwait(&ctl->cond, &ctl->lock, &ts);
+		if (timing)
+			ukvm_tsc_clock_sample(&exp->tsc_clock);
+		if (ret == ETIMEDOUT && exp->deadline_ns && ukvm_now_ns() >= exp->deadline_ns) {
 			struct ukvm_error timeout = { 0 };
 
 			ukvm_err_set(&timeout, UKVM_ERR_TIMEOUT, 0,
@@ -91,6 +101,8 @@ int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 		}
 	}
 	pthread_mutex_unlock(&ctl->lock);
+	if (timing)
+		ukvm_tsc_clock_sample(&exp->tsc_clock);	/* the last stamps are older than this */
 	return 0;
 }
 

@@ -49,6 +49,7 @@ void ukvm_wait_idle(void)
 static void experiment_free(struct ukvm_experiment *exp)
 {
 	ukvm_result_free(&exp->result);
+	ukvm_tsc_clock_destroy(&exp->tsc_clock);
 	ukvm_ctl_destroy(&exp->ctl);
 	free(exp->pin_vcpus);
 	free(exp->pin_readers);

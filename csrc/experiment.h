@@ -28,6 +28,10 @@
  * does not let the kick interrupt a vCPU waiting on a userfault). */
 #define STUCK_VCPU_ABORTED_NS	(10 * NSEC_PER_MSEC)
 #define NO_STAT			UINT64_MAX
+/* guest_timing: how often the controller pairs the host's TSC with CLOCK_MONOTONIC */
+#define CLOCK_PAIR_NS		(50 * NSEC_PER_MSEC)
+/* guest_timing: the guest's clock-sync exits before its walk (tsc.h) */
+#define SYNC_ROUNDS		16
 
 struct ukvm_experiment {
 	struct ukvm_config cfg;
@@ -55,6 +59,7 @@ struct ukvm_experiment {
 	/* demand_paging_test's window: before the first vCPU thread is created... */
 	uint64_t threads_start_ns;
 	uint64_t threads_joined_ns;	/* ...after the last one is joined */
+	struct ukvm_tsc_clock tsc_clock;	/* guest_timing: sampled while the vCPUs run */
 	bool probe;			/* ukvm_probe(): build, register, stop there */
 	bool releasing_memory;		/* under ctl.lock: a failed run's memory, still going */
 	struct ukvm_experiment *next_pending;

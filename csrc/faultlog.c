@@ -1,20 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * From the readers' fault records (stats full) to what each vCPU went
- * through: how many faults it took, how long each kept it waiting, and how
- * long all vCPUs were blocked at once.
+ * through, after the run, off the hot path.
  *
- * Each record spans the reader reading the fault message to its resolving
- * ioctl returning, and names the faulting thread (UFFD_FEATURE_THREAD_ID),
- * which maps to a vCPU. A vCPU is blocked while one of its faults is
- * outstanding; the VM is blocked while every vCPU is (QEMU's
- * postcopy-blocktime). Both come from one sweep over the records' start
- * and end events in time order, after the run, off the hot path.
+ * A record spans a reader's read() returning the fault message to its
+ * resolving ioctl returning (the service stage), and names the faulting
+ * thread (UFFD_FEATURE_THREAD_ID), which maps to a vCPU. With guest_timing
+ * the vCPU's own access log adds the two ends the readers cannot see: when
+ * the guest was about to make the access (raised) and when it completed
+ * (resumed), converted from the guest's TSC to CLOCK_MONOTONIC (tsc.h). The
+ * record of vCPU v at page p takes the stamps of v's first-pass access to p:
+ * a vCPU faults a page only in the pass that first touches it.
+ *
+ * A vCPU is blocked while one of its faults is outstanding, raised to
+ * resumed when the stamps are known, read to resolved otherwise; the VM is
+ * blocked while every vCPU is (QEMU's postcopy-blocktime). Both come from
+ * one sweep over the faults' start and end events in time order.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "faultlog.h"
+#include "guest_abi.h"
 #include "internal.h"
 
 struct tid_index {
@@ -35,7 +43,7 @@ static int cmp_tid(const void *a, const void *b)
 	return (x->tid > y->tid) - (x->tid < y->tid);
 }
 
-static int cmp_start(const void *a, const void *b)
+static int cmp_read(const void *a, const void *b)
 {
 	const struct ukvm_fault_record *x = a, *y = b;
 
@@ -90,51 +98,222 @@ out:
 	free(since);
 }
 
+/* Every record the readers wrote, from the pools' logs, into log->all. */
+static int gather(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools)
+{
+	uint64_t n = 0, k = 0, i, used;
+	uint32_t u;
+
+	for (u = 0; u < nr_pools; u++) {
+		used = atomic_load(&pools[u].log_chunks) * UKVM_LOG_CHUNK;
+		if (used > pools[u].log_cap)
+			used = pools[u].log_cap;
+		for (i = 0; pools[u].log && i < used; i++)
+			n += pools[u].log[i].read_ns != 0;
+	}
+	log->all = malloc((n ?: 1) * sizeof(*log->all));
+	if (!log->all)
+		return -ENOMEM;
+	for (u = 0; u < nr_pools; u++) {
+		used = atomic_load(&pools[u].log_chunks) * UKVM_LOG_CHUNK;
+		if (used > pools[u].log_cap)
+			used = pools[u].log_cap;
+		for (i = 0; pools[u].log && i < used; i++)
+			if (pools[u].log[i].read_ns)	/* else a chunk's unwritten tail */
+				log->all[k++] = pools[u].log[i];
+	}
+	log->nr_all = n;
+	return 0;
+}
+
+static uint64_t entry_word(const struct ukvm_guest_log *g, uint64_t i, unsigned off)
+{
+	uint64_t v;
+
+	memcpy(&v, g->entries + i * GA_LOG_ENTRY + off, sizeof(v));
+	return v;
+}
+
+/*
+ * guest_timing: raised_ns and resumed_ns of every record, from the access
+ * log of the vCPU that faulted. The records are visited vCPU by vCPU through
+ * `order` (record indexes grouped by vCPU), with one page -> log entry table
+ * at a time.
+ */
+static int stamp(struct ukvm_faultlog *log)
+{
+	uint64_t *first = calloc(log->nr_vcpus + 1, sizeof(*first));
+	uint64_t *order = malloc((log->nr_all ?: 1) * sizeof(*order));
+	uint64_t *fill = calloc(log->nr_vcpus + 1, sizeof(*fill));
+	uint32_t *entry_of = NULL;
+	uint64_t i, max_pages = 0;
+	uint32_t v;
+	int ret = -ENOMEM;
+
+	if (!first || !order || !fill)
+		goto out;
+	for (i = 0; i < log->nr_all; i++)
+		if (log->all[i].vcpu >= 0)
+			first[log->all[i].vcpu + 1]++;
+	for (v = 0; v < log->nr_vcpus; v++) {
+		first[v + 1] += first[v];
+		if (log->guest[v].nr > max_pages)
+			max_pages = log->guest[v].nr;
+	}
+	for (i = 0; i < log->nr_all; i++)
+		if (log->all[i].vcpu >= 0)
+			order[first[log->all[i].vcpu] + fill[log->all[i].vcpu]++] = i;
+	entry_of = malloc((max_pages ?: 1) * sizeof(*entry_of));
+	if (!entry_of)
+		goto out;
+
+	for (v = 0; v < log->nr_vcpus; v++) {
+		const struct ukvm_guest_log *g = &log->guest[v];
+
+		if (!g->usable || first[v] == first[v + 1])
+			continue;
+		memset(entry_of, 0xff, g->nr * sizeof(*entry_of));
+		for (i = 0; i < g->nr; i++) {
+			uint64_t page = (entry_word(g, i, LOG_GVA) - g->base_gpa) / UKVM_PAGE_SIZE;
+
+			if (page < g->nr)
+				entry_of[page] = (uint32_t)i;
+		}
+		for (i = first[v]; i < first[v + 1]; i++) {
+			struct ukvm_fault_record *rec = &log->all[order[i]];
+			uint64_t page = (rec->gpa - g->base_gpa) / UKVM_PAGE_SIZE;
+			uint64_t raised, resumed;
+			uint32_t e;
+
+			if (rec->gpa < g->base_gpa || page >= g->nr || entry_of[page] == UINT32_MAX)
+				continue;	/* not an access of this vCPU's first pass */
+			e = entry_of[page];
+			raised = entry_word(g, e, LOG_RAISED) + g->tsc_bias;
+			resumed = entry_word(g, e, LOG_RESUMED) + g->tsc_bias;
+			if (resumed < raised)
+				continue;	/* the access never completed */
+			rec->raised_ns = ukvm_tsc_clock_ns(log->clock, raised - (uint64_t)g->tsc_offset);
+			rec->resumed_ns = ukvm_tsc_clock_ns(log->clock,
+							    resumed - (uint64_t)g->tsc_offset);
+		}
+	}
+	ret = 0;
+out:
+	free(first);
+	free(order);
+	free(fill);
+	free(entry_of);
+	return ret;
+}
+
+/* Each page (of page_size) of the region resolved exactly once, EEXIST aside? */
+static int count_pages(struct ukvm_faultlog *log)
+{
+	uint8_t *times = calloc(log->region_pages ?: 1, 1);
+	uint64_t i;
+
+	if (!times)
+		return -ENOMEM;
+	for (i = 0; i < log->nr_all; i++) {
+		const struct ukvm_fault_record *rec = &log->all[i];
+		uint64_t page = (rec->gpa - log->region_gpa) / log->page_size;
+
+		if (!rec->eexist && rec->gpa >= log->region_gpa && page < log->region_pages &&
+		    times[page] < UINT8_MAX)
+			times[page]++;
+	}
+	for (i = 0; i < log->region_pages; i++) {
+		if (times[i] == 1)
+			continue;
+		if (!log->pages_not_once++) {
+			log->first_bad_gpa = log->region_gpa + i * log->page_size;
+			log->first_bad_count = times[i];
+		}
+	}
+	free(times);
+	return 0;
+}
+
+/*
+ * One fault's stages into its vCPU's and reader's histograms; its blocked
+ * span into ev.
+ *
+ * With the guest's stamps the stages partition the vCPU's stall, raised to
+ * resumed, at the read and at the page's arrival. The page arrives inside
+ * the resolving ioctl, which wakes the vCPU before it returns; a reader that
+ * the woken vCPU preempts sees the return only after the vCPU has resumed.
+ * So the service stage ends at the ioctl's return or at the resume,
+ * whichever came first, and the resume stage is what is left. The reader's
+ * own service_latency keeps the ioctl's return: its busy time.
+ */
+static void account(struct ukvm_faultlog *log, const struct ukvm_fault_record *rec,
+		    struct event *ev)
+{
+	struct ukvm_vcpu_result *v = &log->vcpus[rec->vcpu];
+	uint64_t start = rec->read_ns, end = rec->resolved_ns, arrived;
+	uint64_t r = (uint64_t)rec->uffd * log->readers_per_uffd + rec->reader;
+
+	v->faults++;
+	if (!rec->raised_ns || !rec->resumed_ns) {
+		ukvm_hist_add(&v->service_latency, rec->resolved_ns - rec->read_ns);
+		goto blocked;
+	}
+	/*
+	 * raised < read < resumed holds for every real fault: the message
+	 * exists only after the access began, and the access completes only
+	 * after the page came. Stamps that say otherwise are a clock error.
+	 */
+	if (rec->raised_ns >= rec->read_ns || rec->resumed_ns <= rec->read_ns) {
+		log->misordered++;
+		ukvm_hist_add(&v->service_latency, rec->resolved_ns - rec->read_ns);
+		goto blocked;
+	}
+	arrived = rec->resolved_ns < rec->resumed_ns ? rec->resolved_ns : rec->resumed_ns;
+	ukvm_hist_add(&v->queue_latency, rec->read_ns - rec->raised_ns);
+	ukvm_hist_add(&v->service_latency, arrived - rec->read_ns);
+	ukvm_hist_add(&v->resume_latency, rec->resumed_ns - arrived);
+	ukvm_hist_add(&v->fault_latency, rec->resumed_ns - rec->raised_ns);
+	if (log->readers && rec->reader < log->readers_per_uffd)
+		ukvm_hist_add(&log->readers[r].queue_latency, rec->read_ns - rec->raised_ns);
+	start = rec->raised_ns;
+	end = rec->resumed_ns;
+blocked:
+	ev[0] = (struct event){ start, rec->vcpu, +1 };
+	ev[1] = (struct event){ end, rec->vcpu, -1 };
+}
+
 int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools)
 {
 	struct tid_index *map = NULL;
 	struct event *ev = NULL;
-	uint64_t n = 0, i, k = 0;
-	uint32_t u, r;
-	int ret = -ENOMEM;
+	uint64_t i, k = 0;
+	int ret;
 
-	for (u = 0; u < nr_pools; u++)
-		for (r = 0; pools[u].readers && r < pools[u].nr_readers; r++)
-			n += pools[u].readers[r].nr_records;
-	log->all = malloc((n ?: 1) * sizeof(*log->all));
+	ret = gather(log, pools, nr_pools);
+	if (ret)
+		return ret;
+	ret = -ENOMEM;
 	map = malloc((log->nr_vcpus ?: 1) * sizeof(*map));
-	ev = malloc((2 * n ?: 1) * sizeof(*ev));
-	if (!log->all || !map || !ev)
+	ev = malloc((2 * log->nr_all ?: 1) * sizeof(*ev));
+	if (!map || !ev)
 		goto out;
-
-	for (u = 0; u < nr_pools; u++)
-		for (r = 0; pools[u].readers && r < pools[u].nr_readers; r++) {
-			struct ukvm_reader *rd = &pools[u].readers[r];
-
-			if (!rd->nr_records)
-				continue;	/* and records may be NULL */
-			memcpy(log->all + k, rd->records, rd->nr_records * sizeof(*rd->records));
-			k += rd->nr_records;
-		}
-	log->nr_all = n;
-	qsort(log->all, n, sizeof(*log->all), cmp_start);
+	qsort(log->all, log->nr_all, sizeof(*log->all), cmp_read);
 
 	for (i = 0; i < log->nr_vcpus; i++)
 		map[i] = (struct tid_index){ .tid = log->tids[i], .index = (int32_t)i };
 	qsort(map, log->nr_vcpus, sizeof(*map), cmp_tid);
+	for (i = 0; i < log->nr_all; i++)
+		log->all[i].vcpu = vcpu_of(map, log->nr_vcpus, log->all[i].vcpu);
+	if (log->guest && stamp(log))
+		goto out;
+	if (count_pages(log))
+		goto out;
 
-	for (i = 0, k = 0; i < n; i++) {
-		struct ukvm_fault_record *rec = &log->all[i];
-		struct ukvm_vcpu_result *v;
-
-		rec->vcpu = vcpu_of(map, log->nr_vcpus, rec->vcpu);
-		if (rec->vcpu < 0)
+	for (i = 0; i < log->nr_all; i++) {
+		if (log->all[i].vcpu < 0)
 			continue;	/* not a vCPU's fault (no THREAD_ID, say) */
-		v = &log->vcpus[rec->vcpu];
-		v->faults++;
-		ukvm_hist_add(&v->service_latency, rec->resolved_ns - rec->read_ns);
-		ev[k++] = (struct event){ rec->read_ns, rec->vcpu, +1 };
-		ev[k++] = (struct event){ rec->resolved_ns, rec->vcpu, -1 };
+		account(log, &log->all[i], &ev[k]);
+		k += 2;
 	}
 	qsort(ev, k, sizeof(*ev), cmp_event);
 	sweep(log, ev, k);

@@ -20,7 +20,10 @@
  */
 #include "guest_abi.h"
 
-/* Timing: %rsi = the TSC before the access (the address stays in %rax). */
+/*
+ * Timing: %rsi = the TSC before the access, stamped with the page's address
+ * into the access log (the address stays in %rax).
+ */
 	.macro	TSC_BEGIN
 	mov	%rax, %rdi
 	lfence
@@ -28,15 +31,26 @@
 	shl	$32, %rdx
 	or	%rdx, %rax
 	mov	%rax, %rsi
+	mov	GA_LOG_PTR(%r8), %rdx
+	mov	%rsi, LOG_RAISED(%rdx)
+	mov	%rdi, LOG_GVA(%rdx)
 	mov	%rdi, %rax
 	.endm
 
-/* Timing: the access's cycles into GA_TSC_SUM and bucket log2(cycles). */
+/*
+ * Timing: the TSC after the access into the log entry, which then advances
+ * (first pass only: the stride is 0 after it); the access's cycles into
+ * GA_TSC_SUM and bucket log2(cycles).
+ */
 	.macro	TSC_END
 	lfence
 	rdtsc
 	shl	$32, %rdx
 	or	%rdx, %rax
+	mov	GA_LOG_PTR(%r8), %rdx
+	mov	%rax, LOG_RESUMED(%rdx)
+	mov	GA_LOG_STRIDE(%r8), %rcx
+	add	%rcx, GA_LOG_PTR(%r8)
 	sub	%rsi, %rax
 	add	%rax, GA_TSC_SUM(%r8)
 	or	$1, %rax		/* bsr of 0 is undefined */
@@ -164,6 +178,9 @@
 	jmp	.Laddress\s
 
 .Lpass_end\s:
+	.if \timed
+	movq	$0, GA_LOG_STRIDE(%r8)	/* only the first pass faults: log only it */
+	.endif
 	inc	%r12
 	add	%r10, %rbx
 	mov	%rbx, GA_ACCESSES(%r8)
@@ -210,8 +227,38 @@ ukvm_guest_code_start:
 	xor	%r14d, %r14d
 	xor	%r12d, %r12d
 	cmpq	$0, GA_TIMING(%r8)
-	jne	.Lpass_timed
+	jne	.Ltimed
 	WALK	0, _plain
+
+	/*
+	 * Timing, before the walk: touch every page of the access log, so that
+	 * stamping an access never faults; then exit GA_SYNC_ROUNDS times with
+	 * the TSC in GA_SYNC_TSC, so the host can bracket the guest's clock
+	 * between its own readings before and after each exit.
+	 */
+.Ltimed:
+	mov	GA_LOG_PTR(%r8), %rcx
+.Ltouch:
+	cmp	GA_LOG_END(%r8), %rcx
+	jae	.Lsync
+	movq	$0, (%rcx)
+	add	$4096, %rcx
+	jmp	.Ltouch
+.Lsync:
+	mov	GA_SYNC_ROUNDS(%r8), %r13
+.Lsync_round:
+	test	%r13, %r13
+	jz	.Lpass_timed
+	lfence
+	rdtsc
+	shl	$32, %rdx
+	or	%rdx, %rax
+	mov	%rax, GA_SYNC_TSC(%r8)
+	mov	$UKVM_PORT_SYNC, %dx
+	out	%al, %dx
+	dec	%r13
+	jmp	.Lsync_round
+
 	WALK	1, _timed
 
 .Ldone:

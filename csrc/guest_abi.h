@@ -24,16 +24,34 @@
 #define GA_WRITE_PCT	0x48	/* 0..100: share of pages written, not read */
 #define GA_WRITE_KEY	0x50	/* seeds the per-page write/read choice */
 #define GA_TIMING	0x58	/* nonzero: time every access with rdtsc */
+#define GA_LOG_PTR	0x60	/* timing: where the next access log entry goes */
+#define GA_LOG_STRIDE	0x68	/* timing: GA_LOG_ENTRY in the first pass, then 0 */
+#define GA_LOG_END	0x70	/* timing: the end of the log, for the pre-touch */
+#define GA_SYNC_ROUNDS	0x78	/* timing: clock-sync exits before the walk */
 
 /* Written by the guest, at the end of every pass. */
 #define GA_ACCESSES	0x80	/* pages touched so far, all passes */
 #define GA_CHECKSUM	0x88	/* sum of word 1 of every page it read */
 #define GA_PASSES_DONE	0x90
 #define GA_TSC_SUM	0x98	/* timing: TSC cycles spent in accesses */
+#define GA_SYNC_TSC	0xa0	/* timing: the TSC, written just before each sync exit */
 #define GA_TSC_HIST	0x100	/* timing: 64 counters, [i] counts accesses of 2^i.. cycles */
 
 #define GA_SIZE		0x300
 #define GA_TSC_BUCKETS	64
+
+/*
+ * The access log (timing): one entry per access of the first pass, the one
+ * that faults, in the order the guest made them. The guest stamps an entry
+ * before and after each access, so that a fault the readers saw can be
+ * placed on the guest's own clock: raised (about to access) and resumed
+ * (the access done). After the first pass the stride is 0 and entries land
+ * on one spare slot at the end.
+ */
+#define LOG_RAISED	0x00	/* TSC just before the access */
+#define LOG_RESUMED	0x08	/* TSC just after it */
+#define LOG_GVA		0x10	/* the page's address */
+#define GA_LOG_ENTRY	0x18
 
 #define GUEST_PATTERN_SEQUENTIAL	0
 #define GUEST_PATTERN_REVERSE		1
@@ -46,6 +64,7 @@
 #define UKVM_PORT_PASS		0xe000	/* a pass ended */
 #define UKVM_PORT_DONE		0xe001	/* all passes ended */
 #define UKVM_PORT_EXCEPTION	0xe002	/* rax=vector rbx=error code rcx=rip rsi=cr2 */
+#define UKVM_PORT_SYNC		0xe003	/* timing: GA_SYNC_TSC holds the guest's TSC */
 
 /* Constants of the guest's hashes; verify.c computes the same functions. */
 #define GUEST_HASH_MUL1	0x9e3779b97f4a7c15

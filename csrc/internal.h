@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdarg.h>
 
+#include "tsc.h"
 #include "ukvm.h"
 
 #define UKVM_PAGE_SIZE		4096ULL
@@ -63,20 +64,6 @@ int ukvm_thread_pin(int cpu, uint64_t affinity[16]);
 unsigned ukvm_hist_bucket(uint64_t v);
 void ukvm_hist_add(struct ukvm_hist *h, uint64_t v);
 void ukvm_hist_merge(struct ukvm_hist *dst, const struct ukvm_hist *src);
-
-/* ---- faultlog.c: what the readers' fault records say about the vCPUs ---- */
-struct ukvm_pool;
-struct ukvm_faultlog {
-	uint32_t nr_vcpus;
-	const int32_t *tids;		/* of each vCPU thread */
-	struct ukvm_vcpu_result *vcpus;	/* gets faults, blocked_ns, the latencies */
-	uint64_t blocktime_ns;		/* every vCPU blocked at once */
-	struct ukvm_fault_record *all;	/* every record, by start time (owned) */
-	uint64_t nr_all;
-};
-
-/* Attributes, times and merges the records of every reader. */
-int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools);
 
 /* ---- kick.c: the private signal that interrupts KVM_RUN and read(2) ---- */
 int ukvm_kick_init(struct ukvm_error *err);
@@ -164,7 +151,8 @@ void ukvm_vm_init(struct ukvm_vm *vm);
 /* sys_size: bytes for the system memslot, from ukvm_vm_sys_size(). */
 int ukvm_vm_create(struct ukvm_vm *vm, uint64_t sys_size, struct ukvm_error *err);
 void ukvm_vm_destroy(struct ukvm_vm *vm);
-uint64_t ukvm_vm_sys_size(uint32_t vcpus, uint64_t region_bytes);
+/* extra_bytes: more for ukvm_vm_alloc() (the guest's access logs, say). */
+uint64_t ukvm_vm_sys_size(uint32_t vcpus, uint64_t region_bytes, uint64_t extra_bytes);
 int ukvm_vm_alloc(struct ukvm_vm *vm, uint64_t bytes, uint64_t *gpa, struct ukvm_error *err);
 void *ukvm_vm_sys_hva(struct ukvm_vm *vm, uint64_t gpa);
 int ukvm_vm_add_memslot(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, void *hva,
@@ -202,6 +190,12 @@ struct ukvm_vcpu {
 	int cpu;			/* pinned to, or -1 */
 	uint64_t affinity[16];
 	uint64_t cpu_ns;
+	/* guest_timing: the guest's access log, and its TSC bracketed at sync exits */
+	bool timing;
+	uint64_t log_gpa;
+	uint64_t log_entries;		/* first-pass pages, plus the spare slot */
+	struct ukvm_tsc_bracket tsc_bracket;
+	uint64_t tsc_bias;		/* UKVM_INJECT_TSC_OFFSET: added to every guest TSC read */
 };
 
 void ukvm_vcpu_init(struct ukvm_vcpu *vcpu);
@@ -271,9 +265,9 @@ struct ukvm_reader {
 	uint8_t *src;			/* UFFDIO_COPY source, stamped per fault */
 	int cpu;			/* pinned to, or -1 */
 	uint64_t rng;			/* delay distribution state */
-	struct ukvm_fault_record *records;	/* stats full: one per fault, vcpu = tid */
-	uint64_t nr_records;
-	uint64_t cap_records;
+	/* stats full: the chunk of the pool's fault log this reader fills (vcpu = tid) */
+	struct ukvm_fault_record *rec_next;
+	struct ukvm_fault_record *rec_end;
 	struct ukvm_reader_result stats;	/* the thread's own; read after join */
 } __attribute__((aligned(UKVM_CACHELINE)));
 
@@ -304,7 +298,20 @@ struct ukvm_pool {
 	uint32_t readers_made;		/* entries of readers[] to clean up */
 	struct ukvm_reader *readers;
 	atomic_bool stop;
+	/*
+	 * Stats full: every fault record, in chunks of UKVM_LOG_CHUNK that the
+	 * readers claim one at a time (one atomic per chunk, no allocation on
+	 * the hot path). The mapping is reserved for the most records the pool
+	 * can see and touched only as far as it fills; a record whose read_ns
+	 * is 0 was never written.
+	 */
+	uint32_t vcpus_sharing;		/* vCPUs that may fault one page (overlap) */
+	struct ukvm_fault_record *log;
+	uint64_t log_cap;		/* records */
+	atomic_uint_fast64_t log_chunks; /* chunks claimed */
 };
+
+#define UKVM_LOG_CHUNK	1024
 
 /* Empty, destroyable state; the caller then fills in the fields above readers. */
 void ukvm_pool_init(struct ukvm_pool *pool);

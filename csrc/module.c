@@ -414,6 +414,9 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	    set_u64(d, "region_gpa", res->region_gpa) || set_u64(d, "passes", res->passes) ||
 	    set_obj(d, "stats_full", PyBool_FromLong(res->stats_full)) ||
 	    set_u64(d, "blocktime_ns", res->blocktime_ns) || set_u64(d, "tsc_khz", res->tsc_khz) ||
+	    set_u64(d, "clock_sync", res->clock_sync) ||
+	    set_u64(d, "clock_error_ns", res->clock_error_ns) ||
+	    set_u64(d, "misordered", res->misordered) ||
 	    set_obj(d, "trace", res->trace ? trace_to_dict(res->trace, res->nr_trace)
 					   : Py_NewRef(Py_None)) ||
 	    set_obj(d, "verified", PyBool_FromLong(res->verified)) ||
@@ -596,6 +599,9 @@ static int add_constants(PyObject *m)
 		{ "DELAY_UNIFORM", UKVM_DELAY_UNIFORM },
 		{ "DELAY_EXPONENTIAL", UKVM_DELAY_EXPONENTIAL },
 		{ "STATS_FULL", UKVM_STATS_FULL },
+		{ "CLOCK_SYNC_NONE", UKVM_CLOCK_SYNC_NONE },
+		{ "CLOCK_SYNC_KVM_OFFSET", UKVM_CLOCK_SYNC_KVM_OFFSET },
+		{ "CLOCK_SYNC_EXITS", UKVM_CLOCK_SYNC_EXITS },
 		{ "STATS_BASIC", UKVM_STATS_BASIC },
 		{ "UFFD_NONE", UKVM_UFFD_NONE },
 		{ "UFFD_MISSING", UKVM_UFFD_MISSING },
@@ -615,6 +621,9 @@ static int add_constants(PyObject *m)
 		{ "INJECT_GUEST_MMIO", UKVM_INJECT_GUEST_MMIO },
 		{ "INJECT_THREAD_CREATE", UKVM_INJECT_THREAD_CREATE },
 		{ "INJECT_CORRUPT_PAGE", UKVM_INJECT_CORRUPT_PAGE },
+		{ "INJECT_TSC_OFFSET", UKVM_INJECT_TSC_OFFSET },
+		{ "INJECT_NO_KVM_TSC_OFFSET", UKVM_INJECT_NO_KVM_TSC_OFFSET },
+		{ "INJECT_UNFAULTED_PAGE", UKVM_INJECT_UNFAULTED_PAGE },
 	};
 	size_t i;
 

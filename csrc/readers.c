@@ -79,22 +79,24 @@ static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, uint64_t gpa,
 			 int32_t tid, bool eexist, bool write)
 {
+	struct ukvm_pool *pool = r->pool;
 	struct ukvm_fault_record *rec;
 
-	if (r->nr_records == r->cap_records) {
-		uint64_t cap = r->cap_records ? 2 * r->cap_records : 4096;
+	if (r->rec_next == r->rec_end) {
+		uint64_t chunk = atomic_fetch_add_explicit(&pool->log_chunks, 1,
+							   memory_order_relaxed);
 
-		rec = realloc(r->records, cap * sizeof(*rec));
-		if (!rec) {
-			ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, ENOMEM,
-				      "reader %u of uffd %u: growing the fault log to %llu records",
-				      r->index, r->pool->uffd_index, (unsigned long long)cap);
+		if ((chunk + 1) * UKVM_LOG_CHUNK > pool->log_cap) {
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, ENOSPC,
+				      "reader %u of uffd %u: the fault log is full (%llu records: "
+				      "far more fault messages than pages)", r->index,
+				      pool->uffd_index, (unsigned long long)pool->log_cap);
 			return -1;
 		}
-		r->records = rec;
-		r->cap_records = cap;
+		r->rec_next = pool->log + chunk * UKVM_LOG_CHUNK;
+		r->rec_end = r->rec_next + UKVM_LOG_CHUNK;
 	}
-	rec = &r->records[r->nr_records++];
+	rec = r->rec_next++;
 	rec->raised_ns = 0;	/* guest_timing: from the guest's stamps, after the run */
 	rec->read_ns = start;
 	rec->resolved_ns = end;
@@ -112,7 +114,7 @@ static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, ui
 static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uint64_t t_read)
 {
 	struct ukvm_pool *pool = r->pool;
-	uint64_t addr, gpa;
+	uint64_t fault, addr, gpa;
 	int ret;
 
 	if (msg->event != UFFD_EVENT_PAGEFAULT) {
@@ -121,7 +123,8 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 			      pool->uffd_index, msg->event);
 		return -1;
 	}
-	addr = msg->arg.pagefault.address & ~(pool->page_size - 1);
+	fault = msg->arg.pagefault.address & ~(UKVM_PAGE_SIZE - 1);	/* what the vCPU touched */
+	addr = msg->arg.pagefault.address & ~(pool->page_size - 1);	/* what gets resolved */
 	if (addr < pool->hva_base || addr >= pool->hva_base + pool->region_size) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
 			      "reader %u of uffd %u: fault at 0x%llx, outside the region "
@@ -170,8 +173,9 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 
 		r->stats.busy_ns += t_done - t_read;
 		ukvm_hist_add(&r->stats.service_latency, t_done - t_read);
-		return reader_record(r, t_read, t_done, gpa, (int32_t)msg->arg.pagefault.feat.ptid,
-				     ret == 1, msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
+		return reader_record(r, t_read, t_done, pool->gpa_base + (fault - pool->hva_base),
+				     (int32_t)msg->arg.pagefault.feat.ptid, ret == 1,
+				     msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
 	}
 	return 0;
 }
@@ -396,6 +400,37 @@ void ukvm_pool_init(struct ukvm_pool *pool)
 	pool->uffd = -1;
 	pool->stop_fd = -1;
 	atomic_init(&pool->stop, false);
+	atomic_init(&pool->log_chunks, 0);
+}
+
+/*
+ * Stats full: the pool's fault log. Each page of the range faults once per
+ * vCPU that may touch it (a retried access can fault again, so double it),
+ * plus a partly filled chunk per reader. Only the address space is reserved
+ * up front; the part every run fills (a record per page) is populated now,
+ * so that writing a record does not take a page fault on the hot path
+ * either.
+ */
+static int pool_log_create(struct ukvm_pool *pool, struct ukvm_error *err)
+{
+	uint64_t pages = pool->region_size / pool->page_size;
+	uint64_t expected = pages * pool->vcpus_sharing;
+	uint64_t cap = 2 * expected + (uint64_t)(pool->nr_readers + 1) * UKVM_LOG_CHUNK;
+	/* One record per page: what every run needs, whatever overlap adds. */
+	uint64_t warm = (pages + (uint64_t)pool->nr_readers * UKVM_LOG_CHUNK) * sizeof(*pool->log);
+
+	pool->log = mmap(NULL, cap * sizeof(*pool->log), PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (pool->log == MAP_FAILED) {
+		pool->log = NULL;
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "uffd %u: mmap(fault log, %llu records)",
+			     pool->uffd_index, (unsigned long long)cap);
+		return -ENOMEM;
+	}
+	pool->log_cap = cap;
+	/* Best effort (Linux 5.14+): without it the first records fault the pages in. */
+	madvise(pool->log, ALIGN_UP(warm, UKVM_PAGE_SIZE), MADV_POPULATE_WRITE);
+	return 0;
 }
 
 int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
@@ -416,6 +451,11 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 		return -ENOMEM;
 	}
 	memset(pool->readers, 0, pool->nr_readers * sizeof(*pool->readers));
+	if (pool->full_stats) {
+		ret = pool_log_create(pool, err);
+		if (ret)
+			return ret;
+	}
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
 	    pool->page_size > PRIVATE_SRC_MAX) {
 		ret = pthread_mutex_init(&pool->src_lock, NULL);
@@ -524,10 +564,12 @@ void ukvm_pool_destroy(struct ukvm_pool *pool)
 			close(r->epfd);
 		if (r->src)
 			munmap(r->src, pool->page_size);
-		free(r->records);
 	}
 	free(pool->readers);
 	pool->readers = NULL;
+	if (pool->log)
+		munmap(pool->log, pool->log_cap * sizeof(*pool->log));
+	pool->log = NULL;
 	if (pool->shared_src)
 		munmap(pool->shared_src, pool->page_size);
 	pool->shared_src = NULL;

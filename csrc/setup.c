@@ -33,6 +33,39 @@ static void guest_order(const struct ukvm_config *cfg, uint32_t vcpu, uint64_t p
 	ARG(a, GA_PERM_KEY1) = ukvm_splitmix64(&state) & mask;
 }
 
+/* guest_timing: a vCPU's access log, one entry per page and a spare (guest_abi.h). */
+static uint64_t guest_log_bytes(const struct ukvm_experiment *exp)
+{
+	return ALIGN_UP((exp->slice_size / UKVM_PAGE_SIZE + 1) * GA_LOG_ENTRY, UKVM_PAGE_SIZE);
+}
+
+/*
+ * guest_timing: the vCPU's access log and clock-sync exits. The log's pages
+ * are written here once, so that the guest's stamps never wait for the host
+ * to find memory (the guest touches them too, for KVM's own mapping).
+ */
+static int setup_guest_log(struct ukvm_experiment *exp, struct ukvm_vcpu *vcpu, uint64_t *a,
+			   struct ukvm_error *err)
+{
+	uint64_t bytes = guest_log_bytes(exp);
+	int ret;
+
+	ret = ukvm_vm_alloc(&exp->vm, bytes, &vcpu->log_gpa, err);
+	if (ret)
+		return ret;
+	memset(ukvm_vm_sys_hva(&exp->vm, vcpu->log_gpa), 0, bytes);
+	vcpu->timing = true;
+	/* The guest's clock as if it ran ahead of the host's (tests of the conversion). */
+	if (exp->cfg.inject == UKVM_INJECT_TSC_OFFSET)
+		vcpu->tsc_bias = exp->cfg.inject_after;
+	vcpu->log_entries = exp->slice_size / UKVM_PAGE_SIZE + 1;
+	ARG(a, GA_LOG_PTR) = vcpu->log_gpa;
+	ARG(a, GA_LOG_STRIDE) = GA_LOG_ENTRY;
+	ARG(a, GA_LOG_END) = vcpu->log_gpa + bytes;
+	ARG(a, GA_SYNC_ROUNDS) = SYNC_ROUNDS;
+	return 0;
+}
+
 static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
@@ -68,6 +101,11 @@ static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 		ARG(a, GA_WRITE_KEY) = exp->write_key;
 		ARG(a, GA_TIMING) = cfg->guest_timing;
 		guest_order(cfg, i, exp->slice_size / UKVM_PAGE_SIZE, a);
+		if (cfg->guest_timing) {
+			ret = setup_guest_log(exp, vcpu, a, err);
+			if (ret)
+				return ret;
+		}
 
 		ret = ukvm_vcpu_create(&exp->vm, vcpu, i, args_gpa, stack_gpa + VCPU_STACK_BYTES,
 				       err);
@@ -186,6 +224,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->resolve = cfg->resolve;
 		pool->full_stats = cfg->stats == UKVM_STATS_FULL;
 		pool->seed = cfg->seed;
+		pool->vcpus_sharing = cfg->overlap ? cfg->vcpus : 1;
 		pool->pins = cfg->pin_readers;
 		pool->nr_pins = cfg->nr_pin_readers;
 		pool->first_reader = u * cfg->readers;
@@ -202,6 +241,28 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 			return ret;
 	}
 	return 0;
+}
+
+/*
+ * UKVM_INJECT_UNFAULTED_PAGE: page inject_after of the region is mapped
+ * before userfaultfd is registered, with the data it would have got, as a
+ * kernel that maps memory without asking would: the contents are right,
+ * the page never faults.
+ */
+static void setup_unfaulted_injection(struct ukvm_experiment *exp)
+{
+	uint64_t off = exp->cfg.inject_after * exp->mem.page_size;
+	volatile uint8_t *page = exp->mem.hva + off;
+
+	if (exp->cfg.inject != UKVM_INJECT_UNFAULTED_PAGE || off >= exp->region_size ||
+	    exp->cfg.uffd_mode == UKVM_UFFD_NONE || exp->cfg.prefault)
+		return;
+	if (exp->cfg.uffd_mode == UKVM_UFFD_MINOR)
+		(void)page[0];	/* maps the page cache's page: no minor fault left */
+	else if (exp->filled)
+		ukvm_fill_pages((void *)page, exp->mem.page_size, exp->region_gpa + off);
+	else
+		page[0] = 0;	/* zero-filled, as UFFDIO_ZEROPAGE would leave it */
 }
 
 /* UKVM_INJECT_GUEST_*: break the guest's mapping of one page of vCPU 0. */
@@ -238,7 +299,8 @@ int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 		      (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY);
 	exp->slice_size = cfg->mem_per_vcpu;
 	exp->region_size = cfg->overlap ? cfg->mem_per_vcpu : cfg->mem_per_vcpu * cfg->vcpus;
-	sys_size = ukvm_vm_sys_size(cfg->vcpus, exp->region_size);
+	sys_size = ukvm_vm_sys_size(cfg->vcpus, exp->region_size,
+				    cfg->guest_timing ? cfg->vcpus * guest_log_bytes(exp) : 0);
 
 	ret = ukvm_mem_check_host(cfg->backing, exp->region_size, err);
 	ret = ret ?: ukvm_vm_create(&exp->vm, sys_size, err);
@@ -277,6 +339,7 @@ int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 		ret = setup_fill(exp, exp->mem.hva, err);
 	else if (cfg->uffd_mode == UKVM_UFFD_MINOR)
 		ret = setup_fill(exp, exp->mem.alias, err);
+	setup_unfaulted_injection(exp);
 	ret = ret ?: setup_uffds(exp, err);
 	if (!ret && exp_past_deadline(exp)) {
 		ukvm_err_set(err, UKVM_ERR_TIMEOUT, 0,

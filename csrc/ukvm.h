@@ -74,6 +74,13 @@ enum ukvm_wait {
 	UKVM_WAIT__COUNT
 };
 
+/* How guest TSC stamps became host CLOCK_MONOTONIC times (guest_timing). */
+enum ukvm_clock_sync {
+	UKVM_CLOCK_SYNC_NONE = 0,	/* not converted: the stages are unknown */
+	UKVM_CLOCK_SYNC_KVM_OFFSET,	/* KVM's TSC offset, confirmed by the sync exits */
+	UKVM_CLOCK_SYNC_EXITS,		/* the offset bracketed by sync exits alone */
+};
+
 /* What the readers measure beyond counters. */
 enum ukvm_stats {
 	UKVM_STATS_FULL = 0,	/* timestamps per fault: latency, attribution, blocktime */
@@ -130,6 +137,9 @@ enum ukvm_inject {
 	UKVM_INJECT_GUEST_MMIO,		/* page inject_after of vCPU 0 maps no memory: MMIO exit */
 	UKVM_INJECT_THREAD_CREATE,	/* thread number inject_after fails to start (EAGAIN) */
 	UKVM_INJECT_CORRUPT_PAGE,	/* page inject_after is damaged before verification */
+	UKVM_INJECT_TSC_OFFSET,		/* the host sees every guest TSC inject_after cycles ahead */
+	UKVM_INJECT_NO_KVM_TSC_OFFSET,	/* KVM's TSC offset is taken as unknown */
+	UKVM_INJECT_UNFAULTED_PAGE,	/* page inject_after is mapped before userfaultfd is */
 	UKVM_INJECT__COUNT
 };
 
@@ -248,6 +258,10 @@ struct ukvm_result {
 	bool stats_full;
 	uint64_t blocktime_ns;	/* stats full: time during which every vCPU was blocked */
 	uint64_t tsc_khz;	/* guest TSC frequency, for guest_timing */
+	/* guest_timing: how the guest's TSC stamps were put on CLOCK_MONOTONIC */
+	enum ukvm_clock_sync clock_sync;
+	uint64_t clock_error_ns;	/* a bound on that conversion's error */
+	uint64_t misordered;	/* faults whose stamps contradict the readers' (clock error) */
 	uint64_t nr_trace;	/* trace_faults: every fault, by start time */
 	struct ukvm_fault_record *trace;
 	uint32_t nr_uffds;

@@ -36,6 +36,7 @@ void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
 	vcpu->fd = -1;
 	vcpu->cpu = -1;
 	atomic_init(&vcpu->exited, false);
+	ukvm_tsc_bracket_init(&vcpu->tsc_bracket);
 }
 
 static void vcpu_set_segment(struct kvm_segment *seg, uint16_t selector, uint8_t type,
@@ -241,8 +242,11 @@ static void vcpu_fail_exit(struct ukvm_vcpu *vcpu, const char *what)
 		      detail, regs);
 }
 
-/* Handles one return from KVM_RUN: 1 keep running, 0 done, -1 failed. */
-static int vcpu_handle_exit(struct ukvm_vcpu *vcpu)
+/*
+ * Handles one return from KVM_RUN: 1 keep running, 0 done, -1 failed.
+ * tsc_before/tsc_after: the host's TSC around that KVM_RUN (guest_timing).
+ */
+static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_t tsc_after)
 {
 	struct kvm_run *run = vcpu->run;
 
@@ -250,6 +254,15 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu)
 	case KVM_EXIT_IO:
 		if (run->io.direction != KVM_EXIT_IO_OUT)
 			break;
+		if (run->io.port == UKVM_PORT_SYNC && vcpu->timing) {
+			const volatile uint64_t *args = ukvm_vm_sys_hva(vcpu->vm, vcpu->args_gpa);
+
+			ukvm_tsc_bracket_add(&vcpu->tsc_bracket,
+					     args[GA_SYNC_TSC / sizeof(uint64_t)] + vcpu->tsc_bias,
+					     tsc_before,
+					     tsc_after);
+			return 1;
+		}
 		if (run->io.port == UKVM_PORT_PASS) {
 			if (vcpu->passes_seen < vcpu->passes)
 				vcpu->pass_end_ns[vcpu->passes_seen] = ukvm_now_ns();
@@ -301,9 +314,15 @@ void *ukvm_vcpu_thread(void *arg)
 
 	vcpu->start_ns = ukvm_now_ns();
 	for (;;) {
+		uint64_t tsc_before = 0, tsc_after = 0;
+
 		if (ukvm_ctl_stopping(ctl))
 			break;
+		if (vcpu->timing)
+			tsc_before = ukvm_rdtsc();
 		ret = ioctl(vcpu->fd, KVM_RUN, 0);
+		if (vcpu->timing)
+			tsc_after = ukvm_rdtsc();
 		vcpu->userspace_exits++;
 		if (ret < 0) {
 			int e = errno;
@@ -323,7 +342,7 @@ void *ukvm_vcpu_thread(void *arg)
 					      vcpu->index);
 			break;
 		}
-		ret = vcpu_handle_exit(vcpu);
+		ret = vcpu_handle_exit(vcpu, tsc_before, tsc_after);
 		if (ret <= 0) {
 			vcpu->done = ret == 0;
 			break;

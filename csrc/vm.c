@@ -35,14 +35,15 @@
 #define GDT_ENTRIES	5		/* null, code, data, TSS (two slots) */
 #define IDT_VECTORS	32
 
-uint64_t ukvm_vm_sys_size(uint32_t vcpus, uint64_t region_bytes)
+uint64_t ukvm_vm_sys_size(uint32_t vcpus, uint64_t region_bytes, uint64_t extra_bytes)
 {
 	uint64_t tables, bytes;
 
 	/* 4 KiB page tables for the region, plus the upper levels and slack. */
 	tables = (region_bytes + SZ_2M - 1) / SZ_2M +
 		 (region_bytes + SZ_1G - 1) / SZ_1G + 2 + 16;
-	bytes = SYS_FIXED_BYTES + (uint64_t)vcpus * VCPU_SYS_BYTES + tables * UKVM_PAGE_SIZE;
+	bytes = SYS_FIXED_BYTES + (uint64_t)vcpus * VCPU_SYS_BYTES + tables * UKVM_PAGE_SIZE +
+		extra_bytes;
 	/* The 2 MiB identity map of the system memslot itself. */
 	bytes += ((bytes + SZ_1G - 1) / SZ_1G + 2) * UKVM_PAGE_SIZE;
 	return ALIGN_UP(bytes, SZ_2M);

@@ -38,9 +38,12 @@ def every_thread_and_fd_given_back(released):
 
 
 def test_every_fault_kind_is_tested():
-    """A fault added to the core without a test here fails this."""
+    """A fault added to the core without a test fails this: the failures are
+    tested here; the clock shifts in test_timeline.py, the unfaulted page in
+    test_accounting.py."""
     assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
-                           "thread_create", "corrupt_page"}
+                           "thread_create", "corrupt_page", "tsc_offset",
+                           "no_kvm_tsc_offset", "unfaulted_page"}
 
 
 def test_an_unknown_fault_is_refused():

@@ -23,6 +23,9 @@ FAULTS = {
     "guest_mmio": _core.INJECT_GUEST_MMIO,         # vCPU 0's page `after` maps nothing: MMIO
     "thread_create": _core.INJECT_THREAD_CREATE,   # thread number `after` fails to start
     "corrupt_page": _core.INJECT_CORRUPT_PAGE,     # page `after` is damaged before the check
+    "tsc_offset": _core.INJECT_TSC_OFFSET,         # every vCPU's TSC runs `after` cycles ahead
+    "no_kvm_tsc_offset": _core.INJECT_NO_KVM_TSC_OFFSET,  # KVM's TSC offset taken as unknown
+    "unfaulted_page": _core.INJECT_UNFAULTED_PAGE,  # page `after` is mapped before userfaultfd
 }
 
 

@@ -306,10 +306,12 @@ def faults_frame(r: "Result") -> "pandas.DataFrame":
     """One row per fault (trace_faults=True), by read time: ``t_s`` (seconds
     since the first fault was read), the trace's columns (``raised_ns``,
     ``read_ns``, ``resolved_ns``, ``resumed_ns``, ``gpa``, ``vcpu``, ``uffd``,
-    ``reader``, ``eexist``) and each fault's stages in ns: ``service_ns``
-    (read to resolved) always, ``queue_ns`` (raised to read), ``resume_ns``
-    (resolved to resumed) and ``fault_ns`` (raised to resumed) with
-    guest_timing. Columns that can be unknown use pandas' nullable Int64."""
+    ``reader``, ``eexist``, ``write``) and each fault's stages in ns:
+    ``service_ns`` (read to the page's arrival: resolved, or resumed if the
+    vCPU resumed before the reader saw its ioctl return) always;
+    ``queue_ns`` (raised to read), ``resume_ns`` (arrival to resumed) and
+    ``fault_ns`` (raised to resumed) with guest_timing. Columns that can be
+    unknown use pandas' nullable Int64."""
     pd = _pandas()
     if r.fault_trace is None:
         raise ValueError("fault_trace: this run kept no trace; run with trace_faults=True")
@@ -317,9 +319,15 @@ def faults_frame(r: "Result") -> "pandas.DataFrame":
     df = pd.DataFrame({f.name: getattr(t, f.name) for f in dataclasses.fields(t)})
     for stamp in ("raised_ns", "resumed_ns"):
         df[stamp] = df[stamp].astype("Int64")
+    # The page arrived when the ioctl returned, or when the vCPU resumed if
+    # that came first (the ioctl wakes the vCPU before it returns; see
+    # VcpuStats): the stages then partition raised -> resumed.
+    resolved = df["resolved_ns"].astype("Int64")
+    arrived = resolved.where(df["resumed_ns"].isna() | (resolved <= df["resumed_ns"]),
+                             df["resumed_ns"])
     df["queue_ns"] = df["read_ns"] - df["raised_ns"]
-    df["service_ns"] = df["resolved_ns"] - df["read_ns"]
-    df["resume_ns"] = df["resumed_ns"] - df["resolved_ns"]
+    df["service_ns"] = arrived - df["read_ns"]
+    df["resume_ns"] = df["resumed_ns"] - arrived
     df["fault_ns"] = df["resumed_ns"] - df["raised_ns"]
     start = min(t.read_ns) if len(t) else 0
     df.insert(0, "t_s", (df["read_ns"] - start) / 1e9)

@@ -15,6 +15,8 @@ from .histogram import Histogram
 from .host import HostInfo
 
 NS = 1e-9
+_CLOCK_SYNC = {_core.CLOCK_SYNC_KVM_OFFSET: "kvm_tsc_offset",
+               _core.CLOCK_SYNC_EXITS: "sync_exits"}
 # The core's latency buckets, in nanoseconds (see Histogram).
 LATENCY_BOUNDS = tuple(_core.HIST_BOUNDS)
 
@@ -207,6 +209,15 @@ class Result:
                    span as in VcpuStats.blocked_seconds; None with
                    stats="basic"
     fault_trace    trace_faults: every fault (FaultTrace), else None
+    clock_sync     guest_timing: how the guest's TSC stamps were put on the
+                   readers' clock (CLOCK_MONOTONIC): "kvm_tsc_offset" (KVM's
+                   offset, confirmed by the guest's clock-sync exits),
+                   "sync_exits" (the exits' bracket alone), or None (could not
+                   be converted: no stages); None without guest_timing
+    clock_error_ns guest_timing: a bound on that conversion's error, ns
+    misordered_faults  guest_timing: faults whose stamps contradict the
+                   readers' (raised after the read, or resumed before it),
+                   left out of the stages; 0 when the clocks agree
     verified       every page of the region held what it must after the run,
                    and every vCPU touched and read what it should have
     bad_pages      pages that did not (0 when verified)
@@ -233,6 +244,9 @@ class Result:
     fault_trace: Optional["FaultTrace"] = field(default=None, repr=False)
     host: Optional[HostInfo] = field(default=None, repr=False)
     kvm_run_seconds: Optional[float] = None
+    clock_sync: Optional[str] = None
+    clock_error_ns: Optional[float] = None
+    misordered_faults: Optional[int] = None
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -383,4 +397,7 @@ class Result:
             blocktime_seconds=raw["blocktime_ns"] * NS if full else None,
             fault_trace=FaultTrace(**trace) if trace is not None else None,
             kvm_run_seconds=(raw["end_ns"] - raw["start_ns"]) * NS,
+            clock_sync=_CLOCK_SYNC.get(raw["clock_sync"]) if staged else None,
+            clock_error_ns=float(raw["clock_error_ns"]) if staged else None,
+            misordered_faults=raw["misordered"] if staged else None,
         )

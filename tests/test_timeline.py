@@ -1,0 +1,182 @@
+"""A fault's whole timeline (guest_timing): the guest's own stamps of each
+access, raised and resumed, put on the readers' clock, so that every fault
+splits into queue (raised -> read), service (read -> page arrived) and resume
+(-> the access completed).
+
+What proves the stamps right is not their sum (the stages partition the stall
+by construction) but order against an independent clock: every reader's
+read() of a fault message happens after the guest raised that fault and
+before the guest's access completed. A guest clock converted with the wrong
+offset puts reads outside that window; one converted at the wrong rate
+disagrees with the guest's own measurement of each access.
+"""
+import numpy as np
+import pytest
+
+import uffdkvm
+from uffdkvm._testing import run_with_fault
+
+from conftest import small
+
+TIMED = dict(vcpus=2, mem_per_vcpu="8M", guest_timing=True, trace_faults=True)
+PAGES = 2 * 8 * 256
+
+
+def check_timeline(r, error_ns=None):
+    """Every fault of r sits inside the guest's own stall, and the stage
+    histograms say what the trace says."""
+    assert r.verified, r.verify_message
+    t = r.fault_trace
+    raised = np.array(t.raised_ns, dtype=np.int64)
+    read = np.array(t.read_ns, dtype=np.int64)
+    resolved = np.array(t.resolved_ns, dtype=np.int64)
+    resumed = np.array(t.resumed_ns, dtype=np.int64)
+    slack = error_ns if error_ns is not None else r.clock_error_ns
+    assert r.misordered_faults == 0
+    # The read of each message falls inside the stall the guest timed itself.
+    assert (raised < read + slack).all()
+    assert (read < resumed + slack).all()
+    assert (read <= resolved).all()
+
+    f = r.faults_frame()
+    arrived = np.minimum(resolved, resumed)
+    assert (f["queue_ns"].to_numpy(dtype=np.int64) == read - raised).all()
+    assert (f["service_ns"].to_numpy(dtype=np.int64) == arrived - read).all()
+    assert (f["resume_ns"].to_numpy(dtype=np.int64) == resumed - arrived).all()
+    for v in r.vcpus:
+        mine = f[f["vcpu"] == v.index]
+        for name in ("queue", "service", "resume", "fault"):
+            h = getattr(v, f"{name}_latency")
+            assert h.count == len(mine) == v.faults
+            assert h.sum == mine[f"{name}_ns"].sum()
+        # With 4 KiB pages and one pass every access faults, so the guest's
+        # own histogram of its accesses (cycles, converted with KVM's TSC
+        # frequency) times the same stalls as raised -> resumed (converted
+        # with the host clock's measured rate).
+        assert v.access_latency.count == v.fault_latency.count == PAGES // 2
+        assert v.fault_latency.sum == pytest.approx(v.access_latency.sum, rel=1e-3)
+    for x in r.readers:
+        mine = f[(f["uffd"] == x.uffd) & (f["reader"] == x.index)]
+        assert x.queue_latency.count == len(mine) == x.faults + x.eexist
+        assert x.queue_latency.sum == mine["queue_ns"].sum()
+
+
+def test_every_fault_read_falls_inside_the_guests_own_stall(kvm):
+    r = small(**TIMED)
+    assert r.clock_sync == "kvm_tsc_offset"
+    assert 0 < r.clock_error_ns < 1000
+    check_timeline(r)
+    # The stages are real durations here: delivery and the vCPU's return
+    # cost microseconds on any host.
+    assert r.queue_latency.percentile(50) > 1000
+    assert r.resume_latency.percentile(50) > 1000
+
+
+def test_a_guest_tsc_far_ahead_of_the_hosts_is_converted(kvm):
+    """KVM reports the offset between guest and host TSC; shift it by ~6
+    minutes and nothing may change: the conversion must use it."""
+    cfg = uffdkvm.Config(**TIMED)
+    r = run_with_fault(cfg, "tsc_offset", after=10**12)
+    assert r.clock_sync == "kvm_tsc_offset"
+    check_timeline(r)
+    assert r.queue_latency.percentile(50) < 1_000_000
+
+
+def test_without_kvms_offset_the_sync_exits_bracket_it(kvm):
+    """Where KVM does not report its offset, the guest's clock-sync exits
+    bracket it: less exact (the error bound says by how much), still right."""
+    r = run_with_fault(uffdkvm.Config(**TIMED), "no_kvm_tsc_offset", after=1)
+    assert r.clock_sync == "sync_exits"
+    assert 0 < r.clock_error_ns < 200_000
+    check_timeline(r)
+
+
+def test_stages_hold_with_every_reader_layout(kvm):
+    for fields in (dict(single_uffd=True, readers=4, wait="poll"),
+                   dict(uffd_mode="minor", backing="shmem", readers=2),
+                   dict(delay_us=50, delay_dist="exponential")):
+        check_timeline(small(**TIMED, **fields))
+
+
+def test_a_delay_lands_in_service_not_in_queue_or_resume(kvm):
+    """delay_us is spent by the reader between read and resolve: it must
+    move the service stage by about that much and leave the others alone."""
+    base = small(**TIMED)
+    delayed = small(**TIMED, delay_us=300)
+    service = delayed.service_latency.percentile(50) - base.service_latency.percentile(50)
+    assert 250_000 < service < 600_000
+    assert delayed.queue_latency.percentile(50) < 250_000
+    assert delayed.resume_latency.percentile(50) < 250_000
+
+
+def test_blocked_time_spans_raised_to_resumed(kvm):
+    """With the guest's stamps a vCPU is blocked from raising a fault to
+    completing the access: recompute the union of those spans by brute force."""
+    r = small(**TIMED, single_uffd=True, readers=1, delay_us=100)
+    t = r.fault_trace
+    spans = {}
+    for vcpu, a, b in zip(t.vcpu, t.raised_ns, t.resumed_ns):
+        spans.setdefault(vcpu, []).append((a, b))
+
+    def union(intervals):
+        total, end = 0, None
+        for a, b in sorted(intervals):
+            if end is None or a > end:
+                total += b - a
+                end = b
+            elif b > end:
+                total += b - end
+                end = b
+        return total
+
+    for v in r.vcpus:
+        assert v.blocked_seconds * 1e9 == pytest.approx(union(spans[v.index]), abs=2)
+    # Blocktime: the instants at which both vCPUs were blocked.
+    events = sorted([(a, 1, v) for v, s in spans.items() for a, _ in s] +
+                    [(b, -1, v) for v, s in spans.items() for _, b in s],
+                    key=lambda e: (e[0], e[1]))
+    depth, both, since = {0: 0, 1: 0}, 0, None
+    for when, delta, v in events:
+        before = all(depth.values())
+        depth[v] += delta
+        after = all(depth.values())
+        if after and not before:
+            since = when
+        elif before and not after:
+            both += when - since
+    assert r.blocktime_seconds > 0
+    assert r.blocktime_seconds * 1e9 == pytest.approx(both, abs=2)
+
+
+def test_without_guest_timing_only_service_is_known(kvm):
+    r = small(vcpus=2, mem_per_vcpu="8M", trace_faults=True)
+    assert r.clock_sync is None and r.misordered_faults is None
+    for v in r.vcpus:
+        assert v.service_latency.count == v.faults
+        assert v.queue_latency is v.resume_latency is v.fault_latency is None
+    for x in r.readers:
+        assert x.queue_latency is None and x.service_latency.count == x.faults + x.eexist
+    assert set(r.fault_trace.raised_ns) == {None} == set(r.fault_trace.resumed_ns)
+    f = r.faults_frame()
+    assert f["queue_ns"].isna().all() and not f["service_ns"].isna().any()
+
+
+def test_guest_timing_with_basic_stats_keeps_only_the_guests_histogram(kvm):
+    r = small(vcpus=2, mem_per_vcpu="8M", guest_timing=True, stats="basic")
+    for v in r.vcpus:
+        assert v.access_latency.count == PAGES // 2
+        assert v.queue_latency is v.service_latency is v.fault_latency is None
+
+
+def test_the_poll_herd_shows_in_queue(kvm):
+    """One uffd, 32 readers: poll wakes every reader for every fault, and the
+    one that gets it waits its turn behind the others (this host has two
+    CPUs). The wait is between the fault and the read: queue, which the
+    readers' own timestamps cannot see."""
+    fields = dict(vcpus=2, mem_per_vcpu="4M", single_uffd=True, readers=32,
+                  guest_timing=True)
+    queue = {"poll": [], "epoll_exclusive": []}
+    for _ in range(2):
+        for wait in queue:
+            queue[wait].append(small(**fields, wait=wait).queue_latency.percentile(50))
+    assert min(queue["poll"]) > 1.3 * max(queue["epoll_exclusive"]), queue
