@@ -9,8 +9,11 @@
  *   epoll           each reader its own epoll set, plain EPOLLIN: the same herd.
  *   epoll_exclusive each reader its own epoll set with EPOLLIN|EPOLLEXCLUSIVE on
  *                   the uffd, so a fault wakes one of them.
- *   read            a blocking read(2); the kernel hands each message to one
- *                   reader without the reader returning to userspace empty.
+ *   read            a blocking read(2). The uffd's read waiters sit on the same
+ *                   wait queue as poll's, added non-exclusively (fs/userfaultfd.c
+ *                   userfaultfd_ctx_read), so every fault wakes them all: the
+ *                   losers find the queue empty in the kernel and sleep again
+ *                   without returning, a herd that only context_switches shows.
  *
  * Every reader also waits on the pool's stop eventfd (read mode: it is kicked
  * with a signal instead). Each keeps its counters in its own cache line and
