@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.epilog = (
         "Table: one row per combination of the swept fields, one column per --wait mode "
         "(or, when --wait is fixed, per value of the last swept field); each cell is the "
-        "median of --metric over the trials with, in brackets, the bootstrap 95%% confidence "
+        "median of --metric over the trials with, in brackets, the bootstrap 95% confidence "
         "interval of that median (--spread). Below it: the coefficient of variation "
         "(stdev/mean) of the trials per column. A run that fails is "
         "reported and the sweep goes on. Exit status: 0 ok, 1 some run's memory failed "
