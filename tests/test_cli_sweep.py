@@ -1,12 +1,14 @@
 """uffdkvm sweep: flags that take lists, the comparison table, --out, exit codes."""
 import json
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from uffdkvm import cli
+from uffdkvm import cli, read_results, spread_of
 
 pytest.importorskip("pandas")
 pytestmark = pytest.mark.kvm
@@ -27,11 +29,85 @@ def test_one_row_per_reader_count_one_column_per_wait_mode(kvm, capsys):
     assert code == 0, err
     lines = out.splitlines()
     assert lines[:2] == ["| readers | poll | epoll_exclusive |", "|---|---|---|"]
-    cell = rf"{NUMBER} \({NUMBER}-{NUMBER}\)"  # median (min-max)
+    cell = rf"{NUMBER} \[{NUMBER}, {NUMBER}\]"  # median [95% interval]
     for line, readers in zip(lines[2:5], (1, 2, 4)):
         assert re.fullmatch(rf"\| {readers} \| {cell} \| {cell} \|", line), line
     assert lines[5] == ""
-    assert lines[6] == "median pages_per_s of 2 trial(s) (min-max); 12 runs"
+    assert lines[6] == ("median pages_per_s of 2 trials [bootstrap 95% confidence interval "
+                        "of the median]; 12 runs")
+    assert lines[7] == ("with 2 trials the interval is the trials' min-max: it holds the true "
+                        "median 50% of the time (6 or more trials for 95%)")
+    assert re.fullmatch(r"cv \(stdev/mean of the trials, lowest-highest cell per column\): "
+                        r"poll [\d.]+%(-[\d.]+%)?, epoll_exclusive [\d.]+%(-[\d.]+%)?",
+                        lines[8]), lines[8]
+
+
+def _runs(path):
+    """pages/s of each run in an --out file, by (readers, wait)."""
+    rates = {}
+    for r in read_results(path):
+        rates.setdefault((r.config.readers, r.config.wait), []).append(r.paging_rate)
+    return rates
+
+
+def _si(x):
+    return f"{x / 1e3:.3g}k" if x >= 1e3 else f"{x:.3g}"
+
+
+def _percent(x):
+    return f"{100 * x:.2g}%" if x < 0.1 else f"{100 * x:.0f}%"
+
+
+def test_cells_are_the_median_and_bootstrap_interval_of_the_trials(kvm, capsys, tmp_path):
+    # Six trials: the interval moves inside the min-max, so a table that
+    # showed the extremes (or the quartiles) would not match.
+    out = tmp_path / "runs.jsonl"
+    code, text, err = sweep(capsys, "-r", "1,2", "--wait", "poll,read", "--trials", "6",
+                            "--out", str(out))
+    assert code == 0, err
+    rates = _runs(out)
+    lines = text.splitlines()
+    for row, readers in zip(lines[2:4], (1, 2)):
+        cells = []
+        for wait in ("poll", "read"):
+            s = spread_of(rates[readers, wait])
+            assert s.n == 6
+            assert s.min <= s.ci_low <= s.median <= s.ci_high <= s.max
+            cells.append(f"{_si(s.median)} [{_si(s.ci_low)}, {_si(s.ci_high)}]")
+        assert row == f"| {readers} | {cells[0]} | {cells[1]} |"
+    assert "with 6 trials" not in text  # from 6 trials on the interval means 95%
+    # The cv line: per column (wait mode), its lowest and highest cell.
+    expected = []
+    for wait in ("poll", "read"):
+        low, high = map(_percent, sorted(spread_of(rates[n, wait]).cv for n in (1, 2)))
+        expected.append(f"{wait} {low}" if low == high else f"{wait} {low}-{high}")
+    assert lines[-1] == ("cv (stdev/mean of the trials, lowest-highest cell per column): "
+                         + ", ".join(expected))
+
+
+@pytest.mark.parametrize("spread,low,high,footer", [
+    ("minmax", "min", "max", "(min-max)"),
+    ("iqr", "q1", "q3", "(interquartile range: 25th-75th percentile)"),
+])
+def test_spread_shows_the_extremes_or_the_quartiles(kvm, capsys, tmp_path, spread, low, high,
+                                                    footer):
+    out = tmp_path / "runs.jsonl"
+    code, text, err = sweep(capsys, "-r", "1", "--trials", "4", "--out", str(out),
+                            "--spread", spread)
+    assert code == 0, err
+    s = spread_of(_runs(out)[1, "epoll_exclusive"])
+    assert text.splitlines()[2] == \
+        f"| {_si(s.median)} ({_si(getattr(s, low))}-{_si(getattr(s, high))}) |"
+    assert f"median pages_per_s of 4 trials {footer}; 4 runs" in text
+    assert "interval" not in text.replace("interquartile", "")  # no CI caveat
+
+
+def test_one_trial_shows_the_median_alone(kvm, capsys):
+    code, out, _ = sweep(capsys, "-r", "1,2")
+    assert code == 0
+    lines = out.splitlines()
+    assert re.fullmatch(rf"\| 1 \| {NUMBER} \|", lines[2]), lines[2]
+    assert lines[5:] == ["median pages_per_s of 1 trial; 2 runs"]
 
 
 def test_out_is_resumed_and_reprints_the_same_table(kvm, capsys, tmp_path):
@@ -54,6 +130,21 @@ def test_any_config_field_sweeps_with_set(kvm, capsys):
     assert lines[0] == "| single_uffd | readers=1 | readers=2 |"
     assert [line.split(" | ")[0] for line in lines[2:4]] == ["| False", "| True"]
     assert "median context_switches_per_fault" in out
+
+
+def test_a_run_without_the_metric_is_not_a_failure(kvm, capsys):
+    # access_latency_* is empty without guest_timing: no value, no failure.
+    code, out, _ = sweep(capsys, "-r", "1,2", "--trials", "2", "--metric",
+                         "access_latency_p50_ns")
+    assert code == 0
+    assert out.splitlines()[2:4] == ["| 1 | - |", "| 2 | - |"]
+    assert "failed" not in out
+
+
+def test_a_metric_that_is_not_a_number_exits_2(kvm, capsys):
+    code, _, err = sweep(capsys, "-r", "1", "--metric", "wait")
+    assert code == cli.EXIT_CONFIG
+    assert "--metric: column 'wait' is not numeric" in err
 
 
 def test_json_prints_every_run(kvm, capsys):
@@ -97,12 +188,18 @@ def test_malformed_lists_are_argparse_errors(capsys, args):
 
 
 def test_the_command_dispatches_sweep_and_keeps_flat_usage(kvm):
+    # From /, with the uffdkvm under test first on the path (not the installed one).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(cli.__file__).resolve().parent.parent),
+         *filter(None, [os.environ.get("PYTHONPATH")])]))
+
     def uffdkvm(*args):
         return subprocess.run([sys.executable, "-m", "uffdkvm", *args], capture_output=True,
-                              text=True, timeout=120, cwd="/")
+                              text=True, timeout=120, cwd="/", env=env)
     p = uffdkvm("sweep", "-b", "1M", "-r", "1,2")
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("| readers | pages_per_s |\n|---|---|\n| 1 | ")
+    assert "\nmedian pages_per_s of 1 trial; 2 runs\n" in p.stdout  # this uffdkvm's footer
     assert "2/2" in p.stderr  # the progress bar
     p = uffdkvm("-b", "1M", "-r", "2")
     assert p.returncode == 0 and p.stdout.startswith("Total guest execution time:")

@@ -2,16 +2,19 @@
 from top to bottom at UFFDKVM_NB_SCALE=small without a cell error.
 
 Each notebook is executed in memory (its file is never written) by a kernel
-of this very Python, from a temporary working directory, so the kernel
-imports the uffdkvm installed here and whatever a notebook writes lands in
-the temporary directory.
+of this very Python, from a temporary working directory (whatever a notebook
+writes lands there), with the uffdkvm these tests import first on its path:
+a worktree's own uffdkvm, not whichever one is installed.
 """
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+import uffdkvm
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 KERNEL = "uffdkvm-tests"  # a kernel spec of our own, so no other "python3" is picked up
@@ -52,6 +55,9 @@ def kernel_env(tmp_path_factory, monkeypatch_module):
         "language": "python",
     }))
     monkeypatch_module.setenv("JUPYTER_PATH", str(data))
+    package_root = str(Path(uffdkvm.__file__).resolve().parent.parent)
+    monkeypatch_module.setenv("PYTHONPATH", os.pathsep.join(
+        [package_root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     monkeypatch_module.setenv("UFFDKVM_NB_SCALE", "small")
     monkeypatch_module.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     monkeypatch_module.delenv("UFFDKVM_NB_HUGEPAGES", raising=False)
@@ -69,6 +75,8 @@ def test_runs_small(kvm, hugepages, kernel_env, tmp_path, path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(path, as_version=4)
+    # Last, in memory only: which uffdkvm the kernel ran.
+    nb.cells.append(nbformat.v4.new_code_cell("import uffdkvm; print(uffdkvm.__file__)"))
     client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=SMALL_RUN_S,
                                      resources={"metadata": {"path": str(tmp_path)}})
     start = time.monotonic()
@@ -81,3 +89,6 @@ def test_runs_small(kvm, hugepages, kernel_env, tmp_path, path):
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if "image/png" in o.get("data", {})]
     assert images, f"{path.name} drew no plot"
+    ran = nb.cells[-1].outputs[0]["text"].strip()
+    assert ran == str(Path(uffdkvm.__file__).resolve()), \
+        f"the kernel imported {ran}, not the uffdkvm under test ({uffdkvm.__file__})"

@@ -4,7 +4,8 @@
     >>> r = uffdkvm.run(vcpus=2, mem_per_vcpu="64M", readers=4)
     >>> r.paging_rate, r.faults, r.verified
     >>> r.to_frame(), r.vcpus_frame(), r.readers_frame()     # pandas, on request
-    >>> uffdkvm.sweep(readers=[1, 2, 4], wait=["poll", "epoll_exclusive"], trials=3)
+    >>> df = uffdkvm.sweep(readers=[1, 2, 4], wait=["poll", "epoll_exclusive"], trials=3)
+    >>> uffdkvm.summarize(df)     # per point: median, IQR, CV, bootstrap 95% CI
 
 See README.md for the host requirements, the API and the CLI.
 """
@@ -16,12 +17,13 @@ from .histogram import Histogram
 from .host import HostInfo
 from .result import FaultTrace, ReaderStats, Result, VcpuStats
 from .run import probe, run
+from .spread import Ratio, Spread, ratio_of, spread_of, summarize
 from .support import backing_support
 from .sweep import SweepWarning, read_results, sweep
 
 __all__ = [
     "Config", "ConfigError", "FaultTrace", "Histogram", "HostInfo", "HostUnsupportedError",
-    "ReaderStats", "Result", "RunError", "RunTimeoutError", "SweepWarning", "UffdkvmError",
-    "VcpuStats", "__version__", "backing_support", "parse_size", "probe", "read_results",
-    "run", "sweep",
+    "Ratio", "ReaderStats", "Result", "RunError", "RunTimeoutError", "Spread", "SweepWarning",
+    "UffdkvmError", "VcpuStats", "__version__", "backing_support", "parse_size", "probe",
+    "ratio_of", "read_results", "run", "spread_of", "summarize", "sweep",
 ]

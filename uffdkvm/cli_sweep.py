@@ -2,17 +2,20 @@
 list, run over every combination and printed as one comparison table.
 
     uffdkvm sweep -a -v 4 -b 256M -r 1,2,4,8,16,32 --wait poll,epoll_exclusive \\
-        --trials 5 --out herd.jsonl
+        --trials 7 --out herd.jsonl
 
     | readers | poll | epoll_exclusive |
     |---|---|---|
-    | 1 | 249k (241k-255k) | 185k (180k-190k) |
+    | 1 | 249k [241k, 255k] | 185k [180k, 190k] |
     ...
 
 One row per combination of the swept fields, one column per --wait mode (or,
 when --wait is fixed, per value of the last swept field; with one swept field,
 one column); each cell the median of the metric (default pages_per_s) over
-the trials, with min-max beside it.
+the trials, with the bootstrap 95% confidence interval of that median beside
+it (uffdkvm.spread_of; --spread iqr or minmax for the quartiles or the
+extremes instead). Below the table, what the cells are and the coefficient of
+variation of the trials, per column.
 """
 from __future__ import annotations
 
@@ -29,9 +32,16 @@ from .support import backing_support
 from .config import Config, format_size
 from .errors import ConfigError
 from .serial import type_hints
+from .spread import Spread, spread_of
 from .sweep import SweepWarning, sweep
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
+# --spread: what a cell shows beside the median, and how the footer says it.
+SPREADS = {
+    "ci": "[bootstrap 95% confidence interval of the median]",
+    "iqr": "(interquartile range: 25th-75th percentile)",
+    "minmax": "(min-max)",
+}
 
 
 def _list_of(convert: Optional[Callable[[str], Any]], choices: Optional[Sequence]):
@@ -99,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.epilog = (
         "Table: one row per combination of the swept fields, one column per --wait mode "
         "(or, when --wait is fixed, per value of the last swept field); each cell is the "
-        "median of --metric over the trials, min-max in parentheses. A run that fails is "
+        "median of --metric over the trials with, in brackets, the bootstrap 95% confidence "
+        "interval of that median (--spread). Below it: the coefficient of variation "
+        "(stdev/mean) of the trials per column. A run that fails is "
         "reported and the sweep goes on. Exit status: 0 ok, 1 some run's memory failed "
         "verification, 2 bad arguments, 3 pandas is missing, 4 some run failed, 130 "
         "interrupted (finished runs are in --out).")
@@ -124,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="pages_per_s", metavar="COLUMN",
                    help="what the table shows: any numeric column of Result.to_frame(), "
                    "e.g. context_switches_per_fault (default pages_per_s)")
+    p.add_argument("--spread", choices=list(SPREADS), default="ci",
+                   help="what each cell shows beside the median: ci, the bootstrap 95%% "
+                   "confidence interval of the median (default; with under 6 trials it is "
+                   "the min-max); iqr, the 25th-75th percentiles; minmax, the extremes")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar on stderr")
     return p
@@ -154,43 +170,106 @@ def _heading(field: Optional[str], value: Any) -> str:
     return _show(field, value) if field == "wait" else f"{field}={_show(field, value)}"
 
 
-def _cell(values: List[float], failed: int) -> str:
-    if not values:
+def _cell(s: Spread, failed: int, spread: str) -> str:
+    if not s.n:
         return f"{failed} failed" if failed else "-"
-    values = sorted(values)
-    n = len(values)
-    median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
-    text = _si(median) if n == 1 else f"{_si(median)} ({_si(values[0])}-{_si(values[-1])})"
+    text = _si(s.median)
+    if s.n > 1:
+        if spread == "ci":
+            text += f" [{_si(s.ci_low)}, {_si(s.ci_high)}]"
+        elif spread == "iqr":
+            text += f" ({_si(s.q1)}-{_si(s.q3)})"
+        else:
+            text += f" ({_si(s.min)}-{_si(s.max)})"
     return f"{text}, {failed} failed" if failed else text
 
 
-def format_table(df, swept: List[str], metric: str) -> str:
-    """The markdown comparison table of a sweep's frame."""
-    column_field = "wait" if "wait" in swept else (swept[-1] if len(swept) > 1 else None)
-    row_fields = [f for f in swept if f != column_field]
-    keys = list(df[[*row_fields, *([column_field] if column_field else [])]].itertuples(
-        index=False, name=None)) if swept else [()] * len(df)
-    cells: Dict[Tuple, Tuple[List[float], int]] = {}
-    row_keys: Dict[Tuple, None] = {}
-    column_keys: Dict[Any, None] = {}
-    for key, (_, row) in zip(keys, df.iterrows()):
-        row_key = tuple(key[:len(row_fields)])
-        column_key = key[len(row_fields)] if column_field else metric
-        row_keys.setdefault(row_key)
-        column_keys.setdefault(column_key)
-        values, failed = cells.get((row_key, column_key), ([], 0))
-        if isinstance(row.get("error"), str):
-            failed += 1
-        elif row.get(metric) is not None and not _isnan(row.get(metric)):
-            values.append(float(row[metric]))
-        cells[(row_key, column_key)] = (values, failed)
-    header = [*row_fields, *(_heading(column_field, c) for c in column_keys)]
+class Grid:
+    """A sweep's frame laid out as the table shows it: the fields of its
+    rows, the field of its columns, and per cell the Spread of its trials'
+    metric and how many of its runs failed (a run that did not fail but has
+    no value for the metric is left out, not counted as failed)."""
+
+    def __init__(self, df, swept: List[str], metric: str):
+        self.column_field = "wait" if "wait" in swept else (
+            swept[-1] if len(swept) > 1 else None)
+        self.row_fields = [f for f in swept if f != self.column_field]
+        keys = list(df[[*self.row_fields, *([self.column_field] if self.column_field
+                                            else [])]].itertuples(index=False, name=None)) \
+            if swept else [()] * len(df)
+        values: Dict[Tuple, List[Any]] = {}
+        self.failed: Dict[Tuple, int] = {}
+        self.row_keys: Dict[Tuple, None] = {}
+        self.column_keys: Dict[Any, None] = {}
+        errors = df["error"] if "error" in df else [None] * len(df)
+        measured = df[metric] if metric in df else [None] * len(df)
+        for key, error, value in zip(keys, errors, measured):
+            row_key = tuple(key[:len(self.row_fields)])
+            column_key = key[len(self.row_fields)] if self.column_field else metric
+            self.row_keys.setdefault(row_key)
+            self.column_keys.setdefault(column_key)
+            cell = values.setdefault((row_key, column_key), [])
+            if isinstance(error, str):
+                self.failed[row_key, column_key] = self.failed.get((row_key, column_key), 0) + 1
+            else:
+                cell.append(value)
+        # ValueError for a metric that is not numeric, naming the value.
+        self.cells: Dict[Tuple, Spread] = {k: spread_of(v) for k, v in values.items()}
+
+    def cell(self, row_key: Tuple, column_key: Any) -> Spread:
+        return self.cells.get((row_key, column_key)) or spread_of([])
+
+    def heading(self, column_key: Any) -> str:
+        return _heading(self.column_field, column_key)
+
+
+def format_table(grid: Grid, spread: str = "ci") -> str:
+    """The markdown comparison table of a sweep's Grid: each cell the
+    median and, with more than one trial, its ``spread`` (a key of SPREADS)."""
+    header = [*grid.row_fields, *(grid.heading(c) for c in grid.column_keys)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row_key in row_keys:
+    for row_key in grid.row_keys:
         lines.append("| " + " | ".join(
-            [*(_show(f, v) for f, v in zip(row_fields, row_key)),
-             *(_cell(*cells.get((row_key, c), ([], 0))) for c in column_keys)]) + " |")
+            [*(_show(f, v) for f, v in zip(grid.row_fields, row_key)),
+             *(_cell(grid.cell(row_key, c), grid.failed.get((row_key, c), 0), spread)
+               for c in grid.column_keys)]) + " |")
     return "\n".join(lines)
+
+
+def _percent(x: float) -> str:
+    return f"{100 * x:.2g}%" if abs(x) < 0.1 else f"{100 * x:.0f}%"
+
+
+def format_footer(metric: str, trials: int, spread: str = "ci") -> str:
+    """What the table's cells are: the footer's first line."""
+    plural = "s" if trials != 1 else ""
+    return f"median {metric} of {trials} trial{plural}" + (
+        f" {SPREADS[spread]}" if trials > 1 else "")
+
+
+def format_notes(grid: Grid, spread: str = "ci") -> List[str]:
+    """The lines under the footer: how far to trust a short interval, and
+    the coefficient of variation (stdev/mean) of each column's trials (its
+    lowest and highest cell)."""
+    notes = []
+    fewest = min((s.n for s in grid.cells.values() if s.n > 1), default=0)
+    if spread == "ci" and 1 < fewest < 6:
+        notes.append(f"with {fewest} trials the interval is the trials' min-max: it holds the "
+                     f"true median {100 * (1 - 2 ** (1 - fewest)):.4g}% of the time "
+                     "(6 or more trials for 95%)")
+    parts = []
+    for c in grid.column_keys:
+        cvs = sorted(s.cv for (_, column), s in grid.cells.items()
+                     if column == c and s.n > 1 and not _isnan(s.cv))
+        if not cvs:
+            continue
+        low, high = _percent(cvs[0]), _percent(cvs[-1])
+        span = low if low == high else f"{low}-{high}"
+        parts.append(span if grid.column_field is None else f"{grid.heading(c)} {span}")
+    if parts:
+        which = "" if grid.column_field is None else ", lowest-highest cell per column"
+        notes.append(f"cv (stdev/mean of the trials{which}): " + ", ".join(parts))
+    return notes
 
 
 def _isnan(v: Any) -> bool:
@@ -201,6 +280,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     options = vars(args)
     trials, out, metric = options.pop("trials"), options.pop("out"), options.pop("metric")
+    spread = options.pop("spread")
     progress, as_json = options.pop("progress"), options.pop("json")
     settings = options.pop("settings")
     if options.pop("list_backings"):
@@ -248,13 +328,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cli.EXIT_CONFIG
         swept = [f for f in FIELDS if f in df and isinstance(grid.get(f), list)
                  and df[f].nunique(dropna=False) > 1]
-        print(format_table(df, swept, metric))
-        spread = " (min-max)" if trials > 1 else ""
+        try:
+            table = Grid(df, swept, metric)
+        except ValueError as e:
+            print(f"uffdkvm sweep: --metric: column {metric!r} is not numeric ({e})",
+                  file=sys.stderr)
+            return cli.EXIT_CONFIG
+        print(format_table(table, spread))
         runs = f"{len(df)} run" + ("s" if len(df) != 1 else "")
-        print(f"\nmedian {metric} of {trials} trial(s){spread}; {runs}"
+        print(f"\n{format_footer(metric, trials, spread)}; {runs}"
               + (f", {len(failed)} failed" if len(failed) else "")
               + (f", {unverified} did not verify" if unverified else "")
               + (f"; every run is in {out}" if out else ""))
+        for note in format_notes(table, spread):
+            print(note)
     if len(failed):
         counts = failed["error"].value_counts()
         for message, n in list(counts.items())[:5]:
