@@ -1,5 +1,5 @@
 """End-to-end experiments on real KVM and userfaultfd: exact fault counts,
-verified memory, and per-reader counts that add up."""
+verified memory, and each uffd's readers serving the memory it registered."""
 import itertools
 import time
 
@@ -18,7 +18,8 @@ WAITS = ["poll", "epoll", "epoll_exclusive", "read"]
 @pytest.mark.parametrize("wait", WAITS)
 @pytest.mark.parametrize("mode,backing", MODES, ids=[f"{m}-{b}" for m, b in MODES])
 def test_every_page_faults_once_and_verifies(kvm, mode, backing, wait, single_uffd):
-    r = small(uffd_mode=mode, backing=backing, wait=wait, single_uffd=single_uffd, readers=2)
+    r = small(uffd_mode=mode, backing=backing, wait=wait, single_uffd=single_uffd, readers=2,
+              trace_faults=True)
 
     # Partitioned memory: each page is faulted by one vCPU, exactly once.
     assert r.faults == SMALL_PAGES
@@ -29,21 +30,26 @@ def test_every_page_faults_once_and_verifies(kvm, mode, backing, wait, single_uf
         list(itertools.product(range(r.uffds), range(2)))
     for uffd in range(r.uffds):
         assert sum(x.faults for x in r.readers if x.uffd == uffd) == SMALL_PAGES // r.uffds
-    for x in r.readers:
-        # Every message read cost a wakeup; a wakeup that read nothing is spurious.
-        assert x.wakeups >= x.faults + x.eexist
-        assert x.wakeups == x.faults + x.eexist + x.spurious_wakeups
-        assert x.busy_seconds >= 0 and x.cpu_seconds >= 0
-        if wait == "read":
-            assert x.spurious_wakeups == 0  # a blocking read never returns empty
+    # Each uffd's readers got the faults of the memory it registered, as the
+    # kernel reported them: with a uffd per vCPU, vCPU u's slice and vCPU u's
+    # thread; with one uffd, the whole region through the same readers.
+    t = r.fault_trace
+    first = min(t.gpa)
+    for uffd in range(r.uffds):
+        mine = [(gpa, vcpu) for gpa, vcpu, u in zip(t.gpa, t.vcpu, t.uffd) if u == uffd]
+        slices = {(gpa - first) // r.config.mem_per_vcpu for gpa, _ in mine}
+        assert slices == ({uffd} if r.uffds == 2 else {0, 1})
+        if min(t.vcpu) >= 0:  # the kernel names the faulting thread
+            assert {vcpu for _, vcpu in mine} == slices
+    if wait == "read":
+        # A blocking read returns a message or sleeps: it never finds nothing.
+        assert r.spurious_wakeups == 0
     assert [v.index for v in r.vcpus] == [0, 1]
     for v in r.vcpus:
         assert v.pages == SMALL_PAGES // 2
         assert 0 < v.seconds <= r.seconds
         # Faults cost VM exits (KVM may batch a few: not one per page exactly).
         assert v.exits is None or v.exits >= 1
-    assert r.paging_rate == pytest.approx(r.pages_per_vcpu / r.seconds * 2)
-    assert r.per_vcpu_rate == pytest.approx(r.paging_rate / 2)
 
 
 def test_the_issue_example_resolves_exactly_32768_faults_through_8_readers(kvm):
@@ -121,10 +127,10 @@ def test_run_overrides_fields_of_a_config(kvm):
 
 
 def test_guest_work_runs_between_accesses_and_still_verifies(kvm):
+    # What the work costs the guest: test_effects_guest.py.
     plain = small(vcpus=1, mem_per_vcpu="4M")
     worked = small(vcpus=1, mem_per_vcpu="4M", guest_work=50)
     assert worked.faults == plain.faults == 1024
-    assert worked.config.guest_work == 50
 
 
 def test_kvm_statistics_come_back_by_name(kvm):
@@ -132,9 +138,10 @@ def test_kvm_statistics_come_back_by_name(kvm):
     v = r.vcpus[0]
     if not v.kvm_stats:
         pytest.skip("this kernel has no KVM binary statistics (KVM_GET_STATS_FD)")
-    assert v.kvm_stats["exits"] == v.exits >= 1024
-    assert all(isinstance(x, int) and x >= 0 for x in v.kvm_stats.values())
-    assert isinstance(r.kvm_stats, dict) and r.kvm_stats
+    # KVM's own count of exits, by the kernel's name: each of the 1024 faults
+    # left the guest, and so did every return of KVM_RUN to the vCPU thread.
+    assert v.exits >= 1024 and v.exits >= v.userspace_exits
+    assert r.kvm_stats, "and the VM's statistics beside the vCPUs'"
 
 
 def test_seconds_is_upstreams_window_from_thread_creation_to_join(kvm):
