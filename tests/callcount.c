@@ -2,7 +2,7 @@
  * A test-only LD_PRELOAD library: counts, per thread, the calls a process
  * makes to clock_gettime() and to malloc()/calloc()/realloc(), so that a
  * test can see what the core's threads do on their hot path (stats="basic"
- * promises no clock reads and no fault log). Built and preloaded by
+ * promises no clock reads; neither mode allocates per fault). Built and preloaded by
  * tests/test_effects_stats.py into a child process; read back with
  * callcount_of(tid, what) through ctypes.
  */

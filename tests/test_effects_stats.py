@@ -171,8 +171,10 @@ def callcount(tmp_path_factory):
 
 def test_basic_stats_read_no_clock_and_keep_no_log_per_fault(kvm, callcount):
     """What a reader thread calls, counted by a preloaded shim in a child
-    process: with stats="full" two clock reads per fault (read and resolved)
-    and a growing fault log; with "basic" neither, however many faults."""
+    process: with stats="full" two clock reads per fault (read and resolved);
+    with "basic" none, however many faults. Neither allocates on the hot
+    path: the fault log is reserved before the run (a reader only claims a
+    chunk of it now and then), not grown as faults come."""
     root = os.path.dirname(os.path.dirname(uffdkvm.__file__))
     env = dict(os.environ, LD_PRELOAD=str(callcount),
                PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
@@ -182,7 +184,7 @@ def test_basic_stats_read_no_clock_and_keep_no_log_per_fault(kvm, callcount):
     full, basic = counts["full"], counts["basic"]
     assert full["faults"] == basic["faults"] == 256
     assert full["clock_reads"] >= 2 * full["faults"], counts  # the shim sees clocks
-    assert full["allocations"] >= 1, counts                   # ... and the fault log
+    assert full["allocations"] == 0, counts
     assert basic["clock_reads"] == 0, counts
     assert basic["allocations"] == 0, counts
 
