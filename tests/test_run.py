@@ -6,7 +6,7 @@ import time
 import pytest
 
 import uffdkvm
-from conftest import SMALL_PAGES, small
+from conftest import NO_KVM_STATS, SMALL_PAGES, host_skip, small
 
 pytestmark = pytest.mark.kvm
 
@@ -131,7 +131,7 @@ def test_kvm_statistics_come_back_by_name(kvm):
     r = small(vcpus=1, mem_per_vcpu="4M")
     v = r.vcpus[0]
     if not v.kvm_stats:
-        pytest.skip("this kernel has no KVM binary statistics (KVM_GET_STATS_FD)")
+        host_skip(NO_KVM_STATS, "this kernel has no KVM binary statistics (KVM_GET_STATS_FD)")
     assert v.kvm_stats["exits"] == v.exits >= 1024
     assert all(isinstance(x, int) and x >= 0 for x in v.kvm_stats.values())
     assert isinstance(r.kvm_stats, dict) and r.kvm_stats
