@@ -1,7 +1,7 @@
 """The skip audit (tests/hostfacts.py): a skip that no fact about the host
 explains fails the session, an explained one does not, and the summary lists
 every host skip with its fact. Each case is a real pytest session (pytester,
-in a subprocess) with the plugin loaded.
+in this process) with the plugin loaded.
 
 And the facts themselves: their probes, not uffdkvm, tell a broken host from
 a working one, so they agree with what a run says on hosts built for real.
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import hostfacts
 from broken_host import KVM, Stage, skip_unless_namespaces
 from conftest import NO_KVM, NO_USERFAULTFD
 
@@ -37,15 +38,16 @@ def PROBE_RAISES():
 
 @pytest.fixture
 def session(pytester, monkeypatch):
-    """run(test_source, *args): a pytest session with the plugin loaded and
-    three facts of its own (one holds, one does not, one's probe raises)."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), *sys.path]))
+    """run(test_source, *args): a pytest session (in this process) with the
+    plugin loaded and three facts of its own (one holds, one does not, one's
+    probe raises), kept out of this session's registry."""
+    monkeypatch.setattr(hostfacts, "FACTS", dict(hostfacts.FACTS))
     pytester.makeconftest(FACTS_CONFTEST)
     pytester.makeini("[pytest]\nmarkers =\n    slow: a marker to deselect by\n")
 
     def run(source, *args):
         pytester.makepyfile(test_it=source)
-        return pytester.runpytest_subprocess("-p", "hostfacts", "-p", "no:cacheprovider", *args)
+        return pytester.runpytest("-p", "hostfacts", "-p", "no:cacheprovider", *args)
     return run
 
 
