@@ -1,14 +1,34 @@
 """Capabilities of this host, probed once, and the small runs tests share.
 
-Tests that need KVM and userfaultfd take the ``kvm`` fixture: where the host
-lacks either, they skip with the exact HostUnsupportedError message.
+Every skip cites a host fact (tests/hostfacts.py, loaded as a plugin here;
+its docstring says how to use and add facts): the session lists the skips at
+the end and fails on one that no fact explains. Tests that need KVM and
+userfaultfd take the ``kvm`` fixture; ``run_or_skip()`` runs a config and
+skips, citing the facts that can stop that config, on HostUnsupportedError;
+anything else skips with ``host_skip(FACT, detail)``::
+
+    from conftest import host_skip, NO_HUGEPAGES_2M
 """
 import os
 import time
 
 import pytest
 
-import uffdkvm
+pytest.register_assert_rewrite("hostfacts", "broken_host")
+
+import uffdkvm  # noqa: E402
+from hostfacts import (  # noqa: F401 - re-exported for the tests
+    ALL_CPU_NUMBERS_USABLE, FACTS, HUGEPAGE_POOLS, NO_1G_GUEST_PAGES, NO_ASAN_RUNTIME, NO_CC,
+    NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD, NO_HUGEPAGES_1G, NO_HUGEPAGES_2M, NO_KVM,
+    NO_KVM_STATS, NO_MEMAVAILABLE, NO_THP, NO_TSAN_RUNTIME, NO_UFFD_MINOR_HUGETLBFS,
+    NO_UFFD_MINOR_SHMEM, NO_USERFAULTFD, NOT_ROOT, UNPRIVILEGED_USERFAULTFD, Fact,
+    add_hugepages, cpus_unavailable, fact, facts_for_run, host_skip, mem_available_below,
+    mem_info, missing_module, missing_tool, remove_hugepages)
+
+pytest_plugins = ("pytester", "hostfacts")
+
+# What stops every experiment: the kvm fixture cites these.
+KVM_FACTS = (NO_KVM, NO_USERFAULTFD)
 
 # Small enough to keep each run well under a second, large enough that every
 # reader sees work: 2 vCPUs x 16 MiB is 8192 faults.
@@ -28,10 +48,17 @@ def kvm_reason():
     return None
 
 
+def skip_without_kvm(kvm_reason):
+    """Skips, citing the host facts, when kvm_reason says the host cannot
+    run experiments (for fixtures whose scope is wider than kvm's)."""
+    __tracebackhide__ = True
+    if kvm_reason:
+        host_skip(KVM_FACTS, f"host cannot run experiments: {kvm_reason}")
+
+
 @pytest.fixture
 def kvm(kvm_reason):
-    if kvm_reason:
-        pytest.skip(f"host cannot run experiments: {kvm_reason}")
+    skip_without_kvm(kvm_reason)
 
 
 def small(**fields):
@@ -42,52 +69,33 @@ def small(**fields):
     return r
 
 
-HUGEPAGE_POOLS = {  # huge page size in kB -> pages the tests may need at once
-    2048: 16,
-    1048576: 1,
-}
-
-
-def _read_int(path):
-    with open(path) as f:
-        return int(f.read())
-
-
-def _write_int(path, value):
-    with open(path, "w") as f:
-        f.write(str(value))
-
-
 @pytest.fixture(scope="session")
 def hugepages():
-    """As root, grow the huge page pools to what the tests need, for the
-    session only: the pools go back to their sizes afterwards. Without root
-    the tests that need huge pages skip with the reason the run gave."""
-    restore = {}
-    for size_kb, want in HUGEPAGE_POOLS.items():
-        base = f"/sys/kernel/mm/hugepages/hugepages-{size_kb}kB"
-        try:
-            total, free = _read_int(f"{base}/nr_hugepages"), _read_int(f"{base}/free_hugepages")
-        except OSError:
-            continue
-        if IS_ROOT and free < want:
+    """As root, adds to the huge page pools what the tests need at once
+    (HUGEPAGE_POOLS), for the session, and takes the same number out after
+    (add_hugepages: by count and under a lock, so that sessions running at
+    once do not take each other's pages). Without root, the tests that need
+    huge pages skip citing NO_HUGEPAGES_2M or NO_HUGEPAGES_1G."""
+    added = {}
+    if IS_ROOT:
+        for size_kb, want in HUGEPAGE_POOLS.items():
             try:
-                _write_int(f"{base}/nr_hugepages", total + want - free)
-                restore[base] = total
+                added[size_kb] = add_hugepages(size_kb, want)
             except OSError:
-                pass
+                pass  # no such pool here: its tests skip, citing the fact
     yield
-    for base, total in restore.items():
-        _write_int(f"{base}/nr_hugepages", total)
+    for size_kb, count in added.items():
+        remove_hugepages(size_kb, count)
 
 
 def run_or_skip(**fields):
-    """Runs an experiment that must verify; skips with the host's reason if
-    this host cannot run it."""
+    """Runs an experiment that must verify; on HostUnsupportedError, skips
+    citing the facts that can stop this config (facts_for_run)."""
+    __tracebackhide__ = True
     try:
         r = uffdkvm.run(**fields)
     except uffdkvm.HostUnsupportedError as e:
-        pytest.skip(f"this host cannot: {e}")
+        host_skip(facts_for_run(**fields), f"this host cannot: {e}")
     assert r.verified, r.verify_message
     return r
 
@@ -135,12 +143,3 @@ def released():
     before = resources()
     yield before
     assert_released(before)
-
-
-def mem_info(key):
-    """A /proc/meminfo value in bytes (e.g. "MemAvailable"), or None."""
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return None

@@ -14,6 +14,7 @@ from typing import Dict, List
 import pytest
 
 import uffdkvm
+from conftest import skip_without_kvm
 from uffdkvm import frames
 
 pd = pytest.importorskip("pandas")
@@ -24,8 +25,7 @@ UNIT = re.compile(r"(seconds|_s|_ns|_us|_bytes|_per_fault)(_min|_max|_per_vcpu)?
 
 @pytest.fixture(scope="module")
 def result(kvm_reason):
-    if kvm_reason:
-        pytest.skip(f"host cannot run experiments: {kvm_reason}")
+    skip_without_kvm(kvm_reason)
     r = uffdkvm.run(vcpus=2, mem_per_vcpu="2M", readers=2, wait="poll")
     assert r.verified, r.verify_message
     return r

@@ -1,18 +1,21 @@
 """A host that lacks KVM or userfaultfd gets a HostUnsupportedError that says
 what is missing and what to do, not a crash.
 
-Each case builds the broken host for real, in a private mount namespace: a
-tmpfs over /dev holding only the device nodes the case allows, and
-capabilities dropped with setpriv. Needs root and util-linux.
+Each case builds the broken host for real (tests/broken_host.py): a private
+mount namespace with a tmpfs over /dev holding only the device nodes the case
+allows, and capabilities dropped with setpriv, or a real unprivileged user.
+The process inside imports a copy of the uffdkvm this session imported, so
+these run wherever the package is installed. Needs root and util-linux.
 """
 import json
-import os
 import re
-import shutil
-import subprocess
 import sys
 
 import pytest
+
+from broken_host import (KVM, KVM_GROUP, KVM_ROOT_ONLY, NOBODY, USERFAULTFD, USERFAULTFD_OWNED,
+                         Stage, skip_unless_namespaces)
+from conftest import NO_HUGEPAGES_2M, UNPRIVILEGED_USERFAULTFD, host_skip
 
 pytestmark = pytest.mark.kvm
 
@@ -25,117 +28,98 @@ except uffdkvm.UffdkvmError as e:
     print(json.dumps({"error": type(e).__name__, "errno": e.errno, "message": str(e)}))
 """
 
-needs_namespaces = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")),
-    reason="building a broken host needs root, unshare and setpriv")
+
+@pytest.fixture(scope="module")
+def stage():
+    skip_unless_namespaces()
+    s = Stage()
+    yield s
+    s.remove()
 
 
-def run_in_broken_host(devices, drop_caps=(), user=None, probe=PROBE):
-    """Runs `probe` with only `devices` in /dev and without `drop_caps`, or
-    as the unprivileged `user` (a uid, no supplementary groups). A device
-    is (name, (major, minor), mode[, "uid:gid" owning it])."""
-    setup = ["mount -t tmpfs none /dev"]
-    for name, (major, minor), mode, *owner in devices:
-        setup.append(f"mknod -m {mode} /dev/{name} c {major} {minor}")
-        if owner:
-            setup.append(f"chown {owner[0]} /dev/{name}")
-    cmd = [sys.executable, "-c", probe]
-    if drop_caps:
-        caps = ",".join(f"-{c}" for c in drop_caps)
-        cmd = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}"] + cmd
-    if user is not None:
-        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] + cmd
-    script = " && ".join(setup) + " && exec " + " ".join(f"'{c}'" for c in cmd)
-    p = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
-                       text=True, timeout=60, cwd="/")
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout.strip().splitlines()[-1])
+@pytest.fixture
+def broken_host(kvm, stage):
+    """run(devices, drop_caps=(), user=None, probe=PROBE): the probe's JSON
+    line from a broken host (see Stage.run)."""
+    def run(devices, drop_caps=(), user=None, probe=PROBE):
+        p = stage.run(devices, stage.python("-c", probe), drop_caps=drop_caps, user=user)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    return run
 
 
-KVM = ("kvm", (10, 232), "666")
-USERFAULTFD = ("userfaultfd", (10, 257), "666")
-
-
-@needs_namespaces
-def test_no_dev_kvm(kvm):
-    out = run_in_broken_host([])
+def test_no_dev_kvm(broken_host):
+    out = broken_host([])
     assert out["error"] == "HostUnsupportedError"
     assert out["errno"] == 2
     assert out["message"].startswith("open(/dev/kvm): No such file or directory")
     assert "kvm_intel or kvm_amd" in out["message"]
 
 
-@needs_namespaces
-def test_dev_kvm_not_permitted(kvm):
-    out = run_in_broken_host([("kvm", (10, 232), "000")],
-                             drop_caps=("dac_override", "dac_read_search"))
+def test_dev_kvm_not_permitted(broken_host):
+    out = broken_host([("kvm", (10, 232), "000")],
+                      drop_caps=("dac_override", "dac_read_search"))
     assert out["error"] == "HostUnsupportedError"
     assert out["errno"] == 13
     assert "read/write access to /dev/kvm" in out["message"]
 
 
-@needs_namespaces
-def test_userfaultfd_not_permitted(kvm):
-    if open("/proc/sys/vm/unprivileged_userfaultfd").read().strip() != "0":
-        pytest.skip("vm.unprivileged_userfaultfd=1 here: the syscall is open to everyone")
-    out = run_in_broken_host([KVM], drop_caps=("sys_ptrace",))
+def skip_if_userfaultfd_is_open_to_all():
+    if UNPRIVILEGED_USERFAULTFD.holds:
+        host_skip(UNPRIVILEGED_USERFAULTFD,
+                  "vm.unprivileged_userfaultfd=1 here: the syscall is open to everyone")
+
+
+def test_userfaultfd_not_permitted(broken_host):
+    skip_if_userfaultfd_is_open_to_all()
+    out = broken_host([KVM], drop_caps=("sys_ptrace",))
     assert out["error"] == "HostUnsupportedError"
     assert out["errno"] == 1
     assert out["message"].startswith("userfaultfd(): Operation not permitted")
     assert "/dev/userfaultfd" in out["message"]
 
 
-@needs_namespaces
-def test_dev_userfaultfd_grants_what_the_syscall_refuses(kvm):
+def test_dev_userfaultfd_grants_what_the_syscall_refuses(broken_host):
     """The least a non-root user needs: /dev/kvm and /dev/userfaultfd."""
-    out = run_in_broken_host([KVM, USERFAULTFD], drop_caps=("sys_ptrace",))
+    out = broken_host([KVM, USERFAULTFD], drop_caps=("sys_ptrace",))
     assert out == {"ok": True}
 
 
 # ---- a real unprivileged user: what README's "Privileges" promises ----
 
-NOBODY = 65534
-KVM_GROUP = ("kvm", (10, 232), "660", f"0:{NOBODY}")     # rw for the user's group
-USERFAULTFD_OWNED = ("userfaultfd", (10, 257), "600", f"{NOBODY}:0")
+WHO = """
+import json, sys, uffdkvm
+print(json.dumps({"uffdkvm": uffdkvm.__file__, "version": list(sys.version_info)}))
+"""
 
 
 @pytest.fixture(scope="module")
-def unprivileged():
-    """Skips unless an unprivileged user can run this Python and import
-    uffdkvm (a virtualenv under a private home directory cannot)."""
-    p = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
-                        "--clear-groups", sys.executable, "-c", "import uffdkvm"],
-                       capture_output=True, text=True, timeout=60, cwd="/")
-    if p.returncode:
-        pytest.skip(f"uid {NOBODY} cannot import uffdkvm from this Python: "
-                    f"{p.stderr.strip().splitlines()[-1:]}")
+def unprivileged(stage):
+    """The unprivileged user runs this very Python on this session's uffdkvm,
+    wherever either is installed (else every test below would be moot)."""
+    p = stage.run([], stage.python("-c", WHO), user=NOBODY)
+    assert p.returncode == 0, (f"uid {NOBODY} cannot run {sys.executable} on the staged "
+                               f"uffdkvm in {stage.pythonpath}: {p.stderr}")
+    who = json.loads(p.stdout.strip().splitlines()[-1])
+    assert who["uffdkvm"].startswith(str(stage.pythonpath)), who
+    assert who["version"] == list(sys.version_info), who
 
 
-def unprivileged_userfaultfd():
-    with open("/proc/sys/vm/unprivileged_userfaultfd") as f:
-        return f.read().strip() != "0"
-
-
-@needs_namespaces
-def test_a_user_with_kvm_and_dev_userfaultfd_runs(kvm, unprivileged):
-    out = run_in_broken_host([KVM_GROUP, USERFAULTFD_OWNED], user=NOBODY)
+def test_a_user_with_kvm_and_dev_userfaultfd_runs(broken_host, unprivileged):
+    out = broken_host([KVM_GROUP, USERFAULTFD_OWNED], user=NOBODY)
     assert out == {"ok": True}
 
 
-@needs_namespaces
-def test_a_user_with_kvm_only_is_told_about_dev_userfaultfd(kvm, unprivileged):
-    if unprivileged_userfaultfd():
-        pytest.skip("vm.unprivileged_userfaultfd=1 here: the syscall is open to everyone")
-    out = run_in_broken_host([KVM_GROUP], user=NOBODY)
+def test_a_user_with_kvm_only_is_told_about_dev_userfaultfd(broken_host, unprivileged):
+    skip_if_userfaultfd_is_open_to_all()
+    out = broken_host([KVM_GROUP], user=NOBODY)
     assert out["error"] == "HostUnsupportedError" and out["errno"] == 1
     assert "/dev/userfaultfd" in out["message"]
     assert "vm.unprivileged_userfaultfd=1" in out["message"]
 
 
-@needs_namespaces
-def test_a_user_without_access_to_dev_kvm_is_told(kvm, unprivileged):
-    out = run_in_broken_host([("kvm", (10, 232), "600", "0:0"), USERFAULTFD_OWNED],
-                             user=NOBODY)
+def test_a_user_without_access_to_dev_kvm_is_told(broken_host, unprivileged):
+    out = broken_host([KVM_ROOT_ONLY, USERFAULTFD_OWNED], user=NOBODY)
     assert out["error"] == "HostUnsupportedError" and out["errno"] == 13
     assert "read/write access to /dev/kvm" in out["message"]
 
@@ -157,14 +141,13 @@ print(json.dumps(out))
 """
 
 
-@needs_namespaces
-def test_huge_pages_reserved_by_root_serve_an_unprivileged_user(kvm, hugepages, unprivileged):
+def test_huge_pages_reserved_by_root_serve_an_unprivileged_user(broken_host, hugepages,
+                                                               unprivileged):
     """Reserving huge pages takes root, once; using them takes nothing."""
     with open("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") as f:
         if int(f.read()) < 1:
-            pytest.skip("no free 2 MiB huge page")
-    out = run_in_broken_host([KVM_GROUP, USERFAULTFD_OWNED], user=NOBODY,
-                             probe=HUGETLB_PROBE)
+            host_skip(NO_HUGEPAGES_2M, "no free 2 MiB huge page")
+    out = broken_host([KVM_GROUP, USERFAULTFD_OWNED], user=NOBODY, probe=HUGETLB_PROBE)
     assert out == {"anonymous_hugetlb": True, "shared_hugetlb": True, "reserve": 13}
 
 
@@ -188,11 +171,10 @@ print(json.dumps(out))
 """
 
 
-@needs_namespaces
-def test_a_users_thread_limit_fails_the_run_naming_the_thread(kvm, unprivileged):
+def test_a_users_thread_limit_fails_the_run_naming_the_thread(broken_host, unprivileged):
     """RLIMIT_NPROC (ulimit -u) counts threads: a run past it fails for real
     with EAGAIN from pthread_create, named, and gives back what it made."""
-    out = run_in_broken_host([KVM_GROUP, USERFAULTFD_OWNED], user=NOBODY, probe=NPROC_PROBE)
+    out = broken_host([KVM_GROUP, USERFAULTFD_OWNED], user=NOBODY, probe=NPROC_PROBE)
     assert out["error"] == "RunError" and out["errno"] == 11, out
     assert re.fullmatch(r"(uffd 0: )?pthread_create\((controller|vCPU \d+ of 16|reader 0 of 1)\): "
                         r"Resource temporarily unavailable \(EAGAIN\)", out["message"]), out

@@ -12,7 +12,7 @@ import re
 import pytest
 
 import uffdkvm
-from conftest import run_or_skip
+from conftest import facts_for_run, host_skip, run_or_skip
 from uffdkvm._testing import FAULTS, run_with_fault
 
 pytestmark = pytest.mark.kvm
@@ -70,7 +70,8 @@ def test_resolve_eio_on_huge_pages_names_their_size(kvm, hugepages):
         run_with_fault(vcpus=1, mem_per_vcpu="4M", backing="shared_hugetlb",
                        uffd_mode="minor", fault="resolve_eio", after=2)
     except uffdkvm.HostUnsupportedError as e:
-        pytest.skip(f"this host cannot: {e}")
+        host_skip(facts_for_run(backing="shared_hugetlb", uffd_mode="minor"),
+                  f"this host cannot: {e}")
     except uffdkvm.RunError as e:
         assert e.errno == errno.EIO
         assert "UFFDIO_CONTINUE(2097152 bytes at gpa 0x" in str(e), str(e)

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import uffdkvm
-from conftest import assert_released, mem_info
+from conftest import assert_released, host_skip, mem_available_below, mem_info
 from uffdkvm._testing import run_with_fault
 
 pytestmark = pytest.mark.kvm
@@ -244,7 +244,7 @@ def test_runs_in_several_threads_at_once_each_verify_or_fail_alone(kvm, released
 
 def test_timeout_covers_the_setup_before_the_vcpus_start(kvm, released):
     if (mem_info("MemAvailable") or 0) < 4 << 30:
-        pytest.skip("needs 4 GiB of available memory")
+        host_skip(mem_available_below(4 << 30), "needs 4 GiB of available memory")
     limit = 0.05
     start = time.monotonic()
     with pytest.raises(uffdkvm.RunTimeoutError):

@@ -13,13 +13,13 @@ from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 import pytest
 
 import uffdkvm
+from conftest import skip_without_kvm
 from uffdkvm import HostInfo, Result, serial
 
 
 @pytest.fixture(scope="module")
 def result(kvm_reason):
-    if kvm_reason:
-        pytest.skip(f"host cannot run experiments: {kvm_reason}")
+    skip_without_kvm(kvm_reason)
     r = uffdkvm.run(vcpus=2, mem_per_vcpu="1M", readers=2, timeout_s=60)
     assert r.verified, r.verify_message
     return r

@@ -7,7 +7,7 @@ it is marked slow (it still runs by default; -m "not slow" leaves it out).
 """
 import pytest
 
-from conftest import mem_info, small
+from conftest import host_skip, mem_available_below, mem_info, small
 
 pytestmark = pytest.mark.kvm
 
@@ -43,7 +43,7 @@ def test_a_4_gib_region_demand_pages_and_verifies(kvm, released):
     every 4 KiB page. About 8-20 s on the development host."""
     size = 4 << 30
     if (mem_info("MemAvailable") or 0) < size + (1 << 30):
-        pytest.skip("needs 5 GiB of available memory")
+        host_skip(mem_available_below(size + (1 << 30)), "needs 5 GiB of available memory")
     r = small(vcpus=2, mem_per_vcpu="2G", backing="anonymous_thp", guest_page_size="2M",
               readers=2, timeout_s=600)
     assert r.config.region_bytes == size

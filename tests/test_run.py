@@ -6,7 +6,7 @@ import time
 import pytest
 
 import uffdkvm
-from conftest import SMALL_PAGES, small
+from conftest import NO_KVM_STATS, SMALL_PAGES, host_skip, small
 
 pytestmark = pytest.mark.kvm
 
@@ -137,7 +137,7 @@ def test_kvm_statistics_come_back_by_name(kvm):
     r = small(vcpus=1, mem_per_vcpu="4M")
     v = r.vcpus[0]
     if not v.kvm_stats:
-        pytest.skip("this kernel has no KVM binary statistics (KVM_GET_STATS_FD)")
+        host_skip(NO_KVM_STATS, "this kernel has no KVM binary statistics (KVM_GET_STATS_FD)")
     # KVM's own count of exits, by the kernel's name: each of the 1024 faults
     # left the guest, and so did every return of KVM_RUN to the vCPU thread.
     assert v.exits >= 1024 and v.exits >= v.userspace_exits

@@ -2,66 +2,96 @@
 and run by ``make -C tests/c check-asan`` (AddressSanitizer, UndefinedBehavior-
 Sanitizer and LeakSanitizer) and ``check-tsan`` (ThreadSanitizer).
 
-Each make target is one test here. It fails on any failing program or any
-sanitizer report, and shows the programs' output; it skips, with the reason,
-on a host without a C compiler, make, the sanitizer runtime or KVM.
+Each sanitizer's set is built and run once (with the huge page pools grown,
+as root, for the hugetlb program); each program is a test here, that fails
+on the program's failure or any sanitizer report and shows its output. A
+program either runs every case or skips as a whole (exit 77) for a reason
+that a host fact explains: without KVM or userfaultfd any of them, without
+huge pages hugetlb. A program that passed with some cases skipped fails
+here, since nothing would say which host fact explains them. Without a
+C compiler, make or the sanitizer runtime, the tests skip citing that.
 """
+import glob
 import os
 import re
-import shlex
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from conftest import (KVM_FACTS, NO_ASAN_RUNTIME, NO_CC, NO_HUGEPAGES_2M, NO_TSAN_RUNTIME,
+                      host_skip, missing_tool)
+
 pytestmark = pytest.mark.kvm
 
 C_TESTS = Path(__file__).parent / "c"
-# The flags that need a runtime library; the Makefile adds the rest.
-SANITIZER_FLAGS = {
-    "asan": ["-fsanitize=address,undefined"],
-    "tsan": ["-fsanitize=thread"],
+VARIANTS = ("asan", "tsan")
+TOOLCHAIN_FACTS = {
+    "asan": (NO_CC, missing_tool("make"), NO_ASAN_RUNTIME),
+    "tsan": (NO_CC, missing_tool("make"), NO_TSAN_RUNTIME),
 }
-SUMMARY = re.compile(r"^(asan|tsan): (\d+) passed, (\d+) failed, (\d+) skipped", re.M)
+# Why a program may skip as a whole beyond KVM_FACTS (its own check, exit 77).
+SKIP_FACTS = {
+    "hugetlb": (NO_HUGEPAGES_2M,),
+}
+LINE = re.compile(r"^(PASS|FAIL|SKIP) (\S+) \[(asan|tsan)\] \([\d.]+s\)(?:: (.*))?$", re.M)
 
 
-def toolchain_reason(variant):
-    """None when this host can build variant's programs, else why not."""
-    cc = shlex.split(os.environ.get("CC", "cc"))  # what make's $(CC) will be
-    if not shutil.which(cc[0]):
-        return f"no C compiler: {cc[0]!r} is not on PATH (set CC)"
-    if not shutil.which("make"):
-        return "no make on PATH"
-    flags = SANITIZER_FLAGS[variant]
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "probe.c"
-        src.write_text("int main(void) { return 0; }\n")
-        p = subprocess.run([*cc, *flags, "-pthread", "-o", str(Path(tmp) / "probe"), str(src)],
-                           capture_output=True, text=True, timeout=60)
-    if p.returncode:
-        return (f"{' '.join(cc)} cannot link a program with {' '.join(flags)}: is the "
-                f"sanitizer runtime installed (libasan, libubsan; libtsan)? "
-                f"{p.stderr.strip()[-500:]}")
-    return None
+def programs(variant):
+    """The program set of a variant, as the Makefile says (every .c file
+    where make is missing: those tests skip anyway)."""
+    try:
+        p = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(C_TESTS),
+                            f"list-{variant}"], capture_output=True, text=True, timeout=60)
+        if p.returncode == 0 and p.stdout.split():
+            return p.stdout.split()
+    except OSError:
+        pass
+    return sorted(Path(f).stem for f in glob.glob(str(C_TESTS / "*.c")))
 
 
-@pytest.mark.parametrize("variant", ["asan", "tsan"])
-def test_c_programs_pass_under_sanitizers(kvm, variant):
-    reason = toolchain_reason(variant)
-    if reason:
-        pytest.skip(reason)
-    cmd = ["make", "-s", "--no-print-directory", "-C", str(C_TESTS),
-           f"-j{os.cpu_count() or 1}", f"check-{variant}"]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=600)
-    print(p.stdout)  # the PASS/SKIP lines, for pytest -rP or -s
-    if p.returncode:
-        pytest.fail(f"{' '.join(cmd)} exited with {p.returncode}:\n{p.stdout}", pytrace=False)
-    m = SUMMARY.search(p.stdout)
-    assert m, f"no summary line in the output of {' '.join(cmd)}:\n{p.stdout}"
-    passed, failed, skipped = map(int, m.group(2, 3, 4))
-    assert failed == 0
-    if passed == 0:
-        pytest.skip(f"every program skipped:\n{p.stdout}")
+@pytest.fixture(scope="module")
+def sanitizer_runs(hugepages):
+    """variant -> (make's output, {program: (status, why)}), each set built
+    and run once, on first use."""
+    runs = {}
+
+    def get(variant):
+        if variant not in runs:
+            facts = TOOLCHAIN_FACTS[variant]
+            if any(f.holds for f in facts):
+                runs[variant] = facts
+            else:
+                cmd = ["make", "-s", "--no-print-directory", "-C", str(C_TESTS),
+                       f"-j{os.cpu_count() or 1}", f"check-{variant}"]
+                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, timeout=900)
+                print(p.stdout)  # the PASS/SKIP lines, for pytest -rP or -s
+                status = {m.group(2): (m.group(1), m.group(4) or "")
+                          for m in LINE.finditer(p.stdout) if m.group(3) == variant}
+                runs[variant] = (" ".join(cmd), p.stdout, status)
+        return runs[variant]
+    return get
+
+
+@pytest.mark.parametrize("variant,program",
+                         [(v, p) for v in VARIANTS for p in programs(v)])
+def test_c_program_under_sanitizer(kvm, sanitizer_runs, variant, program):
+    run = sanitizer_runs(variant)
+    if all(hasattr(f, "holds") for f in run):  # the toolchain facts
+        host_skip(run, f"cannot build the {variant} programs")
+    cmd, output, status = run
+    if program not in status:
+        pytest.fail(f"{cmd} did not run {program}:\n{output[-5000:]}", pytrace=False)
+    result, why = status[program]
+    log = C_TESTS / "build" / variant / f"{program}.log"
+    if result == "FAIL":
+        text = log.read_text() if log.exists() else output
+        pytest.fail(f"{program} [{variant}] failed ({why}):\n{text[-20000:]}", pytrace=False)
+    if result == "SKIP":
+        host_skip(KVM_FACTS + SKIP_FACTS.get(program, ()), f"{program} [{variant}]: {why}")
+    if why:  # passed, with some cases skipped
+        skipped = [line for line in log.read_text().splitlines() if "] skipped: " in line]
+        pytest.fail(f"{program} [{variant}] passed with {why}: a program runs every case, or "
+                    f"skips as a whole (exit 77) for a reason SKIP_FACTS maps to a host fact:\n"
+                    + "\n".join(skipped), pytrace=False)

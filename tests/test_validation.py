@@ -18,7 +18,9 @@ import sys
 import pytest
 
 import uffdkvm
-from conftest import assert_released, mem_info, resources
+from conftest import (ALL_CPU_NUMBERS_USABLE, NO_HUGEPAGES_1G, NO_HUGEPAGES_2M, NO_MEMAVAILABLE,
+                      assert_released, cpus_unavailable, host_skip, mem_info, missing_tool,
+                      resources)
 from uffdkvm import Config, ConfigError, HostUnsupportedError
 
 FIELDS = {f.name for f in dataclasses.fields(Config)}
@@ -194,7 +196,7 @@ def test_vcpus_beyond_kvms_limit(kvm):
 def test_memory_the_host_does_not_have(no_core, overlap):
     available = mem_info("MemAvailable")
     if available is None:
-        pytest.skip("no MemAvailable in /proc/meminfo")
+        host_skip(NO_MEMAVAILABLE, "no MemAvailable in /proc/meminfo")
     per_vcpu = (available // 2 // (1 << 30) + 1) << 30  # two of these are too much
     if overlap:
         per_vcpu *= 2
@@ -212,7 +214,8 @@ def hugetlb_pool(backing):
         with open(f"{base}/free_hugepages") as f:
             return base, size_kb << 10, int(f.read())
     except OSError:
-        pytest.skip(f"this kernel has no {size_kb} kB huge page pool")
+        host_skip(NO_HUGEPAGES_1G if size_kb == 1 << 20 else NO_HUGEPAGES_2M,
+                  f"this kernel has no {size_kb} kB huge page pool")
 
 
 @pytest.mark.parametrize("backing", ["anonymous_hugetlb", "shared_hugetlb",
@@ -235,7 +238,7 @@ def test_huge_pages_not_reserved(kvm, backing):
 def test_pinning_to_a_cpu_that_does_not_exist(no_core):
     missing = max(os.sched_getaffinity(0)) + 1
     if missing > 1023:
-        pytest.skip("every CPU number a Config takes is usable here")
+        host_skip(ALL_CPU_NUMBERS_USABLE, "every CPU number a Config takes is usable here")
     for field in ("pin_vcpus", "pin_readers"):
         with pytest.raises(ConfigError) as info:
             uffdkvm.run(mem_per_vcpu="64K", **{field: [0, missing]})
@@ -256,9 +259,9 @@ except uffdkvm.ConfigError as e:
 def test_pinning_to_a_cpu_outside_the_process_affinity(kvm, field):
     """A process started on CPU 0 only (taskset, a cpuset) may not pin to CPU 1."""
     if len(os.sched_getaffinity(0)) < 2 or 1 not in os.sched_getaffinity(0):
-        pytest.skip("needs CPUs 0 and 1")
+        host_skip(cpus_unavailable(0, 1), "needs CPUs 0 and 1")
     if not shutil.which("taskset"):
-        pytest.skip("needs taskset (util-linux)")
+        host_skip(missing_tool("taskset"), "needs taskset (util-linux)")
     p = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
                         PINNED_CHILD.replace("FIELD", field)],
                        capture_output=True, text=True, timeout=60, cwd="/")

@@ -272,20 +272,36 @@ static inline void ukt_check_reader_counters(const struct ukvm_result *r, enum u
 	}
 }
 
+/*
+ * Faults a run of cfg takes: one per page of the backing (a 2 MiB page is
+ * resolved whole), none when the region was filled beforehand (prefault) or
+ * without userfaultfd.
+ */
+static inline uint64_t ukt_expected_faults(const struct ukvm_config *cfg)
+{
+	uint64_t region = cfg->overlap ? cfg->mem_per_vcpu : cfg->mem_per_vcpu * cfg->vcpus;
+
+	if (cfg->prefault || cfg->uffd_mode == UKVM_UFFD_NONE)
+		return 0;
+	return region / ukvm_backing_page_size(cfg->backing);
+}
+
 /* What a successful run must hand back, whatever its config. */
 static inline void ukt_check_result(const struct ukvm_config *cfg, const struct ukvm_result *r)
 {
 	uint64_t pages = cfg->mem_per_vcpu / PAGE;
 	uint64_t region = cfg->overlap ? cfg->mem_per_vcpu : cfg->mem_per_vcpu * cfg->vcpus;
+	uint64_t expected = ukt_expected_faults(cfg);
 	uint32_t uffds, i, u;
 	uint64_t faults = 0, eexist = 0;
 
 	CHECK(r->verified, "%s: not verified (%" PRIu64 " bad pages): %s", ukt_cfg_str(cfg),
 	      r->bad_pages, r->verify_message);
 	CHECK_EQ(r->bad_pages, 0);
-	CHECK_EQ(r->page_size, PAGE);
+	CHECK_EQ(r->page_size, ukvm_backing_page_size(cfg->backing));
 	CHECK_EQ(r->pages_per_vcpu, pages);
 	CHECK_EQ(r->region_bytes, region);
+	CHECK_EQ(r->passes, cfg->passes);
 	CHECK_LE(r->start_ns, r->end_ns);
 	if (!CHECK_EQ(r->nr_vcpus, cfg->vcpus) || !CHECK(r->vcpus))
 		return;
@@ -293,7 +309,8 @@ static inline void ukt_check_result(const struct ukvm_config *cfg, const struct 
 		const struct ukvm_vcpu_result *v = &r->vcpus[i];
 
 		CHECK_EQ(v->index, i);
-		CHECK_EQ(v->pages, pages);
+		/* Every page in every pass: the guest counts its accesses. */
+		CHECK_EQ(v->pages, pages * cfg->passes);
 		CHECK(v->tid > 0);
 		CHECK_LE(r->start_ns, v->start_ns);
 		CHECK_LE(v->start_ns, v->end_ns);
@@ -321,19 +338,85 @@ static inline void ukt_check_result(const struct ukvm_config *cfg, const struct 
 			if (r->readers[i].uffd == u)
 				sum += r->readers[i].faults;
 		/* Each uffd covers an equal share of the region; each page faults once. */
-		CHECK(sum == region / PAGE / uffds, "uffd %u resolved %" PRIu64 " faults, expected "
-		      "%" PRIu64, u, sum, region / PAGE / uffds);
+		CHECK(sum == expected / uffds, "uffd %u resolved %" PRIu64 " faults, expected "
+		      "%" PRIu64, u, sum, expected / uffds);
 	}
 	for (i = 0; i < r->nr_readers; i++) {
 		faults += r->readers[i].faults;
 		eexist += r->readers[i].eexist;
 	}
-	CHECK_EQ(faults, region / PAGE);
+	CHECK_EQ(faults, expected);
 	if (cfg->overlap)
 		/* The other vCPUs' faults on a page already being resolved. */
-		CHECK_LE(eexist, (uint64_t)(cfg->vcpus - 1) * pages);
+		CHECK_LE(eexist, (uint64_t)(cfg->vcpus - 1) * expected);
 	else
 		CHECK_EQ(eexist, 0);
+}
+
+/*
+ * trace_faults: the records say what happened. One per fault message, in
+ * the order the readers read them; each inside the region, from the vCPU
+ * whose slice holds the page (UFFD_FEATURE_THREAD_ID), through the uffd
+ * that covers it; every page of the backing resolved once; and each reader
+ * holds as many records as it counted faults.
+ */
+static inline void ukt_check_trace(const struct ukvm_config *cfg, const struct ukvm_result *r)
+{
+	uint64_t unit = r->page_size, units = r->region_bytes / unit, i, resolved = 0;
+	uint64_t *per_reader = calloc(r->nr_readers ?: 1, sizeof(*per_reader));
+	uint8_t *seen = calloc(units ?: 1, 1);
+	unsigned bad = 0;
+
+	if (!CHECK(per_reader && seen, "out of memory")) {
+		free(per_reader);
+		free(seen);
+		return;
+	}
+	CHECK(r->nr_trace == 0 || r->trace, "nr_trace %" PRIu64 " without a trace", r->nr_trace);
+	for (i = 0; i < r->nr_trace && bad < 5; i++) {
+		const struct ukvm_fault_record *t = &r->trace[i];
+		uint64_t off = t->gpa - r->region_gpa;
+		uint32_t owner = cfg->overlap ? 0 : (uint32_t)(off / cfg->mem_per_vcpu);
+		uint32_t k = t->uffd * cfg->readers + t->reader;
+		bool ok = true;
+
+		ok &= CHECK(i == 0 || r->trace[i - 1].read_ns <= t->read_ns,
+			    "record %" PRIu64 " was read before the one ahead of it", i);
+		ok &= CHECK(t->read_ns <= t->resolved_ns, "record %" PRIu64 ": resolved before read", i);
+		ok &= CHECK(t->gpa >= r->region_gpa && off < r->region_bytes,
+			    "record %" PRIu64 ": gpa 0x%" PRIx64 " outside the region", i, t->gpa);
+		ok &= CHECK(t->uffd < r->nr_uffds && t->reader < cfg->readers && k < r->nr_readers,
+			    "record %" PRIu64 ": uffd %u reader %u", i, t->uffd, t->reader);
+		if (!ok) {
+			bad++;
+			continue;
+		}
+		per_reader[k]++;
+		if (cfg->overlap) {
+			bad += !CHECK(t->vcpu >= 0 && (uint32_t)t->vcpu < cfg->vcpus,
+				      "record %" PRIu64 ": vCPU %d", i, t->vcpu);
+		} else {
+			bad += !CHECK(t->vcpu == (int32_t)owner, "record %" PRIu64 ": gpa 0x%"
+				      PRIx64 " is vCPU %u's, the record says vCPU %d", i, t->gpa,
+				      owner, t->vcpu);
+			if (r->nr_uffds == cfg->vcpus)
+				bad += !CHECK_EQ(t->uffd, owner);
+		}
+		if (!t->eexist) {
+			bad += !CHECK(!seen[off / unit], "record %" PRIu64 ": page 0x%" PRIx64
+				      " resolved twice", i, t->gpa - off % unit);
+			seen[off / unit] = 1;
+			resolved++;
+		}
+	}
+	CHECK_EQ(resolved, ukt_expected_faults(cfg));
+	for (i = 0; i < r->nr_readers; i++)
+		CHECK(per_reader[i] == r->readers[i].faults + r->readers[i].eexist,
+		      "reader %u of uffd %u: %" PRIu64 " records, %" PRIu64 " faults + %" PRIu64
+		      " EEXIST counted", r->readers[i].index, r->readers[i].uffd, per_reader[i],
+		      r->readers[i].faults, r->readers[i].eexist);
+	free(per_reader);
+	free(seen);
 }
 
 /* ---- process resources ---- */
@@ -408,6 +491,20 @@ static inline void ukt_init(const char *program)
 		exit(T_EXIT_FAIL);
 	}
 	ukvm_result_free(&res);
+}
+
+/* Ends the program as a skip: the host lacks what every case needs. */
+__attribute__((format(printf, 1, 2), noreturn))
+static inline void ukt_skip_program(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s: skipped, ", ukt_program);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	exit(T_EXIT_SKIP);
 }
 
 static inline int ukt_exit(void)

@@ -1,0 +1,736 @@
+"""Host facts: every skip in this suite names what this host lacks, and the
+session fails on a skip that nothing about the host explains.
+
+A *fact* is a statement about this host that makes some tests meaningless
+here ("KVM is unusable", "KVM offers no 1 GiB guest pages"), with a probe of
+its own that establishes it: the probes talk to the kernel directly (ioctls,
+syscalls, sysfs), never through uffdkvm, and never through the test that
+skips. So a test that skips because uffdkvm is broken, citing "no KVM" on a
+host where KVM works, is caught. Facts known by the end of collection are
+probed then, once, before any test runs; a fact made later is probed when
+first asked.
+
+Skipping a test::
+
+    from conftest import host_skip, NO_HUGEPAGES_2M, NO_KVM, NO_USERFAULTFD
+
+    host_skip(NO_HUGEPAGES_2M, "needs 16 free 2 MiB huge pages")
+    host_skip((NO_KVM, NO_USERFAULTFD), str(error))   # explained if either holds
+
+host_skip() raises pytest's skip (pass allow_module_level=True at module
+level). The ``kvm`` fixture and ``run_or_skip()`` in conftest cite the right
+facts for you; ``facts_for_run(**config_fields)`` gives the facts that can
+stop a run of that config, for a test that catches HostUnsupportedError
+itself. ``pytest.importorskip("x")`` counts as citing ``missing_module("x")``.
+Plain ``pytest.skip()`` and ``skipif`` marks cite nothing: they fail the
+session (use a fact, or add one).
+
+Adding a fact: a probe that returns (holds, evidence), the evidence being
+what the probe saw, for the summary::
+
+    @fact("no-frobnicator", "the kernel has no frobnicator")
+    def NO_FROBNICATOR():
+        return not os.path.exists("/dev/frob"), "/dev/frob is missing"
+
+or, for a family of facts, a function that returns ``_param_fact(...)`` (see
+missing_module() below). Fact names hold no spaces, commas or brackets.
+
+At the end the session prints "host skips": each skipped test with the fact
+that explains it and what the probe saw. A skip that cites no fact, or only
+facts that do not hold here, is listed as unexplained and makes the session
+fail (exit status 1). Deselection (-m, -k, --deselect) is not a skip, nor
+is xfail.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno as errno_
+import fcntl
+import importlib.util
+import mmap
+import os
+import re
+import shlex
+import shutil
+import struct
+import subprocess
+import tempfile
+from fcntl import ioctl
+from pathlib import Path
+
+import pytest
+
+FACTS: dict = {}  # name -> Fact, every fact made so far
+
+
+class Fact:
+    """A statement about this host and the probe that establishes it."""
+
+    def __init__(self, name, description, probe):
+        if re.search(r"[\s,\[\]]", name):
+            raise ValueError(f"fact name {name!r}: no spaces, commas or brackets")
+        self.name = name
+        self.description = description
+        self._probe = probe
+        self._result = None
+
+    def establish(self):
+        """Runs the probe once; a probe that raises establishes nothing."""
+        if self._result is None:
+            try:
+                holds, evidence = self._probe()
+                self._result = (bool(holds), str(evidence))
+            except Exception as e:  # noqa: BLE001 - reported as the evidence
+                self._result = (False, f"the probe failed: {type(e).__name__}: {e}")
+        return self._result
+
+    @property
+    def holds(self):
+        return self.establish()[0]
+
+    @property
+    def evidence(self):
+        return self.establish()[1]
+
+    def __repr__(self):
+        return f"<Fact {self.name}>"
+
+
+def fact(name, description):
+    """Decorator: registers the probe as a fact and returns the Fact."""
+    def register(probe):
+        f = Fact(name, description, probe)
+        FACTS[name] = f
+        return f
+    return register
+
+
+def _param_fact(name, description, probe):
+    """The one fact of that name, made on first use (for fact families)."""
+    if name not in FACTS:
+        FACTS[name] = Fact(name, description, probe)
+    return FACTS[name]
+
+
+# ---- skipping ----
+
+_CITE = re.compile(r"^\[host: ([^\]]+)\] ")
+
+
+def host_skip(facts, detail, *, allow_module_level=False):
+    """Skips the current test, citing one fact or several (explained if any
+    holds); detail says what the test needed."""
+    __tracebackhide__ = True  # the skip's location is the caller's line
+    facts = (facts,) if isinstance(facts, Fact) else tuple(facts)
+    if not facts or not all(isinstance(f, Fact) for f in facts):
+        raise TypeError(f"host_skip cites Facts, not {facts!r}")
+    names = ", ".join(f.name for f in facts)
+    pytest.skip(f"[host: {names}] {detail}", allow_module_level=allow_module_level)
+
+
+def cited_facts(reason):
+    """The facts a skip reason cites (host_skip's prefix, importorskip's
+    message), and the reason without the prefix."""
+    m = _CITE.match(reason)
+    if m:
+        names = [n.strip() for n in m.group(1).split(",")]
+        return [FACTS.get(n) or _unknown_fact(n) for n in names], reason[m.end():]
+    m = re.match(r"^could not import '([^']+)'", reason)
+    if m:
+        return [missing_module(m.group(1))], reason
+    return [], reason
+
+
+def _unknown_fact(name):
+    return Fact(name, "(no such fact is registered)", lambda: (False, "not registered"))
+
+
+# ---- the audit ----
+
+class HostSkipAudit:
+    """Collects every skip, sorts them into explained and unexplained at the
+    end, prints them, and fails the session on an unexplained one."""
+
+    def __init__(self):
+        self.skips = []  # (nodeid, reason)
+        self.explained = []  # (nodeid, facts that hold, detail)
+        self.unexplained = []  # (nodeid, reason, why)
+
+    def _record(self, report):
+        if not report.skipped or hasattr(report, "wasxfail"):
+            return
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        if reason.startswith("Skipped: "):
+            reason = reason[len("Skipped: "):]
+        self.skips.append((report.nodeid, reason))
+
+    def pytest_runtest_logreport(self, report):
+        self._record(report)
+
+    def pytest_collectreport(self, report):
+        self._record(report)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session):
+        for f in list(FACTS.values()):
+            f.establish()
+
+    def classify(self):
+        self.explained, self.unexplained = [], []
+        for nodeid, reason in self.skips:
+            facts, detail = cited_facts(reason)
+            holding = [f for f in facts if f.holds]
+            if holding:
+                self.explained.append((nodeid, holding, detail))
+            elif facts:
+                why = "; ".join(f"{f.name} does not hold here ({f.evidence})" for f in facts)
+                self.unexplained.append((nodeid, reason, why))
+            else:
+                self.unexplained.append((nodeid, reason, "it cites no host fact"))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session):
+        self.classify()
+        if self.unexplained and session.exitstatus in (pytest.ExitCode.OK,
+                                                       pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter):
+        tr = terminalreporter
+        if self.explained:
+            tr.write_sep("=", f"host skips: {len(self.explained)} (what this host lacks)")
+            by_fact = {}
+            for nodeid, holding, detail in self.explained:
+                by_fact.setdefault(holding[0].name, (holding[0], []))[1].append((nodeid, detail))
+            for f, tests in by_fact.values():
+                tr.write_line(f"{f.name}: {f.description}")
+                tr.write_line(f"    probe: {f.evidence}")
+                for nodeid, detail in tests:
+                    tr.write_line(f"  SKIP {nodeid}")
+                    tr.write_line(f"       {detail}")
+        if self.unexplained:
+            tr.write_sep("=", f"unexplained skips: {len(self.unexplained)} (the session fails)",
+                         red=True)
+            for nodeid, reason, why in self.unexplained:
+                tr.write_line(f"UNEXPLAINED SKIP {nodeid}: {reason}", red=True)
+                tr.write_line(f"    {why}")
+            tr.write_line("A skip must cite a host fact that holds here (tests/hostfacts.py): "
+                          "fix the test, or cite or add the fact.", red=True)
+
+
+def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("hostskip-audit"):
+        config.pluginmanager.register(HostSkipAudit(), "hostskip-audit")
+
+
+# ---- kernel interfaces the probes use (numbers from the kernel's uapi) ----
+
+KVMIO = 0xAE
+
+
+def _io(kind, nr):
+    return (kind << 8) | nr
+
+
+def _iowr(kind, nr, size):
+    return (3 << 30) | (size << 16) | (kind << 8) | nr
+
+
+KVM_GET_API_VERSION = _io(KVMIO, 0x00)
+KVM_CREATE_VM = _io(KVMIO, 0x01)
+KVM_CHECK_EXTENSION = _io(KVMIO, 0x03)
+KVM_GET_SUPPORTED_CPUID = _iowr(KVMIO, 0x05, 8)
+KVM_CREATE_GUEST_MEMFD = _iowr(KVMIO, 0xD4, 64)
+KVM_CAP_BINARY_STATS_FD = 203
+KVM_CAP_GUEST_MEMFD = 234
+KVM_CAP_GUEST_MEMFD_FLAGS = 244
+GUEST_MEMFD_FLAG_MMAP = 1 << 0
+GUEST_MEMFD_FLAG_INIT_SHARED = 1 << 1
+
+UFFDIO = 0xAA
+UFFD_API = 0xAA
+UFFDIO_API = _iowr(UFFDIO, 0x3F, 24)
+UFFDIO_REGISTER = _iowr(UFFDIO, 0x00, 32)
+USERFAULTFD_IOC_NEW = _io(UFFDIO, 0x00)
+UFFDIO_REGISTER_MODE_MISSING = 1
+UFFD_FEATURE_MINOR_HUGETLBFS = 1 << 9
+UFFD_FEATURE_MINOR_SHMEM = 1 << 10
+SYS_userfaultfd = 323  # x86_64, the only architecture uffdkvm builds a guest for
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+
+def _err(what, e):
+    code = errno_.errorcode.get(e, str(e))
+    return f"{what}: {os.strerror(e)} ({code})"
+
+
+class _Fds:
+    """Closes every fd it was given."""
+
+    def __init__(self):
+        self.fds = []
+
+    def __enter__(self):
+        return self
+
+    def add(self, fd):
+        self.fds.append(fd)
+        return fd
+
+    def __exit__(self, *exc):
+        for fd in reversed(self.fds):
+            os.close(fd)
+
+
+def _open_kvm(fds):
+    """(fd, None) or (None, why not)."""
+    try:
+        fd = fds.add(os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC))
+    except OSError as e:
+        return None, _err("open(/dev/kvm)", e.errno)
+    return fd, None
+
+
+def _create_vm(fds):
+    kvm, why = _open_kvm(fds)
+    if kvm is None:
+        return None, None, why
+    try:
+        version = ioctl(kvm, KVM_GET_API_VERSION)
+        if version != 12:
+            return None, None, f"KVM_GET_API_VERSION is {version}, not 12"
+        return kvm, fds.add(ioctl(kvm, KVM_CREATE_VM, 0)), None
+    except OSError as e:
+        return None, None, _err("KVM_CREATE_VM", e.errno)
+
+
+def _uffd_open(fds):
+    """A userfaultfd that can take kernel-mode (KVM) faults: the syscall,
+    else /dev/userfaultfd, as uffdkvm tries them. (fd, None) or (None, why)."""
+    flags = os.O_CLOEXEC | os.O_NONBLOCK
+    fd = _libc.syscall(SYS_userfaultfd, flags)
+    if fd >= 0:
+        return fds.add(fd), None
+    sys_errno = ctypes.get_errno()
+    try:
+        dev = os.open("/dev/userfaultfd", os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e:
+        return None, (f"{_err('userfaultfd()', sys_errno)}; "
+                      f"{_err('open(/dev/userfaultfd)', e.errno)}")
+    try:
+        return fds.add(ioctl(dev, USERFAULTFD_IOC_NEW, flags)), None
+    except OSError as e:
+        return None, (f"{_err('userfaultfd()', sys_errno)}; "
+                      f"{_err('USERFAULTFD_IOC_NEW', e.errno)}")
+    finally:
+        os.close(dev)
+
+
+def _uffd_api(fd, features=0):
+    """The features the kernel grants, after the UFFDIO_API handshake."""
+    buf = bytearray(struct.pack("QQQ", UFFD_API, features, 0))
+    ioctl(fd, UFFDIO_API, buf)
+    return struct.unpack("QQQ", buf)[1]
+
+
+def _uffd_features():
+    """(features, None) or (None, why not)."""
+    with _Fds() as fds:
+        fd, why = _uffd_open(fds)
+        if fd is None:
+            return None, why
+        try:
+            # Asking for no feature returns every feature the kernel has.
+            return _uffd_api(fd), None
+        except OSError as e:
+            return None, _err("UFFDIO_API", e.errno)
+
+
+# ---- KVM and userfaultfd ----
+
+@fact("no-kvm", "KVM is unusable: /dev/kvm is missing, not accessible, or cannot create a VM")
+def NO_KVM():
+    with _Fds() as fds:
+        _, vm, why = _create_vm(fds)
+        return vm is None, why or "/dev/kvm opened and KVM_CREATE_VM succeeded"
+
+
+@fact("no-userfaultfd", "userfaultfd is unusable for kernel-mode faults: the syscall is "
+      "refused (no CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=0) and /dev/userfaultfd too")
+def NO_USERFAULTFD():
+    features, why = _uffd_features()
+    return features is None, why or "userfaultfd and UFFDIO_API succeeded"
+
+
+def _missing_uffd_feature(bit, name):
+    features, why = _uffd_features()
+    if features is None:
+        return True, f"no userfaultfd at all: {why}"
+    has = bool(features & bit)
+    return not has, f"UFFDIO_API features 0x{features:x} {'have' if has else 'lack'} {name}"
+
+
+@fact("no-uffd-minor-shmem", "this kernel's userfaultfd has no MINOR faults on shmem (Linux 5.14+)")
+def NO_UFFD_MINOR_SHMEM():
+    return _missing_uffd_feature(UFFD_FEATURE_MINOR_SHMEM, "UFFD_FEATURE_MINOR_SHMEM")
+
+
+@fact("no-uffd-minor-hugetlbfs", "this kernel's userfaultfd has no MINOR faults on hugetlbfs "
+      "(Linux 5.13+)")
+def NO_UFFD_MINOR_HUGETLBFS():
+    return _missing_uffd_feature(UFFD_FEATURE_MINOR_HUGETLBFS, "UFFD_FEATURE_MINOR_HUGETLBFS")
+
+
+@fact("no-kvm-stats", "this KVM has no binary statistics (KVM_CAP_BINARY_STATS_FD, Linux 5.14+)")
+def NO_KVM_STATS():
+    with _Fds() as fds:
+        kvm, why = _open_kvm(fds)
+        if kvm is None:
+            return True, why
+        cap = ioctl(kvm, KVM_CHECK_EXTENSION, KVM_CAP_BINARY_STATS_FD)
+        return cap <= 0, f"KVM_CHECK_EXTENSION(KVM_CAP_BINARY_STATS_FD) = {cap}"
+
+
+@fact("no-1g-guest-pages", "KVM offers no 1 GiB pages to guests (no pdpe1gb in "
+      "KVM_GET_SUPPORTED_CPUID)")
+def NO_1G_GUEST_PAGES():
+    with _Fds() as fds:
+        kvm, why = _open_kvm(fds)
+        if kvm is None:
+            return True, why
+        nent = 128
+        while True:
+            buf = bytearray(struct.pack("II", nent, 0) + bytes(40 * nent))
+            try:
+                ioctl(kvm, KVM_GET_SUPPORTED_CPUID, buf)
+                break
+            except OSError as e:
+                if e.errno != errno_.E2BIG or nent >= 4096:
+                    return True, _err("KVM_GET_SUPPORTED_CPUID", e.errno)
+                nent *= 2
+        count = struct.unpack_from("I", buf)[0]
+        for i in range(count):
+            function, index, flags, eax, ebx, ecx, edx = struct.unpack_from("7I", buf, 8 + 40 * i)
+            if function == 0x80000001:
+                has = bool(edx & (1 << 26))
+                return not has, f"CPUID 0x80000001 EDX bit 26 (pdpe1gb) is {int(has)}"
+        return True, "KVM_GET_SUPPORTED_CPUID has no leaf 0x80000001"
+
+
+def _guest_memfd(fds, vm):
+    """An mmap-able guest_memfd of one page: (fd, None) or (None, why not)."""
+    try:
+        if ioctl(vm, KVM_CHECK_EXTENSION, KVM_CAP_GUEST_MEMFD) <= 0:
+            return None, "KVM_CHECK_EXTENSION(KVM_CAP_GUEST_MEMFD) = 0"
+        caps = ioctl(vm, KVM_CHECK_EXTENSION, KVM_CAP_GUEST_MEMFD_FLAGS)
+        if caps <= 0 or not caps & GUEST_MEMFD_FLAG_MMAP:
+            return None, f"KVM_CAP_GUEST_MEMFD_FLAGS = {caps}: no GUEST_MEMFD_FLAG_MMAP"
+        flags = GUEST_MEMFD_FLAG_MMAP | (caps & GUEST_MEMFD_FLAG_INIT_SHARED)
+        arg = bytearray(struct.pack("QQ", mmap.PAGESIZE, flags) + bytes(48))
+        return fds.add(ioctl(vm, KVM_CREATE_GUEST_MEMFD, arg)), None
+    except OSError as e:
+        return None, _err("KVM_CREATE_GUEST_MEMFD", e.errno)
+
+
+@fact("no-guest-memfd", "KVM cannot make a guest_memfd the host can mmap (Linux 6.18+)")
+def NO_GUEST_MEMFD():
+    with _Fds() as fds:
+        _, vm, why = _create_vm(fds)
+        if vm is None:
+            return True, why
+        gmem, why = _guest_memfd(fds, vm)
+        return gmem is None, why or "an mmap-able guest_memfd was created"
+
+
+@fact("no-guest-memfd-uffd", "this kernel's userfaultfd cannot register guest_memfd memory")
+def NO_GUEST_MEMFD_UFFD():
+    with _Fds() as fds:
+        _, vm, why = _create_vm(fds)
+        if vm is None:
+            return True, why
+        gmem, why = _guest_memfd(fds, vm)
+        if gmem is None:
+            return True, why
+        uffd, why = _uffd_open(fds)
+        if uffd is None:
+            return True, why
+        _uffd_api(uffd)
+        size = mmap.PAGESIZE
+        addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, gmem, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return True, _err("mmap(guest_memfd)", ctypes.get_errno())
+        try:
+            reg = bytearray(struct.pack("QQQQ", addr, size, UFFDIO_REGISTER_MODE_MISSING, 0))
+            ioctl(uffd, UFFDIO_REGISTER, reg)
+            return False, "UFFDIO_REGISTER(MISSING) of an mmap'ed guest_memfd succeeded"
+        except OSError as e:
+            return True, _err("UFFDIO_REGISTER(MISSING) of an mmap'ed guest_memfd", e.errno)
+        finally:
+            _libc.munmap(addr, size)
+
+
+# ---- memory ----
+
+HUGEPAGES = "/sys/kernel/mm/hugepages"
+# Huge pages the session may need at once, by size in kB: the `hugepages`
+# fixture in conftest adds these to the pools, as root.
+HUGEPAGE_POOLS = {2048: 16, 1048576: 1}
+# Sessions that run at once on one host (several worktrees, say) change the
+# pools under this lock, and by counts, never to absolute sizes: a session
+# that set the pool back to what it saw at its start would take away the
+# pages another session had added meanwhile.
+HUGEPAGES_LOCK = "/tmp/uffdkvm-hugepages.lock"
+
+
+def _read_int(path):
+    with open(path) as f:
+        return int(f.read())
+
+
+@contextlib.contextmanager
+def _pools_locked():
+    fd = os.open(HUGEPAGES_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def hugepage_pool(size_kb):
+    return f"{HUGEPAGES}/hugepages-{size_kb}kB"
+
+
+def add_hugepages(size_kb, count):
+    """As root: adds count pages to the pool; returns how many the kernel
+    found (fewer when memory is short or too fragmented)."""
+    path = f"{hugepage_pool(size_kb)}/nr_hugepages"
+    with _pools_locked():
+        before = _read_int(path)
+        with open(path, "w") as f:
+            f.write(str(before + count))
+        return max(_read_int(path) - before, 0)
+
+
+def remove_hugepages(size_kb, count):
+    """Takes back count pages that add_hugepages() added."""
+    path = f"{hugepage_pool(size_kb)}/nr_hugepages"
+    with _pools_locked():
+        now = _read_int(path)
+        with open(path, "w") as f:
+            f.write(str(max(now - count, 0)))
+
+
+def _hugepages(size_kb):
+    want = HUGEPAGE_POOLS[size_kb]
+    base = hugepage_pool(size_kb)
+    try:
+        free = _read_int(f"{base}/free_hugepages")
+        resv = _read_int(f"{base}/resv_hugepages")
+    except OSError as e:
+        return True, f"no pool: {e}"
+    available = free - resv
+    if os.geteuid() != 0:
+        return (available < want,
+                f"{available} free in {base}, {want} needed, and only root can add more")
+    # Root adds them for the session (the hugepages fixture): try it for real.
+    try:
+        got = add_hugepages(size_kb, want)
+    except OSError as e:
+        return True, f"adding to {base}/nr_hugepages: {e}"
+    remove_hugepages(size_kb, got)
+    if got < want:
+        return True, (f"asked the kernel for {want} more in {base} and it found {got} "
+                      f"(memory short or too fragmented)")
+    return False, f"root can add {want} to {base} (added, then taken back)"
+
+
+@fact("no-hugepages-2m", f"{HUGEPAGE_POOLS[2048]} free 2 MiB huge pages cannot be had here "
+      "(not root and fewer are free, or the kernel cannot find them)")
+def NO_HUGEPAGES_2M():
+    return _hugepages(2048)
+
+
+@fact("no-hugepages-1g", f"{HUGEPAGE_POOLS[1048576]} free 1 GiB huge page cannot be had here "
+      "(not root and none is free, or the kernel cannot find 1 GiB in one piece)")
+def NO_HUGEPAGES_1G():
+    return _hugepages(1048576)
+
+
+@fact("no-thp", "this kernel has no transparent huge pages")
+def NO_THP():
+    path = "/sys/kernel/mm/transparent_hugepage/enabled"
+    try:
+        with open(path) as f:
+            return False, f"{path}: {f.read().strip()}"
+    except OSError as e:
+        return True, str(e)
+
+
+def mem_info(key):
+    """A /proc/meminfo value in bytes, or None."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+@fact("no-memavailable", "/proc/meminfo has no MemAvailable (Linux before 3.14)")
+def NO_MEMAVAILABLE():
+    return mem_info("MemAvailable") is None, "looked for MemAvailable in /proc/meminfo"
+
+
+def mem_available_below(nbytes):
+    """Less than nbytes of MemAvailable at session start."""
+    gib = nbytes / (1 << 30)
+
+    def probe():
+        have = mem_info("MemAvailable")
+        if have is None:
+            return True, "no MemAvailable in /proc/meminfo"
+        return have < nbytes, f"MemAvailable {have / (1 << 30):.1f} GiB"
+    return _param_fact(f"mem-available-below:{gib:g}GiB",
+                       f"less than {gib:g} GiB of memory is available", probe)
+
+
+# ---- privileges, CPUs, tools ----
+
+@fact("not-root", "the tests do not run as root")
+def NOT_ROOT():
+    return os.geteuid() != 0, f"euid {os.geteuid()}"
+
+
+@fact("unprivileged-userfaultfd", "vm.unprivileged_userfaultfd=1: every user may call "
+      "userfaultfd(), so a host that refuses it cannot be built")
+def UNPRIVILEGED_USERFAULTFD():
+    path = "/proc/sys/vm/unprivileged_userfaultfd"
+    try:
+        with open(path) as f:
+            value = f.read().strip()
+    except OSError as e:
+        return False, str(e)
+    return value != "0", f"{path} = {value}"
+
+
+@fact("all-cpu-numbers-usable", "this process may run on every CPU number a Config takes "
+      "(0-1023), so there is no CPU it may not run on")
+def ALL_CPU_NUMBERS_USABLE():
+    top = max(os.sched_getaffinity(0))
+    return top + 1 > 1023, f"highest usable CPU {top}"
+
+
+def cpus_unavailable(*cpus):
+    """This process may not run on some of these CPUs."""
+    def probe():
+        allowed = os.sched_getaffinity(0)
+        return not set(cpus) <= allowed, f"sched_getaffinity: {sorted(allowed)}"
+    names = "+".join(map(str, cpus))
+    return _param_fact(f"cpus-unavailable:{names}",
+                       f"this process may not run on CPUs {', '.join(map(str, cpus))}", probe)
+
+
+def missing_tool(name):
+    """No program of that name on PATH."""
+    def probe():
+        where = shutil.which(name)
+        return where is None, where or f"{name} is not on PATH"
+    return _param_fact(f"missing-tool:{name}", f"{name} is not installed", probe)
+
+
+def missing_module(name):
+    """No Python module of that name (the [test] extra installs them all)."""
+    def probe():
+        try:
+            spec = importlib.util.find_spec(name)
+        except ImportError as e:  # a parent package is missing
+            return True, str(e)
+        return spec is None, spec.origin if spec else f"no module {name}"
+    return _param_fact(f"missing-module:{name}",
+                       f"the Python module {name} is not installed", probe)
+
+
+# ---- the C toolchain (tests/c) ----
+
+def c_compiler():
+    """What make's $(CC) will be."""
+    return shlex.split(os.environ.get("CC", "cc"))
+
+
+@fact("no-cc", "no C compiler: $CC (or cc) is not on PATH")
+def NO_CC():
+    cc = c_compiler()
+    where = shutil.which(cc[0])
+    return where is None, where or f"{cc[0]!r} is not on PATH"
+
+
+SANITIZER_FLAGS = {  # the flags that need a runtime library; tests/c/Makefile adds the rest
+    "asan": ["-fsanitize=address,undefined"],
+    "tsan": ["-fsanitize=thread"],
+}
+
+
+def _cannot_link(flags):
+    cc = c_compiler()
+    if not shutil.which(cc[0]):
+        return True, f"no compiler {cc[0]!r}"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text("int main(void) { return 0; }\n")
+        p = subprocess.run([*cc, *flags, "-pthread", "-o", str(Path(tmp) / "probe"), str(src)],
+                           capture_output=True, text=True, timeout=60)
+    if p.returncode:
+        return True, f"{' '.join(cc + flags)} cannot link: {p.stderr.strip()[-300:]}"
+    return False, f"{' '.join(cc + flags)} links"
+
+
+@fact("no-asan-runtime", "the C compiler cannot link AddressSanitizer + UBSan programs "
+      "(libasan, libubsan missing)")
+def NO_ASAN_RUNTIME():
+    return _cannot_link(SANITIZER_FLAGS["asan"])
+
+
+@fact("no-tsan-runtime", "the C compiler cannot link ThreadSanitizer programs (libtsan missing)")
+def NO_TSAN_RUNTIME():
+    return _cannot_link(SANITIZER_FLAGS["tsan"])
+
+
+# ---- which facts can stop a run ----
+
+HUGETLB_FACTS = {
+    "anonymous_hugetlb": NO_HUGEPAGES_2M,
+    "shared_hugetlb": NO_HUGEPAGES_2M,
+    "anonymous_hugetlb_1gb": NO_HUGEPAGES_1G,
+}
+_NOT_GIVEN = object()
+
+
+def facts_for_run(**fields):
+    """The facts that can make a run of this config raise HostUnsupportedError."""
+    facts = [NO_KVM]
+    mode = fields.get("uffd_mode", _NOT_GIVEN)
+    backing = fields.get("backing", "anonymous")
+    if mode is not None:
+        facts.append(NO_USERFAULTFD)
+    if backing in HUGETLB_FACTS:
+        facts.append(HUGETLB_FACTS[backing])
+    if backing == "anonymous_thp":
+        facts.append(NO_THP)
+    if backing == "guest_memfd":
+        facts.append(NO_GUEST_MEMFD)
+        if mode is not None:
+            facts.append(NO_GUEST_MEMFD_UFFD)
+    if mode == "minor":
+        facts.append(NO_UFFD_MINOR_HUGETLBFS if backing == "shared_hugetlb"
+                     else NO_UFFD_MINOR_SHMEM)
+    if str(fields.get("guest_page_size", "")).upper() in ("1G", str(1 << 30)):
+        facts.append(NO_1G_GUEST_PAGES)
+    return tuple(facts)
