@@ -85,7 +85,7 @@ def test_dev_userfaultfd_grants_what_the_syscall_refuses(broken_host):
     assert out == {"ok": True}
 
 
-# ---- a real unprivileged user: what README's "Privileges" promises ----
+# ---- a real unprivileged user: what docs/robustness.md's "Privileges" promises ----
 
 WHO = """
 import json, sys, uffdkvm

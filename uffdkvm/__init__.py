@@ -7,7 +7,8 @@
     >>> df = uffdkvm.sweep(readers=[1, 2, 4], wait=["poll", "epoll_exclusive"], trials=3)
     >>> uffdkvm.summarize(df)     # per point: median, IQR, CV, bootstrap 95% CI
 
-See README.md for the host requirements, the API and the CLI.
+See README.md for the host requirements and docs/ for the API (guide.md), what
+every number means (measurements.md) and the CLI (cli.md).
 """
 from ._version import __version__
 from .config import Config, parse_size

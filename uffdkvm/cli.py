@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", default=d.stats, type=str.lower, choices=("full", "basic"),
                    help="full (default): time every fault; basic: counters only")
     p.add_argument("--guest-timing", dest="guest_timing", action="store_true",
-                   help="the guest times every access with rdtsc")
+                   help="the guest stamps every access with rdtsc: each fault's queue, "
+                   "service and resume stages")
     p.add_argument("--trace-faults", dest="trace_faults", action="store_true",
                    help="keep every fault in the result (with --json)")
     p.add_argument("--json", action="store_true",
@@ -171,7 +172,10 @@ def format_text(r: Result) -> str:
         "",
     ]
     if r.verified:
-        lines.append(f"Memory verified:\t{r.config.region_bytes // 4096} pages hold what they must")
+        how = (", and userfaultfd resolved each page once"
+               if r.config.uffd_mode is not None and not r.config.prefault else "")
+        lines.append(f"Memory verified:\t{r.config.region_bytes // 4096} pages hold what "
+                     f"they must{how}")
     else:
         lines.append(f"MEMORY VERIFICATION FAILED:\t{r.bad_pages} bad pages; {r.verify_message}")
     timed = r.config.guest_timing and r.config.stats == "full"
@@ -205,7 +209,8 @@ def format_text(r: Result) -> str:
         lines.append(f"Blocktime (every vCPU blocked at once): {r.blocktime_seconds:.6f}s")
     if r.config.stats == "full" and r.config.uffd_mode is not None:
         lines += ["", "Service = a reader's read() of the fault message to its resolving ioctl "
-                      "returning (delay included)."]
+                      "returning (delay included)" +
+                      ("; a vCPU's ends at its resume if that came first." if timed else ".")]
         lines.append("Queue = the guest raising the fault to that read; resume = the ioctl to "
                      "the guest's access completing; fault = the whole stall." if timed else
                      "The wait before the read (queue) and the vCPU's return after it (resume) "
