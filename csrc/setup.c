@@ -207,13 +207,15 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 /* UKVM_INJECT_GUEST_*: break the guest's mapping of one page of vCPU 0. */
 static int setup_guest_injection(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
-	uint64_t gva = exp->region_gpa + exp->cfg.inject_after * UKVM_PAGE_SIZE;
-	uint64_t *pte;
+	uint64_t *pte = NULL;
 
 	if (exp->cfg.inject != UKVM_INJECT_GUEST_FAULT && exp->cfg.inject != UKVM_INJECT_GUEST_MMIO)
 		return 0;
-	pte = ukvm_vm_leaf_pte(&exp->vm, gva);
-	if (!pte || exp->cfg.inject_after >= exp->slice_size / UKVM_PAGE_SIZE) {
+	/* The page index first: inject_after * 4 KiB could wrap. */
+	if (exp->cfg.inject_after < exp->slice_size / UKVM_PAGE_SIZE)
+		pte = ukvm_vm_leaf_pte(&exp->vm,
+				       exp->region_gpa + exp->cfg.inject_after * UKVM_PAGE_SIZE);
+	if (!pte) {
 		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "inject_after: beyond vCPU 0's pages");
 		return -EINVAL;
 	}
