@@ -139,7 +139,7 @@ struct ukvm_vm {
 	int vm_fd;
 	int run_mmap_size;
 	struct kvm_cpuid2 *cpuid;
-	uint32_t max_vcpus;
+	uint32_t max_vcpus;		/* KVM_CAP_MAX_VCPUS of /dev/kvm */
 	uint32_t phys_bits;		/* guest physical address width */
 	bool gbpages;			/* 1 GiB guest pages allowed */
 	uint8_t *sys_hva;		/* the system memslot at GPA 0 */
@@ -161,7 +161,9 @@ struct ukvm_vm {
 
 /* Puts vm in the empty state that ukvm_vm_destroy() accepts. */
 void ukvm_vm_init(struct ukvm_vm *vm);
-/* sys_size: bytes for the system memslot, from ukvm_vm_sys_size(). */
+/* Opens /dev/kvm and reads max_vcpus; builds nothing else. */
+int ukvm_vm_open(struct ukvm_vm *vm, struct ukvm_error *err);
+/* sys_size: bytes for the system memslot, from ukvm_vm_sys_size(); opens /dev/kvm if needed. */
 int ukvm_vm_create(struct ukvm_vm *vm, uint64_t sys_size, struct ukvm_error *err);
 void ukvm_vm_destroy(struct ukvm_vm *vm);
 uint64_t ukvm_vm_sys_size(uint32_t vcpus, uint64_t region_bytes);

@@ -240,20 +240,25 @@ int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 		      (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY);
 	exp->slice_size = cfg->mem_per_vcpu;
 	exp->region_size = cfg->overlap ? cfg->mem_per_vcpu : cfg->mem_per_vcpu * cfg->vcpus;
-	sys_size = ukvm_vm_sys_size(cfg->vcpus, exp->region_size);
 
+	/* KVM's vCPU limit before anything is sized from cfg->vcpus. */
+	ret = ukvm_vm_open(&exp->vm, err);
+	if (ret)
+		return ret;
+	if (cfg->vcpus > exp->vm.max_vcpus) {
+		ukvm_err_set(err, UKVM_ERR_CONFIG, 0,
+			     "vcpus: this host's KVM allows at most %u vCPUs per VM, not %u "
+			     "(KVM_CAP_MAX_VCPUS of /dev/kvm): use at most %u",
+			     exp->vm.max_vcpus, cfg->vcpus, exp->vm.max_vcpus);
+		return -EINVAL;
+	}
+	sys_size = ukvm_vm_sys_size(cfg->vcpus, exp->region_size);
 	ret = ukvm_mem_check_host(cfg->backing, exp->region_size, err);
 	ret = ret ?: ukvm_vm_create(&exp->vm, sys_size, err);
 	if (ret)
 		return ret;
 	if (ukvm_kvmstats_open(&exp->vm_stats, exp->vm.vm_fd, "VM", NULL))
 		ukvm_kvmstats_init(&exp->vm_stats);
-	if (cfg->vcpus > exp->vm.max_vcpus) {
-		ukvm_err_set(err, UKVM_ERR_CONFIG, 0,
-			     "vcpus: this host's KVM allows at most %u vCPUs per VM, not %u",
-			     exp->vm.max_vcpus, cfg->vcpus);
-		return -EINVAL;
-	}
 	exp->region_gpa = ALIGN_UP(sys_size, SZ_1G);
 	if (exp->region_gpa < REGION_MIN_GPA)
 		exp->region_gpa = REGION_MIN_GPA;

@@ -369,25 +369,39 @@ void ukvm_vm_init(struct ukvm_vm *vm)
 	vm->kvm_fd = vm->vm_fd = -1;
 }
 
-int ukvm_vm_create(struct ukvm_vm *vm, uint64_t sys_size, struct ukvm_error *err)
+int ukvm_vm_open(struct ukvm_vm *vm, struct ukvm_error *err)
 {
 	int ret;
 
 	ukvm_vm_init(vm);
-
 	ret = vm_open_kvm(vm, err);
-	if (ret)
-		goto error;
+	if (ret) {
+		ukvm_vm_destroy(vm);
+		return ret;
+	}
+	/* The system ioctl: what any VM of this host may have (KVM_MAX_VCPUS). */
+	ret = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_MAX_VCPUS);
+	if (ret <= 0)
+		ret = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_NR_VCPUS);
+	vm->max_vcpus = ret > 0 ? (uint32_t)ret : 1;
+	return 0;
+}
+
+int ukvm_vm_create(struct ukvm_vm *vm, uint64_t sys_size, struct ukvm_error *err)
+{
+	int ret;
+
+	if (vm->kvm_fd < 0) {
+		ret = ukvm_vm_open(vm, err);
+		if (ret)
+			return ret;
+	}
 	vm->vm_fd = ioctl(vm->kvm_fd, KVM_CREATE_VM, 0);
 	if (vm->vm_fd < 0) {
 		ret = -errno;
 		ukvm_err_set(err, UKVM_ERR_HOST, -ret, "KVM_CREATE_VM");
 		goto error;
 	}
-	ret = ioctl(vm->vm_fd, KVM_CHECK_EXTENSION, KVM_CAP_MAX_VCPUS);
-	if (ret <= 0)
-		ret = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_NR_VCPUS);
-	vm->max_vcpus = ret > 0 ? (uint32_t)ret : 1;
 
 	ret = vm_get_cpuid(vm, err);
 	if (ret)

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import uffdkvm
+from children import ENV as CHILD_ENV
 from conftest import assert_released, mem_info
 from uffdkvm._testing import run_with_fault
 
@@ -65,10 +66,10 @@ print(json.dumps({"verified": r.verified, "faults": r.faults}), flush=True)
 
 @pytest.mark.parametrize("name", list(LONG_RUNS))
 def test_ctrl_c_stops_a_run_promptly_and_the_process_runs_the_next(kvm, name):
-    # The child runs from / so that it imports the installed package.
+    # The child runs from / with the package under test first on its path.
     child = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(LONG_RUNS[name])],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             cwd="/")
+                             cwd="/", env=CHILD_ENV)
     try:
         assert "started" in json.loads(child.stdout.readline())
         time.sleep(0.5)  # well into the run

@@ -18,6 +18,7 @@ import sys
 import pytest
 
 import uffdkvm
+from children import ENV as CHILD_ENV
 from conftest import assert_released, mem_info, resources
 from uffdkvm import Config, ConfigError, HostUnsupportedError
 
@@ -190,6 +191,46 @@ def test_vcpus_beyond_kvms_limit(kvm):
     assert_released(before)
 
 
+# The child caps its address space a little above what it uses: a core that
+# sized and mapped the system memslot for 4096 vCPUs (some 80 MiB, reserved
+# but never touched) before asking KVM for its limit fails there with a
+# RunError (mmap: ENOMEM) instead of the ConfigError.
+ADDRESS_SPACE_CHILD = """
+import json, resource, time, uffdkvm
+uffdkvm.run(vcpus=1, mem_per_vcpu="64K")  # threads, arenas and caches made once
+with open("/proc/self/status") as f:
+    size = next(int(l.split()[1]) << 10 for l in f if l.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (size + (32 << 20), resource.RLIM_INFINITY))
+start = time.monotonic()
+try:
+    uffdkvm.run(vcpus=VCPUS, mem_per_vcpu="4K")
+    out = {"ran": True}
+except uffdkvm.UffdkvmError as e:
+    out = {"type": type(e).__name__, "error": str(e)}
+out["seconds"] = time.monotonic() - start
+print(json.dumps(out))
+"""
+
+
+def test_vcpus_beyond_kvms_limit_fail_before_anything_is_sized_for_them(kvm):
+    """KVM's limit is asked first: nothing is sized from vcpus, so a process
+    whose address space could not hold memory for them still gets the
+    ConfigError, and at once."""
+    limit = kvm_max_vcpus()
+    vcpus = 4096  # the most a Config takes
+    if vcpus <= limit:
+        pytest.skip(f"this host's KVM allows {limit} vCPUs: a Config cannot ask for more")
+    p = subprocess.run([sys.executable, "-c", ADDRESS_SPACE_CHILD.replace("VCPUS", str(vcpus))],
+                       capture_output=True, text=True, timeout=120, cwd="/",
+                       env={**CHILD_ENV, "MALLOC_ARENA_MAX": "1"})
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out.get("type") == "ConfigError", out
+    assert out["error"].startswith(f"vcpus: this host's KVM allows at most {limit} vCPUs per "
+                                   f"VM, not {vcpus}"), out
+    assert out["seconds"] < 2.0, out
+
+
 @pytest.mark.parametrize("overlap", [False, True])
 def test_memory_the_host_does_not_have(no_core, overlap):
     available = mem_info("MemAvailable")
@@ -261,7 +302,7 @@ def test_pinning_to_a_cpu_outside_the_process_affinity(kvm, field):
         pytest.skip("needs taskset (util-linux)")
     p = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
                         PINNED_CHILD.replace("FIELD", field)],
-                       capture_output=True, text=True, timeout=60, cwd="/")
+                       capture_output=True, text=True, timeout=60, cwd="/", env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out.get("error", "").startswith(
