@@ -81,9 +81,13 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint
 /* ---- kick.c: the private signal that interrupts KVM_RUN and read(2) ---- */
 int ukvm_kick_init(struct ukvm_error *err);
 int ukvm_kick_signal(void);
-/* Called first by every thread the core starts: block all signals but the kick. */
+/*
+ * Called first by every thread the core starts: block all signals but the
+ * kick and the synchronous ones (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP,
+ * SIGSYS, SIGABRT), which must reach their handlers.
+ */
 void ukvm_thread_signals_init(void);
-/* The controller's own mask, inherited by the threads it makes: block everything. */
+/* The controller's own mask, inherited by the threads it makes: the same, kick blocked too. */
 void ukvm_block_all_signals(sigset_t *old);
 
 /* ---- ctl: the coordination shared by the controller and its threads ---- */

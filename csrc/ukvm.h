@@ -256,7 +256,9 @@ void ukvm_result_free(struct ukvm_result *res);
  * An experiment runs in a controller thread of its own, so the caller can
  * wait in slices and cancel (a Python binding checks for Ctrl-C between
  * waits). All threads the core makes block every signal but one private
- * "kick" signal (see kick.c), so process signals reach the caller.
+ * "kick" signal (see kick.c) and the synchronous ones (SIGSEGV, SIGBUS,
+ * SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGABRT), so process signals reach the
+ * caller and a crash in a core thread still reaches its handler.
  */
 struct ukvm_experiment;
 

@@ -6,6 +6,7 @@ the next experiment. While a run is in progress the GIL is free, so other
 Python threads (and signal handlers) keep running.
 """
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -252,3 +253,53 @@ def test_timeout_covers_the_setup_before_the_vcpus_start(kvm, released):
         uffdkvm.run(vcpus=1, mem_per_vcpu="2G", backing="shmem", uffd_mode="minor",
                     timeout_s=limit)
     assert time.monotonic() - start < limit + 0.5
+
+
+# Signals a thread raises by itself, at the instruction that faulted (or by
+# abort()): blocked, they kill the process without running any handler, so
+# faulthandler could not print where a core thread crashed.
+SYNCHRONOUS = {"SIGSEGV": signal.SIGSEGV, "SIGBUS": signal.SIGBUS, "SIGILL": signal.SIGILL,
+               "SIGFPE": signal.SIGFPE, "SIGTRAP": signal.SIGTRAP, "SIGSYS": signal.SIGSYS,
+               "SIGABRT": signal.SIGABRT}
+
+
+def blocked_signals(tid):
+    """(name, SigBlk mask) of one of this process's threads, or None if it ended."""
+    try:
+        with open(f"/proc/self/task/{tid}/status") as f:
+            status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    except OSError:
+        return None
+    return status["Name"], int(status["SigBlk"], 16)
+
+
+def test_core_threads_block_process_signals_but_not_synchronous_ones(kvm, released):
+    """Every thread the core makes (controller, vCPUs, readers) blocks SIGINT,
+    so that Ctrl-C reaches Python's main thread, and leaves the synchronous
+    signals unblocked, so that a crash in one reaches faulthandler."""
+    before = set(os.listdir("/proc/self/task"))
+    masks, sampler = {}, {}
+
+    def sample():
+        sampler["tid"] = str(threading.get_native_id())
+        time.sleep(0.3)  # well into the run: every thread is up
+        for tid in set(os.listdir("/proc/self/task")) - before:
+            masks[tid] = blocked_signals(tid)
+
+    thread = threading.Thread(target=sample)
+    thread.start()
+    # 2 uffds x 2 readers, 512 faults at 5 ms each: some 0.6 s.
+    r = uffdkvm.run(vcpus=2, mem_per_vcpu="1M", readers=2, delay_us=5000)
+    thread.join()
+    assert r.verified
+    masks.pop(sampler["tid"], None)
+    # KVM's own workers (kvm-nx-lpage-recovery, a user worker of this
+    # process since Linux 6.13) are not the core's.
+    masks = {tid: sample[1] for tid, sample in masks.items()
+             if sample is not None and not sample[0].startswith("kvm-")}
+    assert len(masks) >= 1 + 2 + 4, f"sampled {len(masks)} core threads"
+    for tid, mask in masks.items():
+        assert mask & (1 << (signal.SIGINT - 1)), f"thread {tid} lets SIGINT in: {mask:#x}"
+        unblocked = [name for name, signo in SYNCHRONOUS.items() if not mask & (1 << (signo - 1))]
+        assert unblocked == list(SYNCHRONOUS), \
+            f"thread {tid} blocks {set(SYNCHRONOUS) - set(unblocked)} (SigBlk {mask:#x})"
