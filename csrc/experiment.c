@@ -22,27 +22,120 @@
  * Ctrl-C must answer within one. So its caller waits RELEASE_WAIT_NS at most
  * for the memory (enough for most regions: then it is all gone, as for a
  * run that succeeded); past that it returns, the controller releases the
- * memory on its own, and the experiment waits on this list until
+ * memory on its own, and the experiment waits on the pending list until
  * ukvm_wait_idle() (or the next experiment's start) joins the controller
  * and frees it, so nothing piles up and no thread outlives it.
+ *
+ * The same list holds an experiment with a thread that would not stop
+ * (experiment_linger) and one whose caller stopped waiting for it to stop
+ * (CANCEL_WAIT_NS after a cancel, ABORT_WAIT_NS after a failure). Nothing
+ * here waits for them without a bound: the next start and probe wait
+ * IDLE_WAIT_NS at most (counted from when the caller left each one) and go
+ * on; ukvm_wait_idle_for() says which thread still holds on.
  */
 #define RELEASE_WAIT_NS		(300 * NSEC_PER_MSEC)
+/* Ctrl-C must answer within a second, whatever a thread that would not stop does. */
+#define CANCEL_WAIT_NS		(500 * NSEC_PER_MSEC)
+/* Stopping takes STOP_WAIT_NS per kind of thread, at most; this is a safety net. */
+#define ABORT_WAIT_NS		(3 * STOP_WAIT_NS)
+#define IDLE_WAIT_NS		(10 * NSEC_PER_SEC)
+#define IDLE_POLL_NS		(2 * NSEC_PER_MSEC)
+/* The background waits for a thread that would not stop: kicks this often. */
+#define LINGER_POLL_NS		(20 * NSEC_PER_MSEC)
 
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ukvm_experiment *pending;
 
 static void experiment_free(struct ukvm_experiment *exp);
 
-void ukvm_wait_idle(void)
+/* Under pending_lock: why exp still holds on, for an error. */
+static void pending_describe(struct ukvm_experiment *exp, uint64_t now, struct ukvm_error *err)
 {
-	struct ukvm_experiment *exp;
+	pthread_mutex_lock(&exp->ctl.lock);
+	if (exp->lingering)
+		ukvm_err_set(err, UKVM_ERR_RUN, 0,
+			     "an earlier experiment still holds its threads, fds and memory: "
+			     "%s, and it is still running %.1f s later",
+			     exp->holdout,
+			     (double)(now - exp->lingering_since_ns) / NSEC_PER_SEC);
+	else
+		ukvm_err_set(err, UKVM_ERR_RUN, 0,
+			     "an earlier experiment has not finished %s, %.1f s after its caller "
+			     "left it",
+			     exp->releasing_memory ? "releasing its memory" :
+			     exp->phase ? exp->phase : "starting",
+			     (double)(now - exp->handoff_ns) / NSEC_PER_SEC);
+	pthread_mutex_unlock(&exp->ctl.lock);
+}
+
+/*
+ * Joins and frees every pending experiment whose controller is done, and
+ * waits for the others until deadline_ns (with since_handoff, no longer
+ * than IDLE_WAIT_NS after its caller left each one). 0, or -ETIMEDOUT with
+ * err saying which one still holds on.
+ */
+static int wait_pending(uint64_t deadline_ns, bool since_handoff, struct ukvm_error *err)
+{
+	struct ukvm_experiment **pp, *exp, *holdout;
+	uint64_t now, own;
+	bool waiting;
 
 	pthread_mutex_lock(&pending_lock);
-	while ((exp = pending)) {
-		pending = exp->next_pending;
-		pthread_join(exp->controller, NULL);
-		experiment_free(exp);
+	for (;;) {
+		now = ukvm_now_ns();
+		holdout = NULL;
+		waiting = false;
+		for (pp = &pending; (exp = *pp); pp = &exp->next_pending) {
+			if (atomic_load(&exp->controller_done))
+				break;
+			own = deadline_ns;
+			if (since_handoff && exp->handoff_ns + IDLE_WAIT_NS < own)
+				own = exp->handoff_ns + IDLE_WAIT_NS;
+			if (now < own)
+				waiting = true;
+			else if (!holdout)
+				holdout = exp;
+		}
+		if (exp) {
+			/* Its controller is returning: the join is prompt. */
+			*pp = exp->next_pending;
+			pthread_mutex_unlock(&pending_lock);
+			pthread_join(exp->controller, NULL);
+			experiment_free(exp);
+			pthread_mutex_lock(&pending_lock);
+			continue;
+		}
+		if (!waiting)
+			break;
+		pthread_mutex_unlock(&pending_lock);
+		ukvm_sleep_ns(IDLE_POLL_NS);
+		pthread_mutex_lock(&pending_lock);
 	}
+	if (holdout && err)
+		pending_describe(holdout, now, err);
+	pthread_mutex_unlock(&pending_lock);
+	return holdout ? -ETIMEDOUT : 0;
+}
+
+int ukvm_wait_idle_for(uint64_t timeout_ns, struct ukvm_error *err)
+{
+	if (err)
+		memset(err, 0, sizeof(*err));
+	return wait_pending(experiment_deadline_after(timeout_ns), false, err);
+}
+
+void ukvm_wait_idle(void)
+{
+	ukvm_wait_idle_for(IDLE_WAIT_NS, NULL);
+}
+
+/* The caller is leaving exp to the controller: the next start or wait_idle frees it. */
+static void hand_off(struct ukvm_experiment *exp)
+{
+	pthread_mutex_lock(&pending_lock);
+	exp->handoff_ns = ukvm_now_ns();
+	exp->next_pending = pending;
+	pending = exp;
 	pthread_mutex_unlock(&pending_lock);
 }
 
@@ -55,27 +148,106 @@ static void experiment_free(struct ukvm_experiment *exp)
 	free(exp);
 }
 
+static void set_phase(struct ukvm_experiment *exp, const char *phase)
+{
+	pthread_mutex_lock(&exp->ctl.lock);
+	exp->phase = phase;
+	pthread_mutex_unlock(&exp->ctl.lock);
+}
+
+/* The controller's last act: after it, exp may be freed at any moment. */
+static void controller_done(struct ukvm_experiment *exp)
+{
+	pthread_mutex_lock(&exp->ctl.lock);
+	atomic_store(&exp->controller_done, true);
+	pthread_cond_broadcast(&exp->ctl.cond);
+	pthread_mutex_unlock(&exp->ctl.lock);
+}
+
+void experiment_stuck(struct ukvm_experiment *exp, const char *who,
+		      struct ukvm_thread_state *st, uint32_t more, const char *more_what)
+{
+	char where[384], others[64] = "";
+
+	ukvm_thread_describe(st, where, sizeof(where));
+	if (more)
+		snprintf(others, sizeof(others), " (and %u more %s)", more, more_what);
+	ukvm_ctl_fail_or_append(&exp->ctl, "%s did not stop within %.1f s%s: %s", who,
+				(double)STOP_WAIT_NS / NSEC_PER_SEC, others, where);
+	pthread_mutex_lock(&exp->ctl.lock);
+	if (!exp->holdout[0])
+		snprintf(exp->holdout, sizeof(exp->holdout), "%s did not stop within %.1f s%s: %s",
+			 who, (double)STOP_WAIT_NS / NSEC_PER_SEC, others, where);
+	pthread_mutex_unlock(&exp->ctl.lock);
+}
+
+/*
+ * A thread would not stop. It may still touch anything of the experiment
+ * (its vCPU's kvm_run, a reader's pool, the fds it uses, guest memory), so
+ * nothing is freed: the failure is published at once (the caller answers),
+ * and this thread, in the background, kicks and waits for the stragglers,
+ * then tears everything down. Nobody waits for this beyond a bound (see
+ * wait_pending); a thread that never leaves keeps its experiment for the
+ * life of the process, which is better than freeing memory under it.
+ */
+static void experiment_linger(struct ukvm_experiment *exp)
+{
+	uint64_t now;
+
+	pthread_mutex_lock(&exp->ctl.lock);
+	exp->phase = "waiting for a thread that would not stop";
+	exp->lingering = true;
+	exp->lingering_since_ns = ukvm_now_ns();
+	exp->finished = true;
+	pthread_cond_broadcast(&exp->ctl.cond);
+	pthread_mutex_unlock(&exp->ctl.lock);
+
+	for (;;) {
+		now = ukvm_now_ns();
+		if (!experiment_wait_vcpus(exp, now + LINGER_POLL_NS, LINGER_POLL_NS) &&
+		    !experiment_wait_pools(exp, now + LINGER_POLL_NS))
+			break;
+	}
+	experiment_teardown(exp, false);
+	pthread_mutex_lock(&exp->ctl.lock);
+	exp->lingering = false;
+	pthread_mutex_unlock(&exp->ctl.lock);
+}
+
 static void *controller_thread(void *arg)
 {
 	struct ukvm_experiment *exp = arg;
 	struct ukvm_error err = { 0 };
+	uint32_t running;
 	bool early;
 	int ret;
 
 	if (exp->cfg.timeout_ns)
 		exp->deadline_ns = experiment_deadline_after(exp->cfg.timeout_ns);
+	set_phase(exp, "setting up");
 	ret = experiment_setup(exp, &err);
-	if (!ret && !exp_aborted(exp))
+	if (!ret && !exp_aborted(exp)) {
+		set_phase(exp, "running");
 		ret = experiment_execute(exp, &err);
+	}
 	if (ret)
 		exp_fail(exp, &err);
-	experiment_stop_vcpus(exp);
-	experiment_stop_pools(exp, false);
+	set_phase(exp, "stopping the vCPUs");
+	running = experiment_stop_vcpus(exp);
+	set_phase(exp, "stopping the readers");
+	running += experiment_stop_pools(exp, false);
+	if (running) {
+		experiment_linger(exp);
+		controller_done(exp);
+		return NULL;
+	}
 	if (!exp_aborted(exp)) {
+		set_phase(exp, "verifying");
 		ret = experiment_collect(exp, &err);
 		if (ret)
 			exp_fail(exp, &err);
 	}
+	set_phase(exp, "releasing");
 	early = exp_aborted(exp) && exp->mem.hva;
 	experiment_teardown(exp, early);
 
@@ -84,14 +256,13 @@ static void *controller_thread(void *arg)
 	exp->releasing_memory = early;
 	pthread_cond_broadcast(&exp->ctl.cond);
 	pthread_mutex_unlock(&exp->ctl.lock);
-	if (!early)
-		return NULL;
-
-	ukvm_mem_destroy(&exp->mem);	/* the caller may have gone: see ukvm_wait_idle() */
-	pthread_mutex_lock(&exp->ctl.lock);
-	exp->releasing_memory = false;
-	pthread_cond_broadcast(&exp->ctl.cond);
-	pthread_mutex_unlock(&exp->ctl.lock);
+	if (early) {
+		ukvm_mem_destroy(&exp->mem);	/* the caller may have gone: see wait_pending() */
+		pthread_mutex_lock(&exp->ctl.lock);
+		exp->releasing_memory = false;
+		pthread_mutex_unlock(&exp->ctl.lock);
+	}
+	controller_done(exp);
 	return NULL;
 }
 
@@ -107,7 +278,8 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	ret = ret ?: ukvm_kick_init(err);
 	if (ret)
 		return ret;
-	ukvm_wait_idle();	/* an earlier failed run's memory first */
+	/* An earlier failed run's memory first, for a bounded while: then go on. */
+	wait_pending(experiment_deadline_after(IDLE_WAIT_NS), true, NULL);
 	exp = calloc(1, sizeof(*exp));
 	if (!exp) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the experiment");
@@ -148,6 +320,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	}
 	exp->ctl.inject = cfg->inject;
 	exp->ctl.inject_after = cfg->inject_after;
+	atomic_init(&exp->controller_done, false);
 
 	/* The controller, and every thread it makes, starts with all signals blocked. */
 	ukvm_block_all_signals(&old);
@@ -204,35 +377,66 @@ void ukvm_experiment_cancel(struct ukvm_experiment *exp)
 int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 			   struct ukvm_error *err)
 {
+	struct ukvm_ctl *ctl = &exp->ctl;
+	uint64_t now, failed_at = 0, bound = 0;
+	struct timespec ts;
 	int ret = 0;
 
 	memset(err, 0, sizeof(*err));
 	memset(res, 0, sizeof(*res));
-	ukvm_experiment_wait(exp, UINT64_MAX);
-	pthread_mutex_lock(&exp->ctl.lock);
-	if (exp->releasing_memory) {
-		/* Failed: most regions go in milliseconds; for the rest, don't wait. */
-		struct timespec ts;
-
-		experiment_timespec(&ts, experiment_deadline_after(RELEASE_WAIT_NS));
-		while (exp->releasing_memory &&
-		       pthread_cond_timedwait(&exp->ctl.cond, &exp->ctl.lock, &ts) != ETIMEDOUT)
-			;
+	pthread_mutex_lock(&ctl->lock);
+	/*
+	 * A run that goes on is waited for as long as it runs (timeout_ns and
+	 * ukvm_experiment_cancel() bound it). Once it has failed or been
+	 * cancelled, stopping is waited for a bounded while only.
+	 */
+	while (!exp->finished) {
+		if (!ctl->failed) {
+			pthread_cond_wait(&ctl->cond, &ctl->lock);
+			continue;
+		}
+		now = ukvm_now_ns();
+		if (!failed_at)
+			failed_at = now;
+		bound = ctl->cancelled ? CANCEL_WAIT_NS : ABORT_WAIT_NS;
+		if (now - failed_at >= bound)
+			break;
+		experiment_timespec(&ts, failed_at + bound);
+		pthread_cond_timedwait(&ctl->cond, &ctl->lock, &ts);
 	}
-	if (exp->releasing_memory) {
-		/* Answer now; the controller finishes releasing memory. */
-		*err = exp->ctl.error;
-		pthread_mutex_unlock(&exp->ctl.lock);
-		pthread_mutex_lock(&pending_lock);
-		exp->next_pending = pending;
-		pending = exp;
-		pthread_mutex_unlock(&pending_lock);
+	if (!exp->finished) {
+		/* Answer now; the controller stops on its own and wait_pending() frees it. */
+		*err = ctl->error;
+		if (!ctl->cancelled) {
+			size_t n = strlen(err->message);
+
+			snprintf(err->message + n, sizeof(err->message) - n,
+				 "; then the experiment did not finish stopping within %.1f s (it "
+				 "was %s): it is left to finish in the background",
+				 (double)bound / NSEC_PER_SEC, exp->phase ? exp->phase : "starting");
+		}
+		pthread_mutex_unlock(&ctl->lock);
+		hand_off(exp);
 		return -1;
 	}
-	pthread_mutex_unlock(&exp->ctl.lock);
-	pthread_join(exp->controller, NULL);
-	if (exp->ctl.failed) {
-		*err = exp->ctl.error;
+	if (exp->releasing_memory) {
+		/* Failed: most regions go in milliseconds; for the rest, don't wait. */
+		experiment_timespec(&ts, experiment_deadline_after(RELEASE_WAIT_NS));
+		while (exp->releasing_memory &&
+		       pthread_cond_timedwait(&ctl->cond, &ctl->lock, &ts) != ETIMEDOUT)
+			;
+	}
+	if (exp->releasing_memory || exp->lingering) {
+		/* Answer now; the controller finishes releasing memory or waiting. */
+		*err = ctl->error;
+		pthread_mutex_unlock(&ctl->lock);
+		hand_off(exp);
+		return -1;
+	}
+	pthread_mutex_unlock(&ctl->lock);
+	pthread_join(exp->controller, NULL);	/* finished, nothing left: it is returning */
+	if (ctl->failed) {
+		*err = ctl->error;
 		ret = -1;
 	} else {
 		*res = exp->result;

@@ -136,6 +136,38 @@ static inline bool ukvm_ctl_aborted(struct ukvm_ctl *ctl)
 }
 /* Under ctl->lock: record err as the failure unless one came first; stop and abort. */
 void ukvm_ctl_fail_locked(struct ukvm_ctl *ctl, const struct ukvm_error *err);
+/*
+ * A failure found while stopping (a thread that would not stop): the run's
+ * failure (UKVM_ERR_RUN) if none came first, else appended to the first
+ * one's message ("...; then ..."), so that neither is lost.
+ */
+void ukvm_ctl_fail_or_append(struct ukvm_ctl *ctl, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/*
+ * What a core thread is doing, kept by the thread itself, so that one that
+ * would not stop can be named with where it was. done is the thread's last
+ * store before it returns: once it is set, pthread_join() does not wait.
+ */
+struct ukvm_thread_state {
+	_Atomic(const char *) where;	/* a string literal */
+	atomic_int tid;
+	atomic_bool done;
+};
+
+static inline void ukvm_thread_at(struct ukvm_thread_state *st, const char *where)
+{
+	atomic_store_explicit(&st->where, where, memory_order_relaxed);
+}
+/* Records the calling thread's id in st. */
+void ukvm_thread_start(struct ukvm_thread_state *st);
+/*
+ * "it was <where> (thread <tid>: <syscall>, in the kernel at <wchan>)": the
+ * thread's own words and what /proc/self/task/<tid> says of it.
+ */
+void ukvm_thread_describe(struct ukvm_thread_state *st, char *buf, size_t len);
+/* UKVM_INJECT_*_STALL: stays ms milliseconds, whatever kicks or stop say. */
+void ukvm_thread_stall(struct ukvm_thread_state *st, uint64_t ms);
 
 /* ---- vm.c: the VM, its memslots, page tables, GDT and IDT ---- */
 struct ukvm_vm {
@@ -208,6 +240,9 @@ struct ukvm_vcpu {
 	int cpu;			/* pinned to, or -1 */
 	uint64_t affinity[16];
 	uint64_t cpu_ns;
+	/* The thread around ukvm_vcpu_thread() (execute.c): its state, and stop waits on done. */
+	struct ukvm_thread_state state;
+	uint64_t stall_ms;		/* UKVM_INJECT_VCPU_STALL, for this vCPU */
 };
 
 void ukvm_vcpu_init(struct ukvm_vcpu *vcpu);
@@ -277,6 +312,8 @@ struct ukvm_reader {
 	uint8_t *src;			/* UFFDIO_COPY source, stamped per fault */
 	int cpu;			/* pinned to, or -1 */
 	uint64_t rng;			/* delay distribution state */
+	struct ukvm_thread_state state;	/* where it is, for one that would not stop */
+	uint64_t stall_ms;		/* UKVM_INJECT_READER_STALL, for this reader */
 	struct ukvm_fault_record *records;	/* stats full: one per fault, vcpu = tid */
 	uint64_t nr_records;
 	uint64_t cap_records;
@@ -315,9 +352,28 @@ struct ukvm_pool {
 /* Empty, destroyable state; the caller then fills in the fields above readers. */
 void ukvm_pool_init(struct ukvm_pool *pool);
 int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err);
-/* Stops and joins every reader; safe on a pool that never started. */
-void ukvm_pool_stop(struct ukvm_pool *pool);
-void ukvm_pool_destroy(struct ukvm_pool *pool);
+/* Tells every reader to leave (the stop flag and eventfd); returns at once. */
+void ukvm_pool_request_stop(struct ukvm_pool *pool);
+/*
+ * One look, without waiting: joins the readers that have left (their join
+ * is prompt) and, with kick, signals the others. Returns how many still run.
+ */
+uint32_t ukvm_pool_reap(struct ukvm_pool *pool, bool kick);
+/*
+ * Asks the readers to leave, kicks and joins them until deadline_ns:
+ * returns how many still run (not joined). Safe on a pool that never started.
+ */
+uint32_t ukvm_pool_stop(struct ukvm_pool *pool, uint64_t deadline_ns);
+/* The first reader that still runs, or NULL. */
+struct ukvm_reader *ukvm_pool_running_reader(struct ukvm_pool *pool);
+/*
+ * Lets go of the uffd, so that a vCPU waiting on a fault is released: it is
+ * closed, or, while a reader still runs and may use its number, replaced
+ * by /dev/null until the pool is destroyed.
+ */
+void ukvm_pool_release_uffd(struct ukvm_pool *pool);
+/* Frees everything: 0, or -EBUSY (and nothing freed) while a reader still runs. */
+int ukvm_pool_destroy(struct ukvm_pool *pool);
 
 /* ---- kvmstats.c: KVM's binary statistics (KVM_GET_STATS_FD) ---- */
 struct ukvm_kvmstats {

@@ -17,6 +17,7 @@
  * they survive every exit path, errors included.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
@@ -304,14 +305,17 @@ static void *reader_thread(void *arg)
 	struct rusage start, end;
 
 	ukvm_thread_signals_init();
+	ukvm_thread_start(&r->state);
 	if (ukvm_thread_pin(r->cpu, r->stats.affinity)) {
 		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, errno,
 			      "reader %u of uffd %u: pinning to CPU %d (pin_readers)", r->index,
 			      r->pool->uffd_index, r->cpu);
+		ukvm_thread_at(&r->state, "leaving");
 		atomic_store(&r->exited, true);
 		return NULL;
 	}
 	getrusage(RUSAGE_THREAD, &start);
+	ukvm_thread_at(&r->state, "waiting for or resolving faults");
 	switch (r->pool->wait) {
 	case UKVM_WAIT_POLL:
 		reader_loop_poll(r);
@@ -323,11 +327,14 @@ static void *reader_thread(void *arg)
 		reader_loop_epoll(r);
 		break;
 	}
+	if (r->stall_ms)
+		ukvm_thread_stall(&r->state, r->stall_ms);
 	getrusage(RUSAGE_THREAD, &end);
 	r->stats.context_switches = (uint64_t)(end.ru_nvcsw - start.ru_nvcsw) +
 				    (uint64_t)(end.ru_nivcsw - start.ru_nivcsw);
 	r->stats.cpu_ns = timeval_ns(end.ru_utime) + timeval_ns(end.ru_stime) -
 			  timeval_ns(start.ru_utime) - timeval_ns(start.ru_stime);
+	ukvm_thread_at(&r->state, "leaving");
 	atomic_store(&r->exited, true);
 	return NULL;
 }
@@ -439,6 +446,10 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 		r->stats.uffd = pool->uffd_index;
 		r->stats.index = i;
 		atomic_init(&r->exited, false);
+		/* The stalled reader of UKVM_INJECT_READER_STALL: uffd 0's last. */
+		if (pool->ctl->inject == UKVM_INJECT_READER_STALL && pool->uffd_index == 0 &&
+		    i == pool->nr_readers - 1)
+			r->stall_ms = pool->ctl->inject_after;
 	}
 	pool->readers_made = pool->nr_readers;
 	for (i = 0; i < pool->nr_readers; i++) {
@@ -462,54 +473,100 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 	return 0;
 }
 
-void ukvm_pool_stop(struct ukvm_pool *pool)
+void ukvm_pool_request_stop(struct ukvm_pool *pool)
 {
 	uint64_t one = 1;
-	bool waiting;
-	uint32_t i;
-	int rounds;
 
-	if (!pool->readers)
+	if (atomic_exchange(&pool->stop, true))
 		return;
-	atomic_store(&pool->stop, true);
 	if (pool->stop_fd >= 0 && write(pool->stop_fd, &one, sizeof(one)) < 0) {
-		/* The eventfd counter cannot overflow from one write; the kicks below still work. */
-	}
-	/*
-	 * Readers in poll/epoll wake on the eventfd. A reader blocked in
-	 * read(2) (or sleeping out a delay) needs a signal; a kick can land
-	 * just before it blocks, so kick until it has left.
-	 */
-	for (rounds = 0;; rounds++) {
-		waiting = false;
-		for (i = 0; i < pool->nr_readers; i++) {
-			struct ukvm_reader *r = &pool->readers[i];
-
-			if (!r->thread_started || atomic_load(&r->exited))
-				continue;
-			waiting = true;
-			if (rounds > 0)
-				pthread_kill(r->thread, ukvm_kick_signal());
-		}
-		if (!waiting)
-			break;
-		ukvm_sleep_ns(rounds ? NSEC_PER_MSEC : 100000);
-	}
-	for (i = 0; i < pool->nr_readers; i++) {
-		struct ukvm_reader *r = &pool->readers[i];
-
-		if (r->thread_started) {
-			pthread_join(r->thread, NULL);
-			r->thread_started = false;
-		}
+		/* The eventfd counter cannot overflow from one write; kicks still work. */
 	}
 }
 
-void ukvm_pool_destroy(struct ukvm_pool *pool)
+uint32_t ukvm_pool_reap(struct ukvm_pool *pool, bool kick)
+{
+	uint32_t i, running = 0;
+
+	for (i = 0; pool->readers && i < pool->nr_readers; i++) {
+		struct ukvm_reader *r = &pool->readers[i];
+
+		if (!r->thread_started)
+			continue;
+		if (atomic_load(&r->exited)) {
+			pthread_join(r->thread, NULL);	/* it is returning: prompt */
+			r->thread_started = false;
+			continue;
+		}
+		running++;
+		if (kick)
+			pthread_kill(r->thread, ukvm_kick_signal());
+	}
+	return running;
+}
+
+uint32_t ukvm_pool_stop(struct ukvm_pool *pool, uint64_t deadline_ns)
+{
+	uint32_t running;
+	int rounds;
+
+	ukvm_pool_request_stop(pool);
+	/*
+	 * Readers in poll/epoll wake on the eventfd. A reader blocked in
+	 * read(2) (or sleeping out a delay) needs a signal; a kick can land
+	 * just before it blocks, so kick until it has left. One that does not
+	 * leave by the deadline is left running for the caller to report,
+	 * never waited for without a bound.
+	 */
+	for (rounds = 0;; rounds++) {
+		running = ukvm_pool_reap(pool, rounds > 0);
+		if (!running || ukvm_now_ns() >= deadline_ns)
+			return running;
+		ukvm_sleep_ns(rounds ? NSEC_PER_MSEC : 100000);
+	}
+}
+
+struct ukvm_reader *ukvm_pool_running_reader(struct ukvm_pool *pool)
 {
 	uint32_t i;
 
-	ukvm_pool_stop(pool);
+	for (i = 0; pool->readers && i < pool->nr_readers; i++)
+		if (pool->readers[i].thread_started)
+			return &pool->readers[i];
+	return NULL;
+}
+
+void ukvm_pool_release_uffd(struct ukvm_pool *pool)
+{
+	int nul;
+
+	if (pool->uffd < 0)
+		return;
+	if (!ukvm_pool_running_reader(pool)) {
+		close(pool->uffd);
+		pool->uffd = -1;
+		return;
+	}
+	/*
+	 * A reader that still runs may use this fd number any time: closed, the
+	 * number could name another file (the next run's uffd). dup3 swaps the
+	 * uffd for /dev/null under the same number; the uffd itself is released
+	 * once no call of that reader holds it. Without a spare fd, keep it.
+	 */
+	nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (nul < 0)
+		return;
+	dup3(nul, pool->uffd, O_CLOEXEC);
+	close(nul);
+}
+
+int ukvm_pool_destroy(struct ukvm_pool *pool)
+{
+	uint32_t i;
+
+	/* Joins readers that have left; one still running keeps everything. */
+	if (ukvm_pool_reap(pool, false))
+		return -EBUSY;
 	for (i = 0; pool->readers && i < pool->readers_made; i++) {
 		struct ukvm_reader *r = &pool->readers[i];
 
@@ -533,4 +590,5 @@ void ukvm_pool_destroy(struct ukvm_pool *pool)
 	if (pool->uffd >= 0)
 		close(pool->uffd);
 	pool->uffd = -1;
+	return 0;
 }

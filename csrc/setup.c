@@ -317,13 +317,54 @@ void experiment_teardown(struct ukvm_experiment *exp, bool keep_memory)
 		ukvm_mem_destroy(&exp->mem);
 }
 
-void experiment_stop_pools(struct ukvm_experiment *exp, bool close_uffds)
+uint32_t experiment_wait_pools(struct ukvm_experiment *exp, uint64_t deadline_ns)
+{
+	uint32_t u, running;
+	int rounds;
+
+	for (u = 0; u < exp->nr_pools; u++)
+		ukvm_pool_request_stop(&exp->pools[u]);
+	/* Every pool at each look: readers blocked in read(2) need their kicks now. */
+	for (rounds = 0;; rounds++) {
+		running = 0;
+		for (u = 0; u < exp->nr_pools; u++)
+			running += ukvm_pool_reap(&exp->pools[u], rounds > 0);
+		if (!running || ukvm_now_ns() >= deadline_ns)
+			return running;
+		ukvm_sleep_ns(rounds ? NSEC_PER_MSEC : 100000);
+	}
+}
+
+uint32_t experiment_stop_pools(struct ukvm_experiment *exp, bool close_uffds)
+{
+	uint32_t u, running;
+	struct ukvm_reader *r;
+	char who[64];
+
+	running = experiment_wait_pools(exp, ukvm_now_ns() + STOP_WAIT_NS);
+	if (running) {
+		for (u = 0; u < exp->nr_pools; u++) {
+			r = ukvm_pool_running_reader(&exp->pools[u]);
+			if (r) {
+				snprintf(who, sizeof(who), "reader %u of uffd %u", r->index, u);
+				experiment_stuck(exp, who, &r->state, running - 1, "readers");
+				break;
+			}
+		}
+		return running;
+	}
+	for (u = 0; close_uffds && u < exp->nr_pools; u++)
+		ukvm_pool_destroy(&exp->pools[u]);
+	return 0;
+}
+
+void experiment_release_uffds(struct ukvm_experiment *exp)
 {
 	uint32_t u;
 
-	for (u = 0; u < exp->nr_pools; u++) {
-		ukvm_pool_stop(&exp->pools[u]);
-		if (close_uffds)
-			ukvm_pool_destroy(&exp->pools[u]);
-	}
+	experiment_wait_pools(exp, ukvm_now_ns() + RELEASE_READERS_NS);
+	/* Readers that left free their pool; one still running keeps it, uffd number and all. */
+	for (u = 0; u < exp->nr_pools; u++)
+		if (ukvm_pool_destroy(&exp->pools[u]))
+			ukvm_pool_release_uffd(&exp->pools[u]);
 }

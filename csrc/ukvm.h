@@ -122,6 +122,13 @@ enum ukvm_inject {
 	UKVM_INJECT_GUEST_MMIO,		/* page inject_after of vCPU 0 maps no memory: MMIO exit */
 	UKVM_INJECT_THREAD_CREATE,	/* thread number inject_after fails to start (EAGAIN) */
 	UKVM_INJECT_CORRUPT_PAGE,	/* page inject_after is damaged before verification */
+	/*
+	 * A thread that will not stop: when its run is over it stays
+	 * inject_after milliseconds more, ignoring stop and kicks. READER:
+	 * the last reader of uffd 0; VCPU: the last vCPU.
+	 */
+	UKVM_INJECT_READER_STALL,
+	UKVM_INJECT_VCPU_STALL,
 	UKVM_INJECT__COUNT
 };
 
@@ -262,7 +269,11 @@ void ukvm_result_free(struct ukvm_result *res);
  */
 struct ukvm_experiment;
 
-/* Validates cfg and starts the controller; the VM is built in the background. */
+/*
+ * Validates cfg and starts the controller; the VM is built in the
+ * background. An earlier failed run still releasing its memory is waited
+ * for first, 10 s at most from when its caller left it.
+ */
 int ukvm_experiment_start(const struct ukvm_config *cfg,
 			  struct ukvm_experiment **out, struct ukvm_error *err);
 /* 0 once the experiment has ended, -ETIMEDOUT if still running after timeout_ns. */
@@ -278,6 +289,11 @@ void ukvm_experiment_cancel(struct ukvm_experiment *exp);
  * failed (cancelled, timed out) returns as soon as its threads are joined
  * and its fds closed; its memory is then released in the background, and
  * the next ukvm_experiment_start() waits for that (as ukvm_wait_idle() does).
+ * Once a run has failed, nothing is waited for without a bound: a thread
+ * that does not stop within 2 s fails the run with an error naming it
+ * (UKVM_ERR_RUN, or appended to the first failure) and the experiment is
+ * kept in the background until the thread leaves; after a cancel this
+ * returns within half a second whatever the threads do.
  */
 int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 			   struct ukvm_error *err);
@@ -290,7 +306,13 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
  */
 int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err);
 
-/* Waits until every earlier experiment has released all of its memory. */
+/*
+ * Waits until every earlier experiment has released all of its threads, fds
+ * and memory, timeout_ns at most: 0, or -ETIMEDOUT with err saying which
+ * one still holds on (a thread that would not stop, named).
+ */
+int ukvm_wait_idle_for(uint64_t timeout_ns, struct ukvm_error *err);
+/* ukvm_wait_idle_for() with a timeout of 10 s and no error. */
 void ukvm_wait_idle(void);
 
 /* start + finish in one call, for C programs. */

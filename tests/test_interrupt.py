@@ -303,3 +303,27 @@ def test_core_threads_block_process_signals_but_not_synchronous_ones(kvm, releas
         unblocked = [name for name, signo in SYNCHRONOUS.items() if not mask & (1 << (signo - 1))]
         assert unblocked == list(SYNCHRONOUS), \
             f"thread {tid} blocks {set(SYNCHRONOUS) - set(unblocked)} (SigBlk {mask:#x})"
+
+
+# ---- Ctrl-C while a thread will not stop ----
+
+STALL_MS = 3000
+
+
+@pytest.mark.parametrize("when", ["running", "stopping"])
+def test_ctrl_c_answers_while_a_thread_will_not_stop(kvm, released, when):
+    """SIGINT raises KeyboardInterrupt within PROMPT_S even when a reader
+    will not stop: while the run still runs (delays keep it going), or once
+    it ended and the core is waiting for the stalled reader. Once the reader
+    leaves, everything is given back."""
+    slow = dict(delay_us=10_000) if when == "running" else {}
+    timer = interrupt_in(0.3 if when == "running" else 0.8)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_with_fault(vcpus=2, mem_per_vcpu="1M", readers=2, fault="reader_stall",
+                       after=STALL_MS, **slow)
+    answered = time.monotonic()
+    timer.join()
+    assert answered - timer.sent < PROMPT_S
+    assert answered - start < STALL_MS / 1000, "Ctrl-C waited for the stalled reader"
+    assert_released(released, within_s=10)  # waits for the reader (wait_idle) first
