@@ -455,6 +455,8 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 	ret = ukvm_config_validate(cfg, err);
 	if (ret)
 		return ret;
+	/* As a run's start: an earlier failed run's memory first, for a bounded while. */
+	wait_pending(experiment_deadline_after(IDLE_WAIT_NS), true, NULL);
 	exp = calloc(1, sizeof(*exp));
 	if (!exp) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the probe");

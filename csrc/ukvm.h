@@ -302,7 +302,8 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
  * Can this host run cfg? Builds the VM, the memory and the uffds and
  * registers them, runs nothing, releases everything: 0, or the error the
  * run would have met while setting up (kind UKVM_ERR_HOST for a missing
- * capability).
+ * capability). Like ukvm_experiment_start(), it first waits (a bounded
+ * while) for earlier failed runs to release their memory.
  */
 int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err);
 

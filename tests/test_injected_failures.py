@@ -8,6 +8,7 @@ normal error path.
 """
 import errno
 import re
+import sys
 import time
 
 import pytest
@@ -270,4 +271,43 @@ def test_the_next_run_does_not_wait_for_a_thread_that_will_not_stop(kvm):
     r = run_or_skip(**TINY)
     assert r.faults == PAGES
     assert time.monotonic() - start < STALL_MS / 1000, "the next run waited it out"
+    wait_idle()
+
+
+def guest_memory_mappings():
+    """This process's mappings of a shmem-backed guest region (the memfd)."""
+    with open("/proc/self/maps") as f:
+        return sum("memfd:uffdkvm-guest" in line for line in f)
+
+
+def test_probe_waits_for_an_earlier_runs_memory(kvm):
+    """probe() waits, as run() does, for a failed run's memory: here a MINOR
+    run on shmem whose stalled reader keeps its memfd mapped in the
+    background until it leaves. When probe returns, that memory is back."""
+    with pytest.raises(uffdkvm.RunError, match="did not stop"):
+        run_with_fault(vcpus=1, mem_per_vcpu="64M", backing="shmem", uffd_mode="minor",
+                       readers=2, fault="reader_stall", after=STALL_MS)
+    assert guest_memory_mappings() == 2, "the guest's mapping and its alias are held"
+    uffdkvm.probe(vcpus=1, mem_per_vcpu="64K")
+    assert guest_memory_mappings() == 0, "probe() did not wait for the earlier run's memory"
+    wait_idle()
+
+
+def test_runs_memory_check_sees_an_earlier_runs_memory_back(kvm, monkeypatch):
+    """run() checks MemAvailable after earlier failed runs have handed their
+    memory back (a bounded wait, then it goes on)."""
+    run_module = sys.modules["uffdkvm.run"]  # uffdkvm.run is the function
+    seen, available = [], run_module._mem_available
+
+    def spy():
+        seen.append(guest_memory_mappings())
+        return available()
+
+    with pytest.raises(uffdkvm.RunError, match="did not stop"):
+        run_with_fault(vcpus=1, mem_per_vcpu="64M", backing="shmem", uffd_mode="minor",
+                       readers=2, fault="reader_stall", after=2500)
+    assert guest_memory_mappings() == 2
+    monkeypatch.setattr(run_module, "_mem_available", spy)
+    run_or_skip(**TINY)
+    assert seen == [0], "the memory check ran while the earlier run still held its memory"
     wait_idle()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Any, Optional
 
 from . import _core
@@ -121,6 +122,26 @@ def _check_fits_host(c: Config) -> None:
             f"has available (MemAvailable); use less memory per vCPU or fewer vCPUs")
 
 
+# How long run() waits for earlier failed runs to hand back their memory
+# before it checks what the host has; past that it goes on (the core's own
+# start waits a bounded while too).
+_EARLIER_RUNS_WAIT_S = 2.0
+
+
+def _wait_for_earlier_runs() -> None:
+    """A failed run hands its memory back in the background: wait for it (a
+    bounded while, in slices so that Ctrl-C is answered) so that the memory
+    check sees it back."""
+    deadline = time.monotonic() + _EARLIER_RUNS_WAIT_S
+    while True:
+        try:
+            _core.wait_idle(0.1)
+            return
+        except _core.CoreError:
+            if time.monotonic() >= deadline:
+                return
+
+
 def _config_of(config: Optional[Config], fields: dict) -> Config:
     if config is None:
         return Config().replace(**fields) if fields else Config()
@@ -163,6 +184,7 @@ def run(config: Optional[Config] = None, **fields: Any) -> Result:
 def _run(config: Config, **core_fields: Any) -> Result:
     """run() for a Config; core_fields go to the core as they are (tests
     inject failures this way, see uffdkvm._testing)."""
+    _wait_for_earlier_runs()
     _check_fits_host(config)
     _check_pins(config)
     try:
