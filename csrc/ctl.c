@@ -56,20 +56,24 @@ int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_byt
 int ukvm_thread_pin(int cpu, uint64_t affinity[16])
 {
 	cpu_set_t set;
-	int i;
+	int i, ret = 0, e = 0;
 
 	if (cpu >= 0) {
 		CPU_ZERO(&set);
 		CPU_SET(cpu, &set);
-		if (sched_setaffinity(0, sizeof(set), &set))
-			return -1;
+		if (sched_setaffinity(0, sizeof(set), &set)) {
+			ret = -1;
+			e = errno;
+		}
 	}
+	/* Recorded either way: a thread that failed to pin still reports where it ran. */
 	memset(affinity, 0, 16 * sizeof(uint64_t));
 	if (sched_getaffinity(0, sizeof(set), &set) == 0)
 		for (i = 0; i < 1024 && i < CPU_SETSIZE; i++)
 			if (CPU_ISSET(i, &set))
 				affinity[i / 64] |= 1ULL << (i % 64);
-	return 0;
+	errno = e;
+	return ret;
 }
 
 void ukvm_ctl_destroy(struct ukvm_ctl *ctl)

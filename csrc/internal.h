@@ -56,7 +56,7 @@ static inline double ukvm_random_unit(uint64_t *state)
 	return (double)(ukvm_splitmix64(state) >> 11) * 0x1.0p-53;
 }
 
-/* Pins the calling thread to cpu (if >= 0); records the affinity it then has. */
+/* Pins the calling thread to cpu (if >= 0); records the affinity it then has, pinned or not. */
 int ukvm_thread_pin(int cpu, uint64_t affinity[16]);
 
 /* ---- hist.c ---- */

@@ -299,10 +299,23 @@ static uint64_t timeval_ns(struct timeval tv)
 	return (uint64_t)tv.tv_sec * NSEC_PER_SEC + (uint64_t)tv.tv_usec * 1000;
 }
 
+/*
+ * The thread's own counters, over its whole life (RUSAGE_THREAD counts from
+ * its start), on every way out: a reader that failed to pin has them too.
+ */
+static void reader_record_usage(struct ukvm_reader *r)
+{
+	struct rusage usage;
+
+	if (getrusage(RUSAGE_THREAD, &usage))
+		return;
+	r->stats.context_switches = (uint64_t)usage.ru_nvcsw + (uint64_t)usage.ru_nivcsw;
+	r->stats.cpu_ns = timeval_ns(usage.ru_utime) + timeval_ns(usage.ru_stime);
+}
+
 static void *reader_thread(void *arg)
 {
 	struct ukvm_reader *r = arg;
-	struct rusage start, end;
 
 	ukvm_thread_signals_init();
 	ukvm_thread_start(&r->state);
@@ -310,11 +323,8 @@ static void *reader_thread(void *arg)
 		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, errno,
 			      "reader %u of uffd %u: pinning to CPU %d (pin_readers)", r->index,
 			      r->pool->uffd_index, r->cpu);
-		ukvm_thread_at(&r->state, "leaving");
-		atomic_store(&r->exited, true);
-		return NULL;
+		goto out;
 	}
-	getrusage(RUSAGE_THREAD, &start);
 	ukvm_thread_at(&r->state, "waiting for or resolving faults");
 	switch (r->pool->wait) {
 	case UKVM_WAIT_POLL:
@@ -327,13 +337,10 @@ static void *reader_thread(void *arg)
 		reader_loop_epoll(r);
 		break;
 	}
+out:
 	if (r->stall_ms)
 		ukvm_thread_stall(&r->state, r->stall_ms);
-	getrusage(RUSAGE_THREAD, &end);
-	r->stats.context_switches = (uint64_t)(end.ru_nvcsw - start.ru_nvcsw) +
-				    (uint64_t)(end.ru_nivcsw - start.ru_nivcsw);
-	r->stats.cpu_ns = timeval_ns(end.ru_utime) + timeval_ns(end.ru_stime) -
-			  timeval_ns(start.ru_utime) - timeval_ns(start.ru_stime);
+	reader_record_usage(r);
 	ukvm_thread_at(&r->state, "leaving");
 	atomic_store(&r->exited, true);
 	return NULL;

@@ -212,13 +212,14 @@ struct ukvm_reader_result {
 	uint64_t eexist;	/* resolved by someone else first */
 	uint64_t busy_ns;	/* message read to resolving ioctl done */
 	/*
-	 * Times the thread was switched out, from getrusage(RUSAGE_THREAD).
+	 * Times the thread was switched out in all its life, from
+	 * getrusage(RUSAGE_THREAD).
 	 * A waiter that the kernel wakes and puts back to sleep without
 	 * returning to userspace (poll re-checks the uffd first) is invisible
 	 * to spurious_wakeups but still costs a switch: this counts it.
 	 */
 	uint64_t context_switches;
-	uint64_t cpu_ns;	/* user + system CPU time of the thread */
+	uint64_t cpu_ns;	/* user + system CPU time of the thread, all its life */
 	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
 	struct ukvm_hist latency; /* stats full: message read to ioctl done */
 };
