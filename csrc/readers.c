@@ -21,6 +21,7 @@
 #include <math.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -316,9 +317,12 @@ static void reader_record_usage(struct ukvm_reader *r)
 static void *reader_thread(void *arg)
 {
 	struct ukvm_reader *r = arg;
+	char who[48];
 
 	ukvm_thread_signals_init();
 	ukvm_thread_start(&r->state);
+	snprintf(who, sizeof(who), "reader %u of uffd %u", r->index, r->pool->uffd_index);
+	ukvm_uffd_thread_init(r->pool->ctl, who);
 	if (ukvm_thread_pin(r->cpu, r->stats.affinity)) {
 		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, errno,
 			      "reader %u of uffd %u: pinning to CPU %d (pin_readers)", r->index,

@@ -129,6 +129,8 @@ enum ukvm_inject {
 	 */
 	UKVM_INJECT_READER_STALL,
 	UKVM_INJECT_VCPU_STALL,
+	/* Every resolving ioctl fails with EAGAIN for inject_after ms from the first. */
+	UKVM_INJECT_RESOLVE_EAGAIN,
 	UKVM_INJECT__COUNT
 };
 

@@ -42,7 +42,8 @@ def every_thread_and_fd_given_back(released):
 def test_every_fault_kind_is_tested():
     """A fault added to the core without a test here fails this."""
     assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
-                           "thread_create", "corrupt_page", "reader_stall", "vcpu_stall"}
+                           "thread_create", "corrupt_page", "reader_stall", "vcpu_stall",
+                           "resolve_eagain"}
 
 
 def test_an_unknown_fault_is_refused():
@@ -311,3 +312,29 @@ def test_runs_memory_check_sees_an_earlier_runs_memory_back(kvm, monkeypatch):
     run_or_skip(**TINY)
     assert seen == [0], "the memory check ran while the earlier run still held its memory"
     wait_idle()
+
+
+# ---- EAGAIN from the resolving ioctls ----
+
+@pytest.mark.parametrize("mode,ioctl", RESOLVERS, ids=["-".join(m) for m, _ in RESOLVERS])
+def test_eagain_for_a_while_is_retried_until_it_passes(kvm, mode, ioctl):
+    """EAGAIN (the address space changing under the ioctl) is retried by time
+    with backoff, not by count: 100 ms of it is waited out and every page
+    still arrives."""
+    uffd_mode, backing, resolve = mode
+    r = run_with_fault(**TINY, uffd_mode=uffd_mode, backing=backing, resolve=resolve,
+                       fault="resolve_eagain", after=100)
+    assert r.verified, r.verify_message
+    assert r.faults == PAGES
+
+
+def test_eagain_that_does_not_pass_fails_the_run_naming_the_ioctl_and_how_long(kvm):
+    start = time.monotonic()
+    with pytest.raises(uffdkvm.RunError) as info:
+        run_with_fault(**TINY, fault="resolve_eagain", after=10**9)
+    assert time.monotonic() - start < 3.0
+    assert info.value.errno == errno.EAGAIN
+    assert re.fullmatch(r"reader [01] of uffd [01]: UFFDIO_COPY\(4096 bytes at 0x[0-9a-f]+\) "
+                        r"still failed after retrying for 1\.\d s \(\d+ tries, the last ones "
+                        r"1 ms apart\): Resource temporarily unavailable \(EAGAIN\)",
+                        str(info.value)), str(info.value)

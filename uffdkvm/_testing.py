@@ -28,6 +28,8 @@ FAULTS = {
     # last vCPU).
     "reader_stall": _core.INJECT_READER_STALL,
     "vcpu_stall": _core.INJECT_VCPU_STALL,
+    # every resolving ioctl fails with EAGAIN for `after` milliseconds
+    "resolve_eagain": _core.INJECT_RESOLVE_EAGAIN,
 }
 
 
