@@ -4,6 +4,7 @@
  * its own (setup.c, execute.c, collect.c hold the phases), and the public
  * lifecycle around it: start, wait, cancel, finish, probe.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 
 #include "experiment.h"
 
@@ -148,6 +150,92 @@ static void experiment_free(struct ukvm_experiment *exp)
 	free(exp);
 }
 
+/* fds this process has open below limit: the numbers the next open competes for. */
+static uint64_t fds_open_below(uint64_t limit)
+{
+	struct dirent *e;
+	uint64_t n = 0;
+	DIR *d;
+	int self;
+
+	d = opendir("/proc/self/fd");
+	if (!d)
+		return errno == EMFILE ? limit : 0;	/* no fd left even for this */
+	self = dirfd(d);
+	while ((e = readdir(d))) {
+		char *end;
+		long fd = strtol(e->d_name, &end, 10);
+
+		if (*end || end == e->d_name || fd == self)
+			continue;
+		n += (uint64_t)fd < limit;
+	}
+	closedir(d);
+	return n;
+}
+
+/* ", hard limit H" and the fix, for an error about RLIMIT_NOFILE; needed may be 0. */
+static void fd_fix(char *buf, size_t len, const struct rlimit *rl, uint64_t open,
+		   uint64_t needed)
+{
+	uint64_t want = ((open + needed) / 1024 + 1) * 1024;
+	char hard[32];
+
+	if (rl->rlim_max == RLIM_INFINITY)
+		snprintf(hard, sizeof(hard), "unlimited");
+	else
+		snprintf(hard, sizeof(hard), "%llu", (unsigned long long)rl->rlim_max);
+	if (rl->rlim_max != RLIM_INFINITY && want > rl->rlim_max)
+		want = rl->rlim_max;
+	snprintf(buf, len,
+		 "its soft limit RLIMIT_NOFILE is %llu (hard limit %s) and %llu are open. Raise "
+		 "the soft limit: 'ulimit -n %llu' in the shell that starts the program, or "
+		 "resource.setrlimit(resource.RLIMIT_NOFILE, (%llu, hard)) in Python before the "
+		 "run%s; or use fewer readers or vCPUs",
+		 (unsigned long long)rl->rlim_cur, hard, (unsigned long long)open,
+		 (unsigned long long)want, (unsigned long long)want,
+		 rl->rlim_max != RLIM_INFINITY && open + needed > rl->rlim_max ?
+		 " (the hard limit is too low for this run too: as root, raise it first)" : "");
+}
+
+int experiment_check_fds(const struct ukvm_config *cfg, bool probe, struct ukvm_error *err)
+{
+	char why[384], fix[512];
+	struct rlimit rl;
+	uint64_t needed, open, limit;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return 0;	/* nothing to go by: the opens will say */
+	limit = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : rl.rlim_cur;
+	needed = experiment_fds_needed(cfg, probe, why, sizeof(why));
+	open = fds_open_below(limit);
+	if (open <= limit && needed <= limit - open)
+		return 0;
+	fd_fix(fix, sizeof(fix), &rl, open, needed);
+	ukvm_err_set(err, UKVM_ERR_HOST, 0,
+		     "this %s needs %llu more file descriptors (%s), and this process can open "
+		     "only %llu more: %s", probe ? "probe" : "run", (unsigned long long)needed,
+		     why, (unsigned long long)(open < limit ? limit - open : 0), fix);
+	err->errnum = EMFILE;	/* the errno it would have met, without strerror's words */
+	return -EMFILE;
+}
+
+void experiment_fd_hint(struct ukvm_error *err)
+{
+	char fix[512];
+	struct rlimit rl;
+	size_t n;
+
+	if (err->errnum != EMFILE || strstr(err->message, "RLIMIT_NOFILE") ||
+	    getrlimit(RLIMIT_NOFILE, &rl))
+		return;	/* not out of fds, or already says so */
+	fd_fix(fix, sizeof(fix), &rl,
+	       fds_open_below(rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : rl.rlim_cur), 0);
+	n = strlen(err->message);
+	snprintf(err->message + n, sizeof(err->message) - n,
+		 ". This process ran out of file descriptors: %s", fix);
+}
+
 static void set_phase(struct ukvm_experiment *exp, const char *phase)
 {
 	pthread_mutex_lock(&exp->ctl.lock);
@@ -226,6 +314,8 @@ static void *controller_thread(void *arg)
 		exp->deadline_ns = experiment_deadline_after(exp->cfg.timeout_ns);
 	set_phase(exp, "setting up");
 	ret = experiment_setup(exp, &err);
+	if (ret)
+		experiment_fd_hint(&err);
 	if (!ret && !exp_aborted(exp)) {
 		set_phase(exp, "running");
 		ret = experiment_execute(exp, &err);
@@ -276,8 +366,12 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	memset(err, 0, sizeof(*err));
 	ret = ukvm_config_validate(cfg, err);
 	ret = ret ?: ukvm_kick_init(err);
-	if (ret)
+	ret = ret ?: experiment_check_vcpus(cfg, err);
+	ret = ret ?: experiment_check_fds(cfg, false, err);
+	if (ret) {
+		experiment_fd_hint(err);
 		return ret;
+	}
 	/* An earlier failed run's memory first, for a bounded while: then go on. */
 	wait_pending(experiment_deadline_after(IDLE_WAIT_NS), true, NULL);
 	exp = calloc(1, sizeof(*exp));
@@ -453,8 +547,12 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 
 	memset(err, 0, sizeof(*err));
 	ret = ukvm_config_validate(cfg, err);
-	if (ret)
+	ret = ret ?: experiment_check_vcpus(cfg, err);
+	ret = ret ?: experiment_check_fds(cfg, true, err);
+	if (ret) {
+		experiment_fd_hint(err);
 		return ret;
+	}
 	/* As a run's start: an earlier failed run's memory first, for a bounded while. */
 	wait_pending(experiment_deadline_after(IDLE_WAIT_NS), true, NULL);
 	exp = calloc(1, sizeof(*exp));
@@ -475,6 +573,8 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 		return ret;
 	}
 	ret = experiment_setup(exp, err);
+	if (ret)
+		experiment_fd_hint(err);
 	experiment_teardown(exp, false);
 	experiment_free(exp);
 	return ret;

@@ -110,7 +110,24 @@ static inline uint64_t *guest_args(struct ukvm_experiment *exp, struct ukvm_vcpu
 void experiment_stuck(struct ukvm_experiment *exp, const char *who,
 		      struct ukvm_thread_state *st, uint32_t more, const char *more_what);
 
+/*
+ * Before anything is built: can this process open the fds cfg needs? 0, or
+ * -EMFILE with an error (UKVM_ERR_HOST) that says how many, the limits and
+ * the fix.
+ */
+int experiment_check_fds(const struct ukvm_config *cfg, bool probe, struct ukvm_error *err);
+/* An EMFILE that still happened (another thread took fds meanwhile): the same fix. */
+void experiment_fd_hint(struct ukvm_error *err);
+
 /* setup.c */
+/*
+ * Before anything is built or sized from cfg->vcpus: does KVM allow that
+ * many (KVM_CAP_MAX_VCPUS of /dev/kvm)? 0, or UKVM_ERR_CONFIG naming vcpus.
+ */
+int experiment_check_vcpus(const struct ukvm_config *cfg, struct ukvm_error *err);
+/* The most fds a run (or probe) of cfg holds at once; why: what they are. */
+uint64_t experiment_fds_needed(const struct ukvm_config *cfg, bool probe, char *why,
+			       size_t why_len);
 int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err);
 /* Releases everything (no thread may still run); with keep_memory, all but the region's memory. */
 void experiment_teardown(struct ukvm_experiment *exp, bool keep_memory);

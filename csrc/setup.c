@@ -241,17 +241,10 @@ int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 	exp->slice_size = cfg->mem_per_vcpu;
 	exp->region_size = cfg->overlap ? cfg->mem_per_vcpu : cfg->mem_per_vcpu * cfg->vcpus;
 
-	/* KVM's vCPU limit before anything is sized from cfg->vcpus. */
+	/* KVM's vCPU limit was checked before (experiment_check_vcpus); nothing is sized yet. */
 	ret = ukvm_vm_open(&exp->vm, err);
 	if (ret)
 		return ret;
-	if (cfg->vcpus > exp->vm.max_vcpus) {
-		ukvm_err_set(err, UKVM_ERR_CONFIG, 0,
-			     "vcpus: this host's KVM allows at most %u vCPUs per VM, not %u "
-			     "(KVM_CAP_MAX_VCPUS of /dev/kvm): use at most %u",
-			     exp->vm.max_vcpus, cfg->vcpus, exp->vm.max_vcpus);
-		return -EINVAL;
-	}
 	sys_size = ukvm_vm_sys_size(cfg->vcpus, exp->region_size);
 	ret = ukvm_mem_check_host(cfg->backing, exp->region_size, err);
 	ret = ret ?: ukvm_vm_create(&exp->vm, sys_size, err);
@@ -293,6 +286,69 @@ int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 		ret = -ETIMEDOUT;
 	}
 	return ret;
+}
+
+int experiment_check_vcpus(const struct ukvm_config *cfg, struct ukvm_error *err)
+{
+	struct ukvm_vm vm;
+	uint32_t max;
+	int ret;
+
+	ret = ukvm_vm_open(&vm, err);
+	if (ret)
+		return ret;
+	max = vm.max_vcpus;
+	ukvm_vm_destroy(&vm);
+	if (cfg->vcpus <= max)
+		return 0;
+	ukvm_err_set(err, UKVM_ERR_CONFIG, 0,
+		     "vcpus: this host's KVM allows at most %u vCPUs per VM, not %u "
+		     "(KVM_CAP_MAX_VCPUS of /dev/kvm): use at most %u", max, cfg->vcpus, max);
+	return -EINVAL;
+}
+
+/*
+ * The most fds the setup above holds at once, for cfg (a probe builds no
+ * vCPUs and starts no readers): what experiment_check_fds() compares with
+ * the process's limit. Keep it in step with what setup opens.
+ */
+uint64_t experiment_fds_needed(const struct ukvm_config *cfg, bool probe, char *why,
+			       size_t why_len)
+{
+	uint64_t vcpus = probe ? 0 : cfg->vcpus, pools = 0, per_pool = 0, epolls = 0;
+	uint64_t memfd = ukvm_backing_is_shared(cfg->backing) ? 1 : 0;
+	bool epoll = cfg->wait == UKVM_WAIT_EPOLL || cfg->wait == UKVM_WAIT_EPOLL_EXCLUSIVE;
+	size_t n;
+
+	if (cfg->uffd_mode != UKVM_UFFD_NONE) {
+		pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
+		epolls = !probe && epoll ? cfg->readers : 0;
+		per_pool = 1 + !probe + epolls;	/* the uffd, its stop eventfd, epoll sets */
+	}
+	/*
+	 * /dev/kvm, the VM and its statistics; each vCPU and its statistics;
+	 * the memfd; the pools; and 1 that setup may hold for a moment beside
+	 * all of those (/dev/userfaultfd while it makes a uffd). The fds it
+	 * holds for a moment earlier (the uffd that asks for features, the
+	 * source template's memfd, /sys files) come when fewer are open.
+	 */
+	n = (size_t)snprintf(why, why_len, "3 for KVM, the VM and its statistics");
+	if (vcpus && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu for %llu vCPUs and their "
+				      "statistics", (unsigned long long)(2 * vcpus),
+				      (unsigned long long)vcpus);
+	if (memfd && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", 1 for the %s memfd",
+				      ukvm_backing_name(cfg->backing));
+	if (pools && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu for %llu uffd%s%s%s",
+				      (unsigned long long)(pools * per_pool),
+				      (unsigned long long)pools, pools > 1 ? "s" : "",
+				      probe ? "" : " with their stop eventfds",
+				      epolls ? " and an epoll set per reader" : "");
+	if (n < why_len)
+		snprintf(why + n, why_len - n, ", 1 while setting up");
+	return 3 + 2 * vcpus + memfd + pools * per_pool + 1;
 }
 
 void experiment_teardown(struct ukvm_experiment *exp, bool keep_memory)

@@ -231,6 +231,49 @@ def test_vcpus_beyond_kvms_limit_fail_before_anything_is_sized_for_them(kvm):
     assert out["seconds"] < 2.0, out
 
 
+FD_CHILD = """
+import errno, json, os, resource, time, uffdkvm
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+tasks = len(os.listdir("/proc/self/task"))
+start = time.monotonic()
+out = {"hard": hard}
+try:
+    uffdkvm.run(vcpus=64, mem_per_vcpu="64K", readers=16)
+except uffdkvm.UffdkvmError as e:
+    out.update(type=type(e).__name__, emfile=e.errno == errno.EMFILE, error=str(e))
+out["seconds"] = time.monotonic() - start
+out["tasks"] = [tasks, len(os.listdir("/proc/self/task"))]
+print(json.dumps(out))
+"""
+
+
+def test_more_fds_than_the_soft_limit_allows_fail_before_anything_is_built(kvm):
+    """64 vCPUs x 16 readers need some 1300 fds; under the common soft limit
+    of 1024 the run says so at once, with the numbers and the fix, instead
+    of meeting EMFILE halfway through building them."""
+    p = subprocess.run([sys.executable, "-c", FD_CHILD], capture_output=True, text=True,
+                       timeout=120, cwd="/", env=CHILD_ENV)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    if out["hard"] != -1 and out["hard"] < 2048:
+        pytest.skip(f"the hard limit here is {out['hard']}")
+    assert out.get("type") == "HostUnsupportedError" and out["emfile"], out
+    message = out["error"]
+    assert message.startswith("this run needs 1284 more file descriptors (3 for KVM, the VM "
+                              "and its statistics, 128 for 64 vCPUs and their statistics, "
+                              "1152 for 64 uffds with their stop eventfds and an epoll set "
+                              "per reader, 1 while setting up), and this process can open "
+                              "only "), message
+    hard = "unlimited" if out["hard"] == -1 else out["hard"]
+    assert f"its soft limit RLIMIT_NOFILE is 1024 (hard limit {hard})" in message, message
+    assert "'ulimit -n 2048'" in message, message
+    assert "resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))" in message, message
+    assert message.endswith("or use fewer readers or vCPUs"), message
+    assert out["seconds"] < 1.0, out
+    assert out["tasks"][1] == out["tasks"][0], "threads were started"
+
+
 @pytest.mark.parametrize("overlap", [False, True])
 def test_memory_the_host_does_not_have(no_core, overlap):
     available = mem_info("MemAvailable")
