@@ -60,6 +60,7 @@ struct ukvm_experiment {
 	struct ukvm_kvmstats vm_stats;
 	struct ukvm_pool *pools;
 	uint32_t nr_pools;
+	struct ukvm_source source;	/* the pools' copy source, pages above 4 KiB */
 	uint64_t deadline_ns;
 	bool probe;			/* ukvm_probe(): build, register, stop there */
 	bool releasing_memory;		/* under ctl.lock: a failed run's memory, still going */

@@ -305,11 +305,45 @@ void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who);
  * failure. EAGAIN and EINTR are retried with backoff, for 1 s at most.
  */
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len);
+/* The same with UFFDIO_COPY_MODE_DONTWAKE: the page is there, its waiters still wait. */
+int ukvm_uffd_copy_dontwake(int uffd, uint64_t dst, const void *src, uint64_t len);
+/* UFFDIO_WAKE: 0 or -errno. */
+int ukvm_uffd_wake(int uffd, uint64_t addr, uint64_t len);
 int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len);
 int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len);
 
 /* ---- readers.c: pools of threads resolving one uffd's faults ---- */
 struct ukvm_pool;
+
+/*
+ * What UFFDIO_COPY copies from for pages above 4 KiB, one per experiment
+ * for all its pools (4 KiB pages: each reader stamps a page of its own).
+ *
+ * Partitioned (one vCPU faults on a page): a read-only template, copied
+ * with UFFDIO_COPY_MODE_DONTWAKE; the reader then writes the page's
+ * address words through the guest's mapping (now present) and wakes the
+ * range, so the vCPU sees the page whole. Overlapped, another vCPU may read
+ * the page the moment it is present: the words must come with the copy,
+ * so one private buffer is stamped and copied under a lock.
+ *
+ * Either is a memfd mapping ("memfd:uffdkvm-template" or
+ * "memfd:uffdkvm-source" in /proc/PID/maps), ordinary memory whatever the
+ * backing; uffdkvm/run.py counts it in its memory check.
+ */
+struct ukvm_source {
+	uint64_t page_size;
+	uint8_t *template;		/* partitioned: read-only after the fill */
+	uint8_t *buffer;		/* overlapped: stamped per fault, under lock */
+	pthread_mutex_t lock;
+	bool lock_made;
+};
+
+/* Empty, destroyable state. */
+void ukvm_source_init(struct ukvm_source *src);
+/* page_size bytes of template, or (overlap) the buffer and its lock. */
+int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, bool overlap,
+		       struct ukvm_error *err);
+void ukvm_source_destroy(struct ukvm_source *src);
 
 struct ukvm_reader {
 	struct ukvm_pool *pool;
@@ -318,7 +352,7 @@ struct ukvm_reader {
 	bool thread_started;
 	atomic_bool exited;
 	int epfd;
-	uint8_t *src;			/* UFFDIO_COPY source, stamped per fault */
+	uint8_t *src;			/* 4 KiB pages: UFFDIO_COPY source, stamped per fault */
 	int cpu;			/* pinned to, or -1 */
 	uint64_t rng;			/* delay distribution state */
 	struct ukvm_thread_state state;	/* where it is, for one that would not stop */
@@ -348,10 +382,8 @@ struct ukvm_pool {
 	const int32_t *pins;		/* reader k of all pools runs on pins[k % nr_pins] */
 	uint32_t nr_pins;
 	uint32_t first_reader;		/* this pool's first reader, counted over all pools */
-	/* Huge sources (1 GiB pages) are one per pool, not one per reader. */
-	uint8_t *shared_src;
-	pthread_mutex_t src_lock;
-	bool src_lock_made;
+	/* MISSING with copy, pages above 4 KiB: the experiment's (not owned). */
+	struct ukvm_source *source;
 	uint32_t nr_readers;
 	uint32_t readers_made;		/* entries of readers[] to clean up */
 	struct ukvm_reader *readers;

@@ -33,8 +33,6 @@
 #include "internal.h"
 
 #define READER_STACK_BYTES	(512ULL << 10)
-/* Larger pages share one source buffer per pool: a 1 GiB buffer per reader is too much. */
-#define PRIVATE_SRC_MAX		(2ULL << 20)
 #define EV_UFFD			0
 #define EV_STOP			1
 
@@ -61,20 +59,118 @@ static uint64_t reader_delay_ns(struct ukvm_reader *r)
 	}
 }
 
+/* UFFDIO_COPY of the page at addr with its data: 0, 1 (EEXIST) or -errno. */
 static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 {
 	struct ukvm_pool *pool = r->pool;
-	int ret;
+	struct ukvm_source *source = pool->source;
+	int ret, woke;
 
+	/* 4 KiB pages: the reader's own source, stamped, is the fast path. */
 	if (r->src) {
 		ukvm_fill_stamp(r->src, pool->page_size, gpa);
 		return ukvm_uffd_copy(pool->uffd, addr, r->src, pool->page_size);
 	}
-	pthread_mutex_lock(&pool->src_lock);
-	ukvm_fill_stamp(pool->shared_src, pool->page_size, gpa);
-	ret = ukvm_uffd_copy(pool->uffd, addr, pool->shared_src, pool->page_size);
-	pthread_mutex_unlock(&pool->src_lock);
-	return ret;
+	/* Overlapped: the words travel with the copy (see struct ukvm_source). */
+	if (source->buffer) {
+		pthread_mutex_lock(&source->lock);
+		ukvm_fill_stamp(source->buffer, pool->page_size, gpa);
+		ret = ukvm_uffd_copy(pool->uffd, addr, source->buffer, pool->page_size);
+		pthread_mutex_unlock(&source->lock);
+		return ret;
+	}
+	/*
+	 * The template, its waiters left asleep; then the address words
+	 * through the guest's mapping, where the page now is; then wake them.
+	 * On EEXIST the reader that placed the page stamps it; waking is
+	 * harmless either way.
+	 */
+	ret = ukvm_uffd_copy_dontwake(pool->uffd, addr, source->template, pool->page_size);
+	if (ret < 0)
+		return ret;
+	if (ret == 0)
+		ukvm_fill_stamp((void *)(uintptr_t)addr, pool->page_size, gpa);
+	woke = ukvm_uffd_wake(pool->uffd, addr, pool->page_size);
+	return woke < 0 ? woke : ret;
+}
+
+void ukvm_source_init(struct ukvm_source *src)
+{
+	memset(src, 0, sizeof(*src));
+}
+
+/* A shared mapping of a memfd called name: named in /proc/PID/maps. */
+static uint8_t *source_map(const char *name, uint64_t size, struct ukvm_error *err)
+{
+	uint8_t *p;
+	int fd, e;
+
+	fd = memfd_create(name, MFD_CLOEXEC);
+	if (fd < 0) {
+		e = errno;
+		ukvm_err_set(err, UKVM_ERR_HOST, e, "memfd_create(%s)", name);
+		return NULL;
+	}
+	if (ftruncate(fd, (off_t)size)) {
+		e = errno;
+		close(fd);
+		ukvm_err_set(err, UKVM_ERR_HOST, e, "ftruncate(%s, %llu)", name,
+			     (unsigned long long)size);
+		return NULL;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	e = errno;
+	close(fd);	/* the mapping keeps the memory */
+	if (p == MAP_FAILED) {
+		ukvm_err_set(err, UKVM_ERR_HOST, e, "mmap(%s, %llu bytes)", name,
+			     (unsigned long long)size);
+		return NULL;
+	}
+	return p;
+}
+
+int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, bool overlap,
+		       struct ukvm_error *err)
+{
+	int ret;
+
+	ukvm_source_init(src);
+	src->page_size = page_size;
+	if (overlap) {
+		ret = pthread_mutex_init(&src->lock, NULL);
+		if (ret) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_mutex_init(source)");
+			return -ret;
+		}
+		src->lock_made = true;
+		src->buffer = source_map("uffdkvm-source", page_size, err);
+		if (!src->buffer)
+			return -ENOMEM;
+		ukvm_fill_template(src->buffer, page_size);
+		return 0;
+	}
+	src->template = source_map("uffdkvm-template", page_size, err);
+	if (!src->template)
+		return -ENOMEM;
+	ukvm_fill_template(src->template, page_size);
+	/* Shared by every reader of every pool: nothing may write it now. */
+	if (mprotect(src->template, page_size, PROT_READ)) {
+		ret = -errno;
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "mprotect(uffdkvm-template, PROT_READ)");
+		return ret;
+	}
+	return 0;
+}
+
+void ukvm_source_destroy(struct ukvm_source *src)
+{
+	if (src->template)
+		munmap(src->template, src->page_size);
+	if (src->buffer)
+		munmap(src->buffer, src->page_size);
+	if (src->lock_made)
+		pthread_mutex_destroy(&src->lock);
+	ukvm_source_init(src);
 }
 
 /* Stats full: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
@@ -356,7 +452,7 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 	struct epoll_event ev;
 
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
-	    pool->page_size <= PRIVATE_SRC_MAX) {
+	    pool->page_size == UKVM_PAGE_SIZE) {
 		r->src = mmap(NULL, pool->page_size, PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (r->src == MAP_FAILED) {
@@ -428,22 +524,11 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 	}
 	memset(pool->readers, 0, pool->nr_readers * sizeof(*pool->readers));
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
-	    pool->page_size > PRIVATE_SRC_MAX) {
-		ret = pthread_mutex_init(&pool->src_lock, NULL);
-		if (ret) {
-			ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_mutex_init");
-			return -ret;
-		}
-		pool->src_lock_made = true;
-		pool->shared_src = mmap(NULL, pool->page_size, PROT_READ | PROT_WRITE,
-					MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (pool->shared_src == MAP_FAILED) {
-			pool->shared_src = NULL;
-			ukvm_err_set(err, UKVM_ERR_HOST, errno, "uffd %u: mmap(%llu byte source)",
-				     pool->uffd_index, (unsigned long long)pool->page_size);
-			return -ENOMEM;
-		}
-		ukvm_fill_template(pool->shared_src, pool->page_size);
+	    pool->page_size > UKVM_PAGE_SIZE && !pool->source) {
+		ukvm_err_set(err, UKVM_ERR_RUN, EINVAL,
+			     "uffd %u: %llu byte pages need the experiment's copy source",
+			     pool->uffd_index, (unsigned long long)pool->page_size);
+		return -EINVAL;
 	}
 	for (i = 0; i < pool->nr_readers; i++) {
 		struct ukvm_reader *r = &pool->readers[i];
@@ -589,12 +674,6 @@ int ukvm_pool_destroy(struct ukvm_pool *pool)
 	}
 	free(pool->readers);
 	pool->readers = NULL;
-	if (pool->shared_src)
-		munmap(pool->shared_src, pool->page_size);
-	pool->shared_src = NULL;
-	if (pool->src_lock_made)
-		pthread_mutex_destroy(&pool->src_lock);
-	pool->src_lock_made = false;
 	if (pool->stop_fd >= 0)
 		close(pool->stop_fd);
 	pool->stop_fd = -1;

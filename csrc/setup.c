@@ -159,6 +159,14 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		return -EOPNOTSUPP;
 	}
 
+	/* One copy source for every pool, made before the pools (and their fds). */
+	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY &&
+	    exp->mem.page_size > UKVM_PAGE_SIZE && !exp->probe) {
+		ret = ukvm_source_create(&exp->source, exp->mem.page_size, cfg->overlap, err);
+		if (ret)
+			return ret;
+	}
+
 	exp->nr_pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
 	range = exp->region_size / exp->nr_pools;
 	exp->pools = calloc(exp->nr_pools, sizeof(*exp->pools));
@@ -190,6 +198,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->nr_pins = cfg->nr_pin_readers;
 		pool->first_reader = u * cfg->readers;
 		pool->nr_readers = cfg->readers;
+		pool->source = exp->source.page_size ? &exp->source : NULL;
 		/* Readers that block in read(2) need a blocking uffd. */
 		pool->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
 		if (pool->uffd < 0)
@@ -359,6 +368,7 @@ void experiment_teardown(struct ukvm_experiment *exp, bool keep_memory)
 	free(exp->pools);
 	exp->pools = NULL;
 	exp->nr_pools = 0;
+	ukvm_source_destroy(&exp->source);
 	for (i = 0; exp->vcpus && i < exp->cfg.vcpus; i++) {
 		ukvm_kvmstats_close(&exp->vcpu_stats[i]);
 		ukvm_vcpu_destroy(&exp->vcpus[i]);
