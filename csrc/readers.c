@@ -410,6 +410,16 @@ static void reader_record_usage(struct ukvm_reader *r)
 	r->stats.cpu_ns = timeval_ns(usage.ru_utime) + timeval_ns(usage.ru_stime);
 }
 
+/* UKVM_INJECT_READER_CRASH: a fault of this thread's own, as a bug would make. */
+static void reader_crash(void)
+{
+	volatile uint8_t *page = mmap(NULL, UKVM_PAGE_SIZE, PROT_NONE,
+				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (page != MAP_FAILED)
+		*page = 1;	/* SIGSEGV, delivered to this thread at once */
+}
+
 static void *reader_thread(void *arg)
 {
 	struct ukvm_reader *r = arg;
@@ -419,6 +429,9 @@ static void *reader_thread(void *arg)
 	ukvm_thread_start(&r->state);
 	snprintf(who, sizeof(who), "reader %u of uffd %u", r->index, r->pool->uffd_index);
 	ukvm_uffd_thread_init(r->pool->ctl, who);
+	if (r->pool->ctl->inject == UKVM_INJECT_READER_CRASH && r->pool->uffd_index == 0 &&
+	    r->index == 0)
+		reader_crash();
 	if (ukvm_thread_pin(r->cpu, r->stats.affinity)) {
 		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, errno,
 			      "reader %u of uffd %u: pinning to CPU %d (pin_readers)", r->index,

@@ -131,6 +131,12 @@ enum ukvm_inject {
 	UKVM_INJECT_VCPU_STALL,
 	/* Every resolving ioctl fails with EAGAIN for inject_after ms from the first. */
 	UKVM_INJECT_RESOLVE_EAGAIN,
+	/*
+	 * Reader 0 of uffd 0 touches a PROT_NONE page as it starts: a real
+	 * SIGSEGV, which kills the process (its handler, faulthandler say,
+	 * runs first). For a child process only.
+	 */
+	UKVM_INJECT_READER_CRASH,
 	UKVM_INJECT__COUNT
 };
 

@@ -43,7 +43,7 @@ def test_every_fault_kind_is_tested():
     """A fault added to the core without a test here fails this."""
     assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
                            "thread_create", "corrupt_page", "reader_stall", "vcpu_stall",
-                           "resolve_eagain"}
+                           "resolve_eagain", "reader_crash"}
 
 
 def test_an_unknown_fault_is_refused():

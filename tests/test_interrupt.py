@@ -327,3 +327,24 @@ def test_ctrl_c_answers_while_a_thread_will_not_stop(kvm, released, when):
     assert answered - timer.sent < PROMPT_S
     assert answered - start < STALL_MS / 1000, "Ctrl-C waited for the stalled reader"
     assert_released(released, within_s=10)  # waits for the reader (wait_idle) first
+
+
+CRASH_CHILD = """
+import faulthandler, sys, uffdkvm
+from uffdkvm._testing import run_with_fault
+faulthandler.enable()
+print("running", flush=True)
+run_with_fault(vcpus=1, mem_per_vcpu="1M", readers=2, fault="reader_crash")
+print("survived", flush=True)
+"""
+
+
+def test_a_crash_in_a_core_thread_reaches_faulthandler(kvm):
+    """A reader that segfaults kills the process, but SIGSEGV is not blocked
+    in core threads: faulthandler's handler runs first and says so. (Were
+    it blocked, the kernel would kill the process silently.)"""
+    p = subprocess.run([sys.executable, "-c", CRASH_CHILD], capture_output=True, text=True,
+                       timeout=60, cwd="/", env=CHILD_ENV)
+    assert p.stdout.splitlines() == ["running"], p.stdout
+    assert p.returncode == -signal.SIGSEGV, (p.returncode, p.stderr)
+    assert "Fatal Python error: Segmentation fault" in p.stderr, p.stderr

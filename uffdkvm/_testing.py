@@ -30,6 +30,9 @@ FAULTS = {
     "vcpu_stall": _core.INJECT_VCPU_STALL,
     # every resolving ioctl fails with EAGAIN for `after` milliseconds
     "resolve_eagain": _core.INJECT_RESOLVE_EAGAIN,
+    # reader 0 of uffd 0 segfaults as it starts: kills the process (child
+    # processes only), after faulthandler or any SIGSEGV handler has run
+    "reader_crash": _core.INJECT_READER_CRASH,
 }
 
 
