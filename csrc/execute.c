@@ -2,7 +2,9 @@
 /*
  * Running an experiment: the vCPU threads start together, the controller
  * waits for every one of them to finish, for a failure, a cancel or the
- * deadline, and then kicks out and joins whatever still runs.
+ * deadline, and then kicks out and joins whatever still runs, for a bounded
+ * while: a vCPU thread that will not stop is named and left to the
+ * background (experiment_linger in experiment.c).
  */
 #include <errno.h>
 #include <stdio.h>

@@ -5,7 +5,8 @@
  * Ownership: struct ukvm_experiment (experiment.c) owns one ukvm_vm, one
  * ukvm_backing, the vCPUs and the reader pools; each of those has a
  * create/destroy pair, and destroy is safe on a zeroed or half-built object,
- * so every error path can call it.
+ * so every error path can call it; a pool's destroy refuses (-EBUSY) while
+ * one of its readers still runs, and teardown waits until none does.
  */
 #ifndef UKVM_INTERNAL_H
 #define UKVM_INTERNAL_H

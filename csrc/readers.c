@@ -13,8 +13,13 @@
  *                   reader without the reader returning to userspace empty.
  *
  * Every reader also waits on the pool's stop eventfd (read mode: it is kicked
- * with a signal instead). Each keeps its counters in its own cache line and
- * they survive every exit path, errors included.
+ * with a signal instead); stopping waits for it until a deadline, never
+ * longer. Each keeps its counters in its own cache line and they survive
+ * every exit path, errors included.
+ *
+ * UFFDIO_COPY's data: for 4 KiB pages each reader stamps a page of its own;
+ * above that, one source per experiment serves every pool (struct
+ * ukvm_source in internal.h).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -197,7 +197,9 @@ def run(config: Optional[Config] = None, **fields: Any) -> Result:
     ``run()`` runs the default Config; ``run(vcpus=2, mem_per_vcpu="64M")``
     makes one from keywords; ``run(cfg, readers=4)`` overrides fields of cfg.
     The GIL is released while the experiment runs, and Ctrl-C stops it
-    (every thread joined, every fd closed) and raises KeyboardInterrupt.
+    (every thread joined, every fd closed) and raises KeyboardInterrupt within
+    a second; a thread that would not stop is left, with what it may still
+    touch, to be reaped in the background when it leaves.
     """
     return _run(_config_of(config, fields))
 
