@@ -367,13 +367,18 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	ret = ukvm_config_validate(cfg, err);
 	ret = ret ?: ukvm_kick_init(err);
 	ret = ret ?: experiment_check_vcpus(cfg, err);
-	ret = ret ?: experiment_check_fds(cfg, false, err);
+	if (!ret) {
+		/*
+		 * An earlier failed run's memory (and fds) first, for a bounded
+		 * while: then go on.
+		 */
+		wait_pending(experiment_deadline_after(IDLE_WAIT_NS), true, NULL);
+		ret = experiment_check_fds(cfg, false, err);
+	}
 	if (ret) {
 		experiment_fd_hint(err);
 		return ret;
 	}
-	/* An earlier failed run's memory first, for a bounded while: then go on. */
-	wait_pending(experiment_deadline_after(IDLE_WAIT_NS), true, NULL);
 	exp = calloc(1, sizeof(*exp));
 	if (!exp) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the experiment");
@@ -416,7 +421,10 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	exp->ctl.inject_after = cfg->inject_after;
 	atomic_init(&exp->controller_done, false);
 
-	/* The controller, and every thread it makes, starts with all signals blocked. */
+	/*
+	 * The controller, and every thread it makes, starts with every signal
+	 * blocked but the synchronous ones (kick.c).
+	 */
 	ukvm_block_all_signals(&old);
 	ret = pthread_create(&exp->controller, NULL, controller_thread, exp);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -548,13 +556,15 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 	memset(err, 0, sizeof(*err));
 	ret = ukvm_config_validate(cfg, err);
 	ret = ret ?: experiment_check_vcpus(cfg, err);
-	ret = ret ?: experiment_check_fds(cfg, true, err);
+	if (!ret) {
+		/* As a run's start: an earlier failed run's memory first, a bounded while. */
+		wait_pending(experiment_deadline_after(IDLE_WAIT_NS), true, NULL);
+		ret = experiment_check_fds(cfg, true, err);
+	}
 	if (ret) {
 		experiment_fd_hint(err);
 		return ret;
 	}
-	/* As a run's start: an earlier failed run's memory first, for a bounded while. */
-	wait_pending(experiment_deadline_after(IDLE_WAIT_NS), true, NULL);
 	exp = calloc(1, sizeof(*exp));
 	if (!exp) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the probe");
