@@ -14,6 +14,8 @@
 #define MAX_DELAY_US	(10U * 1000 * 1000)
 #define MAX_GUEST_WORK	1000000U
 #define MAX_PASSES	1000000U
+/* The largest test region: uffdkvm/config.py MAX_REGION_BYTES. */
+#define MAX_REGION_BYTES	(1ULL << 46)
 
 void ukvm_config_init(struct ukvm_config *cfg)
 {
@@ -95,8 +97,20 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		BAD("mem_per_vcpu must be a positive multiple of %llu KiB (the page size of "
 		    "the backing and of the guest's mappings), not %llu",
 		    (unsigned long long)(unit >> 10), (unsigned long long)c->mem_per_vcpu);
-	if (!c->overlap && c->mem_per_vcpu > UINT64_MAX / c->vcpus)
-		BAD("vcpus * mem_per_vcpu overflows");
+	/*
+	 * The region, not just its factors: vm.c sizes page tables and adds
+	 * guest addresses from it, and the Python layer has the same limit
+	 * (uffdkvm/config.py MAX_REGION_BYTES). Divided, so nothing overflows.
+	 */
+	if (c->overlap && c->mem_per_vcpu > MAX_REGION_BYTES)
+		BAD("mem_per_vcpu: %llu bytes is more guest memory than a test region may have "
+		    "(%llu, 64 TiB); use less memory per vCPU",
+		    (unsigned long long)c->mem_per_vcpu, MAX_REGION_BYTES);
+	if (!c->overlap && c->mem_per_vcpu > MAX_REGION_BYTES / c->vcpus)
+		BAD("mem_per_vcpu: vcpus x mem_per_vcpu (%u x %llu bytes) is more guest memory "
+		    "than a test region may have (%llu, 64 TiB); use less memory per vCPU or "
+		    "fewer vCPUs", c->vcpus, (unsigned long long)c->mem_per_vcpu,
+		    MAX_REGION_BYTES);
 	if ((unsigned)c->uffd_mode >= UKVM_UFFD__COUNT)
 		BAD("uffd_mode: unknown value %d", c->uffd_mode);
 	if ((unsigned)c->wait >= UKVM_WAIT__COUNT)
@@ -123,14 +137,17 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 	if (c->resolve == UKVM_RESOLVE_ZEROPAGE && ukvm_backing_is_hugetlb(c->backing))
 		BAD("resolve zeropage does not work on hugetlb memory (no UFFDIO_ZEROPAGE "
 		    "there): use resolve copy");
+	/* Before the lists are read: a count with a NULL list is the caller's bug. */
+	if (c->nr_pin_vcpus && !c->pin_vcpus)
+		BAD("pin_vcpus: nr_pin_vcpus is %u but the list is NULL", c->nr_pin_vcpus);
+	if (c->nr_pin_readers && !c->pin_readers)
+		BAD("pin_readers: nr_pin_readers is %u but the list is NULL", c->nr_pin_readers);
 	for (i = 0; i < c->nr_pin_vcpus; i++)
 		if (c->pin_vcpus[i] < 0 || c->pin_vcpus[i] >= CPU_SETSIZE)
 			BAD("pin_vcpus: %d is not a CPU number", c->pin_vcpus[i]);
 	for (i = 0; i < c->nr_pin_readers; i++)
 		if (c->pin_readers[i] < 0 || c->pin_readers[i] >= CPU_SETSIZE)
 			BAD("pin_readers: %d is not a CPU number", c->pin_readers[i]);
-	if ((c->nr_pin_vcpus && !c->pin_vcpus) || (c->nr_pin_readers && !c->pin_readers))
-		BAD("pin lists: a count without a list");
 	if (c->delay_us > MAX_DELAY_US)
 		BAD("delay_us must be at most %u (10 s), not %u", MAX_DELAY_US, c->delay_us);
 	if ((unsigned)c->stats >= UKVM_STATS__COUNT)

@@ -2,7 +2,9 @@
 /*
  * Running an experiment: the vCPU threads start together, the controller
  * waits for every one of them to finish, for a failure, a cancel or the
- * deadline, and then kicks out and joins whatever still runs.
+ * deadline, and then kicks out and joins whatever still runs, for a bounded
+ * while: a vCPU thread that will not stop is named and left to the
+ * background (experiment_linger in experiment.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,6 +31,25 @@ void experiment_timespec(struct timespec *ts, uint64_t deadline_ns)
 	ts->tv_nsec = (long)(deadline_ns % NSEC_PER_SEC);
 }
 
+/*
+ * The vCPU thread: ukvm_vcpu_thread() (vcpu.c) runs the guest, and this
+ * keeps the state that stopping waits on (done is its last store) and
+ * plays UKVM_INJECT_VCPU_STALL.
+ */
+static void *vcpu_thread_main(void *arg)
+{
+	struct ukvm_vcpu *vcpu = arg;
+
+	ukvm_thread_start(&vcpu->state);
+	ukvm_thread_at(&vcpu->state, "running the guest");
+	ukvm_vcpu_thread(vcpu);
+	if (vcpu->stall_ms)
+		ukvm_thread_stall(&vcpu->state, vcpu->stall_ms);
+	ukvm_thread_at(&vcpu->state, "leaving");
+	atomic_store(&vcpu->state.done, true);
+	return NULL;
+}
+
 int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	struct ukvm_ctl *ctl = &exp->ctl;
@@ -41,7 +62,9 @@ int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 	for (i = 0; i < exp->cfg.vcpus; i++) {
 		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
 
-		ret = ukvm_thread_create(ctl, &vcpu->thread, THREAD_STACK_BYTES, ukvm_vcpu_thread,
+		if (exp->cfg.inject == UKVM_INJECT_VCPU_STALL && i == exp->cfg.vcpus - 1)
+			vcpu->stall_ms = exp->cfg.inject_after;
+		ret = ukvm_thread_create(ctl, &vcpu->thread, THREAD_STACK_BYTES, vcpu_thread_main,
 					 vcpu);
 		if (ret) {
 			ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_create(vCPU %u of %u)", i,
@@ -61,7 +84,22 @@ int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 			ready += exp->vcpus[i].ready;
 		if (ready == exp->cfg.vcpus || ctl->failed)
 			break;
-		pthread_cond_wait(&ctl->cond, &ctl->lock);
+		if (!exp->deadline_ns) {
+			pthread_cond_wait(&ctl->cond, &ctl->lock);
+			continue;
+		}
+		experiment_timespec(&ts, exp->deadline_ns);
+		if (pthread_cond_timedwait(&ctl->cond, &ctl->lock, &ts) == ETIMEDOUT &&
+		    ukvm_now_ns() >= exp->deadline_ns) {
+			struct ukvm_error timeout = { 0 };
+
+			ukvm_err_set(&timeout, UKVM_ERR_TIMEOUT, 0,
+				     "the run did not finish within timeout_s=%.3f: %u of %u "
+				     "vCPU threads had not started",
+				     (double)exp->cfg.timeout_ns / NSEC_PER_SEC,
+				     exp->cfg.vcpus - ready, exp->cfg.vcpus);
+			ukvm_ctl_fail_locked(ctl, &timeout);
+		}
 	}
 	pthread_mutex_unlock(&ctl->lock);
 
@@ -106,16 +144,47 @@ int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return 0;
 }
 
-/* Kicks every vCPU out of KVM_RUN and joins it; safe after a partial setup. */
-void experiment_stop_vcpus(struct ukvm_experiment *exp)
+uint32_t experiment_wait_vcpus(struct ukvm_experiment *exp, uint64_t deadline_ns,
+			       uint64_t poll_ns)
 {
-	struct ukvm_ctl *ctl = &exp->ctl;
-	uint64_t start = ukvm_now_ns();
-	bool waiting, released = false;
-	uint32_t i;
+	uint32_t i, running;
 
 	if (!exp->vcpus)
-		return;
+		return 0;
+	for (;;) {
+		running = 0;
+		for (i = 0; i < exp->cfg.vcpus; i++) {
+			struct ukvm_vcpu *vcpu = &exp->vcpus[i];
+
+			if (!vcpu->thread_started)
+				continue;
+			if (atomic_load(&vcpu->state.done)) {
+				pthread_join(vcpu->thread, NULL);	/* it is returning: prompt */
+				vcpu->thread_started = false;
+				continue;
+			}
+			running++;
+			ukvm_vcpu_kick(vcpu);
+		}
+		if (!running || ukvm_now_ns() >= deadline_ns)
+			return running;
+		ukvm_sleep_ns(poll_ns);
+	}
+}
+
+/*
+ * Kicks every vCPU out of KVM_RUN and joins it; safe after a partial setup.
+ * Bounded: a vCPU thread still running after STOP_WAIT_NS is named and left.
+ */
+uint32_t experiment_stop_vcpus(struct ukvm_experiment *exp)
+{
+	struct ukvm_ctl *ctl = &exp->ctl;
+	uint64_t start = ukvm_now_ns(), deadline = start + STOP_WAIT_NS, stuck;
+	uint32_t i, running;
+	char who[32];
+
+	if (!exp->vcpus)
+		return 0;
 	pthread_mutex_lock(&ctl->lock);
 	if (ctl->go == 0)
 		ctl->go = -1;	/* threads still waiting to start: leave */
@@ -123,37 +192,28 @@ void experiment_stop_vcpus(struct ukvm_experiment *exp)
 	pthread_mutex_unlock(&ctl->lock);
 	atomic_store(&ctl->stop, true);
 
-	for (;;) {
-		waiting = false;
-		for (i = 0; i < exp->cfg.vcpus; i++) {
-			struct ukvm_vcpu *vcpu = &exp->vcpus[i];
-
-			if (vcpu->thread_started && !atomic_load(&vcpu->exited)) {
-				waiting = true;
-				ukvm_vcpu_kick(vcpu);
-			}
-		}
-		if (!waiting)
-			break;
-		/*
-		 * A vCPU blocked on a fault that no reader will resolve, in a
-		 * kernel where that wait is not interruptible: closing the uffd
-		 * wakes it and the fault completes without userfaultfd.
-		 */
-		if (!released && ukvm_now_ns() - start >
-		    (exp_aborted(exp) ? STUCK_VCPU_ABORTED_NS : STUCK_VCPU_NS)) {
-			experiment_stop_pools(exp, true);
-			released = true;
-		}
-		ukvm_sleep_ns(NSEC_PER_MSEC);
+	/*
+	 * A vCPU blocked on a fault that no reader will resolve, in a kernel
+	 * where that wait is not interruptible: letting go of the uffd wakes
+	 * it and the fault completes without userfaultfd.
+	 */
+	stuck = start + (exp_aborted(exp) ? STUCK_VCPU_ABORTED_NS : STUCK_VCPU_NS);
+	running = experiment_wait_vcpus(exp, stuck, NSEC_PER_MSEC);
+	if (running) {
+		experiment_release_uffds(exp);
+		running = experiment_wait_vcpus(exp, deadline, NSEC_PER_MSEC);
+	}
+	if (!running) {
+		exp->threads_joined_ns = ukvm_now_ns();	/* demand_paging_test's end */
+		return 0;
 	}
 	for (i = 0; i < exp->cfg.vcpus; i++) {
-		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
-
-		if (vcpu->thread_started) {
-			pthread_join(vcpu->thread, NULL);
-			vcpu->thread_started = false;
+		if (exp->vcpus[i].thread_started) {
+			snprintf(who, sizeof(who), "vCPU %u", i);
+			experiment_stuck(exp, who, &exp->vcpus[i].state, running - 1,
+					 "vCPU threads");
+			break;
 		}
 	}
-	exp->threads_joined_ns = ukvm_now_ns();
+	return running;
 }

@@ -5,7 +5,8 @@
  * Ownership: struct ukvm_experiment (experiment.c) owns one ukvm_vm, one
  * ukvm_backing, the vCPUs and the reader pools; each of those has a
  * create/destroy pair, and destroy is safe on a zeroed or half-built object,
- * so every error path can call it.
+ * so every error path can call it; a pool's destroy refuses (-EBUSY) while
+ * one of its readers still runs, and teardown waits until none does.
  */
 #ifndef UKVM_INTERNAL_H
 #define UKVM_INTERNAL_H
@@ -57,7 +58,7 @@ static inline double ukvm_random_unit(uint64_t *state)
 	return (double)(ukvm_splitmix64(state) >> 11) * 0x1.0p-53;
 }
 
-/* Pins the calling thread to cpu (if >= 0); records the affinity it then has. */
+/* Pins the calling thread to cpu (if >= 0); records the affinity it then has, pinned or not. */
 int ukvm_thread_pin(int cpu, uint64_t affinity[16]);
 
 /* ---- hist.c ---- */
@@ -68,9 +69,13 @@ void ukvm_hist_merge(struct ukvm_hist *dst, const struct ukvm_hist *src);
 /* ---- kick.c: the private signal that interrupts KVM_RUN and read(2) ---- */
 int ukvm_kick_init(struct ukvm_error *err);
 int ukvm_kick_signal(void);
-/* Called first by every thread the core starts: block all signals but the kick. */
+/*
+ * Called first by every thread the core starts: block all signals but the
+ * kick and the synchronous ones (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP,
+ * SIGSYS, SIGABRT), which must reach their handlers.
+ */
 void ukvm_thread_signals_init(void);
-/* The controller's own mask, inherited by the threads it makes: block everything. */
+/* The controller's own mask, inherited by the threads it makes: the same, kick blocked too. */
 void ukvm_block_all_signals(sigset_t *old);
 
 /* ---- ctl: the coordination shared by the controller and its threads ---- */
@@ -119,6 +124,38 @@ static inline bool ukvm_ctl_aborted(struct ukvm_ctl *ctl)
 }
 /* Under ctl->lock: record err as the failure unless one came first; stop and abort. */
 void ukvm_ctl_fail_locked(struct ukvm_ctl *ctl, const struct ukvm_error *err);
+/*
+ * A failure found while stopping (a thread that would not stop): the run's
+ * failure (UKVM_ERR_RUN) if none came first, else appended to the first
+ * one's message ("...; then ..."), so that neither is lost.
+ */
+void ukvm_ctl_fail_or_append(struct ukvm_ctl *ctl, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/*
+ * What a core thread is doing, kept by the thread itself, so that one that
+ * would not stop can be named with where it was. done is the thread's last
+ * store before it returns: once it is set, pthread_join() does not wait.
+ */
+struct ukvm_thread_state {
+	_Atomic(const char *) where;	/* a string literal */
+	atomic_int tid;
+	atomic_bool done;
+};
+
+static inline void ukvm_thread_at(struct ukvm_thread_state *st, const char *where)
+{
+	atomic_store_explicit(&st->where, where, memory_order_relaxed);
+}
+/* Records the calling thread's id in st. */
+void ukvm_thread_start(struct ukvm_thread_state *st);
+/*
+ * "it was <where> (thread <tid>: <syscall>, in the kernel at <wchan>)": the
+ * thread's own words and what /proc/self/task/<tid> says of it.
+ */
+void ukvm_thread_describe(struct ukvm_thread_state *st, char *buf, size_t len);
+/* UKVM_INJECT_*_STALL: stays ms milliseconds, whatever kicks or stop say. */
+void ukvm_thread_stall(struct ukvm_thread_state *st, uint64_t ms);
 
 /* ---- vm.c: the VM, its memslots, page tables, GDT and IDT ---- */
 struct ukvm_vm {
@@ -126,7 +163,7 @@ struct ukvm_vm {
 	int vm_fd;
 	int run_mmap_size;
 	struct kvm_cpuid2 *cpuid;
-	uint32_t max_vcpus;
+	uint32_t max_vcpus;		/* KVM_CAP_MAX_VCPUS of /dev/kvm */
 	uint32_t phys_bits;		/* guest physical address width */
 	bool gbpages;			/* 1 GiB guest pages allowed */
 	uint8_t *sys_hva;		/* the system memslot at GPA 0 */
@@ -148,7 +185,9 @@ struct ukvm_vm {
 
 /* Puts vm in the empty state that ukvm_vm_destroy() accepts. */
 void ukvm_vm_init(struct ukvm_vm *vm);
-/* sys_size: bytes for the system memslot, from ukvm_vm_sys_size(). */
+/* Opens /dev/kvm and reads max_vcpus; builds nothing else. */
+int ukvm_vm_open(struct ukvm_vm *vm, struct ukvm_error *err);
+/* sys_size: bytes for the system memslot, from ukvm_vm_sys_size(); opens /dev/kvm if needed. */
 int ukvm_vm_create(struct ukvm_vm *vm, uint64_t sys_size, struct ukvm_error *err);
 void ukvm_vm_destroy(struct ukvm_vm *vm);
 /* extra_bytes: more for ukvm_vm_alloc() (the guest's access logs, say). */
@@ -190,6 +229,9 @@ struct ukvm_vcpu {
 	int cpu;			/* pinned to, or -1 */
 	uint64_t affinity[16];
 	uint64_t cpu_ns;
+	/* The thread around ukvm_vcpu_thread() (execute.c): its state, and stop waits on done. */
+	struct ukvm_thread_state state;
+	uint64_t stall_ms;		/* UKVM_INJECT_VCPU_STALL, for this vCPU */
 	/* guest_timing: the guest's access log, and its TSC bracketed at sync exits */
 	bool timing;
 	uint64_t log_gpa;
@@ -247,13 +289,56 @@ int ukvm_uffd_open(bool nonblock, uint64_t features, struct ukvm_error *err);
 int ukvm_uffd_features(uint64_t *features, struct ukvm_error *err);
 int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode mode,
 		       enum ukvm_backing backing, struct ukvm_error *err);
-/* 0 resolved here, 1 already resolved by another (EEXIST), -errno on failure. */
+/*
+ * The calling thread's run and name ("reader 2 of uffd 0"): its resolving
+ * ioctls give up early once that run is aborted, and one that keeps failing
+ * with EAGAIN is recorded as the run's failure, named.
+ */
+void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who);
+/*
+ * 0 resolved here, 1 already resolved by another (EEXIST), -errno on
+ * failure. EAGAIN and EINTR are retried with backoff, for 1 s at most.
+ */
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len);
+/* The same with UFFDIO_COPY_MODE_DONTWAKE: the page is there, its waiters still wait. */
+int ukvm_uffd_copy_dontwake(int uffd, uint64_t dst, const void *src, uint64_t len);
+/* UFFDIO_WAKE: 0 or -errno. */
+int ukvm_uffd_wake(int uffd, uint64_t addr, uint64_t len);
 int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len);
 int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len);
 
 /* ---- readers.c: pools of threads resolving one uffd's faults ---- */
 struct ukvm_pool;
+
+/*
+ * What UFFDIO_COPY copies from for pages above 4 KiB, one per experiment
+ * for all its pools (4 KiB pages: each reader stamps a page of its own).
+ *
+ * Partitioned (one vCPU faults on a page): a read-only template, copied
+ * with UFFDIO_COPY_MODE_DONTWAKE; the reader then writes the page's
+ * address words through the guest's mapping (now present) and wakes the
+ * range, so the vCPU sees the page whole. Overlapped, another vCPU may read
+ * the page the moment it is present: the words must come with the copy,
+ * so one private buffer is stamped and copied under a lock.
+ *
+ * Either is a memfd mapping ("memfd:uffdkvm-template" or
+ * "memfd:uffdkvm-source" in /proc/PID/maps), ordinary memory whatever the
+ * backing; uffdkvm/run.py counts it in its memory check.
+ */
+struct ukvm_source {
+	uint64_t page_size;
+	uint8_t *template;		/* partitioned: read-only after the fill */
+	uint8_t *buffer;		/* overlapped: stamped per fault, under lock */
+	pthread_mutex_t lock;
+	bool lock_made;
+};
+
+/* Empty, destroyable state. */
+void ukvm_source_init(struct ukvm_source *src);
+/* page_size bytes of template, or (overlap) the buffer and its lock. */
+int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, bool overlap,
+		       struct ukvm_error *err);
+void ukvm_source_destroy(struct ukvm_source *src);
 
 struct ukvm_reader {
 	struct ukvm_pool *pool;
@@ -262,9 +347,11 @@ struct ukvm_reader {
 	bool thread_started;
 	atomic_bool exited;
 	int epfd;
-	uint8_t *src;			/* UFFDIO_COPY source, stamped per fault */
+	uint8_t *src;			/* 4 KiB pages: UFFDIO_COPY source, stamped per fault */
 	int cpu;			/* pinned to, or -1 */
 	uint64_t rng;			/* delay distribution state */
+	struct ukvm_thread_state state;	/* where it is, for one that would not stop */
+	uint64_t stall_ms;		/* UKVM_INJECT_READER_STALL, for this reader */
 	/* stats full: the chunk of the pool's fault log this reader fills (vcpu = tid) */
 	struct ukvm_fault_record *rec_next;
 	struct ukvm_fault_record *rec_end;
@@ -290,10 +377,8 @@ struct ukvm_pool {
 	const int32_t *pins;		/* reader k of all pools runs on pins[k % nr_pins] */
 	uint32_t nr_pins;
 	uint32_t first_reader;		/* this pool's first reader, counted over all pools */
-	/* Huge sources (1 GiB pages) are one per pool, not one per reader. */
-	uint8_t *shared_src;
-	pthread_mutex_t src_lock;
-	bool src_lock_made;
+	/* MISSING with copy, pages above 4 KiB: the experiment's (not owned). */
+	struct ukvm_source *source;
 	uint32_t nr_readers;
 	uint32_t readers_made;		/* entries of readers[] to clean up */
 	struct ukvm_reader *readers;
@@ -316,9 +401,28 @@ struct ukvm_pool {
 /* Empty, destroyable state; the caller then fills in the fields above readers. */
 void ukvm_pool_init(struct ukvm_pool *pool);
 int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err);
-/* Stops and joins every reader; safe on a pool that never started. */
-void ukvm_pool_stop(struct ukvm_pool *pool);
-void ukvm_pool_destroy(struct ukvm_pool *pool);
+/* Tells every reader to leave (the stop flag and eventfd); returns at once. */
+void ukvm_pool_request_stop(struct ukvm_pool *pool);
+/*
+ * One look, without waiting: joins the readers that have left (their join
+ * is prompt) and, with kick, signals the others. Returns how many still run.
+ */
+uint32_t ukvm_pool_reap(struct ukvm_pool *pool, bool kick);
+/*
+ * Asks the readers to leave, kicks and joins them until deadline_ns:
+ * returns how many still run (not joined). Safe on a pool that never started.
+ */
+uint32_t ukvm_pool_stop(struct ukvm_pool *pool, uint64_t deadline_ns);
+/* The first reader that still runs, or NULL. */
+struct ukvm_reader *ukvm_pool_running_reader(struct ukvm_pool *pool);
+/*
+ * Lets go of the uffd, so that a vCPU waiting on a fault is released: it is
+ * closed, or, while a reader still runs and may use its number, replaced
+ * by /dev/null until the pool is destroyed.
+ */
+void ukvm_pool_release_uffd(struct ukvm_pool *pool);
+/* Frees everything: 0, or -EBUSY (and nothing freed) while a reader still runs. */
+int ukvm_pool_destroy(struct ukvm_pool *pool);
 
 /* ---- kvmstats.c: KVM's binary statistics (KVM_GET_STATS_FD) ---- */
 struct ukvm_kvmstats {

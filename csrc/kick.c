@@ -76,11 +76,32 @@ int ukvm_kick_signal(void)
 	return kick_signo;
 }
 
+/*
+ * Every signal the process may be sent (SIGINT above all) is blocked in the
+ * core's threads, so it reaches the caller's thread. The synchronous ones
+ * are not: a fault the thread itself causes (SIGSEGV, SIGBUS, ...) that
+ * arrives blocked kills the process without running any handler, and
+ * faulthandler (or a debugger's handler) could not say where it crashed.
+ * SIGABRT goes with them: abort() in a core thread must reach its handler.
+ */
+static const int synchronous_signals[] = {
+	SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGABRT,
+};
+
+static void fill_blockable(sigset_t *set)
+{
+	size_t i;
+
+	sigfillset(set);
+	for (i = 0; i < ARRAY_SIZE(synchronous_signals); i++)
+		sigdelset(set, synchronous_signals[i]);
+}
+
 void ukvm_thread_signals_init(void)
 {
 	sigset_t set;
 
-	sigfillset(&set);
+	fill_blockable(&set);
 	sigdelset(&set, kick_signo);
 	pthread_sigmask(SIG_SETMASK, &set, NULL);
 }
@@ -89,6 +110,6 @@ void ukvm_block_all_signals(sigset_t *old)
 {
 	sigset_t set;
 
-	sigfillset(&set);
+	fill_blockable(&set);
 	pthread_sigmask(SIG_BLOCK, &set, old);
 }

@@ -526,20 +526,35 @@ static PyObject *core_probe(PyObject *self, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
-static PyObject *core_wait_idle(PyObject *self, PyObject *unused)
+static PyObject *core_wait_idle(PyObject *self, PyObject *args)
 {
+	double timeout_s = 10.0;
+	struct ukvm_error err;
+	int ret;
+
 	(void)self;
-	(void)unused;
+	if (!PyArg_ParseTuple(args, "|d:wait_idle", &timeout_s))
+		return NULL;
+	if (!(timeout_s >= 0 && timeout_s < 1e9)) {
+		PyErr_SetString(PyExc_ValueError, "wait_idle: timeout_s must be between 0 and 1e9");
+		return NULL;
+	}
 	Py_BEGIN_ALLOW_THREADS
-	ukvm_wait_idle();
+	ret = ukvm_wait_idle_for((uint64_t)(timeout_s * 1e9), &err);
 	Py_END_ALLOW_THREADS
+	if (ret) {
+		raise_core_error(&err);
+		return NULL;
+	}
 	Py_RETURN_NONE;
 }
 
 static PyMethodDef core_methods[] = {
-	{ "wait_idle", core_wait_idle, METH_NOARGS,
-	  "wait_idle() -> None\n\nWait until failed runs have released their memory (a "
-	  "failed or interrupted run returns first and frees its memory after)." },
+	{ "wait_idle", core_wait_idle, METH_VARARGS,
+	  "wait_idle(timeout_s=10.0) -> None\n\nWait until failed runs have released their "
+	  "threads, fds and memory (a failed or interrupted run returns first and frees its "
+	  "memory after; one with a thread that would not stop keeps everything until it "
+	  "leaves). Raises CoreError naming what still holds on after timeout_s." },
 	{ "probe", core_probe, METH_O,
 	  "probe(config: dict) -> None\n\nBuild what the config needs and register it, "
 	  "run nothing. Raises CoreError(kind, errno, message) if the host cannot." },
@@ -621,6 +636,10 @@ static int add_constants(PyObject *m)
 		{ "INJECT_GUEST_MMIO", UKVM_INJECT_GUEST_MMIO },
 		{ "INJECT_THREAD_CREATE", UKVM_INJECT_THREAD_CREATE },
 		{ "INJECT_CORRUPT_PAGE", UKVM_INJECT_CORRUPT_PAGE },
+		{ "INJECT_READER_STALL", UKVM_INJECT_READER_STALL },
+		{ "INJECT_VCPU_STALL", UKVM_INJECT_VCPU_STALL },
+		{ "INJECT_RESOLVE_EAGAIN", UKVM_INJECT_RESOLVE_EAGAIN },
+		{ "INJECT_READER_CRASH", UKVM_INJECT_READER_CRASH },
 		{ "INJECT_TSC_OFFSET", UKVM_INJECT_TSC_OFFSET },
 		{ "INJECT_NO_KVM_TSC_OFFSET", UKVM_INJECT_NO_KVM_TSC_OFFSET },
 		{ "INJECT_UNFAULTED_PAGE", UKVM_INJECT_UNFAULTED_PAGE },

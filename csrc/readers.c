@@ -16,13 +16,20 @@
  *                   without returning, a herd that only context_switches shows.
  *
  * Every reader also waits on the pool's stop eventfd (read mode: it is kicked
- * with a signal instead). Each keeps its counters in its own cache line and
- * they survive every exit path, errors included.
+ * with a signal instead); stopping waits for it until a deadline, never
+ * longer. Each keeps its counters in its own cache line and they survive
+ * every exit path, errors included.
+ *
+ * UFFDIO_COPY's data: for 4 KiB pages each reader stamps a page of its own;
+ * above that, one source per experiment serves every pool (struct
+ * ukvm_source in internal.h).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -34,8 +41,6 @@
 #include "internal.h"
 
 #define READER_STACK_BYTES	(512ULL << 10)
-/* Larger pages share one source buffer per pool: a 1 GiB buffer per reader is too much. */
-#define PRIVATE_SRC_MAX		(2ULL << 20)
 #define EV_UFFD			0
 #define EV_STOP			1
 
@@ -62,20 +67,118 @@ static uint64_t reader_delay_ns(struct ukvm_reader *r)
 	}
 }
 
+/* UFFDIO_COPY of the page at addr with its data: 0, 1 (EEXIST) or -errno. */
 static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 {
 	struct ukvm_pool *pool = r->pool;
-	int ret;
+	struct ukvm_source *source = pool->source;
+	int ret, woke;
 
+	/* 4 KiB pages: the reader's own source, stamped, is the fast path. */
 	if (r->src) {
 		ukvm_fill_stamp(r->src, pool->page_size, gpa);
 		return ukvm_uffd_copy(pool->uffd, addr, r->src, pool->page_size);
 	}
-	pthread_mutex_lock(&pool->src_lock);
-	ukvm_fill_stamp(pool->shared_src, pool->page_size, gpa);
-	ret = ukvm_uffd_copy(pool->uffd, addr, pool->shared_src, pool->page_size);
-	pthread_mutex_unlock(&pool->src_lock);
-	return ret;
+	/* Overlapped: the words travel with the copy (see struct ukvm_source). */
+	if (source->buffer) {
+		pthread_mutex_lock(&source->lock);
+		ukvm_fill_stamp(source->buffer, pool->page_size, gpa);
+		ret = ukvm_uffd_copy(pool->uffd, addr, source->buffer, pool->page_size);
+		pthread_mutex_unlock(&source->lock);
+		return ret;
+	}
+	/*
+	 * The template, its waiters left asleep; then the address words
+	 * through the guest's mapping, where the page now is; then wake them.
+	 * On EEXIST the reader that placed the page stamps it; waking is
+	 * harmless either way.
+	 */
+	ret = ukvm_uffd_copy_dontwake(pool->uffd, addr, source->template, pool->page_size);
+	if (ret < 0)
+		return ret;
+	if (ret == 0)
+		ukvm_fill_stamp((void *)(uintptr_t)addr, pool->page_size, gpa);
+	woke = ukvm_uffd_wake(pool->uffd, addr, pool->page_size);
+	return woke < 0 ? woke : ret;
+}
+
+void ukvm_source_init(struct ukvm_source *src)
+{
+	memset(src, 0, sizeof(*src));
+}
+
+/* A shared mapping of a memfd called name: named in /proc/PID/maps. */
+static uint8_t *source_map(const char *name, uint64_t size, struct ukvm_error *err)
+{
+	uint8_t *p;
+	int fd, e;
+
+	fd = memfd_create(name, MFD_CLOEXEC);
+	if (fd < 0) {
+		e = errno;
+		ukvm_err_set(err, UKVM_ERR_HOST, e, "memfd_create(%s)", name);
+		return NULL;
+	}
+	if (ftruncate(fd, (off_t)size)) {
+		e = errno;
+		close(fd);
+		ukvm_err_set(err, UKVM_ERR_HOST, e, "ftruncate(%s, %llu)", name,
+			     (unsigned long long)size);
+		return NULL;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	e = errno;
+	close(fd);	/* the mapping keeps the memory */
+	if (p == MAP_FAILED) {
+		ukvm_err_set(err, UKVM_ERR_HOST, e, "mmap(%s, %llu bytes)", name,
+			     (unsigned long long)size);
+		return NULL;
+	}
+	return p;
+}
+
+int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, bool overlap,
+		       struct ukvm_error *err)
+{
+	int ret;
+
+	ukvm_source_init(src);
+	src->page_size = page_size;
+	if (overlap) {
+		ret = pthread_mutex_init(&src->lock, NULL);
+		if (ret) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_mutex_init(source)");
+			return -ret;
+		}
+		src->lock_made = true;
+		src->buffer = source_map("uffdkvm-source", page_size, err);
+		if (!src->buffer)
+			return -ENOMEM;
+		ukvm_fill_template(src->buffer, page_size);
+		return 0;
+	}
+	src->template = source_map("uffdkvm-template", page_size, err);
+	if (!src->template)
+		return -ENOMEM;
+	ukvm_fill_template(src->template, page_size);
+	/* Shared by every reader of every pool: nothing may write it now. */
+	if (mprotect(src->template, page_size, PROT_READ)) {
+		ret = -errno;
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "mprotect(uffdkvm-template, PROT_READ)");
+		return ret;
+	}
+	return 0;
+}
+
+void ukvm_source_destroy(struct ukvm_source *src)
+{
+	if (src->template)
+		munmap(src->template, src->page_size);
+	if (src->buffer)
+		munmap(src->buffer, src->page_size);
+	if (src->lock_made)
+		pthread_mutex_destroy(&src->lock);
+	ukvm_source_init(src);
 }
 
 /* Stats full: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
@@ -311,21 +414,50 @@ static uint64_t timeval_ns(struct timeval tv)
 	return (uint64_t)tv.tv_sec * NSEC_PER_SEC + (uint64_t)tv.tv_usec * 1000;
 }
 
+/*
+ * The thread's own counters, over its whole life (RUSAGE_THREAD counts from
+ * its start), on every way out: a reader that failed to pin has them too.
+ */
+static void reader_record_usage(struct ukvm_reader *r)
+{
+	struct rusage usage;
+
+	if (getrusage(RUSAGE_THREAD, &usage))
+		return;
+	r->stats.context_switches = (uint64_t)usage.ru_nvcsw + (uint64_t)usage.ru_nivcsw;
+	r->stats.cpu_ns = timeval_ns(usage.ru_utime) + timeval_ns(usage.ru_stime);
+}
+
+/* UKVM_INJECT_READER_CRASH: a fault of this thread's own, as a bug would make. */
+static void reader_crash(void)
+{
+	volatile uint8_t *page = mmap(NULL, UKVM_PAGE_SIZE, PROT_NONE,
+				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (page != MAP_FAILED)
+		*page = 1;	/* SIGSEGV, delivered to this thread at once */
+}
+
 static void *reader_thread(void *arg)
 {
 	struct ukvm_reader *r = arg;
-	struct rusage start, end;
+	char who[48];
 
 	ukvm_thread_signals_init();
 	r->stats.tid = (int32_t)gettid();
+	ukvm_thread_start(&r->state);
+	snprintf(who, sizeof(who), "reader %u of uffd %u", r->index, r->pool->uffd_index);
+	ukvm_uffd_thread_init(r->pool->ctl, who);
+	if (r->pool->ctl->inject == UKVM_INJECT_READER_CRASH && r->pool->uffd_index == 0 &&
+	    r->index == 0)
+		reader_crash();
 	if (ukvm_thread_pin(r->cpu, r->stats.affinity)) {
 		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, errno,
 			      "reader %u of uffd %u: pinning to CPU %d (pin_readers)", r->index,
 			      r->pool->uffd_index, r->cpu);
-		atomic_store(&r->exited, true);
-		return NULL;
+		goto out;
 	}
-	getrusage(RUSAGE_THREAD, &start);
+	ukvm_thread_at(&r->state, "waiting for or resolving faults");
 	switch (r->pool->wait) {
 	case UKVM_WAIT_POLL:
 		reader_loop_poll(r);
@@ -337,11 +469,11 @@ static void *reader_thread(void *arg)
 		reader_loop_epoll(r);
 		break;
 	}
-	getrusage(RUSAGE_THREAD, &end);
-	r->stats.context_switches = (uint64_t)(end.ru_nvcsw - start.ru_nvcsw) +
-				    (uint64_t)(end.ru_nivcsw - start.ru_nivcsw);
-	r->stats.cpu_ns = timeval_ns(end.ru_utime) + timeval_ns(end.ru_stime) -
-			  timeval_ns(start.ru_utime) - timeval_ns(start.ru_stime);
+out:
+	if (r->stall_ms)
+		ukvm_thread_stall(&r->state, r->stall_ms);
+	reader_record_usage(r);
+	ukvm_thread_at(&r->state, "leaving");
 	atomic_store(&r->exited, true);
 	return NULL;
 }
@@ -352,7 +484,7 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 	struct epoll_event ev;
 
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
-	    pool->page_size <= PRIVATE_SRC_MAX) {
+	    pool->page_size == UKVM_PAGE_SIZE) {
 		r->src = mmap(NULL, pool->page_size, PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (r->src == MAP_FAILED) {
@@ -460,22 +592,11 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 			return ret;
 	}
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
-	    pool->page_size > PRIVATE_SRC_MAX) {
-		ret = pthread_mutex_init(&pool->src_lock, NULL);
-		if (ret) {
-			ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_mutex_init");
-			return -ret;
-		}
-		pool->src_lock_made = true;
-		pool->shared_src = mmap(NULL, pool->page_size, PROT_READ | PROT_WRITE,
-					MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (pool->shared_src == MAP_FAILED) {
-			pool->shared_src = NULL;
-			ukvm_err_set(err, UKVM_ERR_HOST, errno, "uffd %u: mmap(%llu byte source)",
-				     pool->uffd_index, (unsigned long long)pool->page_size);
-			return -ENOMEM;
-		}
-		ukvm_fill_template(pool->shared_src, pool->page_size);
+	    pool->page_size > UKVM_PAGE_SIZE && !pool->source) {
+		ukvm_err_set(err, UKVM_ERR_RUN, EINVAL,
+			     "uffd %u: %llu byte pages need the experiment's copy source",
+			     pool->uffd_index, (unsigned long long)pool->page_size);
+		return -EINVAL;
 	}
 	for (i = 0; i < pool->nr_readers; i++) {
 		struct ukvm_reader *r = &pool->readers[i];
@@ -489,6 +610,10 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 		r->stats.uffd = pool->uffd_index;
 		r->stats.index = i;
 		atomic_init(&r->exited, false);
+		/* The stalled reader of UKVM_INJECT_READER_STALL: uffd 0's last. */
+		if (pool->ctl->inject == UKVM_INJECT_READER_STALL && pool->uffd_index == 0 &&
+		    i == pool->nr_readers - 1)
+			r->stall_ms = pool->ctl->inject_after;
 	}
 	pool->readers_made = pool->nr_readers;
 	for (i = 0; i < pool->nr_readers; i++) {
@@ -512,54 +637,100 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 	return 0;
 }
 
-void ukvm_pool_stop(struct ukvm_pool *pool)
+void ukvm_pool_request_stop(struct ukvm_pool *pool)
 {
 	uint64_t one = 1;
-	bool waiting;
-	uint32_t i;
-	int rounds;
 
-	if (!pool->readers)
+	if (atomic_exchange(&pool->stop, true))
 		return;
-	atomic_store(&pool->stop, true);
 	if (pool->stop_fd >= 0 && write(pool->stop_fd, &one, sizeof(one)) < 0) {
-		/* The eventfd counter cannot overflow from one write; the kicks below still work. */
-	}
-	/*
-	 * Readers in poll/epoll wake on the eventfd. A reader blocked in
-	 * read(2) (or sleeping out a delay) needs a signal; a kick can land
-	 * just before it blocks, so kick until it has left.
-	 */
-	for (rounds = 0;; rounds++) {
-		waiting = false;
-		for (i = 0; i < pool->nr_readers; i++) {
-			struct ukvm_reader *r = &pool->readers[i];
-
-			if (!r->thread_started || atomic_load(&r->exited))
-				continue;
-			waiting = true;
-			if (rounds > 0)
-				pthread_kill(r->thread, ukvm_kick_signal());
-		}
-		if (!waiting)
-			break;
-		ukvm_sleep_ns(rounds ? NSEC_PER_MSEC : 100000);
-	}
-	for (i = 0; i < pool->nr_readers; i++) {
-		struct ukvm_reader *r = &pool->readers[i];
-
-		if (r->thread_started) {
-			pthread_join(r->thread, NULL);
-			r->thread_started = false;
-		}
+		/* The eventfd counter cannot overflow from one write; kicks still work. */
 	}
 }
 
-void ukvm_pool_destroy(struct ukvm_pool *pool)
+uint32_t ukvm_pool_reap(struct ukvm_pool *pool, bool kick)
+{
+	uint32_t i, running = 0;
+
+	for (i = 0; pool->readers && i < pool->nr_readers; i++) {
+		struct ukvm_reader *r = &pool->readers[i];
+
+		if (!r->thread_started)
+			continue;
+		if (atomic_load(&r->exited)) {
+			pthread_join(r->thread, NULL);	/* it is returning: prompt */
+			r->thread_started = false;
+			continue;
+		}
+		running++;
+		if (kick)
+			pthread_kill(r->thread, ukvm_kick_signal());
+	}
+	return running;
+}
+
+uint32_t ukvm_pool_stop(struct ukvm_pool *pool, uint64_t deadline_ns)
+{
+	uint32_t running;
+	int rounds;
+
+	ukvm_pool_request_stop(pool);
+	/*
+	 * Readers in poll/epoll wake on the eventfd. A reader blocked in
+	 * read(2) (or sleeping out a delay) needs a signal; a kick can land
+	 * just before it blocks, so kick until it has left. One that does not
+	 * leave by the deadline is left running for the caller to report,
+	 * never waited for without a bound.
+	 */
+	for (rounds = 0;; rounds++) {
+		running = ukvm_pool_reap(pool, rounds > 0);
+		if (!running || ukvm_now_ns() >= deadline_ns)
+			return running;
+		ukvm_sleep_ns(rounds ? NSEC_PER_MSEC : 100000);
+	}
+}
+
+struct ukvm_reader *ukvm_pool_running_reader(struct ukvm_pool *pool)
 {
 	uint32_t i;
 
-	ukvm_pool_stop(pool);
+	for (i = 0; pool->readers && i < pool->nr_readers; i++)
+		if (pool->readers[i].thread_started)
+			return &pool->readers[i];
+	return NULL;
+}
+
+void ukvm_pool_release_uffd(struct ukvm_pool *pool)
+{
+	int nul;
+
+	if (pool->uffd < 0)
+		return;
+	if (!ukvm_pool_running_reader(pool)) {
+		close(pool->uffd);
+		pool->uffd = -1;
+		return;
+	}
+	/*
+	 * A reader that still runs may use this fd number any time: closed, the
+	 * number could name another file (the next run's uffd). dup3 swaps the
+	 * uffd for /dev/null under the same number; the uffd itself is released
+	 * once no call of that reader holds it. Without a spare fd, keep it.
+	 */
+	nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (nul < 0)
+		return;
+	dup3(nul, pool->uffd, O_CLOEXEC);
+	close(nul);
+}
+
+int ukvm_pool_destroy(struct ukvm_pool *pool)
+{
+	uint32_t i;
+
+	/* Joins readers that have left; one still running keeps everything. */
+	if (ukvm_pool_reap(pool, false))
+		return -EBUSY;
 	for (i = 0; pool->readers && i < pool->readers_made; i++) {
 		struct ukvm_reader *r = &pool->readers[i];
 
@@ -573,16 +744,11 @@ void ukvm_pool_destroy(struct ukvm_pool *pool)
 	if (pool->log)
 		munmap(pool->log, pool->log_cap * sizeof(*pool->log));
 	pool->log = NULL;
-	if (pool->shared_src)
-		munmap(pool->shared_src, pool->page_size);
-	pool->shared_src = NULL;
-	if (pool->src_lock_made)
-		pthread_mutex_destroy(&pool->src_lock);
-	pool->src_lock_made = false;
 	if (pool->stop_fd >= 0)
 		close(pool->stop_fd);
 	pool->stop_fd = -1;
 	if (pool->uffd >= 0)
 		close(pool->uffd);
 	pool->uffd = -1;
+	return 0;
 }

@@ -197,6 +197,14 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		return -EOPNOTSUPP;
 	}
 
+	/* One copy source for every pool, made before the pools (and their fds). */
+	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY &&
+	    exp->mem.page_size > UKVM_PAGE_SIZE && !exp->probe) {
+		ret = ukvm_source_create(&exp->source, exp->mem.page_size, cfg->overlap, err);
+		if (ret)
+			return ret;
+	}
+
 	exp->nr_pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
 	range = exp->region_size / exp->nr_pools;
 	exp->pools = calloc(exp->nr_pools, sizeof(*exp->pools));
@@ -229,6 +237,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->nr_pins = cfg->nr_pin_readers;
 		pool->first_reader = u * cfg->readers;
 		pool->nr_readers = cfg->readers;
+		pool->source = exp->source.page_size ? &exp->source : NULL;
 		/* Readers that block in read(2) need a blocking uffd. */
 		pool->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
 		if (pool->uffd < 0)
@@ -268,13 +277,15 @@ static void setup_unfaulted_injection(struct ukvm_experiment *exp)
 /* UKVM_INJECT_GUEST_*: break the guest's mapping of one page of vCPU 0. */
 static int setup_guest_injection(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
-	uint64_t gva = exp->region_gpa + exp->cfg.inject_after * UKVM_PAGE_SIZE;
-	uint64_t *pte;
+	uint64_t *pte = NULL;
 
 	if (exp->cfg.inject != UKVM_INJECT_GUEST_FAULT && exp->cfg.inject != UKVM_INJECT_GUEST_MMIO)
 		return 0;
-	pte = ukvm_vm_leaf_pte(&exp->vm, gva);
-	if (!pte || exp->cfg.inject_after >= exp->slice_size / UKVM_PAGE_SIZE) {
+	/* The page index first: inject_after * 4 KiB could wrap. */
+	if (exp->cfg.inject_after < exp->slice_size / UKVM_PAGE_SIZE)
+		pte = ukvm_vm_leaf_pte(&exp->vm,
+				       exp->region_gpa + exp->cfg.inject_after * UKVM_PAGE_SIZE);
+	if (!pte) {
 		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "inject_after: beyond vCPU 0's pages");
 		return -EINVAL;
 	}
@@ -299,21 +310,19 @@ int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 		      (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY);
 	exp->slice_size = cfg->mem_per_vcpu;
 	exp->region_size = cfg->overlap ? cfg->mem_per_vcpu : cfg->mem_per_vcpu * cfg->vcpus;
+
+	/* KVM's vCPU limit was checked before (experiment_check_vcpus); nothing is sized yet. */
+	ret = ukvm_vm_open(&exp->vm, err);
+	if (ret)
+		return ret;
 	sys_size = ukvm_vm_sys_size(cfg->vcpus, exp->region_size,
 				    cfg->guest_timing ? cfg->vcpus * guest_log_bytes(exp) : 0);
-
 	ret = ukvm_mem_check_host(cfg->backing, exp->region_size, err);
 	ret = ret ?: ukvm_vm_create(&exp->vm, sys_size, err);
 	if (ret)
 		return ret;
 	if (ukvm_kvmstats_open(&exp->vm_stats, exp->vm.vm_fd, "VM", NULL))
 		ukvm_kvmstats_init(&exp->vm_stats);
-	if (cfg->vcpus > exp->vm.max_vcpus) {
-		ukvm_err_set(err, UKVM_ERR_CONFIG, 0,
-			     "vcpus: this host's KVM allows at most %u vCPUs per VM, not %u",
-			     exp->vm.max_vcpus, cfg->vcpus);
-		return -EINVAL;
-	}
 	exp->region_gpa = ALIGN_UP(sys_size, SZ_1G);
 	if (exp->region_gpa < REGION_MIN_GPA)
 		exp->region_gpa = REGION_MIN_GPA;
@@ -351,6 +360,69 @@ int experiment_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return ret;
 }
 
+int experiment_check_vcpus(const struct ukvm_config *cfg, struct ukvm_error *err)
+{
+	struct ukvm_vm vm;
+	uint32_t max;
+	int ret;
+
+	ret = ukvm_vm_open(&vm, err);
+	if (ret)
+		return ret;
+	max = vm.max_vcpus;
+	ukvm_vm_destroy(&vm);
+	if (cfg->vcpus <= max)
+		return 0;
+	ukvm_err_set(err, UKVM_ERR_CONFIG, 0,
+		     "vcpus: this host's KVM allows at most %u vCPUs per VM, not %u "
+		     "(KVM_CAP_MAX_VCPUS of /dev/kvm): use at most %u", max, cfg->vcpus, max);
+	return -EINVAL;
+}
+
+/*
+ * The most fds the setup above holds at once, for cfg (a probe builds no
+ * vCPUs and starts no readers): what experiment_check_fds() compares with
+ * the process's limit. Keep it in step with what setup opens.
+ */
+uint64_t experiment_fds_needed(const struct ukvm_config *cfg, bool probe, char *why,
+			       size_t why_len)
+{
+	uint64_t vcpus = probe ? 0 : cfg->vcpus, pools = 0, per_pool = 0, epolls = 0;
+	uint64_t memfd = ukvm_backing_is_shared(cfg->backing) ? 1 : 0;
+	bool epoll = cfg->wait == UKVM_WAIT_EPOLL || cfg->wait == UKVM_WAIT_EPOLL_EXCLUSIVE;
+	size_t n;
+
+	if (cfg->uffd_mode != UKVM_UFFD_NONE) {
+		pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
+		epolls = !probe && epoll ? cfg->readers : 0;
+		per_pool = 1 + !probe + epolls;	/* the uffd, its stop eventfd, epoll sets */
+	}
+	/*
+	 * /dev/kvm, the VM and its statistics; each vCPU and its statistics;
+	 * the memfd; the pools; and 1 that setup may hold for a moment beside
+	 * all of those (/dev/userfaultfd while it makes a uffd). The fds it
+	 * holds for a moment earlier (the uffd that asks for features, the
+	 * source template's memfd, /sys files) come when fewer are open.
+	 */
+	n = (size_t)snprintf(why, why_len, "3 for KVM, the VM and its statistics");
+	if (vcpus && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu for %llu vCPUs and their "
+				      "statistics", (unsigned long long)(2 * vcpus),
+				      (unsigned long long)vcpus);
+	if (memfd && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", 1 for the %s memfd",
+				      ukvm_backing_name(cfg->backing));
+	if (pools && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu for %llu uffd%s%s%s",
+				      (unsigned long long)(pools * per_pool),
+				      (unsigned long long)pools, pools > 1 ? "s" : "",
+				      probe ? "" : " with their stop eventfds",
+				      epolls ? " and an epoll set per reader" : "");
+	if (n < why_len)
+		snprintf(why + n, why_len - n, ", 1 while setting up");
+	return 3 + 2 * vcpus + memfd + pools * per_pool + 1;
+}
+
 void experiment_teardown(struct ukvm_experiment *exp, bool keep_memory)
 {
 	uint32_t i;
@@ -359,6 +431,7 @@ void experiment_teardown(struct ukvm_experiment *exp, bool keep_memory)
 	free(exp->pools);
 	exp->pools = NULL;
 	exp->nr_pools = 0;
+	ukvm_source_destroy(&exp->source);
 	for (i = 0; exp->vcpus && i < exp->cfg.vcpus; i++) {
 		ukvm_kvmstats_close(&exp->vcpu_stats[i]);
 		ukvm_vcpu_destroy(&exp->vcpus[i]);
@@ -373,13 +446,54 @@ void experiment_teardown(struct ukvm_experiment *exp, bool keep_memory)
 		ukvm_mem_destroy(&exp->mem);
 }
 
-void experiment_stop_pools(struct ukvm_experiment *exp, bool close_uffds)
+uint32_t experiment_wait_pools(struct ukvm_experiment *exp, uint64_t deadline_ns)
+{
+	uint32_t u, running;
+	int rounds;
+
+	for (u = 0; u < exp->nr_pools; u++)
+		ukvm_pool_request_stop(&exp->pools[u]);
+	/* Every pool at each look: readers blocked in read(2) need their kicks now. */
+	for (rounds = 0;; rounds++) {
+		running = 0;
+		for (u = 0; u < exp->nr_pools; u++)
+			running += ukvm_pool_reap(&exp->pools[u], rounds > 0);
+		if (!running || ukvm_now_ns() >= deadline_ns)
+			return running;
+		ukvm_sleep_ns(rounds ? NSEC_PER_MSEC : 100000);
+	}
+}
+
+uint32_t experiment_stop_pools(struct ukvm_experiment *exp, bool close_uffds)
+{
+	uint32_t u, running;
+	struct ukvm_reader *r;
+	char who[64];
+
+	running = experiment_wait_pools(exp, ukvm_now_ns() + STOP_WAIT_NS);
+	if (running) {
+		for (u = 0; u < exp->nr_pools; u++) {
+			r = ukvm_pool_running_reader(&exp->pools[u]);
+			if (r) {
+				snprintf(who, sizeof(who), "reader %u of uffd %u", r->index, u);
+				experiment_stuck(exp, who, &r->state, running - 1, "readers");
+				break;
+			}
+		}
+		return running;
+	}
+	for (u = 0; close_uffds && u < exp->nr_pools; u++)
+		ukvm_pool_destroy(&exp->pools[u]);
+	return 0;
+}
+
+void experiment_release_uffds(struct ukvm_experiment *exp)
 {
 	uint32_t u;
 
-	for (u = 0; u < exp->nr_pools; u++) {
-		ukvm_pool_stop(&exp->pools[u]);
-		if (close_uffds)
-			ukvm_pool_destroy(&exp->pools[u]);
-	}
+	experiment_wait_pools(exp, ukvm_now_ns() + RELEASE_READERS_NS);
+	/* Readers that left free their pool; one still running keeps it, uffd number and all. */
+	for (u = 0; u < exp->nr_pools; u++)
+		if (ukvm_pool_destroy(&exp->pools[u]))
+			ukvm_pool_release_uffd(&exp->pools[u]);
 }

@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
+#include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -14,8 +16,28 @@
 
 #include "internal.h"
 
-/* EAGAIN means "try again"; this many in a row means something is wrong. */
-#define UFFD_MAX_RETRIES	100000
+/*
+ * EAGAIN means "try again" (the address space is changing under the ioctl:
+ * an mremap, a fork with UFFD_FEATURE_EVENT_FORK...). Retries back off: a
+ * few at once, then yielding the CPU for RETRY_YIELD_NS, then sleeps that
+ * double up to RETRY_SLEEP_MAX_NS. Still failing after RETRY_LIMIT_NS is an
+ * error; so is a run that fails or is cancelled meanwhile.
+ */
+#define RETRY_AT_ONCE		16
+#define RETRY_YIELD_NS		(100 * 1000ULL)
+#define RETRY_SLEEP_MIN_NS	(10 * 1000ULL)
+#define RETRY_SLEEP_MAX_NS	NSEC_PER_MSEC
+#define RETRY_LIMIT_NS		NSEC_PER_SEC
+
+/* The calling reader's run and name (ukvm_uffd_thread_init), for give-ups. */
+static __thread struct ukvm_ctl *thread_ctl;
+static __thread char thread_who[48];
+
+void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who)
+{
+	thread_ctl = ctl;
+	snprintf(thread_who, sizeof(thread_who), "%s", who);
+}
 
 static int uffd_open_raw(int flags, struct ukvm_error *err)
 {
@@ -160,6 +182,19 @@ static int try_copy(int uffd, uint64_t addr, uint64_t len, const uint8_t *src, i
 	return ret;
 }
 
+static int try_copy_dontwake(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
+			     int64_t *done)
+{
+	struct uffdio_copy copy = {
+		.dst = addr, .src = (uint64_t)(uintptr_t)src, .len = len,
+		.mode = UFFDIO_COPY_MODE_DONTWAKE,
+	};
+	int ret = ioctl(uffd, UFFDIO_COPY, &copy) ? errno : 0;
+
+	*done = copy.copy;
+	return ret;
+}
+
 static int try_zeropage(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
 			int64_t *done)
 {
@@ -182,20 +217,44 @@ static int try_continue(int uffd, uint64_t addr, uint64_t len, const uint8_t *sr
 	return ret;
 }
 
+/* UKVM_INJECT_RESOLVE_EAGAIN: every try fails with EAGAIN for inject_after ms from the first. */
+static bool injected_eagain(void)
+{
+	struct ukvm_ctl *ctl = thread_ctl;
+	uint_fast64_t first = 0;
+	uint64_t now, window;
+
+	if (!ctl || ctl->inject != UKVM_INJECT_RESOLVE_EAGAIN)
+		return false;
+	now = ukvm_now_ns();
+	/* inject_count holds when the window opened (0: not yet). */
+	if (!atomic_compare_exchange_strong(&ctl->inject_count, &first, now))
+		now = ukvm_now_ns();
+	else
+		first = now;
+	window = ctl->inject_after > UINT64_MAX / NSEC_PER_MSEC ? UINT64_MAX
+		 : ctl->inject_after * NSEC_PER_MSEC;
+	return now - first < window;
+}
+
 /*
  * 0 resolved here, 1 resolved already (EEXIST: another reader won), or
  * -errno. EAGAIN (the mm changed under the ioctl) and EINTR are retried
- * from where the kernel got to, as VMMs do; endless EAGAIN is an error.
+ * from where the kernel got to, as VMMs do, backing off (see RETRY_*);
+ * EAGAIN for RETRY_LIMIT_NS is an error, which the reader's run records
+ * with the ioctl and how long it tried.
  */
-static int resolve(resolve_try attempt, int uffd, uint64_t addr, const uint8_t *src,
-		   uint64_t len)
+static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t addr,
+		   const uint8_t *src, uint64_t len)
 {
-	int tries, e;
+	uint64_t start = 0, now, pause = RETRY_SLEEP_MIN_NS;
+	unsigned tries;
+	int e;
 
-	for (tries = 0; tries < UFFD_MAX_RETRIES; tries++) {
+	for (tries = 1;; tries++) {
 		int64_t done = 0;
 
-		e = attempt(uffd, addr, len, src, &done);
+		e = injected_eagain() ? EAGAIN : attempt(uffd, addr, len, src, &done);
 		if (!e)
 			return 0;
 		if (e == EEXIST)
@@ -210,21 +269,55 @@ static int resolve(resolve_try attempt, int uffd, uint64_t addr, const uint8_t *
 			if (!len)
 				return 0;
 		}
+		if (tries < RETRY_AT_ONCE)
+			continue;
+		now = ukvm_now_ns();
+		if (!start)
+			start = now;
+		if (thread_ctl && ukvm_ctl_aborted(thread_ctl))
+			return -e;	/* the run is over: nobody needs this page */
+		if (now - start >= RETRY_LIMIT_NS) {
+			if (thread_ctl)
+				ukvm_ctl_fail(thread_ctl, UKVM_ERR_RUN, e,
+					      "%s: %s(%llu bytes at 0x%llx) still failed after "
+					      "retrying for %.1f s (%u tries, the last ones 1 ms "
+					      "apart)", thread_who, name, (unsigned long long)len,
+					      (unsigned long long)addr,
+					      (double)(now - start) / NSEC_PER_SEC, tries);
+			return -e;
+		}
+		if (now - start < RETRY_YIELD_NS) {
+			sched_yield();
+		} else {
+			ukvm_sleep_ns(pause);
+			pause = pause * 2 < RETRY_SLEEP_MAX_NS ? pause * 2 : RETRY_SLEEP_MAX_NS;
+		}
 	}
-	return -EAGAIN;
 }
 
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len)
 {
-	return resolve(try_copy, uffd, dst, src, len);
+	return resolve("UFFDIO_COPY", try_copy, uffd, dst, src, len);
+}
+
+int ukvm_uffd_copy_dontwake(int uffd, uint64_t dst, const void *src, uint64_t len)
+{
+	return resolve("UFFDIO_COPY", try_copy_dontwake, uffd, dst, src, len);
+}
+
+int ukvm_uffd_wake(int uffd, uint64_t addr, uint64_t len)
+{
+	struct uffdio_range range = { .start = addr, .len = len };
+
+	return ukvm_ioctl(uffd, UFFDIO_WAKE, &range) ? -errno : 0;
 }
 
 int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len)
 {
-	return resolve(try_zeropage, uffd, addr, NULL, len);
+	return resolve("UFFDIO_ZEROPAGE", try_zeropage, uffd, addr, NULL, len);
 }
 
 int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len)
 {
-	return resolve(try_continue, uffd, addr, NULL, len);
+	return resolve("UFFDIO_CONTINUE", try_continue, uffd, addr, NULL, len);
 }

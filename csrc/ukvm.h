@@ -137,6 +137,21 @@ enum ukvm_inject {
 	UKVM_INJECT_GUEST_MMIO,		/* page inject_after of vCPU 0 maps no memory: MMIO exit */
 	UKVM_INJECT_THREAD_CREATE,	/* thread number inject_after fails to start (EAGAIN) */
 	UKVM_INJECT_CORRUPT_PAGE,	/* page inject_after is damaged before verification */
+	/*
+	 * A thread that will not stop: when its run is over it stays
+	 * inject_after milliseconds more, ignoring stop and kicks. READER:
+	 * the last reader of uffd 0; VCPU: the last vCPU.
+	 */
+	UKVM_INJECT_READER_STALL,
+	UKVM_INJECT_VCPU_STALL,
+	/* Every resolving ioctl fails with EAGAIN for inject_after ms from the first. */
+	UKVM_INJECT_RESOLVE_EAGAIN,
+	/*
+	 * Reader 0 of uffd 0 touches a PROT_NONE page as it starts: a real
+	 * SIGSEGV, which kills the process (its handler, faulthandler say,
+	 * runs first). For a child process only.
+	 */
+	UKVM_INJECT_READER_CRASH,
 	UKVM_INJECT_TSC_OFFSET,		/* the host sees every guest TSC inject_after cycles ahead */
 	UKVM_INJECT_NO_KVM_TSC_OFFSET,	/* KVM's TSC offset is taken as unknown */
 	UKVM_INJECT_UNFAULTED_PAGE,	/* page inject_after is mapped before userfaultfd is */
@@ -232,13 +247,14 @@ struct ukvm_reader_result {
 	uint64_t zeropages;	/* UFFDIO_ZEROPAGE */
 	uint64_t continues;	/* UFFDIO_CONTINUE */
 	/*
-	 * Times the thread was switched out, from getrusage(RUSAGE_THREAD).
+	 * Times the thread was switched out in all its life, from
+	 * getrusage(RUSAGE_THREAD).
 	 * A waiter that the kernel wakes and puts back to sleep without
 	 * returning to userspace (poll re-checks the uffd first) is invisible
 	 * to spurious_wakeups but still costs a switch: this counts it.
 	 */
 	uint64_t context_switches;
-	uint64_t cpu_ns;	/* user + system CPU time of the thread */
+	uint64_t cpu_ns;	/* user + system CPU time of the thread, all its life */
 	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
 	struct ukvm_hist service_latency; /* stats full: message read to ioctl done */
 	struct ukvm_hist queue_latency;	/* stats full + guest_timing: raised -> read */
@@ -291,11 +307,17 @@ void ukvm_result_free(struct ukvm_result *res);
  * An experiment runs in a controller thread of its own, so the caller can
  * wait in slices and cancel (a Python binding checks for Ctrl-C between
  * waits). All threads the core makes block every signal but one private
- * "kick" signal (see kick.c), so process signals reach the caller.
+ * "kick" signal (see kick.c) and the synchronous ones (SIGSEGV, SIGBUS,
+ * SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGABRT), so process signals reach the
+ * caller and a crash in a core thread still reaches its handler.
  */
 struct ukvm_experiment;
 
-/* Validates cfg and starts the controller; the VM is built in the background. */
+/*
+ * Validates cfg and starts the controller; the VM is built in the
+ * background. An earlier failed run still releasing its memory is waited
+ * for first, 10 s at most from when its caller left it.
+ */
 int ukvm_experiment_start(const struct ukvm_config *cfg,
 			  struct ukvm_experiment **out, struct ukvm_error *err);
 /* 0 once the experiment has ended, -ETIMEDOUT if still running after timeout_ns. */
@@ -311,6 +333,11 @@ void ukvm_experiment_cancel(struct ukvm_experiment *exp);
  * failed (cancelled, timed out) returns as soon as its threads are joined
  * and its fds closed; its memory is then released in the background, and
  * the next ukvm_experiment_start() waits for that (as ukvm_wait_idle() does).
+ * Once a run has failed, nothing is waited for without a bound: a thread
+ * that does not stop within 2 s fails the run with an error naming it
+ * (UKVM_ERR_RUN, or appended to the first failure) and the experiment is
+ * kept in the background until the thread leaves; after a cancel this
+ * returns within half a second whatever the threads do.
  */
 int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 			   struct ukvm_error *err);
@@ -319,11 +346,18 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
  * Can this host run cfg? Builds the VM, the memory and the uffds and
  * registers them, runs nothing, releases everything: 0, or the error the
  * run would have met while setting up (kind UKVM_ERR_HOST for a missing
- * capability).
+ * capability). Like ukvm_experiment_start(), it first waits (a bounded
+ * while) for earlier failed runs to release their memory.
  */
 int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err);
 
-/* Waits until every earlier experiment has released all of its memory. */
+/*
+ * Waits until every earlier experiment has released all of its threads, fds
+ * and memory, timeout_ns at most: 0, or -ETIMEDOUT with err saying which
+ * one still holds on (a thread that would not stop, named).
+ */
+int ukvm_wait_idle_for(uint64_t timeout_ns, struct ukvm_error *err);
+/* ukvm_wait_idle_for() with a timeout of 10 s and no error. */
 void ukvm_wait_idle(void);
 
 /* start + finish in one call, for C programs. */

@@ -35,18 +35,30 @@
 #define GDT_ENTRIES	5		/* null, code, data, TSS (two slots) */
 #define IDT_VECTORS	32
 
+/* x / unit rounded up, for any x: x + unit - 1 would wrap near UINT64_MAX. */
+static uint64_t units_in(uint64_t x, uint64_t unit)
+{
+	return x / unit + (x % unit != 0);
+}
+
+/*
+ * No sum here can wrap, whatever the arguments (ukvm_config_validate
+ * bounds the region at 64 TiB anyway): tables is at most 2^44, so
+ * tables * 4 KiB stays below 2^56, and vcpus * VCPU_SYS_BYTES below 2^47;
+ * extra_bytes (the guest's access logs: 24 bytes per 4 KiB of a bounded
+ * region) is below 2^43.
+ */
 uint64_t ukvm_vm_sys_size(uint32_t vcpus, uint64_t region_bytes, uint64_t extra_bytes)
 {
 	uint64_t tables, bytes;
 
 	/* 4 KiB page tables for the region, plus the upper levels and slack. */
-	tables = (region_bytes + SZ_2M - 1) / SZ_2M +
-		 (region_bytes + SZ_1G - 1) / SZ_1G + 2 + 16;
+	tables = units_in(region_bytes, SZ_2M) + units_in(region_bytes, SZ_1G) + 2 + 16;
 	bytes = SYS_FIXED_BYTES + (uint64_t)vcpus * VCPU_SYS_BYTES + tables * UKVM_PAGE_SIZE +
 		extra_bytes;
 	/* The 2 MiB identity map of the system memslot itself. */
-	bytes += ((bytes + SZ_1G - 1) / SZ_1G + 2) * UKVM_PAGE_SIZE;
-	return ALIGN_UP(bytes, SZ_2M);
+	bytes += (units_in(bytes, SZ_1G) + 2) * UKVM_PAGE_SIZE;
+	return units_in(bytes, SZ_2M) * SZ_2M;
 }
 
 static int vm_open_kvm(struct ukvm_vm *vm, struct ukvm_error *err)
@@ -124,9 +136,9 @@ static int vm_get_cpuid(struct ukvm_vm *vm, struct ukvm_error *err)
 
 int ukvm_vm_alloc(struct ukvm_vm *vm, uint64_t bytes, uint64_t *gpa, struct ukvm_error *err)
 {
-	uint64_t size = ALIGN_UP(bytes, UKVM_PAGE_SIZE);
+	uint64_t size = units_in(bytes, UKVM_PAGE_SIZE) * UKVM_PAGE_SIZE;
 
-	if (vm->sys_next + size > vm->sys_size) {
+	if (size > vm->sys_size - vm->sys_next) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM,
 			     "the guest's system memory (%llu bytes) is full: this is a "
 			     "sizing bug in uffdkvm", (unsigned long long)vm->sys_size);
@@ -282,6 +294,8 @@ uint64_t *ukvm_vm_leaf_pte(struct ukvm_vm *vm, uint64_t gva)
 int ukvm_vm_map(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, uint64_t page_size,
 		struct ukvm_error *err)
 {
+	uint64_t limit;
+
 	if ((gpa | size) & (page_size - 1)) {
 		ukvm_err_set(err, UKVM_ERR_RUN, EINVAL, "ukvm_vm_map: unaligned range");
 		return -EINVAL;
@@ -292,11 +306,13 @@ int ukvm_vm_map(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, uint64_t page_s
 			     "(CPUID pdpe1gb is not in KVM_GET_SUPPORTED_CPUID); use 2M or 4K");
 		return -EOPNOTSUPP;
 	}
-	if (gpa + size > (1ULL << vm->phys_bits) || gpa + size > (1ULL << 48)) {
+	limit = 1ULL << (vm->phys_bits < 48 ? vm->phys_bits : 48);
+	/* Compared without gpa + size, which could wrap. */
+	if (size > limit || gpa > limit - size) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
-			     "the test region ends at guest physical 0x%llx, beyond what this "
-			     "CPU can address (%u bits): use less memory",
-			     (unsigned long long)(gpa + size), vm->phys_bits);
+			     "the test region of %llu bytes at guest physical 0x%llx ends beyond "
+			     "what this CPU can address (%u bits): use less memory",
+			     (unsigned long long)size, (unsigned long long)gpa, vm->phys_bits);
 		return -ERANGE;
 	}
 	return vm_map_range(vm, gpa, size, page_size, err);
@@ -356,25 +372,39 @@ void ukvm_vm_init(struct ukvm_vm *vm)
 	vm->kvm_fd = vm->vm_fd = -1;
 }
 
-int ukvm_vm_create(struct ukvm_vm *vm, uint64_t sys_size, struct ukvm_error *err)
+int ukvm_vm_open(struct ukvm_vm *vm, struct ukvm_error *err)
 {
 	int ret;
 
 	ukvm_vm_init(vm);
-
 	ret = vm_open_kvm(vm, err);
-	if (ret)
-		goto error;
+	if (ret) {
+		ukvm_vm_destroy(vm);
+		return ret;
+	}
+	/* The system ioctl: what any VM of this host may have (KVM_MAX_VCPUS). */
+	ret = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_MAX_VCPUS);
+	if (ret <= 0)
+		ret = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_NR_VCPUS);
+	vm->max_vcpus = ret > 0 ? (uint32_t)ret : 1;
+	return 0;
+}
+
+int ukvm_vm_create(struct ukvm_vm *vm, uint64_t sys_size, struct ukvm_error *err)
+{
+	int ret;
+
+	if (vm->kvm_fd < 0) {
+		ret = ukvm_vm_open(vm, err);
+		if (ret)
+			return ret;
+	}
 	vm->vm_fd = ioctl(vm->kvm_fd, KVM_CREATE_VM, 0);
 	if (vm->vm_fd < 0) {
 		ret = -errno;
 		ukvm_err_set(err, UKVM_ERR_HOST, -ret, "KVM_CREATE_VM");
 		goto error;
 	}
-	ret = ioctl(vm->vm_fd, KVM_CHECK_EXTENSION, KVM_CAP_MAX_VCPUS);
-	if (ret <= 0)
-		ret = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_NR_VCPUS);
-	vm->max_vcpus = ret > 0 ? (uint32_t)ret : 1;
 
 	ret = vm_get_cpuid(vm, err);
 	if (ret)

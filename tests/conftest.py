@@ -18,12 +18,13 @@ pytest.register_assert_rewrite("hostfacts", "broken_host")
 
 import uffdkvm  # noqa: E402
 from hostfacts import (  # noqa: F401 - re-exported for the tests
-    ALL_CPU_NUMBERS_USABLE, FACTS, HUGEPAGE_POOLS, NO_1G_GUEST_PAGES, NO_ASAN_RUNTIME, NO_CC,
+    ALL_CPU_NUMBERS_USABLE, FACTS, HUGEPAGE_POOLS, KVM_TAKES_EVERY_CONFIG_VCPUS,
+    NO_1G_GUEST_PAGES, NO_ASAN_RUNTIME, NO_CC,
     NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD, NO_HUGEPAGES_1G, NO_HUGEPAGES_2M, NO_KVM,
     NO_KVM_STATS, NO_MEMAVAILABLE, NO_THP, NO_TSAN_RUNTIME, NO_UFFD_MINOR_HUGETLBFS,
     NO_UFFD_MINOR_SHMEM, NO_USERFAULTFD, NOT_ROOT, UNPRIVILEGED_USERFAULTFD, Fact,
     add_hugepages, cpus_unavailable, fact, facts_for_run, host_skip, mem_available_below,
-    mem_info, missing_module, missing_tool, remove_hugepages)
+    mem_info, missing_module, missing_tool, nofile_hard_limit_below, remove_hugepages)
 
 pytest_plugins = ("pytester", "hostfacts")
 

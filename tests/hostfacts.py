@@ -399,6 +399,21 @@ def NO_KVM_STATS():
         return cap <= 0, f"KVM_CHECK_EXTENSION(KVM_CAP_BINARY_STATS_FD) = {cap}"
 
 
+KVM_CAP_MAX_VCPUS = 66
+CONFIG_MAX_VCPUS = 4096  # the most vCPUs a uffdkvm Config takes
+
+
+@fact("kvm-takes-every-config-vcpus", f"KVM allows {CONFIG_MAX_VCPUS} vCPUs per VM or more, so "
+      "no Config can ask for more vCPUs than KVM allows")
+def KVM_TAKES_EVERY_CONFIG_VCPUS():
+    with _Fds() as fds:
+        kvm, why = _open_kvm(fds)
+        if kvm is None:
+            return False, why
+        cap = ioctl(kvm, KVM_CHECK_EXTENSION, KVM_CAP_MAX_VCPUS)
+        return cap >= CONFIG_MAX_VCPUS, f"KVM_CHECK_EXTENSION(KVM_CAP_MAX_VCPUS) = {cap}"
+
+
 @fact("no-1g-guest-pages", "KVM offers no 1 GiB pages to guests (no pdpe1gb in "
       "KVM_GET_SUPPORTED_CPUID)")
 def NO_1G_GUEST_PAGES():
@@ -626,6 +641,17 @@ def UNPRIVILEGED_USERFAULTFD():
 def ALL_CPU_NUMBERS_USABLE():
     top = max(os.sched_getaffinity(0))
     return top + 1 > 1023, f"highest usable CPU {top}"
+
+
+def nofile_hard_limit_below(n):
+    """The process may not raise its soft RLIMIT_NOFILE to n."""
+    def probe():
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return hard != resource.RLIM_INFINITY and hard < n, \
+            f"RLIMIT_NOFILE soft {soft}, hard {hard}"
+    return _param_fact(f"nofile-hard-limit-below:{n}",
+                       f"the hard limit on open files is below {n}", probe)
 
 
 def cpus_unavailable(*cpus):

@@ -8,12 +8,14 @@ normal error path.
 """
 import errno
 import re
+import sys
+import time
 
 import pytest
 
 import uffdkvm
-from conftest import facts_for_run, host_skip, run_or_skip
-from uffdkvm._testing import FAULTS, run_with_fault
+from conftest import assert_released, facts_for_run, host_skip, resources, run_or_skip
+from uffdkvm._testing import FAULTS, run_with_fault, wait_idle
 
 pytestmark = pytest.mark.kvm
 
@@ -42,8 +44,9 @@ def test_every_fault_kind_is_tested():
     tested here; the clock shifts in test_timeline.py, the unfaulted page in
     test_accounting.py."""
     assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
-                           "thread_create", "corrupt_page", "tsc_offset",
-                           "no_kvm_tsc_offset", "unfaulted_page"}
+                           "thread_create", "corrupt_page", "reader_stall", "vcpu_stall",
+                           "resolve_eagain", "reader_crash", "tsc_offset", "no_kvm_tsc_offset",
+                           "unfaulted_page"}
 
 
 def test_an_unknown_fault_is_refused():
@@ -193,3 +196,149 @@ def test_after_each_failure_the_next_run_is_clean(kvm):
             pass
         r = run_or_skip(**TINY)
         assert r.faults == PAGES and r.bad_pages == 0
+
+
+# ---- a thread that will not stop ----
+
+# The core waits 2 s for each kind of thread (vCPUs, then readers) before it
+# names one that would not stop; the error must come well before the thread
+# leaves (STALL_MS), and a few seconds at most in all.
+STALL_MS = 3000
+ERROR_WITHIN_S = 4.0
+STALLED = {
+    # fault, fields, the thread it names
+    "reader-poll": ("reader_stall", dict(readers=3, wait="poll"), "reader 2 of uffd 0"),
+    # the other uffd's readers block in read(2): stopping must kick them meanwhile
+    "reader-read": ("reader_stall", dict(readers=2, wait="read"), "reader 1 of uffd 0"),
+    "vcpu": ("vcpu_stall", dict(vcpus=3), "vCPU 2"),
+}
+
+
+@pytest.mark.parametrize("name", list(STALLED))
+def test_a_thread_that_will_not_stop_fails_the_run_naming_it_within_seconds(kvm, name):
+    """The run raises RunError naming the thread and where it was (its own
+    words and the kernel's) long before the thread leaves; the thread's
+    experiment is kept until it does, then every fd and thread is given back."""
+    fault, fields, who = STALLED[name]
+    before = resources()
+    start = time.monotonic()
+    with pytest.raises(uffdkvm.RunError) as info:
+        run_with_fault(**{"vcpus": 2, **fields}, mem_per_vcpu="1M", fault=fault,
+                       after=STALL_MS)
+    took = time.monotonic() - start
+    message = str(info.value)
+    assert type(info.value) is uffdkvm.RunError and info.value.errno == 0
+    assert took < ERROR_WITHIN_S and took < STALL_MS / 1000, f"{took:.1f} s: {message}"
+    assert re.fullmatch(rf"{who} did not stop within 2\.0 s: it was stalled \(injected: it "
+                        r"ignores stop and kicks\) \(thread \d+: in clock_nanosleep.*\)",
+                        message), message
+    # The thread still runs, so its experiment is still there...
+    with pytest.raises(uffdkvm.RunError) as idle:
+        wait_idle(timeout_s=0.1)
+    assert re.match(rf"an earlier experiment still holds its threads, fds and memory: {who} "
+                    r"did not stop within 2\.0 s: .*, and it is still running \d+\.\d s later",
+                    str(idle.value)), str(idle.value)
+    assert resources_now()["threads"] > before["threads"]
+    # ...until it leaves: then all of it is given back.
+    wait_idle()
+    assert time.monotonic() - start >= STALL_MS / 1000
+    assert_released(before)
+    r = run_or_skip(**TINY)
+    assert r.faults == PAGES
+
+
+def resources_now():
+    """resources() without waiting for earlier runs."""
+    import os
+    return {"threads": len(os.listdir("/proc/self/task"))}
+
+
+def test_a_thread_that_will_not_stop_after_a_failure_is_appended_to_it(kvm):
+    """The first failure keeps its kind and words; the thread is named after it."""
+    start = time.monotonic()
+    with pytest.raises(uffdkvm.RunTimeoutError) as info:
+        run_with_fault(vcpus=1, mem_per_vcpu="1M", delay_us=5000, timeout_s=0.2,
+                       fault="vcpu_stall", after=STALL_MS)
+    assert time.monotonic() - start < 0.2 + ERROR_WITHIN_S
+    assert re.match(r"the run did not finish within timeout_s=0\.200: 1 of 1 vCPUs were still "
+                    r"running .*; then vCPU 0 did not stop within 2\.0 s: it was stalled",
+                    str(info.value)), str(info.value)
+    wait_idle()
+
+
+def test_the_next_run_does_not_wait_for_a_thread_that_will_not_stop(kvm):
+    """An earlier experiment that holds on delays the next run a bounded
+    while at most (the core waits 10 s from when the caller left it), and
+    the next run is whole."""
+    with pytest.raises(uffdkvm.RunError, match="did not stop"):
+        run_with_fault(**TINY, fault="reader_stall", after=STALL_MS)
+    start = time.monotonic()
+    r = run_or_skip(**TINY)
+    assert r.faults == PAGES
+    assert time.monotonic() - start < STALL_MS / 1000, "the next run waited it out"
+    wait_idle()
+
+
+def guest_memory_mappings():
+    """This process's mappings of a shmem-backed guest region (the memfd)."""
+    with open("/proc/self/maps") as f:
+        return sum("memfd:uffdkvm-guest" in line for line in f)
+
+
+def test_probe_waits_for_an_earlier_runs_memory(kvm):
+    """probe() waits, as run() does, for a failed run's memory: here a MINOR
+    run on shmem whose stalled reader keeps its memfd mapped in the
+    background until it leaves. When probe returns, that memory is back."""
+    with pytest.raises(uffdkvm.RunError, match="did not stop"):
+        run_with_fault(vcpus=1, mem_per_vcpu="64M", backing="shmem", uffd_mode="minor",
+                       readers=2, fault="reader_stall", after=STALL_MS)
+    assert guest_memory_mappings() == 2, "the guest's mapping and its alias are held"
+    uffdkvm.probe(vcpus=1, mem_per_vcpu="64K")
+    assert guest_memory_mappings() == 0, "probe() did not wait for the earlier run's memory"
+    wait_idle()
+
+
+def test_runs_memory_check_sees_an_earlier_runs_memory_back(kvm, monkeypatch):
+    """run() checks MemAvailable after earlier failed runs have handed their
+    memory back (a bounded wait, then it goes on)."""
+    run_module = sys.modules["uffdkvm.run"]  # uffdkvm.run is the function
+    seen, available = [], run_module._mem_available
+
+    def spy():
+        seen.append(guest_memory_mappings())
+        return available()
+
+    with pytest.raises(uffdkvm.RunError, match="did not stop"):
+        run_with_fault(vcpus=1, mem_per_vcpu="64M", backing="shmem", uffd_mode="minor",
+                       readers=2, fault="reader_stall", after=2500)
+    assert guest_memory_mappings() == 2
+    monkeypatch.setattr(run_module, "_mem_available", spy)
+    run_or_skip(**TINY)
+    assert seen == [0], "the memory check ran while the earlier run still held its memory"
+    wait_idle()
+
+
+# ---- EAGAIN from the resolving ioctls ----
+
+@pytest.mark.parametrize("mode,ioctl", RESOLVERS, ids=["-".join(m) for m, _ in RESOLVERS])
+def test_eagain_for_a_while_is_retried_until_it_passes(kvm, mode, ioctl):
+    """EAGAIN (the address space changing under the ioctl) is retried by time
+    with backoff, not by count: 100 ms of it is waited out and every page
+    still arrives."""
+    uffd_mode, backing, resolve = mode
+    r = run_with_fault(**TINY, uffd_mode=uffd_mode, backing=backing, resolve=resolve,
+                       fault="resolve_eagain", after=100)
+    assert r.verified, r.verify_message
+    assert r.faults == PAGES
+
+
+def test_eagain_that_does_not_pass_fails_the_run_naming_the_ioctl_and_how_long(kvm):
+    start = time.monotonic()
+    with pytest.raises(uffdkvm.RunError) as info:
+        run_with_fault(**TINY, fault="resolve_eagain", after=10**9)
+    assert time.monotonic() - start < 3.0
+    assert info.value.errno == errno.EAGAIN
+    assert re.fullmatch(r"reader [01] of uffd [01]: UFFDIO_COPY\(4096 bytes at 0x[0-9a-f]+\) "
+                        r"still failed after retrying for 1\.\d s \(\d+ tries, the last ones "
+                        r"1 ms apart\): Resource temporarily unavailable \(EAGAIN\)",
+                        str(info.value)), str(info.value)

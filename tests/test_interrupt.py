@@ -6,6 +6,7 @@ the next experiment. While a run is in progress the GIL is free, so other
 Python threads (and signal handlers) keep running.
 """
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import uffdkvm
+from children import ENV as CHILD_ENV
 from conftest import assert_released, host_skip, mem_available_below, mem_info
 from uffdkvm._testing import run_with_fault
 
@@ -65,10 +67,10 @@ print(json.dumps({"verified": r.verified, "faults": r.faults}), flush=True)
 
 @pytest.mark.parametrize("name", list(LONG_RUNS))
 def test_ctrl_c_stops_a_run_promptly_and_the_process_runs_the_next(kvm, name):
-    # The child runs from / so that it imports the installed package.
+    # The child runs from / with the package under test first on its path.
     child = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(LONG_RUNS[name])],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             cwd="/")
+                             cwd="/", env=CHILD_ENV)
     try:
         assert "started" in json.loads(child.stdout.readline())
         time.sleep(0.5)  # well into the run
@@ -251,3 +253,98 @@ def test_timeout_covers_the_setup_before_the_vcpus_start(kvm, released):
         uffdkvm.run(vcpus=1, mem_per_vcpu="2G", backing="shmem", uffd_mode="minor",
                     timeout_s=limit)
     assert time.monotonic() - start < limit + 0.5
+
+
+# Signals a thread raises by itself, at the instruction that faulted (or by
+# abort()): blocked, they kill the process without running any handler, so
+# faulthandler could not print where a core thread crashed.
+SYNCHRONOUS = {"SIGSEGV": signal.SIGSEGV, "SIGBUS": signal.SIGBUS, "SIGILL": signal.SIGILL,
+               "SIGFPE": signal.SIGFPE, "SIGTRAP": signal.SIGTRAP, "SIGSYS": signal.SIGSYS,
+               "SIGABRT": signal.SIGABRT}
+
+
+def blocked_signals(tid):
+    """(name, SigBlk mask) of one of this process's threads, or None if it ended."""
+    try:
+        with open(f"/proc/self/task/{tid}/status") as f:
+            status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    except OSError:
+        return None
+    return status["Name"], int(status["SigBlk"], 16)
+
+
+def test_core_threads_block_process_signals_but_not_synchronous_ones(kvm, released):
+    """Every thread the core makes (controller, vCPUs, readers) blocks SIGINT,
+    so that Ctrl-C reaches Python's main thread, and leaves the synchronous
+    signals unblocked, so that a crash in one reaches faulthandler."""
+    before = set(os.listdir("/proc/self/task"))
+    masks, sampler = {}, {}
+
+    def sample():
+        sampler["tid"] = str(threading.get_native_id())
+        time.sleep(0.3)  # well into the run: every thread is up
+        for tid in set(os.listdir("/proc/self/task")) - before:
+            masks[tid] = blocked_signals(tid)
+
+    thread = threading.Thread(target=sample)
+    thread.start()
+    # 2 uffds x 2 readers, 512 faults at 5 ms each: some 0.6 s.
+    r = uffdkvm.run(vcpus=2, mem_per_vcpu="1M", readers=2, delay_us=5000)
+    thread.join()
+    assert r.verified
+    masks.pop(sampler["tid"], None)
+    # KVM's own workers (kvm-nx-lpage-recovery, a user worker of this
+    # process since Linux 6.13) are not the core's.
+    masks = {tid: sample[1] for tid, sample in masks.items()
+             if sample is not None and not sample[0].startswith("kvm-")}
+    assert len(masks) >= 1 + 2 + 4, f"sampled {len(masks)} core threads"
+    for tid, mask in masks.items():
+        assert mask & (1 << (signal.SIGINT - 1)), f"thread {tid} lets SIGINT in: {mask:#x}"
+        unblocked = [name for name, signo in SYNCHRONOUS.items() if not mask & (1 << (signo - 1))]
+        assert unblocked == list(SYNCHRONOUS), \
+            f"thread {tid} blocks {set(SYNCHRONOUS) - set(unblocked)} (SigBlk {mask:#x})"
+
+
+# ---- Ctrl-C while a thread will not stop ----
+
+STALL_MS = 3000
+
+
+@pytest.mark.parametrize("when", ["running", "stopping"])
+def test_ctrl_c_answers_while_a_thread_will_not_stop(kvm, released, when):
+    """SIGINT raises KeyboardInterrupt within PROMPT_S even when a reader
+    will not stop: while the run still runs (delays keep it going), or once
+    it ended and the core is waiting for the stalled reader. Once the reader
+    leaves, everything is given back."""
+    slow = dict(delay_us=10_000) if when == "running" else {}
+    timer = interrupt_in(0.3 if when == "running" else 0.8)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_with_fault(vcpus=2, mem_per_vcpu="1M", readers=2, fault="reader_stall",
+                       after=STALL_MS, **slow)
+    answered = time.monotonic()
+    timer.join()
+    assert answered - timer.sent < PROMPT_S
+    assert answered - start < STALL_MS / 1000, "Ctrl-C waited for the stalled reader"
+    assert_released(released, within_s=10)  # waits for the reader (wait_idle) first
+
+
+CRASH_CHILD = """
+import faulthandler, sys, uffdkvm
+from uffdkvm._testing import run_with_fault
+faulthandler.enable()
+print("running", flush=True)
+run_with_fault(vcpus=1, mem_per_vcpu="1M", readers=2, fault="reader_crash")
+print("survived", flush=True)
+"""
+
+
+def test_a_crash_in_a_core_thread_reaches_faulthandler(kvm):
+    """A reader that segfaults kills the process, but SIGSEGV is not blocked
+    in core threads: faulthandler's handler runs first and says so. (Were
+    it blocked, the kernel would kill the process silently.)"""
+    p = subprocess.run([sys.executable, "-c", CRASH_CHILD], capture_output=True, text=True,
+                       timeout=60, cwd="/", env=CHILD_ENV)
+    assert p.stdout.splitlines() == ["running"], p.stdout
+    assert p.returncode == -signal.SIGSEGV, (p.returncode, p.stderr)
+    assert "Fatal Python error: Segmentation fault" in p.stderr, p.stderr

@@ -18,9 +18,10 @@ import sys
 import pytest
 
 import uffdkvm
-from conftest import (ALL_CPU_NUMBERS_USABLE, NO_HUGEPAGES_1G, NO_HUGEPAGES_2M, NO_MEMAVAILABLE,
-                      assert_released, cpus_unavailable, host_skip, mem_info, missing_tool,
-                      resources)
+from children import ENV as CHILD_ENV
+from conftest import (ALL_CPU_NUMBERS_USABLE, KVM_TAKES_EVERY_CONFIG_VCPUS, NO_HUGEPAGES_1G,
+                      NO_HUGEPAGES_2M, NO_MEMAVAILABLE, assert_released, cpus_unavailable, host_skip, mem_info, missing_tool,
+                      nofile_hard_limit_below, resources)
 from uffdkvm import Config, ConfigError, HostUnsupportedError
 
 FIELDS = {f.name for f in dataclasses.fields(Config)}
@@ -192,6 +193,90 @@ def test_vcpus_beyond_kvms_limit(kvm):
     assert_released(before)
 
 
+# The child caps its address space a little above what it uses: a core that
+# sized and mapped the system memslot for 4096 vCPUs (some 80 MiB, reserved
+# but never touched) before asking KVM for its limit fails there with a
+# RunError (mmap: ENOMEM) instead of the ConfigError.
+ADDRESS_SPACE_CHILD = """
+import json, resource, time, uffdkvm
+uffdkvm.run(vcpus=1, mem_per_vcpu="64K")  # threads, arenas and caches made once
+with open("/proc/self/status") as f:
+    size = next(int(l.split()[1]) << 10 for l in f if l.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (size + (32 << 20), resource.RLIM_INFINITY))
+start = time.monotonic()
+try:
+    uffdkvm.run(vcpus=VCPUS, mem_per_vcpu="4K")
+    out = {"ran": True}
+except uffdkvm.UffdkvmError as e:
+    out = {"type": type(e).__name__, "error": str(e)}
+out["seconds"] = time.monotonic() - start
+print(json.dumps(out))
+"""
+
+
+def test_vcpus_beyond_kvms_limit_fail_before_anything_is_sized_for_them(kvm):
+    """KVM's limit is asked first: nothing is sized from vcpus, so a process
+    whose address space could not hold memory for them still gets the
+    ConfigError, and at once."""
+    limit = kvm_max_vcpus()
+    vcpus = 4096  # the most a Config takes
+    if vcpus <= limit:
+        host_skip(KVM_TAKES_EVERY_CONFIG_VCPUS,
+                  f"this host's KVM allows {limit} vCPUs: a Config cannot ask for more")
+    p = subprocess.run([sys.executable, "-c", ADDRESS_SPACE_CHILD.replace("VCPUS", str(vcpus))],
+                       capture_output=True, text=True, timeout=120, cwd="/",
+                       env={**CHILD_ENV, "MALLOC_ARENA_MAX": "1"})
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out.get("type") == "ConfigError", out
+    assert out["error"].startswith(f"vcpus: this host's KVM allows at most {limit} vCPUs per "
+                                   f"VM, not {vcpus}"), out
+    assert out["seconds"] < 2.0, out
+
+
+FD_CHILD = """
+import errno, json, os, resource, time, uffdkvm
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+tasks = len(os.listdir("/proc/self/task"))
+start = time.monotonic()
+out = {"hard": hard}
+try:
+    uffdkvm.run(vcpus=64, mem_per_vcpu="64K", readers=16)
+except uffdkvm.UffdkvmError as e:
+    out.update(type=type(e).__name__, emfile=e.errno == errno.EMFILE, error=str(e))
+out["seconds"] = time.monotonic() - start
+out["tasks"] = [tasks, len(os.listdir("/proc/self/task"))]
+print(json.dumps(out))
+"""
+
+
+def test_more_fds_than_the_soft_limit_allows_fail_before_anything_is_built(kvm):
+    """64 vCPUs x 16 readers need some 1300 fds; under the common soft limit
+    of 1024 the run says so at once, with the numbers and the fix, instead
+    of meeting EMFILE halfway through building them."""
+    p = subprocess.run([sys.executable, "-c", FD_CHILD], capture_output=True, text=True,
+                       timeout=120, cwd="/", env=CHILD_ENV)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    if out["hard"] != -1 and out["hard"] < 2048:
+        host_skip(nofile_hard_limit_below(2048), f"the hard limit here is {out['hard']}")
+    assert out.get("type") == "HostUnsupportedError" and out["emfile"], out
+    message = out["error"]
+    assert message.startswith("this run needs 1284 more file descriptors (3 for KVM, the VM "
+                              "and its statistics, 128 for 64 vCPUs and their statistics, "
+                              "1152 for 64 uffds with their stop eventfds and an epoll set "
+                              "per reader, 1 while setting up), and this process can open "
+                              "only "), message
+    hard = "unlimited" if out["hard"] == -1 else out["hard"]
+    assert f"its soft limit RLIMIT_NOFILE is 1024 (hard limit {hard})" in message, message
+    assert "'ulimit -n 2048'" in message, message
+    assert "resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))" in message, message
+    assert message.endswith("or use fewer readers or vCPUs"), message
+    assert out["seconds"] < 1.0, out
+    assert out["tasks"][1] == out["tasks"][0], "threads were started"
+
+
 @pytest.mark.parametrize("overlap", [False, True])
 def test_memory_the_host_does_not_have(no_core, overlap):
     available = mem_info("MemAvailable")
@@ -264,7 +349,7 @@ def test_pinning_to_a_cpu_outside_the_process_affinity(kvm, field):
         host_skip(missing_tool("taskset"), "needs taskset (util-linux)")
     p = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
                         PINNED_CHILD.replace("FIELD", field)],
-                       capture_output=True, text=True, timeout=60, cwd="/")
+                       capture_output=True, text=True, timeout=60, cwd="/", env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out.get("error", "").startswith(

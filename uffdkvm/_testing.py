@@ -14,7 +14,7 @@ from typing import Any, Optional
 from . import _core
 from .config import Config
 from .result import Result
-from .run import _config_of, _run
+from .run import _config_of, _raise_from_core, _run
 
 FAULTS = {
     "resolve_eio": _core.INJECT_RESOLVE_EIO,       # resolve number `after` fails with EIO
@@ -23,7 +23,17 @@ FAULTS = {
     "guest_mmio": _core.INJECT_GUEST_MMIO,         # vCPU 0's page `after` maps nothing: MMIO
     "thread_create": _core.INJECT_THREAD_CREATE,   # thread number `after` fails to start
     "corrupt_page": _core.INJECT_CORRUPT_PAGE,     # page `after` is damaged before the check
-    "tsc_offset": _core.INJECT_TSC_OFFSET,         # every vCPU's TSC runs `after` cycles ahead
+    # A thread that will not stop: when the run is over it stays `after`
+    # milliseconds more, deaf to stop and kicks (uffd 0's last reader; the
+    # last vCPU).
+    "reader_stall": _core.INJECT_READER_STALL,
+    "vcpu_stall": _core.INJECT_VCPU_STALL,
+    # every resolving ioctl fails with EAGAIN for `after` milliseconds
+    "resolve_eagain": _core.INJECT_RESOLVE_EAGAIN,
+    # reader 0 of uffd 0 segfaults as it starts: kills the process (child
+    # processes only), after faulthandler or any SIGSEGV handler has run
+    "reader_crash": _core.INJECT_READER_CRASH,
+    "tsc_offset": _core.INJECT_TSC_OFFSET,         # the host reads every guest TSC `after` cycles ahead
     "no_kvm_tsc_offset": _core.INJECT_NO_KVM_TSC_OFFSET,  # KVM's TSC offset taken as unknown
     "unfaulted_page": _core.INJECT_UNFAULTED_PAGE,  # page `after` is mapped before userfaultfd
 }
@@ -37,12 +47,19 @@ def run_with_fault(config: Optional[Config] = None, fault: str = "resolve_eio",
     return _run(_config_of(config, fields), inject=FAULTS[fault], inject_after=after)
 
 
-def wait_idle() -> None:
-    """Waits until failed or interrupted runs have released their memory.
+def wait_idle(timeout_s: float = 10.0) -> None:
+    """Waits until failed or interrupted runs have released their threads,
+    fds and memory, timeout_s at most.
 
     Such a run raises as soon as its threads are joined and its fds closed,
     and the core frees its memory in the background (freeing a few GiB can
-    take the kernel seconds); the next run waits for that. Tests that count
-    threads or memory call this first.
+    take the kernel seconds); the next run waits for that. A run with a
+    thread that would not stop raises at once and keeps everything that
+    thread may touch until it leaves. Tests that count threads or memory
+    call this first. Raises RunError, naming what still holds on, if that
+    takes longer than timeout_s.
     """
-    _core.wait_idle()
+    try:
+        _core.wait_idle(timeout_s)
+    except _core.CoreError as e:
+        _raise_from_core(e)

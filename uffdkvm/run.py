@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Any, Optional
 
 from . import _core
-from .config import (BACKINGS, DELAY_DISTS, GUEST_PAGE_SIZES, HUGETLB_BACKINGS, PATTERNS,
-                     RESOLVES, Config, format_size)
+from .config import (BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS, GUEST_PAGE_SIZES,
+                     HUGETLB_BACKINGS, PAGE_SIZE, PATTERNS, RESOLVES, Config, format_size)
 from .errors import (ConfigError, HostUnsupportedError, RunError, RunTimeoutError,
                      UffdkvmError)
 from .host import HostInfo
@@ -100,8 +101,21 @@ def _cpu_ranges(cpus) -> str:
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
 
 
+def _copy_source_bytes(c: Config) -> int:
+    """The one source page UFFDIO_COPY copies from when pages are larger than
+    4 KiB (csrc/readers.c, struct ukvm_source): a whole backing page of
+    ordinary memory, whatever the backing (1 GiB for anonymous_hugetlb_1gb).
+    4 KiB pages use a page per reader: nothing to speak of."""
+    page = BACKING_PAGE_SIZES[c.backing]
+    if c.uffd_mode == "missing" and c.resolve == "copy" and page > PAGE_SIZE:
+        return page
+    return 0
+
+
 def _check_fits_host(c: Config) -> None:
     """Refuse a region the host cannot hold before the OOM killer decides."""
+    source = _copy_source_bytes(c)
+    available = _mem_available()
     if c.backing in HUGETLB_BACKINGS:
         # From the reserved huge page pool, which the core checks; but no pool
         # can be larger than the host.
@@ -111,14 +125,42 @@ def _check_fits_host(c: Config) -> None:
                 f"mem_per_vcpu: the run needs {format_size(c.region_bytes)} of huge pages, "
                 f"more than this host's {format_size(total // (1 << 20) << 20)} of memory; "
                 f"use less memory per vCPU or fewer vCPUs")
+        # The copy source is not from the pool: ordinary memory.
+        if available is not None and source > available:
+            raise ConfigError(
+                f"backing: the run copies each {format_size(source)} page from a source "
+                f"page of ordinary memory, more than the "
+                f"{format_size(available // (1 << 20) << 20)} this host has available "
+                f"(MemAvailable); free memory, or use resolve='copy' with smaller pages")
         return
-    available = _mem_available()
-    if available is not None and c.region_bytes > available:
+    if available is not None and c.region_bytes + source > available:
         what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"
+        plus = f" plus its {format_size(source)} copy source" if source else ""
         raise ConfigError(
             f"mem_per_vcpu: the run would demand-page {format_size(c.region_bytes)} "
-            f"({what}), more than the {format_size(available // (1 << 20) << 20)} this host "
-            f"has available (MemAvailable); use less memory per vCPU or fewer vCPUs")
+            f"({what}){plus}, more than the {format_size(available // (1 << 20) << 20)} "
+            f"this host has available (MemAvailable); use less memory per vCPU or fewer "
+            f"vCPUs")
+
+
+# How long run() waits for earlier failed runs to hand back their memory
+# before it checks what the host has; past that it goes on (the core's own
+# start waits a bounded while too).
+_EARLIER_RUNS_WAIT_S = 2.0
+
+
+def _wait_for_earlier_runs() -> None:
+    """A failed run hands its memory back in the background: wait for it (a
+    bounded while, in slices so that Ctrl-C is answered) so that the memory
+    check sees it back."""
+    deadline = time.monotonic() + _EARLIER_RUNS_WAIT_S
+    while True:
+        try:
+            _core.wait_idle(0.1)
+            return
+        except _core.CoreError:
+            if time.monotonic() >= deadline:
+                return
 
 
 def _config_of(config: Optional[Config], fields: dict) -> Config:
@@ -155,7 +197,9 @@ def run(config: Optional[Config] = None, **fields: Any) -> Result:
     ``run()`` runs the default Config; ``run(vcpus=2, mem_per_vcpu="64M")``
     makes one from keywords; ``run(cfg, readers=4)`` overrides fields of cfg.
     The GIL is released while the experiment runs, and Ctrl-C stops it
-    (every thread joined, every fd closed) and raises KeyboardInterrupt.
+    (every thread joined, every fd closed) and raises KeyboardInterrupt within
+    a second; a thread that would not stop is left, with what it may still
+    touch, to be reaped in the background when it leaves.
     """
     return _run(_config_of(config, fields))
 
@@ -163,6 +207,7 @@ def run(config: Optional[Config] = None, **fields: Any) -> Result:
 def _run(config: Config, **core_fields: Any) -> Result:
     """run() for a Config; core_fields go to the core as they are (tests
     inject failures this way, see uffdkvm._testing)."""
+    _wait_for_earlier_runs()
     _check_fits_host(config)
     _check_pins(config)
     try:

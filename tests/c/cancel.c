@@ -105,6 +105,34 @@ int main(void)
 		}
 	}
 
+	UKT_CASE("cancel while the readers retry EAGAIN: they give up at once") {
+		/*
+		 * Every resolving ioctl fails with EAGAIN (injected, for ever). A
+		 * reader retries for a second before it gives up, unless the run
+		 * is cancelled: then the run must end well within that second.
+		 */
+		uint64_t t0;
+
+		cfg = ukt_small();
+		cfg.readers = 2;
+		cfg.inject = UKVM_INJECT_RESOLVE_EAGAIN;
+		cfg.inject_after = UINT64_MAX;
+		ret = ukvm_experiment_start(&cfg, &exp, &err);
+		if (CHECK(ret == 0, "start: %s", err.message)) {
+			ukt_sleep_ms(150);
+			CHECK(ukvm_experiment_wait(exp, 0) == -ETIMEDOUT, "ended by itself");
+			t0 = ukt_now_ns();
+			ukvm_experiment_cancel(exp);
+			CHECK_EQ(ukvm_experiment_wait(exp, 10 * NSEC_PER_SEC), 0);
+			CHECK_LT(ukt_now_ns() - t0, 400 * NSEC_PER_MSEC);
+			ret = ukvm_experiment_finish(exp, &res, &err);
+			CHECK(ret != 0 && err.kind == UKVM_ERR_CANCELLED, "kind %s: %s",
+			      ukt_kind_name(err.kind), err.message);
+			if (ret == 0)
+				ukvm_result_free(&res);
+		}
+	}
+
 	UKT_CASE("cancel right after start, during setup") {
 		cfg = slow_config();
 		cancel_after(&cfg, 0, PROMPT_NS);

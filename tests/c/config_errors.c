@@ -40,6 +40,52 @@ static void wait_bad(struct ukvm_config *c) { c->wait = UKVM_WAIT__COUNT; }
 static void inject_bad(struct ukvm_config *c) { c->inject = UKVM_INJECT__COUNT; }
 static void delay_huge(struct ukvm_config *c) { c->delay_us = 10 * 1000 * 1000 + 1; }
 static void work_huge(struct ukvm_config *c) { c->guest_work = 1000001; }
+/* A count without its list: validation must not read pin_vcpus[0]. */
+static void pin_vcpus_null(struct ukvm_config *c) { c->nr_pin_vcpus = 2; c->pin_vcpus = NULL; }
+static void pin_readers_null(struct ukvm_config *c)
+{
+	c->nr_pin_readers = 3;
+	c->pin_readers = NULL;
+}
+/*
+ * Regions past 64 TiB, overlapped (one vCPU's size is the region) or not.
+ * The first two wrapped sums in vm.c; the hugetlb ones sit just above the
+ * limit, where a validator that let them through would fail on the huge
+ * page check instead (UKVM_ERR_HOST) rather than build 64 TiB of tables.
+ */
+static void overlap_mem_wraps(struct ukvm_config *c)
+{
+	c->overlap = true;
+	c->mem_per_vcpu = UINT64_MAX - PAGE + 1;	/* 2^64 - 4 KiB */
+}
+static void overlap_mem_2_63(struct ukvm_config *c)
+{
+	c->overlap = true;
+	c->mem_per_vcpu = UINT64_C(1) << 63;
+}
+static void overlap_mem_thp_wraps(struct ukvm_config *c)
+{
+	c->overlap = true;
+	c->backing = UKVM_BACKING_ANONYMOUS_THP;
+	c->mem_per_vcpu = UINT64_MAX - 2 * MiB + 1;	/* 2^64 - 2 MiB */
+}
+static void overlap_region_over_64t(struct ukvm_config *c)
+{
+	c->overlap = true;
+	c->backing = UKVM_BACKING_ANONYMOUS_HUGETLB;
+	c->mem_per_vcpu = (UINT64_C(1) << 46) + 2 * MiB;
+}
+static void region_over_64t(struct ukvm_config *c)
+{
+	c->vcpus = 2;
+	c->backing = UKVM_BACKING_ANONYMOUS_HUGETLB;
+	c->mem_per_vcpu = (UINT64_C(1) << 45) + 2 * MiB;
+}
+static void region_wraps_4_vcpus(struct ukvm_config *c)
+{
+	c->vcpus = 4;
+	c->mem_per_vcpu = UINT64_C(1) << 62;	/* x 4 = 2^64 */
+}
 
 static const struct bad bads[] = {
 	{ "vcpus = 0", "vcpus", vcpus_zero },
@@ -60,6 +106,15 @@ static const struct bad bads[] = {
 	{ "inject out of range", "inject", inject_bad },
 	{ "delay_us over 10 s", "delay_us", delay_huge },
 	{ "guest_work over 1000000", "guest_work", work_huge },
+	{ "nr_pin_vcpus = 2, pin_vcpus = NULL", "pin_vcpus", pin_vcpus_null },
+	{ "nr_pin_readers = 3, pin_readers = NULL", "pin_readers", pin_readers_null },
+	{ "overlap, mem_per_vcpu = 2^64 - 4 KiB", "mem_per_vcpu", overlap_mem_wraps },
+	{ "overlap, mem_per_vcpu = 2^63", "mem_per_vcpu", overlap_mem_2_63 },
+	{ "overlap, THP, mem_per_vcpu = 2^64 - 2 MiB", "mem_per_vcpu", overlap_mem_thp_wraps },
+	{ "overlap, hugetlb, mem_per_vcpu = 64 TiB + 2 MiB", "mem_per_vcpu",
+	  overlap_region_over_64t },
+	{ "2 vCPUs x (32 TiB + 2 MiB) of hugetlb", "mem_per_vcpu", region_over_64t },
+	{ "4 vCPUs x 2^62 bytes", "mem_per_vcpu", region_wraps_4_vcpus },
 };
 
 int main(void)
@@ -101,6 +156,15 @@ int main(void)
 			if (ret == 0 && exp && ukvm_experiment_finish(exp, &res, &err) == 0)
 				ukvm_result_free(&res);
 		}
+	}
+
+	UKT_CASE("a region of exactly 64 TiB passes validation") {
+		/* The limit is inclusive: what stops this one is the host's huge page pool. */
+		cfg = ukt_small();
+		cfg.overlap = true;
+		cfg.backing = UKVM_BACKING_ANONYMOUS_HUGETLB;
+		cfg.mem_per_vcpu = UINT64_C(1) << 46;
+		ukt_run_fails(&cfg, UKVM_ERR_HOST, 0, "huge pages", NULL);
 	}
 
 	UKT_CASE("more vCPUs than KVM allows") {

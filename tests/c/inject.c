@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Every test-only fault injection of enum ukvm_inject but THREAD_CREATE
- * (thread_create.c) and READER_EXIT (timeout.c, cancel.c) makes the run
- * fail the way ukvm.h says, with an error that says what happened.
+ * (thread_create.c), READER_EXIT (timeout.c, cancel.c) and the stalls
+ * (stall.c) makes the run fail the way ukvm.h says, with an error that says
+ * what happened.
  */
 #include "helpers.h"
 
@@ -127,6 +128,27 @@ int main(void)
 			CHECK_EQ(res.bad_pages, 1);
 			ukvm_result_free(&res);
 		}
+	}
+
+	UKT_CASE("RESOLVE_EAGAIN for 50 ms: retried by time, the run succeeds") {
+		cfg = ukt_small();
+		cfg.readers = 2;
+		cfg.inject = UKVM_INJECT_RESOLVE_EAGAIN;
+		cfg.inject_after = 50;
+		ukt_run_checked(&cfg);
+	}
+
+	UKT_CASE("RESOLVE_EAGAIN for ever: the ioctl and how long it retried") {
+		uint64_t t0 = ukt_now_ns();
+
+		cfg = ukt_small();
+		cfg.backing = UKVM_BACKING_SHMEM;
+		cfg.uffd_mode = UKVM_UFFD_MINOR;
+		cfg.inject = UKVM_INJECT_RESOLVE_EAGAIN;
+		cfg.inject_after = UINT64_MAX;
+		ukt_run_fails(&cfg, UKVM_ERR_RUN, EAGAIN,
+			      "UFFDIO_CONTINUE(4096 bytes at 0x", NULL);
+		CHECK_LT(ukt_now_ns() - t0, 3 * NSEC_PER_SEC);
 	}
 
 	UKT_CASE("CORRUPT_PAGE past the region: nothing to damage") {

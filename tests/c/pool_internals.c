@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * White-box cases of the reader pools (csrc/readers.c) that no run can show
+ * through the public interface, because the run they happen in fails and
+ * hands back no result. This program alone includes internal.h.
+ *
+ *  - A reader that fails to pin still records its counters (getrusage, its
+ *    affinity): every exit path of reader_thread keeps them.
+ *  - Letting go of a uffd while a reader still runs: the fault a thread
+ *    waits on completes (the uffd file is released), and the fd number
+ *    stays taken (by /dev/null) until the pool is destroyed.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#undef NSEC_PER_MSEC	/* internal.h has its own, the same */
+#undef NSEC_PER_SEC
+#undef ARRAY_SIZE
+#include "internal.h"
+
+#define REGION	(64 * PAGE)
+
+struct fixture {
+	struct ukvm_ctl ctl;
+	struct ukvm_pool pool;
+	uint8_t *region;
+	int32_t pin;
+};
+
+/*
+ * A pool of nr readers on a real uffd over a real MISSING-registered region.
+ * hold_ms: the pool's ctl lock is held that long while the readers start,
+ * so that one that reports a failure waits on it (a voluntary context
+ * switch, which getrusage counts).
+ */
+static bool fixture_start(struct fixture *f, uint32_t nr, enum ukvm_wait wait, int pin,
+			  unsigned hold_ms, uint64_t stall_ms)
+{
+	bool ok;
+
+	struct ukvm_error err = { 0 };
+
+	memset(f, 0, sizeof(*f));
+	if (!CHECK(ukvm_ctl_init(&f->ctl) == 0) || !CHECK(ukvm_kick_init(&err) == 0, "%s",
+							     err.message))
+		return false;
+	if (stall_ms) {	/* uffd 0's last reader stalls */
+		f->ctl.inject = UKVM_INJECT_READER_STALL;
+		f->ctl.inject_after = stall_ms;
+	}
+	ukvm_pool_init(&f->pool);
+	f->region = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (!CHECK(f->region != MAP_FAILED))
+		return false;
+	f->pool.ctl = &f->ctl;
+	f->pool.wait = wait;
+	f->pool.mode = UKVM_UFFD_MISSING;
+	f->pool.resolve = UKVM_RESOLVE_COPY;
+	f->pool.page_size = PAGE;
+	f->pool.hva_base = (uint64_t)(uintptr_t)f->region;
+	f->pool.region_size = REGION;
+	f->pool.gpa_base = 1ULL << 32;
+	f->pool.nr_readers = nr;
+	f->pin = pin;
+	if (pin >= 0) {
+		f->pool.pins = &f->pin;
+		f->pool.nr_pins = 1;
+	}
+	f->pool.uffd = ukvm_uffd_open(wait != UKVM_WAIT_READ, 0, &err);
+	if (f->pool.uffd < 0) {
+		ukt_skip_case(err.message);
+		return false;
+	}
+	if (!CHECK(ukvm_uffd_register(f->pool.uffd, f->region, REGION, UKVM_UFFD_MISSING,
+				      UKVM_BACKING_ANONYMOUS, &err) == 0, "%s", err.message))
+		return false;
+	if (hold_ms)
+		pthread_mutex_lock(&f->ctl.lock);
+	ok = CHECK(ukvm_pool_start(&f->pool, &err) == 0, "%s", err.message);
+	if (hold_ms) {
+		ukt_sleep_ms(hold_ms);
+		pthread_mutex_unlock(&f->ctl.lock);
+	}
+	return ok;
+}
+
+static void fixture_end(struct fixture *f)
+{
+	CHECK_EQ(ukvm_pool_stop(&f->pool, ukt_now_ns() + 5 * NSEC_PER_SEC), 0);
+	CHECK_EQ(ukvm_pool_destroy(&f->pool), 0);
+	if (f->region && f->region != MAP_FAILED)
+		munmap(f->region, REGION);
+	ukvm_ctl_destroy(&f->ctl);
+}
+
+/* A CPU this process may not run on, or -1. */
+static int forbidden_cpu(void)
+{
+	cpu_set_t set;
+	int cpu;
+
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return -1;
+	for (cpu = CPU_SETSIZE - 1; cpu >= 0; cpu--)
+		if (!CPU_ISSET(cpu, &set))
+			return cpu;
+	return -1;
+}
+
+static void *touch(void *arg)
+{
+	return (void *)(uintptr_t)*(volatile uint8_t *)arg;
+}
+
+int main(void)
+{
+	struct fixture f;
+	uint32_t i;
+
+	ukt_init("pool_internals");
+
+	UKT_CASE("readers that fail to pin keep their counters") {
+		int cpu = forbidden_cpu();
+
+		if (cpu < 0) {
+			ukt_skip_case("this process may run on every CPU number");
+		} else if (fixture_start(&f, 3, UKVM_WAIT_EPOLL, cpu, 50, 0)) {
+			CHECK_EQ(ukvm_pool_stop(&f.pool, ukt_now_ns() + 5 * NSEC_PER_SEC), 0);
+			CHECK(f.ctl.failed && strstr(f.ctl.error.message, "pinning to CPU"),
+			      "%s", f.ctl.error.message);
+			for (i = 0; i < 3; i++) {
+				const struct ukvm_reader_result *s = &f.pool.readers[i].stats;
+
+				/* Each waited for the ctl lock to report its failure. */
+				CHECK(s->context_switches >= 1, "reader %u: %" PRIu64 " context "
+				      "switches", i, s->context_switches);
+				CHECK(s->affinity[0] || s->affinity[1], "reader %u: no affinity", i);
+			}
+		}
+		fixture_end(&f);
+	}
+
+	UKT_CASE("letting go of a uffd whose reader still runs") {
+		pthread_t toucher;
+		struct timespec ts;
+		char path[64], target[64] = "";
+		ssize_t n;
+		int uffd;
+
+		/* The reader stays 1.5 s after it is told to stop, deaf to kicks. */
+		if (fixture_start(&f, 1, UKVM_WAIT_EPOLL_EXCLUSIVE, -1, 0, 1500)) {
+			CHECK_EQ(f.pool.readers[0].stall_ms, 1500);
+			ukvm_pool_request_stop(&f.pool);
+			CHECK_EQ(ukvm_pool_stop(&f.pool, ukt_now_ns() + 100 * NSEC_PER_MSEC), 1);
+			/* Nobody resolves this fault now: the toucher waits in the kernel. */
+			CHECK(pthread_create(&toucher, NULL, touch, f.region + 5 * PAGE) == 0);
+			ukt_sleep_ms(100);
+			CHECK(pthread_tryjoin_np(toucher, NULL) == EBUSY, "the fault did not wait");
+			uffd = f.pool.uffd;
+			ukvm_pool_release_uffd(&f.pool);
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			if (!CHECK(pthread_timedjoin_np(toucher, NULL, &ts) == 0,
+				   "the fault still waits after the uffd was let go")) {
+				close(uffd);	/* then it is released for sure */
+				pthread_join(toucher, NULL);
+			}
+			/* The reader may still use that number: it names /dev/null, not a new file. */
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", uffd);
+			n = readlink(path, target, sizeof(target) - 1);
+			target[n > 0 ? n : 0] = '\0';
+			CHECK(f.pool.uffd == uffd && !strcmp(target, "/dev/null"), "fd %d is %s",
+			      uffd, target);
+			CHECK_EQ(ukvm_pool_destroy(&f.pool), -EBUSY);	/* the reader still runs */
+		}
+		fixture_end(&f);
+	}
+
+	return ukt_exit();
+}
