@@ -3,20 +3,24 @@
 
 Both tools run the same settings, alternating (upstream, uffdkvm, upstream,
 ...), so drift on a noisy host hits both alike. Reports the median
-"Overall demand paging rate" of each and their ratio.
+"Overall demand paging rate" of each, both over upstream's window (the vCPU
+threads' creation to their join), and their ratio: the median of the
+per-trial ratios with its bootstrap 95% interval (uffdkvm.ratio_of, paired).
 
     python benchmarks/vs_upstream.py --upstream PATH/demand_paging_test \\
         --trials 7 -- -u MISSING -v 2 -b 256M
 
 Everything after -- is passed to both tools unchanged (upstream's flags);
 -u NONE stands for "no -u" on the upstream side. Building upstream's binary:
-see README.md, "Benchmarks".
+see benchmarks/RESULTS.md.
 """
 import argparse
 import re
 import statistics
 import subprocess
 import sys
+
+import uffdkvm
 
 RATE = re.compile(r"Overall demand paging rate:\s+([\d.]+) pgs/sec")
 
@@ -50,7 +54,8 @@ def main():
     print(f"settings:  {' '.join(flags)}" + (f"  (uffdkvm also: {a.ours})" if a.ours else ""))
     print(f"upstream:  median {mt:10.0f} pgs/s  runs {' '.join(f'{x:.0f}' for x in theirs)}")
     print(f"uffdkvm:   median {mu:10.0f} pgs/s  runs {' '.join(f'{x:.0f}' for x in ours)}")
-    print(f"ratio uffdkvm/upstream: {mu / mt:.3f}")
+    print(f"ratio uffdkvm/upstream: {uffdkvm.ratio_of(ours, theirs, paired=True)}  "
+          f"(median of the per-trial ratios [bootstrap 95% CI])")
 
 
 if __name__ == "__main__":

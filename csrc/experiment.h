@@ -64,7 +64,7 @@ struct ukvm_experiment {
 	struct ukvm_kvmstats vm_stats;
 	struct ukvm_pool *pools;
 	uint32_t nr_pools;
-	struct ukvm_source source;	/* the pools' copy source, pages above 4 KiB */
+	struct ukvm_source source;	/* the pools' copy source, pages above 2 MiB */
 	uint64_t deadline_ns;
 	/* demand_paging_test's window: before the first vCPU thread is created... */
 	uint64_t threads_start_ns;

@@ -300,10 +300,6 @@ void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who);
  * failure. EAGAIN and EINTR are retried with backoff, for 1 s at most.
  */
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len);
-/* The same with UFFDIO_COPY_MODE_DONTWAKE: the page is there, its waiters still wait. */
-int ukvm_uffd_copy_dontwake(int uffd, uint64_t dst, const void *src, uint64_t len);
-/* UFFDIO_WAKE: 0 or -errno. */
-int ukvm_uffd_wake(int uffd, uint64_t addr, uint64_t len);
 int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len);
 int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len);
 
@@ -311,33 +307,30 @@ int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len);
 struct ukvm_pool;
 
 /*
- * What UFFDIO_COPY copies from for pages above 4 KiB, one per experiment
- * for all its pools (4 KiB pages: each reader stamps a page of its own).
- *
- * Partitioned (one vCPU faults on a page): a read-only template, copied
- * with UFFDIO_COPY_MODE_DONTWAKE; the reader then writes the page's
- * address words through the guest's mapping (now present) and wakes the
- * range, so the vCPU sees the page whole. Overlapped, another vCPU may read
- * the page the moment it is present: the words must come with the copy,
- * so one private buffer is stamped and copied under a lock.
- *
- * Either is a memfd mapping ("memfd:uffdkvm-template" or
- * "memfd:uffdkvm-source" in /proc/PID/maps), ordinary memory whatever the
- * backing; uffdkvm/run.py counts it in its memory check.
+ * What UFFDIO_COPY copies from. A page must be whole when the copy makes it
+ * present: a vCPU may read it that very moment (a faulting vCPU that finds
+ * the page already mapped does not wait for a wake, and with overlap any
+ * vCPU may touch it). So the data, address words included, goes in with
+ * the copy. Each reader stamps a source of its own for pages up to
+ * UKVM_READER_SRC_MAX (4 KiB: anonymous memory; 2 MiB: a memfd named
+ * "uffdkvm-reader-source" in /proc/PID/maps); 1 GiB pages, too large for
+ * one per reader, share one buffer per experiment ("uffdkvm-source"),
+ * stamped and copied under a lock. All of it is ordinary memory whatever
+ * the backing, and uffdkvm/run.py counts it in its memory check.
  */
+#define UKVM_READER_SRC_MAX	(2ULL << 20)
+
 struct ukvm_source {
 	uint64_t page_size;
-	uint8_t *template;		/* partitioned: read-only after the fill */
-	uint8_t *buffer;		/* overlapped: stamped per fault, under lock */
+	uint8_t *buffer;		/* stamped per fault, under lock */
 	pthread_mutex_t lock;
 	bool lock_made;
 };
 
 /* Empty, destroyable state. */
 void ukvm_source_init(struct ukvm_source *src);
-/* page_size bytes of template, or (overlap) the buffer and its lock. */
-int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, bool overlap,
-		       struct ukvm_error *err);
+/* The shared buffer of page_size bytes, filled, and its lock. */
+int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, struct ukvm_error *err);
 void ukvm_source_destroy(struct ukvm_source *src);
 
 struct ukvm_reader {

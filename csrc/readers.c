@@ -20,9 +20,9 @@
  * longer. Each keeps its counters in its own cache line and they survive
  * every exit path, errors included.
  *
- * UFFDIO_COPY's data: for 4 KiB pages each reader stamps a page of its own;
- * above that, one source per experiment serves every pool (struct
- * ukvm_source in internal.h).
+ * UFFDIO_COPY's data goes in with the copy, stamped: each reader has a
+ * source of its own for pages up to 2 MiB, and 1 GiB pages share one per
+ * experiment under a lock (struct ukvm_source in internal.h says why).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -72,34 +72,18 @@ static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 {
 	struct ukvm_pool *pool = r->pool;
 	struct ukvm_source *source = pool->source;
-	int ret, woke;
+	int ret;
 
-	/* 4 KiB pages: the reader's own source, stamped, is the fast path. */
+	/* Up to 2 MiB pages: the reader's own source, stamped (struct ukvm_source). */
 	if (r->src) {
 		ukvm_fill_stamp(r->src, pool->page_size, gpa);
 		return ukvm_uffd_copy(pool->uffd, addr, r->src, pool->page_size);
 	}
-	/* Overlapped: the words travel with the copy (see struct ukvm_source). */
-	if (source->buffer) {
-		pthread_mutex_lock(&source->lock);
-		ukvm_fill_stamp(source->buffer, pool->page_size, gpa);
-		ret = ukvm_uffd_copy(pool->uffd, addr, source->buffer, pool->page_size);
-		pthread_mutex_unlock(&source->lock);
-		return ret;
-	}
-	/*
-	 * The template, its waiters left asleep; then the address words
-	 * through the guest's mapping, where the page now is; then wake them.
-	 * On EEXIST the reader that placed the page stamps it; waking is
-	 * harmless either way.
-	 */
-	ret = ukvm_uffd_copy_dontwake(pool->uffd, addr, source->template, pool->page_size);
-	if (ret < 0)
-		return ret;
-	if (ret == 0)
-		ukvm_fill_stamp((void *)(uintptr_t)addr, pool->page_size, gpa);
-	woke = ukvm_uffd_wake(pool->uffd, addr, pool->page_size);
-	return woke < 0 ? woke : ret;
+	pthread_mutex_lock(&source->lock);
+	ukvm_fill_stamp(source->buffer, pool->page_size, gpa);
+	ret = ukvm_uffd_copy(pool->uffd, addr, source->buffer, pool->page_size);
+	pthread_mutex_unlock(&source->lock);
+	return ret;
 }
 
 void ukvm_source_init(struct ukvm_source *src)
@@ -137,43 +121,27 @@ static uint8_t *source_map(const char *name, uint64_t size, struct ukvm_error *e
 	return p;
 }
 
-int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, bool overlap,
-		       struct ukvm_error *err)
+int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, struct ukvm_error *err)
 {
 	int ret;
 
 	ukvm_source_init(src);
 	src->page_size = page_size;
-	if (overlap) {
-		ret = pthread_mutex_init(&src->lock, NULL);
-		if (ret) {
-			ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_mutex_init(source)");
-			return -ret;
-		}
-		src->lock_made = true;
-		src->buffer = source_map("uffdkvm-source", page_size, err);
-		if (!src->buffer)
-			return -ENOMEM;
-		ukvm_fill_template(src->buffer, page_size);
-		return 0;
+	ret = pthread_mutex_init(&src->lock, NULL);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_mutex_init(source)");
+		return -ret;
 	}
-	src->template = source_map("uffdkvm-template", page_size, err);
-	if (!src->template)
+	src->lock_made = true;
+	src->buffer = source_map("uffdkvm-source", page_size, err);
+	if (!src->buffer)
 		return -ENOMEM;
-	ukvm_fill_template(src->template, page_size);
-	/* Shared by every reader of every pool: nothing may write it now. */
-	if (mprotect(src->template, page_size, PROT_READ)) {
-		ret = -errno;
-		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "mprotect(uffdkvm-template, PROT_READ)");
-		return ret;
-	}
+	ukvm_fill_template(src->buffer, page_size);
 	return 0;
 }
 
 void ukvm_source_destroy(struct ukvm_source *src)
 {
-	if (src->template)
-		munmap(src->template, src->page_size);
 	if (src->buffer)
 		munmap(src->buffer, src->page_size);
 	if (src->lock_made)
@@ -484,15 +452,21 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 	struct epoll_event ev;
 
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
-	    pool->page_size == UKVM_PAGE_SIZE) {
-		r->src = mmap(NULL, pool->page_size, PROT_READ | PROT_WRITE,
-			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (r->src == MAP_FAILED) {
-			r->src = NULL;
-			ukvm_err_set(err, UKVM_ERR_RUN, errno,
-				     "uffd %u reader %u: mmap(source page)", pool->uffd_index,
-				     r->index);
-			return -ENOMEM;
+	    pool->page_size <= UKVM_READER_SRC_MAX) {
+		if (pool->page_size == UKVM_PAGE_SIZE) {
+			r->src = mmap(NULL, pool->page_size, PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (r->src == MAP_FAILED) {
+				r->src = NULL;
+				ukvm_err_set(err, UKVM_ERR_RUN, errno,
+					     "uffd %u reader %u: mmap(source page)",
+					     pool->uffd_index, r->index);
+				return -ENOMEM;
+			}
+		} else {
+			r->src = source_map("uffdkvm-reader-source", pool->page_size, err);
+			if (!r->src)
+				return -ENOMEM;
 		}
 		ukvm_fill_template(r->src, pool->page_size);
 	}
@@ -592,7 +566,7 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 			return ret;
 	}
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
-	    pool->page_size > UKVM_PAGE_SIZE && !pool->source) {
+	    pool->page_size > UKVM_READER_SRC_MAX && !pool->source) {
 		ukvm_err_set(err, UKVM_ERR_RUN, EINVAL,
 			     "uffd %u: %llu byte pages need the experiment's copy source",
 			     pool->uffd_index, (unsigned long long)pool->page_size);

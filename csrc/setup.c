@@ -197,10 +197,10 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		return -EOPNOTSUPP;
 	}
 
-	/* One copy source for every pool, made before the pools (and their fds). */
+	/* 1 GiB pages: one copy source for every pool, made before the pools (and their fds). */
 	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY &&
-	    exp->mem.page_size > UKVM_PAGE_SIZE && !exp->probe) {
-		ret = ukvm_source_create(&exp->source, exp->mem.page_size, cfg->overlap, err);
+	    exp->mem.page_size > UKVM_READER_SRC_MAX && !exp->probe) {
+		ret = ukvm_source_create(&exp->source, exp->mem.page_size, err);
 		if (ret)
 			return ret;
 	}

@@ -182,19 +182,6 @@ static int try_copy(int uffd, uint64_t addr, uint64_t len, const uint8_t *src, i
 	return ret;
 }
 
-static int try_copy_dontwake(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
-			     int64_t *done)
-{
-	struct uffdio_copy copy = {
-		.dst = addr, .src = (uint64_t)(uintptr_t)src, .len = len,
-		.mode = UFFDIO_COPY_MODE_DONTWAKE,
-	};
-	int ret = ioctl(uffd, UFFDIO_COPY, &copy) ? errno : 0;
-
-	*done = copy.copy;
-	return ret;
-}
-
 static int try_zeropage(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
 			int64_t *done)
 {
@@ -298,18 +285,6 @@ static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t add
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len)
 {
 	return resolve("UFFDIO_COPY", try_copy, uffd, dst, src, len);
-}
-
-int ukvm_uffd_copy_dontwake(int uffd, uint64_t dst, const void *src, uint64_t len)
-{
-	return resolve("UFFDIO_COPY", try_copy_dontwake, uffd, dst, src, len);
-}
-
-int ukvm_uffd_wake(int uffd, uint64_t addr, uint64_t len)
-{
-	struct uffdio_range range = { .start = addr, .len = len };
-
-	return ukvm_ioctl(uffd, UFFDIO_WAKE, &range) ? -errno : 0;
 }
 
 int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len)

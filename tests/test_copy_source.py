@@ -1,12 +1,11 @@
-"""Pages above 4 KiB are copied from one source per run, not one per reader.
-
-With 2 MiB or 1 GiB pages, UFFDIO_COPY copies a whole page. The core keeps
-one read-only template per run for all its uffds and readers (partitioned
-runs: copied with DONTWAKE, the address words written through the guest's
-mapping, then the range woken), or one private buffer stamped under a lock
-(overlapped runs, where another vCPU may read the page the moment it is
-present). Either is a memfd mapping named in /proc/self/maps, which is how
-these tests count them. 4 KiB pages keep a stamped page per reader.
+"""What UFFDIO_COPY copies huge pages from: a page must be whole when the copy
+makes it present (a vCPU may read it that very moment), so its data, the
+address words included, go in with the copy. 2 MiB pages: a source of each
+reader's own; 1 GiB pages, too large for that: one source per run, stamped
+and copied under a lock. Each is a memfd mapping named in /proc/self/maps
+("uffdkvm-reader-source", "uffdkvm-source"), which is how these tests count
+them, and each is counted in run()'s memory check. 4 KiB pages keep an
+anonymous page per reader.
 """
 import threading
 import time
@@ -33,7 +32,7 @@ def sources_during(fields, delay_us=20_000):
             now = []
             with open("/proc/self/maps") as f:
                 for line in f:
-                    if "memfd:uffdkvm-template" in line or "memfd:uffdkvm-source" in line:
+                    if "memfd:uffdkvm-reader-source" in line or "memfd:uffdkvm-source" in line:
                         start, end = (int(x, 16) for x in line.split()[0].split("-"))
                         now.append((line.split("/memfd:")[1].split()[0], end - start))
             seen.append(now)
@@ -50,19 +49,27 @@ def sources_during(fields, delay_us=20_000):
 
 
 LAYOUTS = {
-    "uffd-per-vcpu": (dict(vcpus=2, readers=8), "uffdkvm-template"),
-    "single-uffd": (dict(vcpus=2, readers=16, single_uffd=True), "uffdkvm-template"),
-    "overlap": (dict(vcpus=3, readers=8, overlap=True), "uffdkvm-source"),
+    "uffd-per-vcpu": dict(vcpus=2, readers=4),
+    "single-uffd": dict(vcpus=2, readers=8, single_uffd=True),
+    "overlap": dict(vcpus=3, readers=4, overlap=True),
 }
 
 
 @pytest.mark.parametrize("backing", ["anonymous_thp", "anonymous_hugetlb"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_one_copy_source_per_run_whatever_the_readers(kvm, hugepages, backing, layout):
-    fields, name = LAYOUTS[layout]
+def test_2m_pages_copy_from_a_source_per_reader(kvm, hugepages, backing, layout):
+    fields = LAYOUTS[layout]
     r, sources = sources_during(dict(fields, mem_per_vcpu="4M", backing=backing))
     assert r.faults == r.config.region_bytes // (2 * MiB)
-    assert sources == [(name, 2 * MiB)], f"{len(r.readers)} readers: {sources}"
+    assert sources == [("uffdkvm-reader-source", 2 * MiB)] * len(r.readers), sources
+
+
+@pytest.mark.slow  # a 1 GiB walk: about 6 s here
+def test_1g_pages_copy_from_one_source_per_run(kvm, hugepages):
+    r, sources = sources_during(dict(vcpus=1, mem_per_vcpu="1G", readers=4,
+                                     backing="anonymous_hugetlb_1gb"), delay_us=200_000)
+    assert r.faults == 1
+    assert sources == [("uffdkvm-source", 1 << 30)], sources
 
 
 def test_4k_pages_need_no_shared_source(kvm):
@@ -95,17 +102,18 @@ def test_a_1g_page_run_counts_its_source_in_the_memory_check(kvm, monkeypatch):
     monkeypatch.setattr(uffdkvm._core, "run", lambda *a: pytest.fail("the core was called"))
     with pytest.raises(uffdkvm.ConfigError) as info:
         uffdkvm.run(vcpus=1, mem_per_vcpu="1G", backing="anonymous_hugetlb_1gb")
-    assert str(info.value).startswith("backing: the run copies each 1G page from a source "
-                                      "page of ordinary memory"), str(info.value)
+    assert str(info.value).startswith("backing: the run copies each 1G page from 1G of "
+                                      "ordinary memory"), str(info.value)
 
 
-def test_a_2m_page_run_counts_its_source_in_the_memory_check(kvm, monkeypatch):
+def test_a_2m_page_run_counts_its_sources_in_the_memory_check(kvm, monkeypatch):
+    """2 uffds x 3 readers: six 2 MiB sources beside the 8 MiB region."""
     run_module = __import__("sys").modules["uffdkvm.run"]
-    monkeypatch.setattr(run_module, "_mem_available", lambda: 8 * MiB + 2 * MiB - 1)
+    monkeypatch.setattr(run_module, "_mem_available", lambda: 8 * MiB + 12 * MiB - 1)
     with pytest.raises(uffdkvm.ConfigError) as info:
-        uffdkvm.run(vcpus=2, mem_per_vcpu="4M", backing="anonymous_thp")
-    assert "the run would demand-page 8M (vcpus * mem_per_vcpu) plus its 2M copy source, " \
+        uffdkvm.run(vcpus=2, mem_per_vcpu="4M", backing="anonymous_thp", readers=3)
+    assert "the run would demand-page 8M (vcpus * mem_per_vcpu) plus 12M of copy sources, " \
            "more than" in str(info.value), str(info.value)
     # Just enough: it runs.
-    monkeypatch.setattr(run_module, "_mem_available", lambda: 8 * MiB + 2 * MiB)
-    assert uffdkvm.run(vcpus=2, mem_per_vcpu="4M", backing="anonymous_thp").verified
+    monkeypatch.setattr(run_module, "_mem_available", lambda: 8 * MiB + 12 * MiB)
+    assert uffdkvm.run(vcpus=2, mem_per_vcpu="4M", backing="anonymous_thp", readers=3).verified

@@ -101,15 +101,21 @@ def _cpu_ranges(cpus) -> str:
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
 
 
+# Pages up to this size are copied from a source of each reader's own; larger
+# ones from one source per run (csrc/internal.h, struct ukvm_source).
+_READER_SOURCE_MAX = 2 << 20
+
+
 def _copy_source_bytes(c: Config) -> int:
-    """The one source page UFFDIO_COPY copies from when pages are larger than
-    4 KiB (csrc/readers.c, struct ukvm_source): a whole backing page of
-    ordinary memory, whatever the backing (1 GiB for anonymous_hugetlb_1gb).
-    4 KiB pages use a page per reader: nothing to speak of."""
+    """The ordinary memory UFFDIO_COPY copies from, whatever the backing: a
+    2 MiB source per reader for 2 MiB pages, one 1 GiB source per run for
+    1 GiB pages. 4 KiB pages use a page per reader: nothing to speak of."""
     page = BACKING_PAGE_SIZES[c.backing]
-    if c.uffd_mode == "missing" and c.resolve == "copy" and page > PAGE_SIZE:
-        return page
-    return 0
+    if c.uffd_mode != "missing" or c.resolve != "copy" or page == PAGE_SIZE:
+        return 0
+    if page <= _READER_SOURCE_MAX:
+        return page * c.readers * c.uffds
+    return page
 
 
 def _check_fits_host(c: Config) -> None:
@@ -128,14 +134,14 @@ def _check_fits_host(c: Config) -> None:
         # The copy source is not from the pool: ordinary memory.
         if available is not None and source > available:
             raise ConfigError(
-                f"backing: the run copies each {format_size(source)} page from a source "
-                f"page of ordinary memory, more than the "
+                f"backing: the run copies each {format_size(BACKING_PAGE_SIZES[c.backing])} "
+                f"page from {format_size(source)} of ordinary memory, more than the "
                 f"{format_size(available // (1 << 20) << 20)} this host has available "
-                f"(MemAvailable); free memory, or use resolve='copy' with smaller pages")
+                f"(MemAvailable); free memory, or use fewer readers or smaller pages")
         return
     if available is not None and c.region_bytes + source > available:
         what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"
-        plus = f" plus its {format_size(source)} copy source" if source else ""
+        plus = f" plus {format_size(source)} of copy sources" if source else ""
         raise ConfigError(
             f"mem_per_vcpu: the run would demand-page {format_size(c.region_bytes)} "
             f"({what}){plus}, more than the {format_size(available // (1 << 20) << 20)} "
