@@ -9,8 +9,11 @@
  * the vCPU's own access log adds the two ends the readers cannot see: when
  * the guest was about to make the access (raised) and when it completed
  * (resumed), converted from the guest's TSC to CLOCK_MONOTONIC (tsc.h). The
- * record of vCPU v at page p takes the stamps of v's first-pass access to p:
- * a vCPU faults a page only in the pass that first touches it.
+ * record of vCPU v in backing page P takes the stamps of v's first access to
+ * P: a vCPU faults on a page only at its first touch (the first pass), and
+ * once one 4 KiB piece of a huge page is in, all of it is. Matching by the
+ * backing page, not the 4 KiB address, holds also where the kernel reports
+ * a hugetlb fault at the huge page's start (no UFFD_FEATURE_EXACT_ADDRESS).
  *
  * A vCPU is blocked while one of its faults is outstanding, raised to
  * resumed when the stamps are known, read to resolved otherwise; the VM is
@@ -137,8 +140,8 @@ static uint64_t entry_word(const struct ukvm_guest_log *g, uint64_t i, unsigned 
 /*
  * guest_timing: raised_ns and resumed_ns of every record, from the access
  * log of the vCPU that faulted. The records are visited vCPU by vCPU through
- * `order` (record indexes grouped by vCPU), with one page -> log entry table
- * at a time.
+ * `order` (record indexes grouped by vCPU), with one table at a time: each
+ * backing page of the vCPU's walk -> its earliest log entry.
  */
 static int stamp(struct ukvm_faultlog *log)
 {
@@ -146,7 +149,7 @@ static int stamp(struct ukvm_faultlog *log)
 	uint64_t *order = malloc((log->nr_all ?: 1) * sizeof(*order));
 	uint64_t *fill = calloc(log->nr_vcpus + 1, sizeof(*fill));
 	uint32_t *entry_of = NULL;
-	uint64_t i, max_pages = 0;
+	uint64_t i, pages, max_pages = 0;
 	uint32_t v;
 	int ret = -ENOMEM;
 
@@ -158,7 +161,7 @@ static int stamp(struct ukvm_faultlog *log)
 	for (v = 0; v < log->nr_vcpus; v++) {
 		first[v + 1] += first[v];
 		if (log->guest[v].nr > max_pages)
-			max_pages = log->guest[v].nr;
+			max_pages = log->guest[v].nr;	/* 4 KiB pages: at least the backing pages */
 	}
 	for (i = 0; i < log->nr_all; i++)
 		if (log->all[i].vcpu >= 0)
@@ -172,21 +175,22 @@ static int stamp(struct ukvm_faultlog *log)
 
 		if (!g->usable || first[v] == first[v + 1])
 			continue;
-		memset(entry_of, 0xff, g->nr * sizeof(*entry_of));
-		for (i = 0; i < g->nr; i++) {
-			uint64_t page = (entry_word(g, i, LOG_GVA) - g->base_gpa) / UKVM_PAGE_SIZE;
+		pages = g->nr * UKVM_PAGE_SIZE / log->page_size;
+		memset(entry_of, 0xff, pages * sizeof(*entry_of));
+		for (i = 0; i < g->nr; i++) {	/* in access order: the first is the earliest */
+			uint64_t page = (entry_word(g, i, LOG_GVA) - g->base_gpa) / log->page_size;
 
-			if (page < g->nr)
+			if (page < pages && entry_of[page] == UINT32_MAX)
 				entry_of[page] = (uint32_t)i;
 		}
 		for (i = first[v]; i < first[v + 1]; i++) {
 			struct ukvm_fault_record *rec = &log->all[order[i]];
-			uint64_t page = (rec->gpa - g->base_gpa) / UKVM_PAGE_SIZE;
+			uint64_t page = (rec->gpa - g->base_gpa) / log->page_size;
 			uint64_t raised, resumed;
 			uint32_t e;
 
-			if (rec->gpa < g->base_gpa || page >= g->nr || entry_of[page] == UINT32_MAX)
-				continue;	/* not an access of this vCPU's first pass */
+			if (rec->gpa < g->base_gpa || page >= pages || entry_of[page] == UINT32_MAX)
+				continue;	/* not an access of this vCPU's walk */
 			e = entry_of[page];
 			raised = entry_word(g, e, LOG_RAISED) + g->tsc_bias;
 			resumed = entry_word(g, e, LOG_RESUMED) + g->tsc_bias;

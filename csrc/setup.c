@@ -184,9 +184,13 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		wanted |= UFFD_FEATURE_MISSING_SHMEM;
 	if (cfg->uffd_mode == UKVM_UFFD_MISSING && ukvm_backing_is_hugetlb(cfg->backing))
 		wanted |= UFFD_FEATURE_MISSING_HUGETLBFS;
-	/* Which vCPU faulted: nice to have, so only if the kernel offers it. */
+	/*
+	 * Which vCPU faulted, and the 4 KiB page it touched (hugetlb messages
+	 * otherwise name the huge page's start): nice to have, so only if the
+	 * kernel offers them.
+	 */
 	if (cfg->stats == UKVM_STATS_FULL)
-		wanted |= available & UFFD_FEATURE_THREAD_ID;
+		wanted |= available & (UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_EXACT_ADDRESS);
 	if ((available & wanted) != wanted) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
 			     "this kernel's userfaultfd lacks features 0x%llx needed for "

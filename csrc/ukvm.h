@@ -107,9 +107,13 @@ uint64_t ukvm_hist_bucket_lower(unsigned b);
 /*
  * One fault (stats full), CLOCK_MONOTONIC nanoseconds. The reader stamps
  * read_ns and resolved_ns; with guest_timing the guest's own stamps of the
- * access give raised_ns and resumed_ns (0 where unknown), so a fault's
- * stages are queue = read - raised, service = resolved - read and
- * resume = resumed - resolved.
+ * access give raised_ns and resumed_ns (0 where unknown). The vCPU's stages
+ * (faultlog.c) are queue = read - raised, service = read to the page's
+ * arrival (resolved, or resumed if the vCPU resumed before the reader saw
+ * its ioctl return) and resume = arrival to resumed.
+ *
+ * (*) gpa: for hugetlb memory on a kernel without UFFD_FEATURE_EXACT_ADDRESS
+ * (Linux 5.18+), the start of the huge page.
  */
 struct ukvm_fault_record {
 	uint64_t raised_ns;	/* the guest was about to make the faulting access */
@@ -222,10 +226,10 @@ struct ukvm_vcpu_result {
 	/* stats full: the faults this vCPU took (UFFD_FEATURE_THREAD_ID) */
 	uint64_t faults;	/* fault messages from this vCPU (EEXIST ones included) */
 	uint64_t blocked_ns;	/* time with a fault of this vCPU outstanding */
-	struct ukvm_hist service_latency; /* read -> resolving ioctl returned */
+	struct ukvm_hist service_latency; /* read -> the page's arrival (see the fault record) */
 	/* stats full + guest_timing: the stages the readers cannot see alone */
 	struct ukvm_hist queue_latency;	/* raised -> read */
-	struct ukvm_hist resume_latency; /* resolved -> the guest's access completed */
+	struct ukvm_hist resume_latency; /* arrival -> the guest's access completed */
 	struct ukvm_hist fault_latency;	/* raised -> resumed: the whole fault */
 	/* guest_timing: the guest's own view, in TSC cycles */
 	uint64_t access_cycles;	/* summed over all accesses */

@@ -16,13 +16,13 @@ import pytest
 import uffdkvm
 from uffdkvm._testing import run_with_fault
 
-from conftest import small
+from conftest import run_or_skip, small
 
 TIMED = dict(vcpus=2, mem_per_vcpu="8M", guest_timing=True, trace_faults=True)
 PAGES = 2 * 8 * 256
 
 
-def check_timeline(r, error_ns=None):
+def check_timeline(r, error_ns=None, huge=False):
     """Every fault of r sits inside the guest's own stall, and the stage
     histograms say what the trace says."""
     assert r.verified, r.verify_message
@@ -49,6 +49,8 @@ def check_timeline(r, error_ns=None):
             h = getattr(v, f"{name}_latency")
             assert h.count == len(mine) == v.faults
             assert h.sum == mine[f"{name}_ns"].sum()
+        if huge:
+            continue
         # With 4 KiB pages and one pass every access faults, so the guest's
         # own histogram of its accesses (cycles, converted with KVM's TSC
         # frequency) times the same stalls as raised -> resumed (converted
@@ -180,3 +182,18 @@ def test_the_poll_herd_shows_in_queue(kvm):
         for wait in queue:
             queue[wait].append(small(**fields, wait=wait).queue_latency.percentile(50))
     assert min(queue["poll"]) > 1.3 * max(queue["epoll_exclusive"]), queue
+
+
+@pytest.mark.parametrize("backing,mode", [("anonymous_thp", "missing"),
+                                          ("anonymous_hugetlb", "missing"),
+                                          ("shared_hugetlb", "minor")])
+def test_huge_page_faults_take_the_stamps_of_their_first_touch(kvm, hugepages, backing, mode):
+    """Walking backwards, the guest first touches a 2 MiB page at its last
+    4 KiB: the fault is that access, not one 511 accesses later. The trace
+    names the 4 KiB page touched (hugetlb needs UFFD_FEATURE_EXACT_ADDRESS
+    for that, which the core asks for), and every fault gets its stages."""
+    r = run_or_skip(vcpus=2, mem_per_vcpu="8M", backing=backing, uffd_mode=mode,
+                    pattern="reverse", readers=2, guest_timing=True, trace_faults=True)
+    assert r.faults == 8
+    assert {gpa % (2 << 20) for gpa in r.fault_trace.gpa} == {(2 << 20) - 4096}
+    check_timeline(r, huge=True)

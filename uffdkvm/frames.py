@@ -310,25 +310,32 @@ def faults_frame(r: "Result") -> "pandas.DataFrame":
     ``service_ns`` (read to the page's arrival: resolved, or resumed if the
     vCPU resumed before the reader saw its ioctl return) always;
     ``queue_ns`` (raised to read), ``resume_ns`` (arrival to resumed) and
-    ``fault_ns`` (raised to resumed) with guest_timing. Columns that can be
-    unknown use pandas' nullable Int64."""
+    ``fault_ns`` (raised to resumed) with guest_timing, except for faults
+    whose stamps contradict the readers' clock (Result.misordered_faults).
+    Columns that can be unknown use pandas' nullable Int64."""
     pd = _pandas()
     if r.fault_trace is None:
         raise ValueError("fault_trace: this run kept no trace; run with trace_faults=True")
     t = r.fault_trace
-    df = pd.DataFrame({f.name: getattr(t, f.name) for f in dataclasses.fields(t)})
+    n = len(t)
+    # A column a Result read from older JSON lacks is unknown, row by row.
+    df = pd.DataFrame({f.name: getattr(t, f.name) if len(getattr(t, f.name)) == n else [None] * n
+                       for f in dataclasses.fields(t)})
     for stamp in ("raised_ns", "resumed_ns"):
         df[stamp] = df[stamp].astype("Int64")
+    resolved = df["resolved_ns"].astype("Int64")
+    # Stamps that contradict the readers' clock (Result.misordered_faults)
+    # give no stages here, as they give none to the histograms.
+    timed = ((df["raised_ns"] < df["read_ns"]) & (df["resumed_ns"] > df["read_ns"])) \
+        .fillna(False).astype(bool)
     # The page arrived when the ioctl returned, or when the vCPU resumed if
     # that came first (the ioctl wakes the vCPU before it returns; see
     # VcpuStats): the stages then partition raised -> resumed.
-    resolved = df["resolved_ns"].astype("Int64")
-    arrived = resolved.where(df["resumed_ns"].isna() | (resolved <= df["resumed_ns"]),
-                             df["resumed_ns"])
-    df["queue_ns"] = df["read_ns"] - df["raised_ns"]
+    arrived = resolved.where(~timed | (resolved <= df["resumed_ns"]), df["resumed_ns"])
+    df["queue_ns"] = (df["read_ns"] - df["raised_ns"]).where(timed)
     df["service_ns"] = arrived - df["read_ns"]
-    df["resume_ns"] = df["resumed_ns"] - arrived
-    df["fault_ns"] = df["resumed_ns"] - df["raised_ns"]
+    df["resume_ns"] = (df["resumed_ns"] - arrived).where(timed)
+    df["fault_ns"] = (df["resumed_ns"] - df["raised_ns"]).where(timed)
     start = min(t.read_ns) if len(t) else 0
     df.insert(0, "t_s", (df["read_ns"] - start) / 1e9)
     return df

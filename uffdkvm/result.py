@@ -75,10 +75,14 @@ class VcpuStats:
 
     queue_latency    raised -> read: delivery, the wakeup, the herd
                      (guest_timing, else None)
-    service_latency  read -> resolved: the reader's work, delay_us included
-                     (service time only: not the whole fault)
-    resume_latency   resolved -> resumed: waking the vCPU and finishing the
-                     access (guest_timing, else None)
+    service_latency  read -> the page's arrival: the reader's work,
+                     delay_us included (service time only: not the whole
+                     fault). The page arrives when the resolving ioctl
+                     returns, or, with guest_timing, when the vCPU resumed
+                     if that came first (the ioctl wakes the vCPU before it
+                     returns)
+    resume_latency   the page's arrival -> resumed: waking the vCPU and
+                     finishing the access (guest_timing, else None)
     fault_latency    raised -> resumed: the whole fault as the vCPU lived it,
                      = queue + service + resume (guest_timing, else None)
     blocked_seconds  time with a fault of this vCPU outstanding (QEMU's
@@ -127,9 +131,9 @@ class ReaderStats:
                       resolving ioctl returning (the per-fault delay
                       included); None with stats="basic", which reads no clocks
     service_latency   Histogram of those intervals (ns); None with stats="basic"
-    queue_latency     guest_timing: Histogram of the time from the guest
-                      raising each fault this reader read to the read
-                      returning (ns), else None
+    queue_latency     guest_timing with stats="full": Histogram of the time
+                      from the guest raising each fault this reader read to
+                      the read returning (ns), else None
     tid               the reader's host thread
     context_switches  times the thread was switched out (getrusage): counts
                       in-kernel herd wakeups that spurious_wakeups cannot see
@@ -165,12 +169,15 @@ class FaultTrace:
     read_ns       a reader's read() returned the fault message
     resolved_ns   the resolving ioctl returned
     resumed_ns    the guest's access completed (guest_timing, else None)
-    gpa           the 4 KiB page the vCPU touched, guest-physical
+    gpa           the 4 KiB page the vCPU touched, guest-physical (hugetlb
+                  on a kernel without UFFD_FEATURE_EXACT_ADDRESS, Linux
+                  5.18+: the huge page's start)
     vcpu          the vCPU that faulted, or -1 if unknown
     uffd, reader  who resolved it
     eexist        another reader had resolved it first
     write         the kernel reported a write fault (UFFD_PAGEFAULT_FLAG_WRITE):
-                  the guest's access was a write
+                  the guest's access was a write (None in JSON from before
+                  uffdkvm recorded it)
     """
 
     raised_ns: List[Optional[int]]
@@ -182,7 +189,7 @@ class FaultTrace:
     uffd: List[int]
     reader: List[int]
     eexist: List[bool]
-    write: List[bool] = field(default_factory=list)
+    write: List[Optional[bool]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.read_ns)
@@ -209,7 +216,7 @@ class Result:
                    span as in VcpuStats.blocked_seconds; None with
                    stats="basic"
     fault_trace    trace_faults: every fault (FaultTrace), else None
-    clock_sync     guest_timing: how the guest's TSC stamps were put on the
+    clock_sync     guest_timing with stats="full": how the guest's TSC stamps were put on the
                    readers' clock (CLOCK_MONOTONIC): "kvm_tsc_offset" (KVM's
                    offset, confirmed by the guest's clock-sync exits),
                    "sync_exits" (the exits' bracket alone), or None (could not
@@ -398,6 +405,6 @@ class Result:
             fault_trace=FaultTrace(**trace) if trace is not None else None,
             kvm_run_seconds=(raw["end_ns"] - raw["start_ns"]) * NS,
             clock_sync=_CLOCK_SYNC.get(raw["clock_sync"]) if staged else None,
-            clock_error_ns=float(raw["clock_error_ns"]) if staged else None,
+            clock_error_ns=float(raw["clock_error_ns"]) if staged and raw["clock_sync"] else None,
             misordered_faults=raw["misordered"] if staged else None,
         )

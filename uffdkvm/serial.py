@@ -110,6 +110,7 @@ def _migrate_1_to_2(data: dict) -> dict:
         n = len(trace.get("read_ns") or [])
         trace.setdefault("raised_ns", [None] * n)
         trace.setdefault("resumed_ns", [None] * n)
+        trace.setdefault("write", [None] * n)
         data["fault_trace"] = trace
     if "seconds" in data and "kvm_run_seconds" not in data:
         data["kvm_run_seconds"] = data["seconds"]
