@@ -12,8 +12,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <linux/userfaultfd.h>
-#include <sys/ioctl.h>
 
 #include "experiment.h"
 
@@ -58,7 +56,16 @@ int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 	uint32_t i, ready;
 	int ret = 0;
 
-	exp->threads_start_ns = ukvm_now_ns();
+	/*
+	 * KVM's counters from here: no vCPU runs before its thread exists, so
+	 * taking them before the window opens changes nothing they count and
+	 * keeps their reading out of upstream's window.
+	 */
+	ukvm_kvmstats_snapshot(&exp->vm_stats);
+	for (i = 0; i < exp->cfg.vcpus; i++)
+		ukvm_kvmstats_snapshot(&exp->vcpu_stats[i]);
+
+	exp->threads_start_ns = ukvm_now_ns();	/* demand_paging_test's start */
 	for (i = 0; i < exp->cfg.vcpus; i++) {
 		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
 
@@ -101,13 +108,6 @@ int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 			ukvm_ctl_fail_locked(ctl, &timeout);
 		}
 	}
-	pthread_mutex_unlock(&ctl->lock);
-
-	ukvm_kvmstats_snapshot(&exp->vm_stats);
-	for (i = 0; i < exp->cfg.vcpus; i++)
-		ukvm_kvmstats_snapshot(&exp->vcpu_stats[i]);
-
-	pthread_mutex_lock(&ctl->lock);
 	ctl->vcpus_running = exp->cfg.vcpus;
 	if (timing)
 		ukvm_tsc_clock_sample(&exp->tsc_clock);
@@ -147,12 +147,15 @@ int experiment_execute(struct ukvm_experiment *exp, struct ukvm_error *err)
 uint32_t experiment_wait_vcpus(struct ukvm_experiment *exp, uint64_t deadline_ns,
 			       uint64_t poll_ns)
 {
+	struct ukvm_vcpu *next;
+	struct timespec ts;
 	uint32_t i, running;
 
 	if (!exp->vcpus)
 		return 0;
 	for (;;) {
 		running = 0;
+		next = NULL;
 		for (i = 0; i < exp->cfg.vcpus; i++) {
 			struct ukvm_vcpu *vcpu = &exp->vcpus[i];
 
@@ -165,10 +168,21 @@ uint32_t experiment_wait_vcpus(struct ukvm_experiment *exp, uint64_t deadline_ns
 			}
 			running++;
 			ukvm_vcpu_kick(vcpu);
+			next = next ?: vcpu;
 		}
 		if (!running || ukvm_now_ns() >= deadline_ns)
 			return running;
-		ukvm_sleep_ns(poll_ns);
+		/*
+		 * Join one still running for a slice at most, rather than sleep
+		 * the slice: a thread on its way out is joined the moment it
+		 * leaves, so the end of upstream's window (threads_joined_ns)
+		 * does not wait out a poll.
+		 */
+		clock_gettime(CLOCK_REALTIME, &ts);	/* pthread_timedjoin_np's clock */
+		experiment_timespec(&ts, (uint64_t)ts.tv_sec * NSEC_PER_SEC +
+					 (uint64_t)ts.tv_nsec + poll_ns);
+		if (pthread_timedjoin_np(next->thread, NULL, &ts) == 0)
+			next->thread_started = false;
 	}
 }
 
@@ -180,7 +194,7 @@ uint32_t experiment_stop_vcpus(struct ukvm_experiment *exp)
 {
 	struct ukvm_ctl *ctl = &exp->ctl;
 	uint64_t start = ukvm_now_ns(), deadline = start + STOP_WAIT_NS, stuck;
-	uint32_t i, running;
+	uint32_t i, running, in_guest;
 	char who[32];
 
 	if (!exp->vcpus)
@@ -200,7 +214,16 @@ uint32_t experiment_stop_vcpus(struct ukvm_experiment *exp)
 	stuck = start + (exp_aborted(exp) ? STUCK_VCPU_ABORTED_NS : STUCK_VCPU_NS);
 	running = experiment_wait_vcpus(exp, stuck, NSEC_PER_MSEC);
 	if (running) {
-		experiment_release_uffds(exp);
+		/*
+		 * Only where a vCPU may be in a fault: a run that succeeded has
+		 * every vCPU past its walk, and its readers' counters and fault
+		 * log are still to be collected.
+		 */
+		pthread_mutex_lock(&ctl->lock);
+		in_guest = ctl->vcpus_running;
+		pthread_mutex_unlock(&ctl->lock);
+		if (exp_aborted(exp) || in_guest)
+			experiment_release_uffds(exp);
 		running = experiment_wait_vcpus(exp, deadline, NSEC_PER_MSEC);
 	}
 	if (!running) {

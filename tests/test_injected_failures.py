@@ -342,3 +342,15 @@ def test_eagain_that_does_not_pass_fails_the_run_naming_the_ioctl_and_how_long(k
                         r"still failed after retrying for 1\.\d s \(\d+ tries, the last ones "
                         r"1 ms apart\): Resource temporarily unavailable \(EAGAIN\)",
                         str(info.value)), str(info.value)
+
+
+def test_a_vcpu_slow_to_leave_after_a_good_run_keeps_the_readers_data(kvm):
+    """A vCPU past its walk that takes 0.8 s to leave its thread (longer
+    than the 0.5 s after which the core lets go of the uffds to free a vCPU
+    stuck in a fault, shorter than the 2 s it waits in all): the run
+    succeeded, and its readers' counters and fault log must survive to be
+    collected, so it verifies with every fault accounted."""
+    r = run_with_fault(**TINY, trace_faults=True, fault="vcpu_stall", after=800)
+    assert r.verified, r.verify_message
+    assert r.faults == PAGES == len(r.fault_trace)
+    assert r.seconds >= 0.8  # upstream's window ends when the last thread is joined
