@@ -8,10 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-#include <linux/userfaultfd.h>
-#include <sys/ioctl.h>
 
 #include "experiment.h"
 #include "faultlog.h"
@@ -71,30 +67,14 @@ static int collect_vcpu_stats(struct ukvm_experiment *exp, uint32_t i,
 	return 0;
 }
 
-/* KVM's TSC offset of a vCPU (guest TSC - host TSC), or -1 where KVM does not say. */
-static int vcpu_tsc_offset(struct ukvm_vcpu *vcpu, int64_t *offset)
-{
-	if (vcpu->ctl->inject == UKVM_INJECT_NO_KVM_TSC_OFFSET)
-		return -1;
-	uint64_t value;
-	struct kvm_device_attr attr = {
-		.group = KVM_VCPU_TSC_CTRL,
-		.attr = KVM_VCPU_TSC_OFFSET,
-		.addr = (uint64_t)(uintptr_t)&value,
-	};
-
-	if (ioctl(vcpu->fd, KVM_GET_DEVICE_ATTR, &attr))
-		return -1;
-	value += vcpu->tsc_bias;	/* UKVM_INJECT_TSC_OFFSET: as if KVM had applied it */
-	*offset = (int64_t)value;
-	return 0;
-}
-
 /*
- * guest_timing: how each vCPU's TSC maps to the host's (tsc.h). KVM's
- * offset is taken when the sync exits confirm it, else the middle of their
- * bracket; a guest TSC running at another rate than the host's (KVM
- * scaling, which uffdkvm never asks for) cannot be converted at all.
+ * guest_timing: how each vCPU's TSC maps to the host's (tsc.h). The sync
+ * exits before and after the walk each bracket the offset; they must meet
+ * (an offset KVM moved during the run, as it may when it finds the host's
+ * TSC unstable, cannot be trusted for any stamp). KVM's offset is taken
+ * when it lies in both, else the middle of where they meet. A guest TSC
+ * running at another rate than the host's (KVM scaling, which uffdkvm never
+ * asks for) cannot be converted at all.
  */
 static void collect_clock(struct ukvm_experiment *exp, struct ukvm_guest_log *logs)
 {
@@ -111,13 +91,14 @@ static void collect_clock(struct ukvm_experiment *exp, struct ukvm_guest_log *lo
 		return;
 	for (i = 0; i < exp->cfg.vcpus; i++) {
 		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
-		const struct ukvm_tsc_bracket *b = &vcpu->tsc_bracket;
+		struct ukvm_tsc_bracket both = vcpu->tsc_bracket, *b = &both;
 		struct ukvm_guest_log *g = &logs[i];
 		int64_t kvm;
 
-		if (!b->rounds || b->lo > b->hi)
-			return;		/* no bracket: nothing to trust */
-		if (!vcpu_tsc_offset(vcpu, &kvm) && kvm >= b->lo && kvm <= b->hi) {
+		if (!vcpu->tsc_bracket.rounds || !vcpu->tsc_bracket_after.rounds ||
+		    !ukvm_tsc_bracket_meet(b, &vcpu->tsc_bracket_after))
+			return;		/* no bracket, or the offset moved: nothing to trust */
+		if (!ukvm_vcpu_tsc_offset(vcpu, &kvm) && kvm >= b->lo && kvm <= b->hi) {
 			g->tsc_offset = kvm;
 		} else {
 			all_kvm = false;
@@ -231,8 +212,9 @@ static void verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlo
 	if (expected && res->stats_full && log->pages_not_once) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "%llu pages were not resolved exactly once: the page at gpa 0x%llx "
-			 "was resolved %u times", (unsigned long long)log->pages_not_once,
-			 (unsigned long long)log->first_bad_gpa, log->first_bad_count);
+			 "was resolved %s", (unsigned long long)log->pages_not_once,
+			 (unsigned long long)log->first_bad_gpa,
+			 log->first_bad_resolved_again ? "more than once" : "never");
 		res->verified = false;
 	}
 }

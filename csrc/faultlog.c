@@ -71,12 +71,13 @@ static int32_t vcpu_of(const struct tid_index *map, uint32_t n, int32_t tid)
 	return hit ? hit->index : -1;
 }
 
-static void sweep(struct ukvm_faultlog *log, struct event *ev, uint64_t n)
+static int sweep(struct ukvm_faultlog *log, struct event *ev, uint64_t n)
 {
 	uint32_t *depth = calloc(log->nr_vcpus, sizeof(*depth));
 	uint64_t *since = calloc(log->nr_vcpus, sizeof(*since));
 	uint32_t blocked = 0;
 	uint64_t i, last = 0;
+	int ret = -ENOMEM;
 
 	if (!depth || !since)
 		goto out;
@@ -96,9 +97,11 @@ static void sweep(struct ukvm_faultlog *log, struct event *ev, uint64_t n)
 			blocked--;
 		}
 	}
+	ret = 0;
 out:
 	free(depth);
 	free(since);
+	return ret;
 }
 
 /* Every record the readers wrote, from the pools' logs, into log->all. */
@@ -121,11 +124,11 @@ static int gather(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t n
 		used = atomic_load(&pools[u].log_chunks) * UKVM_LOG_CHUNK;
 		if (used > pools[u].log_cap)
 			used = pools[u].log_cap;
-		for (i = 0; pools[u].log && i < used; i++)
+		for (i = 0; pools[u].log && i < used && k < n; i++)
 			if (pools[u].log[i].read_ns)	/* else a chunk's unwritten tail */
 				log->all[k++] = pools[u].log[i];
 	}
-	log->nr_all = n;
+	log->nr_all = k;
 	return 0;
 }
 
@@ -210,32 +213,46 @@ out:
 	return ret;
 }
 
-/* Each page (of page_size) of the region resolved exactly once, EEXIST aside? */
+/*
+ * Each page (of page_size) of the region resolved exactly once, EEXIST
+ * aside? Two bits a page (resolved at all, resolved again): a 4 GiB region
+ * of 4 KiB pages takes 64 KiB.
+ */
 static int count_pages(struct ukvm_faultlog *log)
 {
-	uint8_t *times = calloc(log->region_pages ?: 1, 1);
-	uint64_t i;
+	uint64_t words = log->region_pages / 64 + 1, i;
+	uint64_t *once = calloc(words, sizeof(*once)), *again = calloc(words, sizeof(*again));
+	int ret = -ENOMEM;
 
-	if (!times)
-		return -ENOMEM;
+	if (!once || !again)
+		goto out;
 	for (i = 0; i < log->nr_all; i++) {
 		const struct ukvm_fault_record *rec = &log->all[i];
-		uint64_t page = (rec->gpa - log->region_gpa) / log->page_size;
+		uint64_t page = (rec->gpa - log->region_gpa) / log->page_size, bit;
 
-		if (!rec->eexist && rec->gpa >= log->region_gpa && page < log->region_pages &&
-		    times[page] < UINT8_MAX)
-			times[page]++;
+		if (rec->eexist || rec->gpa < log->region_gpa || page >= log->region_pages)
+			continue;
+		bit = 1ULL << (page % 64);
+		if (once[page / 64] & bit)
+			again[page / 64] |= bit;
+		once[page / 64] |= bit;
 	}
 	for (i = 0; i < log->region_pages; i++) {
-		if (times[i] == 1)
+		uint64_t bit = 1ULL << (i % 64);
+		bool seen = once[i / 64] & bit, twice = again[i / 64] & bit;
+
+		if (seen && !twice)
 			continue;
 		if (!log->pages_not_once++) {
 			log->first_bad_gpa = log->region_gpa + i * log->page_size;
-			log->first_bad_count = times[i];
+			log->first_bad_resolved_again = twice;
 		}
 	}
-	free(times);
-	return 0;
+	ret = 0;
+out:
+	free(once);
+	free(again);
+	return ret;
 }
 
 /*
@@ -320,8 +337,7 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint
 		k += 2;
 	}
 	qsort(ev, k, sizeof(*ev), cmp_event);
-	sweep(log, ev, k);
-	ret = 0;
+	ret = sweep(log, ev, k);
 out:
 	free(map);
 	free(ev);

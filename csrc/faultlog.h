@@ -42,7 +42,7 @@ struct ukvm_faultlog {
 	uint64_t misordered;		/* faults whose stamps ran backwards (a stage < 0) */
 	uint64_t pages_not_once;	/* pages not resolved exactly once (EEXIST aside) */
 	uint64_t first_bad_gpa;		/* the first such page... */
-	uint32_t first_bad_count;	/* ...and how often it was resolved */
+	bool first_bad_resolved_again;	/* ...resolved more than once (else never) */
 	struct ukvm_fault_record *all;	/* every record, by read time (owned) */
 	uint64_t nr_all;
 };

@@ -21,6 +21,27 @@
 #include "guest_abi.h"
 
 /*
+ * Timing: GA_SYNC_ROUNDS exits, each with the TSC just read in GA_SYNC_TSC,
+ * so the host can bracket the guest's clock between its own readings before
+ * and after each KVM_RUN. Uses %rax, %rdx, %r13.
+ */
+	.macro	SYNC_EXITS
+	mov	GA_SYNC_ROUNDS(%r8), %r13
+1:	test	%r13, %r13
+	jz	2f
+	lfence
+	rdtsc
+	shl	$32, %rdx
+	or	%rdx, %rax
+	mov	%rax, GA_SYNC_TSC(%r8)
+	mov	$UKVM_PORT_SYNC, %dx
+	out	%al, %dx
+	dec	%r13
+	jmp	1b
+2:
+	.endm
+
+/*
  * Timing: %rsi = the TSC before the access, stamped with the page's address
  * into the access log (the address stays in %rax).
  */
@@ -61,7 +82,7 @@
 	.macro	WALK timed, s
 .Lpass\s:
 	cmp	GA_PASSES(%r8), %r12
-	jae	.Ldone
+	jae	.Lwalked\s
 	xor	%r13d, %r13d
 
 .Lstep\s:
@@ -229,12 +250,14 @@ ukvm_guest_code_start:
 	cmpq	$0, GA_TIMING(%r8)
 	jne	.Ltimed
 	WALK	0, _plain
+.Lwalked_plain:
+	jmp	.Ldone
 
 	/*
 	 * Timing, before the walk: touch every page of the access log, so that
-	 * stamping an access never faults; then exit GA_SYNC_ROUNDS times with
-	 * the TSC in GA_SYNC_TSC, so the host can bracket the guest's clock
-	 * between its own readings before and after each exit.
+	 * stamping an access never faults; then the clock-sync exits. After the
+	 * walk, the sync exits again: the offset must not have moved between
+	 * them (the host checks that the two brackets agree).
 	 */
 .Ltimed:
 	mov	GA_LOG_PTR(%r8), %rcx
@@ -245,21 +268,12 @@ ukvm_guest_code_start:
 	add	$4096, %rcx
 	jmp	.Ltouch
 .Lsync:
-	mov	GA_SYNC_ROUNDS(%r8), %r13
-.Lsync_round:
-	test	%r13, %r13
-	jz	.Lpass_timed
-	lfence
-	rdtsc
-	shl	$32, %rdx
-	or	%rdx, %rax
-	mov	%rax, GA_SYNC_TSC(%r8)
-	mov	$UKVM_PORT_SYNC, %dx
-	out	%al, %dx
-	dec	%r13
-	jmp	.Lsync_round
+	SYNC_EXITS
+	jmp	.Lpass_timed
 
 	WALK	1, _timed
+.Lwalked_timed:
+	SYNC_EXITS
 
 .Ldone:
 	mov	$UKVM_PORT_DONE, %dx

@@ -236,7 +236,8 @@ struct ukvm_vcpu {
 	bool timing;
 	uint64_t log_gpa;
 	uint64_t log_entries;		/* first-pass pages, plus the spare slot */
-	struct ukvm_tsc_bracket tsc_bracket;
+	struct ukvm_tsc_bracket tsc_bracket;		/* before the walk */
+	struct ukvm_tsc_bracket tsc_bracket_after;	/* after it */
 	uint64_t tsc_bias;		/* UKVM_INJECT_TSC_OFFSET: added to every guest TSC read */
 };
 
@@ -246,6 +247,8 @@ int ukvm_vcpu_create(struct ukvm_vm *vm, struct ukvm_vcpu *vcpu, uint32_t index,
 		     uint64_t args_gpa, uint64_t stack_top_gpa, struct ukvm_error *err);
 void ukvm_vcpu_destroy(struct ukvm_vcpu *vcpu);
 void *ukvm_vcpu_thread(void *arg);
+/* KVM's TSC offset of the vCPU (guest TSC - host TSC): 0, or -1 where KVM does not say. */
+int ukvm_vcpu_tsc_offset(struct ukvm_vcpu *vcpu, int64_t *offset);
 /* Makes a running vCPU leave KVM_RUN soon; call repeatedly until it exits. */
 void ukvm_vcpu_kick(struct ukvm_vcpu *vcpu);
 

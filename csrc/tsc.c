@@ -111,6 +111,16 @@ void ukvm_tsc_bracket_init(struct ukvm_tsc_bracket *b)
 	b->rounds = 0;
 }
 
+bool ukvm_tsc_bracket_meet(struct ukvm_tsc_bracket *b, const struct ukvm_tsc_bracket *other)
+{
+	if (other->lo > b->lo)
+		b->lo = other->lo;
+	if (other->hi < b->hi)
+		b->hi = other->hi;
+	b->rounds += other->rounds;
+	return b->lo <= b->hi;
+}
+
 void ukvm_tsc_bracket_add(struct ukvm_tsc_bracket *b, uint64_t guest_tsc, uint64_t before,
 			  uint64_t after)
 {

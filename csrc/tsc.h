@@ -65,6 +65,8 @@ struct ukvm_tsc_bracket {
 };
 
 void ukvm_tsc_bracket_init(struct ukvm_tsc_bracket *b);
+/* Both brackets at once (a constant offset lies in each), in *b: false if they do not meet. */
+bool ukvm_tsc_bracket_meet(struct ukvm_tsc_bracket *b, const struct ukvm_tsc_bracket *other);
 /* One sync exit: the guest read guest_tsc while the host's TSC went from before to after. */
 void ukvm_tsc_bracket_add(struct ukvm_tsc_bracket *b, uint64_t guest_tsc, uint64_t before,
 			  uint64_t after);

@@ -159,6 +159,7 @@ enum ukvm_inject {
 	UKVM_INJECT_TSC_OFFSET,		/* the host sees every guest TSC inject_after cycles ahead */
 	UKVM_INJECT_NO_KVM_TSC_OFFSET,	/* KVM's TSC offset is taken as unknown */
 	UKVM_INJECT_UNFAULTED_PAGE,	/* page inject_after is mapped before userfaultfd is */
+	UKVM_INJECT_TSC_JUMP,		/* after the walk the guest TSC reads inject_after ahead */
 	UKVM_INJECT__COUNT
 };
 

@@ -37,6 +37,7 @@ void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
 	vcpu->cpu = -1;
 	atomic_init(&vcpu->exited, false);
 	ukvm_tsc_bracket_init(&vcpu->tsc_bracket);
+	ukvm_tsc_bracket_init(&vcpu->tsc_bracket_after);
 }
 
 static void vcpu_set_segment(struct kvm_segment *seg, uint16_t selector, uint8_t type,
@@ -142,6 +143,24 @@ void ukvm_vcpu_destroy(struct ukvm_vcpu *vcpu)
 		close(vcpu->fd);
 	free(vcpu->pass_end_ns);
 	ukvm_vcpu_init(vcpu);
+}
+
+int ukvm_vcpu_tsc_offset(struct ukvm_vcpu *vcpu, int64_t *offset)
+{
+	uint64_t value;
+	struct kvm_device_attr attr = {
+		.group = KVM_VCPU_TSC_CTRL,
+		.attr = KVM_VCPU_TSC_OFFSET,
+		.addr = (uint64_t)(uintptr_t)&value,
+	};
+
+	if (vcpu->ctl->inject == UKVM_INJECT_NO_KVM_TSC_OFFSET)
+		return -1;
+	if (ukvm_ioctl(vcpu->fd, KVM_GET_DEVICE_ATTR, &attr))
+		return -1;
+	value += vcpu->tsc_bias;	/* UKVM_INJECT_TSC_OFFSET: as if KVM had applied it */
+	*offset = (int64_t)value;
+	return 0;
 }
 
 void ukvm_vcpu_kick(struct ukvm_vcpu *vcpu)
@@ -256,10 +275,14 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 			break;
 		if (run->io.port == UKVM_PORT_SYNC && vcpu->timing) {
 			const volatile uint64_t *args = ukvm_vm_sys_hva(vcpu->vm, vcpu->args_gpa);
+			bool after = vcpu->passes_seen >= vcpu->passes;
+			uint64_t jump = after && vcpu->ctl->inject == UKVM_INJECT_TSC_JUMP ?
+					vcpu->ctl->inject_after : 0;
 
-			ukvm_tsc_bracket_add(&vcpu->tsc_bracket,
-					     args[GA_SYNC_TSC / sizeof(uint64_t)] + vcpu->tsc_bias,
-					     tsc_before,
+			/* Before the walk, or after its last pass (guest.S). */
+			ukvm_tsc_bracket_add(after ? &vcpu->tsc_bracket_after : &vcpu->tsc_bracket,
+					     args[GA_SYNC_TSC / sizeof(uint64_t)] + vcpu->tsc_bias +
+					     jump, tsc_before,
 					     tsc_after);
 			return 1;
 		}

@@ -197,3 +197,19 @@ def test_huge_page_faults_take_the_stamps_of_their_first_touch(kvm, hugepages, b
     assert r.faults == 8
     assert {gpa % (2 << 20) for gpa in r.fault_trace.gpa} == {(2 << 20) - 4096}
     check_timeline(r, huge=True)
+
+
+def test_a_guest_clock_that_moves_during_the_run_gives_no_stages(kvm):
+    """The sync exits after the walk must bracket the same offset as those
+    before it. Where the guest's TSC has moved meanwhile (here it reads 10^9
+    cycles on after the walk: KVM may rewrite the offset on a host whose TSC
+    it finds unstable), no stamp can be trusted: no conversion, no stages,
+    and blocked time falls back to the readers' own span."""
+    r = run_with_fault(uffdkvm.Config(**TIMED), "tsc_jump", after=10**9)
+    assert r.verified, r.verify_message
+    assert r.clock_sync is None and r.clock_error_ns is None and r.misordered_faults is None
+    for v in r.vcpus:
+        assert v.queue_latency is v.resume_latency is v.fault_latency is None
+        assert v.service_latency.count == v.faults
+        assert v.access_latency.count == PAGES // 2  # the guest's own view still holds
+    assert set(r.fault_trace.raised_ns) == {None}

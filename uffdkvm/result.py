@@ -56,7 +56,8 @@ class VcpuStats:
     pages            4 KiB pages the guest says it touched (all passes)
     exits            VM exits during the run, from KVM's own "exits" counter
                      (None where the kernel has no binary stats)
-    userspace_exits  returns from KVM_RUN to the vCPU thread
+    userspace_exits  returns from KVM_RUN to the vCPU thread (with
+                     guest_timing, 32 of them are the clock-sync exits)
     kvm_stats        KVM's own statistics for this vCPU over the run, by the
                      kernel's names: counters as deltas, the rest as they
                      stood at the end (empty without KVM_GET_STATS_FD)
@@ -216,15 +217,20 @@ class Result:
                    span as in VcpuStats.blocked_seconds; None with
                    stats="basic"
     fault_trace    trace_faults: every fault (FaultTrace), else None
-    clock_sync     guest_timing with stats="full": how the guest's TSC stamps were put on the
-                   readers' clock (CLOCK_MONOTONIC): "kvm_tsc_offset" (KVM's
-                   offset, confirmed by the guest's clock-sync exits),
-                   "sync_exits" (the exits' bracket alone), or None (could not
-                   be converted: no stages); None without guest_timing
-    clock_error_ns guest_timing: a bound on that conversion's error, ns
-    misordered_faults  guest_timing: faults whose stamps contradict the
-                   readers' (raised after the read, or resumed before it),
-                   left out of the stages; 0 when the clocks agree
+    clock_sync     guest_timing with stats="full": how the guest's TSC stamps
+                   were put on the readers' clock (CLOCK_MONOTONIC):
+                   "kvm_tsc_offset" (KVM's offset, confirmed by the guest's
+                   clock-sync exits before and after the walk) or
+                   "sync_exits" (the exits' bracket alone); None where they
+                   could not be (the offset moved during the run, or the
+                   guest's TSC ran at another rate): then queue, resume and
+                   fault latencies are None too, and blocked time falls back
+                   to read -> resolved
+    clock_error_ns a bound on that conversion's error, ns (None with it)
+    misordered_faults  faults whose stamps contradict the readers' clock
+                   (raised after the read, or resumed before it), left out
+                   of the stages: 0 when the clocks agree (None without a
+                   conversion)
     verified       every page of the region held what it must after the run,
                    and every vCPU touched and read what it should have
     bad_pages      pages that did not (0 when verified)
@@ -340,7 +346,9 @@ class Result:
     def _from_core(cls, config: Config, raw: dict) -> "Result":
         full = raw["stats_full"]
         timing = config.guest_timing
-        staged = full and timing  # the guest's stamps give the stages around service
+        # The guest's stamps give the stages around service, where its clock
+        # could be put on the readers'.
+        staged = full and timing and raw["clock_sync"] != _core.CLOCK_SYNC_NONE
 
         def stage(h: dict, present: bool) -> Optional[Histogram]:
             return _latency(h) if present else None
@@ -405,6 +413,6 @@ class Result:
             fault_trace=FaultTrace(**trace) if trace is not None else None,
             kvm_run_seconds=(raw["end_ns"] - raw["start_ns"]) * NS,
             clock_sync=_CLOCK_SYNC.get(raw["clock_sync"]) if staged else None,
-            clock_error_ns=float(raw["clock_error_ns"]) if staged and raw["clock_sync"] else None,
+            clock_error_ns=float(raw["clock_error_ns"]) if staged else None,
             misordered_faults=raw["misordered"] if staged else None,
         )
