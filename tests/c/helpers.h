@@ -419,6 +419,32 @@ static inline void ukt_check_trace(const struct ukvm_config *cfg, const struct u
 	free(seen);
 }
 
+/*
+ * Runs cfg on a backing of 2 MiB pages (the page size said here, not taken
+ * from the core's table) and checks one fault per 2 MiB page, and the trace
+ * where there is one.
+ */
+static inline void ukt_run_2m_pages(struct ukvm_config *cfg, enum ukvm_backing backing)
+{
+	struct ukvm_result res;
+	uint64_t faults = 0;
+	uint32_t i;
+
+	cfg->backing = backing;
+	if (!ukt_run_ok(cfg, &res))
+		return;
+	ukt_check_result(cfg, &res);
+	CHECK_EQ(res.page_size, 2 * MiB);
+	if (cfg->uffd_mode != UKVM_UFFD_NONE) {
+		for (i = 0; i < res.nr_readers; i++)
+			faults += res.readers[i].faults;
+		CHECK_EQ(faults, res.region_bytes / (2 * MiB));
+	}
+	if (cfg->trace_faults)
+		ukt_check_trace(cfg, &res);
+	ukvm_result_free(&res);
+}
+
 /* ---- process resources ---- */
 
 static inline int ukt_count_dir(const char *path)

@@ -27,29 +27,6 @@ static long read_long(const char *path)
 	return v;
 }
 
-static void run_hugetlb(struct ukvm_config *cfg, enum ukvm_backing backing)
-{
-	struct ukvm_result res;
-
-	cfg->backing = backing;
-	if (!ukt_run_ok(cfg, &res))
-		return;
-	ukt_check_result(cfg, &res);
-	/* Said here, not taken from the core's table of backings. */
-	CHECK_EQ(res.page_size, 2 * MiB);
-	if (cfg->uffd_mode != UKVM_UFFD_NONE) {
-		uint64_t faults = 0;
-		uint32_t i;
-
-		for (i = 0; i < res.nr_readers; i++)
-			faults += res.readers[i].faults;
-		CHECK_EQ(faults, res.region_bytes / (2 * MiB));
-	}
-	if (cfg->trace_faults)
-		ukt_check_trace(cfg, &res);
-	ukvm_result_free(&res);
-}
-
 int main(void)
 {
 	static const enum ukvm_backing backings[] = {
@@ -81,7 +58,7 @@ int main(void)
 			cfg.pattern = UKVM_PATTERN_RANDOM;
 			cfg.write_percent = 50;
 			cfg.trace_faults = true;
-			run_hugetlb(&cfg, backings[b]);
+			ukt_run_2m_pages(&cfg, backings[b]);
 		}
 		UKT_CASE("%s: copy, overlap on one uffd, 2 readers", name) {
 			cfg = ukt_small();
@@ -89,13 +66,13 @@ int main(void)
 			cfg.overlap = true;
 			cfg.readers = 2;
 			cfg.trace_faults = true;
-			run_hugetlb(&cfg, backings[b]);
+			ukt_run_2m_pages(&cfg, backings[b]);
 		}
 		UKT_CASE("%s: no userfaultfd", name) {
 			cfg = ukt_small();
 			cfg.mem_per_vcpu = 4 * MiB;
 			cfg.uffd_mode = UKVM_UFFD_NONE;
-			run_hugetlb(&cfg, backings[b]);
+			ukt_run_2m_pages(&cfg, backings[b]);
 		}
 	}
 
@@ -107,14 +84,14 @@ int main(void)
 		cfg.readers = 3;
 		cfg.write_percent = 50;
 		cfg.trace_faults = true;
-		run_hugetlb(&cfg, UKVM_BACKING_SHARED_HUGETLB);
+		ukt_run_2m_pages(&cfg, UKVM_BACKING_SHARED_HUGETLB);
 	}
 
 	UKT_CASE("anonymous_hugetlb: the guest maps the region with 2 MiB pages") {
 		cfg = ukt_small();
 		cfg.mem_per_vcpu = 4 * MiB;
 		cfg.guest_page_size = 2 * MiB;
-		run_hugetlb(&cfg, UKVM_BACKING_ANONYMOUS_HUGETLB);
+		ukt_run_2m_pages(&cfg, UKVM_BACKING_ANONYMOUS_HUGETLB);
 	}
 
 	return ukt_exit();

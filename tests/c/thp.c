@@ -9,29 +9,6 @@
  */
 #include "helpers.h"
 
-static void run_thp(struct ukvm_config *cfg)
-{
-	struct ukvm_result res;
-
-	cfg->backing = UKVM_BACKING_ANONYMOUS_THP;
-	if (!ukt_run_ok(cfg, &res))
-		return;
-	ukt_check_result(cfg, &res);
-	/* Said here, not taken from the core's table of backings. */
-	CHECK_EQ(res.page_size, 2 * MiB);
-	if (cfg->uffd_mode != UKVM_UFFD_NONE) {
-		uint64_t faults = 0;
-		uint32_t i;
-
-		for (i = 0; i < res.nr_readers; i++)
-			faults += res.readers[i].faults;
-		CHECK_EQ(faults, res.region_bytes / (2 * MiB));
-	}
-	if (cfg->trace_faults)
-		ukt_check_trace(cfg, &res);
-	ukvm_result_free(&res);
-}
-
 int main(void)
 {
 	struct ukvm_config cfg;
@@ -42,7 +19,7 @@ int main(void)
 		cfg = ukt_small();
 		cfg.mem_per_vcpu = 4 * MiB;
 		cfg.trace_faults = true;
-		run_thp(&cfg);
+		ukt_run_2m_pages(&cfg, UKVM_BACKING_ANONYMOUS_THP);
 	}
 
 	UKT_CASE("copy, single uffd, 3 readers, random order, write_percent 50") {
@@ -53,7 +30,7 @@ int main(void)
 		cfg.pattern = UKVM_PATTERN_RANDOM;
 		cfg.write_percent = 50;
 		cfg.trace_faults = true;
-		run_thp(&cfg);
+		ukt_run_2m_pages(&cfg, UKVM_BACKING_ANONYMOUS_THP);
 	}
 
 	UKT_CASE("zeropage, reverse order, 2 readers per uffd") {
@@ -63,7 +40,7 @@ int main(void)
 		cfg.pattern = UKVM_PATTERN_REVERSE;
 		cfg.readers = 2;
 		cfg.trace_faults = true;
-		run_thp(&cfg);
+		ukt_run_2m_pages(&cfg, UKVM_BACKING_ANONYMOUS_THP);
 	}
 
 	UKT_CASE("copy, overlap: 2 vCPUs race for each 2 MiB page") {
@@ -72,21 +49,21 @@ int main(void)
 		cfg.overlap = true;
 		cfg.readers = 2;
 		cfg.trace_faults = true;
-		run_thp(&cfg);
+		ukt_run_2m_pages(&cfg, UKVM_BACKING_ANONYMOUS_THP);
 	}
 
 	UKT_CASE("copy, the guest maps the region with 2 MiB pages") {
 		cfg = ukt_small();
 		cfg.mem_per_vcpu = 4 * MiB;
 		cfg.guest_page_size = 2 * MiB;
-		run_thp(&cfg);
+		ukt_run_2m_pages(&cfg, UKVM_BACKING_ANONYMOUS_THP);
 	}
 
 	UKT_CASE("no userfaultfd: the kernel pages the memory in") {
 		cfg = ukt_small();
 		cfg.mem_per_vcpu = 4 * MiB;
 		cfg.uffd_mode = UKVM_UFFD_NONE;
-		run_thp(&cfg);
+		ukt_run_2m_pages(&cfg, UKVM_BACKING_ANONYMOUS_THP);
 	}
 
 	return ukt_exit();
