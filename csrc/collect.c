@@ -151,6 +151,8 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 		.region_gpa = exp->region_gpa,
 		.region_pages = exp->region_size / exp->mem.page_size,
 		.page_size = exp->mem.page_size,
+		.match_bytes = ukvm_backing_is_hugetlb(cfg->backing) && !exp->exact_address ?
+			       exp->mem.page_size : UKVM_PAGE_SIZE,
 		.vcpus = res->vcpus,
 		.readers = res->readers,
 		.readers_per_uffd = cfg->readers,
@@ -212,9 +214,9 @@ static void verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlo
 	if (expected && res->stats_full && log->pages_not_once) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "%llu pages were not resolved exactly once: the page at gpa 0x%llx "
-			 "was resolved %s", (unsigned long long)log->pages_not_once,
+			 "was %s", (unsigned long long)log->pages_not_once,
 			 (unsigned long long)log->first_bad_gpa,
-			 log->first_bad_resolved_again ? "more than once" : "never");
+			 log->first_bad_resolved_again ? "resolved more than once" : "never resolved");
 		res->verified = false;
 	}
 }

@@ -178,10 +178,8 @@ uint32_t experiment_wait_vcpus(struct ukvm_experiment *exp, uint64_t deadline_ns
 		 * leaves, so the end of upstream's window (threads_joined_ns)
 		 * does not wait out a poll.
 		 */
-		clock_gettime(CLOCK_REALTIME, &ts);	/* pthread_timedjoin_np's clock */
-		experiment_timespec(&ts, (uint64_t)ts.tv_sec * NSEC_PER_SEC +
-					 (uint64_t)ts.tv_nsec + poll_ns);
-		if (pthread_timedjoin_np(next->thread, NULL, &ts) == 0)
+		experiment_timespec(&ts, ukvm_now_ns() + poll_ns);
+		if (pthread_clockjoin_np(next->thread, NULL, CLOCK_MONOTONIC, &ts) == 0)
 			next->thread_started = false;
 	}
 }

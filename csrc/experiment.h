@@ -64,12 +64,12 @@ struct ukvm_experiment {
 	struct ukvm_kvmstats vm_stats;
 	struct ukvm_pool *pools;
 	uint32_t nr_pools;
-	struct ukvm_source source;	/* the pools' copy source, pages above 2 MiB */
 	uint64_t deadline_ns;
 	/* demand_paging_test's window: before the first vCPU thread is created... */
 	uint64_t threads_start_ns;
 	uint64_t threads_joined_ns;	/* ...after the last one is joined */
 	struct ukvm_tsc_clock tsc_clock;	/* guest_timing: sampled while the vCPUs run */
+	bool exact_address;		/* fault messages name the 4 KiB page, hugetlb too */
 	bool probe;			/* ukvm_probe(): build, register, stop there */
 	bool releasing_memory;		/* under ctl.lock: a failed run's memory, still going */
 	/* Under ctl.lock: what the controller is doing, for errors that name it. */

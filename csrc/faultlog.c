@@ -9,11 +9,14 @@
  * the vCPU's own access log adds the two ends the readers cannot see: when
  * the guest was about to make the access (raised) and when it completed
  * (resumed), converted from the guest's TSC to CLOCK_MONOTONIC (tsc.h). The
- * record of vCPU v in backing page P takes the stamps of v's first access to
- * P: a vCPU faults on a page only at its first touch (the first pass), and
- * once one 4 KiB piece of a huge page is in, all of it is. Matching by the
- * backing page, not the 4 KiB address, holds also where the kernel reports
- * a hugetlb fault at the huge page's start (no UFFD_FEATURE_EXACT_ADDRESS).
+ * record of vCPU v at 4 KiB page p takes the stamps of v's first-pass access
+ * to p: a vCPU faults on a page only in the pass that first touches it.
+ * Where the kernel names only the huge page of a hugetlb fault (no
+ * UFFD_FEATURE_EXACT_ADDRESS), the record takes v's first access to that
+ * huge page, which is the faulting one: a hugetlb page appears whole, in
+ * one go. (A THP copy does not: it installs 4 KiB pieces one by one, and a
+ * vCPU can touch a piece already in, then fault on one still to come; but
+ * anonymous faults always name their 4 KiB page.)
  *
  * A vCPU is blocked while one of its faults is outstanding, raised to
  * resumed when the stamps are known, read to resolved otherwise; the VM is
@@ -144,7 +147,7 @@ static uint64_t entry_word(const struct ukvm_guest_log *g, uint64_t i, unsigned 
  * guest_timing: raised_ns and resumed_ns of every record, from the access
  * log of the vCPU that faulted. The records are visited vCPU by vCPU through
  * `order` (record indexes grouped by vCPU), with one table at a time: each
- * backing page of the vCPU's walk -> its earliest log entry.
+ * page the records can name (match_bytes) -> the vCPU's earliest log entry.
  */
 static int stamp(struct ukvm_faultlog *log)
 {
@@ -178,17 +181,17 @@ static int stamp(struct ukvm_faultlog *log)
 
 		if (!g->usable || first[v] == first[v + 1])
 			continue;
-		pages = g->nr * UKVM_PAGE_SIZE / log->page_size;
+		pages = g->nr * UKVM_PAGE_SIZE / log->match_bytes;
 		memset(entry_of, 0xff, pages * sizeof(*entry_of));
 		for (i = 0; i < g->nr; i++) {	/* in access order: the first is the earliest */
-			uint64_t page = (entry_word(g, i, LOG_GVA) - g->base_gpa) / log->page_size;
+			uint64_t page = (entry_word(g, i, LOG_GVA) - g->base_gpa) / log->match_bytes;
 
 			if (page < pages && entry_of[page] == UINT32_MAX)
 				entry_of[page] = (uint32_t)i;
 		}
 		for (i = first[v]; i < first[v + 1]; i++) {
 			struct ukvm_fault_record *rec = &log->all[order[i]];
-			uint64_t page = (rec->gpa - g->base_gpa) / log->page_size;
+			uint64_t page = (rec->gpa - g->base_gpa) / log->match_bytes;
 			uint64_t raised, resumed;
 			uint32_t e;
 

@@ -34,6 +34,7 @@ struct ukvm_faultlog {
 	uint64_t region_gpa;
 	uint64_t region_pages;		/* in units of page_size */
 	uint64_t page_size;
+	uint64_t match_bytes;		/* a fault's address names this much: 4 KiB, or a huge page */
 	/* out */
 	struct ukvm_vcpu_result *vcpus;	/* gets faults, blocked_ns, the latencies */
 	struct ukvm_reader_result *readers;	/* gets queue_latency; uffd-major order */

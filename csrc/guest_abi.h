@@ -27,7 +27,7 @@
 #define GA_LOG_PTR	0x60	/* timing: where the next access log entry goes */
 #define GA_LOG_STRIDE	0x68	/* timing: GA_LOG_ENTRY in the first pass, then 0 */
 #define GA_LOG_END	0x70	/* timing: the end of the log, for the pre-touch */
-#define GA_SYNC_ROUNDS	0x78	/* timing: clock-sync exits before the walk */
+#define GA_SYNC_ROUNDS	0x78	/* timing: clock-sync exits before and after the walk */
 
 /* Written by the guest, at the end of every pass. */
 #define GA_ACCESSES	0x80	/* pages touched so far, all passes */

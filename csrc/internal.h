@@ -317,8 +317,10 @@ struct ukvm_pool;
  * the copy. Each reader stamps a source of its own for pages up to
  * UKVM_READER_SRC_MAX (4 KiB: anonymous memory; 2 MiB: a memfd named
  * "uffdkvm-reader-source" in /proc/PID/maps); 1 GiB pages, too large for
- * one per reader, share one buffer per experiment ("uffdkvm-source"),
- * stamped and copied under a lock. All of it is ordinary memory whatever
+ * one per reader, share one buffer per uffd ("uffdkvm-source"), stamped
+ * and copied under a lock: the readers of one uffd take turns with it,
+ * those of different uffds (different vCPUs' memory) do not wait for each
+ * other. All of it is ordinary memory whatever
  * the backing, and uffdkvm/run.py counts it in its memory check.
  */
 #define UKVM_READER_SRC_MAX	(2ULL << 20)
@@ -343,7 +345,7 @@ struct ukvm_reader {
 	bool thread_started;
 	atomic_bool exited;
 	int epfd;
-	uint8_t *src;			/* 4 KiB pages: UFFDIO_COPY source, stamped per fault */
+	uint8_t *src;			/* up to 2 MiB pages: UFFDIO_COPY source, stamped per fault */
 	int cpu;			/* pinned to, or -1 */
 	uint64_t rng;			/* delay distribution state */
 	struct ukvm_thread_state state;	/* where it is, for one that would not stop */
@@ -374,7 +376,7 @@ struct ukvm_pool {
 	uint32_t nr_pins;
 	uint32_t first_reader;		/* this pool's first reader, counted over all pools */
 	/* MISSING with copy, pages above 4 KiB: the experiment's (not owned). */
-	struct ukvm_source *source;
+	struct ukvm_source source;	/* 1 GiB pages: the readers' shared copy source */
 	uint32_t nr_readers;
 	uint32_t readers_made;		/* entries of readers[] to clean up */
 	struct ukvm_reader *readers;

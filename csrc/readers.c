@@ -22,7 +22,7 @@
  *
  * UFFDIO_COPY's data goes in with the copy, stamped: each reader has a
  * source of its own for pages up to 2 MiB, and 1 GiB pages share one per
- * experiment under a lock (struct ukvm_source in internal.h says why).
+ * uffd under a lock (struct ukvm_source in internal.h says why).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -71,7 +71,7 @@ static uint64_t reader_delay_ns(struct ukvm_reader *r)
 static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 {
 	struct ukvm_pool *pool = r->pool;
-	struct ukvm_source *source = pool->source;
+	struct ukvm_source *source = &pool->source;
 	int ret;
 
 	/* Up to 2 MiB pages: the reader's own source, stamped (struct ukvm_source). */
@@ -510,6 +510,7 @@ void ukvm_pool_init(struct ukvm_pool *pool)
 	pool->stop_fd = -1;
 	atomic_init(&pool->stop, false);
 	atomic_init(&pool->log_chunks, 0);
+	ukvm_source_init(&pool->source);
 }
 
 /*
@@ -566,11 +567,10 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 			return ret;
 	}
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
-	    pool->page_size > UKVM_READER_SRC_MAX && !pool->source) {
-		ukvm_err_set(err, UKVM_ERR_RUN, EINVAL,
-			     "uffd %u: %llu byte pages need the experiment's copy source",
-			     pool->uffd_index, (unsigned long long)pool->page_size);
-		return -EINVAL;
+	    pool->page_size > UKVM_READER_SRC_MAX) {
+		ret = ukvm_source_create(&pool->source, pool->page_size, err);
+		if (ret)
+			return ret;
 	}
 	for (i = 0; i < pool->nr_readers; i++) {
 		struct ukvm_reader *r = &pool->readers[i];
@@ -718,6 +718,7 @@ int ukvm_pool_destroy(struct ukvm_pool *pool)
 	if (pool->log)
 		munmap(pool->log, pool->log_cap * sizeof(*pool->log));
 	pool->log = NULL;
+	ukvm_source_destroy(&pool->source);
 	if (pool->stop_fd >= 0)
 		close(pool->stop_fd);
 	pool->stop_fd = -1;

@@ -191,6 +191,9 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	 */
 	if (cfg->stats == UKVM_STATS_FULL)
 		wanted |= available & (UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_EXACT_ADDRESS);
+	if (cfg->inject == UKVM_INJECT_NO_EXACT_ADDRESS)
+		wanted &= ~(uint64_t)UFFD_FEATURE_EXACT_ADDRESS;	/* as an older kernel */
+	exp->exact_address = wanted & UFFD_FEATURE_EXACT_ADDRESS;
 	if ((available & wanted) != wanted) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
 			     "this kernel's userfaultfd lacks features 0x%llx needed for "
@@ -199,14 +202,6 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 			     ukvm_uffd_mode_name(cfg->uffd_mode), ukvm_backing_name(cfg->backing),
 			     (unsigned long long)available);
 		return -EOPNOTSUPP;
-	}
-
-	/* 1 GiB pages: one copy source for every pool, made before the pools (and their fds). */
-	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY &&
-	    exp->mem.page_size > UKVM_READER_SRC_MAX && !exp->probe) {
-		ret = ukvm_source_create(&exp->source, exp->mem.page_size, err);
-		if (ret)
-			return ret;
 	}
 
 	exp->nr_pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
@@ -241,7 +236,6 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->nr_pins = cfg->nr_pin_readers;
 		pool->first_reader = u * cfg->readers;
 		pool->nr_readers = cfg->readers;
-		pool->source = exp->source.page_size ? &exp->source : NULL;
 		/* Readers that block in read(2) need a blocking uffd. */
 		pool->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
 		if (pool->uffd < 0)
@@ -405,8 +399,8 @@ uint64_t experiment_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 	 * /dev/kvm, the VM and its statistics; each vCPU and its statistics;
 	 * the memfd; the pools; and 1 that setup may hold for a moment beside
 	 * all of those (/dev/userfaultfd while it makes a uffd). The fds it
-	 * holds for a moment earlier (the uffd that asks for features, the
-	 * source template's memfd, /sys files) come when fewer are open.
+	 * holds for a moment earlier (the uffd that asks for features, /sys
+	 * files) come when fewer are open.
 	 */
 	n = (size_t)snprintf(why, why_len, "3 for KVM, the VM and its statistics");
 	if (vcpus && n < why_len)
@@ -435,7 +429,6 @@ void experiment_teardown(struct ukvm_experiment *exp, bool keep_memory)
 	free(exp->pools);
 	exp->pools = NULL;
 	exp->nr_pools = 0;
-	ukvm_source_destroy(&exp->source);
 	for (i = 0; exp->vcpus && i < exp->cfg.vcpus; i++) {
 		ukvm_kvmstats_close(&exp->vcpu_stats[i]);
 		ukvm_vcpu_destroy(&exp->vcpus[i]);

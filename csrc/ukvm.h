@@ -112,7 +112,7 @@ uint64_t ukvm_hist_bucket_lower(unsigned b);
  * arrival (resolved, or resumed if the vCPU resumed before the reader saw
  * its ioctl return) and resume = arrival to resumed.
  *
- * (*) gpa: for hugetlb memory on a kernel without UFFD_FEATURE_EXACT_ADDRESS
+ * gpa: for hugetlb memory on a kernel without UFFD_FEATURE_EXACT_ADDRESS
  * (Linux 5.18+), the start of the huge page.
  */
 struct ukvm_fault_record {
@@ -120,7 +120,7 @@ struct ukvm_fault_record {
 	uint64_t read_ns;	/* a reader's read() returned the fault message */
 	uint64_t resolved_ns;	/* the resolving ioctl returned */
 	uint64_t resumed_ns;	/* the guest's access completed */
-	uint64_t gpa;		/* the 4 KiB page the vCPU touched, guest-physical */
+	uint64_t gpa;		/* the 4 KiB page the vCPU touched, guest-physical (see above) */
 	int32_t vcpu;		/* the vCPU that faulted (UFFD_FEATURE_THREAD_ID), or -1 */
 	uint16_t uffd;
 	uint16_t reader;
@@ -160,6 +160,7 @@ enum ukvm_inject {
 	UKVM_INJECT_NO_KVM_TSC_OFFSET,	/* KVM's TSC offset is taken as unknown */
 	UKVM_INJECT_UNFAULTED_PAGE,	/* page inject_after is mapped before userfaultfd is */
 	UKVM_INJECT_TSC_JUMP,		/* after the walk the guest TSC reads inject_after ahead */
+	UKVM_INJECT_NO_EXACT_ADDRESS,	/* no UFFD_FEATURE_EXACT_ADDRESS, as on Linux < 5.18 */
 	UKVM_INJECT__COUNT
 };
 

@@ -1,8 +1,8 @@
 """What UFFDIO_COPY copies huge pages from: a page must be whole when the copy
 makes it present (a vCPU may read it that very moment), so its data, the
 address words included, go in with the copy. 2 MiB pages: a source of each
-reader's own; 1 GiB pages, too large for that: one source per run, stamped
-and copied under a lock. Each is a memfd mapping named in /proc/self/maps
+reader's own; 1 GiB pages, too large for that: one source per uffd, stamped
+and copied under a lock (the readers of a uffd take turns with it). Each is a memfd mapping named in /proc/self/maps
 ("uffdkvm-reader-source", "uffdkvm-source"), which is how these tests count
 them, and each is counted in run()'s memory check. 4 KiB pages keep an
 anonymous page per reader.
@@ -65,7 +65,7 @@ def test_2m_pages_copy_from_a_source_per_reader(kvm, hugepages, backing, layout)
 
 
 @pytest.mark.slow  # a 1 GiB walk: about 6 s here
-def test_1g_pages_copy_from_one_source_per_run(kvm, hugepages):
+def test_1g_pages_copy_from_one_source_per_uffd(kvm, hugepages):
     r, sources = sources_during(dict(vcpus=1, mem_per_vcpu="1G", readers=4,
                                      backing="anonymous_hugetlb_1gb"), delay_us=200_000)
     assert r.faults == 1
@@ -81,9 +81,8 @@ def test_4k_pages_need_no_shared_source(kvm):
 @pytest.mark.parametrize("backing", ["anonymous_thp", "anonymous_hugetlb", "shared_hugetlb"])
 @pytest.mark.parametrize("layout", ["uffd-per-vcpu", "single-uffd", "overlap"])
 def test_huge_pages_arrive_whole_with_many_readers(kvm, hugepages, backing, layout):
-    """Every page verifies, word for word (the stamps written after the
-    copy included), with readers racing: for overlap, vCPUs touch the same
-    pages at once and most faults are EEXIST echoes."""
+    """Every page verifies, word for word, with readers racing: for overlap,
+    vCPUs touch the same pages at once and most faults are EEXIST echoes."""
     fields = {"uffd-per-vcpu": dict(vcpus=2), "single-uffd": dict(vcpus=2, single_uffd=True),
               "overlap": dict(vcpus=3, overlap=True)}[layout]
     r = run_or_skip(**fields, mem_per_vcpu="8M", backing=backing, readers=4,
@@ -94,9 +93,9 @@ def test_huge_pages_arrive_whole_with_many_readers(kvm, hugepages, backing, layo
 
 
 def test_a_1g_page_run_counts_its_source_in_the_memory_check(kvm, monkeypatch):
-    """The 1 GiB source of an anonymous_hugetlb_1gb run is ordinary memory,
-    not from the huge page pool: run() refuses it when MemAvailable cannot
-    hold it, before anything is built."""
+    """The 1 GiB source of an anonymous_hugetlb_1gb run's uffd is ordinary
+    memory, not from the huge page pool: run() refuses it when MemAvailable
+    cannot hold it, before anything is built."""
     run_module = __import__("sys").modules["uffdkvm.run"]
     monkeypatch.setattr(run_module, "_mem_available", lambda: (1 << 30) - 1)
     monkeypatch.setattr(uffdkvm._core, "run", lambda *a: pytest.fail("the core was called"))

@@ -46,7 +46,7 @@ def test_every_fault_kind_is_tested():
     assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
                            "thread_create", "corrupt_page", "reader_stall", "vcpu_stall",
                            "resolve_eagain", "reader_crash", "tsc_offset", "no_kvm_tsc_offset",
-                           "unfaulted_page", "tsc_jump"}
+                           "unfaulted_page", "tsc_jump", "no_exact_address"}
 
 
 def test_an_unknown_fault_is_refused():

@@ -16,7 +16,7 @@ import pytest
 import uffdkvm
 from uffdkvm._testing import run_with_fault
 
-from conftest import run_or_skip, small
+from conftest import facts_for_run, host_skip, run_or_skip, small
 
 TIMED = dict(vcpus=2, mem_per_vcpu="8M", guest_timing=True, trace_faults=True)
 PAGES = 2 * 8 * 256
@@ -213,3 +213,22 @@ def test_a_guest_clock_that_moves_during_the_run_gives_no_stages(kvm):
         assert v.service_latency.count == v.faults
         assert v.access_latency.count == PAGES // 2  # the guest's own view still holds
     assert set(r.fault_trace.raised_ns) == {None}
+
+
+@pytest.mark.parametrize("backing,mode", [("anonymous_hugetlb", "missing"),
+                                          ("shared_hugetlb", "minor")])
+def test_hugetlb_faults_named_by_their_huge_page_still_take_their_stamps(kvm, hugepages,
+                                                                         backing, mode):
+    """A kernel without UFFD_FEATURE_EXACT_ADDRESS (Linux < 5.18; injected
+    here) names a hugetlb fault by its huge page's start. The fault is still
+    the guest's first touch of that huge page (the last 4 KiB of it, walking
+    backwards), not its later access to the start."""
+    cfg = uffdkvm.Config(vcpus=2, mem_per_vcpu="8M", backing=backing, uffd_mode=mode,
+                         pattern="reverse", readers=2, guest_timing=True, trace_faults=True)
+    try:
+        r = run_with_fault(cfg, "no_exact_address", after=1)
+    except uffdkvm.HostUnsupportedError as e:
+        host_skip(facts_for_run(**cfg.to_dict()), str(e))
+    assert r.faults == 8
+    assert {gpa % (2 << 20) for gpa in r.fault_trace.gpa} == {0}
+    check_timeline(r, huge=True)

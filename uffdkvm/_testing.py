@@ -37,6 +37,7 @@ FAULTS = {
     "no_kvm_tsc_offset": _core.INJECT_NO_KVM_TSC_OFFSET,  # KVM's TSC offset taken as unknown
     "unfaulted_page": _core.INJECT_UNFAULTED_PAGE,  # page `after` is mapped before userfaultfd
     "tsc_jump": _core.INJECT_TSC_JUMP,             # the guest TSC reads `after` cycles on after the walk
+    "no_exact_address": _core.INJECT_NO_EXACT_ADDRESS,  # hugetlb faults name the huge page's start
 }
 
 

@@ -202,7 +202,8 @@ class Result:
 
     seconds        demand_paging_test's "Total guest execution time": from
                    just before the first vCPU thread is created to just after
-                   the last one is joined
+                   the last one is joined (with guest_timing, the guest's
+                   clock-sync exits before and after its walk fall inside)
     kvm_run_seconds  the narrower window: the first KVM_RUN of any vCPU to
                    the last vCPU reporting done (thread start-up and joining
                    left out)

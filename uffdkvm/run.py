@@ -102,20 +102,20 @@ def _cpu_ranges(cpus) -> str:
 
 
 # Pages up to this size are copied from a source of each reader's own; larger
-# ones from one source per run (csrc/internal.h, struct ukvm_source).
+# ones from one source per uffd (csrc/internal.h, struct ukvm_source).
 _READER_SOURCE_MAX = 2 << 20
 
 
 def _copy_source_bytes(c: Config) -> int:
     """The ordinary memory UFFDIO_COPY copies from, whatever the backing: a
-    2 MiB source per reader for 2 MiB pages, one 1 GiB source per run for
+    2 MiB source per reader for 2 MiB pages, a 1 GiB source per uffd for
     1 GiB pages. 4 KiB pages use a page per reader: nothing to speak of."""
     page = BACKING_PAGE_SIZES[c.backing]
     if c.uffd_mode != "missing" or c.resolve != "copy" or page == PAGE_SIZE:
         return 0
     if page <= _READER_SOURCE_MAX:
         return page * c.readers * c.uffds
-    return page
+    return page * c.uffds
 
 
 def _check_fits_host(c: Config) -> None:

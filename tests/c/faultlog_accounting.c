@@ -49,7 +49,7 @@ static void build(const int *pages, unsigned n, struct ukvm_faultlog *log,
 	pool_with(&pool, pages, n);
 	*log = (struct ukvm_faultlog){
 		.nr_vcpus = 1, .tids = tids, .region_gpa = GPA, .region_pages = PAGES,
-		.page_size = PAGE, .vcpus = vcpu, .readers_per_uffd = 1,
+		.page_size = PAGE, .match_bytes = PAGE, .vcpus = vcpu, .readers_per_uffd = 1,
 	};
 	CHECK_EQ(ukvm_faultlog_build(log, &pool, 1), 0);
 	free(pool.log);
