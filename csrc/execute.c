@@ -44,7 +44,11 @@ static void *vcpu_thread_main(void *arg)
 	if (vcpu->stall_ms)
 		ukvm_thread_stall(&vcpu->state, vcpu->stall_ms);
 	ukvm_thread_at(&vcpu->state, "leaving");
+	/* Under the lock, so that a stop waiting for done cannot miss the wake. */
+	pthread_mutex_lock(&vcpu->ctl->lock);
 	atomic_store(&vcpu->state.done, true);
+	pthread_cond_broadcast(&vcpu->ctl->cond);
+	pthread_mutex_unlock(&vcpu->ctl->lock);
 	return NULL;
 }
 
@@ -173,14 +177,18 @@ uint32_t experiment_wait_vcpus(struct ukvm_experiment *exp, uint64_t deadline_ns
 		if (!running || ukvm_now_ns() >= deadline_ns)
 			return running;
 		/*
-		 * Join one still running for a slice at most, rather than sleep
-		 * the slice: a thread on its way out is joined the moment it
-		 * leaves, so the end of upstream's window (threads_joined_ns)
-		 * does not wait out a poll.
+		 * Wait for one still running to be done, a slice at most, rather
+		 * than sleep the slice: a thread on its way out is joined the
+		 * moment it is done, so the end of upstream's window
+		 * (threads_joined_ns) does not wait out a poll. ctl's condition
+		 * variable runs on CLOCK_MONOTONIC: no clock step can stretch it.
 		 */
-		experiment_timespec(&ts, ukvm_now_ns() + poll_ns);
-		if (pthread_clockjoin_np(next->thread, NULL, CLOCK_MONOTONIC, &ts) == 0)
-			next->thread_started = false;
+		pthread_mutex_lock(&exp->ctl.lock);
+		if (!atomic_load(&next->state.done)) {
+			experiment_timespec(&ts, experiment_deadline_after(poll_ns));
+			pthread_cond_timedwait(&exp->ctl.cond, &exp->ctl.lock, &ts);
+		}
+		pthread_mutex_unlock(&exp->ctl.lock);
 	}
 }
 
