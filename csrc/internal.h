@@ -332,11 +332,6 @@ struct ukvm_source {
 	bool lock_made;
 };
 
-/* Empty, destroyable state. */
-void ukvm_source_init(struct ukvm_source *src);
-/* The shared buffer of page_size bytes, filled, and its lock. */
-int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, struct ukvm_error *err);
-void ukvm_source_destroy(struct ukvm_source *src);
 
 struct ukvm_reader {
 	struct ukvm_pool *pool;

@@ -82,7 +82,8 @@ int ukvm_kick_signal(void)
  * are not: a fault the thread itself causes (SIGSEGV, SIGBUS, ...) that
  * arrives blocked kills the process without running any handler, and
  * faulthandler (or a debugger's handler) could not say where it crashed.
- * SIGABRT goes with them: abort() in a core thread must reach its handler.
+ * SIGABRT goes with them: an abort() in a core thread (a failed libc or
+ * sanitizer check; the core itself never calls it) must reach its handler.
  */
 static const int synchronous_signals[] = {
 	SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGABRT,

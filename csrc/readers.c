@@ -86,7 +86,8 @@ static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 	return ret;
 }
 
-void ukvm_source_init(struct ukvm_source *src)
+/* Empty, destroyable state. */
+static void source_init(struct ukvm_source *src)
 {
 	memset(src, 0, sizeof(*src));
 }
@@ -121,11 +122,12 @@ static uint8_t *source_map(const char *name, uint64_t size, struct ukvm_error *e
 	return p;
 }
 
-int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, struct ukvm_error *err)
+/* The shared buffer of page_size bytes, filled, and its lock. */
+static int source_create(struct ukvm_source *src, uint64_t page_size, struct ukvm_error *err)
 {
 	int ret;
 
-	ukvm_source_init(src);
+	source_init(src);
 	src->page_size = page_size;
 	ret = pthread_mutex_init(&src->lock, NULL);
 	if (ret) {
@@ -140,13 +142,13 @@ int ukvm_source_create(struct ukvm_source *src, uint64_t page_size, struct ukvm_
 	return 0;
 }
 
-void ukvm_source_destroy(struct ukvm_source *src)
+static void source_destroy(struct ukvm_source *src)
 {
 	if (src->buffer)
 		munmap(src->buffer, src->page_size);
 	if (src->lock_made)
 		pthread_mutex_destroy(&src->lock);
-	ukvm_source_init(src);
+	source_init(src);
 }
 
 /* Stats full: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
@@ -510,7 +512,7 @@ void ukvm_pool_init(struct ukvm_pool *pool)
 	pool->stop_fd = -1;
 	atomic_init(&pool->stop, false);
 	atomic_init(&pool->log_chunks, 0);
-	ukvm_source_init(&pool->source);
+	source_init(&pool->source);
 }
 
 /*
@@ -568,7 +570,7 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 	}
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
 	    pool->page_size > UKVM_READER_SRC_MAX) {
-		ret = ukvm_source_create(&pool->source, pool->page_size, err);
+		ret = source_create(&pool->source, pool->page_size, err);
 		if (ret)
 			return ret;
 	}
@@ -718,7 +720,7 @@ int ukvm_pool_destroy(struct ukvm_pool *pool)
 	if (pool->log)
 		munmap(pool->log, pool->log_cap * sizeof(*pool->log));
 	pool->log = NULL;
-	ukvm_source_destroy(&pool->source);
+	source_destroy(&pool->source);
 	if (pool->stop_fd >= 0)
 		close(pool->stop_fd);
 	pool->stop_fd = -1;

@@ -317,10 +317,7 @@ def faults_frame(r: "Result") -> "pandas.DataFrame":
     if r.fault_trace is None:
         raise ValueError("fault_trace: this run kept no trace; run with trace_faults=True")
     t = r.fault_trace
-    n = len(t)
-    # A column a Result read from older JSON lacks is unknown, row by row.
-    df = pd.DataFrame({f.name: getattr(t, f.name) if len(getattr(t, f.name)) == n else [None] * n
-                       for f in dataclasses.fields(t)})
+    df = pd.DataFrame({f.name: getattr(t, f.name) for f in dataclasses.fields(t)})
     for stamp in ("raised_ns", "resumed_ns"):
         df[stamp] = df[stamp].astype("Int64")
     resolved = df["resolved_ns"].astype("Int64")

@@ -190,7 +190,7 @@ class FaultTrace:
     uffd: List[int]
     reader: List[int]
     eexist: List[bool]
-    write: List[Optional[bool]] = field(default_factory=list)
+    write: List[Optional[bool]]
 
     def __len__(self) -> int:
         return len(self.read_ns)
