@@ -7,6 +7,7 @@ import sys
 import pytest
 
 import uffdkvm
+from children import ENV as CHILD_ENV
 from uffdkvm import cli
 
 pytestmark = pytest.mark.kvm
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.kvm
 def uffdkvm_cli(*args):
     # Run from / so that the installed package is imported, not the source tree.
     return subprocess.run([sys.executable, "-m", "uffdkvm", *args], capture_output=True,
-                          text=True, timeout=120, cwd="/")
+                          text=True, timeout=120, cwd="/", env=CHILD_ENV)
 
 
 def test_text_output_starts_with_upstreams_three_lines(kvm):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import uffdkvm
+from children import ENV as CHILD_ENV
 from conftest import small
 from evidence import Trace, intersect, length, union
 from uffdkvm.result import LATENCY_BOUNDS, ReaderStats, VcpuStats
@@ -176,10 +177,8 @@ def test_basic_stats_read_no_clock_and_keep_no_log_per_fault(kvm, callcount):
     with "basic" none, however many faults. Neither allocates per fault: the
     fault log is reserved before the run (a reader claims a chunk of 1024
     records from it now and then), not grown as faults come."""
-    root = os.path.dirname(os.path.dirname(uffdkvm.__file__))
-    env = dict(os.environ, LD_PRELOAD=str(callcount),
-               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", COUNTED_RUN], env=env, check=True,
+    out = subprocess.run([sys.executable, "-c", COUNTED_RUN], cwd="/", check=True,
+                         env={**CHILD_ENV, "LD_PRELOAD": str(callcount)},
                          capture_output=True, text=True, timeout=120)
     counts = json.loads(out.stdout)
     full, basic = counts["full"], counts["basic"]

@@ -14,6 +14,7 @@ from typing import Dict, List
 import pytest
 
 import uffdkvm
+from children import ENV as CHILD_ENV
 from conftest import skip_without_kvm
 from uffdkvm import frames
 
@@ -36,7 +37,7 @@ def test_import_uffdkvm_loads_no_analysis_package():
             "print(sorted(m for m in ('pandas', 'numpy', 'tqdm', 'dask', 'distributed') "
             "if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       cwd="/", timeout=60)
+                       cwd="/", env=CHILD_ENV, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
 
