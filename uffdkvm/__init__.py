@@ -12,8 +12,7 @@ every number means (measurements.md) and the CLI (cli.md).
 """
 from ._version import __version__
 from .config import Config, parse_size
-from .errors import (ConfigError, HostUnsupportedError, RunError, RunTimeoutError,
-                     UffdkvmError)
+from .errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError, UffdkvmError
 from .histogram import Histogram
 from .host import HostInfo
 from .result import FaultTrace, ReaderStats, Result, VcpuStats

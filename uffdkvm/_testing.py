@@ -9,7 +9,7 @@ This module is its only Python door; nothing else in uffdkvm uses it.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from . import _core
 from .config import Config
@@ -41,7 +41,7 @@ FAULTS = {
 }
 
 
-def run_with_fault(config: Optional[Config] = None, fault: str = "resolve_eio",
+def run_with_fault(config: Config | None = None, fault: str = "resolve_eio",
                    after: int = 1, **fields: Any) -> Result:
     """run(), with one injected failure (see FAULTS)."""
     if fault not in FAULTS:

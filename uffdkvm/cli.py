@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
-from .config import (BACKINGS, DELAY_DISTS, GUEST_PAGE_SIZES, PATTERNS, RESOLVES, WAITS,
-                     Config)
+from .config import BACKINGS, DELAY_DISTS, GUEST_PAGE_SIZES, PATTERNS, RESOLVES, WAITS, Config
 from .errors import ConfigError, HostUnsupportedError, UffdkvmError
 from .result import Result
-from .support import backing_support
 from .run import run
+from .support import backing_support
 
 EXIT_OK = 0
 EXIT_UNVERIFIED = 1
@@ -28,7 +27,7 @@ EXIT_HOST = 3
 EXIT_RUN = 4
 
 
-def _uffd_mode(value: str) -> Optional[str]:
+def _uffd_mode(value: str) -> str | None:
     v = value.lower()
     if v == "none":
         return None
@@ -148,7 +147,7 @@ def _pins(args) -> None:
     args["pin_vcpus"] = cpu_list
 
 
-def _table(headers: Sequence[str], rows: List[Sequence[object]]) -> str:
+def _table(headers: Sequence[str], rows: list[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells)
@@ -225,7 +224,7 @@ def _us(h, q):
     return f"{h.percentile(q) / 1000:.1f}"
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["sweep"]:  # uffdkvm sweep ...: many runs, one table
         from .cli_sweep import main as sweep_main

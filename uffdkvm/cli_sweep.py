@@ -25,14 +25,15 @@ import math
 import sys
 import typing
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import cli
-from .support import backing_support
 from .config import Config, format_size
 from .errors import ConfigError
 from .serial import type_hints
 from .spread import Spread, spread_of
+from .support import backing_support
 from .sweep import SweepWarning, sweep
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
@@ -44,7 +45,7 @@ SPREADS = {
 }
 
 
-def _list_of(convert: Optional[Callable[[str], Any]], choices: Optional[Sequence]):
+def _list_of(convert: Callable[[str], Any] | None, choices: Sequence | None):
     """An argparse type: "a,b,c" -> [convert(a), convert(b), convert(c)]."""
     def parse(text: str) -> list:
         values = []
@@ -87,7 +88,7 @@ def _convert(field: str, hint: Any, text: str) -> Any:
         f"{field}: {text!r} is not a {getattr(hint, '__name__', hint)}")
 
 
-def _setting(text: str) -> Tuple[str, list]:
+def _setting(text: str) -> tuple[str, list]:
     """--set FIELD=V1,V2: any Config field, with values parsed by its type."""
     field, sep, values = text.partition("=")
     field = field.strip().replace("-", "_")
@@ -163,7 +164,7 @@ def _show(field: str, value: Any) -> str:
     return str(value)
 
 
-def _heading(field: Optional[str], value: Any) -> str:
+def _heading(field: str | None, value: Any) -> str:
     """A column's heading: the wait mode alone ("poll"), else field=value."""
     if field is None:
         return str(value)
@@ -190,17 +191,17 @@ class Grid:
     metric and how many of its runs failed (a run that did not fail but has
     no value for the metric is left out, not counted as failed)."""
 
-    def __init__(self, df, swept: List[str], metric: str):
+    def __init__(self, df, swept: list[str], metric: str):
         self.column_field = "wait" if "wait" in swept else (
             swept[-1] if len(swept) > 1 else None)
         self.row_fields = [f for f in swept if f != self.column_field]
         keys = list(df[[*self.row_fields, *([self.column_field] if self.column_field
                                             else [])]].itertuples(index=False, name=None)) \
             if swept else [()] * len(df)
-        values: Dict[Tuple, List[Any]] = {}
-        self.failed: Dict[Tuple, int] = {}
-        self.row_keys: Dict[Tuple, None] = {}
-        self.column_keys: Dict[Any, None] = {}
+        values: dict[tuple, list[Any]] = {}
+        self.failed: dict[tuple, int] = {}
+        self.row_keys: dict[tuple, None] = {}
+        self.column_keys: dict[Any, None] = {}
         errors = df["error"] if "error" in df else [None] * len(df)
         measured = df[metric] if metric in df else [None] * len(df)
         for key, error, value in zip(keys, errors, measured):
@@ -214,9 +215,9 @@ class Grid:
             else:
                 cell.append(value)
         # ValueError for a metric that is not numeric, naming the value.
-        self.cells: Dict[Tuple, Spread] = {k: spread_of(v) for k, v in values.items()}
+        self.cells: dict[tuple, Spread] = {k: spread_of(v) for k, v in values.items()}
 
-    def cell(self, row_key: Tuple, column_key: Any) -> Spread:
+    def cell(self, row_key: tuple, column_key: Any) -> Spread:
         return self.cells.get((row_key, column_key)) or spread_of([])
 
     def heading(self, column_key: Any) -> str:
@@ -247,7 +248,7 @@ def format_footer(metric: str, trials: int, spread: str = "ci") -> str:
         f" {SPREADS[spread]}" if trials > 1 else "")
 
 
-def format_notes(grid: Grid, spread: str = "ci") -> List[str]:
+def format_notes(grid: Grid, spread: str = "ci") -> list[str]:
     """The lines under the footer: how far to trust a short interval, and
     the coefficient of variation (stdev/mean) of each column's trials (its
     lowest and highest cell)."""
@@ -276,7 +277,7 @@ def _isnan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = vars(args)
     trials, out, metric = options.pop("trials"), options.pop("out"), options.pop("metric")
@@ -289,7 +290,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cpus = options.pop("cpus")
     if cpus is not None:
         options["pin_vcpus"] = cpus  # "0,1": one pin list, held fixed
-    grid: Dict[str, Any] = dict(options)  # lists are swept, the rest held fixed
+    grid: dict[str, Any] = dict(options)  # lists are swept, the rest held fixed
     grid.update(settings)
     if trials < 1:
         print("uffdkvm sweep: --trials: must be at least 1", file=sys.stderr)

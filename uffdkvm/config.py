@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple, Union
+from typing import Any
 
 from .errors import ConfigError
 
@@ -46,7 +46,7 @@ _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
 
-def parse_size(value: Union[int, str], field: str = "size") -> int:
+def parse_size(value: int | str, field: str = "size") -> int:
     """Bytes from an int or a string such as "64M", "1G", "4096" or "2GiB"."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ConfigError(f"{field}: expected bytes as an int or a string like '64M', "
@@ -74,7 +74,7 @@ def _choice(field: str, value: Any, choices: tuple) -> str:
     raise ConfigError(f"{field}: {value!r} is not one of {', '.join(map(repr, choices))}")
 
 
-def _integer(field: str, value: Any, low: int, high: Optional[int] = None) -> int:
+def _integer(field: str, value: Any, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{field}: expected an int, not {value!r}")
     if value < low or (high is not None and value > high):
@@ -89,7 +89,7 @@ def _flag(field: str, value: Any) -> bool:
     return value
 
 
-def _cpus(field: str, value: Any) -> Optional[Tuple[int, ...]]:
+def _cpus(field: str, value: Any) -> tuple[int, ...] | None:
     """None, or a non-empty tuple of CPU numbers (a list or "0,2,3" is accepted)."""
     if value is None:
         return None
@@ -167,9 +167,9 @@ class Config:
     """
 
     vcpus: int = 1
-    mem_per_vcpu: Union[int, str] = "1G"
+    mem_per_vcpu: int | str = "1G"
     backing: str = "anonymous"
-    uffd_mode: Optional[str] = "missing"
+    uffd_mode: str | None = "missing"
     single_uffd: bool = False
     readers: int = 1
     wait: str = "epoll_exclusive"
@@ -183,13 +183,13 @@ class Config:
     passes: int = 1
     resolve: str = "copy"
     delay_dist: str = "fixed"
-    pin_vcpus: Optional[Tuple[int, ...]] = None
-    pin_readers: Optional[Tuple[int, ...]] = None
+    pin_vcpus: tuple[int, ...] | None = None
+    pin_readers: tuple[int, ...] | None = None
     prefault: bool = False
     stats: str = "full"
     guest_timing: bool = False
     trace_faults: bool = False
-    timeout_s: Optional[float] = None
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
@@ -292,7 +292,7 @@ class Config:
             return 0
         return 1 if self.single_uffd or self.overlap else self.vcpus
 
-    def replace(self, **fields: Any) -> "Config":
+    def replace(self, **fields: Any) -> Config:
         """A copy with some fields changed (validated like a new Config)."""
         unknown = set(fields) - {f.name for f in dataclasses.fields(self)}
         if unknown:

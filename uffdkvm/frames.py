@@ -27,7 +27,8 @@ import dataclasses
 import math
 import re
 import typing
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from .histogram import Histogram
 from .serial import type_hints
@@ -77,16 +78,16 @@ def _is_table(value: Any) -> bool:
         dataclasses.is_dataclass(v) for v in value)
 
 
-def _columns(obj: Any, prefix: str = "", renames: Optional[Dict[str, str]] = None,
-             skip: frozenset = frozenset()) -> List[Tuple[str, Any, str]]:
+def _columns(obj: Any, prefix: str = "", renames: dict[str, str] | None = None,
+             skip: frozenset = frozenset()) -> list[tuple[str, Any, str]]:
     """(column, value, kind) for every field and property of a dataclass:
     plain values first (fields, then properties), then the columns of dicts
     and nested dataclasses."""
     renames = renames or {}
     names = [f.name for f in dataclasses.fields(obj)]
     names += [p for p in _properties(type(obj)) if p not in names]
-    plain: List[Tuple[str, Any, str]] = []
-    spread: List[Tuple[str, Any, str]] = []
+    plain: list[tuple[str, Any, str]] = []
+    spread: list[tuple[str, Any, str]] = []
     hints = type_hints(type(obj))
     for name in names:
         if name in skip:
@@ -117,7 +118,7 @@ def _is_histogram_hint(hint: Any) -> bool:
     return hint is Histogram or Histogram in typing.get_args(hint)
 
 
-def _hint(cls: type, hints: Dict[str, Any], name: str) -> Any:
+def _hint(cls: type, hints: dict[str, Any], name: str) -> Any:
     """A field's type hint, or a property's return annotation."""
     if name in hints:
         return hints[name]
@@ -125,7 +126,7 @@ def _hint(cls: type, hints: Dict[str, Any], name: str) -> Any:
     return getattr(getattr(prop, "fget", None), "__annotations__", {}).get("return")
 
 
-def _histogram_columns(h: Optional[Histogram], name: str) -> Iterator[Tuple[str, Any]]:
+def _histogram_columns(h: Histogram | None, name: str) -> Iterator[tuple[str, Any]]:
     """A histogram in a row: its count and the numbers one plots, in its unit."""
     unit = h.unit if h is not None else "ns"
     empty = h is None or not h.count
@@ -136,7 +137,7 @@ def _histogram_columns(h: Optional[Histogram], name: str) -> Iterator[Tuple[str,
     yield f"{name}_max_{unit}", None if empty else h.max
 
 
-def _dict_columns(d: dict, prefix: str) -> Iterator[Tuple[str, Any]]:
+def _dict_columns(d: dict, prefix: str) -> Iterator[tuple[str, Any]]:
     for k, v in d.items():
         if isinstance(v, dict):
             yield from _dict_columns(v, f"{prefix}{k}_")
@@ -144,7 +145,7 @@ def _dict_columns(d: dict, prefix: str) -> Iterator[Tuple[str, Any]]:
             yield f"{prefix}{k}", v
 
 
-def _table_type(cls: type, name: str) -> Optional[type]:
+def _table_type(cls: type, name: str) -> type | None:
     """The dataclass a list field of cls holds (List[VcpuStats] -> VcpuStats)."""
     try:
         hint = type_hints(cls).get(name)
@@ -157,7 +158,7 @@ def _table_type(cls: type, name: str) -> Optional[type]:
     return None
 
 
-def _tables(r: "Result") -> List[str]:
+def _tables(r: Result) -> list[str]:
     """Result fields that are tables: lists of dataclasses (vcpus, readers)."""
     return [f.name for f in dataclasses.fields(r)
             if _is_table(getattr(r, f.name)) or _table_type(type(r), f.name) is not None]
@@ -169,13 +170,13 @@ def _singular(table: str) -> str:
 
 # ---- one row per thread ---------------------------------------------------
 
-def table_rows(r: "Result", table: str) -> List[Dict[str, Any]]:
+def table_rows(r: Result, table: str) -> list[dict[str, Any]]:
     """One dict per element of the list field ``table`` (e.g. "vcpus")."""
     renames = {"index": _singular(table)}
     return [{c: v for c, v, _ in _columns(x, renames=renames)} for x in getattr(r, table)]
 
 
-def _empty_columns(r: "Result", table: str) -> List[str]:
+def _empty_columns(r: Result, table: str) -> list[str]:
     cls = _table_type(type(r), table)
     if cls is None:
         return []
@@ -189,7 +190,7 @@ def _is_dict_hint(hint: Any) -> bool:
     return hint is dict or typing.get_origin(hint) is dict
 
 
-def table_frame(r: "Result", table: str) -> "pandas.DataFrame":
+def table_frame(r: Result, table: str) -> pandas.DataFrame:
     pd = _pandas()
     rows = table_rows(r, table)
     if not rows:
@@ -197,13 +198,13 @@ def table_frame(r: "Result", table: str) -> "pandas.DataFrame":
     return pd.DataFrame(rows)
 
 
-def vcpus_frame(r: "Result") -> "pandas.DataFrame":
+def vcpus_frame(r: Result) -> pandas.DataFrame:
     """One row per vCPU: ``vcpu``, ``seconds``, ``pages``, ``pages_per_s``,
     ``exits``, ..., and ``kvm_<name>`` for each of KVM's per-vCPU statistics."""
     return table_frame(r, "vcpus")
 
 
-def readers_frame(r: "Result") -> "pandas.DataFrame":
+def readers_frame(r: Result) -> pandas.DataFrame:
     """One row per reader thread: ``uffd``, ``reader``, ``faults``,
     ``wakeups``, ``spurious_wakeups``, ..., ``busy_seconds``, ``cpu_seconds``."""
     return table_frame(r, "readers")
@@ -211,7 +212,7 @@ def readers_frame(r: "Result") -> "pandas.DataFrame":
 
 # ---- one row per run ------------------------------------------------------
 
-def config_row(config: "Config", shadowed: frozenset = frozenset()) -> Dict[str, Any]:
+def config_row(config: Config, shadowed: frozenset = frozenset()) -> dict[str, Any]:
     """The Config's fields (and properties not in ``shadowed``) as columns."""
     return {c: v for c, v, _ in _columns(config, skip=shadowed)}
 
@@ -221,7 +222,7 @@ def _result_names(r: Any) -> frozenset:
     return frozenset(RESULT_RENAMES.get(n, n) for n in names) | names
 
 
-def run_row(r: "Result") -> Dict[str, Any]:
+def run_row(r: Result) -> dict[str, Any]:
     """One run as one flat dict: what :func:`run_frame` puts in its row."""
     config_fields = {f.name for f in dataclasses.fields(r.config)}
     # A Config property the Result also measures (uffds, pages_per_vcpu) is
@@ -239,7 +240,7 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _aggregates(r: "Result", table: str) -> Dict[str, Any]:
+def _aggregates(r: Result, table: str) -> dict[str, Any]:
     """Per-thread numbers summarised over the threads of one table:
     ``<table>_<x>`` the sum, ``_min`` and ``_max`` beside it; for dict-born
     columns (``kvm_*``) the sum only (the max for peaks named ``max_*``); and,
@@ -247,9 +248,9 @@ def _aggregates(r: "Result", table: str) -> Dict[str, Any]:
     items = getattr(r, table)
     renames = {"index": _singular(table)}
     per_thread = [_columns(x, renames=renames) for x in items]
-    kinds: Dict[str, str] = {}
-    values: Dict[str, List[float]] = {}
-    zero: Dict[str, float] = {}
+    kinds: dict[str, str] = {}
+    values: dict[str, list[float]] = {}
+    zero: dict[str, float] = {}
     if per_thread:
         for cols in per_thread:
             for c, v, kind in cols:
@@ -271,7 +272,7 @@ def _aggregates(r: "Result", table: str) -> Dict[str, Any]:
                 values[f.name] = []
                 zero[f.name] = 0.0 if float in _hint_types(hints[f.name]) else 0
 
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for c, vs in values.items():
         if kinds[c] == _DICT:
             peak = _PEAK.search(c) is not None
@@ -288,7 +289,7 @@ def _aggregates(r: "Result", table: str) -> Dict[str, Any]:
     return out
 
 
-def _hint_types(hint: Any) -> Tuple[Any, ...]:
+def _hint_types(hint: Any) -> tuple[Any, ...]:
     """The types a hint allows: Optional[int] -> (int, NoneType)."""
     if typing.get_origin(hint) is typing.Union:
         return typing.get_args(hint)
@@ -302,7 +303,7 @@ def _numeric_hint(hint: Any) -> bool:
         any(t in (int, float) for t in types)
 
 
-def faults_frame(r: "Result") -> "pandas.DataFrame":
+def faults_frame(r: Result) -> pandas.DataFrame:
     """One row per fault (trace_faults=True), by read time: ``t_s`` (seconds
     since the first fault was read), the trace's columns (``raised_ns``,
     ``read_ns``, ``resolved_ns``, ``resumed_ns``, ``gpa``, ``vcpu``, ``uffd``,
@@ -338,7 +339,7 @@ def faults_frame(r: "Result") -> "pandas.DataFrame":
     return df
 
 
-def run_frame(r: "Result") -> "pandas.DataFrame":
+def run_frame(r: Result) -> pandas.DataFrame:
     """One row for the run: the Config's fields, the Result's scalars (units
     in the names), ``host_*``, KVM's VM-wide ``kvm_*``, and per-thread
     aggregates: ``vcpus_*`` and ``readers_*`` (sum, ``_min``, ``_max``) and

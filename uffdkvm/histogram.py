@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -19,8 +19,8 @@ class Histogram:
         h1 + h2                   # the same buckets, merged
     """
 
-    bounds: Tuple[float, ...]
-    counts: Tuple[int, ...]
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
     count: int
     sum: float
     min: float
@@ -41,14 +41,14 @@ class Histogram:
             raise ValueError(f"counts add up to {sum(self.counts)}, not count={self.count}")
 
     @classmethod
-    def empty(cls, bounds: Sequence[float], unit: str = "ns") -> "Histogram":
+    def empty(cls, bounds: Sequence[float], unit: str = "ns") -> Histogram:
         return cls(tuple(bounds), (0,) * (len(bounds) - 1), 0, 0, 0, 0, unit)
 
     @property
-    def mean(self) -> Optional[float]:
+    def mean(self) -> float | None:
         return self.sum / self.count if self.count else None
 
-    def percentile(self, q: float) -> Optional[float]:
+    def percentile(self, q: float) -> float | None:
         """The value below which q percent of the values fall (q from 0 to
         100), interpolated within its bucket and clamped to [min, max]."""
         if not 0 <= q <= 100:
@@ -69,7 +69,7 @@ class Histogram:
             seen += n
         return self.max
 
-    def __add__(self, other: "Histogram") -> "Histogram":
+    def __add__(self, other: Histogram) -> Histogram:
         if not isinstance(other, Histogram):
             return NotImplemented
         if other.bounds != self.bounds or other.unit != self.unit:
@@ -87,7 +87,7 @@ class Histogram:
             return self
         return NotImplemented
 
-    def cdf(self) -> List[Tuple[float, float]]:
+    def cdf(self) -> list[tuple[float, float]]:
         """(value, fraction of values at or below it) at each non-empty
         bucket's upper bound: the points of a cumulative distribution plot."""
         out, seen = [], 0

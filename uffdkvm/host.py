@@ -43,7 +43,7 @@ class HostInfo:
     uffdkvm_version: str = ""
 
     @classmethod
-    def current(cls) -> "HostInfo":
+    def current(cls) -> HostInfo:
         """This host, probed once per process."""
         return _current()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
 
 from . import _core
 from .config import Config
@@ -35,7 +34,7 @@ def _latency(h: dict) -> Histogram:
                      h["min"], h["max"])
 
 
-def _access_latency(counts, cycles: int, tsc_khz: int) -> Optional[Histogram]:
+def _access_latency(counts, cycles: int, tsc_khz: int) -> Histogram | None:
     """The guest's log2 histogram of TSC cycles, in nanoseconds."""
     if not tsc_khz:
         return None
@@ -96,20 +95,20 @@ class VcpuStats:
     index: int
     seconds: float
     pages: int
-    exits: Optional[int]
+    exits: int | None
     userspace_exits: int
     tid: int
-    kvm_stats: Dict[str, int] = field(default_factory=dict, repr=False)
-    pass_seconds: List[float] = field(default_factory=list)
-    cpus: List[int] = field(default_factory=list, repr=False)
+    kvm_stats: dict[str, int] = field(default_factory=dict, repr=False)
+    pass_seconds: list[float] = field(default_factory=list)
+    cpus: list[int] = field(default_factory=list, repr=False)
     cpu_seconds: float = 0.0
-    faults: Optional[int] = None
-    queue_latency: Optional[Histogram] = None
-    service_latency: Optional[Histogram] = None
-    resume_latency: Optional[Histogram] = None
-    fault_latency: Optional[Histogram] = None
-    blocked_seconds: Optional[float] = None
-    access_latency: Optional[Histogram] = None
+    faults: int | None = None
+    queue_latency: Histogram | None = None
+    service_latency: Histogram | None = None
+    resume_latency: Histogram | None = None
+    fault_latency: Histogram | None = None
+    blocked_seconds: float | None = None
+    access_latency: Histogram | None = None
 
     @property
     def pages_per_s(self) -> float:
@@ -148,12 +147,12 @@ class ReaderStats:
     wakeups: int
     spurious_wakeups: int
     eexist: int
-    busy_seconds: Optional[float]
+    busy_seconds: float | None
     context_switches: int
     cpu_seconds: float
-    cpus: List[int] = field(default_factory=list, repr=False)
-    service_latency: Optional[Histogram] = None
-    queue_latency: Optional[Histogram] = None
+    cpus: list[int] = field(default_factory=list, repr=False)
+    service_latency: Histogram | None = None
+    queue_latency: Histogram | None = None
     tid: int = 0
     copies: int = 0
     zeropages: int = 0
@@ -181,16 +180,16 @@ class FaultTrace:
                   uffdkvm recorded it)
     """
 
-    raised_ns: List[Optional[int]]
-    read_ns: List[int]
-    resolved_ns: List[int]
-    resumed_ns: List[Optional[int]]
-    gpa: List[int]
-    vcpu: List[int]
-    uffd: List[int]
-    reader: List[int]
-    eexist: List[bool]
-    write: List[Optional[bool]]
+    raised_ns: list[int | None]
+    read_ns: list[int]
+    resolved_ns: list[int]
+    resumed_ns: list[int | None]
+    gpa: list[int]
+    vcpu: list[int]
+    uffd: list[int]
+    reader: list[int]
+    eexist: list[bool]
+    write: list[bool | None]
 
     def __len__(self) -> int:
         return len(self.read_ns)
@@ -245,54 +244,54 @@ class Result:
     pages_per_vcpu: int
     faults: int
     paging_rate: float
-    vcpus: List[VcpuStats]
-    readers: List[ReaderStats]
+    vcpus: list[VcpuStats]
+    readers: list[ReaderStats]
     verified: bool
     bad_pages: int
     verify_message: str
     page_size: int
     uffds: int
-    kvm_stats: Dict[str, int] = field(default_factory=dict, repr=False)
-    pass_seconds: List[float] = field(default_factory=list)
-    blocktime_seconds: Optional[float] = None
-    fault_trace: Optional["FaultTrace"] = field(default=None, repr=False)
-    host: Optional[HostInfo] = field(default=None, repr=False)
-    kvm_run_seconds: Optional[float] = None
-    clock_sync: Optional[str] = None
-    clock_error_ns: Optional[float] = None
-    misordered_faults: Optional[int] = None
+    kvm_stats: dict[str, int] = field(default_factory=dict, repr=False)
+    pass_seconds: list[float] = field(default_factory=list)
+    blocktime_seconds: float | None = None
+    fault_trace: FaultTrace | None = field(default=None, repr=False)
+    host: HostInfo | None = field(default=None, repr=False)
+    kvm_run_seconds: float | None = None
+    clock_sync: str | None = None
+    clock_error_ns: float | None = None
+    misordered_faults: int | None = None
 
     @property
     def per_vcpu_rate(self) -> float:
         """Upstream's "Per-vcpu demand paging rate", pages/s per vCPU."""
         return self.paging_rate / len(self.vcpus) if self.vcpus else 0.0
 
-    def _merged(self, name: str) -> Optional[Histogram]:
+    def _merged(self, name: str) -> Histogram | None:
         hists = [getattr(v, name) for v in self.vcpus if getattr(v, name) is not None]
         return sum(hists) if hists else None
 
     @property
-    def queue_latency(self) -> Optional[Histogram]:
+    def queue_latency(self) -> Histogram | None:
         """Every vCPU's queue stage merged (guest_timing), else None."""
         return self._merged("queue_latency")
 
     @property
-    def service_latency(self) -> Optional[Histogram]:
+    def service_latency(self) -> Histogram | None:
         """Every vCPU's service stage merged (stats="full"), else None."""
         return self._merged("service_latency")
 
     @property
-    def resume_latency(self) -> Optional[Histogram]:
+    def resume_latency(self) -> Histogram | None:
         """Every vCPU's resume stage merged (guest_timing), else None."""
         return self._merged("resume_latency")
 
     @property
-    def fault_latency(self) -> Optional[Histogram]:
+    def fault_latency(self) -> Histogram | None:
         """Every vCPU's whole faults, raised to resumed, merged (guest_timing), else None."""
         return self._merged("fault_latency")
 
     @property
-    def access_latency(self) -> Optional[Histogram]:
+    def access_latency(self) -> Histogram | None:
         """Every vCPU's guest-timed accesses merged (guest_timing), else None."""
         return self._merged("access_latency")
 
@@ -338,20 +337,20 @@ class Result:
         return to_json(self, **dumps_kwargs)
 
     @classmethod
-    def from_json(cls, text) -> "Result":
+    def from_json(cls, text) -> Result:
         """The Result that :meth:`to_json` wrote: ``Result.from_json(r.to_json()) == r``."""
         from .serial import from_json
         return from_json(cls, text)
 
     @classmethod
-    def _from_core(cls, config: Config, raw: dict) -> "Result":
+    def _from_core(cls, config: Config, raw: dict) -> Result:
         full = raw["stats_full"]
         timing = config.guest_timing
         # The guest's stamps give the stages around service, where its clock
         # could be put on the readers'.
         staged = full and timing and raw["clock_sync"] != _core.CLOCK_SYNC_NONE
 
-        def stage(h: dict, present: bool) -> Optional[Histogram]:
+        def stage(h: dict, present: bool) -> Histogram | None:
             return _latency(h) if present else None
 
         vcpus = [VcpuStats(index=v["index"], seconds=(v["end_ns"] - v["start_ns"]) * NS,

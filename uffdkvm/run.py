@@ -4,13 +4,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Optional
+from typing import Any
 
 from . import _core
-from .config import (BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS, GUEST_PAGE_SIZES,
-                     HUGETLB_BACKINGS, PAGE_SIZE, PATTERNS, RESOLVES, Config, format_size)
-from .errors import (ConfigError, HostUnsupportedError, RunError, RunTimeoutError,
-                     UffdkvmError)
+from .config import (
+    BACKING_PAGE_SIZES,
+    BACKINGS,
+    DELAY_DISTS,
+    GUEST_PAGE_SIZES,
+    HUGETLB_BACKINGS,
+    PAGE_SIZE,
+    PATTERNS,
+    RESOLVES,
+    Config,
+    format_size,
+)
+from .errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError, UffdkvmError
 from .host import HostInfo
 from .result import Result
 
@@ -61,7 +70,7 @@ def _timeout_ns(seconds: float) -> int:
     return max(1, int(seconds * 1e9))
 
 
-def _meminfo(key: str) -> Optional[int]:
+def _meminfo(key: str) -> int | None:
     """A /proc/meminfo line in bytes, or None."""
     try:
         with open("/proc/meminfo") as f:
@@ -73,7 +82,7 @@ def _meminfo(key: str) -> Optional[int]:
     return None
 
 
-def _mem_available() -> Optional[int]:
+def _mem_available() -> int | None:
     return _meminfo("MemAvailable")
 
 
@@ -169,7 +178,7 @@ def _wait_for_earlier_runs() -> None:
                 return
 
 
-def _config_of(config: Optional[Config], fields: dict) -> Config:
+def _config_of(config: Config | None, fields: dict) -> Config:
     if config is None:
         return Config().replace(**fields) if fields else Config()
     if not isinstance(config, Config):
@@ -177,12 +186,12 @@ def _config_of(config: Optional[Config], fields: dict) -> Config:
     return config.replace(**fields) if fields else config
 
 
-def _raise_from_core(e: "_core.CoreError") -> None:
+def _raise_from_core(e: _core.CoreError) -> None:
     kind, errnum, message = e.args
     raise _ERRORS.get(kind, UffdkvmError)(message, errnum) from None
 
 
-def probe(config: Optional[Config] = None, **fields: Any) -> None:
+def probe(config: Config | None = None, **fields: Any) -> None:
     """Checks that this host can run the config without running it.
 
     Builds the VM, the backing memory and the uffds and registers them, then
@@ -197,7 +206,7 @@ def probe(config: Optional[Config] = None, **fields: Any) -> None:
         _raise_from_core(e)
 
 
-def run(config: Optional[Config] = None, **fields: Any) -> Result:
+def run(config: Config | None = None, **fields: Any) -> Result:
     """Run one experiment and return its Result.
 
     ``run()`` runs the default Config; ``run(vcpus=2, mem_per_vcpu="64M")``

@@ -74,7 +74,7 @@ def to_json(obj: Any, **dumps_kwargs: Any) -> str:
     return json.dumps({"schema": SCHEMA, **encode(obj)}, **dumps_kwargs)
 
 
-def from_json(cls: type, text: Union[str, bytes]) -> Any:
+def from_json(cls: type, text: str | bytes) -> Any:
     """A cls from the JSON that :func:`to_json` wrote (or ``to_dict()`` output)."""
     data = json.loads(text)
     if not isinstance(data, dict):
@@ -121,7 +121,7 @@ def _migrate_1_to_2(data: dict) -> dict:
 MIGRATIONS = {1: _migrate_1_to_2}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def type_hints(cls: type) -> dict:
     """cls's resolved type hints (cached)."""
     return typing.get_type_hints(cls)

@@ -52,8 +52,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -156,11 +157,11 @@ def _check(confidence: float, resamples: int, seed: int) -> None:
                          f"not {seed!r}")
 
 
-def _numbers(values: Iterable[Any], name: str = "values") -> Tuple[List[Optional[float]], int]:
+def _numbers(values: Iterable[Any], name: str = "values") -> tuple[list[float | None], int]:
     """values as floats, None for a failed run (None or NaN); and how many failed."""
     if isinstance(values, (str, bytes)):
         raise ValueError(f"{name}: expected a sequence of numbers, not a string")
-    out: List[Optional[float]] = []
+    out: list[float | None] = []
     for i, v in enumerate(values):
         if v is None:
             out.append(None)
@@ -194,7 +195,7 @@ def _median(ordered: Sequence[float]) -> float:
 
 
 def _resampled_medians(values: Sequence[float], resamples: int,
-                       rng: random.Random) -> List[float]:
+                       rng: random.Random) -> list[float]:
     """The medians of ``resamples`` draws of len(values) values with
     replacement. Only rng.random() is used: its sequence for a seed is the
     one part of the random module Python promises not to change."""
@@ -206,7 +207,7 @@ def _resampled_medians(values: Sequence[float], resamples: int,
     return medians
 
 
-def _interval(estimates: List[float], confidence: float) -> Tuple[float, float]:
+def _interval(estimates: list[float], confidence: float) -> tuple[float, float]:
     estimates.sort()
     tail = (1 - confidence) / 2
     return quantile(estimates, tail), quantile(estimates, 1 - tail)
@@ -325,7 +326,7 @@ def _key(value: Any) -> Any:
     return value
 
 
-def swept_fields(df: "pandas.DataFrame") -> List[str]:
+def swept_fields(df: pandas.DataFrame) -> list[str]:
     """The Config fields that vary between the rows of a sweep frame, in
     Config's order: what tells its points apart (``trial`` and measurements
     are not Config fields; Config's derived columns, ``region_bytes`` and
@@ -336,10 +337,10 @@ def swept_fields(df: "pandas.DataFrame") -> List[str]:
             and len({_key(v) for v in df[f]}) > 1]
 
 
-def summarize(df: "pandas.DataFrame", metric: Union[str, Sequence[str]] = "pages_per_s",
-              by: Union[None, str, Sequence[str]] = None, *,
+def summarize(df: pandas.DataFrame, metric: str | Sequence[str] = "pages_per_s",
+              by: None | str | Sequence[str] = None, *,
               confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
-              seed: int = SEED) -> "pandas.DataFrame":
+              seed: int = SEED) -> pandas.DataFrame:
     """One row per point of a sweep frame: the :func:`spread_of` of its trials.
 
     df          rows of runs: what uffdkvm.sweep() returns (or any frame)

@@ -1,8 +1,6 @@
 """What this host can run: backings and userfaultfd modes, probed for real."""
 from __future__ import annotations
 
-from typing import Dict, Optional
-
 from .config import BACKING_PAGE_SIZES, SHARED_BACKINGS, Config
 from .errors import UffdkvmError
 from .run import probe
@@ -13,13 +11,13 @@ def modes_for(backing: str):
     return ("missing", "minor", None) if backing in SHARED_BACKINGS else ("missing", None)
 
 
-def backing_support() -> Dict[str, Dict[Optional[str], Optional[str]]]:
+def backing_support() -> dict[str, dict[str | None, str | None]]:
     """{backing: {uffd_mode: None if this host runs it, else why not}}.
 
     Each entry is a real probe (uffdkvm.probe): the VM, one page of the
     backing memory and its uffd are built and registered, then released.
     """
-    support: Dict[str, Dict[Optional[str], Optional[str]]] = {}
+    support: dict[str, dict[str | None, str | None]] = {}
     for backing, page in BACKING_PAGE_SIZES.items():
         support[backing] = {}
         for mode in modes_for(backing):

@@ -27,7 +27,8 @@ import json
 import os
 import uuid
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, Generator, List, Optional, Tuple, Union
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Union
 
 from .config import Config
 from .frames import _pandas, config_row, run_row
@@ -46,7 +47,7 @@ class SweepWarning(UserWarning):
     file could not be read."""
 
 
-def read_results(path: PathLike) -> List[Result]:
+def read_results(path: PathLike) -> list[Result]:
     """The Results in a JSON-lines file, such as sweep(out=...) writes.
 
     A line that is not a Result (a run cut off mid-write, say) is skipped
@@ -80,7 +81,7 @@ def _axis(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple, range)) else [value]
 
 
-def points(base: Optional[Config] = None, **grid: Any) -> List[Config]:
+def points(base: Config | None = None, **grid: Any) -> list[Config]:
     """The distinct Configs of a grid, in order (the last field varies fastest).
 
     A list, tuple or range is an axis; any other value is held fixed. To hold
@@ -91,7 +92,7 @@ def points(base: Optional[Config] = None, **grid: Any) -> List[Config]:
     elif not isinstance(base, Config):
         raise TypeError(f"sweep() takes a uffdkvm.Config as base, not {type(base).__name__}")
     keys = list(grid)
-    configs: Dict[str, Config] = {}
+    configs: dict[str, Config] = {}
     for combo in itertools.product(*(_axis(v) for v in grid.values())):
         config = base.replace(**dict(zip(keys, combo)))
         configs.setdefault(_key(config), config)
@@ -124,7 +125,7 @@ class _Bar:
 class _Out:
     """The JSON-lines file, appended to one flushed line at a time."""
 
-    def __init__(self, path: Optional[PathLike]):
+    def __init__(self, path: PathLike | None):
         self._f = None
         if path is not None:
             self._f = open(path, "a+b")
@@ -149,10 +150,10 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def sweep(base: Optional[Config] = None, *, trials: int = 1, progress: bool = True,
-          out: Optional[PathLike] = None,
-          executor: Optional[concurrent.futures.Executor] = None,
-          **grid: Any) -> "pandas.DataFrame":
+def sweep(base: Config | None = None, *, trials: int = 1, progress: bool = True,
+          out: PathLike | None = None,
+          executor: concurrent.futures.Executor | None = None,
+          **grid: Any) -> pandas.DataFrame:
     """Run every combination of the grid ``trials`` times; one row per run.
 
     base      the Config the grid changes (default: Config())
@@ -192,8 +193,8 @@ def sweep(base: Optional[Config] = None, *, trials: int = 1, progress: bool = Tr
     # call's in the order they finished, which is the order they are
     # appended) and its errors. A run's trial is its place in that order, so
     # a rerun numbers the rows it loads as the sweep that ran them did.
-    results: List[List[Result]] = [[] for _ in configs]
-    errors: List[List[str]] = [[] for _ in configs]
+    results: list[list[Result]] = [[] for _ in configs]
+    errors: list[list[str]] = [[] for _ in configs]
     if out is not None and os.path.exists(out):
         index = {_key(config): i for i, config in enumerate(configs)}
         for r in read_results(out):
@@ -228,7 +229,7 @@ def sweep(base: Optional[Config] = None, *, trials: int = 1, progress: bool = Tr
         ordered += [_row(r, t) for t, r in enumerate(results[i])]
         ordered += [_error_row(config, len(results[i]) + t, e) for t, e in enumerate(errors[i])]
     _warn(ordered, [e for errs in errors for e in errs], out)
-    columns: Dict[str, None] = {}
+    columns: dict[str, None] = {}
     for row in sorted(ordered, key=lambda row: row["error"] is not None):
         columns.update(dict.fromkeys(row))
     columns.pop("error", None)
@@ -236,9 +237,9 @@ def sweep(base: Optional[Config] = None, *, trials: int = 1, progress: bool = Tr
                                           "error"])
 
 
-def _outcomes(todo: List[Tuple[int, Config]],
-              executor: Optional[concurrent.futures.Executor]
-              ) -> Generator[Tuple[int, Union[Result, str]], None, None]:
+def _outcomes(todo: list[tuple[int, Config]],
+              executor: concurrent.futures.Executor | None
+              ) -> Generator[tuple[int, Result | str], None, None]:
     """(point, Result or error message) as each run finishes."""
     if executor is None:
         for i, config in todo:
@@ -260,15 +261,15 @@ def _outcomes(todo: List[Tuple[int, Config]],
             future.cancel()
 
 
-def _row(r: Result, trial: int) -> Dict[str, Any]:
+def _row(r: Result, trial: int) -> dict[str, Any]:
     return {"trial": trial, **run_row(r), "error": None}
 
 
-def _error_row(config: Config, trial: int, error: str) -> Dict[str, Any]:
+def _error_row(config: Config, trial: int, error: str) -> dict[str, Any]:
     return {"trial": trial, **config_row(config), "error": error}
 
 
-def _warn(rows: List[Dict[str, Any]], errors: List[str], out: Optional[PathLike]) -> None:
+def _warn(rows: list[dict[str, Any]], errors: list[str], out: PathLike | None) -> None:
     unverified = sum(1 for row in rows if row.get("verified") is False)
     problems = []
     if errors:
