@@ -318,7 +318,10 @@ static void *controller_thread(void *arg)
 	if (ret)
 		experiment_fd_hint(&err);
 	if (!ret && !exp_aborted(exp)) {
-		set_phase(exp, "running");
+		pthread_mutex_lock(&exp->ctl.lock);
+		exp->walkable = true;
+		exp->phase = "running";
+		pthread_mutex_unlock(&exp->ctl.lock);
 		ret = experiment_execute(exp, &err);
 	}
 	if (ret)
@@ -338,7 +341,10 @@ static void *controller_thread(void *arg)
 		if (ret)
 			exp_fail(exp, &err);
 	}
-	set_phase(exp, "releasing");
+	pthread_mutex_lock(&exp->ctl.lock);
+	exp->walkable = false;
+	exp->phase = "releasing";
+	pthread_mutex_unlock(&exp->ctl.lock);
 	early = exp_aborted(exp) && exp->mem.hva;
 	experiment_teardown(exp, early);
 
@@ -460,6 +466,41 @@ int ukvm_experiment_wait(struct ukvm_experiment *exp, uint64_t timeout_ns)
 	}
 	pthread_mutex_unlock(&ctl->lock);
 	return ret;
+}
+
+int ukvm_experiment_progress(struct ukvm_experiment *exp, const char **phase,
+			     uint64_t *pages_done, uint64_t *pages_total, uint32_t n)
+{
+	uint32_t i;
+
+	pthread_mutex_lock(&exp->ctl.lock);
+	*phase = exp->phase ? exp->phase : "starting";
+	for (i = 0; i < n; i++) {
+		pages_done[i] = 0;
+		pages_total[i] = 0;
+		if (!exp->walkable || i >= exp->cfg.vcpus)
+			continue;
+		/* Torn reads are harmless here: the guest writes each word whole. */
+		uint64_t *a = guest_args(exp, &exp->vcpus[i]);
+		uint64_t per_pass = ARG(a, GA_PAGES);
+		uint64_t passes = __atomic_load_n(&ARG(a, GA_PASSES_DONE), __ATOMIC_ACQUIRE);
+		uint64_t step = __atomic_load_n(&ARG(a, GA_STEP), __ATOMIC_ACQUIRE);
+
+		/*
+		 * The guest bumps its passes, then zeroes its step: a pass that
+		 * ended between the two loads, or a step not yet zeroed, would be
+		 * counted twice, so the step counts only within an unchanged pass.
+		 */
+		if (step >= per_pass ||
+		    __atomic_load_n(&ARG(a, GA_PASSES_DONE), __ATOMIC_ACQUIRE) != passes)
+			step = 0;
+		pages_total[i] = per_pass * exp->passes;
+		pages_done[i] = passes * per_pass + step;
+		if (pages_done[i] > pages_total[i])
+			pages_done[i] = pages_total[i];
+	}
+	pthread_mutex_unlock(&exp->ctl.lock);
+	return 0;
 }
 
 void ukvm_experiment_cancel(struct ukvm_experiment *exp)

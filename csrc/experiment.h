@@ -74,6 +74,8 @@ struct ukvm_experiment {
 	bool releasing_memory;		/* under ctl.lock: a failed run's memory, still going */
 	/* Under ctl.lock: what the controller is doing, for errors that name it. */
 	const char *phase;
+	/* Under ctl.lock: the vCPUs' args pages may be read (progress). */
+	bool walkable;
 	/* Under ctl.lock: a thread would not stop; the controller waits for it. */
 	bool lingering;
 	uint64_t lingering_since_ns;

@@ -83,13 +83,13 @@
 .Lpass\s:
 	cmp	GA_PASSES(%r8), %r12
 	jae	.Lwalked\s
-	xor	%r13d, %r13d
+	movq	$0, GA_STEP(%r8)
 
 .Lstep\s:
-	cmp	%r10, %r13
+	/* %rax = the step, then the index of the page visited at that step */
+	mov	GA_STEP(%r8), %rax
+	cmp	%r10, %rax
 	jae	.Lpass_end\s
-	/* %rax = the index of the page visited at step %r13 */
-	mov	%r13, %rax
 	test	%rbp, %rbp		/* GUEST_PATTERN_SEQUENTIAL is 0 */
 	jnz	.Lordered\s
 
@@ -146,7 +146,7 @@
 	.endif
 
 .Lnext\s:
-	inc	%r13
+	incq	GA_STEP(%r8)
 	test	%r11, %r11
 	jnz	.Lwork\s
 	jmp	.Lstep\s
@@ -166,9 +166,8 @@
 .Lordered\s:
 	cmp	$GUEST_PATTERN_REVERSE, %rbp
 	jne	.Lrandom\s
-	mov	%r10, %rax
-	sub	%r13, %rax
-	dec	%rax
+	not	%rax			/* pages - step - 1 == pages + ~step */
+	add	%r10, %rax
 	jmp	.Laddress\s
 
 	/*
@@ -224,7 +223,7 @@
 /*
  * Registers for the whole walk:
  *   %r8  args            %r12 passes done
- *   %r9  region start    %r13 step within this pass
+ *   %r9  region start    GA_STEP: the step, in memory
  *   %r10 pages per pass  %r14 checksum of the words read
  *   %r11 work per access %r15 write percent
  *   %rbx accesses        %rbp pattern

@@ -2,7 +2,7 @@
 /*
  * uffdkvm._core: the only file that knows about Python.
  *
- * run(config: dict) -> dict converts a dict of plain integers into a
+ * run(config: dict, progress=None) -> dict converts a dict of plain integers into a
  * struct ukvm_config, runs the experiment with the GIL released, and
  * converts the struct ukvm_result back into dicts and lists of integers.
  * The Python package (uffdkvm/) validates, names and shapes; this file only
@@ -444,29 +444,74 @@ static void raise_core_error(const struct ukvm_error *err)
 	}
 }
 
-static PyObject *core_run(PyObject *self, PyObject *arg)
+/*
+ * Calls progress(phase, pages_done, pages_total) with a list per vCPU: 0, or
+ * -1 with the callback's exception set.
+ */
+static int report_progress(struct ukvm_experiment *exp, PyObject *progress, uint32_t vcpus,
+			   uint64_t *done, uint64_t *total)
+{
+	PyObject *done_list, *total_list, *ret;
+	const char *phase;
+
+	ukvm_experiment_progress(exp, &phase, done, total, vcpus);
+	done_list = u64_list(done, vcpus);
+	total_list = u64_list(total, vcpus);
+	ret = done_list && total_list ?
+		PyObject_CallFunction(progress, "sOO", phase, done_list, total_list) : NULL;
+	Py_XDECREF(done_list);
+	Py_XDECREF(total_list);
+	if (!ret)
+		return -1;
+	Py_DECREF(ret);
+	return 0;
+}
+
+static PyObject *core_run(PyObject *self, PyObject *args)
 {
 	struct ukvm_experiment *exp;
 	struct ukvm_config cfg;
 	struct ukvm_result res;
 	struct ukvm_error err;
+	PyObject *arg, *progress = Py_None;
+	uint64_t *done = NULL, *total = NULL;
 	bool interrupted = false;
+	uint32_t vcpus;
 	PyObject *out;
 	int ret;
 
 	(void)self;
+	if (!PyArg_ParseTuple(args, "O|O:run", &arg, &progress))
+		return NULL;
+	if (progress != Py_None && !PyCallable_Check(progress)) {
+		PyErr_SetString(PyExc_TypeError, "run(): progress must be callable or None");
+		return NULL;
+	}
 	if (!PyDict_Check(arg)) {
 		PyErr_SetString(PyExc_TypeError, "run() takes a dict of config fields");
 		return NULL;
 	}
 	if (config_from_dict(arg, &cfg))
 		return NULL;
+	vcpus = cfg.vcpus;
+	if (progress != Py_None) {
+		done = PyMem_Calloc(vcpus ? vcpus : 1, sizeof(*done));
+		total = PyMem_Calloc(vcpus ? vcpus : 1, sizeof(*total));
+		if (!done || !total) {
+			PyMem_Free(done);
+			PyMem_Free(total);
+			config_free(&cfg);
+			return PyErr_NoMemory();
+		}
+	}
 
 	Py_BEGIN_ALLOW_THREADS
 	ret = ukvm_experiment_start(&cfg, &exp, &err);
 	Py_END_ALLOW_THREADS
 	config_free(&cfg);	/* the experiment keeps its own copies */
 	if (ret) {
+		PyMem_Free(done);
+		PyMem_Free(total);
 		raise_core_error(&err);
 		return NULL;
 	}
@@ -477,13 +522,19 @@ static PyObject *core_run(PyObject *self, PyObject *arg)
 		Py_END_ALLOW_THREADS
 		if (ret == 0)
 			break;
-		if (PyErr_CheckSignals() < 0) {
-			/* The handler raised (KeyboardInterrupt): stop, clean up, re-raise. */
+		/*
+		 * A signal handler or the progress callback raised (Ctrl-C, or
+		 * the caller's own exception): stop, clean up, re-raise.
+		 */
+		if (PyErr_CheckSignals() < 0 ||
+		    (done && report_progress(exp, progress, vcpus, done, total) < 0)) {
 			interrupted = true;
 			ukvm_experiment_cancel(exp);
 			break;
 		}
 	}
+	PyMem_Free(done);
+	PyMem_Free(total);
 
 	Py_BEGIN_ALLOW_THREADS
 	ret = ukvm_experiment_finish(exp, &res, &err);
@@ -558,9 +609,11 @@ static PyMethodDef core_methods[] = {
 	{ "probe", core_probe, METH_O,
 	  "probe(config: dict) -> None\n\nBuild what the config needs and register it, "
 	  "run nothing. Raises CoreError(kind, errno, message) if the host cannot." },
-	{ "run", core_run, METH_O,
-	  "run(config: dict) -> dict\n\nRun one experiment; the GIL is released while it "
-	  "runs. Raises CoreError(kind, errno, message) on failure." },
+	{ "run", core_run, METH_VARARGS,
+	  "run(config: dict, progress=None) -> dict\n\nRun one experiment; the GIL is "
+	  "released while it runs. progress(phase, pages_done, pages_total), if given, is "
+	  "called every 50 ms with a list per vCPU; if it raises, the run is cancelled and "
+	  "the exception propagates. Raises CoreError(kind, errno, message) on failure." },
 	{ NULL, NULL, 0, NULL },
 };
 

@@ -329,6 +329,16 @@ int ukvm_experiment_start(const struct ukvm_config *cfg,
 /* 0 once the experiment has ended, -ETIMEDOUT if still running after timeout_ns. */
 int ukvm_experiment_wait(struct ukvm_experiment *exp, uint64_t timeout_ns);
 /*
+ * How far a running experiment has got, for progress displays: its phase (a
+ * static string: "setting up", "running", "verifying", ...) and, for each of
+ * the first n vCPUs, the pages its guest has touched so far (all passes, read
+ * live from the guest's own counters) and the pages it will touch in all.
+ * Both are 0 before the vCPUs exist and after the experiment has released
+ * them. Any thread may call it before ukvm_experiment_finish(). Returns 0.
+ */
+int ukvm_experiment_progress(struct ukvm_experiment *exp, const char **phase,
+			     uint64_t *pages_done, uint64_t *pages_total, uint32_t n);
+/*
  * Asks a running experiment to stop; it ends with UKVM_ERR_CANCELLED (a run
  * that has already finished keeps its result). Any thread may call it, but
  * only before ukvm_experiment_finish(), which frees the experiment.

@@ -85,8 +85,8 @@ def run_keeping_core_output(monkeypatch, config=None, **fields):
     that Result turns into durations. The real run, observed on its way out."""
     real, kept = _core.run, []
 
-    def keep(core_config):
-        raw = real(core_config)
+    def keep(core_config, *progress):
+        raw = real(core_config, *progress)
         kept.append(raw)
         return raw
 

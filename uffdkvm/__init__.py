@@ -15,6 +15,7 @@ from .config import Config, parse_size
 from .errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError, UffdkvmError
 from .histogram import Histogram
 from .host import HostInfo
+from .progress import Progress
 from .result import FaultTrace, ReaderStats, Result, VcpuStats
 from .run import probe, run
 from .spread import Ratio, Spread, ratio_of, spread_of, summarize
@@ -23,7 +24,8 @@ from .sweep import SweepWarning, read_results, sweep
 
 __all__ = [
     "Config", "ConfigError", "FaultTrace", "Histogram", "HostInfo", "HostUnsupportedError",
-    "Ratio", "ReaderStats", "Result", "RunError", "RunTimeoutError", "Spread", "SweepWarning",
+    "Progress", "Ratio", "ReaderStats", "Result", "RunError", "RunTimeoutError", "Spread",
+    "SweepWarning",
     "UffdkvmError", "VcpuStats", "__version__", "backing_support", "parse_size", "probe",
     "ratio_of", "read_results", "run", "spread_of", "summarize", "sweep",
 ]

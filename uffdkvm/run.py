@@ -21,6 +21,7 @@ from .config import (
 )
 from .errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError, UffdkvmError
 from .host import HostInfo
+from .progress import ProgressCallback, _Reporter, make_callback
 from .result import Result
 
 _BACKINGS = {name: getattr(_core, "BACKING_" + name.upper()) for name in BACKINGS}
@@ -206,7 +207,8 @@ def probe(config: Config | None = None, **fields: Any) -> None:
         _raise_from_core(e)
 
 
-def run(config: Config | None = None, **fields: Any) -> Result:
+def run(config: Config | None = None, *, progress: bool | ProgressCallback | None = None,
+        **fields: Any) -> Result:
     """Run one experiment and return its Result.
 
     ``run()`` runs the default Config; ``run(vcpus=2, mem_per_vcpu="64M")``
@@ -215,18 +217,30 @@ def run(config: Config | None = None, **fields: Any) -> Result:
     (every thread joined, every fd closed) and raises KeyboardInterrupt within
     a second; a thread that would not stop is left, with what it may still
     touch, to be reaped in the background when it leaves.
+
+    ``progress=True`` shows a tqdm bar (a console line without tqdm) of the
+    pages the guest has touched; a callable gets a :class:`Progress` about
+    every 0.25 s while the run goes, and a last one (phase "done") with the
+    Result's counts. An exception the callable raises cancels the run and
+    propagates, as Ctrl-C does.
     """
-    return _run(_config_of(config, fields))
+    return _run(_config_of(config, fields), progress=make_callback(progress))
 
 
-def _run(config: Config, **core_fields: Any) -> Result:
+def _run(config: Config, progress: ProgressCallback | None = None,
+         **core_fields: Any) -> Result:
     """run() for a Config; core_fields go to the core as they are (tests
     inject failures this way, see uffdkvm._testing)."""
     _wait_for_earlier_runs()
     _check_fits_host(config)
     _check_pins(config)
+    reporter = _Reporter(progress, config.vcpus) if progress else None
     try:
-        raw = _core.run({**_core_config(config), **core_fields})
+        core_config = {**_core_config(config), **core_fields}
+        raw = _core.run(core_config, reporter) if reporter else _core.run(core_config)
     except _core.CoreError as e:
         _raise_from_core(e)
-    return dataclasses.replace(Result._from_core(config, raw), host=HostInfo.current())
+    result = dataclasses.replace(Result._from_core(config, raw), host=HostInfo.current())
+    if reporter:
+        reporter.finish([v.pages for v in result.vcpus])
+    return result
