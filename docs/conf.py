@@ -4,12 +4,15 @@ Build: pip install '.[docs]' && sphinx-build -W --keep-going -b html docs docs/_
 The pages are Markdown (MyST), so they read the same on a Git host as here;
 the API reference comes from the package's docstrings (Google style, napoleon).
 """
+import glob
 import os
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-# autodoc imports the uffdkvm next to docs/ (a built checkout), not another one.
-sys.path.insert(0, ROOT)
+# autodoc documents the uffdkvm next to docs/ when it is built in place
+# (python setup.py build_ext --inplace), else the one installed.
+if glob.glob(os.path.join(ROOT, "uffdkvm", "_core*.so")):
+    sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "docs", "_ext"))
 
 import uffdkvm  # noqa: E402

@@ -4,8 +4,8 @@ public API, and the README's and docs' relative links lead somewhere.
 The build is ``sphinx-build -W --keep-going -b html docs <tmp>`` (warnings
 are errors: a docstring whose markup breaks, a page missing from the table
 of contents, a link to a page that does not exist). It runs in a child
-process from the repository root, importing the uffdkvm next to docs/
-(docs/conf.py puts it first), so it documents the code under test.
+process that imports the uffdkvm under test first (children.ENV, from /),
+so it documents the code these tests import.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import uffdkvm
+from children import ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -32,7 +33,8 @@ def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q",
                            "-b", "html", "-d", str(out / ".doctrees"), str(ROOT / "docs"),
-                           str(out)], capture_output=True, text=True, timeout=BUILD_S, cwd=ROOT)
+                           str(out)], capture_output=True, text=True, timeout=BUILD_S, cwd="/",
+                          env=ENV)
     return out, done
 
 

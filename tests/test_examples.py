@@ -87,7 +87,7 @@ def examples(path: Path) -> tuple[list[Example], list[Block]]:
     follow no runnable code (a shell block of several commands, say)."""
     found, orphans = [], []
     bs = blocks(path)
-    for before, b in zip([None, *bs], bs):
+    for before, b in zip([None, *bs], bs, strict=False):
         if not is_output(b, before):
             continue
         if before is not None and (before.lang == "python"
@@ -155,7 +155,7 @@ def compare(e: Example, real: str) -> None:
         f"{where}: the sample's shape is not the real output's.\nsample:\n{sample}\nreal:\n{real}"
     assert re.findall(r"count=(\d+)", sample) == re.findall(r"count=(\d+)", real), \
         f"{where}: Histogram counts differ (they are exact for a given command):\n{real}"
-    for want, got in zip(table_rows(sample), table_rows(real)):
+    for want, got in zip(table_rows(sample), table_rows(real), strict=True):
         assert want.split("|")[1].strip() == got.split("|")[1].strip(), f"{where}: {got}"
 
 
