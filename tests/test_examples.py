@@ -1,0 +1,200 @@
+"""Every sample output in README.md and docs/*.md is real output of the code
+or command shown above it.
+
+A sample is a fenced block of output (```text, or a bare ``` right after a
+shell block) that follows a ```python block or a one-command ```sh block. The
+test runs that code (Python in this process, each block on its own, so a
+block that shows output must be complete: imports included; a command as
+``python -m uffdkvm ...``) and compares the output's shape with the
+sample's: every line the same once numbers are masked (column headers,
+field names, reprs, line structure; a line ``...`` in the sample stands for
+any lines), plus what is exact for a given command: the first line of the
+README's first script (verified, faults, pages), every ``count=`` of a
+Histogram, and the first cell of each Markdown table row. Timings vary from
+run to run; names and counts do not.
+
+For a sweep command, the test runs one trial of each point (``--trials 1``)
+and compares the Markdown table only: its shape does not depend on the
+number of trials, its footnotes do.
+
+To refresh the samples after an output change: ``python tests/test_examples.py``
+prints each covered block's real output, with the file and line it belongs to.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\S*)\s*$")
+NUMBER = re.compile(r"(?<![\w.])[-+]?(?:0x[0-9a-f]+|\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?)k?(?![\w])",
+                    re.IGNORECASE)
+RUN_S = 120  # a generous bound for one command: this catches a hang, not slowness
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int          # 1-based line of the opening fence
+    lang: str
+    text: str
+
+
+@dataclass
+class Example:
+    code: Block
+    output: Block
+
+    @property
+    def id(self) -> str:
+        return f"{self.output.path.name}:{self.output.line}"
+
+
+def blocks(path: Path) -> list[Block]:
+    found, current, start, lang = [], None, 0, ""
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        m = FENCE.match(line)
+        if current is None and m:
+            current, start, lang = [], n, m.group(1)
+        elif current is not None and line.strip() == "```":
+            found.append(Block(path, start, lang, "\n".join(current) + "\n"))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return found
+
+
+def is_output(b: Block, before: Block | None) -> bool:
+    """```text, or a bare ``` right after a shell block (cli.md's style)."""
+    return b.lang == "text" or (b.lang == "" and before is not None and before.lang == "sh")
+
+
+def commands(b: Block) -> list[str]:
+    return [line for line in b.text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def examples(path: Path) -> tuple[list[Example], list[Block]]:
+    """The page's (code, sample output) pairs, and the output blocks that
+    follow no runnable code (a shell block of several commands, say)."""
+    found, orphans = [], []
+    bs = blocks(path)
+    for before, b in zip([None, *bs], bs, strict=False):
+        if not is_output(b, before):
+            continue
+        if before is not None and (before.lang == "python"
+                                   or (before.lang == "sh" and len(commands(before)) == 1
+                                       and commands(before)[0].startswith("uffdkvm"))):
+            found.append(Example(before, b))
+        else:
+            orphans.append(b)
+    return found, orphans
+
+
+ALL = [e for p in PAGES for e in examples(p)[0]]
+
+
+def is_sweep(e: Example) -> bool:
+    return e.code.lang == "sh" and commands(e.code)[0].split()[1:2] == ["sweep"]
+
+
+def run(e: Example) -> str:
+    """The real output of the example's code, now."""
+    if e.code.lang == "python":
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(e.code.text, f"{e.code.path.name}:{e.code.line}", "exec"), {})
+        return out.getvalue()
+    argv = shlex.split(commands(e.code)[0].split("  #")[0])
+    if is_sweep(e):  # one trial per point: the table's shape does not depend on trials
+        i = argv.index("--trials") if "--trials" in argv else None
+        if i is not None:
+            argv[i + 1] = "1"
+        argv.append("--no-progress")
+    from children import ENV  # the uffdkvm under test, first on the child's path
+    done = subprocess.run([sys.executable, "-m", "uffdkvm", *argv[1:]], capture_output=True,
+                          text=True, timeout=RUN_S, cwd="/", env=ENV)
+    assert done.returncode == 0, f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr}"
+    return done.stdout
+
+
+def mask(line: str) -> str:
+    return " ".join(NUMBER.sub("#", line).split())
+
+
+def shape(lines: list[str]) -> re.Pattern[str]:
+    parts = [r"(?:[^\n]*\n)*?" if line.strip() == "..." else re.escape(mask(line)) + r"\n"
+             for line in lines]
+    return re.compile("".join(parts) + r"\Z")
+
+
+def table_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def compare(e: Example, real: str) -> None:
+    sample = e.output.text
+    where = f"{e.output.path.name} line {e.output.line}"
+    if is_sweep(e):
+        want, got = table_rows(sample), table_rows(real)
+        assert [mask(x) for x in want[:2]] == [mask(x) for x in got[:2]], \
+            f"{where}: the table's header differs from the real one:\n{real}"
+        assert [x.split("|")[1].strip() for x in want[2:]] == \
+            [x.split("|")[1].strip() for x in got[2:]], f"{where}: rows differ:\n{real}"
+        return
+    real_masked = "".join(mask(x) + "\n" for x in real.rstrip("\n").splitlines())
+    assert shape(sample.rstrip("\n").splitlines()).match(real_masked), \
+        f"{where}: the sample's shape is not the real output's.\nsample:\n{sample}\nreal:\n{real}"
+    assert re.findall(r"count=(\d+)", sample) == re.findall(r"count=(\d+)", real), \
+        f"{where}: Histogram counts differ (they are exact for a given command):\n{real}"
+    for want, got in zip(table_rows(sample), table_rows(real), strict=True):
+        assert want.split("|")[1].strip() == got.split("|")[1].strip(), f"{where}: {got}"
+
+
+def test_examples_are_found():
+    ids = {e.id for e in ALL}
+    readme = [e for e in ALL if e.output.path.name == "README.md"]
+    assert len(readme) == 2, f"README's first script and first sweep, found {sorted(ids)}"
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.name for p in PAGES])
+def test_every_sample_follows_its_code(path):
+    """An output block that follows no runnable code cannot be checked: put it
+    under the one command or self-contained Python block that prints it.
+    docs/cli.md's first sample follows a list of commands (owned by the CLI's
+    author: see the report of issue 9)."""
+    orphans = examples(path)[1]
+    if path.name == "cli.md" and orphans:
+        pytest.xfail(f"{len(orphans)} sample(s) under several commands; cli.md is being rewritten")
+    assert not orphans, [f"{b.path.name}:{b.line}" for b in orphans]
+
+
+@pytest.mark.kvm
+@pytest.mark.parametrize("example", ALL, ids=[e.id for e in ALL])
+def test_sample_is_real_output(kvm, example):
+    compare(example, run(example))
+
+
+@pytest.mark.kvm
+def test_readme_first_script_counts(kvm):
+    """The first line of the README's first script is exact: verified, one
+    fault per 4 KiB page (2 x 16 MiB = 8192), and each vCPU's pages."""
+    first = next(e for e in ALL if e.output.path.name == "README.md")
+    real = run(first)
+    assert real.splitlines()[0] == first.output.text.splitlines()[0] == "True 8192 4096"
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT))
+    for e in ALL:
+        print(f"===== {e.output.path.relative_to(ROOT)}:{e.output.line}")
+        print(run(e), end="")
