@@ -78,7 +78,7 @@ def test_no_userfaultfd(kvm):
 ])
 def test_bad_arguments_exit_2_with_the_field_named(args, message):
     p = uffdkvm_cli(*args)
-    assert p.returncode == cli.EXIT_CONFIG
+    assert p.returncode == cli.EXIT_USAGE
     assert message in p.stderr
 
 

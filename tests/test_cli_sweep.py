@@ -143,7 +143,7 @@ def test_a_run_without_the_metric_is_not_a_failure(kvm, capsys):
 
 def test_a_metric_that_is_not_a_number_exits_2(kvm, capsys):
     code, _, err = sweep(capsys, "-r", "1", "--metric", "wait")
-    assert code == cli.EXIT_CONFIG
+    assert code == cli.EXIT_USAGE
     assert "--metric: column 'wait' is not numeric" in err
 
 
@@ -157,7 +157,7 @@ def test_json_prints_every_run(kvm, capsys):
 
 def test_failed_runs_are_reported_and_exit_4(kvm, capsys):
     code, out, err = sweep(capsys, "-b", "1M,1T")
-    assert code == cli.EXIT_RUN
+    assert code == cli.EXIT_FAILED
     lines = out.splitlines()
     assert lines[:2] == ["| mem_per_vcpu | pages_per_s |", "|---|---|"]
     assert re.fullmatch(rf"\| 1M \| {NUMBER} \|", lines[2]), lines[2]
@@ -174,7 +174,7 @@ def test_failed_runs_are_reported_and_exit_4(kvm, capsys):
 def test_bad_values_exit_2_before_anything_runs(capsys, tmp_path, args, message):
     out = tmp_path / "runs.jsonl"
     code, _, err = sweep(capsys, *args, "--out", str(out))
-    assert code == cli.EXIT_CONFIG and message in err
+    assert code == cli.EXIT_USAGE and message in err
     assert not out.exists()
 
 
