@@ -182,15 +182,6 @@ def test_help_into_a_closed_pipe_is_silent():
     assert p.stderr == ""
 
 
-def test_head_reads_the_first_line(kvm):
-    # The pipeline of the README: the first line arrives, nothing on stderr.
-    p = subprocess.run(f"{sys.executable} -m uffdkvm -b 1M | head -1", shell=True,
-                       capture_output=True, text=True, timeout=120, cwd="/", env=CHILD_ENV)
-    assert p.returncode == 0
-    assert p.stdout.startswith("Total guest execution time:") and p.stdout.count("\n") == 1
-    assert p.stderr == ""
-
-
 def test_the_codes_are_in_the_help():
     for args in ([], ["sweep"]):
         p = uffdkvm_cli(*args, "--help")
