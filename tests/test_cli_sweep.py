@@ -258,3 +258,33 @@ def test_c_in_a_sweep_pins_the_main_thread_with_the_extra_cpu(kvm, tmp_path):
         assert all(list(x.cpus) == [1] for x in r.readers), r.readers
         # The host as the command found it, before it pinned itself.
         assert r.host.usable_cpus == len(os.sched_getaffinity(0))
+
+
+def sample(doc):
+    """The command (the first indented line starting `uffdkvm `) and the
+    indented block of output after it, from a docstring."""
+    lines = doc.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    uffdkvm "))
+    block = []
+    for line in lines[start + 2:]:
+        if line and not line.startswith("    "):
+            break
+        block.append(line[4:])
+    return lines[start].split()[1:], "\n".join(block).strip("\n")
+
+
+def shape(text):
+    """Text with every number (and a number's k/M/G) turned into N."""
+    return re.sub(rf"{NUMBER}%?", "N", text)
+
+
+def test_the_docstrings_sample_is_what_the_command_prints(kvm, capsys):
+    args, shown = sample(cli_sweep.__doc__)
+    assert args[0] == "sweep"
+    code = cli.main([*args, "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert shape(out.strip("\n")) == shape(shown)
+    # The headers and each row's key, word for word.
+    assert [line.split(" | ")[0] for line in out.splitlines()] == \
+        [line.split(" | ")[0] for line in shown.splitlines()]

@@ -137,12 +137,12 @@ def _us(h: Histogram | None, q: float) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``uffdkvm`` command: returns its exit status (see EXIT_STATUS_HELP)."""
-    # Before -c pins this process: the Result's host.usable_cpus is the set
-    # the process was started with, not the one CPU it pinned itself to.
-    HostInfo.current()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["sweep"]:  # uffdkvm sweep ...: many runs, one table
         return cli_sweep.main(argv[1:])
+    # Before -c pins this process: the Result's host.usable_cpus is the set
+    # the process was started with, not the one CPU it pinned itself to.
+    HostInfo.current()
     return guarded("uffdkvm", argv, lambda: _run_command(argv))
 
 
