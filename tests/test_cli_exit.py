@@ -141,18 +141,35 @@ def test_4_for_a_sweep_that_no_point_can_run_before_running_any(kvm, stage, tmp_
     assert not out.exists()  # nothing ran, so nothing was written
 
 
-def test_130_on_ctrl_c(kvm):
-    # 16384 faults, each resolved after 1 ms: a run of 16 s or more, asleep.
-    proc = subprocess.Popen(command("-b", "64M", "-d", "1000"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd="/", env=CHILD_ENV)
-    time.sleep(1.5)  # past the imports, into the run
+def ctrl_c(args):
+    """The command, SIGINT 1.5 s in (past the imports, into a run): its
+    exit status, output and the seconds it took to stop."""
+    proc = subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd="/", env=CHILD_ENV)
+    time.sleep(1.5)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == cli.EXIT_INTERRUPTED == 130, err
+    return proc.returncode, out, err, time.monotonic() - t0
+
+
+def test_130_on_ctrl_c(kvm):
+    # 16384 faults, each resolved after 1 ms: a run of 16 s or more, asleep.
+    code, out, err, seconds = ctrl_c(["-b", "64M", "-d", "1000"])
+    assert code == cli.EXIT_INTERRUPTED == 130, err
     assert err == "uffdkvm: interrupted\n"
     assert out == ""
-    assert time.monotonic() - t0 < 10  # stopped, not run to its end
+    assert seconds < 10  # stopped, not run to its end
+
+
+def test_130_on_ctrl_c_in_a_sweep_with_the_finished_runs_kept(kvm, tmp_path):
+    out_file = tmp_path / "runs.jsonl"
+    code, out, err, seconds = ctrl_c(["sweep", "-b", "64M", "-d", "1000", "-r", "1,2",
+                                      "--out", str(out_file)])
+    assert code == cli.EXIT_INTERRUPTED == 130, err
+    assert err == f"uffdkvm sweep: interrupted; finished runs are in {out_file}\n"
+    assert out == ""
+    assert seconds < 10
 
 
 def without_reader(*args):
