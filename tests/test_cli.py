@@ -4,7 +4,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -204,31 +203,3 @@ def test_pin_vcpus_is_round_robin(kvm):
     r = uffdkvm.Result.from_json(p.stdout)
     assert [list(v.cpus) for v in r.vcpus] == [[1], [0], [1]]
 
-
-def doc_samples(path):
-    """(command, output) for each ```-block of a Markdown page whose first
-    line is `$ uffdkvm ...`."""
-    text = path.read_text()
-    for block in re.findall(r"^```\n(\$ uffdkvm .*?)\n```$", text, re.M | re.S):
-        command, _, output = block.partition("\n")
-        yield command[2:].split()[1:], output
-
-
-def shape(text):
-    """Numbers as N, runs of blanks as one: what does not change between runs."""
-    return re.sub(r"[ \t]+", " ", re.sub(r"\d+(\.\d+)?", "N", text)).strip()
-
-
-def test_the_run_sample_in_docs_is_what_the_command_prints(kvm):
-    docs = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
-    runs = [(args, out) for args, out in doc_samples(docs) if args[:1] != ["sweep"]]
-    assert runs, "docs/cli.md shows no run"
-    for args, shown in runs:
-        p = uffdkvm_cli(*args)
-        assert p.returncode == 0, p.stderr
-        assert shape(p.stdout) == shape(shown), args
-        # What the command decides (page counts, thread layout) is exact.
-        def fixed(text):
-            return [line for line in text.splitlines()
-                    if line.endswith(":") or line.startswith("Memory verified")]
-        assert fixed(p.stdout) == fixed(shown), args
