@@ -1,5 +1,6 @@
 """The command line: upstream's three lines, the tables, JSON, exit codes."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import pytest
 
 import uffdkvm
 from children import ENV as CHILD_ENV
+from conftest import cpus_unavailable, host_skip
 from uffdkvm import cli
 
 pytestmark = pytest.mark.kvm
@@ -55,6 +57,11 @@ def test_json_output_is_the_result(kvm):
     p = uffdkvm_cli("-u", "minor", "-s", "shmem", "-o", "-v", "2", "-b", "8M", "-r", "3",
                     "--wait", "poll", "--json")
     assert p.returncode == 0, p.stderr
+    # One line of Result.to_json(), the form sweep --out writes, not indented
+    # to_dict() (millions of lines with --trace-faults).
+    assert p.stdout.count("\n") == 1
+    r = uffdkvm.Result.from_json(p.stdout)
+    assert p.stdout == r.to_json() + "\n"
     d = json.loads(p.stdout)
     assert d["verified"] is True
     assert d["faults"] == 2048
@@ -78,7 +85,7 @@ def test_no_userfaultfd(kvm):
 ])
 def test_bad_arguments_exit_2_with_the_field_named(args, message):
     p = uffdkvm_cli(*args)
-    assert p.returncode == cli.EXIT_CONFIG
+    assert p.returncode == cli.EXIT_USAGE
     assert message in p.stderr
 
 
@@ -92,3 +99,107 @@ def test_unknown_choices_are_argparse_errors(args):
 def test_main_is_importable_and_returns_a_code(kvm, capsys):
     assert cli.main(["-b", "1M", "-r", "2"]) == 0
     assert capsys.readouterr().out.startswith("Total guest execution time:")
+
+
+def test_version():
+    p = uffdkvm_cli("--version")
+    assert p.returncode == 0
+    assert p.stdout == f"uffdkvm {uffdkvm.__version__}\n"
+
+
+@pytest.mark.parametrize("upstream,ours", [
+    ("anonymous", "anonymous"), ("anonymous_thp", "anonymous_thp"),
+    ("anonymous_hugetlb", "anonymous_hugetlb"), ("anonymous_hugetlb_2mb", "anonymous_hugetlb"),
+    ("anonymous_hugetlb_1gb", "anonymous_hugetlb_1gb"), ("shmem", "shmem"),
+    ("shared_hugetlb", "shared_hugetlb"), ("SHMEM", "shmem"), ("guest_memfd", "guest_memfd"),
+])
+def test_upstreams_backing_names_are_taken(upstream, ours):
+    assert cli.build_parser().parse_args(["-s", upstream]).backing == ours
+
+
+def test_every_upstream_backing_name_is_taken_or_refused_by_name():
+    # The names upstream's demand_paging_test -h lists (lib/test_util.c).
+    upstream = ["anonymous", "anonymous_thp", "anonymous_hugetlb"] + [
+        f"anonymous_hugetlb_{size}" for size in ("16kb", "64kb", "512kb", "1mb", "2mb", "8mb",
+                                                 "16mb", "32mb", "256mb", "512mb", "1gb", "2gb",
+                                                 "16gb")] + ["shmem", "shared_hugetlb"]
+    taken = [name for name in upstream if name in ("anonymous", "anonymous_thp",
+                                                   "anonymous_hugetlb", "anonymous_hugetlb_2mb",
+                                                   "anonymous_hugetlb_1gb", "shmem",
+                                                   "shared_hugetlb")]
+    assert len(taken) == 7
+    for name in set(upstream) - set(taken):
+        p = uffdkvm_cli("-s", name)
+        assert p.returncode == cli.EXIT_USAGE
+        size = name.rpartition("_")[2]
+        assert (f"argument -s: '{name}': upstream's backing with {size[:-2]} "
+                f"{size[-2].upper()}iB huge pages is not one uffdkvm has") in p.stderr
+        assert "use anonymous_hugetlb_2mb" in p.stderr
+
+
+def test_upstream_backing_name_runs(kvm):
+    p = uffdkvm_cli("-s", "anonymous", "-b", "1M", "--json")
+    assert p.returncode == 0, p.stderr
+    assert uffdkvm.Result.from_json(p.stdout).config.backing == "anonymous"
+
+
+def test_guest_mode_9_runs_and_the_others_are_refused(kvm):
+    p = uffdkvm_cli("-m", "9", "-m", "9", "-b", "1M")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("Total guest execution time:")
+    for mode, name in (("0", "PA-bits:52,  VA-bits:48,  4K pages"),
+                       ("10", "PA-bits:47,  VA-bits:64,  4K pages")):
+        p = uffdkvm_cli("-m", mode, "-b", "1M")
+        assert p.returncode == cli.EXIT_USAGE
+        assert (f"argument -m: guest mode {mode} ({name}) is not supported: uffdkvm runs "
+                "x86-64 guests in mode 9 only (PA-bits:ANY, VA-bits:48,  4K pages") in p.stderr
+    p = uffdkvm_cli("-m", "x")
+    assert p.returncode == cli.EXIT_USAGE and "'x' is not a guest mode ID" in p.stderr
+    assert "9 is the one uffdkvm runs" in p.stderr
+    # -h lists it as upstream's does.
+    assert "uffdkvm runs mode 9 only (PA-bits:ANY, VA-bits:48, 4K pages)" in \
+        " ".join(uffdkvm_cli("-h").stdout.split())
+
+
+def test_c_pins_one_cpu_per_vcpu_and_the_extra_one_pins_the_main_thread(kvm):
+    if cpus_unavailable(0, 1).holds:
+        host_skip(cpus_unavailable(0, 1), "needs CPUs 0 and 1")
+    parent_cpus = os.sched_getaffinity(0)
+    for vcpu_cpu, main_cpu in ((0, 1), (1, 0)):
+        p = uffdkvm_cli("-v", "1", "-c", f"{vcpu_cpu},{main_cpu}", "-b", "1M", "--json")
+        assert p.returncode == 0, p.stderr
+        r = uffdkvm.Result.from_json(p.stdout)
+        assert list(r.config.pin_vcpus) == [vcpu_cpu]
+        assert list(r.vcpus[0].cpus) == [vcpu_cpu]
+        # The readers are started by the main thread and inherit its one CPU.
+        assert [list(x.cpus) for x in r.readers] == [[main_cpu]]
+        # HostInfo was taken before the pinning: the CPUs the command was given.
+        assert r.host.usable_cpus == len(parent_cpus)
+    # Without the extra entry the main thread stays free.
+    p = uffdkvm_cli("-v", "2", "-c", "1,0", "-b", "1M", "--json")
+    assert p.returncode == 0, p.stderr
+    r = uffdkvm.Result.from_json(p.stdout)
+    assert [list(v.cpus) for v in r.vcpus] == [[1], [0]]
+    assert [set(x.cpus) for x in r.readers] == [parent_cpus, parent_cpus]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-v", "2", "-c", "0"], "-c: 1 CPUs for 2 vCPU(s): give one per vCPU (2), plus optionally "
+                             "one for the main thread (3)"),
+    (["-v", "1", "-c", "0,1,0"], "-c: 3 CPUs for 1 vCPU(s)"),
+    (["-c", "0", "--pin-vcpus", "0"], "not allowed with argument -c"),
+])
+def test_c_with_the_wrong_count_is_a_usage_error(args, message):
+    p = uffdkvm_cli(*args)
+    assert p.returncode == cli.EXIT_USAGE
+    assert message in p.stderr
+
+
+def test_pin_vcpus_is_round_robin(kvm):
+    if cpus_unavailable(0, 1).holds:
+        host_skip(cpus_unavailable(0, 1), "needs CPUs 0 and 1")
+    p = uffdkvm_cli("-v", "3", "--pin-vcpus", "1,0", "-b", "1M", "--json")
+    assert p.returncode == 0, p.stderr
+    r = uffdkvm.Result.from_json(p.stdout)
+    assert [list(v.cpus) for v in r.vcpus] == [[1], [0], [1]]
+

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from uffdkvm import cli, read_results, spread_of
+from children import ENV as CHILD_ENV
+from conftest import cpus_unavailable, host_skip
+from uffdkvm import cli, cli_sweep, read_results, spread_of
 
 pytest.importorskip("pandas")
 pytestmark = pytest.mark.kvm
@@ -141,10 +143,19 @@ def test_a_run_without_the_metric_is_not_a_failure(kvm, capsys):
     assert "failed" not in out
 
 
-def test_a_metric_that_is_not_a_number_exits_2(kvm, capsys):
-    code, _, err = sweep(capsys, "-r", "1", "--metric", "wait")
-    assert code == cli.EXIT_CONFIG
-    assert "--metric: column 'wait' is not numeric" in err
+@pytest.mark.parametrize("metric,message", [
+    ("wait", "--metric: column 'wait' is not numeric; the numeric columns are "),
+    ("pages_per_second", "--metric: no column 'pages_per_second'; the numeric columns are "),
+])
+def test_a_bad_metric_exits_2_before_the_first_run(kvm, capsys, tmp_path, metric, message):
+    out = tmp_path / "runs.jsonl"
+    code, text, err = sweep(capsys, "-r", "1,2", "--trials", "3", "--metric", metric,
+                            "--out", str(out))
+    assert code == cli.EXIT_USAGE
+    assert err.startswith("uffdkvm sweep: " + message)
+    assert "pages_per_s, " in err and "context_switches_per_fault" in err
+    assert text == ""
+    assert not out.exists()  # the sweep never started: --out is made by its first run
 
 
 def test_json_prints_every_run(kvm, capsys):
@@ -157,7 +168,7 @@ def test_json_prints_every_run(kvm, capsys):
 
 def test_failed_runs_are_reported_and_exit_4(kvm, capsys):
     code, out, err = sweep(capsys, "-b", "1M,1T")
-    assert code == cli.EXIT_RUN
+    assert code == cli.EXIT_FAILED
     lines = out.splitlines()
     assert lines[:2] == ["| mem_per_vcpu | pages_per_s |", "|---|---|"]
     assert re.fullmatch(rf"\| 1M \| {NUMBER} \|", lines[2]), lines[2]
@@ -170,11 +181,14 @@ def test_failed_runs_are_reported_and_exit_4(kvm, capsys):
     (["-r", "1,0"], "readers: must be between 1 and 4096"),
     (["-b", "1M,12Q"], "mem_per_vcpu"),
     (["--trials", "0"], "--trials"),
+    (["-v", "1,2", "-c", "0,1"], "-c: one CPU per vCPU needs one -v, not 1,2"),
+    (["-v", "2", "-c", "0"], "-c: 1 CPUs for 2 vCPU(s)"),
+    (["-r", "1", "--set", "vcpus=1,2", "-c", "0"], "-c: one CPU per vCPU needs one -v"),
 ])
 def test_bad_values_exit_2_before_anything_runs(capsys, tmp_path, args, message):
     out = tmp_path / "runs.jsonl"
     code, _, err = sweep(capsys, *args, "--out", str(out))
-    assert code == cli.EXIT_CONFIG and message in err
+    assert code == cli.EXIT_USAGE and message in err
     assert not out.exists()
 
 
@@ -200,6 +214,79 @@ def test_the_command_dispatches_sweep_and_keeps_flat_usage(kvm):
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("| readers | pages_per_s |\n|---|---|\n| 1 | ")
     assert "\nmedian pages_per_s of 1 trial; 2 runs\n" in p.stdout  # this uffdkvm's footer
-    assert "2/2" in p.stderr  # the progress bar
+    assert p.stderr == ""  # no bar: stderr is not a terminal (tests/test_cli_progress.py)
     p = uffdkvm("-b", "1M", "-r", "2")
     assert p.returncode == 0 and p.stdout.startswith("Total guest execution time:")
+
+
+def test_out_that_cannot_be_written_exits_2_before_the_first_run(kvm, capsys, tmp_path):
+    code, _, err = sweep(capsys, "-r", "1,2", "--out", str(tmp_path / "no" / "runs.jsonl"))
+    assert code == cli.EXIT_USAGE
+    assert err.startswith("uffdkvm sweep: --out: cannot create ")
+    code, _, err = sweep(capsys, "-r", "1,2", "--out", str(tmp_path))
+    assert code == cli.EXIT_USAGE and "a directory" in err
+
+
+def test_upstream_names_in_a_list(capsys):
+    args = cli_sweep.build_parser().parse_args(["-s", "anonymous_hugetlb_2mb,shmem,anonymous",
+                                                "-m", "9", "-u", "MISSING,NONE"])
+    assert args.backing == ["anonymous_hugetlb", "shmem", "anonymous"]
+    assert args.uffd_mode == ["missing", None]
+    with pytest.raises(SystemExit) as e:
+        cli.main(["sweep", "-s", "anonymous,anonymous_hugetlb_64kb"])
+    assert e.value.code == 2
+    assert "upstream's backing with 64 KiB huge pages" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "-m", "0"])
+    assert "uffdkvm runs x86-64 guests in mode 9 only" in capsys.readouterr().err
+
+
+def test_c_in_a_sweep_pins_the_main_thread_with_the_extra_cpu(kvm, tmp_path):
+    if cpus_unavailable(0, 1).holds:
+        host_skip(cpus_unavailable(0, 1), "needs CPUs 0 and 1")
+    out = tmp_path / "runs.jsonl"
+    p = subprocess.run([sys.executable, "-m", "uffdkvm", "sweep", "-b", "1M", "-v", "1",
+                        "-r", "1,2", "-c", "0,1", "--out", str(out)], capture_output=True,
+                       text=True, timeout=120, cwd="/", env=CHILD_ENV)
+    assert p.returncode == 0, p.stderr
+    runs = read_results(out)
+    assert sorted(r.config.readers for r in runs) == [1, 2]
+    for r in runs:
+        assert list(r.config.pin_vcpus) == [0]
+        assert [list(v.cpus) for v in r.vcpus] == [[0]]
+        # Readers start from the main thread, pinned to the last entry of -c.
+        assert all(list(x.cpus) == [1] for x in r.readers), r.readers
+        # The host as the command found it, before it pinned itself.
+        assert r.host.usable_cpus == len(os.sched_getaffinity(0))
+
+
+def sample(doc):
+    """The command (the first indented line starting `uffdkvm `) and the
+    indented block of output after it, from a docstring."""
+    lines = doc.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    uffdkvm "))
+    block = []
+    for line in lines[start + 2:]:
+        if line and not line.startswith("    "):
+            break
+        block.append(line[4:])
+    return lines[start].split()[1:], "\n".join(block).strip("\n")
+
+
+def shape(text):
+    """Text with every number (and a number's k/M/G) turned into N, and a
+    range N-N as N (the cv line shows one value when lowest and highest agree)."""
+    return re.sub(rf"{NUMBER}%?", "N", text).replace("N-N", "N")
+
+
+def test_the_docstrings_sample_is_what_the_command_prints(kvm, capsys):
+    args, shown = sample(cli_sweep.__doc__)
+    assert args[0] == "sweep"
+    code = cli.main([*args, "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert shape(out.strip("\n")) == shape(shown)
+    # The headers and each row's key, word for word.
+    def keys(text):
+        return [line.split(" | ")[0] for line in text.splitlines() if line.startswith("|")]
+    assert keys(out) == keys(shown)

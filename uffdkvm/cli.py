@@ -10,30 +10,38 @@ printed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from .config import BACKINGS, DELAY_DISTS, GUEST_PAGE_SIZES, PATTERNS, RESOLVES, WAITS, Config
-from .errors import ConfigError, HostUnsupportedError, UffdkvmError
+from . import cli_sweep
+from .cli_common import (  # noqa: F401 - the exit codes, for callers of main()
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILED,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SKIP,
+    EXIT_STATUS_HELP,
+    EXIT_USAGE,
+    add_run_arguments,
+    console_progress,
+    format_backing_support,
+    guarded,
+    pin_main_thread,
+    pop_cli_options,
+    split_pins,
+)
+from .config import Config
+from .histogram import Histogram
+from .host import HostInfo
 from .result import Result
 from .run import run
 from .support import backing_support
 
-EXIT_OK = 0
-EXIT_UNVERIFIED = 1
-EXIT_CONFIG = 2
-EXIT_HOST = 3
-EXIT_RUN = 4
 
-
-def _uffd_mode(value: str) -> str | None:
-    v = value.lower()
-    if v == "none":
-        return None
-    if v in ("missing", "minor"):
-        return v
-    raise argparse.ArgumentTypeError("UFFD mode must be 'MISSING', 'MINOR' or 'NONE'")
+def _same(convert: Any) -> Any:
+    return convert
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,114 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
                     "are those of the kernel's KVM selftest demand_paging_test, plus "
                     "long options for what uffdkvm adds.",
         epilog="Unlike upstream, the default is -u MISSING (upstream runs without "
-               "userfaultfd unless -u is given; here that is -u NONE). Exit status: 0 "
-               "ok, 1 memory failed verification, 2 bad arguments, 3 host lacks "
-               "something, 4 the run failed. To run a grid of experiments and compare "
+               "userfaultfd unless -u is given; here that is -u NONE). "
+               + EXIT_STATUS_HELP + " To run a grid of experiments and compare "
                "them in one table: uffdkvm sweep --help.")
-    d = Config()
-    p.add_argument("-u", dest="uffd_mode", type=_uffd_mode, default=d.uffd_mode,
-                   metavar="MODE", help="MISSING (UFFDIO_COPY), MINOR (UFFDIO_CONTINUE, "
-                   "shared backings) or NONE (no userfaultfd). Default: MISSING")
-    p.add_argument("-a", dest="single_uffd", action="store_true",
-                   help="one userfaultfd for all guest memory instead of one per vCPU")
-    p.add_argument("-d", dest="delay_us", type=int, default=d.delay_us, metavar="USEC",
-                   help="delay per fault before resolving it, in microseconds")
-    p.add_argument("-r", dest="readers", type=int, default=d.readers, metavar="N",
-                   help="reader threads per userfaultfd (default 1)")
-    p.add_argument("-b", dest="mem_per_vcpu", default="1G", metavar="SIZE",
-                   help="memory each vCPU demand-pages, e.g. 64M or 2G (default 1G)")
-    p.add_argument("-s", dest="backing", default=d.backing, type=str.lower,
-                   choices=BACKINGS, metavar="TYPE",
-                   help=f"backing memory: {', '.join(BACKINGS)} (default {d.backing}); "
-                   "see --list-backings")
-    p.add_argument("-v", dest="vcpus", type=int, default=d.vcpus, metavar="N",
-                   help="vCPUs (default 1)")
-    p.add_argument("-o", dest="overlap", action="store_true",
-                   help="every vCPU walks the same memory (implies -a)")
-    p.add_argument("-c", dest="cpus", default=None, metavar="CPULIST",
-                   help="pin vCPUs to host CPUs, e.g. 0,1 (round-robin); one more entry "
-                   "than vCPUs pins this process's main thread too, as upstream does")
-    p.add_argument("--wait", default=d.wait, type=str.lower, choices=WAITS, metavar="MODE",
-                   help=f"how readers wait: {', '.join(WAITS)} (default {d.wait})")
-    p.add_argument("--pin-readers", dest="pin_readers", default=None, metavar="CPULIST",
-                   help="pin reader threads to host CPUs, round-robin")
-    p.add_argument("--guest-page-size", dest="guest_page_size", default=d.guest_page_size,
-                   type=str.upper, choices=tuple(GUEST_PAGE_SIZES), metavar="SIZE",
-                   help="how the guest maps its memory: 4K, 2M or 1G (default 4K)")
-    p.add_argument("--pattern", default=d.pattern, type=str.lower, choices=PATTERNS,
-                   metavar="ORDER", help=f"page order: {', '.join(PATTERNS)}")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed for everything random")
-    p.add_argument("--write-percent", dest="write_percent", type=int,
-                   default=d.write_percent, metavar="PCT",
-                   help="share of pages written; the rest are read (default 100)")
-    p.add_argument("--passes", type=int, default=d.passes, metavar="N",
-                   help="walks of the memory per vCPU; only the first faults")
-    p.add_argument("--resolve", default=d.resolve, type=str.lower, choices=RESOLVES,
-                   metavar="HOW", help="missing faults: copy (default) or zeropage")
-    p.add_argument("--delay-dist", dest="delay_dist", default=d.delay_dist, type=str.lower,
-                   choices=DELAY_DISTS, metavar="DIST",
-                   help=f"distribution of -d: {', '.join(DELAY_DISTS)}")
-    p.add_argument("--prefault", action="store_true",
-                   help="populate all memory before the vCPUs start (no faults)")
-    p.add_argument("--guest-work", dest="guest_work", type=int, default=d.guest_work,
-                   metavar="N", help="guest busy-loop iterations after each page access "
-                   "(4 instructions each; default 0)")
-    p.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
-                   metavar="SECONDS", help="abandon a run that takes longer than this")
-    p.add_argument("--stats", default=d.stats, type=str.lower, choices=("full", "basic"),
-                   help="full (default): time every fault; basic: counters only")
-    p.add_argument("--guest-timing", dest="guest_timing", action="store_true",
-                   help="the guest stamps every access with rdtsc: each fault's queue, "
-                   "service and resume stages")
-    p.add_argument("--trace-faults", dest="trace_faults", action="store_true",
-                   help="keep every fault in the result (with --json)")
-    p.add_argument("--json", action="store_true",
-                   help="print the whole result as JSON instead of text")
-    p.add_argument("--list-backings", action="store_true",
-                   help="say which backings and uffd modes this host runs, and why not")
+    add_run_arguments(p, _same, "print the whole result as one line of JSON "
+                      "(Result.to_json(), as sweep --out writes it) instead of text")
     return p
-
-
-def format_backing_support(support) -> str:
-    lines = []
-    for backing, modes in support.items():
-        works = [str(m or "none") for m, why in modes.items() if why is None]
-        lines.append(f"{backing}: " + (f"runs with uffd_mode {', '.join(works)}"
-                                       if works else "cannot run here"))
-        reasons = {}
-        for mode, why in modes.items():
-            if why is not None:
-                reasons.setdefault(why, []).append(str(mode or "none"))
-        for why, ms in reasons.items():
-            lines.append(f"    not {', '.join(ms)}: {why}")
-    return "\n".join(lines)
-
-
-def _pins(args) -> None:
-    """-c: upstream's vCPU list, plus optionally one CPU for the main thread."""
-    cpus = args.pop("cpus")
-    if cpus is None:
-        return
-    try:
-        cpu_list = [int(x) for x in cpus.split(",")]
-    except ValueError:
-        raise ConfigError(f"pin_vcpus: -c {cpus!r} is not a list of CPU numbers like 0,1") \
-            from None
-    if len(cpu_list) == args["vcpus"] + 1:
-        import os
-        main_cpu = cpu_list.pop()
-        try:
-            os.sched_setaffinity(0, {main_cpu})
-        except OSError as e:
-            raise ConfigError(f"pin_vcpus: cannot pin the main thread to CPU {main_cpu} "
-                              f"(the last entry of -c): {e.strerror}") from None
-    args["pin_vcpus"] = cpu_list
 
 
 def _table(headers: Sequence[str], rows: list[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells)
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells)
 
 
 def _cell(v: object) -> str:
@@ -217,41 +129,37 @@ def format_text(r: Result) -> str:
     return "\n".join(lines)
 
 
-def _us(h, q):
+def _us(h: Histogram | None, q: float) -> str | None:
     """Percentile q of a nanosecond histogram, in microseconds (None if none)."""
-    if h is None or not h.count:
-        return None
-    return f"{h.percentile(q) / 1000:.1f}"
+    value = h.percentile(q) if h is not None and h.count else None
+    return None if value is None else f"{value / 1000:.1f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``uffdkvm`` command: returns its exit status (see EXIT_STATUS_HELP)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["sweep"]:  # uffdkvm sweep ...: many runs, one table
-        from .cli_sweep import main as sweep_main
-        return sweep_main(argv[1:])
-    args = build_parser().parse_args(argv)
-    fields = vars(args)
-    as_json = fields.pop("json")
+        return cli_sweep.main(argv[1:])
+    # Before -c pins this process: the Result's host.usable_cpus is the set
+    # the process was started with, not the one CPU it pinned itself to.
+    HostInfo.current()
+    return guarded("uffdkvm", argv, lambda: _run_command(argv))
+
+
+def _run_command(argv: list[str]) -> int:
+    fields = vars(build_parser().parse_args(argv))
+    pop_cli_options(fields)
+    as_json, quiet = fields.pop("json"), fields.pop("quiet")
     if fields.pop("list_backings"):
         print(format_backing_support(backing_support()))
         return EXIT_OK
-    try:
-        _pins(fields)
-        result = run(Config(**fields))
-    except ConfigError as e:
-        print(f"uffdkvm: {e}", file=sys.stderr)
-        return EXIT_CONFIG
-    except HostUnsupportedError as e:
-        print(f"uffdkvm: this host cannot run the experiment: {e}", file=sys.stderr)
-        return EXIT_HOST
-    except UffdkvmError as e:
-        print(f"uffdkvm: the run failed: {e}", file=sys.stderr)
-        return EXIT_RUN
-    except KeyboardInterrupt:
-        print("uffdkvm: interrupted", file=sys.stderr)
-        return 130
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        print(format_text(result))
-    return EXIT_OK if result.verified else EXIT_UNVERIFIED
+    cpus = fields.pop("cpus")
+    main_cpu = None
+    if cpus is not None:
+        fields["pin_vcpus"], main_cpu = split_pins(cpus, fields["vcpus"])
+    config = Config(**fields)  # ConfigError for a bad value, before anything is pinned
+    if main_cpu is not None:
+        pin_main_thread(main_cpu)
+    result = run(config, progress=console_progress(quiet))
+    print(result.to_json() if as_json else format_text(result))
+    return EXIT_OK if result.verified else EXIT_FAILED

@@ -1,13 +1,20 @@
 """``uffdkvm sweep``: the run command's flags, each taking a comma-separated
 list, run over every combination and printed as one comparison table.
 
-    uffdkvm sweep -a -v 4 -b 256M -r 1,2,4,8,16,32 --wait poll,epoll_exclusive \\
-        --trials 7 --out herd.jsonl
+    uffdkvm sweep -a -v 2 -b 4M -r 1,4,16 --trials 6
 
-    | readers | poll | epoll_exclusive |
-    |---|---|---|
-    | 1 | 249k [241k, 255k] | 185k [180k, 190k] |
-    ...
+    | readers | pages_per_s |
+    |---|---|
+    | 1 | 33.5k [29.8k, 34.6k] |
+    | 4 | 32.8k [31.4k, 34.2k] |
+    | 16 | 34.3k [32.9k, 34.5k] |
+
+    median pages_per_s of 6 trials [bootstrap 95% confidence interval of the median]; 18 runs
+    cv (stdev/mean of the trials): 2.4%-7.1%
+
+(Real output of that command on a 2-CPU development VM whose KVM is software
+virtualization, under load from other jobs: hence the low rates.
+tests/test_cli_sweep.py runs the command and compares the shape.)
 
 One row per combination of the swept fields, one column per --wait mode (or,
 when --wait is fixed, per value of the last swept field; with one swept field,
@@ -22,19 +29,37 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import sys
+import types
 import typing
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from . import cli
-from .config import Config, format_size
-from .errors import ConfigError
-from .serial import type_hints
+from .cli_common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SKIP,
+    EXIT_STATUS_HELP,
+    CliError,
+    Convert,
+    add_run_arguments,
+    console_progress,
+    format_backing_support,
+    guarded,
+    pin_main_thread,
+    pop_cli_options,
+    split_pins,
+)
+from .config import BACKING_PAGE_SIZES, GUEST_PAGE_SIZES, Config, format_size
+from .errors import HostUnsupportedError, UffdkvmError
+from .host import HostInfo
+from .run import probe, run
 from .spread import Spread, spread_of
 from .support import backing_support
-from .sweep import SweepWarning, sweep
+from .sweep import SweepWarning, points, sweep
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
 # --spread: what a cell shows beside the median, and how the footer says it.
@@ -43,30 +68,24 @@ SPREADS = {
     "iqr": "(interquartile range: 25th-75th percentile)",
     "minmax": "(min-max)",
 }
+PROG = "uffdkvm sweep"
 
 
-def _list_of(convert: Callable[[str], Any] | None, choices: Sequence | None):
+def _list_of(convert: Convert) -> Convert:
     """An argparse type: "a,b,c" -> [convert(a), convert(b), convert(c)]."""
-    def parse(text: str) -> list:
-        values = []
-        for item in text.split(","):
-            value = convert(item.strip()) if convert else item.strip()
-            if choices is not None and value not in choices:
-                raise argparse.ArgumentTypeError(
-                    f"invalid choice: {item.strip()!r} (choose from "
-                    f"{', '.join(map(repr, choices))})")
-            values.append(value)
-        return values
+    def parse(text: str) -> list[Any]:
+        return [convert(item.strip()) for item in text.split(",")]
     parse.__name__ = getattr(convert, "__name__", "value")  # for argparse's messages
     return parse
 
 
 def _convert(field: str, hint: Any, text: str) -> Any:
     """text as a value of the Config field's type (bool, int, float, None, str)."""
-    types = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
-    if text.lower() == "none" and type(None) in types:
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    options = typing.get_args(hint) if union else (hint,)
+    if text.lower() == "none" and type(None) in options:
         return None
-    for t in types:
+    for t in options:
         if t is bool:
             if text.lower() in ("1", "true", "yes", "on"):
                 return True
@@ -88,44 +107,37 @@ def _convert(field: str, hint: Any, text: str) -> Any:
         f"{field}: {text!r} is not a {getattr(hint, '__name__', hint)}")
 
 
-def _setting(text: str) -> tuple[str, list]:
+def _setting(text: str) -> tuple[str, list[Any]]:
     """--set FIELD=V1,V2: any Config field, with values parsed by its type."""
     field, sep, values = text.partition("=")
     field = field.strip().replace("-", "_")
     if not sep or field not in FIELDS:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected FIELD=VALUE[,VALUE...] with FIELD one of {', '.join(FIELDS)}")
-    hint = type_hints(Config)[field]
+    hint = typing.get_type_hints(Config)[field]
     return field, [_convert(field, hint, v.strip()) for v in values.split(",")]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = cli.build_parser()
-    p.prog = "uffdkvm sweep"
-    p.description = (
-        "Run KVM demand-paging experiments over every combination of the given values "
-        "and print one comparison table. Takes the flags of the run command (uffdkvm "
-        "--help); each flag that takes a value also takes a comma-separated list "
-        "(-r 1,2,4 --wait poll,epoll_exclusive), and --set sweeps any Config field.")
-    p.epilog = (
-        "Table: one row per combination of the swept fields, one column per --wait mode "
-        "(or, when --wait is fixed, per value of the last swept field); each cell is the "
-        "median of --metric over the trials with, in brackets, the bootstrap 95% confidence "
-        "interval of that median (--spread). Below it: the coefficient of variation "
-        "(stdev/mean) of the trials per column. A run that fails is "
-        "reported and the sweep goes on. Exit status: 0 ok, 1 some run's memory failed "
-        "verification, 2 bad arguments, 3 pandas is missing, 4 some run failed, 130 "
-        "interrupted (finished runs are in --out).")
-    for action in p._actions:
-        # A CPU list is one value (the pins), not a list of values to sweep.
-        if action.dest in FIELDS and action.option_strings and action.nargs is None \
-                and action.dest not in ("pin_vcpus", "pin_readers"):
-            action.type = _list_of(action.type, action.choices)
-            action.choices = None
-    for action in p._actions:
-        if action.dest == "json":
-            action.help = "print every run as one line of JSON (the frame's rows) " \
-                          "instead of the table"
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run KVM demand-paging experiments over every combination of the "
+        "given values and print one comparison table. Takes the flags of the run command "
+        "(uffdkvm --help); each flag that sets one Config field also takes a "
+        "comma-separated list (-r 1,2,4 --wait poll,epoll_exclusive), and --set sweeps any "
+        "Config field.",
+        epilog="Table: one row per combination of the swept fields, one column per --wait "
+        "mode (or, when --wait is fixed, per value of the last swept field); each cell is "
+        "the median of --metric over the trials with, in brackets, the bootstrap 95% "
+        "confidence interval of that median (--spread). Below it: the coefficient of "
+        "variation (stdev/mean) of the trials per column. Every argument, --metric "
+        "included, is checked and the host probed before the first run; a run that fails "
+        "is reported and the sweep goes on. " + EXIT_STATUS_HELP.replace(
+            "1 the run failed or its memory did not verify", "1 some run failed or did not "
+            "verify").replace("4 this host", "4 pandas is missing, or this host") +
+        " After an interrupt the finished runs are in --out.")
+    add_run_arguments(p, _list_of, "print every run as one line of JSON (the frame's rows) "
+                      "instead of the table")
     p.add_argument("--set", dest="settings", type=_setting, action="append", default=[],
                    metavar="FIELD=V1,V2", help="sweep any Config field, e.g. --set "
                    "single_uffd=false,true; overrides the flag for that field")
@@ -141,8 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what each cell shows beside the median: ci, the bootstrap 95%% "
                    "confidence interval of the median (default; with under 6 trials it is "
                    "the min-max); iqr, the 25th-75th percentiles; minmax, the extremes")
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no progress bar on stderr")
     return p
 
 
@@ -191,20 +201,20 @@ class Grid:
     metric and how many of its runs failed (a run that did not fail but has
     no value for the metric is left out, not counted as failed)."""
 
-    def __init__(self, df, swept: list[str], metric: str):
+    def __init__(self, df: Any, swept: list[str], metric: str) -> None:
         self.column_field = "wait" if "wait" in swept else (
             swept[-1] if len(swept) > 1 else None)
         self.row_fields = [f for f in swept if f != self.column_field]
         keys = list(df[[*self.row_fields, *([self.column_field] if self.column_field
                                             else [])]].itertuples(index=False, name=None)) \
             if swept else [()] * len(df)
-        values: dict[tuple, list[Any]] = {}
-        self.failed: dict[tuple, int] = {}
-        self.row_keys: dict[tuple, None] = {}
+        values: dict[tuple[Any, ...], list[Any]] = {}
+        self.failed: dict[tuple[Any, ...], int] = {}
+        self.row_keys: dict[tuple[Any, ...], None] = {}
         self.column_keys: dict[Any, None] = {}
         errors = df["error"] if "error" in df else [None] * len(df)
         measured = df[metric] if metric in df else [None] * len(df)
-        for key, error, value in zip(keys, errors, measured):
+        for key, error, value in zip(keys, errors, measured, strict=True):
             row_key = tuple(key[:len(self.row_fields)])
             column_key = key[len(self.row_fields)] if self.column_field else metric
             self.row_keys.setdefault(row_key)
@@ -215,9 +225,9 @@ class Grid:
             else:
                 cell.append(value)
         # ValueError for a metric that is not numeric, naming the value.
-        self.cells: dict[tuple, Spread] = {k: spread_of(v) for k, v in values.items()}
+        self.cells: dict[tuple[Any, ...], Spread] = {k: spread_of(v) for k, v in values.items()}
 
-    def cell(self, row_key: tuple, column_key: Any) -> Spread:
+    def cell(self, row_key: tuple[Any, ...], column_key: Any) -> Spread:
         return self.cells.get((row_key, column_key)) or spread_of([])
 
     def heading(self, column_key: Any) -> str:
@@ -231,7 +241,7 @@ def format_table(grid: Grid, spread: str = "ci") -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row_key in grid.row_keys:
         lines.append("| " + " | ".join(
-            [*(_show(f, v) for f, v in zip(grid.row_fields, row_key)),
+            [*(_show(f, v) for f, v in zip(grid.row_fields, row_key, strict=True)),
              *(_cell(grid.cell(row_key, c), grid.failed.get((row_key, c), 0), spread)
                for c in grid.column_keys)]) + " |")
     return "\n".join(lines)
@@ -277,42 +287,138 @@ def _isnan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    options = vars(args)
+    """The ``uffdkvm sweep`` command: returns its exit status."""
+    HostInfo.current()  # before -c pins this process (see cli.main)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return guarded(PROG, argv, lambda: _sweep_command(argv))
+
+
+def _sweep_command(argv: list[str]) -> int:
+    options = vars(build_parser().parse_args(argv))
+    pop_cli_options(options)
     trials, out, metric = options.pop("trials"), options.pop("out"), options.pop("metric")
-    spread = options.pop("spread")
-    progress, as_json = options.pop("progress"), options.pop("json")
+    spread, quiet, as_json = options.pop("spread"), options.pop("quiet"), options.pop("json")
     settings = options.pop("settings")
     if options.pop("list_backings"):
-        print(cli.format_backing_support(backing_support()))
-        return cli.EXIT_OK
+        print(format_backing_support(backing_support()))
+        return EXIT_OK
+    if trials < 1:
+        raise CliError("--trials: must be at least 1")
+    try:
+        import pandas  # noqa: F401 - the sweep's frame; here so that nothing runs without it
+    except ImportError as e:
+        print(f"{PROG}: needs pandas ({e}): pip install 'uffdkvm[analysis]'", file=sys.stderr)
+        return EXIT_SKIP
     cpus = options.pop("cpus")
-    if cpus is not None:
-        options["pin_vcpus"] = cpus  # "0,1": one pin list, held fixed
     grid: dict[str, Any] = dict(options)  # lists are swept, the rest held fixed
     grid.update(settings)
-    if trials < 1:
-        print("uffdkvm sweep: --trials: must be at least 1", file=sys.stderr)
-        return cli.EXIT_CONFIG
+    main_cpu = None
+    if cpus is not None:
+        grid["pin_vcpus"], main_cpu = _sweep_pins(cpus, grid["vcpus"])
+    configs = points(**grid)  # ConfigError for a bad value, before anything runs
+    _check_out(out)
+    if main_cpu is not None:
+        pin_main_thread(main_cpu)
+    columns = _preflight(configs)  # HostUnsupportedError (exit 4) if no point can run here
+    if columns is not None and not as_json:
+        _check_metric(metric, columns)
+    progress = console_progress(quiet) is not None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SweepWarning)  # summarised below instead
             df = sweep(trials=trials, progress=progress, out=out, **grid)
-    except ConfigError as e:
-        print(f"uffdkvm sweep: {e}", file=sys.stderr)
-        return cli.EXIT_CONFIG
-    except OSError as e:
-        print(f"uffdkvm sweep: --out: {e}", file=sys.stderr)
-        return cli.EXIT_CONFIG
-    except ImportError as e:  # no pandas
-        print(f"uffdkvm sweep: {e}", file=sys.stderr)
-        return cli.EXIT_HOST
     except KeyboardInterrupt:
         kept = f"; finished runs are in {out}" if out else ""
-        print(f"uffdkvm sweep: interrupted{kept}", file=sys.stderr)
-        return 130
+        print(f"{PROG}: interrupted{kept}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return _report(df, grid, trials, out, metric, spread, as_json)
 
+
+def _sweep_pins(cpus: tuple[int, ...], vcpus: Any) -> tuple[tuple[int, ...], int | None]:
+    """-c, upstream's rule (cli_common.split_pins), for the sweep's one vCPU count."""
+    counts = vcpus if isinstance(vcpus, list) else [vcpus]
+    if len(set(counts)) != 1:
+        raise CliError(f"-c: one CPU per vCPU needs one -v, not {','.join(map(str, counts))}; "
+                       "--pin-vcpus pins any number of vCPUs round-robin")
+    return split_pins(cpus, counts[0])
+
+
+def _check_out(out: str | None) -> None:
+    """--out must be a file this process can append to (not made yet)."""
+    if out is None:
+        return
+    if os.path.exists(out):
+        if os.path.isdir(out) or not os.access(out, os.W_OK):
+            raise CliError(f"--out: cannot append to {out!r}: "
+                           + ("a directory" if os.path.isdir(out) else "not writable"))
+        return
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"--out: cannot create {out!r}: {parent} is not a directory "
+                       "this process may write to")
+
+
+def _tiny(config: Config) -> Config:
+    """The point shrunk to one vCPU walking one page of its backing: the same
+    host needs and the same columns, in milliseconds."""
+    unit = max(BACKING_PAGE_SIZES[config.backing], GUEST_PAGE_SIZES[config.guest_page_size])
+    return config.replace(vcpus=1, mem_per_vcpu=unit, readers=1, passes=1, delay_us=0,
+                          guest_work=0, trace_faults=False, pin_readers=None)
+
+
+def _preflight(configs: list[Config]) -> dict[str, Any] | None:
+    """One tiny run of the first point this host can run: its to_frame() row,
+    for --metric. Raises HostUnsupportedError when no point can run here (a
+    host without KVM, say), so that the sweep does not run every point to
+    fail each; None when the tiny run failed otherwise (the sweep will say)."""
+    from .frames import run_row
+
+    first: HostUnsupportedError | None = None
+    for i, config in enumerate(configs):
+        try:
+            if i == 0:
+                return run_row(run(_tiny(config)))
+            probe(_tiny(config))
+        except HostUnsupportedError as e:
+            first = first or e
+            continue
+        except UffdkvmError:
+            return None
+        # A later point can run here: run it tiny for the columns.
+        try:
+            return run_row(run(_tiny(config)))
+        except UffdkvmError:
+            return None
+    assert first is not None
+    if len(configs) > 1:
+        raise HostUnsupportedError(f"none of the {len(configs)} points can run here; the "
+                                   f"first: {first}", first.errno)
+    raise first
+
+
+def _check_metric(metric: str, row: dict[str, Any]) -> None:
+    """--metric names a numeric column of to_frame(), as the tiny run made it
+    (a measurement may be None there, as latencies are without guest timing)."""
+    def numeric(column: str) -> bool:
+        v = row[column]
+        if v is None:
+            return column not in FIELDS  # an empty measurement, not an unset pin list
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if metric in row and numeric(metric):
+        return
+    shown = [c for c in row if numeric(c) and c not in FIELDS and not c.endswith(("_min", "_max"))
+             and not c.startswith(("kvm_", "vcpus_kvm_", "host_"))]
+    what = f"column {metric!r} is not numeric" if metric in row else f"no column {metric!r}"
+    raise CliError(f"--metric: {what}; the numeric columns are {', '.join(shown)}, their "
+                   "_min and _max over threads, the Config's numeric fields, and kvm_*, "
+                   "vcpus_kvm_* for KVM's statistics")
+
+
+def _report(df: Any, grid: dict[str, Any], trials: int, out: str | None, metric: str,
+            spread: str, as_json: bool) -> int:
     failed = df[df["error"].notna()]
     unverified = int((df["verified"] == False).sum()) if "verified" in df else 0  # noqa: E712
     if as_json:
@@ -320,21 +426,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(text.rstrip("\n"))
     else:
         ok = df[df["error"].isna()]
-        if len(ok) and metric not in df.columns:
-            numeric = [c for c in ok.columns if c != "trial" and _is_numeric(ok[c])
-                       and not c.startswith(("kvm_", "vcpus_kvm_", "host_"))]
-            print(f"uffdkvm sweep: --metric: no column {metric!r}; numeric columns include "
-                  f"{', '.join(numeric)}, and kvm_*, vcpus_kvm_* for KVM's statistics",
-                  file=sys.stderr)
-            return cli.EXIT_CONFIG
+        if len(ok) and metric not in df.columns:  # the preflight could not tell
+            _check_metric(metric, dict.fromkeys(c for c in ok.columns if _is_numeric(ok[c])))
         swept = [f for f in FIELDS if f in df and isinstance(grid.get(f), list)
                  and df[f].nunique(dropna=False) > 1]
         try:
             table = Grid(df, swept, metric)
         except ValueError as e:
-            print(f"uffdkvm sweep: --metric: column {metric!r} is not numeric ({e})",
-                  file=sys.stderr)
-            return cli.EXIT_CONFIG
+            raise CliError(f"--metric: column {metric!r} is not numeric ({e})") from None
         print(format_table(table, spread))
         runs = f"{len(df)} run" + ("s" if len(df) != 1 else "")
         print(f"\n{format_footer(metric, trials, spread)}; {runs}"
@@ -346,14 +445,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(failed):
         counts = failed["error"].value_counts()
         for message, n in list(counts.items())[:5]:
-            print(f"uffdkvm sweep: {n} run(s) failed: {message}", file=sys.stderr)
+            print(f"{PROG}: {n} run(s) failed: {message}", file=sys.stderr)
         if len(counts) > 5:
-            print(f"uffdkvm sweep: ... and {len(counts) - 5} other errors", file=sys.stderr)
-    if unverified:
-        return cli.EXIT_UNVERIFIED
-    return cli.EXIT_RUN if len(failed) else cli.EXIT_OK
+            print(f"{PROG}: ... and {len(counts) - 5} other errors", file=sys.stderr)
+    return EXIT_FAILED if unverified or len(failed) else EXIT_OK
 
 
-def _is_numeric(series) -> bool:
+def _is_numeric(series: Any) -> bool:
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
-    return is_numeric_dtype(series) and not is_bool_dtype(series)
+    return bool(is_numeric_dtype(series) and not is_bool_dtype(series))

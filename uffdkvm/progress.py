@@ -86,15 +86,22 @@ class _Reporter:
 
 class ConsoleProgress:
     """A one-line display on a terminal stream (stderr by default), redrawn in
-    place: ``running  12.3 s  40%  131072/327680 pages  (vCPU min 38%)``."""
+    place: ``running  12.3 s  40%  131072/327680 pages  (vCPU min 38%)``.
 
-    def __init__(self, stream: IO[str] | None = None) -> None:
+    delay_s: draw nothing until the run has gone on this long, so that short
+    runs leave no trace (the command line waits 2 s).
+    """
+
+    def __init__(self, stream: IO[str] | None = None, delay_s: float = 0.0) -> None:
         self.stream = stream if stream is not None else sys.stderr
+        self.delay_s = delay_s
         self.width = 0
 
     def __call__(self, p: Progress) -> None:
         if p.phase == "done":
             self.close()
+            return
+        if p.elapsed_s < self.delay_s:
             return
         line = f"{p.phase:<12} {p.elapsed_s:6.1f} s"
         if p.total:
