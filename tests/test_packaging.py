@@ -4,9 +4,10 @@ auditwheel accepts as manylinux x86-64; a build that refuses other machines
 before compiling; and a core that builds against old kernel headers (once
 csrc/uapi_compat.h covers every constant it uses).
 
-The sdist is built once from this tree, and the wheel once from the unpacked
-sdist without UFFDKVM_TEST_HOOKS, as `python -m build` and pip would (module
-fixtures; without build isolation, so the setuptools installed here builds).
+The sdist is built once from a copy of this tree, and the wheel once from
+the unpacked sdist without UFFDKVM_TEST_HOOKS, as `python -m build` and pip
+would (module fixtures; without build isolation, so the setuptools installed
+here builds: the test extra asks for it).
 """
 import os
 import re
@@ -36,11 +37,11 @@ def without_test_hooks():
     return {k: v for k, v in os.environ.items() if k != "UFFDKVM_TEST_HOOKS"}
 
 
-def python_build(*args, cwd=None, env=None):
+def python_build(*args):
+    """python -m build, without test hooks and without isolation."""
     pytest.importorskip("build")
     p = subprocess.run([sys.executable, "-m", "build", "--no-isolation", *args],
-                       capture_output=True, text=True, timeout=600, cwd=cwd,
-                       env=env or without_test_hooks())
+                       capture_output=True, text=True, timeout=600, env=without_test_hooks())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
 
 
