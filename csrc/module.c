@@ -12,6 +12,14 @@
  * GIL and calls PyErr_CheckSignals() between them (as CPython's
  * select.epoll.poll does), so Ctrl-C cancels the run and raises
  * KeyboardInterrupt once the core has cleaned up.
+ *
+ * It uses only the limited API of Python 3.10 (setup.py defines
+ * Py_LIMITED_API), so one abi3 build serves every later Python.
+ *
+ * Fault injection (the config's "inject" and "inject_after", the INJECT_*
+ * constants, uffdkvm._testing) exists only in builds for the tests: setup.py
+ * defines UKVM_TEST_HOOKS when UFFDKVM_TEST_HOOKS=1 at build time, and
+ * TEST_HOOKS says which build this is.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -57,10 +65,18 @@ static const struct field config_fields[] = {
 	FIELD(guest_timing, F_BOOL),
 	FIELD(trace_faults, F_BOOL),
 	FIELD(timeout_ns, F_U64),
+#ifdef UKVM_TEST_HOOKS
 	FIELD(inject, F_ENUM),
 	FIELD(inject_after, F_U64),
+#endif
 };
 #undef FIELD
+
+#ifndef UKVM_TEST_HOOKS
+/* Config keys only a build with test hooks reads: here they are refused, so
+ * that a test asking for a failure cannot pass because none was made. */
+static const char *const test_hook_fields[] = { "inject", "inject_after" };
+#endif
 
 /* A list of CPU numbers, into an int32 array the caller frees. */
 static int cpu_list(PyObject *dict, const char *key, uint32_t *nr, int32_t **out)
@@ -72,10 +88,15 @@ static int cpu_list(PyObject *dict, const char *key, uint32_t *nr, int32_t **out
 	*out = NULL;
 	if (!item || item == Py_None)
 		return 0;
-	seq = PySequence_Fast(item, "expected a list of CPU numbers");
-	if (!seq)
+	seq = PySequence_List(item);	/* any iterable, copied into a list */
+	if (!seq) {
+		if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+			PyErr_Clear();
+			PyErr_Format(PyExc_TypeError, "%s: expected a list of CPU numbers", key);
+		}
 		return -1;
-	n = PySequence_Fast_GET_SIZE(seq);
+	}
+	n = PyList_Size(seq);
 	*out = PyMem_Calloc(n ? (size_t)n : 1, sizeof(int32_t));
 	if (!*out) {
 		Py_DECREF(seq);
@@ -83,7 +104,7 @@ static int cpu_list(PyObject *dict, const char *key, uint32_t *nr, int32_t **out
 		return -1;
 	}
 	for (i = 0; i < n; i++) {
-		long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+		long v = PyLong_AsLong(PyList_GetItem(seq, i));	/* borrowed */
 
 		if ((v == -1 && PyErr_Occurred()) || v < 0 || v > INT32_MAX) {
 			PyErr_Clear();
@@ -113,6 +134,17 @@ static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 	size_t i;
 
 	ukvm_config_init(cfg);
+#ifndef UKVM_TEST_HOOKS
+	for (i = 0; i < sizeof(test_hook_fields) / sizeof(test_hook_fields[0]); i++) {
+		if (PyDict_GetItemString(dict, test_hook_fields[i])) {
+			PyErr_Format(PyExc_ValueError,
+				     "%s: this uffdkvm._core was built without test hooks (fault "
+				     "injection); build it with UFFDKVM_TEST_HOOKS=1 in the "
+				     "environment", test_hook_fields[i]);
+			return -1;
+		}
+	}
+#endif
 	for (i = 0; i < sizeof(config_fields) / sizeof(config_fields[0]); i++) {
 		const struct field *f = &config_fields[i];
 		char *dst = (char *)cfg + f->offset;
@@ -226,11 +258,10 @@ static PyObject *u64_list(const uint64_t *values, uint32_t n)
 	for (i = 0; list && values && i < n; i++) {
 		PyObject *o = PyLong_FromUnsignedLongLong(values[i]);
 
-		if (!o) {
+		if (!o || PyList_SetItem(list, i, o)) {	/* steals o, even on failure */
 			Py_CLEAR(list);
 			break;
 		}
-		PyList_SET_ITEM(list, i, o);
 	}
 	return list;
 }
@@ -297,8 +328,14 @@ static PyObject *trace_to_dict(const struct ukvm_fault_record *t, uint64_t n)
 				goto error_cols_owned;
 			}
 		}
-		for (c = 0; c < TRACE_COLUMNS; c++)
-			PyList_SET_ITEM(cols[c], (Py_ssize_t)i, v[c]);
+		for (c = 0; c < TRACE_COLUMNS; c++) {
+			/* Steals v[c], even on failure; the ones after it are still ours. */
+			if (PyList_SetItem(cols[c], (Py_ssize_t)i, v[c])) {
+				while (++c < TRACE_COLUMNS)
+					Py_DECREF(v[c]);
+				goto error_cols_owned;
+			}
+		}
 	}
 	return d;
 error:
@@ -377,11 +414,10 @@ static PyObject *list_of(const void *items, uint32_t n, size_t size,
 	for (i = 0; i < n; i++) {
 		PyObject *o = convert((const char *)items + i * size, res);
 
-		if (!o) {
+		if (!o || PyList_SetItem(list, i, o)) {	/* steals o */
 			Py_DECREF(list);
 			return NULL;
 		}
-		PyList_SET_ITEM(list, i, o);
 	}
 	return list;
 }
@@ -631,11 +667,10 @@ static int add_hist_bounds(PyObject *m)
 	for (b = 0; bounds && b <= UKVM_HIST_BUCKETS; b++) {
 		PyObject *o = PyLong_FromUnsignedLongLong(ukvm_hist_bucket_lower(b));
 
-		if (!o) {
+		if (!o || PyList_SetItem(bounds, b, o)) {	/* steals o */
 			Py_CLEAR(bounds);
 			break;
 		}
-		PyList_SET_ITEM(bounds, b, o);
 	}
 	if (!bounds)
 		return -1;
@@ -683,6 +718,7 @@ static int add_constants(PyObject *m)
 		{ "ERR_RUN", UKVM_ERR_RUN },
 		{ "ERR_TIMEOUT", UKVM_ERR_TIMEOUT },
 		{ "ERR_CANCELLED", UKVM_ERR_CANCELLED },
+#ifdef UKVM_TEST_HOOKS
 		{ "INJECT_RESOLVE_EIO", UKVM_INJECT_RESOLVE_EIO },
 		{ "INJECT_READER_EXIT", UKVM_INJECT_READER_EXIT },
 		{ "INJECT_GUEST_FAULT", UKVM_INJECT_GUEST_FAULT },
@@ -698,13 +734,18 @@ static int add_constants(PyObject *m)
 		{ "INJECT_UNFAULTED_PAGE", UKVM_INJECT_UNFAULTED_PAGE },
 		{ "INJECT_TSC_JUMP", UKVM_INJECT_TSC_JUMP },
 		{ "INJECT_NO_EXACT_ADDRESS", UKVM_INJECT_NO_EXACT_ADDRESS },
+#endif
 	};
 	size_t i;
 
 	for (i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
 		if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value))
 			return -1;
-	return 0;
+#ifdef UKVM_TEST_HOOKS
+	return PyModule_AddObjectRef(m, "TEST_HOOKS", Py_True);
+#else
+	return PyModule_AddObjectRef(m, "TEST_HOOKS", Py_False);
+#endif
 }
 
 PyMODINIT_FUNC PyInit__core(void)

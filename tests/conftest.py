@@ -18,8 +18,8 @@ pytest.register_assert_rewrite("hostfacts", "broken_host")
 
 import uffdkvm  # noqa: E402
 from hostfacts import (  # noqa: F401 - re-exported for the tests
-    ALL_CPU_NUMBERS_USABLE, FACTS, HUGEPAGE_POOLS, KVM_TAKES_EVERY_CONFIG_VCPUS,
-    NO_1G_GUEST_PAGES, NO_ASAN_RUNTIME, NO_CC,
+    ALL_CPU_NUMBERS_USABLE, BUILT_WITHOUT_TEST_HOOKS, FACTS, HUGEPAGE_POOLS,
+    KVM_TAKES_EVERY_CONFIG_VCPUS, NO_1G_GUEST_PAGES, NOT_A_GIT_CHECKOUT, NO_ASAN_RUNTIME, NO_CC,
     NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD, NO_HUGEPAGES_1G, NO_HUGEPAGES_2M, NO_KVM,
     NO_KVM_STATS, NO_MEMAVAILABLE, NO_THP, NO_TSAN_RUNTIME, NO_UFFD_MINOR_HUGETLBFS,
     NO_UFFD_MINOR_SHMEM, NO_USERFAULTFD, NOT_ROOT, UNPRIVILEGED_USERFAULTFD, Fact,
@@ -37,6 +37,26 @@ SMALL = dict(vcpus=2, mem_per_vcpu="16M")
 SMALL_PAGES = 2 * 16 * 1024 * 1024 // 4096
 
 IS_ROOT = os.geteuid() == 0
+
+# Fault injection (uffdkvm._testing) is only in builds made with
+# UFFDKVM_TEST_HOOKS=1; tests that inject skip elsewhere, citing the fact.
+TEST_HOOKS = uffdkvm._core.TEST_HOOKS
+
+
+def needs_test_hooks(detail="injects a failure", *, allow_module_level=False):
+    """Skips, citing BUILT_WITHOUT_TEST_HOOKS, in a build without fault injection."""
+    __tracebackhide__ = True
+    if not TEST_HOOKS:
+        host_skip(BUILT_WITHOUT_TEST_HOOKS, f"{detail}: build with UFFDKVM_TEST_HOOKS=1",
+                  allow_module_level=allow_module_level)
+
+
+def run_with_fault(*args, **kwargs):
+    """uffdkvm._testing.run_with_fault(), or a skip in a build without test hooks."""
+    __tracebackhide__ = True
+    needs_test_hooks()
+    from uffdkvm._testing import run_with_fault as run
+    return run(*args, **kwargs)
 
 
 @pytest.fixture(scope="session")
@@ -104,9 +124,10 @@ def run_or_skip(**fields):
 def resources():
     """What a run must give back: this process's open fds and threads, and
     its memory mappings (a leaked mapping shows as one more line). A failed
-    run may still be handing its memory back in the background: wait for it."""
-    from uffdkvm._testing import wait_idle
-    wait_idle()
+    run may still be handing its memory back in the background: wait for it
+    (with _core's wait_idle, which every build has; uffdkvm._testing's
+    only adds the exception type)."""
+    uffdkvm._core.wait_idle()
     with open("/proc/self/maps") as f:
         maps = sum(1 for _ in f)
     return {"fds": len(os.listdir("/proc/self/fd")),

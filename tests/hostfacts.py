@@ -617,6 +617,38 @@ def mem_available_below(nbytes):
                        f"less than {gib:g} GiB of memory is available", probe)
 
 
+# ---- the build and the checkout under test ----
+# Facts about what is being tested rather than the host, with the same rule:
+# a skip that cites one is explained only if the probe confirms it.
+
+@fact("built-without-test-hooks", "uffdkvm._core was built without test hooks (fault "
+      "injection, uffdkvm._testing): build with UFFDKVM_TEST_HOOKS=1")
+def BUILT_WITHOUT_TEST_HOOKS():
+    # The tests decide by _core.TEST_HOOKS; the probe looks at something
+    # else the build leaves: the INJECT_* constants module.c exports only
+    # under UKVM_TEST_HOOKS (a build that misreported TEST_HOOKS as False
+    # would leave its skips unexplained).
+    from uffdkvm import _core
+    injects = sorted(n for n in dir(_core) if n.startswith("INJECT_"))
+    if injects:
+        return False, f"{_core.__file__} exports {len(injects)} INJECT_* constants"
+    return True, f"{_core.__file__} exports no INJECT_* constant"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@fact("not-a-git-checkout", "the tests run outside a git checkout of uffdkvm (an unpacked "
+      "sdist, say): there is no git ls-files to compare with")
+def NOT_A_GIT_CHECKOUT():
+    p = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--show-toplevel"],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode:
+        return True, f"git rev-parse in {ROOT}: {p.stderr.strip()}"
+    top = Path(p.stdout.strip()).resolve()
+    return top != ROOT, f"git's top level is {top}, the project's {ROOT}"
+
+
 # ---- privileges, CPUs, tools ----
 
 @fact("not-root", "the tests do not run as root")

@@ -7,9 +7,8 @@ contents are right."""
 import pytest
 
 import uffdkvm
-from uffdkvm._testing import run_with_fault
 
-from conftest import small
+from conftest import run_with_fault, small
 
 
 @pytest.mark.parametrize("fields", [

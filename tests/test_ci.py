@@ -7,6 +7,7 @@ namespace without /dev/kvm, an unprivileged user without access to it, a
 root without the capability userfaultfd() needs. The preflight and .ci/run
 run there on a copy of the uffdkvm this session imported.
 """
+import os
 import subprocess
 from pathlib import Path
 
@@ -102,3 +103,19 @@ def test_ci_run_with_allow_no_kvm_starts_pytest(kvm, stage):
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert "the KVM tests WILL BE SKIPPED" in p.stderr
     assert f"pytest {pytest.__version__}" in p.stdout + p.stderr
+
+
+def test_ci_run_installs_a_build_with_test_hooks(tmp_path):
+    """.ci/run's pip install builds the test hooks in (UFFDKVM_TEST_HOOKS=1):
+    without them the fault-injection tests would all skip. The interpreter
+    it is given records how it was called, and fails, which stops .ci/run
+    there (set -e)."""
+    log = tmp_path / "calls"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "UFFDKVM_TEST_HOOKS=${{UFFDKVM_TEST_HOOKS-unset}} $*" '
+                      f'>> {log}\nexit 3\n')
+    python.chmod(0o755)
+    p = subprocess.run(["sh", str(CI_RUN)], capture_output=True, text=True, timeout=120,
+                       env={"PATH": os.environ["PATH"], "PYTHON": str(python)})
+    assert p.returncode == 3, (p.stdout, p.stderr)
+    assert log.read_text() == "UFFDKVM_TEST_HOOKS=1 -m pip install .[test]\n"

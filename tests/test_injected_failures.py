@@ -14,8 +14,11 @@ import time
 import pytest
 
 import uffdkvm
-from conftest import assert_released, facts_for_run, host_skip, resources, run_or_skip
-from uffdkvm._testing import FAULTS, run_with_fault, wait_idle
+from conftest import (assert_released, facts_for_run, host_skip, needs_test_hooks, resources,
+                      run_or_skip)
+
+needs_test_hooks("every test here injects a failure", allow_module_level=True)
+from uffdkvm._testing import FAULTS, run_with_fault, wait_idle  # noqa: E402
 
 pytestmark = pytest.mark.kvm
 

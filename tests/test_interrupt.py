@@ -18,8 +18,8 @@ import pytest
 
 import uffdkvm
 from children import ENV as CHILD_ENV
-from conftest import assert_released, host_skip, mem_available_below, mem_info
-from uffdkvm._testing import run_with_fault
+from conftest import (assert_released, host_skip, mem_available_below, mem_info, needs_test_hooks,
+                      run_with_fault)
 
 pytestmark = pytest.mark.kvm
 
@@ -228,6 +228,7 @@ def test_a_run_from_a_thread_other_than_main(kvm, released):
 def test_runs_in_several_threads_at_once_each_verify_or_fail_alone(kvm, released):
     """Experiments are independent: four at once, one failing, one timing
     out, and the others verify."""
+    needs_test_hooks("two of the runs fail by injection")
     with ThreadPoolExecutor(4) as pool:
         good = [pool.submit(uffdkvm.run, vcpus=2, mem_per_vcpu="2M", readers=2, wait=w,
                             seed=i) for i, w in enumerate(WAITS)]
@@ -343,6 +344,7 @@ def test_a_crash_in_a_core_thread_reaches_faulthandler(kvm):
     """A reader that segfaults kills the process, but SIGSEGV is not blocked
     in core threads: faulthandler's handler runs first and says so. (Were
     it blocked, the kernel would kill the process silently.)"""
+    needs_test_hooks("makes a reader crash")
     p = subprocess.run([sys.executable, "-c", CRASH_CHILD], capture_output=True, text=True,
                        timeout=60, cwd="/", env=CHILD_ENV)
     assert p.stdout.splitlines() == ["running"], p.stdout

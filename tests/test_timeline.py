@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 
 import uffdkvm
-from uffdkvm._testing import run_with_fault
 
-from conftest import facts_for_run, host_skip, run_or_skip, small
+from conftest import facts_for_run, host_skip, run_or_skip, run_with_fault, small
 
 TIMED = dict(vcpus=2, mem_per_vcpu="8M", guest_timing=True, trace_faults=True)
 PAGES = 2 * 8 * 256

@@ -1,8 +1,11 @@
 """Test-only: make one thing go wrong inside a run, for real.
 
-The C core has a private fault-injection hook (enum ukvm_inject in
-csrc/ukvm.h) so that every error path can be exercised by the test suites.
-This module is its only Python door; nothing else in uffdkvm uses it.
+The C core has a private fault-injection hook (enum ukvm_inject) so that
+every error path can be exercised by the test suites. This module is its
+only Python door; nothing else in uffdkvm uses it. Both exist only in builds
+made for the tests, with UFFDKVM_TEST_HOOKS=1 in the environment (setup.py
+leaves this file out of other builds; _core.TEST_HOOKS says which build
+this is).
 
     from uffdkvm._testing import run_with_fault
     run_with_fault(cfg, "resolve_eio", after=3)    # raises RunError (EIO)
@@ -16,6 +19,10 @@ from .config import Config
 from .result import Result
 from .run import _config_of, _raise_from_core, _run
 
+if not _core.TEST_HOOKS:
+    raise ImportError("uffdkvm._testing needs a uffdkvm._core built with test hooks "
+                      f"({_core.__file__} has none): build it with UFFDKVM_TEST_HOOKS=1 "
+                      "in the environment")
 FAULTS = {
     "resolve_eio": _core.INJECT_RESOLVE_EIO,       # resolve number `after` fails with EIO
     "reader_exit": _core.INJECT_READER_EXIT,       # the reader taking fault `after` vanishes
