@@ -7,19 +7,28 @@ dicts and need no pandas at all.
 How fields become columns, at every level:
 
 - a scalar field is a column of its own name; public properties too
-  (``VcpuStats.pages_per_s``, ``Result.per_vcpu_rate``);
+  (``VcpuStats.first_pass_pages_per_s``, ``Result.per_vcpu_rate``);
 - a dict field becomes one column per key, prefixed with the field's name
   less a trailing ``_stats``: ``kvm_stats["exits"]`` is ``kvm_exits``;
 - a nested dataclass becomes its own columns prefixed with the field's name
   (``host.kernel_release`` is ``host_kernel_release``), except ``config``,
   whose fields keep their names (``readers``, ``wait``: the names you swept);
-- a list of dataclasses is a table of its own (``vcpus``, ``readers``), with
-  ``index`` renamed after the table (``vcpu``, ``reader``); a list of plain
+- a tuple of dataclasses is a table of its own (``vcpus``, ``readers``), with
+  ``index`` renamed after the table (``vcpu``, ``reader``); a tuple of plain
   values stays one cell.
 
 Result names that leave the unit open get it: ``paging_rate`` is
 ``pages_per_s``, ``per_vcpu_rate`` ``pages_per_s_per_vcpu``, ``page_size``
 ``page_size_bytes``.
+
+A name means one thing in every frame: ``pages_per_s`` is the run's paging
+rate, over the first pass (the one that demand-pages); a vCPU's rates are
+``first_pass_pages_per_s`` and ``all_passes_pages_per_s``. ``faults`` counts
+resolved faults (EEXIST ones are ``eexist``) for the run, each vCPU and each
+reader alike.
+
+This module takes Results but does not import uffdkvm.result (which imports
+it): it works from the dataclasses' fields.
 """
 from __future__ import annotations
 
@@ -30,6 +39,7 @@ import typing
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from .errors import ResultError
 from .histogram import Histogram
 from .serial import type_hints
 
@@ -37,7 +47,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
     from .config import Config
-    from .result import Result
+
+# A uffdkvm.Result (not imported: result.py imports this module).
+Result = Any
 
 # Result-level names that need a unit to say what they are.
 RESULT_RENAMES = {
@@ -101,7 +113,7 @@ def _columns(obj: Any, prefix: str = "", renames: dict[str, str] | None = None,
         elif isinstance(value, dict):
             stem = name[:-len("_stats")] if name.endswith("_stats") else name
             spread += [(c, v, _DICT) for c, v in _dict_columns(value, prefix + stem + "_")]
-        elif _is_table(value) or (isinstance(value, list) and not value
+        elif _is_table(value) or (isinstance(value, (list, tuple)) and not value
                                    and _table_type(type(obj), name) is not None):
             continue  # a table of its own
         else:
@@ -305,7 +317,9 @@ def _numeric_hint(hint: Any) -> bool:
 
 def faults_frame(r: Result) -> pandas.DataFrame:
     """One row per fault (trace_faults=True), by read time: ``t_s`` (seconds
-    since the first fault was read), the trace's columns (``raised_ns``,
+    from the run's start, the vCPU threads' creation where Result.seconds
+    begins, to the fault's read; NA in JSON from before uffdkvm recorded the
+    start), the trace's columns (``raised_ns``,
     ``read_ns``, ``resolved_ns``, ``resumed_ns``, ``gpa``, ``vcpu``, ``uffd``,
     ``reader``, ``eexist``, ``write``) and each fault's stages in ns:
     ``service_ns`` (read to the page's arrival: resolved, or resumed if the
@@ -316,9 +330,10 @@ def faults_frame(r: Result) -> pandas.DataFrame:
     Columns that can be unknown use pandas' nullable Int64."""
     pd = _pandas()
     if r.fault_trace is None:
-        raise ValueError("fault_trace: this run kept no trace; run with trace_faults=True")
+        raise ResultError("fault_trace: this run kept no trace; run with trace_faults=True")
     t = r.fault_trace
-    df = pd.DataFrame({f.name: getattr(t, f.name) for f in dataclasses.fields(t)})
+    df = pd.DataFrame({f.name: list(getattr(t, f.name)) for f in dataclasses.fields(t)
+                       if f.name != "start_ns"})
     for stamp in ("raised_ns", "resumed_ns"):
         df[stamp] = df[stamp].astype("Int64")
     resolved = df["resolved_ns"].astype("Int64")
@@ -334,8 +349,10 @@ def faults_frame(r: Result) -> pandas.DataFrame:
     df["service_ns"] = arrived - df["read_ns"]
     df["resume_ns"] = (df["resumed_ns"] - arrived).where(timed)
     df["fault_ns"] = (df["resumed_ns"] - df["raised_ns"]).where(timed)
-    start = min(t.read_ns) if len(t) else 0
-    df.insert(0, "t_s", (df["read_ns"] - start) / 1e9)
+    if t.start_ns is None:
+        df.insert(0, "t_s", pd.Series([None] * len(df), dtype="Float64"))
+    else:
+        df.insert(0, "t_s", (df["read_ns"] - t.start_ns) / 1e9)
     return df
 
 
