@@ -49,10 +49,17 @@ _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
 
+def _is_bool(value: Any) -> bool:
+    """A bool, or numpy's (np.bool_, np.bool in numpy 2)."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy"
+                                       and kind.__name__ in ("bool_", "bool"))
+
+
 def _as_int(value: Any) -> int | None:
     """value as an int if it is an integer (a numpy integer too), else None.
-    bool is not one: True is no count of anything."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    A bool is not one: True is no count of anything."""
+    if _is_bool(value):
         return None
     try:
         return operator.index(value)
@@ -102,7 +109,7 @@ def _integer(field: str, value: Any, low: int, high: int | None = None) -> int:
 
 
 def _flag(field: str, value: Any) -> bool:
-    if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy's too
+    if _is_bool(value):
         return bool(value)
     raise ConfigError(f"{field}: expected True or False, not {value!r}", field=field)
 
