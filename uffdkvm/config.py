@@ -62,7 +62,7 @@ def _as_int(value: Any) -> int | None:
     if _is_bool(value):
         return None
     try:
-        return operator.index(value)
+        return int(operator.index(value))
     except TypeError:
         return None
 
@@ -94,18 +94,18 @@ def format_size(n: int) -> str:
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     if isinstance(value, str) and value.lower() in choices:
         return value.lower()
-    raise ConfigError(f"{field}: {value!r} is not one of {', '.join(map(repr, choices))}", field=field)
+    raise ConfigError(f"{field}: {value!r} is not one of {', '.join(map(repr, choices))}",
+                      field=field)
 
 
 def _integer(field: str, value: Any, low: int, high: int | None = None) -> int:
     number = _as_int(value)
     if number is None:
         raise ConfigError(f"{field}: expected an int, not {value!r}", field=field)
-    value = number
-    if value < low or (high is not None and value > high):
+    if number < low or (high is not None and number > high):
         bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ConfigError(f"{field}: must be {bound}, not {value}", field=field)
-    return value
+        raise ConfigError(f"{field}: must be {bound}, not {number}", field=field)
+    return number
 
 
 def _flag(field: str, value: Any) -> bool:
@@ -123,7 +123,8 @@ def _cpus(field: str, value: Any) -> tuple[int, ...] | None:
         try:
             value = [int(x) for x in value.split(",") if x.strip()]
         except ValueError:
-            raise ConfigError(f"{field}: {value!r} is not a list of CPU numbers like '0,1'", field=field) \
+            raise ConfigError(f"{field}: {value!r} is not a list of CPU numbers like '0,1'",
+                              field=field) \
                 from None
     if _as_int(value) is not None:
         value = [value]
@@ -133,7 +134,8 @@ def _cpus(field: str, value: Any) -> tuple[int, ...] | None:
     if isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict)):
         value = list(value)
     if not isinstance(value, list) or not value:
-        raise ConfigError(f"{field}: expected a non-empty list of CPU numbers, not {value!r}", field=field)
+        raise ConfigError(f"{field}: expected a non-empty list of CPU numbers, not {value!r}",
+                          field=field)
     return tuple(_integer(field, cpu, 0, MAX_CPU) for cpu in value)
 
 
@@ -242,20 +244,21 @@ class Config:
                    else f"the guest's {format_size(unit)} pages" if unit > PAGE_SIZE
                    else "4 KiB pages")
             raise ConfigError(f"mem_per_vcpu: must be a positive multiple of {unit} "
-                              f"({format_size(unit)}, {why}), not {mem}", field='mem_per_vcpu')
+                              f"({format_size(unit)}, {why}), not {mem}", field="mem_per_vcpu")
         put(self, "mem_per_vcpu", mem)
         region = mem if self.overlap is True else mem * self.vcpus
         if region > MAX_REGION_BYTES:
             what = "mem_per_vcpu" if self.overlap is True else "vcpus x mem_per_vcpu"
             raise ConfigError(f"mem_per_vcpu: {what} is {format_size(region)}, more guest "
                               f"memory than uffdkvm maps ({format_size(MAX_REGION_BYTES)}); "
-                              f"use less memory per vCPU or fewer vCPUs", field='mem_per_vcpu')
+                              f"use less memory per vCPU or fewer vCPUs", field="mem_per_vcpu")
         mode = self.uffd_mode
         if isinstance(mode, str) and mode.lower() == "none":
             mode = None
         if mode is not None and not (isinstance(mode, str) and mode.lower() in UFFD_MODES):
             raise ConfigError(f"uffd_mode: {mode!r} is not one of 'missing', 'minor' or None "
-                              f"(no userfaultfd: the kernel pages memory in itself)", field='uffd_mode')
+                              f"(no userfaultfd: the kernel pages memory in itself)",
+                              field="uffd_mode")
         put(self, "uffd_mode", None if mode is None else mode.lower())
         put(self, "single_uffd", _flag("single_uffd", self.single_uffd))
         put(self, "readers", _integer("readers", self.readers, 1, MAX_READERS))
@@ -277,25 +280,26 @@ class Config:
         put(self, "trace_faults", _flag("trace_faults", self.trace_faults))
         if self.trace_faults and self.stats != "full":
             raise ConfigError("trace_faults: needs stats='full' (stats='basic' keeps no "
-                              "record of each fault)", field='trace_faults')
+                              "record of each fault)", field="trace_faults")
         if self.timeout_s is not None:
             if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, numbers.Real) \
                     or not self.timeout_s > 0:
                 raise ConfigError(f"timeout_s: expected a positive number of seconds, "
-                                  f"math.inf or None, not {self.timeout_s!r}", field='timeout_s')
+                                  f"math.inf or None, not {self.timeout_s!r}", field="timeout_s")
             put(self, "timeout_s", float(self.timeout_s))
         if self.uffd_mode == "minor" and self.backing not in SHARED_BACKINGS:
             raise ConfigError(
                 f"uffd_mode: 'minor' needs a shared backing ({', '.join(SHARED_BACKINGS)}); "
                 f"MINOR faults come from pages that are in the page cache but not mapped, "
                 f"and {self.backing!r} memory has no page cache. Use backing='shmem' or "
-                f"uffd_mode='missing'", field='uffd_mode')
+                f"uffd_mode='missing'", field="uffd_mode")
         if self.resolve == "zeropage" and self.uffd_mode != "missing":
             raise ConfigError("resolve: 'zeropage' resolves missing faults only; use "
-                              "uffd_mode='missing' or resolve='copy'", field='resolve')
+                              "uffd_mode='missing' or resolve='copy'", field="resolve")
         if self.resolve == "zeropage" and self.backing in HUGETLB_BACKINGS:
             raise ConfigError(f"resolve: 'zeropage' does not work on hugetlb memory "
-                              f"({self.backing!r} has no UFFDIO_ZEROPAGE); use resolve='copy'", field='resolve')
+                              f"({self.backing!r} has no UFFDIO_ZEROPAGE); use resolve='copy'",
+                              field="resolve")
 
     @property
     def region_bytes(self) -> int:
@@ -338,8 +342,9 @@ class Config:
                               f"{', '.join(f.name for f in dataclasses.fields(self))}", field=None)
         return dataclasses.replace(self, **fields)
 
-    def to_dict(self) -> dict:
-        """The fields as plain JSON-ready values (tuples become lists)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain Python values (tuples become lists), such as
+        Config(**d) takes back; Result.to_dict() gives strict JSON values."""
         d = dataclasses.asdict(self)
         for key in ("pin_vcpus", "pin_readers"):
             if d[key] is not None:

@@ -25,12 +25,12 @@ class UffdkvmError(Exception):
     failing call, or 0."""
 
     message: str
-    errno: int  # TimeoutError (an OSError) keeps it in its own slot
+    # errno: an int here; TimeoutError (an OSError) keeps it in its own slot.
 
     def __init__(self, message: str, errno: int = 0) -> None:
         super().__init__(message)
         self.message = message
-        self.errno = errno
+        self.errno: int = errno
 
     def __reduce__(self) -> tuple[Any, ...]:
         # OSError's own reduce (TimeoutError's) drops attributes that live in
@@ -40,8 +40,8 @@ class UffdkvmError(Exception):
     def _state(self) -> dict[str, Any]:
         return {**self.__dict__, "errno": self.errno}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for name, value in state.items():
+    def __setstate__(self, state: dict[str, Any] | None) -> None:
+        for name, value in (state or {}).items():
             setattr(self, name, value)
 
 
@@ -74,5 +74,6 @@ class RunError(UffdkvmError):
     the call and the errno or guest exit."""
 
 
-class RunTimeoutError(RunError, TimeoutError):
+# OSError types errno as int | None; ours is always an int.
+class RunTimeoutError(RunError, TimeoutError):  # type: ignore[misc]
     """The run did not finish within ``Config.timeout_s``."""

@@ -66,7 +66,7 @@ _FIELD, _DICT, _NESTED = "field", "dict", "nested"
 _PEAK = re.compile(r"(^|_)max_")
 
 
-def _pandas():
+def _pandas() -> Any:
     try:
         import pandas
     except ImportError:
@@ -91,7 +91,7 @@ def _is_table(value: Any) -> bool:
 
 
 def _columns(obj: Any, prefix: str = "", renames: dict[str, str] | None = None,
-             skip: frozenset = frozenset()) -> list[tuple[str, Any, str]]:
+             skip: frozenset[str] = frozenset()) -> list[tuple[str, Any, str]]:
     """(column, value, kind) for every field and property of a dataclass:
     plain values first (fields, then properties), then the columns of dicts
     and nested dataclasses."""
@@ -100,7 +100,7 @@ def _columns(obj: Any, prefix: str = "", renames: dict[str, str] | None = None,
     names += [p for p in _properties(type(obj)) if p not in names]
     plain: list[tuple[str, Any, str]] = []
     spread: list[tuple[str, Any, str]] = []
-    hints = type_hints(type(obj))
+    hints = type_hints(typing.cast(type, type(obj)))
     for name in names:
         if name in skip:
             continue
@@ -141,15 +141,15 @@ def _hint(cls: type, hints: dict[str, Any], name: str) -> Any:
 def _histogram_columns(h: Histogram | None, name: str) -> Iterator[tuple[str, Any]]:
     """A histogram in a row: its count and the numbers one plots, in its unit."""
     unit = h.unit if h is not None else "ns"
-    empty = h is None or not h.count
     yield f"{name}_count", None if h is None else h.count
-    yield f"{name}_mean_{unit}", None if empty else h.mean
+    full = h if h is not None and h.count else None
+    yield f"{name}_mean_{unit}", None if full is None else full.mean
     for q in HISTOGRAM_PERCENTILES:
-        yield f"{name}_p{q}_{unit}", None if empty else h.percentile(q)
-    yield f"{name}_max_{unit}", None if empty else h.max
+        yield f"{name}_p{q}_{unit}", None if full is None else full.percentile(q)
+    yield f"{name}_max_{unit}", None if full is None else full.max
 
 
-def _dict_columns(d: dict, prefix: str) -> Iterator[tuple[str, Any]]:
+def _dict_columns(d: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
     for k, v in d.items():
         if isinstance(v, dict):
             yield from _dict_columns(v, f"{prefix}{k}_")
@@ -165,7 +165,7 @@ def _table_type(cls: type, name: str) -> type | None:
         return None
     if typing.get_origin(hint) in (list, tuple):
         args = [a for a in typing.get_args(hint) if a is not Ellipsis]
-        if len(args) == 1 and dataclasses.is_dataclass(args[0]):
+        if len(args) == 1 and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
             return args[0]
     return None
 
@@ -205,9 +205,9 @@ def _is_dict_hint(hint: Any) -> bool:
 def table_frame(r: Result, table: str) -> pandas.DataFrame:
     pd = _pandas()
     rows = table_rows(r, table)
-    if not rows:
-        return pd.DataFrame(columns=_empty_columns(r, table))
-    return pd.DataFrame(rows)
+    df: pandas.DataFrame = pd.DataFrame(rows) if rows else \
+        pd.DataFrame(columns=_empty_columns(r, table))
+    return df
 
 
 def vcpus_frame(r: Result) -> pandas.DataFrame:
@@ -224,12 +224,12 @@ def readers_frame(r: Result) -> pandas.DataFrame:
 
 # ---- one row per run ------------------------------------------------------
 
-def config_row(config: Config, shadowed: frozenset = frozenset()) -> dict[str, Any]:
+def config_row(config: Config, shadowed: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The Config's fields (and properties not in ``shadowed``) as columns."""
     return {c: v for c, v, _ in _columns(config, skip=shadowed)}
 
 
-def _result_names(r: Any) -> frozenset:
+def _result_names(r: Any) -> frozenset[str]:
     names = {f.name for f in dataclasses.fields(r)} | set(_properties(type(r)))
     return frozenset(RESULT_RENAMES.get(n, n) for n in names) | names
 
@@ -353,7 +353,8 @@ def faults_frame(r: Result) -> pandas.DataFrame:
         df.insert(0, "t_s", pd.Series([None] * len(df), dtype="Float64"))
     else:
         df.insert(0, "t_s", (df["read_ns"] - t.start_ns) / 1e9)
-    return df
+    frame: pandas.DataFrame = df
+    return frame
 
 
 def run_frame(r: Result) -> pandas.DataFrame:
@@ -362,4 +363,5 @@ def run_frame(r: Result) -> pandas.DataFrame:
     aggregates: ``vcpus_*`` and ``readers_*`` (sum, ``_min``, ``_max``) and
     ``*_per_fault`` (``spurious_wakeups_per_fault``,
     ``context_switches_per_fault``, ...)."""
-    return _pandas().DataFrame([run_row(r)])
+    df: pandas.DataFrame = _pandas().DataFrame([run_row(r)])
+    return df

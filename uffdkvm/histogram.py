@@ -29,7 +29,7 @@ class Histogram:
     max: float
     unit: str = "ns"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # One type per field, however the histogram was made (from the core
         # or from JSON), so that equal histograms compare and tabulate alike.
         put = object.__setattr__
@@ -80,11 +80,12 @@ class Histogram:
             return self
         if not self.count:
             return other
-        return Histogram(self.bounds, tuple(a + b for a, b in zip(self.counts, other.counts)),
+        return Histogram(self.bounds, tuple(a + b for a, b in zip(self.counts, other.counts,
+                                                                 strict=True)),
                          self.count + other.count, self.sum + other.sum,
                          min(self.min, other.min), max(self.max, other.max), self.unit)
 
-    def __radd__(self, other):
+    def __radd__(self, other: object) -> Histogram:
         if other == 0:  # sum(histograms)
             return self
         return NotImplemented

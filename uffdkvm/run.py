@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from . import _core
@@ -38,7 +39,7 @@ _ERRORS: dict[int, type[UffdkvmError]] = {
     _core.ERR_TIMEOUT: RunTimeoutError}
 
 
-def _core_config(c: Config) -> dict:
+def _core_config(c: Config) -> dict[str, Any]:
     return {
         "vcpus": c.vcpus,
         "mem_per_vcpu": c.mem_per_vcpu,
@@ -100,9 +101,9 @@ def _check_pins(c: Config) -> None:
                 f"(it may use {_cpu_ranges(allowed)})")
 
 
-def _cpu_ranges(cpus) -> str:
-    cpus, out = sorted(cpus), []
-    for cpu in cpus:
+def _cpu_ranges(cpus: Iterable[int]) -> str:
+    out: list[list[int]] = []
+    for cpu in sorted(cpus):
         if out and out[-1][1] == cpu - 1:
             out[-1][1] = cpu
         else:
@@ -178,7 +179,7 @@ def _wait_for_earlier_runs() -> None:
                 return
 
 
-def _config_of(config: Config | None, fields: dict) -> Config:
+def _config_of(config: Config | None, fields: dict[str, Any]) -> Config:
     if config is None:
         return Config().replace(**fields) if fields else Config()
     if not isinstance(config, Config):

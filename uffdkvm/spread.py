@@ -236,7 +236,8 @@ def spread_of(values: Iterable[Any], *, confidence: float = CONFIDENCE,
     ordered = sorted(x for x in numbers if x is not None)
     n = len(ordered)
     if n == 0:
-        return Spread(0, failed, *([NAN] * 10), confidence)
+        return Spread(0, failed, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN,
+                      confidence)
     median = _median(ordered)
     mean = math.fsum(ordered) / n
     if n == 1:
@@ -281,7 +282,7 @@ def ratio_of(a: Iterable[Any], b: Iterable[Any], *, paired: bool = False,
         if len(xs) != len(ys):
             raise ConfigError(f"ratio_of(paired=True): a has {len(xs)} trials and b "
                              f"{len(ys)}; pairs need as many of each (or paired=False)")
-        pairs = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+        pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if x is not None and y is not None]
         if any(y == 0 for _, y in pairs):
             raise ResultError("ratio_of: b has a zero: a / b is undefined")
         ratios = sorted(x / y for x, y in pairs)
@@ -307,7 +308,7 @@ def ratio_of(a: Iterable[Any], b: Iterable[Any], *, paired: bool = False,
     top = _resampled_medians(a_sorted, resamples, rng)
     bottom = _resampled_medians(b_sorted, resamples, rng)
     low, high = _interval([t / u if u else math.copysign(math.inf, t)
-                           for t, u in zip(top, bottom)], confidence)
+                           for t, u in zip(top, bottom, strict=True)], confidence)
     return Ratio(estimate, low, high, n_a, n_b, False, confidence)
 
 
@@ -374,8 +375,8 @@ def summarize(df: pandas.DataFrame, metric: str | Sequence[str] = "pages_per_s",
             role = "metric" if column in metrics else "by"
             raise ConfigError(f"summarize: {role}: no column {column!r} in the frame; "
                              f"columns include {', '.join(map(str, list(df.columns)[:40]))}")
-    groups: dict = {}
-    firsts: dict = {}
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    firsts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for i, values in enumerate(df[keys].itertuples(index=False, name=None)
                                if keys else [()] * len(df)):
         k = tuple(_key(v) for v in values)
@@ -383,7 +384,7 @@ def summarize(df: pandas.DataFrame, metric: str | Sequence[str] = "pages_per_s",
         firsts.setdefault(k, values)
     rows = []
     for k, positions in groups.items():
-        row = dict(zip(keys, firsts[k]))
+        row = dict(zip(keys, firsts[k], strict=True))
         for m in metrics:
             try:
                 s = spread_of(df[m].iloc[positions], confidence=confidence,
@@ -393,4 +394,5 @@ def summarize(df: pandas.DataFrame, metric: str | Sequence[str] = "pages_per_s",
             row.update({f"{m}_{name}": getattr(s, name) for name in STATISTICS})
         rows.append(row)
     columns = [*keys, *(f"{m}_{name}" for m in metrics for name in STATISTICS)]
-    return pd.DataFrame(rows, columns=columns)
+    df_out: pandas.DataFrame = pd.DataFrame(rows, columns=columns)
+    return df_out

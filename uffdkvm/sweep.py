@@ -102,7 +102,7 @@ def points(base: Config | None = None, **grid: Any) -> list[Config]:
     keys = list(grid)
     configs: dict[str, Config] = {}
     for combo in itertools.product(*(_axis(v) for v in grid.values())):
-        config = base.replace(**dict(zip(keys, combo)))
+        config = base.replace(**dict(zip(keys, combo, strict=True)))
         configs.setdefault(_key(config), config)
     return list(configs.values())
 
@@ -241,8 +241,9 @@ def sweep(base: Config | None = None, *, trials: int = 1, progress: bool = True,
     for row in sorted(ordered, key=lambda row: row["error"] is not None):
         columns.update(dict.fromkeys(row))
     columns.pop("error", None)
-    return pd.DataFrame(ordered, columns=["trial", *(c for c in columns if c != "trial"),
-                                          "error"])
+    df: pandas.DataFrame = pd.DataFrame(
+        ordered, columns=["trial", *(c for c in columns if c != "trial"), "error"])
+    return df
 
 
 def _outcomes(todo: list[tuple[int, Config]],
