@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""How soon Ctrl-C ends a run: SIGINT to this process DELAY seconds into
+r"""How soon Ctrl-C ends a run: SIGINT to this process DELAY seconds into
 run(**FIELDS), and the time from the signal to KeyboardInterrupt.
 
-    python benchmarks/interrupt_latency.py "dict(vcpus=2, mem_per_vcpu='2G', backing='shmem', uffd_mode='minor')" 6
+    python benchmarks/interrupt_latency.py \
+        "dict(vcpus=2, mem_per_vcpu='2G', backing='shmem', uffd_mode='minor')" 6
 """
 import os
 import signal

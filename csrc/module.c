@@ -366,7 +366,8 @@ static PyObject *vcpu_to_dict(const struct ukvm_vcpu_result *v, const struct ukv
 	    set_u64(d, "cpu_ns", v->cpu_ns) ||
 	    set_obj(d, "cpus", cpus_list(v->affinity)) ||
 	    set_obj(d, "pass_end_ns", u64_list(v->pass_end_ns, res->passes)) ||
-	    set_u64(d, "faults", v->faults) || set_u64(d, "blocked_ns", v->blocked_ns) ||
+	    set_u64(d, "faults", v->faults) || set_u64(d, "eexist", v->eexist) ||
+	    set_u64(d, "blocked_ns", v->blocked_ns) ||
 	    set_obj(d, "service_latency", hist_to_dict(&v->service_latency)) ||
 	    set_obj(d, "queue_latency", hist_to_dict(&v->queue_latency)) ||
 	    set_obj(d, "resume_latency", hist_to_dict(&v->resume_latency)) ||

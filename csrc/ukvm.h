@@ -227,6 +227,7 @@ struct ukvm_vcpu_result {
 	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
 	/* stats full: the faults this vCPU took (UFFD_FEATURE_THREAD_ID) */
 	uint64_t faults;	/* fault messages from this vCPU (EEXIST ones included) */
+	uint64_t eexist;	/* of those, ones another reader had resolved first */
 	uint64_t blocked_ns;	/* time with a fault of this vCPU outstanding */
 	struct ukvm_hist service_latency; /* read -> the page's arrival (see the fault record) */
 	/* stats full + guest_timing: the stages the readers cannot see alone */

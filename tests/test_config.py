@@ -77,14 +77,14 @@ def test_minor_on_anonymous_says_how_to_fix_it():
 
 
 def test_run_rejects_what_is_not_a_config():
-    with pytest.raises(TypeError, match="Config"):
+    with pytest.raises(ConfigError, match="Config"):
         uffdkvm.run({"vcpus": 2})
     with pytest.raises(ConfigError, match="not a Config field"):
         uffdkvm.run(vcpu=2)
 
 
 def test_a_region_larger_than_the_host_is_refused_before_anything_runs():
-    with pytest.raises(ConfigError, match="MemAvailable"):
+    with pytest.raises(uffdkvm.HostUnsupportedError, match="MemAvailable"):
         uffdkvm.run(vcpus=64, mem_per_vcpu="64G")
 
 

@@ -99,7 +99,7 @@ def test_a_1g_page_run_counts_its_source_in_the_memory_check(kvm, monkeypatch):
     run_module = __import__("sys").modules["uffdkvm.run"]
     monkeypatch.setattr(run_module, "_mem_available", lambda: (1 << 30) - 1)
     monkeypatch.setattr(uffdkvm._core, "run", lambda *a: pytest.fail("the core was called"))
-    with pytest.raises(uffdkvm.ConfigError) as info:
+    with pytest.raises(uffdkvm.HostUnsupportedError) as info:
         uffdkvm.run(vcpus=1, mem_per_vcpu="1G", backing="anonymous_hugetlb_1gb")
     assert str(info.value).startswith("backing: the run copies each 1G page from 1G of "
                                       "ordinary memory"), str(info.value)
@@ -109,7 +109,7 @@ def test_a_2m_page_run_counts_its_sources_in_the_memory_check(kvm, monkeypatch):
     """2 uffds x 3 readers: six 2 MiB sources beside the 8 MiB region."""
     run_module = __import__("sys").modules["uffdkvm.run"]
     monkeypatch.setattr(run_module, "_mem_available", lambda: 8 * MiB + 12 * MiB - 1)
-    with pytest.raises(uffdkvm.ConfigError) as info:
+    with pytest.raises(uffdkvm.HostUnsupportedError) as info:
         uffdkvm.run(vcpus=2, mem_per_vcpu="4M", backing="anonymous_thp", readers=3)
     assert "the run would demand-page 8M (vcpus * mem_per_vcpu) plus 12M of copy sources, " \
            "more than" in str(info.value), str(info.value)

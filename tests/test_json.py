@@ -1,20 +1,19 @@
-"""Result.to_json() and Result.from_json(): a lossless round trip, generic over
-the dataclass fields, with the host that ran the experiment recorded."""
+"""Result.to_json() and Result.from_json(): a lossless round trip of strict
+JSON over the dataclass fields, with the host that ran the experiment
+recorded, and files of older schemas read under today's names."""
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
+import math
 import os
 import platform
-from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 import pytest
 
 import uffdkvm
 from conftest import skip_without_kvm
-from uffdkvm import HostInfo, Result, serial
+from uffdkvm import HostInfo, Result, ResultError
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,7 @@ def test_round_trip_is_equal_config_and_host_included(result):
 def test_json_is_one_line_with_the_schema_first(result):
     text = result.to_json()
     assert "\n" not in text
-    assert text.startswith('{"schema": 2, "config": {')
+    assert text.startswith('{"schema": 3, "config": {')
     d = json.loads(text)
     assert d["config"]["timeout_s"] == 60.0 and d["faults"] == 512
     assert Result.from_json(result.to_json(indent=2)) == result
@@ -58,7 +57,7 @@ def test_every_result_records_its_host(result):
 def test_without_userfaultfd_round_trips(kvm):
     r = uffdkvm.run(mem_per_vcpu="1M", uffd_mode=None)
     back = Result.from_json(r.to_json())
-    assert back == r and back.readers == [] and back.config.uffd_mode is None
+    assert back == r and back.readers == () and back.config.uffd_mode is None
 
 
 def test_a_result_made_without_host_still_works(result):
@@ -97,52 +96,86 @@ def test_bad_json_names_what_is_wrong(result):
         Result.from_json("[]")
 
 
-# ---- generic: types a future field may have --------------------------------
-
-class Unit(enum.Enum):
-    NS = "ns"
-    US = "us"
+def refuse_constant(name):
+    raise AssertionError(f"not strict JSON: {name}")
 
 
-class Bucket(NamedTuple):
-    low_ns: int
-    count: int
+def strict(text):
+    """json.loads that refuses NaN, Infinity and -Infinity (as jq does)."""
+    return json.loads(text, parse_constant=refuse_constant)
 
 
-@dataclass(frozen=True)
-class Histogram:
-    unit: Unit
-    buckets: Tuple[Bucket, ...]
-    by_cpu: Dict[int, float]
+def test_json_is_strict_and_non_finite_floats_come_back(kvm, tmp_path):
+    r = uffdkvm.run(vcpus=1, mem_per_vcpu="64K", timeout_s=math.inf)
+    d = strict(r.to_json())
+    assert d["config"]["timeout_s"] == "inf"
+    assert Result.from_json(r.to_json()).config.timeout_s == math.inf
+    assert strict(json.dumps(r.to_dict()))["config"]["timeout_s"] == "inf"
+    # What sweep(out=) appends, line by line, is strict too.
+    out = tmp_path / "runs.jsonl"
+    uffdkvm.sweep(uffdkvm.Config(mem_per_vcpu="64K", timeout_s=math.inf),
+                  readers=[1, 2], progress=False, out=out)
+    lines = out.read_text().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        assert strict(line)["config"]["timeout_s"] == "inf"
+    assert [x.config.timeout_s for x in uffdkvm.read_results(out)] == [math.inf] * 2
 
 
-@dataclass(frozen=True)
-class Future:
-    config: uffdkvm.Config
-    latency: Histogram
-    maybe: Optional[Histogram]
-    passes: List[Histogram]
-    size: Union[int, str]
-    pair: Tuple[int, str]
-    blocktime_seconds: float = 0.0
-    notes: List[str] = field(default_factory=list)
+def test_nan_and_negative_infinity_round_trip_too(result):
+    odd = dataclasses.replace(result, clock_error_ns=math.nan, blocktime_seconds=-math.inf)
+    d = strict(odd.to_json())
+    assert (d["clock_error_ns"], d["blocktime_seconds"]) == ("nan", "-inf")
+    back = Result.from_json(odd.to_json())
+    assert math.isnan(back.clock_error_ns) and back.blocktime_seconds == -math.inf
 
 
-def test_nested_types_of_new_fields_round_trip():
-    h = Histogram(Unit.US, (Bucket(0, 3), Bucket(1024, 5)), {0: 1.5, 3: 2.0})
-    x = Future(uffdkvm.Config(mem_per_vcpu="64M", uffd_mode=None), h, None, [h, h], "64M",
-               (1, "a"), 2.5, ["x"])
-    text = serial.to_json(x)
-    back = serial.from_json(Future, text)
-    assert back == x
-    assert isinstance(back.latency.buckets[1], Bucket) and back.latency.unit is Unit.US
-    assert back.latency.by_cpu == {0: 1.5, 3: 2.0}
-    assert serial.from_json(Future, text.replace('"size": "64M"', '"size": 7')).size == 7
-    # Fields with defaults may be missing (JSON from before they existed).
-    d = json.loads(text)
-    del d["blocktime_seconds"], d["notes"]
-    assert serial.from_json(Future, json.dumps(d)) == dataclasses.replace(
-        x, blocktime_seconds=0.0, notes=[])
+def test_text_that_is_not_json_is_a_result_error(result):
+    with pytest.raises(ResultError, match="not JSON"):
+        Result.from_json("{nope")
+    d = json.loads(result.to_json())
+    d["seconds"] = "infinite"  # only "inf", "-inf" and "nan" stand for floats
+    with pytest.raises(ResultError, match=r"\$\.seconds: expected float"):
+        Result.from_json(json.dumps(d))
+
+
+def schema_2(r):
+    """A fresh Result rewritten as uffdkvm wrote schema 2: VcpuStats.faults
+    counted EEXIST messages and there was no eexist beside it, the trace had
+    no start, and timeout_s=inf was the bare literal Infinity."""
+    old = json.loads(r.to_json())
+    old["schema"] = 2
+    for v in old["vcpus"]:
+        v["faults"] += v.pop("eexist")
+    if old["fault_trace"] is not None:
+        del old["fault_trace"]["start_ns"]
+    text = json.dumps(old)
+    return text.replace('"timeout_s": "inf"', '"timeout_s": Infinity')
+
+
+def test_schema_2_files_load_with_vcpu_faults_without_eexist(kvm):
+    r = uffdkvm.run(vcpus=2, mem_per_vcpu="256K", trace_faults=True, timeout_s=math.inf)
+    assert r.eexist == 0
+    back = Result.from_json(schema_2(r))
+    assert back.config.timeout_s == math.inf
+    assert [v.faults for v in back.vcpus] == [v.faults for v in r.vcpus] == [64, 64]
+    assert [v.eexist for v in back.vcpus] == [0, 0]
+    assert back.fault_trace.start_ns is None and back.fault_trace.read_ns == r.fault_trace.read_ns
+    assert back.faults_frame()["t_s"].isna().all()  # the start was not recorded
+
+
+def test_schema_2_files_with_eexist_leave_the_vcpu_split_unknown(kvm):
+    r = uffdkvm.run(OVERLAP_RACE)
+    assert r.eexist > 0 and sum(v.eexist for v in r.vcpus) == r.eexist
+    back = Result.from_json(schema_2(r))
+    assert [v.faults for v in back.vcpus] == [None] * len(r.vcpus)
+    assert back.faults == r.faults and back.eexist == r.eexist  # the readers' counts hold
+
+
+# Several vCPUs over the same pages, in the same order: their faults on a page
+# race, and the readers find some already resolved (EEXIST).
+OVERLAP_RACE = uffdkvm.Config(vcpus=4, mem_per_vcpu="2M", overlap=True, readers=32,
+                              wait="epoll", delay_us=20)
 
 
 def test_schema_1_files_load_under_the_stage_names(kvm):
@@ -172,7 +205,7 @@ def test_schema_1_files_load_under_the_stage_names(kvm):
     assert back.readers[0].service_latency == r.readers[0].service_latency
     assert back.fault_trace.read_ns == r.fault_trace.read_ns
     assert back.fault_trace.resolved_ns == r.fault_trace.resolved_ns
-    assert back.fault_trace.raised_ns == [None] * 64
+    assert back.fault_trace.raised_ns == (None,) * 64
     assert back.kvm_run_seconds == back.seconds == r.kvm_run_seconds
     f = back.faults_frame()  # the columns 0.1 did not record are unknown, not missing
     assert len(f) == 64 and f["write"].isna().all() and f["queue_ns"].isna().all()

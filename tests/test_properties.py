@@ -188,5 +188,5 @@ def test_run_verifies_or_raises_a_documented_error(kvm, fields):
 @pytest.mark.parametrize("positional", [{"vcpus": 1}, [("vcpus", 1)], "vcpus=1", 1, 1.5,
                                         b"", object(), Config])
 def test_run_takes_only_a_config_positionally(positional):
-    with pytest.raises(TypeError, match="expected a uffdkvm.Config"):
+    with pytest.raises(uffdkvm.ConfigError, match="expected a uffdkvm.Config"):
         uffdkvm.run(positional, mem_per_vcpu="64K")

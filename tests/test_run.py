@@ -74,7 +74,7 @@ def test_overlap_resolves_each_page_once_across_readers(kvm, mode, backing):
 
 def test_without_userfaultfd_the_kernel_pages_memory_in(kvm):
     r = small(uffd_mode=None)
-    assert r.readers == [] and r.faults == 0 and r.uffds == 0
+    assert r.readers == () and r.faults == 0 and r.uffds == 0
     assert all(v.pages == SMALL_PAGES // 2 for v in r.vcpus)
     r = small(uffd_mode=None, backing="shmem", overlap=True)
     assert r.faults == 0

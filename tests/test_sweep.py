@@ -71,9 +71,10 @@ def test_bad_points_fail_before_anything_runs(tmp_path, counted):
         uffdkvm.sweep(BASE, readers=[1, 0], out=out, progress=False)
     with pytest.raises(ConfigError, match="not a Config field"):
         uffdkvm.sweep(BASE, reader=[1, 2], out=out, progress=False)
-    with pytest.raises(ValueError, match="trials"):
+    with pytest.raises(ConfigError, match="trials") as info:
         uffdkvm.sweep(BASE, trials=0, out=out, progress=False)
-    with pytest.raises(TypeError, match="Config"):
+    assert info.value.field is None  # an argument, not a Config field
+    with pytest.raises(ConfigError, match="Config"):
         uffdkvm.sweep({"vcpus": 1}, progress=False)
     assert counted == [] and not out.exists()
 
@@ -118,10 +119,10 @@ def test_a_failed_run_is_recorded_and_the_sweep_goes_on(kvm, tmp_path, counted):
     out = tmp_path / "runs.jsonl"
     # 1T per vCPU is a valid Config, but run() refuses it on any host with
     # less memory: a run that raises.
-    with pytest.warns(SweepWarning, match=r"1 of 3 runs failed .*ConfigError: mem_per_vcpu"):
+    with pytest.warns(SweepWarning, match=r"1 of 3 runs failed .*HostUnsupportedError: mem_per_vcpu"):
         df = uffdkvm.sweep(BASE, mem_per_vcpu=["1M", "1T", "2M"], out=out, progress=False)
     assert list(df["error"].isna()) == [True, False, True]
-    assert df["error"][1].startswith("ConfigError: mem_per_vcpu: the run would demand-page 1T")
+    assert df["error"][1].startswith("HostUnsupportedError: mem_per_vcpu: the run would demand-page 1T")
     assert df["mem_per_vcpu"][1] == 1 << 40 and df["trial"][1] == 0
     assert pd.isna(df["pages_per_s"][1]) and df["pages_per_s"][2] > 0
     assert len(lines(out)) == 2  # failures are not in out ...

@@ -12,7 +12,14 @@ every number means (measurements.md) and the CLI (cli.md).
 """
 from ._version import __version__
 from .config import Config, parse_size
-from .errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError, UffdkvmError
+from .errors import (
+    ConfigError,
+    HostUnsupportedError,
+    ResultError,
+    RunError,
+    RunTimeoutError,
+    UffdkvmError,
+)
 from .histogram import Histogram
 from .host import HostInfo
 from .progress import Progress
@@ -24,7 +31,8 @@ from .sweep import SweepWarning, read_results, sweep
 
 __all__ = [
     "Config", "ConfigError", "FaultTrace", "Histogram", "HostInfo", "HostUnsupportedError",
-    "Progress", "Ratio", "ReaderStats", "Result", "RunError", "RunTimeoutError", "Spread",
+    "Progress", "Ratio", "ReaderStats", "Result", "ResultError", "RunError", "RunTimeoutError",
+    "Spread",
     "SweepWarning",
     "UffdkvmError", "VcpuStats", "__version__", "backing_support", "parse_size", "probe",
     "ratio_of", "read_results", "run", "spread_of", "summarize", "sweep",

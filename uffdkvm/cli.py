@@ -95,7 +95,7 @@ def format_text(r: Result) -> str:
          "blocked_s", "service_p50_us", "service_p99_us"] +
         (["queue_p50_us", "queue_p99_us", "resume_p50_us", "resume_p99_us",
           "fault_p50_us", "fault_p99_us", "access_p50_us", "access_p99_us"] if timed else []),
-        [[v.index, v.seconds, v.pages, round(v.pages_per_s), v.exits, v.userspace_exits,
+        [[v.index, v.seconds, v.pages, round(v.all_passes_pages_per_s), v.exits, v.userspace_exits,
           v.faults, v.blocked_seconds, _us(v.service_latency, 50),
           _us(v.service_latency, 99)] +
          ([_us(v.queue_latency, 50), _us(v.queue_latency, 99), _us(v.resume_latency, 50),

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import operator
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,17 +49,37 @@ _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
 
+def _is_bool(value: Any) -> bool:
+    """A bool, or numpy's (np.bool_, np.bool in numpy 2)."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy"
+                                       and kind.__name__ in ("bool_", "bool"))
+
+
+def _as_int(value: Any) -> int | None:
+    """value as an int if it is an integer (a numpy integer too), else None.
+    A bool is not one: True is no count of anything."""
+    if _is_bool(value):
+        return None
+    try:
+        return int(operator.index(value))
+    except TypeError:
+        return None
+
+
 def parse_size(value: int | str, field: str = "size") -> int:
-    """Bytes from an int or a string such as "64M", "1G", "4096" or "2GiB"."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    """Bytes from an int (a numpy integer too) or a string such as "64M",
+    "1G", "4096" or "2GiB"."""
+    number = _as_int(value)
+    if number is not None:
+        return number
+    if not isinstance(value, str):
         raise ConfigError(f"{field}: expected bytes as an int or a string like '64M', "
-                          f"not {value!r}")
-    if isinstance(value, int):
-        return value
+                          f"not {value!r}", field=field)
     m = _SIZE_RE.match(value)
     if not m:
         raise ConfigError(f"{field}: {value!r} is not a size; give bytes, or a number "
-                          f"with K, M, G or T (powers of 1024), e.g. '64M'")
+                          f"with K, M, G or T (powers of 1024), e.g. '64M'", field=field)
     return int(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
 
 
@@ -68,62 +91,77 @@ def format_size(n: int) -> str:
     return str(n)
 
 
-def _choice(field: str, value: Any, choices: tuple) -> str:
+def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     if isinstance(value, str) and value.lower() in choices:
         return value.lower()
-    raise ConfigError(f"{field}: {value!r} is not one of {', '.join(map(repr, choices))}")
+    raise ConfigError(f"{field}: {value!r} is not one of {', '.join(map(repr, choices))}",
+                      field=field)
 
 
 def _integer(field: str, value: Any, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{field}: expected an int, not {value!r}")
-    if value < low or (high is not None and value > high):
+    number = _as_int(value)
+    if number is None:
+        raise ConfigError(f"{field}: expected an int, not {value!r}", field=field)
+    if number < low or (high is not None and number > high):
         bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ConfigError(f"{field}: must be {bound}, not {value}")
-    return value
+        raise ConfigError(f"{field}: must be {bound}, not {number}", field=field)
+    return number
 
 
 def _flag(field: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{field}: expected True or False, not {value!r}")
-    return value
+    if _is_bool(value):
+        return bool(value)
+    raise ConfigError(f"{field}: expected True or False, not {value!r}", field=field)
 
 
 def _cpus(field: str, value: Any) -> tuple[int, ...] | None:
-    """None, or a non-empty tuple of CPU numbers (a list or "0,2,3" is accepted)."""
+    """None, or a non-empty tuple of CPU numbers (from any iterable of them, a
+    single number, or a string like "0,2,3")."""
     if value is None:
         return None
     if isinstance(value, str):
         try:
             value = [int(x) for x in value.split(",") if x.strip()]
         except ValueError:
-            raise ConfigError(f"{field}: {value!r} is not a list of CPU numbers like '0,1'") \
+            raise ConfigError(f"{field}: {value!r} is not a list of CPU numbers like '0,1'",
+                              field=field) \
                 from None
-    if isinstance(value, int) and not isinstance(value, bool):
+    if _as_int(value) is not None:
         value = [value]
-    if not isinstance(value, (list, tuple)) or not value:
-        raise ConfigError(f"{field}: expected a non-empty list of CPU numbers, not {value!r}")
+    if isinstance(value, (set, frozenset)):
+        raise ConfigError(f"{field}: a set has no order, and CPUs are assigned round-robin "
+                          f"in the order given: use a list, not {value!r}", field=field)
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict)):
+        value = list(value)
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{field}: expected a non-empty list of CPU numbers, not {value!r}",
+                          field=field)
     return tuple(_integer(field, cpu, 0, MAX_CPU) for cpu in value)
 
 
 def _page_size(field: str, value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
+    number = _as_int(value)
+    if number is not None:
         for name, size in GUEST_PAGE_SIZES.items():
-            if size == value:
+            if size == number:
                 return name
     if isinstance(value, str) and value.upper().replace("IB", "").replace("B", "") \
             in GUEST_PAGE_SIZES:
         return value.upper().replace("IB", "").replace("B", "")
-    raise ConfigError(f"{field}: {value!r} is not one of '4K', '2M', '1G'")
+    raise ConfigError(f"{field}: {value!r} is not one of '4K', '2M', '1G'", field=field)
 
 
 @dataclass(frozen=True)
 class Config:
     """One experiment. Fields are checked when the Config is made, so a bad
-    value fails here, with the field's name, before any VM exists.
+    value fails here (a ConfigError with the field's name in ``.field``),
+    before any VM exists. Fields are stored in one form whatever form they
+    were given in: numbers as int (numpy integers are accepted), sizes as
+    bytes, choices in lower case, CPU lists as tuples.
 
     vcpus            vCPUs, each in its own host thread
-    mem_per_vcpu     bytes each vCPU demand-pages: an int, or "64M", "1G"
+    mem_per_vcpu     bytes each vCPU demand-pages: given as an int or a string
+                     such as "64M" or "1G", stored as an int
     backing          the memory: "anonymous" (private, THP off), "anonymous_thp",
                      "anonymous_hugetlb" (2 MiB), "anonymous_hugetlb_1gb",
                      "shmem" (memfd), "shared_hugetlb" (2 MiB hugetlbfs memfd),
@@ -149,8 +187,10 @@ class Config:
     passes           walks of the region per vCPU; only the first faults
     resolve          for missing faults: "copy" (UFFDIO_COPY of known data) or
                      "zeropage" (UFFDIO_ZEROPAGE)
-    pin_vcpus        host CPUs for the vCPU threads, assigned round-robin
-    pin_readers      host CPUs for the reader threads, assigned round-robin
+    pin_vcpus        host CPUs for the vCPU threads, assigned round-robin:
+                     given as any iterable of CPU numbers, one number, or a
+                     string "0,2,3"; stored as a tuple (None: unpinned)
+    pin_readers      host CPUs for the reader threads, likewise
     prefault         populate the whole region before the vCPUs start: no
                      userfaults at all, the ceiling to compare with
     guest_work       guest computation after each page access: iterations of a
@@ -167,7 +207,7 @@ class Config:
     """
 
     vcpus: int = 1
-    mem_per_vcpu: int | str = "1G"
+    mem_per_vcpu: int = 1 << 30
     backing: str = "anonymous"
     uffd_mode: str | None = "missing"
     single_uffd: bool = False
@@ -204,20 +244,21 @@ class Config:
                    else f"the guest's {format_size(unit)} pages" if unit > PAGE_SIZE
                    else "4 KiB pages")
             raise ConfigError(f"mem_per_vcpu: must be a positive multiple of {unit} "
-                              f"({format_size(unit)}, {why}), not {mem}")
+                              f"({format_size(unit)}, {why}), not {mem}", field="mem_per_vcpu")
         put(self, "mem_per_vcpu", mem)
         region = mem if self.overlap is True else mem * self.vcpus
         if region > MAX_REGION_BYTES:
             what = "mem_per_vcpu" if self.overlap is True else "vcpus x mem_per_vcpu"
             raise ConfigError(f"mem_per_vcpu: {what} is {format_size(region)}, more guest "
                               f"memory than uffdkvm maps ({format_size(MAX_REGION_BYTES)}); "
-                              f"use less memory per vCPU or fewer vCPUs")
+                              f"use less memory per vCPU or fewer vCPUs", field="mem_per_vcpu")
         mode = self.uffd_mode
         if isinstance(mode, str) and mode.lower() == "none":
             mode = None
         if mode is not None and not (isinstance(mode, str) and mode.lower() in UFFD_MODES):
             raise ConfigError(f"uffd_mode: {mode!r} is not one of 'missing', 'minor' or None "
-                              f"(no userfaultfd: the kernel pages memory in itself)")
+                              f"(no userfaultfd: the kernel pages memory in itself)",
+                              field="uffd_mode")
         put(self, "uffd_mode", None if mode is None else mode.lower())
         put(self, "single_uffd", _flag("single_uffd", self.single_uffd))
         put(self, "readers", _integer("readers", self.readers, 1, MAX_READERS))
@@ -239,25 +280,26 @@ class Config:
         put(self, "trace_faults", _flag("trace_faults", self.trace_faults))
         if self.trace_faults and self.stats != "full":
             raise ConfigError("trace_faults: needs stats='full' (stats='basic' keeps no "
-                              "record of each fault)")
+                              "record of each fault)", field="trace_faults")
         if self.timeout_s is not None:
-            if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
+            if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, numbers.Real) \
                     or not self.timeout_s > 0:
                 raise ConfigError(f"timeout_s: expected a positive number of seconds, "
-                                  f"math.inf or None, not {self.timeout_s!r}")
+                                  f"math.inf or None, not {self.timeout_s!r}", field="timeout_s")
             put(self, "timeout_s", float(self.timeout_s))
         if self.uffd_mode == "minor" and self.backing not in SHARED_BACKINGS:
             raise ConfigError(
                 f"uffd_mode: 'minor' needs a shared backing ({', '.join(SHARED_BACKINGS)}); "
                 f"MINOR faults come from pages that are in the page cache but not mapped, "
                 f"and {self.backing!r} memory has no page cache. Use backing='shmem' or "
-                f"uffd_mode='missing'")
+                f"uffd_mode='missing'", field="uffd_mode")
         if self.resolve == "zeropage" and self.uffd_mode != "missing":
             raise ConfigError("resolve: 'zeropage' resolves missing faults only; use "
-                              "uffd_mode='missing' or resolve='copy'")
+                              "uffd_mode='missing' or resolve='copy'", field="resolve")
         if self.resolve == "zeropage" and self.backing in HUGETLB_BACKINGS:
             raise ConfigError(f"resolve: 'zeropage' does not work on hugetlb memory "
-                              f"({self.backing!r} has no UFFDIO_ZEROPAGE); use resolve='copy'")
+                              f"({self.backing!r} has no UFFDIO_ZEROPAGE); use resolve='copy'",
+                              field="resolve")
 
     @property
     def region_bytes(self) -> int:
@@ -297,11 +339,12 @@ class Config:
         unknown = set(fields) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise ConfigError(f"{', '.join(sorted(unknown))}: not a Config field; fields are "
-                              f"{', '.join(f.name for f in dataclasses.fields(self))}")
+                              f"{', '.join(f.name for f in dataclasses.fields(self))}", field=None)
         return dataclasses.replace(self, **fields)
 
-    def to_dict(self) -> dict:
-        """The fields as plain JSON-ready values (tuples become lists)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain Python values (tuples become lists), such as
+        Config(**d) takes back; Result.to_dict() gives strict JSON values."""
         d = dataclasses.asdict(self)
         for key in ("pin_vcpus", "pin_readers"):
             if d[key] is not None:

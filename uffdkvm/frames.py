@@ -7,19 +7,28 @@ dicts and need no pandas at all.
 How fields become columns, at every level:
 
 - a scalar field is a column of its own name; public properties too
-  (``VcpuStats.pages_per_s``, ``Result.per_vcpu_rate``);
+  (``VcpuStats.first_pass_pages_per_s``, ``Result.per_vcpu_rate``);
 - a dict field becomes one column per key, prefixed with the field's name
   less a trailing ``_stats``: ``kvm_stats["exits"]`` is ``kvm_exits``;
 - a nested dataclass becomes its own columns prefixed with the field's name
   (``host.kernel_release`` is ``host_kernel_release``), except ``config``,
   whose fields keep their names (``readers``, ``wait``: the names you swept);
-- a list of dataclasses is a table of its own (``vcpus``, ``readers``), with
-  ``index`` renamed after the table (``vcpu``, ``reader``); a list of plain
+- a tuple of dataclasses is a table of its own (``vcpus``, ``readers``), with
+  ``index`` renamed after the table (``vcpu``, ``reader``); a tuple of plain
   values stays one cell.
 
 Result names that leave the unit open get it: ``paging_rate`` is
 ``pages_per_s``, ``per_vcpu_rate`` ``pages_per_s_per_vcpu``, ``page_size``
 ``page_size_bytes``.
+
+A name means one thing in every frame: ``pages_per_s`` is the run's paging
+rate, over the first pass (the one that demand-pages); a vCPU's rates are
+``first_pass_pages_per_s`` and ``all_passes_pages_per_s``. ``faults`` counts
+resolved faults (EEXIST ones are ``eexist``) for the run, each vCPU and each
+reader alike.
+
+This module takes Results but does not import uffdkvm.result (which imports
+it): it works from the dataclasses' fields.
 """
 from __future__ import annotations
 
@@ -30,6 +39,7 @@ import typing
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from .errors import ResultError
 from .histogram import Histogram
 from .serial import type_hints
 
@@ -37,7 +47,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
     from .config import Config
-    from .result import Result
+
+# A uffdkvm.Result (not imported: result.py imports this module).
+Result = Any
 
 # Result-level names that need a unit to say what they are.
 RESULT_RENAMES = {
@@ -54,7 +66,7 @@ _FIELD, _DICT, _NESTED = "field", "dict", "nested"
 _PEAK = re.compile(r"(^|_)max_")
 
 
-def _pandas():
+def _pandas() -> Any:
     try:
         import pandas
     except ImportError:
@@ -79,7 +91,7 @@ def _is_table(value: Any) -> bool:
 
 
 def _columns(obj: Any, prefix: str = "", renames: dict[str, str] | None = None,
-             skip: frozenset = frozenset()) -> list[tuple[str, Any, str]]:
+             skip: frozenset[str] = frozenset()) -> list[tuple[str, Any, str]]:
     """(column, value, kind) for every field and property of a dataclass:
     plain values first (fields, then properties), then the columns of dicts
     and nested dataclasses."""
@@ -88,7 +100,7 @@ def _columns(obj: Any, prefix: str = "", renames: dict[str, str] | None = None,
     names += [p for p in _properties(type(obj)) if p not in names]
     plain: list[tuple[str, Any, str]] = []
     spread: list[tuple[str, Any, str]] = []
-    hints = type_hints(type(obj))
+    hints = type_hints(typing.cast(type, type(obj)))
     for name in names:
         if name in skip:
             continue
@@ -101,7 +113,7 @@ def _columns(obj: Any, prefix: str = "", renames: dict[str, str] | None = None,
         elif isinstance(value, dict):
             stem = name[:-len("_stats")] if name.endswith("_stats") else name
             spread += [(c, v, _DICT) for c, v in _dict_columns(value, prefix + stem + "_")]
-        elif _is_table(value) or (isinstance(value, list) and not value
+        elif _is_table(value) or (isinstance(value, (list, tuple)) and not value
                                    and _table_type(type(obj), name) is not None):
             continue  # a table of its own
         else:
@@ -129,15 +141,15 @@ def _hint(cls: type, hints: dict[str, Any], name: str) -> Any:
 def _histogram_columns(h: Histogram | None, name: str) -> Iterator[tuple[str, Any]]:
     """A histogram in a row: its count and the numbers one plots, in its unit."""
     unit = h.unit if h is not None else "ns"
-    empty = h is None or not h.count
     yield f"{name}_count", None if h is None else h.count
-    yield f"{name}_mean_{unit}", None if empty else h.mean
+    full = h if h is not None and h.count else None
+    yield f"{name}_mean_{unit}", None if full is None else full.mean
     for q in HISTOGRAM_PERCENTILES:
-        yield f"{name}_p{q}_{unit}", None if empty else h.percentile(q)
-    yield f"{name}_max_{unit}", None if empty else h.max
+        yield f"{name}_p{q}_{unit}", None if full is None else full.percentile(q)
+    yield f"{name}_max_{unit}", None if full is None else full.max
 
 
-def _dict_columns(d: dict, prefix: str) -> Iterator[tuple[str, Any]]:
+def _dict_columns(d: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
     for k, v in d.items():
         if isinstance(v, dict):
             yield from _dict_columns(v, f"{prefix}{k}_")
@@ -153,7 +165,7 @@ def _table_type(cls: type, name: str) -> type | None:
         return None
     if typing.get_origin(hint) in (list, tuple):
         args = [a for a in typing.get_args(hint) if a is not Ellipsis]
-        if len(args) == 1 and dataclasses.is_dataclass(args[0]):
+        if len(args) == 1 and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
             return args[0]
     return None
 
@@ -193,9 +205,9 @@ def _is_dict_hint(hint: Any) -> bool:
 def table_frame(r: Result, table: str) -> pandas.DataFrame:
     pd = _pandas()
     rows = table_rows(r, table)
-    if not rows:
-        return pd.DataFrame(columns=_empty_columns(r, table))
-    return pd.DataFrame(rows)
+    df: pandas.DataFrame = pd.DataFrame(rows) if rows else \
+        pd.DataFrame(columns=_empty_columns(r, table))
+    return df
 
 
 def vcpus_frame(r: Result) -> pandas.DataFrame:
@@ -212,12 +224,12 @@ def readers_frame(r: Result) -> pandas.DataFrame:
 
 # ---- one row per run ------------------------------------------------------
 
-def config_row(config: Config, shadowed: frozenset = frozenset()) -> dict[str, Any]:
+def config_row(config: Config, shadowed: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The Config's fields (and properties not in ``shadowed``) as columns."""
     return {c: v for c, v, _ in _columns(config, skip=shadowed)}
 
 
-def _result_names(r: Any) -> frozenset:
+def _result_names(r: Any) -> frozenset[str]:
     names = {f.name for f in dataclasses.fields(r)} | set(_properties(type(r)))
     return frozenset(RESULT_RENAMES.get(n, n) for n in names) | names
 
@@ -305,7 +317,9 @@ def _numeric_hint(hint: Any) -> bool:
 
 def faults_frame(r: Result) -> pandas.DataFrame:
     """One row per fault (trace_faults=True), by read time: ``t_s`` (seconds
-    since the first fault was read), the trace's columns (``raised_ns``,
+    from the run's start, the vCPU threads' creation where Result.seconds
+    begins, to the fault's read; NA in JSON from before uffdkvm recorded the
+    start), the trace's columns (``raised_ns``,
     ``read_ns``, ``resolved_ns``, ``resumed_ns``, ``gpa``, ``vcpu``, ``uffd``,
     ``reader``, ``eexist``, ``write``) and each fault's stages in ns:
     ``service_ns`` (read to the page's arrival: resolved, or resumed if the
@@ -316,9 +330,10 @@ def faults_frame(r: Result) -> pandas.DataFrame:
     Columns that can be unknown use pandas' nullable Int64."""
     pd = _pandas()
     if r.fault_trace is None:
-        raise ValueError("fault_trace: this run kept no trace; run with trace_faults=True")
+        raise ResultError("fault_trace: this run kept no trace; run with trace_faults=True")
     t = r.fault_trace
-    df = pd.DataFrame({f.name: getattr(t, f.name) for f in dataclasses.fields(t)})
+    df = pd.DataFrame({f.name: list(getattr(t, f.name)) for f in dataclasses.fields(t)
+                       if f.name != "start_ns"})
     for stamp in ("raised_ns", "resumed_ns"):
         df[stamp] = df[stamp].astype("Int64")
     resolved = df["resolved_ns"].astype("Int64")
@@ -334,9 +349,12 @@ def faults_frame(r: Result) -> pandas.DataFrame:
     df["service_ns"] = arrived - df["read_ns"]
     df["resume_ns"] = (df["resumed_ns"] - arrived).where(timed)
     df["fault_ns"] = (df["resumed_ns"] - df["raised_ns"]).where(timed)
-    start = min(t.read_ns) if len(t) else 0
-    df.insert(0, "t_s", (df["read_ns"] - start) / 1e9)
-    return df
+    if t.start_ns is None:
+        df.insert(0, "t_s", pd.Series([None] * len(df), dtype="Float64"))
+    else:
+        df.insert(0, "t_s", (df["read_ns"] - t.start_ns) / 1e9)
+    frame: pandas.DataFrame = df
+    return frame
 
 
 def run_frame(r: Result) -> pandas.DataFrame:
@@ -345,4 +363,5 @@ def run_frame(r: Result) -> pandas.DataFrame:
     aggregates: ``vcpus_*`` and ``readers_*`` (sum, ``_min``, ``_max``) and
     ``*_per_fault`` (``spurious_wakeups_per_fault``,
     ``context_switches_per_fault``, ...)."""
-    return _pandas().DataFrame([run_row(r)])
+    df: pandas.DataFrame = _pandas().DataFrame([run_row(r)])
+    return df

@@ -5,6 +5,8 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .errors import ConfigError, ResultError
+
 
 @dataclass(frozen=True)
 class Histogram:
@@ -27,7 +29,7 @@ class Histogram:
     max: float
     unit: str = "ns"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # One type per field, however the histogram was made (from the core
         # or from JSON), so that equal histograms compare and tabulate alike.
         put = object.__setattr__
@@ -36,9 +38,9 @@ class Histogram:
         for name in ("sum", "min", "max"):
             put(self, name, float(getattr(self, name)))
         if len(self.bounds) != len(self.counts) + 1:
-            raise ValueError("bounds: need one more bound than there are counts")
+            raise ResultError("bounds: need one more bound than there are counts")
         if sum(self.counts) != self.count:
-            raise ValueError(f"counts add up to {sum(self.counts)}, not count={self.count}")
+            raise ResultError(f"counts: they add up to {sum(self.counts)}, not count={self.count}")
 
     @classmethod
     def empty(cls, bounds: Sequence[float], unit: str = "ns") -> Histogram:
@@ -52,7 +54,7 @@ class Histogram:
         """The value below which q percent of the values fall (q from 0 to
         100), interpolated within its bucket and clamped to [min, max]."""
         if not 0 <= q <= 100:
-            raise ValueError(f"q: a percentile is between 0 and 100, not {q}")
+            raise ConfigError(f"q: a percentile is between 0 and 100, not {q}")
         if not self.count:
             return None
         if q == 0:
@@ -73,16 +75,17 @@ class Histogram:
         if not isinstance(other, Histogram):
             return NotImplemented
         if other.bounds != self.bounds or other.unit != self.unit:
-            raise ValueError("only histograms with the same buckets and unit add up")
+            raise ResultError("only histograms with the same buckets and unit add up")
         if not other.count:
             return self
         if not self.count:
             return other
-        return Histogram(self.bounds, tuple(a + b for a, b in zip(self.counts, other.counts)),
+        return Histogram(self.bounds, tuple(a + b for a, b in zip(self.counts, other.counts,
+                                                                 strict=True)),
                          self.count + other.count, self.sum + other.sum,
                          min(self.min, other.min), max(self.max, other.max), self.unit)
 
-    def __radd__(self, other):
+    def __radd__(self, other: object) -> Histogram:
         if other == 0:  # sum(histograms)
             return self
         return NotImplemented

@@ -2,33 +2,93 @@
 
 Every Result that run() returns carries the HostInfo of the machine it ran on
 (``r.host``), so results written to JSON today can be told apart from those of
-another kernel, CPU or uffdkvm version tomorrow.
+another kernel, CPU or uffdkvm version tomorrow, and a paging rate can be read
+beside what moves it: transparent huge pages, KVM's MMU, huge page pools,
+userfaultfd's features, nesting.
+
+The facts are read from /proc and /sys, and asked of the kernel itself
+(KVM_CHECK_EXTENSION on /dev/kvm, UFFDIO_API on a fresh userfaultfd), in
+Python: nothing here needs the C core.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import fcntl
 import functools
 import os
 import platform
 import socket
-from dataclasses import dataclass
+import struct
+from dataclasses import dataclass, field
+
+# The CPUs this process may use, read when uffdkvm is imported: before a
+# caller (the CLI's -c) pins the main thread to one of them.
+_CPUS_AT_IMPORT: frozenset[int] = frozenset(os.sched_getaffinity(0))
+
+# KVM capabilities that bear on these experiments (include/uapi/linux/kvm.h).
+KVM_CAPS = {
+    "nr_vcpus": 9, "nr_memslots": 10, "sync_mmu": 16, "tsc_control": 60,
+    "get_tsc_khz": 61, "max_vcpus": 66, "readonly_mem": 81, "max_vcpu_id": 128,
+    "x86_disable_exits": 143, "halt_poll": 182, "binary_stats_fd": 203,
+    "vm_tsc_control": 214, "user_memory2": 231, "memory_fault_info": 232,
+    "guest_memfd": 234, "vm_types": 235, "pre_fault_memory": 236,
+}
+# The modules that provide /dev/kvm: the generic one and a vendor one.
+KVM_MODULES = ("kvm", "kvm_intel", "kvm_amd", "kvm_pvm")
+# UFFD_FEATURE_* bits (include/uapi/linux/userfaultfd.h), by name.
+UFFD_FEATURES = {
+    "pagefault_flag_wp": 1 << 0, "event_fork": 1 << 1, "event_remap": 1 << 2,
+    "event_remove": 1 << 3, "missing_hugetlbfs": 1 << 4, "missing_shmem": 1 << 5,
+    "event_unmap": 1 << 6, "sigbus": 1 << 7, "thread_id": 1 << 8,
+    "minor_hugetlbfs": 1 << 9, "minor_shmem": 1 << 10, "exact_address": 1 << 11,
+    "wp_hugetlbfs_shmem": 1 << 12, "wp_unpopulated": 1 << 13, "poison": 1 << 14,
+    "wp_async": 1 << 15, "move": 1 << 16,
+}
+
+_KVM_CHECK_EXTENSION = 0xAE03
+_UFFD_API = 0xAA
+_UFFDIO_API = 0xC018AA3F          # _IOWR(0xAA, 0x3F, struct uffdio_api)
+_USERFAULTFD_IOC_NEW = 0xAA00     # _IO(0xAA, 0x00) on /dev/userfaultfd
+_UFFD_USER_MODE_ONLY = 1
+_SYS_USERFAULTFD = 323            # x86-64, the only architecture uffdkvm builds on
 
 
 @dataclass(frozen=True)
 class HostInfo:
-    """The host of one run. Every field has a default ("" or 0: unknown), so
-    JSON written before a field existed still loads.
+    """The host of one run. Every field has a default ("", 0, empty: unknown),
+    so JSON written before a field existed still loads.
 
-    name             host name (os.uname().nodename)
-    kernel_release   kernel release, as ``uname -r``
-    kernel_version   kernel build string, as ``uname -v``
-    cpu_model        CPU model name from /proc/cpuinfo
-    cpus             logical CPUs the host has online
-    usable_cpus      logical CPUs this process may run on (its affinity)
-    hypervisor       the host is itself a VM, so KVM runs nested (the
-                     "hypervisor" CPU flag): expect far lower paging rates
-    memory_bytes     MemTotal
-    python_version   e.g. "3.11.7"
-    uffdkvm_version  the uffdkvm that ran the experiment
+    name              host name (os.uname().nodename)
+    kernel_release    kernel release, as ``uname -r``
+    kernel_version    kernel build string, as ``uname -v``
+    cpu_model         CPU model name from /proc/cpuinfo
+    cpus              logical CPUs the host has online
+    usable_cpus       logical CPUs this process could run on when uffdkvm was
+                      imported (before anything pinned it)
+    hypervisor        the host is itself a VM, so KVM runs nested (the
+                      "hypervisor" CPU flag): expect far lower paging rates
+    sys_vendor        the machine's maker from DMI (/sys/class/dmi/id/sys_vendor:
+                      "QEMU", "Amazon EC2", ... for a VM), "" where absent
+    memory_bytes      MemTotal
+    python_version    e.g. "3.11.7"
+    uffdkvm_version   the uffdkvm that ran the experiment
+    thp_enabled       transparent huge pages: "always", "madvise" or "never"
+    thp_defrag        their defrag mode ("madvise", "defer+madvise", ...)
+    hugepages_2m, hugepages_2m_free, hugepages_1g, hugepages_1g_free
+                      the huge page pools: pages reserved and free
+    kvm_module        the module that provides /dev/kvm ("kvm_intel",
+                      "kvm_amd", "kvm_pvm"), "" if none is loaded
+    kvm_params        module parameters by "module.name" (``kvm.tdp_mmu``,
+                      ``kvm_intel.ept``, ...) as the kernel prints them
+    kvm_caps          KVM_CHECK_EXTENSION's answers for the capabilities in
+                      :data:`KVM_CAPS` (empty without /dev/kvm)
+    uffd_features     UFFDIO_API's feature mask: what this kernel's
+                      userfaultfd offers (0 where no userfaultfd could be
+                      opened); ``uffd_feature_names`` spells it out
+
+    The three dicts do not take part in the hash: a HostInfo hashes by its
+    other fields and compares by all.
     """
 
     name: str = ""
@@ -38,64 +98,185 @@ class HostInfo:
     cpus: int = 0
     usable_cpus: int = 0
     hypervisor: bool = False
+    sys_vendor: str = ""
     memory_bytes: int = 0
     python_version: str = ""
     uffdkvm_version: str = ""
+    thp_enabled: str = ""
+    thp_defrag: str = ""
+    hugepages_2m: int = 0
+    hugepages_2m_free: int = 0
+    hugepages_1g: int = 0
+    hugepages_1g_free: int = 0
+    kvm_module: str = ""
+    kvm_params: dict[str, str] = field(default_factory=dict, hash=False)
+    kvm_caps: dict[str, int] = field(default_factory=dict, hash=False)
+    uffd_features: int = 0
 
     @classmethod
     def current(cls) -> HostInfo:
-        """This host, probed once per process."""
+        """This host. Read once per process, at the first call, and kept:
+        call it before changing what it reports (the CLI calls it before it
+        pins). ``usable_cpus`` is the affinity at import either way."""
         return _current()
 
+    @property
+    def uffd_feature_names(self) -> tuple[str, ...]:
+        """The UFFD_FEATURE_* names in ``uffd_features``, lower case."""
+        return tuple(name for name, bit in UFFD_FEATURES.items() if self.uffd_features & bit)
 
-def _cpuinfo() -> tuple:
+
+def usable_cpus_at_import() -> frozenset[int]:
+    """The CPUs this process could run on when uffdkvm was imported."""
+    return _CPUS_AT_IMPORT
+
+
+def _read(path: str) -> str:
+    """A /proc or /sys file's text, stripped; "" if it cannot be read."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _int(path: str) -> int:
+    text = _read(path)
+    return int(text) if text.isdigit() else 0
+
+
+def _selected(path: str) -> str:
+    """The [bracketed] choice of a sysfs mode file ("always [madvise] never")."""
+    text = _read(path)
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else text
+
+
+def _cpuinfo() -> tuple[str, bool]:
     """(model name, whether the "hypervisor" flag is set) from /proc/cpuinfo."""
     model, hypervisor = "", False
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and not model:
-                    model = value.strip()
-                elif key == "flags":
-                    hypervisor = "hypervisor" in value.split()
-                    break
-    except OSError:
-        pass
+    for line in _read("/proc/cpuinfo").splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key == "flags":
+            hypervisor = "hypervisor" in value.split()
+            break
     return model or platform.processor(), hypervisor
 
 
 def _mem_total() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    for line in _read("/proc/meminfo").splitlines():
+        if line.startswith("MemTotal:"):
+            with contextlib.suppress(ValueError, IndexError):
+                return int(line.split()[1]) * 1024
     return 0
 
 
-@functools.lru_cache(maxsize=1)
-def _current() -> HostInfo:
+def _kvm_params() -> tuple[str, dict[str, str]]:
+    """(the vendor module, {"module.param": value}) from /sys/module."""
+    vendor, params = "", {}
+    for module in KVM_MODULES:
+        directory = f"/sys/module/{module}"
+        if not os.path.isdir(directory):
+            continue
+        if module != "kvm" and not vendor:
+            vendor = module
+        try:
+            names = sorted(os.listdir(f"{directory}/parameters"))
+        except OSError:
+            continue
+        for name in names:
+            value = _read(f"{directory}/parameters/{name}")
+            if value:
+                params[f"{module}.{name}"] = value
+    return vendor, params
+
+
+def _kvm_caps() -> dict[str, int]:
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        caps = {}
+        for name, cap in KVM_CAPS.items():
+            with contextlib.suppress(OSError):
+                caps[name] = fcntl.ioctl(fd, _KVM_CHECK_EXTENSION, cap)
+        return caps
+    finally:
+        os.close(fd)
+
+
+def _userfaultfd() -> int:
+    """A new userfaultfd (the syscall, else /dev/userfaultfd), or -1."""
+    flags = os.O_CLOEXEC | os.O_NONBLOCK
+    libc = ctypes.CDLL(None, use_errno=True)
+    for mode in (0, _UFFD_USER_MODE_ONLY):
+        fd = int(libc.syscall(_SYS_USERFAULTFD, flags | mode))
+        if fd >= 0:
+            return fd
+    try:
+        dev = os.open("/dev/userfaultfd", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return -1
+    try:
+        return fcntl.ioctl(dev, _USERFAULTFD_IOC_NEW, flags)
+    except OSError:
+        return -1
+    finally:
+        os.close(dev)
+
+
+def _uffd_features() -> int:
+    """UFFDIO_API's answer: every feature this kernel's userfaultfd offers."""
+    fd = _userfaultfd()
+    if fd < 0:
+        return 0
+    try:
+        api = bytearray(struct.pack("=QQQ", _UFFD_API, 0, 0))
+        fcntl.ioctl(fd, _UFFDIO_API, api, True)
+        return int(struct.unpack("=QQQ", api)[1])
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+def capture() -> HostInfo:
+    """This host's facts, read now (HostInfo.current() keeps the first)."""
     from ._version import __version__
 
     uname = os.uname()
     model, hypervisor = _cpuinfo()
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count() or 0
+    vendor, params = _kvm_params()
+    pools = "/sys/kernel/mm/hugepages/hugepages-"
     return HostInfo(
         name=uname.nodename or socket.gethostname(),
         kernel_release=uname.release,
         kernel_version=uname.version,
         cpu_model=model,
         cpus=os.cpu_count() or 0,
-        usable_cpus=usable,
+        usable_cpus=len(_CPUS_AT_IMPORT),
         hypervisor=hypervisor,
+        sys_vendor=_read("/sys/class/dmi/id/sys_vendor"),
         memory_bytes=_mem_total(),
         python_version=platform.python_version(),
         uffdkvm_version=__version__,
+        thp_enabled=_selected("/sys/kernel/mm/transparent_hugepage/enabled"),
+        thp_defrag=_selected("/sys/kernel/mm/transparent_hugepage/defrag"),
+        hugepages_2m=_int(f"{pools}2048kB/nr_hugepages"),
+        hugepages_2m_free=_int(f"{pools}2048kB/free_hugepages"),
+        hugepages_1g=_int(f"{pools}1048576kB/nr_hugepages"),
+        hugepages_1g_free=_int(f"{pools}1048576kB/free_hugepages"),
+        kvm_module=vendor,
+        kvm_params=params,
+        kvm_caps=_kvm_caps(),
+        uffd_features=_uffd_features(),
     )
+
+
+@functools.lru_cache(maxsize=1)
+def _current() -> HostInfo:
+    return capture()

@@ -5,13 +5,17 @@ Units are in the names where a name alone would leave them open.
 """
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from . import _core
-from .config import Config
+from . import _core, frames, serial, tables
+from .config import Config, format_size
 from .histogram import Histogram
 from .host import HostInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
 
 NS = 1e-9
 _CLOCK_SYNC = {_core.CLOCK_SYNC_KVM_OFFSET: "kvm_tsc_offset",
@@ -20,21 +24,12 @@ _CLOCK_SYNC = {_core.CLOCK_SYNC_KVM_OFFSET: "kvm_tsc_offset",
 LATENCY_BOUNDS = tuple(_core.HIST_BOUNDS)
 
 
-def _plain(value):
-    """Dicts, lists and scalars only: what json.dumps writes and reads back alike."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _latency(h: dict) -> Histogram:
+def _latency(h: dict[str, Any]) -> Histogram:
     return Histogram(LATENCY_BOUNDS, tuple(h["buckets"]), h["count"], h["sum"],
                      h["min"], h["max"])
 
 
-def _access_latency(counts, cycles: int, tsc_khz: int) -> Histogram | None:
+def _access_latency(counts: Sequence[int], cycles: int, tsc_khz: int) -> Histogram | None:
     """The guest's log2 histogram of TSC cycles, in nanoseconds."""
     if not tsc_khz:
         return None
@@ -64,8 +59,14 @@ class VcpuStats:
     pass_seconds     how long each pass took (the first one demand-pages)
     cpus             the CPUs the thread could run on, as it saw them itself
     cpu_seconds      CPU time the thread used
-    faults           fault messages this vCPU caused (UFFD_FEATURE_THREAD_ID),
-                     EEXIST ones included; None with stats="basic"
+    faults           faults of this vCPU that a reader resolved
+                     (UFFD_FEATURE_THREAD_ID): as Result.faults and
+                     ReaderStats.faults count, EEXIST ones not included;
+                     None with stats="basic"
+    eexist           fault messages of this vCPU that a reader found
+                     already resolved (another vCPU's fault on the same
+                     page came first): faults + eexist are the messages it
+                     caused; None with stats="basic"
 
     Each fault in stages (ns Histograms; stats="full"). A fault is raised when
     the guest is about to make the access, read when a reader's read()
@@ -98,11 +99,12 @@ class VcpuStats:
     exits: int | None
     userspace_exits: int
     tid: int
-    kvm_stats: dict[str, int] = field(default_factory=dict, repr=False)
-    pass_seconds: list[float] = field(default_factory=list)
-    cpus: list[int] = field(default_factory=list, repr=False)
+    kvm_stats: dict[str, int] = field(default_factory=dict, hash=False)
+    pass_seconds: tuple[float, ...] = ()
+    cpus: tuple[int, ...] = ()
     cpu_seconds: float = 0.0
     faults: int | None = None
+    eexist: int | None = None
     queue_latency: Histogram | None = None
     service_latency: Histogram | None = None
     resume_latency: Histogram | None = None
@@ -111,8 +113,23 @@ class VcpuStats:
     access_latency: Histogram | None = None
 
     @property
-    def pages_per_s(self) -> float:
+    def all_passes_pages_per_s(self) -> float:
+        """Pages touched per second over the whole run, every pass: pages /
+        seconds."""
         return self.pages / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def first_pass_pages_per_s(self) -> float:
+        """Pages per second over the first pass, the one that demand-pages
+        (as Result.paging_rate): the pass's pages / pass_seconds[0]."""
+        if not self.pass_seconds or self.pass_seconds[0] <= 0:
+            return 0.0
+        return self.pages / len(self.pass_seconds) / self.pass_seconds[0]
+
+    def __repr__(self) -> str:
+        return (f"VcpuStats(index={self.index}, pages={self.pages}, "
+                f"seconds={self.seconds:.3g}, faults={self.faults}, "
+                f"first_pass_pages_per_s={self.first_pass_pages_per_s:.0f})")
 
 
 @dataclass(frozen=True)
@@ -150,13 +167,19 @@ class ReaderStats:
     busy_seconds: float | None
     context_switches: int
     cpu_seconds: float
-    cpus: list[int] = field(default_factory=list, repr=False)
+    cpus: tuple[int, ...] = ()
     service_latency: Histogram | None = None
     queue_latency: Histogram | None = None
     tid: int = 0
     copies: int = 0
     zeropages: int = 0
     continues: int = 0
+
+    def __repr__(self) -> str:
+        busy = "None" if self.busy_seconds is None else f"{self.busy_seconds:.3g}"
+        return (f"ReaderStats(uffd={self.uffd}, index={self.index}, faults={self.faults}, "
+                f"eexist={self.eexist}, wakeups={self.wakeups}, "
+                f"spurious_wakeups={self.spurious_wakeups}, busy_seconds={busy})")
 
 
 @dataclass(frozen=True)
@@ -178,21 +201,28 @@ class FaultTrace:
     write         the kernel reported a write fault (UFFD_PAGEFAULT_FLAG_WRITE):
                   the guest's access was a write (None in JSON from before
                   uffdkvm recorded it)
+    start_ns      the run's start: the vCPU threads' creation, where
+                  Result.seconds begins (faults_frame's t_s counts from it);
+                  None in JSON from before uffdkvm recorded it
     """
 
-    raised_ns: list[int | None]
-    read_ns: list[int]
-    resolved_ns: list[int]
-    resumed_ns: list[int | None]
-    gpa: list[int]
-    vcpu: list[int]
-    uffd: list[int]
-    reader: list[int]
-    eexist: list[bool]
-    write: list[bool | None]
+    raised_ns: tuple[int | None, ...]
+    read_ns: tuple[int, ...]
+    resolved_ns: tuple[int, ...]
+    resumed_ns: tuple[int | None, ...]
+    gpa: tuple[int, ...]
+    vcpu: tuple[int, ...]
+    uffd: tuple[int, ...]
+    reader: tuple[int, ...]
+    eexist: tuple[bool, ...]
+    write: tuple[bool | None, ...]
+    start_ns: int | None = None
 
     def __len__(self) -> int:
         return len(self.read_ns)
+
+    def __repr__(self) -> str:
+        return f"FaultTrace({len(self)} faults)"
 
 
 @dataclass(frozen=True)
@@ -206,7 +236,8 @@ class Result:
     kvm_run_seconds  the narrower window: the first KVM_RUN of any vCPU to
                    the last vCPU reporting done (thread start-up and joining
                    left out)
-    faults         faults resolved by all readers (EEXIST not counted)
+    faults         faults resolved by all readers (EEXIST not counted; see
+                   ``eexist`` for those)
     paging_rate    pages/s as upstream's demand_paging_test computes it:
                    pages_per_vcpu * vcpus / seconds; with passes > 1, over the
                    first pass (the one that demand-pages): from the threads'
@@ -244,15 +275,15 @@ class Result:
     pages_per_vcpu: int
     faults: int
     paging_rate: float
-    vcpus: list[VcpuStats]
-    readers: list[ReaderStats]
+    vcpus: tuple[VcpuStats, ...]
+    readers: tuple[ReaderStats, ...]
     verified: bool
     bad_pages: int
     verify_message: str
     page_size: int
     uffds: int
-    kvm_stats: dict[str, int] = field(default_factory=dict, repr=False)
-    pass_seconds: list[float] = field(default_factory=list)
+    kvm_stats: dict[str, int] = field(default_factory=dict, repr=False, hash=False)
+    pass_seconds: tuple[float, ...] = ()
     blocktime_seconds: float | None = None
     fault_trace: FaultTrace | None = field(default=None, repr=False)
     host: HostInfo | None = field(default=None, repr=False)
@@ -297,97 +328,149 @@ class Result:
 
     @property
     def eexist(self) -> int:
+        """Fault messages the readers found already resolved (not in faults)."""
         return sum(r.eexist for r in self.readers)
 
     @property
     def spurious_wakeups(self) -> int:
         return sum(r.spurious_wakeups for r in self.readers)
 
-    def to_dict(self) -> dict:
-        """Everything as plain JSON-ready types (the config included)."""
-        d = _plain(dataclasses.asdict(self))
-        d["config"] = self.config.to_dict()
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as plain JSON values, as :meth:`to_json` writes them (the
+        config included, non-finite floats as "inf"/"-inf"/"nan"), with the
+        derived ``per_vcpu_rate``."""
+        d: dict[str, Any] = serial.encode(self)
         d["per_vcpu_rate"] = self.per_vcpu_rate
         return d
 
-    # Frames and JSON live in frames.py and serial.py; pandas loads on call.
-    def to_frame(self):
+    # ---- display: a one-line repr, the full table as str() and in notebooks
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"Result(vcpus={c.vcpus}, mem_per_vcpu={format_size(c.mem_per_vcpu)!r}, "
+                f"backing={c.backing!r}, uffd_mode={c.uffd_mode!r}, readers={c.readers}, "
+                f"paging_rate={self.paging_rate:.0f}, seconds={self.seconds:.3g}, "
+                f"faults={self.faults}, verified={self.verified})")
+
+    def __str__(self) -> str:
+        return tables.text(self._tables())
+
+    def _repr_markdown_(self) -> str:
+        return tables.markdown(self._tables())
+
+    def _repr_html_(self) -> str:
+        return tables.html(self._tables())
+
+    def _tables(self) -> list[tables.Table]:
+        """The summary, then a table per vCPU and per reader."""
+        c = self.config
+        summary = [
+            ("config", f"vcpus={c.vcpus} mem_per_vcpu={format_size(c.mem_per_vcpu)} "
+                       f"backing={c.backing} uffd_mode={c.uffd_mode} readers={c.readers} "
+                       f"wait={c.wait}"),
+            ("paging_rate", f"{self.paging_rate:.0f} pages/s "
+                            f"({self.per_vcpu_rate:.0f} per vCPU)"),
+            ("seconds", f"{self.seconds:.6f}"),
+            ("faults", f"{self.faults} resolved, {self.eexist} EEXIST, "
+                       f"{self.spurious_wakeups} spurious wakeups"),
+            ("verified", "yes" if self.verified else f"NO: {self.verify_message}"),
+        ]
+        if self.blocktime_seconds is not None:
+            summary.append(("blocktime_seconds", f"{self.blocktime_seconds:.6f}"))
+        vcpus = tables.Table(
+            "vCPUs", ("vcpu", "seconds", "pages", "first_pass_pages_per_s", "faults", "eexist",
+                      "exits", "cpu_seconds"),
+            [(v.index, f"{v.seconds:.6f}", v.pages, f"{v.first_pass_pages_per_s:.0f}",
+              v.faults, v.eexist, v.exits, f"{v.cpu_seconds:.6f}") for v in self.vcpus])
+        readers = tables.Table(
+            "readers", ("uffd", "reader", "faults", "eexist", "wakeups", "spurious_wakeups",
+                        "busy_seconds", "context_switches"),
+            [(x.uffd, x.index, x.faults, x.eexist, x.wakeups, x.spurious_wakeups,
+              None if x.busy_seconds is None else f"{x.busy_seconds:.6f}",
+              x.context_switches) for x in self.readers])
+        return [tables.Table("uffdkvm run", ("", ""), summary, header=False), vcpus, readers]
+
+    # ---- frames (pandas, loaded on call) and JSON
+
+    def to_frame(self) -> pandas.DataFrame:
         """One row: Config fields, results and aggregates (see uffdkvm.frames)."""
-        from .frames import run_frame
-        return run_frame(self)
+        return frames.run_frame(self)
 
-    def vcpus_frame(self):
+    def vcpus_frame(self) -> pandas.DataFrame:
         """One row per vCPU, KVM's statistics as ``kvm_*`` columns."""
-        from .frames import vcpus_frame
-        return vcpus_frame(self)
+        return frames.vcpus_frame(self)
 
-    def readers_frame(self):
+    def readers_frame(self) -> pandas.DataFrame:
         """One row per reader thread."""
-        from .frames import readers_frame
-        return readers_frame(self)
+        return frames.readers_frame(self)
 
-    def faults_frame(self):
+    def faults_frame(self) -> pandas.DataFrame:
         """One row per fault, from fault_trace (needs trace_faults=True)."""
-        from .frames import faults_frame
-        return faults_frame(self)
+        return frames.faults_frame(self)
 
-    def to_json(self, **dumps_kwargs) -> str:
-        """Everything, losslessly, as one line of JSON (see uffdkvm.serial)."""
-        from .serial import to_json
-        return to_json(self, **dumps_kwargs)
+    def to_json(self, **dumps_kwargs: Any) -> str:
+        """Everything, losslessly, as one line of strict JSON (see uffdkvm.serial)."""
+        return serial.to_json(self, **dumps_kwargs)
 
     @classmethod
-    def from_json(cls, text) -> Result:
-        """The Result that :meth:`to_json` wrote: ``Result.from_json(r.to_json()) == r``."""
-        from .serial import from_json
-        return from_json(cls, text)
+    def from_json(cls, text: str | bytes) -> Result:
+        """The Result that :meth:`to_json` wrote: ``Result.from_json(r.to_json()) == r``.
+        Raises ResultError (a ValueError) naming what is wrong."""
+        result: Result = serial.from_json(cls, text)
+        return result
 
     @classmethod
-    def _from_core(cls, config: Config, raw: dict) -> Result:
+    def _from_core(cls, config: Config, raw: dict[str, Any]) -> Result:
         full = raw["stats_full"]
         timing = config.guest_timing
         # The guest's stamps give the stages around service, where its clock
         # could be put on the readers'.
         staged = full and timing and raw["clock_sync"] != _core.CLOCK_SYNC_NONE
 
-        def stage(h: dict, present: bool) -> Histogram | None:
+        def stage(h: dict[str, Any], present: bool) -> Histogram | None:
             return _latency(h) if present else None
 
-        vcpus = [VcpuStats(index=v["index"], seconds=(v["end_ns"] - v["start_ns"]) * NS,
-                           pages=v["pages"], exits=v["exits"],
-                           userspace_exits=v["userspace_exits"], tid=v["tid"],
-                           kvm_stats=v["kvm_stats"],
-                           pass_seconds=[(b - a) * NS for a, b in
-                                         zip([v["start_ns"]] + v["pass_end_ns"], v["pass_end_ns"])],
-                           cpus=v["cpus"], cpu_seconds=v["cpu_ns"] * NS,
-                           faults=v["faults"] if full else None,
-                           queue_latency=stage(v["queue_latency"], staged),
-                           service_latency=stage(v["service_latency"], full),
-                           resume_latency=stage(v["resume_latency"], staged),
-                           fault_latency=stage(v["fault_latency"], staged),
-                           blocked_seconds=v["blocked_ns"] * NS if full else None,
-                           access_latency=_access_latency(v["access_hist"], v["access_cycles"],
-                                                          raw["tsc_khz"]) if timing else None)
-                 for v in raw["vcpus"]]
-        readers = [ReaderStats(uffd=r["uffd"], index=r["index"], faults=r["faults"],
-                               wakeups=r["wakeups"], spurious_wakeups=r["spurious_wakeups"],
-                               eexist=r["eexist"],
-                               busy_seconds=r["busy_ns"] * NS if full else None,
-                               context_switches=r["context_switches"],
-                               cpu_seconds=r["cpu_ns"] * NS, cpus=r["cpus"],
-                               service_latency=stage(r["service_latency"], full),
-                               queue_latency=stage(r["queue_latency"], staged),
-                               tid=r["tid"], copies=r["copies"], zeropages=r["zeropages"],
-                               continues=r["continues"])
-                   for r in raw["readers"]]
+        vcpus = tuple(
+            VcpuStats(index=v["index"], seconds=(v["end_ns"] - v["start_ns"]) * NS,
+                      pages=v["pages"], exits=v["exits"],
+                      userspace_exits=v["userspace_exits"], tid=v["tid"],
+                      kvm_stats=v["kvm_stats"],
+                      pass_seconds=tuple((b - a) * NS for a, b in
+                                         zip([v["start_ns"], *v["pass_end_ns"]],
+                                             v["pass_end_ns"], strict=False)),
+                      cpus=tuple(v["cpus"]), cpu_seconds=v["cpu_ns"] * NS,
+                      # The core counts every message of the vCPU; faults
+                      # here are resolved ones, as everywhere else.
+                      faults=v["faults"] - v["eexist"] if full else None,
+                      eexist=v["eexist"] if full else None,
+                      queue_latency=stage(v["queue_latency"], staged),
+                      service_latency=stage(v["service_latency"], full),
+                      resume_latency=stage(v["resume_latency"], staged),
+                      fault_latency=stage(v["fault_latency"], staged),
+                      blocked_seconds=v["blocked_ns"] * NS if full else None,
+                      access_latency=_access_latency(v["access_hist"], v["access_cycles"],
+                                                     raw["tsc_khz"]) if timing else None)
+            for v in raw["vcpus"])
+        readers = tuple(
+            ReaderStats(uffd=r["uffd"], index=r["index"], faults=r["faults"],
+                        wakeups=r["wakeups"], spurious_wakeups=r["spurious_wakeups"],
+                        eexist=r["eexist"],
+                        busy_seconds=r["busy_ns"] * NS if full else None,
+                        context_switches=r["context_switches"],
+                        cpu_seconds=r["cpu_ns"] * NS, cpus=tuple(r["cpus"]),
+                        service_latency=stage(r["service_latency"], full),
+                        queue_latency=stage(r["queue_latency"], staged),
+                        tid=r["tid"], copies=r["copies"], zeropages=r["zeropages"],
+                        continues=r["continues"])
+            for r in raw["readers"])
         # demand_paging_test's window: the vCPU threads' creation to their join.
         seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS
         pages = raw["pages_per_vcpu"]
         # Pass p runs from the first vCPU starting it to the last one ending it.
-        starts = [[v["start_ns"]] + v["pass_end_ns"][:-1] for v in raw["vcpus"]]
+        starts = [[v["start_ns"], *v["pass_end_ns"][:-1]] for v in raw["vcpus"]]
         ends = [v["pass_end_ns"] for v in raw["vcpus"]]
-        pass_seconds = [(max(e[p] for e in ends) - min(s[p] for s in starts)) * NS
-                        for p in range(raw["passes"])]
+        pass_seconds = tuple((max(e[p] for e in ends) - min(s[p] for s in starts)) * NS
+                             for p in range(raw["passes"]))
         # With several passes the rate covers the one that demand-pages: from
         # the threads' creation (upstream's start) to the last vCPU ending it.
         paging_seconds = seconds
@@ -410,7 +493,9 @@ class Result:
             kvm_stats=raw["kvm_stats"],
             pass_seconds=pass_seconds,
             blocktime_seconds=raw["blocktime_ns"] * NS if full else None,
-            fault_trace=FaultTrace(**trace) if trace is not None else None,
+            fault_trace=None if trace is None else FaultTrace(
+                **{name: tuple(column) for name, column in trace.items()},
+                start_ns=raw["threads_start_ns"]),
             kvm_run_seconds=(raw["end_ns"] - raw["start_ns"]) * NS,
             clock_sync=_CLOCK_SYNC.get(raw["clock_sync"]) if staged else None,
             clock_error_ns=float(raw["clock_error_ns"]) if staged else None,

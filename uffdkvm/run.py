@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from . import _core
@@ -20,7 +21,7 @@ from .config import (
     format_size,
 )
 from .errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError, UffdkvmError
-from .host import HostInfo
+from .host import HostInfo, usable_cpus_at_import
 from .progress import ProgressCallback, _Reporter, make_callback
 from .result import Result
 
@@ -32,11 +33,13 @@ _UFFD_MODES = {None: _core.UFFD_NONE, "missing": _core.UFFD_MISSING,
                "minor": _core.UFFD_MINOR}
 _WAITS = {"poll": _core.WAIT_POLL, "epoll": _core.WAIT_EPOLL,
           "epoll_exclusive": _core.WAIT_EPOLL_EXCLUSIVE, "read": _core.WAIT_READ}
-_ERRORS = {_core.ERR_CONFIG: ConfigError, _core.ERR_HOST: HostUnsupportedError,
-           _core.ERR_RUN: RunError, _core.ERR_TIMEOUT: RunTimeoutError}
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Config))
+_ERRORS: dict[int, type[UffdkvmError]] = {
+    _core.ERR_HOST: HostUnsupportedError, _core.ERR_RUN: RunError,
+    _core.ERR_TIMEOUT: RunTimeoutError}
 
 
-def _core_config(c: Config) -> dict:
+def _core_config(c: Config) -> dict[str, Any]:
     return {
         "vcpus": c.vcpus,
         "mem_per_vcpu": c.mem_per_vcpu,
@@ -87,23 +90,20 @@ def _mem_available() -> int | None:
     return _meminfo("MemAvailable")
 
 
-# The CPUs this process could use when uffdkvm was imported (before a CLI
-# -c pinned the main thread to one of them).
-_ALLOWED_CPUS = frozenset(os.sched_getaffinity(0))
-
-
 def _check_pins(c: Config) -> None:
-    allowed = _ALLOWED_CPUS | os.sched_getaffinity(0)
+    # Those of import time too: a CLI's -c may have pinned the main thread since.
+    allowed = usable_cpus_at_import() | os.sched_getaffinity(0)
     for field in ("pin_vcpus", "pin_readers"):
         bad = [cpu for cpu in getattr(c, field) or () if cpu not in allowed]
         if bad:
-            raise ConfigError(f"{field}: CPU {bad[0]} is not one this process may run on "
-                              f"(it may use {_cpu_ranges(allowed)})")
+            raise HostUnsupportedError(
+                f"{field}: CPU {bad[0]} is not one this process may run on "
+                f"(it may use {_cpu_ranges(allowed)})")
 
 
-def _cpu_ranges(cpus) -> str:
-    cpus, out = sorted(cpus), []
-    for cpu in cpus:
+def _cpu_ranges(cpus: Iterable[int]) -> str:
+    out: list[list[int]] = []
+    for cpu in sorted(cpus):
         if out and out[-1][1] == cpu - 1:
             out[-1][1] = cpu
         else:
@@ -137,13 +137,13 @@ def _check_fits_host(c: Config) -> None:
         # can be larger than the host.
         total = _meminfo("MemTotal")
         if total is not None and c.region_bytes > total:
-            raise ConfigError(
+            raise HostUnsupportedError(
                 f"mem_per_vcpu: the run needs {format_size(c.region_bytes)} of huge pages, "
                 f"more than this host's {format_size(total // (1 << 20) << 20)} of memory; "
                 f"use less memory per vCPU or fewer vCPUs")
         # The copy source is not from the pool: ordinary memory.
         if available is not None and source > available:
-            raise ConfigError(
+            raise HostUnsupportedError(
                 f"backing: the run copies each {format_size(BACKING_PAGE_SIZES[c.backing])} "
                 f"page from {format_size(source)} of ordinary memory, more than the "
                 f"{format_size(available // (1 << 20) << 20)} this host has available "
@@ -152,7 +152,7 @@ def _check_fits_host(c: Config) -> None:
     if available is not None and c.region_bytes + source > available:
         what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"
         plus = f" plus {format_size(source)} of copy sources" if source else ""
-        raise ConfigError(
+        raise HostUnsupportedError(
             f"mem_per_vcpu: the run would demand-page {format_size(c.region_bytes)} "
             f"({what}){plus}, more than the {format_size(available // (1 << 20) << 20)} "
             f"this host has available (MemAvailable); use less memory per vCPU or fewer "
@@ -179,16 +179,21 @@ def _wait_for_earlier_runs() -> None:
                 return
 
 
-def _config_of(config: Config | None, fields: dict) -> Config:
+def _config_of(config: Config | None, fields: dict[str, Any]) -> Config:
     if config is None:
         return Config().replace(**fields) if fields else Config()
     if not isinstance(config, Config):
-        raise TypeError(f"expected a uffdkvm.Config, not {type(config).__name__}")
+        raise ConfigError(f"config: expected a uffdkvm.Config (or keywords), not "
+                          f"{type(config).__name__}")
     return config.replace(**fields) if fields else config
 
 
 def _raise_from_core(e: _core.CoreError) -> None:
     kind, errnum, message = e.args
+    if kind == _core.ERR_CONFIG:
+        # The core names the field first, as Config does: "vcpus: ...".
+        name = message.partition(":")[0]
+        raise ConfigError(message, errnum, field=name if name in _FIELDS else None) from None
     raise _ERRORS.get(kind, UffdkvmError)(message, errnum) from None
 
 

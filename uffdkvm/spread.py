@@ -56,6 +56,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .errors import ConfigError, ResultError
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
@@ -146,35 +148,35 @@ def _fmt(x: float) -> str:
 def _check(confidence: float, resamples: int, seed: int) -> None:
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) \
             or not 0 < confidence < 1:
-        raise ValueError(f"confidence: expected a level between 0 and 1 such as 0.95, "
+        raise ConfigError(f"confidence: expected a level between 0 and 1 such as 0.95, "
                          f"not {confidence!r}")
     if isinstance(resamples, bool) or not isinstance(resamples, int) \
             or resamples < MIN_RESAMPLES:
-        raise ValueError(f"resamples: expected an int of at least {MIN_RESAMPLES} "
+        raise ConfigError(f"resamples: expected an int of at least {MIN_RESAMPLES} "
                          f"(default {RESAMPLES}), not {resamples!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed: expected an int (the same seed gives the same interval), "
+        raise ConfigError(f"seed: expected an int (the same seed gives the same interval), "
                          f"not {seed!r}")
 
 
 def _numbers(values: Iterable[Any], name: str = "values") -> tuple[list[float | None], int]:
     """values as floats, None for a failed run (None or NaN); and how many failed."""
     if isinstance(values, (str, bytes)):
-        raise ValueError(f"{name}: expected a sequence of numbers, not a string")
+        raise ConfigError(f"{name}: expected a sequence of numbers, not a string")
     out: list[float | None] = []
     for i, v in enumerate(values):
         if v is None:
             out.append(None)
             continue
         if isinstance(v, (str, bytes)):
-            raise ValueError(f"{name}[{i}]: {v!r} is not a number")
+            raise ConfigError(f"{name}[{i}]: {v!r} is not a number")
         try:
             x = float(v)
         except (TypeError, ValueError):
             if type(v).__name__ == "NAType":  # pandas' missing value, in nullable columns
                 out.append(None)
                 continue
-            raise ValueError(f"{name}[{i}]: {v!r} is not a number") from None
+            raise ConfigError(f"{name}[{i}]: {v!r} is not a number") from None
         out.append(None if math.isnan(x) else x)
     return out, sum(1 for x in out if x is None)
 
@@ -234,7 +236,8 @@ def spread_of(values: Iterable[Any], *, confidence: float = CONFIDENCE,
     ordered = sorted(x for x in numbers if x is not None)
     n = len(ordered)
     if n == 0:
-        return Spread(0, failed, *([NAN] * 10), confidence)
+        return Spread(0, failed, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN,
+                      confidence)
     median = _median(ordered)
     mean = math.fsum(ordered) / n
     if n == 1:
@@ -277,11 +280,11 @@ def ratio_of(a: Iterable[Any], b: Iterable[Any], *, paired: bool = False,
     rng = random.Random(seed)
     if paired:
         if len(xs) != len(ys):
-            raise ValueError(f"ratio_of(paired=True): a has {len(xs)} trials and b "
+            raise ConfigError(f"ratio_of(paired=True): a has {len(xs)} trials and b "
                              f"{len(ys)}; pairs need as many of each (or paired=False)")
-        pairs = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+        pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if x is not None and y is not None]
         if any(y == 0 for _, y in pairs):
-            raise ValueError("ratio_of: b has a zero: a / b is undefined")
+            raise ResultError("ratio_of: b has a zero: a / b is undefined")
         ratios = sorted(x / y for x, y in pairs)
         n_a = n_b = len(ratios)
         estimate = _median(ratios) if ratios else NAN
@@ -298,14 +301,14 @@ def ratio_of(a: Iterable[Any], b: Iterable[Any], *, paired: bool = False,
     if not n_a or not n_b:
         return Ratio(NAN, NAN, NAN, n_a, n_b, False, confidence)
     if _median(b_sorted) == 0:
-        raise ValueError("ratio_of: the median of b is 0: a / b is undefined")
+        raise ResultError("ratio_of: the median of b is 0: a / b is undefined")
     estimate = _median(a_sorted) / _median(b_sorted)
     if n_a < 2 or n_b < 2:
         return Ratio(estimate, NAN, NAN, n_a, n_b, False, confidence)
     top = _resampled_medians(a_sorted, resamples, rng)
     bottom = _resampled_medians(b_sorted, resamples, rng)
     low, high = _interval([t / u if u else math.copysign(math.inf, t)
-                           for t, u in zip(top, bottom)], confidence)
+                           for t, u in zip(top, bottom, strict=True)], confidence)
     return Ratio(estimate, low, high, n_a, n_b, False, confidence)
 
 
@@ -370,10 +373,10 @@ def summarize(df: pandas.DataFrame, metric: str | Sequence[str] = "pages_per_s",
     for column in [*metrics, *keys]:
         if column not in df.columns:
             role = "metric" if column in metrics else "by"
-            raise ValueError(f"summarize: {role}: no column {column!r} in the frame; "
+            raise ConfigError(f"summarize: {role}: no column {column!r} in the frame; "
                              f"columns include {', '.join(map(str, list(df.columns)[:40]))}")
-    groups: dict = {}
-    firsts: dict = {}
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    firsts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for i, values in enumerate(df[keys].itertuples(index=False, name=None)
                                if keys else [()] * len(df)):
         k = tuple(_key(v) for v in values)
@@ -381,14 +384,15 @@ def summarize(df: pandas.DataFrame, metric: str | Sequence[str] = "pages_per_s",
         firsts.setdefault(k, values)
     rows = []
     for k, positions in groups.items():
-        row = dict(zip(keys, firsts[k]))
+        row = dict(zip(keys, firsts[k], strict=True))
         for m in metrics:
             try:
                 s = spread_of(df[m].iloc[positions], confidence=confidence,
                               resamples=resamples, seed=seed)
-            except ValueError as e:
-                raise ValueError(f"summarize: metric {m!r}: {e}") from None
+            except (ConfigError, ResultError) as e:
+                raise type(e)(f"summarize: metric {m!r}: {e}") from None
             row.update({f"{m}_{name}": getattr(s, name) for name in STATISTICS})
         rows.append(row)
     columns = [*keys, *(f"{m}_{name}" for m in metrics for name in STATISTICS)]
-    return pd.DataFrame(rows, columns=columns)
+    df_out: pandas.DataFrame = pd.DataFrame(rows, columns=columns)
+    return df_out

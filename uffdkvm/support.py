@@ -6,7 +6,7 @@ from .errors import UffdkvmError
 from .run import probe
 
 
-def modes_for(backing: str):
+def modes_for(backing: str) -> tuple[str | None, ...]:
     """The uffd modes that make sense on a backing (None: no userfaultfd)."""
     return ("missing", "minor", None) if backing in SHARED_BACKINGS else ("missing", None)
 

@@ -27,10 +27,11 @@ import json
 import os
 import uuid
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Any, Union
 
 from .config import Config
+from .errors import ConfigError, UffdkvmError
 from .frames import _pandas, config_row, run_row
 from .result import Result
 from .run import run
@@ -60,7 +61,7 @@ def read_results(path: PathLike) -> list[Result]:
                 continue
             try:
                 results.append(Result.from_json(line))
-            except (ValueError, TypeError) as e:
+            except UffdkvmError as e:
                 warnings.warn(f"{path}:{lineno}: skipped, not a uffdkvm Result: {e}",
                               SweepWarning, stacklevel=2)
     return results
@@ -77,24 +78,31 @@ def _key(config: Config) -> str:
     return json.dumps(encode(config), sort_keys=True)
 
 
-def _axis(value: Any) -> list:
-    return list(value) if isinstance(value, (list, tuple, range)) else [value]
+def _axis(value: Any) -> list[Any]:
+    """The values of one grid entry: any iterable but a string (a list, range,
+    generator, numpy array, pandas Series) is an axis; anything else is held
+    fixed."""
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict)):
+        return list(value)
+    return [value]
 
 
 def points(base: Config | None = None, **grid: Any) -> list[Config]:
     """The distinct Configs of a grid, in order (the last field varies fastest).
 
-    A list, tuple or range is an axis; any other value is held fixed. To hold
-    a field fixed at a list, wrap it: ``field=[[a, b]]``.
+    Any iterable but a string (a list, tuple, range, generator, numpy array,
+    pandas Series) is an axis; any other value is held fixed. To hold a field
+    fixed at a list, wrap it: ``field=[[a, b]]``.
     """
     if base is None:
         base = Config()
     elif not isinstance(base, Config):
-        raise TypeError(f"sweep() takes a uffdkvm.Config as base, not {type(base).__name__}")
+        raise ConfigError(f"base: sweep() takes a uffdkvm.Config as base, not "
+                          f"{type(base).__name__}")
     keys = list(grid)
     configs: dict[str, Config] = {}
     for combo in itertools.product(*(_axis(v) for v in grid.values())):
-        config = base.replace(**dict(zip(keys, combo)))
+        config = base.replace(**dict(zip(keys, combo, strict=True)))
         configs.setdefault(_key(config), config)
     return list(configs.values())
 
@@ -168,8 +176,8 @@ def sweep(base: Config | None = None, *, trials: int = 1, progress: bool = True,
               get_executor(), a ProcessPoolExecutor): runs go there and are
               collected as they finish. Runs that share a host disturb each
               other's timings: for measurements, one worker per host.
-    grid      Config fields: a list, tuple or range is an axis, any other
-              value is held fixed
+    grid      Config fields: any iterable but a string (a list, range, numpy
+              array, pandas Series) is an axis, any other value is held fixed
 
     Returns the to_frame() rows of the runs, with ``trial`` in front and
     ``error`` last (None, or "ExceptionType: message" for a run that raised),
@@ -186,7 +194,7 @@ def sweep(base: Config | None = None, *, trials: int = 1, progress: bool = True,
     """
     pd = _pandas()
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise ValueError(f"trials: expected a positive int, not {trials!r}")
+        raise ConfigError(f"trials: expected a positive int, not {trials!r}")
     configs = points(base, **grid)
 
     # Per point: its Results (the file's first, in file order, then this
@@ -233,8 +241,9 @@ def sweep(base: Config | None = None, *, trials: int = 1, progress: bool = True,
     for row in sorted(ordered, key=lambda row: row["error"] is not None):
         columns.update(dict.fromkeys(row))
     columns.pop("error", None)
-    return pd.DataFrame(ordered, columns=["trial", *(c for c in columns if c != "trial"),
-                                          "error"])
+    df: pandas.DataFrame = pd.DataFrame(
+        ordered, columns=["trial", *(c for c in columns if c != "trial"), "error"])
+    return df
 
 
 def _outcomes(todo: list[tuple[int, Config]],

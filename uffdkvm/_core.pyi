@@ -1,0 +1,78 @@
+"""The C core (csrc/module.c): plain dicts and ints in, plain dicts out.
+
+uffdkvm/run.py is its one caller; everything here is internal.
+"""
+from collections.abc import Callable
+from typing import Any
+
+_ProgressReport = Callable[[str, list[int], list[int]], object]
+
+class CoreError(RuntimeError):
+    """A failure reported by the core: args are (kind, errno, message), kind
+    one of the ERR_* constants."""
+
+
+def run(config: dict[str, Any], progress: _ProgressReport | None = None, /) -> dict[str, Any]:
+    """Run one experiment; progress(phase, pages_done, pages_total) is called
+    every 50 ms with a list per vCPU."""
+
+def probe(config: dict[str, Any], /) -> None:
+    """Build what the config needs and register it, run nothing."""
+
+def wait_idle(timeout_s: float = 10.0, /) -> None:
+    """Wait until failed runs have released their threads, fds and memory."""
+
+# Bucket b of the core's latency histograms holds [HIST_BOUNDS[b],
+# HIST_BOUNDS[b + 1]) nanoseconds.
+HIST_BOUNDS: list[int]
+
+# Whether this build has the fault-injection hooks (UFFDKVM_TEST_HOOKS=1).
+TEST_HOOKS: bool
+
+BACKING_ANONYMOUS: int
+BACKING_SHMEM: int
+BACKING_ANONYMOUS_THP: int
+BACKING_ANONYMOUS_HUGETLB: int
+BACKING_ANONYMOUS_HUGETLB_1GB: int
+BACKING_SHARED_HUGETLB: int
+BACKING_GUEST_MEMFD: int
+PATTERN_SEQUENTIAL: int
+PATTERN_REVERSE: int
+PATTERN_RANDOM: int
+RESOLVE_COPY: int
+RESOLVE_ZEROPAGE: int
+DELAY_FIXED: int
+DELAY_UNIFORM: int
+DELAY_EXPONENTIAL: int
+STATS_FULL: int
+CLOCK_SYNC_NONE: int
+CLOCK_SYNC_KVM_OFFSET: int
+CLOCK_SYNC_EXITS: int
+STATS_BASIC: int
+UFFD_NONE: int
+UFFD_MISSING: int
+UFFD_MINOR: int
+WAIT_POLL: int
+WAIT_EPOLL: int
+WAIT_EPOLL_EXCLUSIVE: int
+WAIT_READ: int
+ERR_CONFIG: int
+ERR_HOST: int
+ERR_RUN: int
+ERR_TIMEOUT: int
+ERR_CANCELLED: int
+INJECT_RESOLVE_EIO: int
+INJECT_READER_EXIT: int
+INJECT_GUEST_FAULT: int
+INJECT_GUEST_MMIO: int
+INJECT_THREAD_CREATE: int
+INJECT_CORRUPT_PAGE: int
+INJECT_READER_STALL: int
+INJECT_VCPU_STALL: int
+INJECT_RESOLVE_EAGAIN: int
+INJECT_READER_CRASH: int
+INJECT_TSC_OFFSET: int
+INJECT_NO_KVM_TSC_OFFSET: int
+INJECT_UNFAULTED_PAGE: int
+INJECT_TSC_JUMP: int
+INJECT_NO_EXACT_ADDRESS: int
