@@ -40,10 +40,12 @@ FAULTS = {
     # reader 0 of uffd 0 segfaults as it starts: kills the process (child
     # processes only), after faulthandler or any SIGSEGV handler has run
     "reader_crash": _core.INJECT_READER_CRASH,
-    "tsc_offset": _core.INJECT_TSC_OFFSET,         # the host reads every guest TSC `after` cycles ahead
+    # the host reads every guest TSC `after` cycles ahead
+    "tsc_offset": _core.INJECT_TSC_OFFSET,
     "no_kvm_tsc_offset": _core.INJECT_NO_KVM_TSC_OFFSET,  # KVM's TSC offset taken as unknown
     "unfaulted_page": _core.INJECT_UNFAULTED_PAGE,  # page `after` is mapped before userfaultfd
-    "tsc_jump": _core.INJECT_TSC_JUMP,             # the guest TSC reads `after` cycles on after the walk
+    # the guest TSC reads `after` cycles on after the walk
+    "tsc_jump": _core.INJECT_TSC_JUMP,
     "no_exact_address": _core.INJECT_NO_EXACT_ADDRESS,  # hugetlb faults name the huge page's start
 }
 
