@@ -8,7 +8,7 @@ CSRC = Path("csrc")
 
 
 class BuildExt(build_ext):
-    """The guest code is an assembly file (csrc/guest.S): teach the compiler
+    """The guest code is an assembly file (csrc/kvm/guest.S): teach the compiler
     that .S is a source, which gcc and clang preprocess and assemble."""
 
     def build_extensions(self):
@@ -18,8 +18,9 @@ class BuildExt(build_ext):
 
 core = Extension(
     "uffdkvm._core",
-    sources=sorted(str(p) for p in CSRC.glob("*.c")) + [str(CSRC / "guest.S")],
-    depends=sorted(str(p) for p in CSRC.glob("*.h")),
+    # csrc/ and its layer folders (base/, kvm/, uffd/, experiment/: csrc/README.md).
+    sources=sorted(str(p) for p in CSRC.rglob("*.c")) + [str(CSRC / "kvm" / "guest.S")],
+    depends=sorted(str(p) for p in CSRC.rglob("*.h")),
     include_dirs=[str(CSRC)],
     extra_compile_args=["-std=gnu11", "-D_GNU_SOURCE", "-pthread", "-fvisibility=hidden",
                         "-Wall", "-Wextra", "-Wno-unused-parameter", "-O2"],
