@@ -7,6 +7,17 @@
  * struct ukvm_error (a kind, an errno and a message naming the failing call)
  * and releases everything it created on every path.
  *
+ * Return convention, here and in every internal header of csrc/: a function
+ * that can fail returns 0 on success (or a non-negative value where it says
+ * so: an fd, an index, a count) and -errno on failure, never -1 with errno
+ * set. A failure without an errno of its own returns the one its error kind
+ * stands for: -EINVAL (UKVM_ERR_CONFIG), -EOPNOTSUPP (UKVM_ERR_HOST), -EIO
+ * (UKVM_ERR_RUN), -ETIMEDOUT, -ECANCELED. Predicates return bool; functions
+ * that return a pointer return NULL only when out of memory; functions that
+ * cannot fail return void or their value.
+ *
+ * The files behind this header and how they layer: csrc/README.md.
+ *
  * One experiment is: build a VM with N vCPUs in long mode, back its test
  * region with the chosen memory, register the region with userfaultfd,
  * start pools of reader threads that resolve the faults, let every vCPU

@@ -20,29 +20,27 @@ int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_byt
 	int ret;
 
 	if (ukvm_ctl_inject(ctl, UKVM_INJECT_THREAD_CREATE))
-		return EAGAIN;
+		return -EAGAIN;
 	ret = pthread_attr_init(&attr);
 	if (ret)
-		return ret;
+		return -ret;
 	ret = pthread_attr_setstacksize(&attr, stack_bytes);
 	if (!ret)
 		ret = pthread_create(thread, &attr, fn, arg);
 	pthread_attr_destroy(&attr);
-	return ret;
+	return -ret;
 }
 
 int ukvm_thread_pin(int cpu, uint64_t affinity[16])
 {
 	cpu_set_t set;
-	int i, ret = 0, e = 0;
+	int i, ret = 0;
 
 	if (cpu >= 0) {
 		CPU_ZERO(&set);
 		CPU_SET(cpu, &set);
-		if (sched_setaffinity(0, sizeof(set), &set)) {
-			ret = -1;
-			e = errno;
-		}
+		if (sched_setaffinity(0, sizeof(set), &set))
+			ret = -errno;
 	}
 	/* Recorded either way: a thread that failed to pin still reports where it ran. */
 	memset(affinity, 0, 16 * sizeof(uint64_t));
@@ -50,7 +48,6 @@ int ukvm_thread_pin(int cpu, uint64_t affinity[16])
 		for (i = 0; i < 1024 && i < CPU_SETSIZE; i++)
 			if (CPU_ISSET(i, &set))
 				affinity[i / 64] |= 1ULL << (i % 64);
-	errno = e;
 	return ret;
 }
 

@@ -25,10 +25,13 @@ struct ukvm_thread_state {
 	atomic_bool done;
 };
 
-/* pthread_create with a stack of stack_bytes, and where UKVM_INJECT_THREAD_CREATE strikes. */
+/* pthread_create with a stack of stack_bytes: 0 or -errno. UKVM_INJECT_THREAD_CREATE strikes here. */
 int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_bytes,
 		       void *(*fn)(void *), void *arg);
-/* Pins the calling thread to cpu (if >= 0); records the affinity it then has, pinned or not. */
+/*
+ * Pins the calling thread to cpu (if >= 0): 0 or -errno; records the
+ * affinity it then has, pinned or not.
+ */
 int ukvm_thread_pin(int cpu, uint64_t affinity[16]);
 
 static inline void ukvm_thread_at(struct ukvm_thread_state *st, const char *where)

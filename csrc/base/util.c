@@ -45,5 +45,5 @@ int ukvm_ioctl(int fd, unsigned long req, void *arg)
 	do {
 		ret = ioctl(fd, req, arg);
 	} while (ret == -1 && errno == EINTR);
-	return ret;
+	return ret < 0 ? -errno : ret;
 }

@@ -25,7 +25,7 @@ void ukvm_sleep_ns(uint64_t ns);
 uint64_t ukvm_deadline_after(uint64_t timeout_ns);
 /* A CLOCK_MONOTONIC deadline as the timespec pthread_cond_timedwait() takes. */
 void ukvm_timespec(struct timespec *ts, uint64_t deadline_ns);
-/* An ioctl that retries on EINTR; returns its result, -1 with errno on failure. */
+/* An ioctl that retries on EINTR: its result (>= 0), or -errno. */
 int ukvm_ioctl(int fd, unsigned long req, void *arg);
 
 /* splitmix64: seeds and cheap per-thread random numbers, no shared state. */

@@ -72,9 +72,8 @@ int ukvm_execute_run(struct ukvm_experiment *exp, struct ukvm_error *err)
 		ret = ukvm_thread_create(ctl, &vcpu->thread, THREAD_STACK_BYTES, vcpu_thread_main,
 					 vcpu);
 		if (ret) {
-			ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_create(vCPU %u of %u)", i,
+			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_create(vCPU %u of %u)", i,
 				     exp->cfg.vcpus);
-			ret = -ret;
 			break;
 		}
 		vcpu->thread_started = true;

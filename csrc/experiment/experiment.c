@@ -563,7 +563,7 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 		}
 		pthread_mutex_unlock(&ctl->lock);
 		pending_add(exp);
-		return -1;
+		return ukvm_err_code(err);
 	}
 	if (exp->releasing_memory) {
 		/* Failed: most regions go in milliseconds; for the rest, don't wait. */
@@ -577,13 +577,13 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 		*err = ctl->error;
 		pthread_mutex_unlock(&ctl->lock);
 		pending_add(exp);
-		return -1;
+		return ukvm_err_code(err);
 	}
 	pthread_mutex_unlock(&ctl->lock);
 	pthread_join(exp->controller, NULL);	/* finished, nothing left: it is returning */
 	if (ctl->failed) {
 		*err = ctl->error;
-		ret = -1;
+		ret = ukvm_err_code(err);
 	} else {
 		*res = exp->result;
 		memset(&exp->result, 0, sizeof(exp->result));	/* now the caller's */

@@ -148,7 +148,7 @@ int ukvm_kvmstats_find(const struct ukvm_kvmstats *s, const char *name)
 	for (i = 0; i < s->nr_scalars; i++)
 		if (!strcmp(s->names[s->scalars[i]], name))
 			return (int)i;
-	return -1;
+	return -ENOENT;
 }
 
 char **ukvm_kvmstats_scalar_names(const struct ukvm_kvmstats *s)

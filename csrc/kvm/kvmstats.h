@@ -30,7 +30,7 @@ int ukvm_kvmstats_read(struct ukvm_kvmstats *s, uint64_t *values, struct ukvm_er
 int ukvm_kvmstats_snapshot(struct ukvm_kvmstats *s);
 /* The scalar statistics (nr_scalars of them) relative to the snapshot. */
 int ukvm_kvmstats_deltas(struct ukvm_kvmstats *s, uint64_t *out);
-/* Index of a scalar statistic by name, or -1. */
+/* Index of a scalar statistic by name, or -ENOENT. */
 int ukvm_kvmstats_find(const struct ukvm_kvmstats *s, const char *name);
 /* A strdup'd copy of the scalar statistics' names, for a result; NULL if out of memory. */
 char **ukvm_kvmstats_scalar_names(const struct ukvm_kvmstats *s);

@@ -68,14 +68,17 @@ static int vcpu_setup_long_mode(struct ukvm_vcpu *vcpu, uint64_t stack_top_gpa,
 	struct ukvm_vm *vm = vcpu->vm;
 	struct kvm_sregs sregs;
 	struct kvm_regs regs;
+	int ret;
 
-	if (ukvm_ioctl(vcpu->fd, KVM_SET_CPUID2, vm->cpuid)) {
-		ukvm_err_set(err, UKVM_ERR_HOST, errno, "vCPU %u: KVM_SET_CPUID2", vcpu->index);
-		return -EINVAL;
+	ret = ukvm_ioctl(vcpu->fd, KVM_SET_CPUID2, vm->cpuid);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_HOST, -ret, "vCPU %u: KVM_SET_CPUID2", vcpu->index);
+		return ret;
 	}
-	if (ukvm_ioctl(vcpu->fd, KVM_GET_SREGS, &sregs)) {
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "vCPU %u: KVM_GET_SREGS", vcpu->index);
-		return -EINVAL;
+	ret = ukvm_ioctl(vcpu->fd, KVM_GET_SREGS, &sregs);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "vCPU %u: KVM_GET_SREGS", vcpu->index);
+		return ret;
 	}
 	vcpu_set_segment(&sregs.cs, UKVM_GDT_CODE, 0xb, true);
 	vcpu_set_segment(&sregs.ds, UKVM_GDT_DATA, 0x3, false);
@@ -98,10 +101,11 @@ static int vcpu_setup_long_mode(struct ukvm_vcpu *vcpu, uint64_t stack_top_gpa,
 	sregs.cr3 = vm->pml4_gpa;
 	sregs.cr4 = CR4_PAE | CR4_OSFXSR | CR4_OSXMMEXCPT;
 	sregs.efer = EFER_LME | EFER_LMA;
-	if (ukvm_ioctl(vcpu->fd, KVM_SET_SREGS, &sregs)) {
-		ukvm_err_set(err, UKVM_ERR_HOST, errno,
+	ret = ukvm_ioctl(vcpu->fd, KVM_SET_SREGS, &sregs);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_HOST, -ret,
 			     "vCPU %u: KVM_SET_SREGS (entering long mode)", vcpu->index);
-		return -EINVAL;
+		return ret;
 	}
 
 	memset(&regs, 0, sizeof(regs));
@@ -109,9 +113,10 @@ static int vcpu_setup_long_mode(struct ukvm_vcpu *vcpu, uint64_t stack_top_gpa,
 	regs.rsp = stack_top_gpa;
 	regs.rdi = vcpu->args_gpa;
 	regs.rflags = 0x2;	/* the reserved bit; interrupts stay off */
-	if (ukvm_ioctl(vcpu->fd, KVM_SET_REGS, &regs)) {
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "vCPU %u: KVM_SET_REGS", vcpu->index);
-		return -EINVAL;
+	ret = ukvm_ioctl(vcpu->fd, KVM_SET_REGS, &regs);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "vCPU %u: KVM_SET_REGS", vcpu->index);
+		return ret;
 	}
 	return 0;
 }
@@ -160,11 +165,13 @@ int ukvm_vcpu_tsc_offset(struct ukvm_vcpu *vcpu, int64_t *offset)
 		.attr = KVM_VCPU_TSC_OFFSET,
 		.addr = (uint64_t)(uintptr_t)&value,
 	};
+	int ret;
 
 	if (vcpu->ctl->inject == UKVM_INJECT_NO_KVM_TSC_OFFSET)
-		return -1;
-	if (ukvm_ioctl(vcpu->fd, KVM_GET_DEVICE_ATTR, &attr))
-		return -1;
+		return -ENXIO;	/* what a KVM without the attribute answers */
+	ret = ukvm_ioctl(vcpu->fd, KVM_GET_DEVICE_ATTR, &attr);
+	if (ret)
+		return ret;
 	value += vcpu->tsc_bias;	/* UKVM_INJECT_TSC_OFFSET: as if KVM had applied it */
 	*offset = (int64_t)value;
 	return 0;
@@ -269,7 +276,8 @@ static void vcpu_fail_exit(struct ukvm_vcpu *vcpu, const char *what)
 }
 
 /*
- * Handles one return from KVM_RUN: 1 keep running, 0 done, -1 failed.
+ * Handles one return from KVM_RUN: 1 keep running, 0 done, -errno failed
+ * (recorded as the run's failure).
  * tsc_before/tsc_after: the host's TSC around that KVM_RUN (guest_timing).
  */
 static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_t tsc_after)
@@ -307,7 +315,7 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 		}
 		if (run->io.port == UKVM_PORT_EXCEPTION) {
 			vcpu_fail_guest_exception(vcpu);
-			return -1;
+			return -EFAULT;
 		}
 		break;
 	case KVM_EXIT_INTR:
@@ -316,7 +324,7 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 		break;
 	}
 	vcpu_fail_exit(vcpu, "unexpected exit from the guest");
-	return -1;
+	return -EPROTO;
 }
 
 void *ukvm_vcpu_thread(void *arg)
@@ -328,8 +336,9 @@ void *ukvm_vcpu_thread(void *arg)
 
 	ukvm_kick_thread_init();
 	vcpu->tid = (int32_t)gettid();
-	if (ukvm_thread_pin(vcpu->cpu, vcpu->affinity))
-		ukvm_ctl_fail(ctl, UKVM_ERR_RUN, errno, "vCPU %u: pinning to CPU %d (pin_vcpus)",
+	ret = ukvm_thread_pin(vcpu->cpu, vcpu->affinity);
+	if (ret)
+		ukvm_ctl_fail(ctl, UKVM_ERR_RUN, -ret, "vCPU %u: pinning to CPU %d (pin_vcpus)",
 			      vcpu->index, vcpu->cpu);
 
 	pthread_mutex_lock(&ctl->lock);

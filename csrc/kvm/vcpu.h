@@ -59,7 +59,7 @@ int ukvm_vcpu_create(struct ukvm_vm *vm, struct ukvm_vcpu *vcpu, uint32_t index,
 void ukvm_vcpu_destroy(struct ukvm_vcpu *vcpu);
 /* The thread's body: runs the guest until it is done, fails or must stop. */
 void *ukvm_vcpu_thread(void *arg);
-/* KVM's TSC offset of the vCPU (guest TSC - host TSC): 0, or -1 where KVM does not say. */
+/* KVM's TSC offset of the vCPU (guest TSC - host TSC): 0, or -errno where KVM does not say. */
 int ukvm_vcpu_tsc_offset(struct ukvm_vcpu *vcpu, int64_t *offset);
 /* Makes a running vCPU leave KVM_RUN soon; call repeatedly until it exits. */
 void ukvm_vcpu_kick(struct ukvm_vcpu *vcpu);

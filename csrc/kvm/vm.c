@@ -168,13 +168,13 @@ int ukvm_vm_add_memslot(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, void *h
 		.userspace_addr = (uint64_t)(uintptr_t)hva,
 	};
 
-	if (ukvm_ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &region)) {
-		int e = errno;
+	int ret = ukvm_ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &region);
 
-		ukvm_err_set(err, UKVM_ERR_RUN, e,
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret,
 			     "KVM_SET_USER_MEMORY_REGION(slot %u, gpa 0x%llx, %llu bytes)",
 			     region.slot, (unsigned long long)gpa, (unsigned long long)size);
-		return -e;
+		return ret;
 	}
 	vm->nr_slots++;
 	return 0;
@@ -193,13 +193,13 @@ int ukvm_vm_add_gmem_memslot(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, vo
 		.guest_memfd = (uint32_t)gmem_fd,
 	};
 
-	if (ukvm_ioctl(vm->vm_fd, UKVM_SET_USER_MEMORY_REGION2, &region)) {
-		int e = errno;
+	int ret = ukvm_ioctl(vm->vm_fd, UKVM_SET_USER_MEMORY_REGION2, &region);
 
-		ukvm_err_set(err, UKVM_ERR_HOST, e,
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_HOST, -ret,
 			     "KVM_SET_USER_MEMORY_REGION2(slot %u, KVM_MEM_GUEST_MEMFD, %llu bytes)",
 			     region.slot, (unsigned long long)size);
-		return -e;
+		return ret;
 	}
 	vm->nr_slots++;
 	return 0;

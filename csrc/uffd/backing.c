@@ -67,36 +67,39 @@ void ukvm_backing_init(struct ukvm_backing_mem *b)
 	b->memfd = -1;
 }
 
-static long read_long(const char *path)
+/* The number a /sys file holds: 0, or -errno (-EINVAL: not a number). */
+static int read_long(const char *path, long *v)
 {
 	FILE *f = fopen(path, "re");
-	long v = -1;
+	int ret = 0;
 
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
+	if (!f)
+		return -errno;
+	if (fscanf(f, "%ld", v) != 1)
+		ret = -EINVAL;
+	fclose(f);
+	return ret;
 }
 
 int ukvm_backing_check_host(enum ukvm_backing kind, uint64_t size, struct ukvm_error *err)
 {
 	uint64_t page = ukvm_backing_page_size(kind), needed = size / page;
 	char dir[96], path[160];
-	long nr, free_pages, resv, available;
+	long nr, free_pages, resv = 0, available;
+	int ret;
 
 	if (!ukvm_backing_is_hugetlb(kind))
 		return 0;
 	snprintf(dir, sizeof(dir), "/sys/kernel/mm/hugepages/hugepages-%llukB",
 		 (unsigned long long)(page >> 10));
 	snprintf(path, sizeof(path), "%s/nr_hugepages", dir);
-	nr = read_long(path);
+	ret = read_long(path, &nr);
 	snprintf(path, sizeof(path), "%s/free_hugepages", dir);
-	free_pages = read_long(path);
+	ret = ret ?: read_long(path, &free_pages);
 	snprintf(path, sizeof(path), "%s/resv_hugepages", dir);
-	resv = read_long(path);
-	if (nr < 0 || free_pages < 0) {
+	if (read_long(path, &resv))
+		resv = 0;	/* no reservations to count */
+	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
 			     "backing %s needs %llu MiB huge pages, which this kernel does "
 			     "not offer (no %s)", ukvm_backing_name(kind),

@@ -75,7 +75,7 @@ static uint64_t reader_delay_ns(struct ukvm_reader *r)
 	}
 }
 
-/* UFFDIO_COPY of the page at addr with its data: 0, 1 (EEXIST) or -errno. */
+/* UFFDIO_COPY of the page at addr with its data: 0, -EEXIST (resolved already) or -errno. */
 static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 {
 	struct ukvm_pool *pool = r->pool;
@@ -175,7 +175,7 @@ static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, ui
 				      "reader %u of uffd %u: the fault log is full (%llu records: "
 				      "far more fault messages than pages)", r->index,
 				      pool->uffd_index, (unsigned long long)pool->log_cap);
-			return -1;
+			return -ENOSPC;
 		}
 		r->rec_next = pool->log + chunk * UKVM_LOG_CHUNK;
 		r->rec_end = r->rec_next + UKVM_LOG_CHUNK;
@@ -194,7 +194,10 @@ static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, ui
 	return 0;
 }
 
-/* Resolves one fault message. Returns 0, or -1 after reporting a failure. */
+/*
+ * Resolves one fault message: 0, or -errno after recording the failure as
+ * the run's (an injected READER_EXIT records nothing: the reader just goes).
+ */
 static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uint64_t t_read)
 {
 	struct ukvm_pool *pool = r->pool;
@@ -205,7 +208,7 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
 			      "reader %u of uffd %u: unexpected uffd event 0x%x", r->index,
 			      pool->uffd_index, msg->event);
-		return -1;
+		return -EPROTO;
 	}
 	fault = msg->arg.pagefault.address & ~(UKVM_PAGE_SIZE - 1);	/* what the vCPU touched */
 	addr = msg->arg.pagefault.address & ~(pool->page_size - 1);	/* what gets resolved */
@@ -214,7 +217,7 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 			      "reader %u of uffd %u: fault at 0x%llx, outside the region "
 			      "this uffd registered", r->index, pool->uffd_index,
 			      (unsigned long long)msg->arg.pagefault.address);
-		return -1;
+		return -EFAULT;
 	}
 	gpa = pool->gpa_base + (addr - pool->hva_base);
 
@@ -222,13 +225,13 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		ukvm_sleep_ns(reader_delay_ns(r));
 
 	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_READER_EXIT))
-		return -1;	/* gone without a word: the fault stays unresolved */
+		return -ECANCELED;	/* gone without a word: the fault stays unresolved */
 	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_RESOLVE_EIO)) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, EIO,
 			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx) (injected)",
 			      r->index, pool->uffd_index, resolve_name(pool),
 			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
-		return -1;
+		return -EIO;
 	}
 
 	if (pool->mode == UKVM_UFFD_MINOR) {
@@ -241,14 +244,14 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		ret = reader_copy(r, addr, gpa);
 		r->stats.copies++;
 	}
-	if (ret < 0) {
+	if (ret < 0 && ret != -EEXIST) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
 			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx)", r->index,
 			      pool->uffd_index, resolve_name(pool),
 			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
-		return -1;
+		return ret;
 	}
-	if (ret == 1)
+	if (ret == -EEXIST)
 		r->stats.eexist++;
 	else
 		r->stats.faults++;
@@ -258,7 +261,7 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		r->stats.busy_ns += t_done - t_read;
 		ukvm_hist_add(&r->stats.service_latency, t_done - t_read);
 		return reader_record(r, t_read, t_done, pool->gpa_base + (fault - pool->hva_base),
-				     (int32_t)msg->arg.pagefault.feat.ptid, ret == 1,
+				     (int32_t)msg->arg.pagefault.feat.ptid, ret == -EEXIST,
 				     msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
 	}
 	return 0;
@@ -272,14 +275,15 @@ static uint64_t reader_clock(struct ukvm_reader *r)
 
 /*
  * Reads one message and resolves it: 1 done, 0 nothing read (EAGAIN after a
- * wakeup is the thundering herd: another reader took it; EINTR a kick), -1
- * leave.
+ * wakeup is the thundering herd: another reader took it; EINTR a kick), or
+ * -errno: leave (the failure is recorded as the run's).
  */
 static int reader_read_one(struct ukvm_reader *r)
 {
 	struct ukvm_pool *pool = r->pool;
 	struct uffd_msg msg;
 	ssize_t n;
+	int ret;
 
 	n = read(pool->uffd, &msg, sizeof(msg));
 	if (n < 0) {
@@ -289,17 +293,19 @@ static int reader_read_one(struct ukvm_reader *r)
 		}
 		if (errno == EINTR)
 			return 0;
-		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, errno, "reader %u of uffd %u: read(uffd)",
+		ret = -errno;
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret, "reader %u of uffd %u: read(uffd)",
 			      r->index, pool->uffd_index);
-		return -1;
+		return ret;
 	}
 	if (n != sizeof(msg)) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
 			      "reader %u of uffd %u: read(uffd) returned %zd bytes, not %zu",
 			      r->index, pool->uffd_index, n, sizeof(msg));
-		return -1;
+		return -EPROTO;
 	}
-	return reader_resolve(r, &msg, reader_clock(r)) ? -1 : 1;
+	ret = reader_resolve(r, &msg, reader_clock(r));
+	return ret ? ret : 1;
 }
 
 static bool reader_stopping(struct ukvm_reader *r)
@@ -420,6 +426,7 @@ static void *reader_thread(void *arg)
 {
 	struct ukvm_reader *r = arg;
 	char who[48];
+	int ret;
 
 	ukvm_kick_thread_init();
 	r->stats.tid = (int32_t)gettid();
@@ -429,8 +436,9 @@ static void *reader_thread(void *arg)
 	if (r->pool->ctl->inject == UKVM_INJECT_READER_CRASH && r->pool->uffd_index == 0 &&
 	    r->index == 0)
 		reader_crash();
-	if (ukvm_thread_pin(r->cpu, r->stats.affinity)) {
-		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, errno,
+	ret = ukvm_thread_pin(r->cpu, r->stats.affinity);
+	if (ret) {
+		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, -ret,
 			      "reader %u of uffd %u: pinning to CPU %d (pin_readers)", r->index,
 			      r->pool->uffd_index, r->cpu);
 		goto out;
@@ -611,10 +619,10 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 
 		ret = ukvm_thread_create(pool->ctl, &r->thread, READER_STACK_BYTES, reader_thread, r);
 		if (ret) {
-			ukvm_err_set(err, UKVM_ERR_RUN, ret,
+			ukvm_err_set(err, UKVM_ERR_RUN, -ret,
 				     "uffd %u: pthread_create(reader %u of %u)", pool->uffd_index,
 				     i, pool->nr_readers);
-			return -ret;
+			return ret;
 		}
 		r->thread_started = true;
 	}

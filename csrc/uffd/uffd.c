@@ -97,12 +97,11 @@ int ukvm_uffd_features(uint64_t *features, struct ukvm_error *err)
 	fd = uffd_open_raw(O_CLOEXEC | O_NONBLOCK, err);
 	if (fd < 0)
 		return fd;
-	if (uffd_api(fd, 0, &api)) {
-		ret = -errno;
+	ret = uffd_api(fd, 0, &api);
+	if (ret)
 		ukvm_err_set(err, UKVM_ERR_HOST, -ret, "UFFDIO_API");
-	} else {
+	else
 		*features = api.features;
-	}
 	close(fd);
 	return ret;
 }
@@ -110,17 +109,17 @@ int ukvm_uffd_features(uint64_t *features, struct ukvm_error *err)
 int ukvm_uffd_open(bool nonblock, uint64_t features, struct ukvm_error *err)
 {
 	struct uffdio_api api;
-	int fd, e;
+	int fd, ret;
 
 	fd = uffd_open_raw(O_CLOEXEC | (nonblock ? O_NONBLOCK : 0), err);
 	if (fd < 0)
 		return fd;
-	if (uffd_api(fd, features, &api)) {
-		e = errno;
+	ret = uffd_api(fd, features, &api);
+	if (ret) {
 		close(fd);
-		ukvm_err_set(err, UKVM_ERR_HOST, e, "UFFDIO_API(features 0x%llx)",
+		ukvm_err_set(err, UKVM_ERR_HOST, -ret, "UFFDIO_API(features 0x%llx)",
 			     (unsigned long long)features);
-		return -e;
+		return ret;
 	}
 	return fd;
 }
@@ -136,10 +135,9 @@ int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode m
 	uint64_t needed = mode == UKVM_UFFD_MINOR ? 1ULL << _UFFDIO_CONTINUE
 						  : 1ULL << _UFFDIO_COPY;
 	const char *name = mode == UKVM_UFFD_MINOR ? "MINOR" : "MISSING";
+	int e = -ukvm_ioctl(uffd, UFFDIO_REGISTER, &reg);
 
-	if (ukvm_ioctl(uffd, UFFDIO_REGISTER, &reg)) {
-		int e = errno;
-
+	if (e) {
 		if (e == EINVAL && backing == UKVM_BACKING_GUEST_MEMFD)
 			ukvm_err_set_hint(err, UKVM_ERR_HOST, e, "UFFDIO_REGISTER(guest_memfd)",
 					  "This kernel's userfaultfd cannot register guest_memfd "
@@ -167,8 +165,8 @@ int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode m
 }
 
 /*
- * One try of a resolving ioctl over [addr, addr + len): returns 0 or an
- * errno, and sets *done to the bytes it resolved before failing (the
+ * One try of a resolving ioctl over [addr, addr + len): returns 0 or
+ * -errno, and sets *done to the bytes it resolved before failing (the
  * kernel reports partial progress in the ioctl's last field).
  */
 typedef int (*resolve_try)(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
@@ -179,7 +177,7 @@ static int try_copy(int uffd, uint64_t addr, uint64_t len, const uint8_t *src, i
 	struct uffdio_copy copy = {
 		.dst = addr, .src = (uint64_t)(uintptr_t)src, .len = len, .mode = 0,
 	};
-	int ret = ioctl(uffd, UFFDIO_COPY, &copy) ? errno : 0;
+	int ret = ioctl(uffd, UFFDIO_COPY, &copy) ? -errno : 0;
 
 	*done = copy.copy;
 	return ret;
@@ -189,7 +187,7 @@ static int try_zeropage(int uffd, uint64_t addr, uint64_t len, const uint8_t *sr
 			int64_t *done)
 {
 	struct uffdio_zeropage zero = { .range = { .start = addr, .len = len }, .mode = 0 };
-	int ret = ioctl(uffd, UFFDIO_ZEROPAGE, &zero) ? errno : 0;
+	int ret = ioctl(uffd, UFFDIO_ZEROPAGE, &zero) ? -errno : 0;
 
 	(void)src;
 	*done = zero.zeropage;
@@ -200,7 +198,7 @@ static int try_continue(int uffd, uint64_t addr, uint64_t len, const uint8_t *sr
 			int64_t *done)
 {
 	struct uffdio_continue cont = { .range = { .start = addr, .len = len }, .mode = 0 };
-	int ret = ioctl(uffd, UFFDIO_CONTINUE, &cont) ? errno : 0;
+	int ret = ioctl(uffd, UFFDIO_CONTINUE, &cont) ? -errno : 0;
 
 	(void)src;
 	*done = cont.mapped;
@@ -228,8 +226,8 @@ static bool injected_eagain(void)
 }
 
 /*
- * 0 resolved here, 1 resolved already (EEXIST: another reader won), or
- * -errno. EAGAIN (the mm changed under the ioctl) and EINTR are retried
+ * 0 resolved here, -EEXIST resolved already (another reader won), or
+ * another -errno. EAGAIN (the mm changed under the ioctl) and EINTR are retried
  * from where the kernel got to, as VMMs do, backing off (see RETRY_*);
  * EAGAIN for RETRY_LIMIT_NS is an error, which the reader's run records
  * with the ioctl and how long it tried.
@@ -239,18 +237,14 @@ static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t add
 {
 	uint64_t start = 0, now, pause = RETRY_SLEEP_MIN_NS;
 	unsigned tries;
-	int e;
+	int ret;
 
 	for (tries = 1;; tries++) {
 		int64_t done = 0;
 
-		e = injected_eagain() ? EAGAIN : attempt(uffd, addr, len, src, &done);
-		if (!e)
-			return 0;
-		if (e == EEXIST)
-			return 1;
-		if (e != EAGAIN && e != EINTR)
-			return -e;
+		ret = injected_eagain() ? -EAGAIN : attempt(uffd, addr, len, src, &done);
+		if (ret != -EAGAIN && ret != -EINTR)
+			return ret;	/* 0, -EEXIST (another reader won), or a failure */
 		if (done > 0) {
 			addr += (uint64_t)done;
 			if (src)
@@ -265,16 +259,16 @@ static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t add
 		if (!start)
 			start = now;
 		if (thread_ctl && ukvm_ctl_aborted(thread_ctl))
-			return -e;	/* the run is over: nobody needs this page */
+			return ret;	/* the run is over: nobody needs this page */
 		if (now - start >= RETRY_LIMIT_NS) {
 			if (thread_ctl)
-				ukvm_ctl_fail(thread_ctl, UKVM_ERR_RUN, e,
+				ukvm_ctl_fail(thread_ctl, UKVM_ERR_RUN, -ret,
 					      "%s: %s(%llu bytes at 0x%llx) still failed after "
 					      "retrying for %.1f s (%u tries, the last ones 1 ms "
 					      "apart)", thread_who, name, (unsigned long long)len,
 					      (unsigned long long)addr,
 					      (double)(now - start) / NSEC_PER_SEC, tries);
-			return -e;
+			return ret;
 		}
 		if (now - start < RETRY_YIELD_NS) {
 			sched_yield();

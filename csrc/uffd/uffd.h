@@ -25,7 +25,7 @@ int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode m
  */
 void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who);
 /*
- * 0 resolved here, 1 already resolved by another (EEXIST), -errno on
+ * 0 resolved here, -EEXIST already resolved by another, another -errno on
  * failure. EAGAIN and EINTR are retried with backoff, for 1 s at most.
  */
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len);
