@@ -23,12 +23,15 @@ struct ukvm_ctl {
 	struct ukvm_error error;	/* the first failure */
 	atomic_bool stop;		/* every thread: leave now */
 	atomic_bool abort;		/* the experiment failed or was cancelled */
-	/* Test-only fault injection (ukvm.h): what, when, and how far along. */
+#ifdef UKVM_TEST_HOOKS
+	/* Test-only fault injection (testhooks.h): what, when, and how far along. */
 	enum ukvm_inject inject;
 	uint64_t inject_after;
 	atomic_uint_fast64_t inject_count;
+#endif
 };
 
+#ifdef UKVM_TEST_HOOKS
 /* True once per run: when the inject_after-th event of this kind happens. */
 static inline bool ukvm_ctl_inject(struct ukvm_ctl *ctl, enum ukvm_inject kind)
 {
@@ -36,6 +39,7 @@ static inline bool ukvm_ctl_inject(struct ukvm_ctl *ctl, enum ukvm_inject kind)
 		return false;
 	return atomic_fetch_add(&ctl->inject_count, 1) + 1 == ctl->inject_after;
 }
+#endif
 
 /* 0, or -errno (the lock or the condition variable could not be made). */
 int ukvm_ctl_init(struct ukvm_ctl *ctl);

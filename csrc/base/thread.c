@@ -19,8 +19,10 @@ int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_byt
 	pthread_attr_t attr;
 	int ret;
 
+#ifdef UKVM_TEST_HOOKS
 	if (ukvm_ctl_inject(ctl, UKVM_INJECT_THREAD_CREATE))
 		return -EAGAIN;
+#endif
 	ret = pthread_attr_init(&attr);
 	if (ret)
 		return -ret;
@@ -56,6 +58,7 @@ void ukvm_thread_start(struct ukvm_thread_state *st)
 	atomic_store(&st->tid, (int)gettid());
 }
 
+#ifdef UKVM_TEST_HOOKS
 void ukvm_thread_stall(struct ukvm_thread_state *st, uint64_t ms)
 {
 	uint64_t end = ukvm_now_ns() + ms * NSEC_PER_MSEC, now;
@@ -65,6 +68,7 @@ void ukvm_thread_stall(struct ukvm_thread_state *st, uint64_t ms)
 	while ((now = ukvm_now_ns()) < end)
 		ukvm_sleep_ns(end - now);
 }
+#endif
 
 /* A line of a /proc file of the thread, without its newline; "" if unreadable. */
 static void read_task_file(int tid, const char *name, char *buf, size_t len)

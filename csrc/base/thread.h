@@ -25,7 +25,7 @@ struct ukvm_thread_state {
 	atomic_bool done;
 };
 
-/* pthread_create with a stack of stack_bytes: 0 or -errno. UKVM_INJECT_THREAD_CREATE strikes here. */
+/* pthread_create with a stack of stack_bytes: 0 or -errno (ctl: for test hooks). */
 int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_bytes,
 		       void *(*fn)(void *), void *arg);
 /*
@@ -45,7 +45,9 @@ void ukvm_thread_start(struct ukvm_thread_state *st);
  * thread's own words and what /proc/self/task/<tid> says of it.
  */
 void ukvm_thread_describe(struct ukvm_thread_state *st, char *buf, size_t len);
+#ifdef UKVM_TEST_HOOKS
 /* UKVM_INJECT_*_STALL: stays ms milliseconds, whatever kicks or stop say. */
 void ukvm_thread_stall(struct ukvm_thread_state *st, uint64_t ms);
+#endif
 
 #endif

@@ -151,7 +151,9 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 			logs[i].entries = ukvm_vm_sys_hva(&exp->vm, exp->vcpus[i].log_gpa);
 			logs[i].nr = exp->slice_size / UKVM_PAGE_SIZE;
 			logs[i].base_gpa = guest_arg(exp_guest_args(exp, &exp->vcpus[i]), GA_REGION);
+#ifdef UKVM_TEST_HOOKS
 			logs[i].tsc_bias = exp->vcpus[i].tsc_bias;
+#endif
 		}
 		collect_clock(exp, logs);
 	}
@@ -287,8 +289,11 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	/* Closing the uffds first: a page verify reads must not fault into a uffd. */
 	ukvm_stop_pools(exp, true);
-	if (cfg->inject == UKVM_INJECT_CORRUPT_PAGE && cfg->inject_after < exp->region_size / UKVM_PAGE_SIZE)
+#ifdef UKVM_TEST_HOOKS
+	if (cfg->inject == UKVM_INJECT_CORRUPT_PAGE &&
+	    cfg->inject_after < exp->region_size / UKVM_PAGE_SIZE)
 		exp->mem.hva[cfg->inject_after * UKVM_PAGE_SIZE + 100] ^= 0x40;
+#endif
 
 	res->verified = true;
 	for (i = 0; i < cfg->vcpus; i++) {

@@ -157,8 +157,10 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		BAD("stats: unknown value %d", c->stats);
 	if (c->trace_faults && c->stats != UKVM_STATS_FULL)
 		BAD("trace_faults needs stats full: stats basic keeps no fault records");
+#ifdef UKVM_TEST_HOOKS
 	if ((unsigned)c->inject >= UKVM_INJECT__COUNT)
 		BAD("inject: unknown value %d", c->inject);
+#endif
 	if (c->guest_work > MAX_GUEST_WORK)
 		BAD("guest_work must be at most %u, not %u", MAX_GUEST_WORK, c->guest_work);
 	return 0;

@@ -25,8 +25,8 @@
 
 /*
  * The vCPU thread: ukvm_vcpu_thread() (vcpu.c) runs the guest, and this
- * keeps the state that stopping waits on (done is its last store) and
- * plays UKVM_INJECT_VCPU_STALL.
+ * keeps the state that stopping waits on (done is its last store) and, in
+ * a test build, plays UKVM_INJECT_VCPU_STALL.
  */
 static void *vcpu_thread_main(void *arg)
 {
@@ -35,8 +35,10 @@ static void *vcpu_thread_main(void *arg)
 	ukvm_thread_start(&vcpu->state);
 	ukvm_thread_at(&vcpu->state, "running the guest");
 	ukvm_vcpu_thread(vcpu);
+#ifdef UKVM_TEST_HOOKS
 	if (vcpu->stall_ms)
 		ukvm_thread_stall(&vcpu->state, vcpu->stall_ms);
+#endif
 	ukvm_thread_at(&vcpu->state, "leaving");
 	/* Under the lock, so that a stop waiting for done cannot miss the wake. */
 	pthread_mutex_lock(&vcpu->ctl->lock);
@@ -67,8 +69,10 @@ int ukvm_execute_run(struct ukvm_experiment *exp, struct ukvm_error *err)
 	for (i = 0; i < exp->cfg.vcpus; i++) {
 		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
 
+#ifdef UKVM_TEST_HOOKS
 		if (exp->cfg.inject == UKVM_INJECT_VCPU_STALL && i == exp->cfg.vcpus - 1)
 			vcpu->stall_ms = exp->cfg.inject_after;
+#endif
 		ret = ukvm_thread_create(ctl, &vcpu->thread, THREAD_STACK_BYTES, vcpu_thread_main,
 					 vcpu);
 		if (ret) {

@@ -426,8 +426,10 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 		free(exp);
 		return ret;
 	}
+#ifdef UKVM_TEST_HOOKS
 	exp->ctl.inject = cfg->inject;
 	exp->ctl.inject_after = cfg->inject_after;
+#endif
 	atomic_init(&exp->controller_done, false);
 
 	/*

@@ -74,9 +74,11 @@ static int setup_guest_log(struct ukvm_experiment *exp, struct ukvm_vcpu *vcpu, 
 		return ret;
 	memset(ukvm_vm_sys_hva(&exp->vm, vcpu->log_gpa), 0, bytes);
 	vcpu->timing = true;
+#ifdef UKVM_TEST_HOOKS
 	/* The guest's clock as if it ran ahead of the host's (tests of the conversion). */
 	if (exp->cfg.inject == UKVM_INJECT_TSC_OFFSET)
 		vcpu->tsc_bias = exp->cfg.inject_after;
+#endif
 	vcpu->log_entries = exp->slice_size / UKVM_PAGE_SIZE + 1;
 	guest_arg(a, GA_LOG_PTR) = vcpu->log_gpa;
 	guest_arg(a, GA_LOG_STRIDE) = GA_LOG_ENTRY;
@@ -210,8 +212,10 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	 */
 	if (cfg->stats == UKVM_STATS_FULL)
 		wanted |= available & (UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_EXACT_ADDRESS);
+#ifdef UKVM_TEST_HOOKS
 	if (cfg->inject == UKVM_INJECT_NO_EXACT_ADDRESS)
 		wanted &= ~(uint64_t)UFFD_FEATURE_EXACT_ADDRESS;	/* as an older kernel */
+#endif
 	exp->exact_address = wanted & UFFD_FEATURE_EXACT_ADDRESS;
 	if ((available & wanted) != wanted) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
@@ -269,6 +273,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return 0;
 }
 
+#ifdef UKVM_TEST_HOOKS
 /*
  * UKVM_INJECT_UNFAULTED_PAGE: page inject_after of the region is mapped
  * before userfaultfd is registered, with the data it would have got, as a
@@ -312,6 +317,7 @@ static int setup_guest_injection(struct ukvm_experiment *exp, struct ukvm_error 
 		*pte = (*pte & 0xfff) | ALIGN_UP(exp->region_gpa + exp->region_size + SZ_1G, SZ_1G);
 	return 0;
 }
+#endif
 
 int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
@@ -358,14 +364,18 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (exp->probe)
 		return setup_uffds(exp, err);
 	ret = setup_vcpus(exp, err);
+#ifdef UKVM_TEST_HOOKS
 	ret = ret ?: setup_guest_injection(exp, err);
+#endif
 	if (ret)
 		return ret;
 	if (cfg->prefault)
 		ret = setup_fill(exp, exp->mem.hva, err);
 	else if (cfg->uffd_mode == UKVM_UFFD_MINOR)
 		ret = setup_fill(exp, exp->mem.alias, err);
+#ifdef UKVM_TEST_HOOKS
 	setup_unfaulted_injection(exp);
+#endif
 	ret = ret ?: setup_uffds(exp, err);
 	if (!ret && exp_past_deadline(exp)) {
 		ukvm_err_set(err, UKVM_ERR_TIMEOUT, 0,

@@ -167,12 +167,16 @@ int ukvm_vcpu_tsc_offset(struct ukvm_vcpu *vcpu, int64_t *offset)
 	};
 	int ret;
 
+#ifdef UKVM_TEST_HOOKS
 	if (vcpu->ctl->inject == UKVM_INJECT_NO_KVM_TSC_OFFSET)
 		return -ENXIO;	/* what a KVM without the attribute answers */
+#endif
 	ret = ukvm_ioctl(vcpu->fd, KVM_GET_DEVICE_ATTR, &attr);
 	if (ret)
 		return ret;
+#ifdef UKVM_TEST_HOOKS
 	value += vcpu->tsc_bias;	/* UKVM_INJECT_TSC_OFFSET: as if KVM had applied it */
+#endif
 	*offset = (int64_t)value;
 	return 0;
 }
@@ -291,14 +295,16 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 		if (run->io.port == UKVM_PORT_SYNC && vcpu->timing) {
 			const volatile uint64_t *args = ukvm_vm_sys_hva(vcpu->vm, vcpu->args_gpa);
 			bool after = vcpu->passes_seen >= vcpu->passes;
-			uint64_t jump = after && vcpu->ctl->inject == UKVM_INJECT_TSC_JUMP ?
-					vcpu->ctl->inject_after : 0;
+			uint64_t guest_tsc = guest_arg(args, GA_SYNC_TSC);
 
+#ifdef UKVM_TEST_HOOKS
+			guest_tsc += vcpu->tsc_bias;	/* UKVM_INJECT_TSC_OFFSET */
+			if (after && vcpu->ctl->inject == UKVM_INJECT_TSC_JUMP)
+				guest_tsc += vcpu->ctl->inject_after;
+#endif
 			/* Before the walk, or after its last pass (guest.S). */
 			ukvm_tsc_bracket_add(after ? &vcpu->tsc_bracket_after : &vcpu->tsc_bracket,
-					     guest_arg(args, GA_SYNC_TSC) + vcpu->tsc_bias +
-					     jump, tsc_before,
-					     tsc_after);
+					     guest_tsc, tsc_before, tsc_after);
 			return 1;
 		}
 		if (run->io.port == UKVM_PORT_PASS) {

@@ -43,14 +43,16 @@ struct ukvm_vcpu {
 	uint64_t cpu_ns;
 	/* The thread around ukvm_vcpu_thread() (execute.c): its state, and stop waits on done. */
 	struct ukvm_thread_state state;
+#ifdef UKVM_TEST_HOOKS
 	uint64_t stall_ms;		/* UKVM_INJECT_VCPU_STALL, for this vCPU */
+	uint64_t tsc_bias;		/* UKVM_INJECT_TSC_OFFSET: added to every guest TSC read */
+#endif
 	/* guest_timing: the guest's access log, and its TSC bracketed at sync exits */
 	bool timing;
 	uint64_t log_gpa;
 	uint64_t log_entries;		/* first-pass pages, plus the spare slot */
 	struct ukvm_tsc_bracket tsc_bracket;		/* before the walk */
 	struct ukvm_tsc_bracket tsc_bracket_after;	/* after it */
-	uint64_t tsc_bias;		/* UKVM_INJECT_TSC_OFFSET: added to every guest TSC read */
 };
 
 void ukvm_vcpu_init(struct ukvm_vcpu *vcpu);

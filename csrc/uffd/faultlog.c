@@ -201,8 +201,12 @@ static int stamp(struct ukvm_faultlog *log)
 			if (rec->gpa < g->base_gpa || page >= pages || entry_of[page] == UINT32_MAX)
 				continue;	/* not an access of this vCPU's walk */
 			e = entry_of[page];
-			raised = entry_word(g, e, LOG_RAISED) + g->tsc_bias;
-			resumed = entry_word(g, e, LOG_RESUMED) + g->tsc_bias;
+			raised = entry_word(g, e, LOG_RAISED);
+			resumed = entry_word(g, e, LOG_RESUMED);
+#ifdef UKVM_TEST_HOOKS
+			raised += g->tsc_bias;
+			resumed += g->tsc_bias;
+#endif
 			if (resumed < raised)
 				continue;	/* the access never completed */
 			rec->raised_ns = ukvm_tsc_clock_ns(log->clock, raised - (uint64_t)g->tsc_offset);

@@ -21,7 +21,9 @@ struct ukvm_guest_log {
 	uint64_t nr;			/* first-pass accesses: the vCPU's pages */
 	uint64_t base_gpa;		/* the first page the vCPU walks */
 	int64_t tsc_offset;		/* guest TSC - host TSC */
+#ifdef UKVM_TEST_HOOKS
 	uint64_t tsc_bias;		/* UKVM_INJECT_TSC_OFFSET: added to every stamp read */
+#endif
 	bool usable;			/* the pass completed and the offset is known */
 };
 

@@ -224,6 +224,7 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 	if (pool->delay_ns)
 		ukvm_sleep_ns(reader_delay_ns(r));
 
+#ifdef UKVM_TEST_HOOKS
 	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_READER_EXIT))
 		return -ECANCELED;	/* gone without a word: the fault stays unresolved */
 	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_RESOLVE_EIO)) {
@@ -233,6 +234,7 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
 		return -EIO;
 	}
+#endif
 
 	if (pool->mode == UKVM_UFFD_MINOR) {
 		ret = ukvm_uffd_continue(pool->uffd, addr, pool->page_size);
@@ -412,6 +414,7 @@ static void reader_record_usage(struct ukvm_reader *r)
 	r->stats.cpu_ns = timeval_ns(usage.ru_utime) + timeval_ns(usage.ru_stime);
 }
 
+#ifdef UKVM_TEST_HOOKS
 /* UKVM_INJECT_READER_CRASH: a fault of this thread's own, as a bug would make. */
 static void reader_crash(void)
 {
@@ -421,6 +424,7 @@ static void reader_crash(void)
 	if (page != MAP_FAILED)
 		*page = 1;	/* SIGSEGV, delivered to this thread at once */
 }
+#endif
 
 static void *reader_thread(void *arg)
 {
@@ -433,9 +437,11 @@ static void *reader_thread(void *arg)
 	ukvm_thread_start(&r->state);
 	snprintf(who, sizeof(who), "reader %u of uffd %u", r->index, r->pool->uffd_index);
 	ukvm_uffd_thread_init(r->pool->ctl, who);
+#ifdef UKVM_TEST_HOOKS
 	if (r->pool->ctl->inject == UKVM_INJECT_READER_CRASH && r->pool->uffd_index == 0 &&
 	    r->index == 0)
 		reader_crash();
+#endif
 	ret = ukvm_thread_pin(r->cpu, r->stats.affinity);
 	if (ret) {
 		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, -ret,
@@ -456,8 +462,10 @@ static void *reader_thread(void *arg)
 		break;
 	}
 out:
+#ifdef UKVM_TEST_HOOKS
 	if (r->stall_ms)
 		ukvm_thread_stall(&r->state, r->stall_ms);
+#endif
 	reader_record_usage(r);
 	ukvm_thread_at(&r->state, "leaving");
 	atomic_store(&r->exited, true);
@@ -602,10 +610,12 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 		r->stats.uffd = pool->uffd_index;
 		r->stats.index = i;
 		atomic_init(&r->exited, false);
+#ifdef UKVM_TEST_HOOKS
 		/* The stalled reader of UKVM_INJECT_READER_STALL: uffd 0's last. */
 		if (pool->ctl->inject == UKVM_INJECT_READER_STALL && pool->uffd_index == 0 &&
 		    i == pool->nr_readers - 1)
 			r->stall_ms = pool->ctl->inject_after;
+#endif
 	}
 	pool->readers_made = pool->nr_readers;
 	for (i = 0; i < pool->nr_readers; i++) {

@@ -49,7 +49,9 @@ struct ukvm_reader {
 	int cpu;			/* pinned to, or -1 */
 	uint64_t rng;			/* delay distribution state */
 	struct ukvm_thread_state state;	/* where it is, for one that would not stop */
+#ifdef UKVM_TEST_HOOKS
 	uint64_t stall_ms;		/* UKVM_INJECT_READER_STALL, for this reader */
+#endif
 	/* stats full: the chunk of the pool's fault log this reader fills (vcpu = tid) */
 	struct ukvm_fault_record *rec_next;
 	struct ukvm_fault_record *rec_end;

@@ -205,6 +205,7 @@ static int try_continue(int uffd, uint64_t addr, uint64_t len, const uint8_t *sr
 	return ret;
 }
 
+#ifdef UKVM_TEST_HOOKS
 /* UKVM_INJECT_RESOLVE_EAGAIN: every try fails with EAGAIN for inject_after ms from the first. */
 static bool injected_eagain(void)
 {
@@ -224,6 +225,7 @@ static bool injected_eagain(void)
 		 : ctl->inject_after * NSEC_PER_MSEC;
 	return now - first < window;
 }
+#endif
 
 /*
  * 0 resolved here, -EEXIST resolved already (another reader won), or
@@ -242,7 +244,12 @@ static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t add
 	for (tries = 1;; tries++) {
 		int64_t done = 0;
 
-		ret = injected_eagain() ? -EAGAIN : attempt(uffd, addr, len, src, &done);
+#ifdef UKVM_TEST_HOOKS
+		if (injected_eagain())
+			ret = -EAGAIN;	/* the ioctl is not even tried */
+		else
+#endif
+			ret = attempt(uffd, addr, len, src, &done);
 		if (ret != -EAGAIN && ret != -EINTR)
 			return ret;	/* 0, -EEXIST (another reader won), or a failure */
 		if (done > 0) {
