@@ -12,6 +12,7 @@
 
 #include "base/thread.h"
 #include "base/util.h"
+#include "uapi_compat.h"
 
 int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_bytes,
 		       void *(*fn)(void *), void *arg)

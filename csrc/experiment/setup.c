@@ -22,6 +22,7 @@
 #include "kvm/kvmstats.h"
 #include "kvm/vcpu.h"
 #include "kvm/vm.h"
+#include "uapi_compat.h"
 #include "uffd/backing.h"
 #include "uffd/fill.h"
 #include "uffd/pool.h"

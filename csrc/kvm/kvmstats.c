@@ -15,6 +15,7 @@
 
 #include "base/errors.h"
 #include "kvm/kvmstats.h"
+#include "uapi_compat.h"
 
 void ukvm_kvmstats_init(struct ukvm_kvmstats *s)
 {

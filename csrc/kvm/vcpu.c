@@ -24,6 +24,7 @@
 #include "kvm/guest_abi.h"
 #include "kvm/vcpu.h"
 #include "kvm/vm.h"
+#include "uapi_compat.h"
 
 #define CR0_PE	(1ULL << 0)
 #define CR0_MP	(1ULL << 1)

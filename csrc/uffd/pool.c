@@ -44,6 +44,7 @@
 #include "base/kick.h"
 #include "base/thread.h"
 #include "base/util.h"
+#include "uapi_compat.h"
 #include "uffd/fill.h"
 #include "uffd/pool.h"
 #include "uffd/uffd.h"

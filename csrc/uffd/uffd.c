@@ -17,6 +17,7 @@
 #include "base/ctl.h"
 #include "base/errors.h"
 #include "base/util.h"
+#include "uapi_compat.h"
 #include "uffd/uffd.h"
 
 /*
