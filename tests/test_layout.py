@@ -7,6 +7,7 @@ any file of A has ``#include "B.h"``. Checked:
 
 - no cycle between modules (a header and its .c count as one, so a .c that includes a header
   whose functions call back into it is a cycle);
+- the layers base/ < kvm/ < uffd/ < experiment/ include only downwards;
 - every function or variable a header declares is defined in its own module (else the include
   graph would hide the real dependency: a header that declares another file's functions lets
   two files call each other while including only one header). ukvm.h is exempt: it is the
@@ -166,6 +167,24 @@ def test_no_include_cycles_in_csrc() -> None:
     found = cycles(graph)
     assert not found, "modules of csrc/ that include each other in a circle:\n" + "\n".join(
         describe_cycle(c, graph) for c in found)
+
+
+LAYERS = ["base", "kvm", "uffd", "experiment"]  # bottom to top
+
+
+def test_layers_include_only_downwards() -> None:
+    """base/ < kvm/ < uffd/ < experiment/; the headers at csrc/'s top are for every layer."""
+    problems = []
+    for path, targets in c_includes().items():
+        parts = path.relative_to(CSRC).parts
+        if len(parts) == 1:
+            continue  # ukvm.h, testhooks.h, uapi_compat.h, module.c
+        for target in targets:
+            to = target.relative_to(CSRC).parts
+            if len(to) > 1 and LAYERS.index(to[0]) > LAYERS.index(parts[0]):
+                problems.append(f"{path.relative_to(CSRC)} (layer {parts[0]}) includes "
+                                f"{target.relative_to(CSRC)} from the layer above, {to[0]}")
+    assert not problems, "\n".join(problems)
 
 
 def test_headers_declare_only_their_own_modules_functions() -> None:

@@ -31,10 +31,10 @@ int ukvm_tsc_clock_sample(struct ukvm_tsc_clock *c)
 		c->cap = cap;
 	}
 	for (i = 0; i < PAIR_TRIES; i++) {
-		uint64_t before = ukvm_rdtsc(), after;
+		uint64_t before = ukvm_tsc_read(), after;
 
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		after = ukvm_rdtsc();
+		after = ukvm_tsc_read();
 		if (after - before < best.window) {
 			best.window = after - before;
 			best.tsc = before + best.window / 2;

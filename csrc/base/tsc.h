@@ -25,7 +25,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-static inline uint64_t ukvm_rdtsc(void)
+static inline uint64_t ukvm_tsc_read(void)
 {
 	uint32_t lo, hi;
 

@@ -199,7 +199,7 @@ out:
  * accounting, so that a run whose pages arrived some other way (a kernel
  * that maps them without asking) is not reported as verified.
  */
-static void verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log)
+static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
@@ -361,6 +361,6 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (res->bad_pages)
 		res->verified = false;
 	if (res->verified)
-		verify_faults(exp, &log);
+		collect_verify_faults(exp, &log);
 	return 0;
 }

@@ -1,10 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Running an experiment: the vCPU threads start together, the controller
- * waits for every one of them to finish, for a failure, a cancel or the
- * deadline, and then kicks out and joins whatever still runs, for a bounded
- * while: a vCPU thread that will not stop is named and left to the
- * background (experiment_linger in experiment.c).
+ * Running an experiment: the vCPU threads start together, and the
+ * controller waits for every one of them to finish, for a failure, a cancel
+ * or the deadline. Kicking out and joining whatever still runs is stop.c's.
  */
 #include <errno.h>
 #include <time.h>
@@ -28,7 +26,7 @@
  * keeps the state that stopping waits on (done is its last store) and, in
  * a test build, plays UKVM_INJECT_VCPU_STALL.
  */
-static void *vcpu_thread_main(void *arg)
+static void *execute_vcpu_thread(void *arg)
 {
 	struct ukvm_vcpu *vcpu = arg;
 
@@ -73,8 +71,8 @@ int ukvm_execute_run(struct ukvm_experiment *exp, struct ukvm_error *err)
 		if (exp->cfg.inject == UKVM_INJECT_VCPU_STALL && i == exp->cfg.vcpus - 1)
 			vcpu->stall_ms = exp->cfg.inject_after;
 #endif
-		ret = ukvm_thread_create(ctl, &vcpu->thread, THREAD_STACK_BYTES, vcpu_thread_main,
-					 vcpu);
+		ret = ukvm_thread_create(ctl, &vcpu->thread, THREAD_STACK_BYTES,
+					 execute_vcpu_thread, vcpu);
 		if (ret) {
 			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_create(vCPU %u of %u)", i,
 				     exp->cfg.vcpus);

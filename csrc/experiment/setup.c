@@ -37,8 +37,8 @@
 #define SYNC_ROUNDS		16
 
 /* The keys of vCPU i's random walk order; guest.S applies them. */
-static void guest_order(const struct ukvm_config *cfg, uint32_t vcpu, uint64_t pages,
-			uint64_t *a)
+static void setup_guest_order(const struct ukvm_config *cfg, uint32_t vcpu, uint64_t pages,
+			      uint64_t *a)
 {
 	uint64_t state = cfg->seed ^ (0x6f72646572000000ULL + vcpu), mask;
 	unsigned bits = 0;
@@ -54,7 +54,7 @@ static void guest_order(const struct ukvm_config *cfg, uint32_t vcpu, uint64_t p
 }
 
 /* guest_timing: a vCPU's access log, one entry per page and a spare (guest_abi.h). */
-static uint64_t guest_log_bytes(const struct ukvm_experiment *exp)
+static uint64_t setup_guest_log_bytes(const struct ukvm_experiment *exp)
 {
 	return ALIGN_UP((exp->slice_size / UKVM_PAGE_SIZE + 1) * GA_LOG_ENTRY, UKVM_PAGE_SIZE);
 }
@@ -67,7 +67,7 @@ static uint64_t guest_log_bytes(const struct ukvm_experiment *exp)
 static int setup_guest_log(struct ukvm_experiment *exp, struct ukvm_vcpu *vcpu, uint64_t *a,
 			   struct ukvm_error *err)
 {
-	uint64_t bytes = guest_log_bytes(exp);
+	uint64_t bytes = setup_guest_log_bytes(exp);
 	int ret;
 
 	ret = ukvm_vm_alloc(&exp->vm, bytes, &vcpu->log_gpa, err);
@@ -122,7 +122,7 @@ static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 		guest_arg(a, GA_WRITE_PCT) = cfg->write_percent;
 		guest_arg(a, GA_WRITE_KEY) = exp->write_key;
 		guest_arg(a, GA_TIMING) = cfg->guest_timing;
-		guest_order(cfg, i, exp->slice_size / UKVM_PAGE_SIZE, a);
+		setup_guest_order(cfg, i, exp->slice_size / UKVM_PAGE_SIZE, a);
 		if (cfg->guest_timing) {
 			ret = setup_guest_log(exp, vcpu, a, err);
 			if (ret)
@@ -340,7 +340,7 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (ret)
 		return ret;
 	sys_size = ukvm_vm_sys_size(cfg->vcpus, exp->region_size,
-				    cfg->guest_timing ? cfg->vcpus * guest_log_bytes(exp) : 0);
+				    cfg->guest_timing ? cfg->vcpus * setup_guest_log_bytes(exp) : 0);
 	ret = ukvm_backing_check_host(cfg->backing, exp->region_size, err);
 	ret = ret ?: ukvm_vm_create(&exp->vm, sys_size, err);
 	if (ret)

@@ -365,10 +365,10 @@ void *ukvm_vcpu_thread(void *arg)
 		if (ukvm_ctl_stopping(ctl))
 			break;
 		if (vcpu->timing)
-			tsc_before = ukvm_rdtsc();
+			tsc_before = ukvm_tsc_read();
 		ret = ioctl(vcpu->fd, KVM_RUN, 0);
 		if (vcpu->timing)
-			tsc_after = ukvm_rdtsc();
+			tsc_after = ukvm_tsc_read();
 		vcpu->userspace_exits++;
 		if (ret < 0) {
 			int e = errno;

@@ -6,7 +6,7 @@
  *
  * Guest virtual addresses equal guest physical ones. The system memslot is
  * identity-mapped with 2 MiB pages; the test region (its own memslot, see
- * experiment.c) with 4 KiB pages, as upstream's demand_paging_test does.
+ * setup.c) with 4 KiB pages, as upstream's demand_paging_test does.
  */
 #include <errno.h>
 #include <fcntl.h>

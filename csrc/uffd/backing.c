@@ -122,8 +122,8 @@ int ukvm_backing_check_host(enum ukvm_backing kind, uint64_t size, struct ukvm_e
 	return -ENOMEM;
 }
 
-static int backing_map(struct ukvm_backing_mem *b, int flags, int fd, uint8_t **out, const char *what,
-		   struct ukvm_error *err)
+static int backing_map(struct ukvm_backing_mem *b, int flags, int fd, uint8_t **out,
+		       const char *what, struct ukvm_error *err)
 {
 	void *p = mmap(NULL, b->size, PROT_READ | PROT_WRITE, flags, fd, 0);
 
@@ -205,8 +205,8 @@ static int backing_create_gmem(struct ukvm_backing_mem *b, int vm_fd, struct ukv
 	return 0;
 }
 
-int ukvm_backing_create(struct ukvm_backing_mem *b, enum ukvm_backing kind, uint64_t size, int vm_fd,
-		    struct ukvm_error *err)
+int ukvm_backing_create(struct ukvm_backing_mem *b, enum ukvm_backing kind, uint64_t size,
+			int vm_fd, struct ukvm_error *err)
 {
 	const struct backing_kind *k = &kinds[kind];
 	int huge = k->hugetlb_shift ? MAP_HUGETLB | (int)(k->hugetlb_shift << MAP_HUGE_SHIFT) : 0;

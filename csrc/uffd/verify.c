@@ -4,7 +4,7 @@
  *
  * A page the guest wrote holds (gpa ^ GUEST_WRITE_MAGIC) in word 0 and the
  * number of writes to it in word 2; a page it only read holds what the
- * resolver supplied. Everything else is the resolver's data (pattern.c) or
+ * resolver supplied. Everything else is the resolver's data (fill.c) or
  * zeros, depending on how the page was resolved. The guest's write/read
  * choice is a hash of the page frame that this file computes as guest.S does.
  */
