@@ -1,6 +1,6 @@
 """Builds uffdkvm._core: the C core in csrc/ plus its one-file Python binding.
 
-Only on x86-64 Linux: the guest (csrc/guest.S) is x86-64 code and the core
+Only on x86-64 Linux: the guest (csrc/kvm/guest.S) is x86-64 code and the core
 drives KVM's x86 interface, so anywhere else the build stops before
 compiling and says why.
 
@@ -50,7 +50,7 @@ def check_platform():
 class BuildExt(build_ext):
     """Checks the platform first; builds again when the test-hook choice
     differs from the existing build's (setuptools would call an unchanged
-    source up to date); teaches the compiler that .S is a source (gcc and
+    source up to date); teaches the compiler that .S (csrc/kvm/guest.S) is a source (gcc and
     clang preprocess and assemble it)."""
 
     def run(self):
@@ -106,6 +106,7 @@ if test_hooks_requested():
 
 core = Extension(
     "uffdkvm._core",
+    # csrc/ and its layer folders (base/, kvm/, uffd/, experiment/: csrc/README.md).
     sources=sorted(str(p) for p in CSRC.rglob("*.c")) + sorted(str(p) for p in CSRC.rglob("*.S")),
     depends=sorted(str(p) for p in CSRC.rglob("*.h")),
     include_dirs=[str(CSRC)],

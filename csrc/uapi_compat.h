@@ -1,16 +1,95 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Kernel ABI that distributions' <linux/kvm.h> may predate (Debian 12 ships
- * the 6.1 headers): guest_memfd and the second memslot ioctl. The numbers are
- * the kernel's stable ABI; the names carry a UKVM_ prefix so they never clash
- * with newer headers.
+ * Kernel ABI newer than the oldest headers uffdkvm builds against (Linux
+ * 5.10's, as on older manylinux images and distributions): everything the
+ * core uses that 5.10's <linux/userfaultfd.h>, <linux/kvm.h> or the C
+ * library's <sys/mman.h> may lack. The numbers are the kernel's stable ABI.
+ * Each is defined here only where the system headers do not define it
+ * (#ifndef, keyed on the macro that arrived with it), except guest_memfd,
+ * which keeps UKVM_ names so it never clashes with newer headers.
+ *
+ * Compiling against old headers does not claim the kernel has the feature:
+ * the running kernel decides, as it always did (UFFDIO_API's feature mask,
+ * UFFDIO_REGISTER's ioctl mask, KVM_CHECK_EXTENSION, and each ioctl's own
+ * answer: KVM_GET_STATS_FD and KVM_GET_DEVICE_ATTR fail where they are not
+ * offered, and the core goes on without them).
  */
 #ifndef UKVM_UAPI_COMPAT_H
 #define UKVM_UAPI_COMPAT_H
 
 #include <linux/kvm.h>
+#include <linux/types.h>
+#include <linux/userfaultfd.h>
 #include <stdint.h>
+#include <sys/mman.h>
 
+/* ---- userfaultfd ---- */
+
+/* Linux 5.13: MINOR faults on hugetlbfs, UFFDIO_CONTINUE (5.14: on shmem). */
+#ifndef UFFD_FEATURE_MINOR_HUGETLBFS
+#define UFFD_FEATURE_MINOR_HUGETLBFS	(1 << 9)
+#endif
+#ifndef UFFD_FEATURE_MINOR_SHMEM
+#define UFFD_FEATURE_MINOR_SHMEM	(1 << 10)
+#endif
+#ifndef UFFDIO_REGISTER_MODE_MINOR
+#define UFFDIO_REGISTER_MODE_MINOR	((__u64)1 << 2)
+#endif
+#ifndef UFFDIO_CONTINUE
+#define _UFFDIO_CONTINUE		(0x07)
+struct uffdio_continue {
+	struct uffdio_range range;
+	__u64 mode;
+	__s64 mapped;
+};
+#define UFFDIO_CONTINUE			_IOWR(UFFDIO, _UFFDIO_CONTINUE, struct uffdio_continue)
+#endif
+
+/* Linux 5.18: a hugetlb fault message names the 4 KiB page, not the huge page. */
+#ifndef UFFD_FEATURE_EXACT_ADDRESS
+#define UFFD_FEATURE_EXACT_ADDRESS	(1 << 11)
+#endif
+
+/* Linux 6.1: /dev/userfaultfd. */
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC			0xAA
+#define USERFAULTFD_IOC_NEW		_IO(USERFAULTFD_IOC, 0x00)
+#endif
+
+/* ---- KVM ---- */
+
+/* Linux 5.14: binary statistics. */
+#ifndef KVM_GET_STATS_FD
+#define KVM_CAP_BINARY_STATS_FD		203
+struct kvm_stats_header {
+	__u32 flags;
+	__u32 name_size;
+	__u32 num_desc;
+	__u32 id_offset;
+	__u32 desc_offset;
+	__u32 data_offset;
+};
+struct kvm_stats_desc {
+	__u32 flags;
+	__s16 exponent;
+	__u16 size;
+	__u32 offset;
+	__u32 bucket_size;
+	char name[];
+};
+#define KVM_STATS_TYPE_SHIFT		0
+#define KVM_STATS_TYPE_MASK		(0xF << KVM_STATS_TYPE_SHIFT)
+#define KVM_STATS_TYPE_CUMULATIVE	(0x0 << KVM_STATS_TYPE_SHIFT)
+#define KVM_GET_STATS_FD		_IO(KVMIO, 0xce)
+#endif
+
+/* Linux 5.16 (x86): the vCPU's TSC offset as a device attribute. */
+#ifndef KVM_VCPU_TSC_CTRL
+#define KVM_VCPU_TSC_CTRL		0
+#define KVM_VCPU_TSC_OFFSET		0
+#endif
+
+/* Linux 6.8: guest_memfd and the second memslot ioctl (UKVM_ names: the ABI is still moving). */
 #define UKVM_CAP_USER_MEMORY2		231
 #define UKVM_CAP_GUEST_MEMFD		234
 #define UKVM_CAP_GUEST_MEMFD_FLAGS	244	/* was KVM_CAP_GUEST_MEMFD_MMAP in 6.17 */
@@ -40,5 +119,12 @@ struct ukvm_userspace_memory_region2 {
 
 #define UKVM_CREATE_GUEST_MEMFD		_IOWR(KVMIO, 0xd4, struct ukvm_create_guest_memfd)
 #define UKVM_SET_USER_MEMORY_REGION2	_IOW(KVMIO, 0x49, struct ukvm_userspace_memory_region2)
+
+/* ---- the C library ---- */
+
+/* Linux 5.14; glibc 2.35 names it. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE		23
+#endif
 
 #endif

@@ -7,6 +7,17 @@
  * struct ukvm_error (a kind, an errno and a message naming the failing call)
  * and releases everything it created on every path.
  *
+ * Return convention, here and in every internal header of csrc/: a function
+ * that can fail returns 0 on success (or a non-negative value where it says
+ * so: an fd, an index, a count) and -errno on failure, never -1 with errno
+ * set. A failure without an errno of its own returns the one its error kind
+ * stands for: -EINVAL (UKVM_ERR_CONFIG), -EOPNOTSUPP (UKVM_ERR_HOST), -EIO
+ * (UKVM_ERR_RUN), -ETIMEDOUT, -ECANCELED. Predicates return bool; functions
+ * that return a pointer return NULL only when out of memory; functions that
+ * cannot fail return void or their value.
+ *
+ * The files behind this header and how they layer: csrc/README.md.
+ *
  * One experiment is: build a VM with N vCPUs in long mode, back its test
  * region with the chosen memory, register the region with userfaultfd,
  * start pools of reader threads that resolve the faults, let every vCPU
@@ -19,6 +30,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef UKVM_TEST_HOOKS
+#include "testhooks.h"
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -128,42 +143,6 @@ struct ukvm_fault_record {
 	uint32_t write;		/* 1 if the kernel reported a write fault (UFFD_PAGEFAULT_FLAG_WRITE) */
 };
 
-/*
- * Test-only fault injection, for the test suites (tests/c, uffdkvm._testing):
- * each makes one thing go wrong so that an error path can be exercised for
- * real. Never set in normal use.
- */
-enum ukvm_inject {
-	UKVM_INJECT_NONE = 0,
-	UKVM_INJECT_RESOLVE_EIO,	/* resolve number inject_after fails with EIO */
-	UKVM_INJECT_READER_EXIT,	/* the reader taking fault inject_after leaves silently */
-	UKVM_INJECT_GUEST_FAULT,	/* page inject_after of vCPU 0 is unmapped: #PF */
-	UKVM_INJECT_GUEST_MMIO,		/* page inject_after of vCPU 0 maps no memory: MMIO exit */
-	UKVM_INJECT_THREAD_CREATE,	/* thread number inject_after fails to start (EAGAIN) */
-	UKVM_INJECT_CORRUPT_PAGE,	/* page inject_after is damaged before verification */
-	/*
-	 * A thread that will not stop: when its run is over it stays
-	 * inject_after milliseconds more, ignoring stop and kicks. READER:
-	 * the last reader of uffd 0; VCPU: the last vCPU.
-	 */
-	UKVM_INJECT_READER_STALL,
-	UKVM_INJECT_VCPU_STALL,
-	/* Every resolving ioctl fails with EAGAIN for inject_after ms from the first. */
-	UKVM_INJECT_RESOLVE_EAGAIN,
-	/*
-	 * Reader 0 of uffd 0 touches a PROT_NONE page as it starts: a real
-	 * SIGSEGV, which kills the process (its handler, faulthandler say,
-	 * runs first). For a child process only.
-	 */
-	UKVM_INJECT_READER_CRASH,
-	UKVM_INJECT_TSC_OFFSET,		/* the host sees every guest TSC inject_after cycles ahead */
-	UKVM_INJECT_NO_KVM_TSC_OFFSET,	/* KVM's TSC offset is taken as unknown */
-	UKVM_INJECT_UNFAULTED_PAGE,	/* page inject_after is mapped before userfaultfd is */
-	UKVM_INJECT_TSC_JUMP,		/* after the walk the guest TSC reads inject_after ahead */
-	UKVM_INJECT_NO_EXACT_ADDRESS,	/* no UFFD_FEATURE_EXACT_ADDRESS, as on Linux < 5.18 */
-	UKVM_INJECT__COUNT
-};
-
 struct ukvm_config {
 	uint32_t vcpus;
 	uint64_t mem_per_vcpu;		/* bytes, a multiple of 4 KiB */
@@ -192,8 +171,9 @@ struct ukvm_config {
 	bool guest_timing;		/* the guest times every access with rdtsc */
 	bool trace_faults;		/* return every fault record */
 	uint64_t timeout_ns;		/* 0: no limit */
-	enum ukvm_inject inject;	/* tests only */
-	uint64_t inject_after;
+#ifdef UKVM_TEST_HOOKS
+	UKVM_TEST_CONFIG_FIELDS		/* testhooks.h: fault injection, test builds only */
+#endif
 };
 
 void ukvm_config_init(struct ukvm_config *cfg);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * White-box cases of the fault log (csrc/faultlog.c) that no real run can
+ * White-box cases of the fault log (csrc/uffd/faultlog.c) that no real run can
  * produce: the kernel resolves a page only once, so a run cannot show a
  * page resolved twice while another was never resolved, with the total
  * right. `verified` must still catch that (collect.c asks faultlog.c which
@@ -10,11 +10,11 @@
 #include <sys/mman.h>
 
 #include "helpers.h"
-#undef NSEC_PER_MSEC	/* internal.h has its own, the same */
+#undef NSEC_PER_MSEC	/* base/util.h has its own, the same */
 #undef NSEC_PER_SEC
 #undef ARRAY_SIZE
-#include "faultlog.h"
-#include "internal.h"
+#include "uffd/faultlog.h"
+#include "uffd/pool.h"
 
 #define GPA	(4ULL << 30)
 #define PAGES	8

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * White-box cases of the reader pools (csrc/readers.c) that no run can show
+ * White-box cases of the reader pools (csrc/uffd/pool.c) that no run can show
  * through the public interface, because the run they happen in fails and
- * hands back no result. This program alone includes internal.h.
+ * hands back no result. It includes the core's internal headers (csrc/base,
+ * csrc/uffd), as faultlog_accounting.c does.
  *
  *  - A reader that fails to pin still records its counters (getrusage, its
  *    affinity): every exit path of reader_thread keeps them.
@@ -17,10 +18,13 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#undef NSEC_PER_MSEC	/* internal.h has its own, the same */
+#undef NSEC_PER_MSEC	/* base/util.h has its own, the same */
 #undef NSEC_PER_SEC
 #undef ARRAY_SIZE
-#include "internal.h"
+#include "base/ctl.h"
+#include "base/kick.h"
+#include "uffd/pool.h"
+#include "uffd/uffd.h"
 
 #define REGION	(64 * PAGE)
 

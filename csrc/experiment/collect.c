@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * After the run: KVM's statistics, the readers' counters and fault log, the
+ * uffds closed (a page the check reads must not fault into one), every page
+ * verified, and the result filled in.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/errors.h"
+#include "base/tsc.h"
+#include "base/util.h"
+#include "experiment/collect.h"
+#include "experiment/state.h"
+#include "experiment/stop.h"
+#include "kvm/guest_abi.h"
+#include "kvm/kvmstats.h"
+#include "kvm/vcpu.h"
+#include "kvm/vm.h"
+#include "uffd/backing.h"
+#include "uffd/faultlog.h"
+#include "uffd/verify.h"
+
+/* A statistic KVM did not give. */
+#define NO_STAT			UINT64_MAX
+
+/* KVM's VM-wide statistics into the result; absent stats are not an error. */
+static int collect_vm_stats(struct ukvm_experiment *exp)
+{
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_kvmstats *s = &exp->vm_stats;
+
+	if (s->fd < 0 || !s->have_before)
+		return 0;
+	res->vm_stats = calloc(s->nr_scalars ?: 1, sizeof(uint64_t));
+	res->vm_stat_names = ukvm_kvmstats_scalar_names(s);
+	if (!res->vm_stats || !res->vm_stat_names)
+		return -ENOMEM;
+	res->nr_vm_stats = s->nr_scalars;
+	if (ukvm_kvmstats_deltas(s, res->vm_stats)) {
+		ukvm_kvmstats_free_names(res->vm_stat_names, res->nr_vm_stats);
+		free(res->vm_stats);
+		res->vm_stat_names = NULL;
+		res->vm_stats = NULL;
+		res->nr_vm_stats = 0;
+	}
+	return 0;
+}
+
+/* One vCPU's statistics; every vCPU has the same set, named once. */
+static int collect_vcpu_stats(struct ukvm_experiment *exp, uint32_t i,
+			      struct ukvm_vcpu_result *vr)
+{
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_kvmstats *s = &exp->vcpu_stats[i];
+	int idx;
+
+	if (s->fd < 0 || !s->have_before)
+		return 0;
+	if (!res->vcpu_stat_names) {
+		res->vcpu_stat_names = ukvm_kvmstats_scalar_names(s);
+		if (!res->vcpu_stat_names)
+			return -ENOMEM;
+		res->nr_vcpu_stats = s->nr_scalars;
+	}
+	if (s->nr_scalars != res->nr_vcpu_stats)
+		return 0;
+	vr->kvm_stats = calloc(s->nr_scalars ?: 1, sizeof(uint64_t));
+	if (!vr->kvm_stats)
+		return -ENOMEM;
+	if (ukvm_kvmstats_deltas(s, vr->kvm_stats)) {
+		free(vr->kvm_stats);
+		vr->kvm_stats = NULL;
+		return 0;
+	}
+	idx = ukvm_kvmstats_find(s, "exits");
+	if (idx >= 0)
+		vr->exits = vr->kvm_stats[idx];
+	return 0;
+}
+
+/*
+ * guest_timing: how each vCPU's TSC maps to the host's (tsc.h). The sync
+ * exits before and after the walk each bracket the offset; they must meet
+ * (an offset KVM moved during the run, as it may when it finds the host's
+ * TSC unstable, cannot be trusted for any stamp). KVM's offset is taken
+ * when it lies in both, else the middle of where they meet. A guest TSC
+ * running at another rate than the host's (KVM scaling, which uffdkvm never
+ * asks for) cannot be converted at all.
+ */
+static void collect_clock(struct ukvm_experiment *exp, struct ukvm_guest_log *logs)
+{
+	struct ukvm_result *res = &exp->result;
+	double per_ns = ukvm_tsc_clock_cycles_per_ns(&exp->tsc_clock);
+	double half_width = 0;
+	bool all_kvm = true;
+	uint32_t i;
+
+	res->clock_sync = UKVM_CLOCK_SYNC_NONE;
+	if (per_ns <= 0 || !res->tsc_khz ||
+	    (double)res->tsc_khz > per_ns * 1e6 * 1.001 ||
+	    (double)res->tsc_khz < per_ns * 1e6 * 0.999)
+		return;
+	for (i = 0; i < exp->cfg.vcpus; i++) {
+		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
+		struct ukvm_tsc_bracket both = vcpu->tsc_bracket, *b = &both;
+		struct ukvm_guest_log *g = &logs[i];
+		int64_t kvm;
+
+		if (!vcpu->tsc_bracket.rounds || !vcpu->tsc_bracket_after.rounds ||
+		    !ukvm_tsc_bracket_meet(b, &vcpu->tsc_bracket_after))
+			return;		/* no bracket, or the offset moved: nothing to trust */
+		if (!ukvm_vcpu_tsc_offset(vcpu, &kvm) && kvm >= b->lo && kvm <= b->hi) {
+			g->tsc_offset = kvm;
+		} else {
+			all_kvm = false;
+			g->tsc_offset = b->lo + (b->hi - b->lo) / 2;
+			if ((double)(b->hi - b->lo) / 2 > half_width)
+				half_width = (double)(b->hi - b->lo) / 2;
+		}
+	}
+	for (i = 0; i < exp->cfg.vcpus; i++)
+		logs[i].usable = exp->vcpus[i].passes_seen >= 1;
+	res->clock_sync = all_kvm ? UKVM_CLOCK_SYNC_KVM_OFFSET : UKVM_CLOCK_SYNC_EXITS;
+	res->clock_error_ns = (uint64_t)(ukvm_tsc_clock_error_ns(&exp->tsc_clock) +
+					 half_width / per_ns) + 1;
+}
+
+/*
+ * Stats full: per-vCPU faults, stages and blocked time, the VM's blocktime,
+ * per-page resolution counts; and the trace.
+ */
+static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *log)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_guest_log *logs = NULL;
+	int32_t *tids = calloc(cfg->vcpus, sizeof(*tids));
+	uint32_t i;
+	int ret = -ENOMEM;
+
+	if (!tids)
+		return -ENOMEM;
+	if (cfg->guest_timing) {
+		logs = calloc(cfg->vcpus, sizeof(*logs));
+		if (!logs)
+			goto out;
+		for (i = 0; i < cfg->vcpus; i++) {
+			logs[i].entries = ukvm_vm_sys_hva(&exp->vm, exp->vcpus[i].log_gpa);
+			logs[i].nr = exp->slice_size / UKVM_PAGE_SIZE;
+			logs[i].base_gpa = guest_arg(exp_guest_args(exp, &exp->vcpus[i]), GA_REGION);
+#ifdef UKVM_TEST_HOOKS
+			logs[i].tsc_bias = exp->vcpus[i].tsc_bias;
+#endif
+		}
+		collect_clock(exp, logs);
+	}
+	for (i = 0; i < cfg->vcpus; i++)
+		tids[i] = exp->vcpus[i].tid;
+	*log = (struct ukvm_faultlog){
+		.nr_vcpus = cfg->vcpus,
+		.tids = tids,
+		.guest = logs,
+		.clock = &exp->tsc_clock,
+		.region_gpa = exp->region_gpa,
+		.region_pages = exp->region_size / exp->mem.page_size,
+		.page_size = exp->mem.page_size,
+		.match_bytes = ukvm_backing_is_hugetlb(cfg->backing) && !exp->exact_address ?
+			       exp->mem.page_size : UKVM_PAGE_SIZE,
+		.vcpus = res->vcpus,
+		.readers = res->readers,
+		.readers_per_uffd = cfg->readers,
+	};
+	ret = ukvm_faultlog_build(log, exp->pools, exp->nr_pools);
+	if (ret)
+		goto out;
+	res->blocktime_ns = log->blocktime_ns;
+	res->misordered = log->misordered;
+	if (cfg->trace_faults) {
+		res->trace = log->all;
+		res->nr_trace = log->nr_all;
+		log->all = NULL;
+	}
+out:
+	free(log->all);
+	log->all = NULL;
+	free(tids);
+	free(logs);
+	return ret;
+}
+
+/*
+ * Did the experiment happen as configured? Every page of the region must
+ * have come through userfaultfd exactly once in a uffd mode (EEXIST aside:
+ * a second message for a page already resolved), and none may have without
+ * userfaultfd or with prefault. Contents are verify.c's job; this is the
+ * accounting, so that a run whose pages arrived some other way (a kernel
+ * that maps them without asking) is not reported as verified.
+ */
+static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	struct ukvm_result *res = &exp->result;
+	uint64_t resolved = 0, messages = 0, expected = 0;
+	const char *how = "";
+	uint32_t i;
+
+	for (i = 0; i < res->nr_readers; i++) {
+		resolved += res->readers[i].faults;
+		messages += res->readers[i].faults + res->readers[i].eexist;
+	}
+	if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault)
+		expected = exp->region_size / exp->mem.page_size;
+	else if (cfg->uffd_mode != UKVM_UFFD_NONE)
+		how = " (prefault populated every page before the vCPUs started)";
+	else
+		how = " (uffd_mode None: no userfaultfd)";
+
+	if (resolved != expected || (!expected && messages)) {
+		snprintf(res->verify_message, sizeof(res->verify_message),
+			 "userfaultfd resolved %llu faults (%llu messages), expected %llu%s%s",
+			 (unsigned long long)resolved, (unsigned long long)messages,
+			 (unsigned long long)expected,
+			 expected ? ": one per page of the region" : "", how);
+		res->verified = false;
+		return;
+	}
+	if (expected && res->stats_full && log->pages_not_once) {
+		snprintf(res->verify_message, sizeof(res->verify_message),
+			 "%llu pages were not resolved exactly once: the page at gpa 0x%llx "
+			 "was %s", (unsigned long long)log->pages_not_once,
+			 (unsigned long long)log->first_bad_gpa,
+			 log->first_bad_resolved_again ? "resolved more than once" : "never resolved");
+		res->verified = false;
+	}
+}
+
+/* Verifies memory and what each vCPU's guest reported; fills the result. */
+int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_faultlog log = { 0 };
+	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0;
+	struct ukvm_verify_params vp = {
+		.filled = exp->filled,
+		.written_visits = exp->passes * (cfg->overlap ? cfg->vcpus : 1),
+		.write_pct = cfg->write_percent,
+		.write_key = exp->write_key,
+	};
+	uint32_t i, u, r, n;
+	int ret;
+
+	res->nr_vcpus = cfg->vcpus;
+	res->vcpus = calloc(cfg->vcpus, sizeof(*res->vcpus));
+	res->nr_uffds = exp->nr_pools;
+	res->nr_readers = exp->nr_pools * cfg->readers;
+	res->readers = calloc(res->nr_readers ?: 1, sizeof(*res->readers));
+	if (!res->vcpus || !res->readers) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the result");
+		return -ENOMEM;
+	}
+	ret = collect_vm_stats(exp);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "collecting KVM statistics");
+		return ret;
+	}
+	res->pages_per_vcpu = pages;
+	res->threads_start_ns = exp->threads_start_ns;
+	res->threads_joined_ns = exp->threads_joined_ns;
+	res->region_gpa = exp->region_gpa;
+	res->passes = (uint32_t)exp->passes;
+	res->region_bytes = exp->region_size;
+	res->page_size = exp->mem.page_size;
+
+	for (u = 0, n = 0; u < exp->nr_pools; u++)
+		for (r = 0; exp->pools[u].readers && r < exp->pools[u].nr_readers; r++)
+			res->readers[n++] = exp->pools[u].readers[r].stats;
+	res->nr_readers = n;
+	res->stats_full = cfg->stats == UKVM_STATS_FULL;
+	if (res->stats_full) {
+		ret = collect_faultlog(exp, &log);
+		if (ret) {
+			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "building the fault log");
+			return ret;
+		}
+	}
+	/* Closing the uffds first: a page verify reads must not fault into a uffd. */
+	ukvm_stop_pools(exp, true);
+#ifdef UKVM_TEST_HOOKS
+	if (cfg->inject == UKVM_INJECT_CORRUPT_PAGE &&
+	    cfg->inject_after < exp->region_size / UKVM_PAGE_SIZE)
+		exp->mem.hva[cfg->inject_after * UKVM_PAGE_SIZE + 100] ^= 0x40;
+#endif
+
+	res->verified = true;
+	for (i = 0; i < cfg->vcpus; i++) {
+		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
+		struct ukvm_vcpu_result *vr = &res->vcpus[i];
+		uint64_t *a = exp_guest_args(exp, vcpu);
+		vr->index = i;
+		vr->tid = vcpu->tid;
+		vr->start_ns = vcpu->start_ns;
+		vr->end_ns = vcpu->end_ns;
+		vr->pages = guest_arg(a, GA_ACCESSES);
+		vr->userspace_exits = vcpu->userspace_exits;
+		vr->cpu_ns = vcpu->cpu_ns;
+		memcpy(vr->affinity, vcpu->affinity, sizeof(vr->affinity));
+		vr->pass_end_ns = calloc(exp->passes, sizeof(uint64_t));
+		if (!vr->pass_end_ns) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the result");
+			return -ENOMEM;
+		}
+		memcpy(vr->pass_end_ns, vcpu->pass_end_ns, exp->passes * sizeof(uint64_t));
+		if (cfg->guest_timing) {
+			vr->access_cycles = guest_arg(a, GA_TSC_SUM);
+			memcpy(vr->access_hist, &guest_arg(a, GA_TSC_HIST), sizeof(vr->access_hist));
+		}
+		vr->exits = NO_STAT;
+		ret = collect_vcpu_stats(exp, i, vr);
+		if (ret) {
+			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "collecting KVM statistics");
+			return ret;
+		}
+		if (i == 0 || vr->start_ns < res->start_ns)
+			res->start_ns = vr->start_ns;
+		if (vr->end_ns > res->end_ns)
+			res->end_ns = vr->end_ns;
+
+		/* Partitioned: verify this vCPU's slice. Overlapped: the region, once. */
+		if (!cfg->overlap || i == 0) {
+			vp.hva = exp->mem.hva + (cfg->overlap ? 0 : i * exp->slice_size);
+			vp.gpa = exp->region_gpa + (cfg->overlap ? 0 : i * exp->slice_size);
+			vp.size = exp->slice_size;
+			res->bad_pages += ukvm_verify_region(&vp, &exp->ctl, &read_sum,
+							     res->verify_message,
+							     sizeof(res->verify_message));
+			if (exp_aborted(exp)) {
+				ukvm_err_set(err, UKVM_ERR_CANCELLED, 0, "cancelled during verification");
+				return -ECANCELED;
+			}
+		}
+		if (vr->pages != pages * exp->passes && res->verified) {
+			snprintf(res->verify_message, sizeof(res->verify_message),
+				 "vCPU %u touched %llu pages, expected %llu", i,
+				 (unsigned long long)vr->pages,
+				 (unsigned long long)(pages * exp->passes));
+			res->verified = false;
+		}
+		if (guest_arg(a, GA_CHECKSUM) != read_sum * exp->passes && res->verified) {
+			snprintf(res->verify_message, sizeof(res->verify_message),
+				 "vCPU %u read data other than what was resolved: checksum "
+				 "0x%llx, expected 0x%llx", i,
+				 (unsigned long long)guest_arg(a, GA_CHECKSUM),
+				 (unsigned long long)(read_sum * exp->passes));
+			res->verified = false;
+		}
+	}
+	if (res->bad_pages)
+		res->verified = false;
+	if (res->verified)
+		collect_verify_faults(exp, &log);
+	return 0;
+}

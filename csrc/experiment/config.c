@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Config defaults, names and validation. The Python layer validates first
+ * and explains in Python terms; this is the core's own guard, so a C caller
+ * with a bad config gets an error rather than undefined behaviour.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+#include "base/errors.h"
+#include "base/util.h"
+#include "experiment/config.h"
+#include "uffd/backing.h"
+
+#define MAX_READERS	4096
+#define MAX_DELAY_US	(10U * 1000 * 1000)
+#define MAX_GUEST_WORK	1000000U
+#define MAX_PASSES	1000000U
+/* The largest test region: uffdkvm/config.py MAX_REGION_BYTES. */
+#define MAX_REGION_BYTES	(1ULL << 46)
+
+void ukvm_config_init(struct ukvm_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->vcpus = 1;
+	cfg->mem_per_vcpu = 1ULL << 30;
+	cfg->backing = UKVM_BACKING_ANONYMOUS;
+	cfg->uffd_mode = UKVM_UFFD_MISSING;
+	cfg->readers = 1;
+	cfg->wait = UKVM_WAIT_EPOLL_EXCLUSIVE;
+	cfg->guest_page_size = UKVM_PAGE_SIZE;
+	cfg->write_percent = 100;
+	cfg->passes = 1;
+}
+
+const char *ukvm_backing_name(enum ukvm_backing b)
+{
+	static const char *const names[] = {
+		[UKVM_BACKING_ANONYMOUS] = "anonymous",
+		[UKVM_BACKING_SHMEM] = "shmem",
+		[UKVM_BACKING_ANONYMOUS_THP] = "anonymous_thp",
+		[UKVM_BACKING_ANONYMOUS_HUGETLB] = "anonymous_hugetlb",
+		[UKVM_BACKING_ANONYMOUS_HUGETLB_1GB] = "anonymous_hugetlb_1gb",
+		[UKVM_BACKING_SHARED_HUGETLB] = "shared_hugetlb",
+		[UKVM_BACKING_GUEST_MEMFD] = "guest_memfd",
+	};
+
+	return (unsigned)b < ARRAY_SIZE(names) ? names[b] : "?";
+}
+
+const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m)
+{
+	static const char *const names[] = {
+		[UKVM_UFFD_NONE] = "none",
+		[UKVM_UFFD_MISSING] = "missing",
+		[UKVM_UFFD_MINOR] = "minor",
+	};
+
+	return (unsigned)m < ARRAY_SIZE(names) ? names[m] : "?";
+}
+
+const char *ukvm_pattern_name(enum ukvm_pattern p)
+{
+	static const char *const names[] = { "sequential", "reverse", "random" };
+
+	return (unsigned)p < ARRAY_SIZE(names) ? names[p] : "?";
+}
+
+const char *ukvm_wait_name(enum ukvm_wait w)
+{
+	static const char *const names[] = {
+		[UKVM_WAIT_POLL] = "poll",
+		[UKVM_WAIT_EPOLL] = "epoll",
+		[UKVM_WAIT_EPOLL_EXCLUSIVE] = "epoll_exclusive",
+		[UKVM_WAIT_READ] = "read",
+	};
+
+	return (unsigned)w < ARRAY_SIZE(names) ? names[w] : "?";
+}
+
+int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
+{
+#define BAD(...) do { ukvm_err_set(err, UKVM_ERR_CONFIG, 0, __VA_ARGS__); return -EINVAL; } while (0)
+	if (c->vcpus < 1)
+		BAD("vcpus must be at least 1");
+	uint64_t unit;
+	uint32_t i;
+
+	if ((unsigned)c->backing >= UKVM_BACKING__COUNT)
+		BAD("backing: unknown value %d", c->backing);
+	if (c->guest_page_size != UKVM_PAGE_SIZE && c->guest_page_size != (2ULL << 20) &&
+	    c->guest_page_size != (1ULL << 30))
+		BAD("guest_page_size must be 4 KiB, 2 MiB or 1 GiB, not %llu",
+		    (unsigned long long)c->guest_page_size);
+	unit = ukvm_backing_page_size(c->backing);
+	if (c->guest_page_size > unit)
+		unit = c->guest_page_size;
+	if (c->mem_per_vcpu < unit || c->mem_per_vcpu % unit)
+		BAD("mem_per_vcpu must be a positive multiple of %llu KiB (the page size of "
+		    "the backing and of the guest's mappings), not %llu",
+		    (unsigned long long)(unit >> 10), (unsigned long long)c->mem_per_vcpu);
+	/*
+	 * The region, not just its factors: vm.c sizes page tables and adds
+	 * guest addresses from it, and the Python layer has the same limit
+	 * (uffdkvm/config.py MAX_REGION_BYTES). Divided, so nothing overflows.
+	 */
+	if (c->overlap && c->mem_per_vcpu > MAX_REGION_BYTES)
+		BAD("mem_per_vcpu: %llu bytes is more guest memory than a test region may have "
+		    "(%llu, 64 TiB); use less memory per vCPU",
+		    (unsigned long long)c->mem_per_vcpu, MAX_REGION_BYTES);
+	if (!c->overlap && c->mem_per_vcpu > MAX_REGION_BYTES / c->vcpus)
+		BAD("mem_per_vcpu: vcpus x mem_per_vcpu (%u x %llu bytes) is more guest memory "
+		    "than a test region may have (%llu, 64 TiB); use less memory per vCPU or "
+		    "fewer vCPUs", c->vcpus, (unsigned long long)c->mem_per_vcpu,
+		    MAX_REGION_BYTES);
+	if ((unsigned)c->uffd_mode >= UKVM_UFFD__COUNT)
+		BAD("uffd_mode: unknown value %d", c->uffd_mode);
+	if ((unsigned)c->wait >= UKVM_WAIT__COUNT)
+		BAD("wait: unknown value %d", c->wait);
+	if (c->uffd_mode != UKVM_UFFD_NONE && (c->readers < 1 || c->readers > MAX_READERS))
+		BAD("readers must be between 1 and %d, not %u", MAX_READERS, c->readers);
+	if (c->uffd_mode == UKVM_UFFD_MINOR && !ukvm_backing_is_shared(c->backing))
+		BAD("uffd_mode minor needs a shared backing (shmem, shared_hugetlb, "
+		    "guest_memfd): MINOR faults happen when the page cache has the page but "
+		    "the mapping does not, and %s memory has no page cache",
+		    ukvm_backing_name(c->backing));
+	if ((unsigned)c->pattern >= UKVM_PATTERN__COUNT)
+		BAD("pattern: unknown value %d", c->pattern);
+	if ((unsigned)c->resolve >= UKVM_RESOLVE__COUNT)
+		BAD("resolve: unknown value %d", c->resolve);
+	if ((unsigned)c->delay_dist >= UKVM_DELAY__COUNT)
+		BAD("delay_dist: unknown value %d", c->delay_dist);
+	if (c->write_percent > 100)
+		BAD("write_percent must be between 0 and 100, not %u", c->write_percent);
+	if (c->passes < 1 || c->passes > MAX_PASSES)
+		BAD("passes must be between 1 and %u, not %u", MAX_PASSES, c->passes);
+	if (c->resolve == UKVM_RESOLVE_ZEROPAGE && c->uffd_mode != UKVM_UFFD_MISSING)
+		BAD("resolve zeropage applies to uffd_mode missing only");
+	if (c->resolve == UKVM_RESOLVE_ZEROPAGE && ukvm_backing_is_hugetlb(c->backing))
+		BAD("resolve zeropage does not work on hugetlb memory (no UFFDIO_ZEROPAGE "
+		    "there): use resolve copy");
+	/* Before the lists are read: a count with a NULL list is the caller's bug. */
+	if (c->nr_pin_vcpus && !c->pin_vcpus)
+		BAD("pin_vcpus: nr_pin_vcpus is %u but the list is NULL", c->nr_pin_vcpus);
+	if (c->nr_pin_readers && !c->pin_readers)
+		BAD("pin_readers: nr_pin_readers is %u but the list is NULL", c->nr_pin_readers);
+	for (i = 0; i < c->nr_pin_vcpus; i++)
+		if (c->pin_vcpus[i] < 0 || c->pin_vcpus[i] >= CPU_SETSIZE)
+			BAD("pin_vcpus: %d is not a CPU number", c->pin_vcpus[i]);
+	for (i = 0; i < c->nr_pin_readers; i++)
+		if (c->pin_readers[i] < 0 || c->pin_readers[i] >= CPU_SETSIZE)
+			BAD("pin_readers: %d is not a CPU number", c->pin_readers[i]);
+	if (c->delay_us > MAX_DELAY_US)
+		BAD("delay_us must be at most %u (10 s), not %u", MAX_DELAY_US, c->delay_us);
+	if ((unsigned)c->stats >= UKVM_STATS__COUNT)
+		BAD("stats: unknown value %d", c->stats);
+	if (c->trace_faults && c->stats != UKVM_STATS_FULL)
+		BAD("trace_faults needs stats full: stats basic keeps no fault records");
+#ifdef UKVM_TEST_HOOKS
+	if ((unsigned)c->inject >= UKVM_INJECT__COUNT)
+		BAD("inject: unknown value %d", c->inject);
+#endif
+	if (c->guest_work > MAX_GUEST_WORK)
+		BAD("guest_work must be at most %u, not %u", MAX_GUEST_WORK, c->guest_work);
+	return 0;
+#undef BAD
+}

@@ -1,0 +1,474 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Building an experiment and taking it apart: the VM, the backing memory
+ * and its memslot, the guest's page tables and args, the vCPUs, the prefill,
+ * the uffds and their reader pools. Every step can fail; teardown releases
+ * whatever was built, in reverse, on every path.
+ */
+#include <errno.h>
+#include <linux/kvm.h>
+#include <linux/userfaultfd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#include "base/errors.h"
+#include "base/util.h"
+#include "experiment/setup.h"
+#include "experiment/state.h"
+#include "experiment/stop.h"
+#include "kvm/guest_abi.h"
+#include "kvm/kvmstats.h"
+#include "kvm/vcpu.h"
+#include "kvm/vm.h"
+#include "uapi_compat.h"
+#include "uffd/backing.h"
+#include "uffd/fill.h"
+#include "uffd/pool.h"
+#include "uffd/uffd.h"
+#include "ukvm.h"
+
+#define SZ_1G			(1ULL << 30)
+/* The test region starts at or above 4 GiB, beyond the system memslot. */
+#define REGION_MIN_GPA		(4ULL << 30)
+#define PREFILL_CHUNK		(2ULL << 20)
+/* guest_timing: the guest's clock-sync exits before its walk (tsc.h) */
+#define SYNC_ROUNDS		16
+
+/* The keys of vCPU i's random walk order; guest.S applies them. */
+static void setup_guest_order(const struct ukvm_config *cfg, uint32_t vcpu, uint64_t pages,
+			      uint64_t *a)
+{
+	uint64_t state = cfg->seed ^ (0x6f72646572000000ULL + vcpu), mask;
+	unsigned bits = 0;
+
+	while (bits < 63 && (1ULL << bits) < pages)
+		bits++;
+	mask = (1ULL << bits) - 1;
+	guest_arg(a, GA_PATTERN) = (uint64_t)cfg->pattern;
+	guest_arg(a, GA_PERM_MASK) = mask;
+	guest_arg(a, GA_PERM_SHIFT) = bits / 2 + 1;
+	guest_arg(a, GA_PERM_KEY0) = ukvm_splitmix64(&state) & mask;
+	guest_arg(a, GA_PERM_KEY1) = ukvm_splitmix64(&state) & mask;
+}
+
+/* guest_timing: a vCPU's access log, one entry per page and a spare (guest_abi.h). */
+static uint64_t setup_guest_log_bytes(const struct ukvm_experiment *exp)
+{
+	return ALIGN_UP((exp->slice_size / UKVM_PAGE_SIZE + 1) * GA_LOG_ENTRY, UKVM_PAGE_SIZE);
+}
+
+/*
+ * guest_timing: the vCPU's access log and clock-sync exits. The log's pages
+ * are written here once, so that the guest's stamps never wait for the host
+ * to find memory (the guest touches them too, for KVM's own mapping).
+ */
+static int setup_guest_log(struct ukvm_experiment *exp, struct ukvm_vcpu *vcpu, uint64_t *a,
+			   struct ukvm_error *err)
+{
+	uint64_t bytes = setup_guest_log_bytes(exp);
+	int ret;
+
+	ret = ukvm_vm_alloc(&exp->vm, bytes, &vcpu->log_gpa, err);
+	if (ret)
+		return ret;
+	memset(ukvm_vm_sys_hva(&exp->vm, vcpu->log_gpa), 0, bytes);
+	vcpu->timing = true;
+#ifdef UKVM_TEST_HOOKS
+	/* The guest's clock as if it ran ahead of the host's (tests of the conversion). */
+	if (exp->cfg.inject == UKVM_INJECT_TSC_OFFSET)
+		vcpu->tsc_bias = exp->cfg.inject_after;
+#endif
+	vcpu->log_entries = exp->slice_size / UKVM_PAGE_SIZE + 1;
+	guest_arg(a, GA_LOG_PTR) = vcpu->log_gpa;
+	guest_arg(a, GA_LOG_STRIDE) = GA_LOG_ENTRY;
+	guest_arg(a, GA_LOG_END) = vcpu->log_gpa + bytes;
+	guest_arg(a, GA_SYNC_ROUNDS) = SYNC_ROUNDS;
+	return 0;
+}
+
+static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	uint64_t args_gpa, stack_gpa;
+	uint32_t i;
+	int ret;
+
+	exp->vcpus = calloc(cfg->vcpus, sizeof(*exp->vcpus));
+	exp->vcpu_stats = calloc(cfg->vcpus, sizeof(*exp->vcpu_stats));
+	if (!exp->vcpus || !exp->vcpu_stats) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating %u vCPUs", cfg->vcpus);
+		return -ENOMEM;
+	}
+	for (i = 0; i < cfg->vcpus; i++) {
+		ukvm_vcpu_init(&exp->vcpus[i]);
+		ukvm_kvmstats_init(&exp->vcpu_stats[i]);
+	}
+
+	for (i = 0; i < cfg->vcpus; i++) {
+		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
+		uint64_t *a;
+
+		ret = ukvm_vm_alloc(&exp->vm, GA_SIZE, &args_gpa, err);
+		ret = ret ?: ukvm_vm_alloc(&exp->vm, UKVM_VCPU_STACK_BYTES, &stack_gpa, err);
+		if (ret)
+			return ret;
+		a = ukvm_vm_sys_hva(&exp->vm, args_gpa);
+		guest_arg(a, GA_REGION) = exp->region_gpa + (cfg->overlap ? 0 : i * exp->slice_size);
+		guest_arg(a, GA_PAGES) = exp->slice_size / UKVM_PAGE_SIZE;
+		guest_arg(a, GA_WORK) = cfg->guest_work;
+		guest_arg(a, GA_PASSES) = exp->passes;
+		guest_arg(a, GA_WRITE_PCT) = cfg->write_percent;
+		guest_arg(a, GA_WRITE_KEY) = exp->write_key;
+		guest_arg(a, GA_TIMING) = cfg->guest_timing;
+		setup_guest_order(cfg, i, exp->slice_size / UKVM_PAGE_SIZE, a);
+		if (cfg->guest_timing) {
+			ret = setup_guest_log(exp, vcpu, a, err);
+			if (ret)
+				return ret;
+		}
+
+		ret = ukvm_vcpu_create(&exp->vm, vcpu, i, args_gpa, stack_gpa + UKVM_VCPU_STACK_BYTES,
+				       err);
+		if (ret)
+			return ret;
+		vcpu->ctl = &exp->ctl;
+		vcpu->cpu = cfg->nr_pin_vcpus ? cfg->pin_vcpus[i % cfg->nr_pin_vcpus] : -1;
+		vcpu->passes = exp->passes;
+		vcpu->pass_end_ns = calloc(exp->passes, sizeof(uint64_t));
+		if (!vcpu->pass_end_ns) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating pass times");
+			return -ENOMEM;
+		}
+		if (i == 0) {
+			int khz = ioctl(vcpu->fd, KVM_GET_TSC_KHZ, 0);
+
+			exp->result.tsc_khz = khz > 0 ? (uint64_t)khz : 0;
+		}
+		/* KVM's statistics are a bonus: a kernel without them still runs. */
+		if (ukvm_kvmstats_open(&exp->vcpu_stats[i], vcpu->fd, "vCPU", NULL))
+			ukvm_kvmstats_init(&exp->vcpu_stats[i]);
+	}
+	return 0;
+}
+
+/*
+ * Writes every page's data before the run, through `where`: the alias for
+ * a MINOR run (the page cache fills, the guest's mapping stays empty), the
+ * guest's own mapping for prefault (then nothing is left to fault).
+ */
+static int setup_fill(struct ukvm_experiment *exp, uint8_t *where, struct ukvm_error *err)
+{
+	uint64_t off, len;
+
+	for (off = 0; off < exp->region_size; off += PREFILL_CHUNK) {
+		if (off % (64 * PREFILL_CHUNK) == 0) {
+			if (exp_aborted(exp)) {
+				ukvm_err_set(err, UKVM_ERR_CANCELLED, 0, "cancelled during the prefill");
+				return -ECANCELED;
+			}
+			if (exp_past_deadline(exp)) {
+				ukvm_err_set(err, UKVM_ERR_TIMEOUT, 0,
+					     "the run did not finish within timeout_s=%.3f: it was still "
+					     "filling the guest's memory before the vCPUs started "
+					     "(%llu of %llu MiB)",
+					     (double)exp->cfg.timeout_ns / NSEC_PER_SEC,
+					     (unsigned long long)(off >> 20),
+					     (unsigned long long)(exp->region_size >> 20));
+				return -ETIMEDOUT;
+			}
+		}
+		len = exp->region_size - off < PREFILL_CHUNK ? exp->region_size - off
+							     : PREFILL_CHUNK;
+		ukvm_fill_pages(where + off, len, exp->region_gpa + off);
+	}
+	return 0;
+}
+
+static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	uint64_t available = 0, wanted = 0, range;
+	uint32_t u;
+	int ret;
+
+	if (cfg->uffd_mode == UKVM_UFFD_NONE)
+		return 0;
+	ret = ukvm_uffd_features(&available, err);
+	if (ret)
+		return ret;
+	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHMEM)
+		wanted |= UFFD_FEATURE_MINOR_SHMEM;
+	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHARED_HUGETLB)
+		wanted |= UFFD_FEATURE_MINOR_HUGETLBFS;
+	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->backing == UKVM_BACKING_SHMEM)
+		wanted |= UFFD_FEATURE_MISSING_SHMEM;
+	if (cfg->uffd_mode == UKVM_UFFD_MISSING && ukvm_backing_is_hugetlb(cfg->backing))
+		wanted |= UFFD_FEATURE_MISSING_HUGETLBFS;
+	/*
+	 * Which vCPU faulted, and the 4 KiB page it touched (hugetlb messages
+	 * otherwise name the huge page's start): nice to have, so only if the
+	 * kernel offers them.
+	 */
+	if (cfg->stats == UKVM_STATS_FULL)
+		wanted |= available & (UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_EXACT_ADDRESS);
+#ifdef UKVM_TEST_HOOKS
+	if (cfg->inject == UKVM_INJECT_NO_EXACT_ADDRESS)
+		wanted &= ~(uint64_t)UFFD_FEATURE_EXACT_ADDRESS;	/* as an older kernel */
+#endif
+	exp->exact_address = wanted & UFFD_FEATURE_EXACT_ADDRESS;
+	if ((available & wanted) != wanted) {
+		ukvm_err_set(err, UKVM_ERR_HOST, 0,
+			     "this kernel's userfaultfd lacks features 0x%llx needed for "
+			     "uffd_mode %s on %s memory (it has 0x%llx)",
+			     (unsigned long long)(wanted & ~available),
+			     ukvm_uffd_mode_name(cfg->uffd_mode), ukvm_backing_name(cfg->backing),
+			     (unsigned long long)available);
+		return -EOPNOTSUPP;
+	}
+
+	exp->nr_pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
+	range = exp->region_size / exp->nr_pools;
+	exp->pools = calloc(exp->nr_pools, sizeof(*exp->pools));
+	if (!exp->pools) {
+		exp->nr_pools = 0;
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating reader pools");
+		return -ENOMEM;
+	}
+	for (u = 0; u < exp->nr_pools; u++)
+		ukvm_pool_init(&exp->pools[u]);
+
+	for (u = 0; u < exp->nr_pools; u++) {
+		struct ukvm_pool *pool = &exp->pools[u];
+
+		pool->ctl = &exp->ctl;
+		pool->uffd_index = u;
+		pool->wait = cfg->wait;
+		pool->mode = cfg->uffd_mode;
+		pool->page_size = exp->mem.page_size;
+		pool->hva_base = (uint64_t)(uintptr_t)exp->mem.hva + u * range;
+		pool->region_size = range;
+		pool->gpa_base = exp->region_gpa + u * range;
+		pool->delay_ns = (uint64_t)cfg->delay_us * 1000;
+		pool->delay_dist = cfg->delay_dist;
+		pool->resolve = cfg->resolve;
+		pool->full_stats = cfg->stats == UKVM_STATS_FULL;
+		pool->seed = cfg->seed;
+		pool->vcpus_sharing = cfg->overlap ? cfg->vcpus : 1;
+		pool->pins = cfg->pin_readers;
+		pool->nr_pins = cfg->nr_pin_readers;
+		pool->first_reader = u * cfg->readers;
+		pool->nr_readers = cfg->readers;
+		/* Readers that block in read(2) need a blocking uffd. */
+		pool->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
+		if (pool->uffd < 0)
+			return pool->uffd;
+		ret = ukvm_uffd_register(pool->uffd, (void *)(uintptr_t)pool->hva_base, range,
+					 cfg->uffd_mode, cfg->backing, err);
+		if (!ret && !exp->probe)
+			ret = ukvm_pool_start(pool, err);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+#ifdef UKVM_TEST_HOOKS
+/*
+ * UKVM_INJECT_UNFAULTED_PAGE: page inject_after of the region is mapped
+ * before userfaultfd is registered, with the data it would have got, as a
+ * kernel that maps memory without asking would: the contents are right,
+ * the page never faults.
+ */
+static void setup_unfaulted_injection(struct ukvm_experiment *exp)
+{
+	uint64_t off = exp->cfg.inject_after * exp->mem.page_size;
+	volatile uint8_t *page = exp->mem.hva + off;
+
+	if (exp->cfg.inject != UKVM_INJECT_UNFAULTED_PAGE || off >= exp->region_size ||
+	    exp->cfg.uffd_mode == UKVM_UFFD_NONE || exp->cfg.prefault)
+		return;
+	if (exp->cfg.uffd_mode == UKVM_UFFD_MINOR)
+		(void)page[0];	/* maps the page cache's page: no minor fault left */
+	else if (exp->filled)
+		ukvm_fill_pages((void *)page, exp->mem.page_size, exp->region_gpa + off);
+	else
+		page[0] = 0;	/* zero-filled, as UFFDIO_ZEROPAGE would leave it */
+}
+
+/* UKVM_INJECT_GUEST_*: break the guest's mapping of one page of vCPU 0. */
+static int setup_guest_injection(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	uint64_t *pte = NULL;
+
+	if (exp->cfg.inject != UKVM_INJECT_GUEST_FAULT && exp->cfg.inject != UKVM_INJECT_GUEST_MMIO)
+		return 0;
+	/* The page index first: inject_after * 4 KiB could wrap. */
+	if (exp->cfg.inject_after < exp->slice_size / UKVM_PAGE_SIZE)
+		pte = ukvm_vm_leaf_pte(&exp->vm,
+				       exp->region_gpa + exp->cfg.inject_after * UKVM_PAGE_SIZE);
+	if (!pte) {
+		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "inject_after: beyond vCPU 0's pages");
+		return -EINVAL;
+	}
+	if (exp->cfg.inject == UKVM_INJECT_GUEST_FAULT)
+		*pte = 0;
+	else	/* a guest-physical address no memslot covers */
+		*pte = (*pte & 0xfff) | ALIGN_UP(exp->region_gpa + exp->region_size + SZ_1G, SZ_1G);
+	return 0;
+}
+#endif
+
+int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	uint64_t sys_size;
+	int ret;
+
+	uint64_t state = cfg->seed ^ 0x7772697465000000ULL;
+
+	exp->passes = cfg->passes;
+	exp->write_key = ukvm_splitmix64(&state);
+	exp->filled = cfg->prefault || cfg->uffd_mode == UKVM_UFFD_MINOR ||
+		      (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY);
+	exp->slice_size = cfg->mem_per_vcpu;
+	exp->region_size = cfg->overlap ? cfg->mem_per_vcpu : cfg->mem_per_vcpu * cfg->vcpus;
+
+	/* KVM's vCPU limit was checked before (ukvm_setup_check_vcpus); nothing is sized yet. */
+	ret = ukvm_vm_open(&exp->vm, err);
+	if (ret)
+		return ret;
+	sys_size = ukvm_vm_sys_size(cfg->vcpus, exp->region_size,
+				    cfg->guest_timing ? cfg->vcpus * setup_guest_log_bytes(exp) : 0);
+	ret = ukvm_backing_check_host(cfg->backing, exp->region_size, err);
+	ret = ret ?: ukvm_vm_create(&exp->vm, sys_size, err);
+	if (ret)
+		return ret;
+	if (ukvm_kvmstats_open(&exp->vm_stats, exp->vm.vm_fd, "VM", NULL))
+		ukvm_kvmstats_init(&exp->vm_stats);
+	exp->region_gpa = ALIGN_UP(sys_size, SZ_1G);
+	if (exp->region_gpa < REGION_MIN_GPA)
+		exp->region_gpa = REGION_MIN_GPA;
+	ret = ukvm_vm_map(&exp->vm, exp->region_gpa, exp->region_size, cfg->guest_page_size, err);
+	ret = ret ?: ukvm_backing_create(&exp->mem, cfg->backing, exp->region_size, exp->vm.vm_fd, err);
+	if (ret)
+		return ret;
+	if (cfg->backing == UKVM_BACKING_GUEST_MEMFD)
+		ret = ukvm_vm_add_gmem_memslot(&exp->vm, exp->region_gpa, exp->region_size,
+					       exp->mem.hva, exp->mem.memfd, err);
+	else
+		ret = ukvm_vm_add_memslot(&exp->vm, exp->region_gpa, exp->region_size,
+					  exp->mem.hva, err);
+	if (ret)
+		return ret;
+	if (exp->probe)
+		return setup_uffds(exp, err);
+	ret = setup_vcpus(exp, err);
+#ifdef UKVM_TEST_HOOKS
+	ret = ret ?: setup_guest_injection(exp, err);
+#endif
+	if (ret)
+		return ret;
+	if (cfg->prefault)
+		ret = setup_fill(exp, exp->mem.hva, err);
+	else if (cfg->uffd_mode == UKVM_UFFD_MINOR)
+		ret = setup_fill(exp, exp->mem.alias, err);
+#ifdef UKVM_TEST_HOOKS
+	setup_unfaulted_injection(exp);
+#endif
+	ret = ret ?: setup_uffds(exp, err);
+	if (!ret && exp_past_deadline(exp)) {
+		ukvm_err_set(err, UKVM_ERR_TIMEOUT, 0,
+			     "the run did not finish within timeout_s=%.3f: it was still being set "
+			     "up, before the vCPUs started",
+			     (double)exp->cfg.timeout_ns / NSEC_PER_SEC);
+		ret = -ETIMEDOUT;
+	}
+	return ret;
+}
+
+int ukvm_setup_check_vcpus(const struct ukvm_config *cfg, struct ukvm_error *err)
+{
+	struct ukvm_vm vm;
+	uint32_t max;
+	int ret;
+
+	ret = ukvm_vm_open(&vm, err);
+	if (ret)
+		return ret;
+	max = vm.max_vcpus;
+	ukvm_vm_destroy(&vm);
+	if (cfg->vcpus <= max)
+		return 0;
+	ukvm_err_set(err, UKVM_ERR_CONFIG, 0,
+		     "vcpus: this host's KVM allows at most %u vCPUs per VM, not %u "
+		     "(KVM_CAP_MAX_VCPUS of /dev/kvm): use at most %u", max, cfg->vcpus, max);
+	return -EINVAL;
+}
+
+/*
+ * The most fds the setup above holds at once, for cfg (a probe builds no
+ * vCPUs and starts no readers): what fds_check() compares with
+ * the process's limit. Keep it in step with what setup opens.
+ */
+uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *why,
+			       size_t why_len)
+{
+	uint64_t vcpus = probe ? 0 : cfg->vcpus, pools = 0, per_pool = 0, epolls = 0;
+	uint64_t memfd = ukvm_backing_is_shared(cfg->backing) ? 1 : 0;
+	bool epoll = cfg->wait == UKVM_WAIT_EPOLL || cfg->wait == UKVM_WAIT_EPOLL_EXCLUSIVE;
+	size_t n;
+
+	if (cfg->uffd_mode != UKVM_UFFD_NONE) {
+		pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
+		epolls = !probe && epoll ? cfg->readers : 0;
+		per_pool = 1 + !probe + epolls;	/* the uffd, its stop eventfd, epoll sets */
+	}
+	/*
+	 * /dev/kvm, the VM and its statistics; each vCPU and its statistics;
+	 * the memfd; the pools; and 1 that setup may hold for a moment beside
+	 * all of those (/dev/userfaultfd while it makes a uffd). The fds it
+	 * holds for a moment earlier (the uffd that asks for features, /sys
+	 * files) come when fewer are open.
+	 */
+	n = (size_t)snprintf(why, why_len, "3 for KVM, the VM and its statistics");
+	if (vcpus && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu for %llu vCPUs and their "
+				      "statistics", (unsigned long long)(2 * vcpus),
+				      (unsigned long long)vcpus);
+	if (memfd && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", 1 for the %s memfd",
+				      ukvm_backing_name(cfg->backing));
+	if (pools && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu for %llu uffd%s%s%s",
+				      (unsigned long long)(pools * per_pool),
+				      (unsigned long long)pools, pools > 1 ? "s" : "",
+				      probe ? "" : " with their stop eventfds",
+				      epolls ? " and an epoll set per reader" : "");
+	if (n < why_len)
+		snprintf(why + n, why_len - n, ", 1 while setting up");
+	return 3 + 2 * vcpus + memfd + pools * per_pool + 1;
+}
+
+void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)
+{
+	uint32_t i;
+
+	ukvm_stop_pools(exp, true);
+	free(exp->pools);
+	exp->pools = NULL;
+	exp->nr_pools = 0;
+	for (i = 0; exp->vcpus && i < exp->cfg.vcpus; i++) {
+		ukvm_kvmstats_close(&exp->vcpu_stats[i]);
+		ukvm_vcpu_destroy(&exp->vcpus[i]);
+	}
+	free(exp->vcpus);
+	free(exp->vcpu_stats);
+	exp->vcpus = NULL;
+	exp->vcpu_stats = NULL;
+	ukvm_kvmstats_close(&exp->vm_stats);
+	ukvm_vm_destroy(&exp->vm);
+	if (!keep_memory)
+		ukvm_backing_destroy(&exp->mem);
+}

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One experiment's state, shared by the phases that run it:
+ *
+ *   setup.c       VM, backing memory, memslot, guest page tables, vCPUs, the
+ *                 prefill, uffds and their reader pools; and the teardown
+ *   execute.c     vCPU threads start together; the controller waits for all
+ *                 of them, a failure, a cancel or the deadline
+ *   stop.c        stopping vCPUs and readers, bounded, naming any that
+ *                 would not stop
+ *   collect.c     KVM stats, reader stats and fault log, uffds closed, every
+ *                 page verified, the result filled
+ *   experiment.c  the controller thread and the public lifecycle (ukvm.h)
+ *
+ * The phases take everything they share from here and never call up:
+ * experiment.c calls setup, execute, stop and collect; setup and collect
+ * call stop; stop calls only the objects (vcpu.h, pool.h).
+ */
+#ifndef UKVM_EXPERIMENT_STATE_H
+#define UKVM_EXPERIMENT_STATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/ctl.h"
+#include "base/tsc.h"
+#include "base/util.h"
+#include "kvm/kvmstats.h"
+#include "kvm/vcpu.h"
+#include "kvm/vm.h"
+#include "uffd/backing.h"
+#include "uffd/pool.h"
+#include "ukvm.h"
+
+struct ukvm_experiment {
+	struct ukvm_config cfg;
+	struct ukvm_ctl ctl;
+	pthread_t controller;
+	bool finished;			/* under ctl.lock */
+	struct ukvm_result result;
+
+	struct ukvm_vm vm;
+	struct ukvm_backing_mem mem;
+	uint64_t region_gpa;
+	uint64_t region_size;
+	uint64_t slice_size;		/* what one vCPU walks */
+	uint64_t passes;
+	uint64_t write_key;		/* the guest's write-or-read choice, seeded */
+	bool filled;			/* pages arrive with data (else zero-filled) */
+	int32_t *pin_vcpus;		/* copies of the config's lists */
+	int32_t *pin_readers;
+	struct ukvm_vcpu *vcpus;
+	struct ukvm_kvmstats *vcpu_stats;
+	struct ukvm_kvmstats vm_stats;
+	struct ukvm_pool *pools;
+	uint32_t nr_pools;
+	uint64_t deadline_ns;
+	/* demand_paging_test's window: before the first vCPU thread is created... */
+	uint64_t threads_start_ns;
+	uint64_t threads_joined_ns;	/* ...after the last one is joined */
+	struct ukvm_tsc_clock tsc_clock;	/* guest_timing: sampled while the vCPUs run */
+	bool exact_address;		/* fault messages name the 4 KiB page, hugetlb too */
+	bool probe;			/* ukvm_probe(): build, register, stop there */
+	bool releasing_memory;		/* under ctl.lock: a failed run's memory, still going */
+	/* Under ctl.lock: what the controller is doing, for errors that name it. */
+	const char *phase;
+	/* Under ctl.lock: the vCPUs' args pages may be read (progress). */
+	bool walkable;
+	/* Under ctl.lock: a thread would not stop; the controller waits for it. */
+	bool lingering;
+	uint64_t lingering_since_ns;
+	char holdout[640];		/* under ctl.lock: that thread, named */
+	atomic_bool controller_done;	/* the controller is returning: join, then free */
+	/* Under pending_lock (experiment.c): the caller left it to the background. */
+	uint64_t handoff_ns;
+	struct ukvm_experiment *next_pending;
+};
+
+/* Records err as the experiment's failure unless something failed first. */
+static inline void exp_fail(struct ukvm_experiment *exp, const struct ukvm_error *err)
+{
+	pthread_mutex_lock(&exp->ctl.lock);
+	ukvm_ctl_fail_locked(&exp->ctl, err);
+	pthread_mutex_unlock(&exp->ctl.lock);
+}
+
+static inline bool exp_aborted(struct ukvm_experiment *exp)
+{
+	return ukvm_ctl_aborted(&exp->ctl);
+}
+
+static inline bool exp_past_deadline(struct ukvm_experiment *exp)
+{
+	return exp->deadline_ns && ukvm_now_ns() >= exp->deadline_ns;
+}
+
+/* The vCPU's args page (guest_abi.h, guest_arg()), as the host sees it. */
+static inline uint64_t *exp_guest_args(struct ukvm_experiment *exp, struct ukvm_vcpu *vcpu)
+{
+	return ukvm_vm_sys_hva(&exp->vm, vcpu->args_gpa);
+}
+
+#endif

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/* Stopping an experiment's vCPU and reader threads, bounded (stop.c). */
+#ifndef UKVM_EXPERIMENT_STOP_H
+#define UKVM_EXPERIMENT_STOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/util.h"
+#include "experiment/state.h"
+
+/*
+ * How long stopping waits for one kind of thread (vCPUs, then readers). A
+ * thread still running then is named in the run's error and left running;
+ * the controller keeps the experiment (memory, fds, mappings it may touch)
+ * until it leaves: see experiment_linger() in experiment.c.
+ */
+#define STOP_WAIT_NS		(2 * NSEC_PER_SEC)
+
+/*
+ * Stops every vCPU, STOP_WAIT_NS at most, and names any that would not stop
+ * in the run's error. Returns how many vCPU threads still run.
+ */
+uint32_t ukvm_stop_vcpus(struct ukvm_experiment *exp);
+/* Joins the vCPU threads that left, kicking the rest every poll_ns until deadline_ns. */
+uint32_t ukvm_stop_wait_vcpus(struct ukvm_experiment *exp, uint64_t deadline_ns,
+			      uint64_t poll_ns);
+/*
+ * Stops every reader, STOP_WAIT_NS at most, and names any that would not
+ * stop; with close_uffds and none left, releases the pools and their
+ * uffds. Returns how many readers still run.
+ */
+uint32_t ukvm_stop_pools(struct ukvm_experiment *exp, bool close_uffds);
+/* Joins the readers that left, kicking the rest until deadline_ns: how many still run. */
+uint32_t ukvm_stop_wait_pools(struct ukvm_experiment *exp, uint64_t deadline_ns);
+/* A vCPU is stuck on a fault: stop the readers (briefly) and let go of every uffd. */
+void ukvm_stop_release_uffds(struct ukvm_experiment *exp);
+
+#endif

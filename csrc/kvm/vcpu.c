@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * vCPUs: creation in 64-bit long mode, and the thread that runs each one.
+ *
+ * The thread runs KVM_RUN until the guest reports it is done through an I/O
+ * port write (guest_abi.h). Any other exit ends the experiment with an error
+ * that names the vCPU, the exit and the guest's registers.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "base/ctl.h"
+#include "base/errors.h"
+#include "base/kick.h"
+#include "base/thread.h"
+#include "base/tsc.h"
+#include "base/util.h"
+#include "kvm/guest_abi.h"
+#include "kvm/vcpu.h"
+#include "kvm/vm.h"
+#include "uapi_compat.h"
+
+#define CR0_PE	(1ULL << 0)
+#define CR0_MP	(1ULL << 1)
+#define CR0_ET	(1ULL << 4)
+#define CR0_NE	(1ULL << 5)
+#define CR0_WP	(1ULL << 16)
+#define CR0_PG	(1ULL << 31)
+#define CR4_PAE	(1ULL << 5)
+#define CR4_OSFXSR (1ULL << 9)
+#define CR4_OSXMMEXCPT (1ULL << 10)
+#define EFER_LME (1ULL << 8)
+#define EFER_LMA (1ULL << 10)
+
+void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
+{
+	memset(vcpu, 0, sizeof(*vcpu));
+	vcpu->fd = -1;
+	vcpu->cpu = -1;
+	atomic_init(&vcpu->exited, false);
+	ukvm_tsc_bracket_init(&vcpu->tsc_bracket);
+	ukvm_tsc_bracket_init(&vcpu->tsc_bracket_after);
+}
+
+static void vcpu_set_segment(struct kvm_segment *seg, uint16_t selector, uint8_t type,
+			     bool code)
+{
+	memset(seg, 0, sizeof(*seg));
+	seg->base = 0;
+	seg->limit = 0xffffffff;
+	seg->selector = selector;
+	seg->type = type;
+	seg->present = 1;
+	seg->s = 1;
+	seg->g = 1;
+	seg->l = code;		/* 64-bit code segment */
+	seg->db = !code;
+}
+
+static int vcpu_setup_long_mode(struct ukvm_vcpu *vcpu, uint64_t stack_top_gpa,
+				struct ukvm_error *err)
+{
+	struct ukvm_vm *vm = vcpu->vm;
+	struct kvm_sregs sregs;
+	struct kvm_regs regs;
+	int ret;
+
+	ret = ukvm_ioctl(vcpu->fd, KVM_SET_CPUID2, vm->cpuid);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_HOST, -ret, "vCPU %u: KVM_SET_CPUID2", vcpu->index);
+		return ret;
+	}
+	ret = ukvm_ioctl(vcpu->fd, KVM_GET_SREGS, &sregs);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "vCPU %u: KVM_GET_SREGS", vcpu->index);
+		return ret;
+	}
+	vcpu_set_segment(&sregs.cs, UKVM_GDT_CODE, 0xb, true);
+	vcpu_set_segment(&sregs.ds, UKVM_GDT_DATA, 0x3, false);
+	sregs.es = sregs.fs = sregs.gs = sregs.ss = sregs.ds;
+
+	memset(&sregs.tr, 0, sizeof(sregs.tr));
+	sregs.tr.base = vm->tss_gpa;
+	sregs.tr.limit = 0x67;
+	sregs.tr.selector = UKVM_GDT_TSS;
+	sregs.tr.type = 0xb;	/* busy 64-bit TSS */
+	sregs.tr.present = 1;
+	memset(&sregs.ldt, 0, sizeof(sregs.ldt));
+	sregs.ldt.unusable = 1;
+
+	sregs.gdt.base = vm->gdt_gpa;
+	sregs.gdt.limit = 5 * 8 - 1;
+	sregs.idt.base = vm->idt_gpa;
+	sregs.idt.limit = 32 * 16 - 1;
+	sregs.cr0 = CR0_PE | CR0_MP | CR0_ET | CR0_NE | CR0_WP | CR0_PG;
+	sregs.cr3 = vm->pml4_gpa;
+	sregs.cr4 = CR4_PAE | CR4_OSFXSR | CR4_OSXMMEXCPT;
+	sregs.efer = EFER_LME | EFER_LMA;
+	ret = ukvm_ioctl(vcpu->fd, KVM_SET_SREGS, &sregs);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_HOST, -ret,
+			     "vCPU %u: KVM_SET_SREGS (entering long mode)", vcpu->index);
+		return ret;
+	}
+
+	memset(&regs, 0, sizeof(regs));
+	regs.rip = vm->code_gpa;
+	regs.rsp = stack_top_gpa;
+	regs.rdi = vcpu->args_gpa;
+	regs.rflags = 0x2;	/* the reserved bit; interrupts stay off */
+	ret = ukvm_ioctl(vcpu->fd, KVM_SET_REGS, &regs);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "vCPU %u: KVM_SET_REGS", vcpu->index);
+		return ret;
+	}
+	return 0;
+}
+
+int ukvm_vcpu_create(struct ukvm_vm *vm, struct ukvm_vcpu *vcpu, uint32_t index,
+		     uint64_t args_gpa, uint64_t stack_top_gpa, struct ukvm_error *err)
+{
+	void *run;
+	int ret;
+
+	vcpu->vm = vm;
+	vcpu->index = index;
+	vcpu->args_gpa = args_gpa;
+	vcpu->fd = ioctl(vm->vm_fd, KVM_CREATE_VCPU, (unsigned long)index);
+	if (vcpu->fd < 0) {
+		ret = -errno;
+		ukvm_err_set(err, UKVM_ERR_HOST, -ret, "KVM_CREATE_VCPU(%u)", index);
+		return ret;
+	}
+	run = mmap(NULL, (size_t)vm->run_mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+		   vcpu->fd, 0);
+	if (run == MAP_FAILED) {
+		ret = -errno;
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "vCPU %u: mmap(kvm_run)", index);
+		return ret;
+	}
+	vcpu->run = run;
+	return vcpu_setup_long_mode(vcpu, stack_top_gpa, err);
+}
+
+void ukvm_vcpu_destroy(struct ukvm_vcpu *vcpu)
+{
+	if (vcpu->run)
+		munmap(vcpu->run, (size_t)vcpu->vm->run_mmap_size);
+	if (vcpu->fd >= 0)
+		close(vcpu->fd);
+	free(vcpu->pass_end_ns);
+	ukvm_vcpu_init(vcpu);
+}
+
+int ukvm_vcpu_tsc_offset(struct ukvm_vcpu *vcpu, int64_t *offset)
+{
+	uint64_t value;
+	struct kvm_device_attr attr = {
+		.group = KVM_VCPU_TSC_CTRL,
+		.attr = KVM_VCPU_TSC_OFFSET,
+		.addr = (uint64_t)(uintptr_t)&value,
+	};
+	int ret;
+
+#ifdef UKVM_TEST_HOOKS
+	if (vcpu->ctl->inject == UKVM_INJECT_NO_KVM_TSC_OFFSET)
+		return -ENXIO;	/* what a KVM without the attribute answers */
+#endif
+	ret = ukvm_ioctl(vcpu->fd, KVM_GET_DEVICE_ATTR, &attr);
+	if (ret)
+		return ret;
+#ifdef UKVM_TEST_HOOKS
+	value += vcpu->tsc_bias;	/* UKVM_INJECT_TSC_OFFSET: as if KVM had applied it */
+#endif
+	*offset = (int64_t)value;
+	return 0;
+}
+
+void ukvm_vcpu_kick(struct ukvm_vcpu *vcpu)
+{
+	/* immediate_exit covers the window before the thread enters KVM_RUN. */
+	if (vcpu->run)
+		__atomic_store_n(&vcpu->run->immediate_exit, 1, __ATOMIC_RELEASE);
+	if (vcpu->thread_started && !atomic_load(&vcpu->exited))
+		pthread_kill(vcpu->thread, ukvm_kick_signal());
+}
+
+static const char *exit_reason_name(uint32_t reason)
+{
+	static const char *const names[] = {
+		[KVM_EXIT_UNKNOWN] = "UNKNOWN",
+		[KVM_EXIT_EXCEPTION] = "EXCEPTION",
+		[KVM_EXIT_IO] = "IO",
+		[KVM_EXIT_HYPERCALL] = "HYPERCALL",
+		[KVM_EXIT_DEBUG] = "DEBUG",
+		[KVM_EXIT_HLT] = "HLT",
+		[KVM_EXIT_MMIO] = "MMIO",
+		[KVM_EXIT_IRQ_WINDOW_OPEN] = "IRQ_WINDOW_OPEN",
+		[KVM_EXIT_SHUTDOWN] = "SHUTDOWN (triple fault)",
+		[KVM_EXIT_FAIL_ENTRY] = "FAIL_ENTRY",
+		[KVM_EXIT_INTR] = "INTR",
+		[KVM_EXIT_SET_TPR] = "SET_TPR",
+		[KVM_EXIT_TPR_ACCESS] = "TPR_ACCESS",
+		[KVM_EXIT_NMI] = "NMI",
+		[KVM_EXIT_INTERNAL_ERROR] = "INTERNAL_ERROR",
+		[KVM_EXIT_SYSTEM_EVENT] = "SYSTEM_EVENT",
+	};
+
+	if (reason < ARRAY_SIZE(names) && names[reason])
+		return names[reason];
+	return "?";
+}
+
+/* "rip=... rsp=... ..." for an error message. */
+static void vcpu_format_regs(struct ukvm_vcpu *vcpu, char *buf, size_t len)
+{
+	struct kvm_regs r;
+
+	if (ioctl(vcpu->fd, KVM_GET_REGS, &r)) {
+		snprintf(buf, len, "(KVM_GET_REGS failed: %s)", strerror(errno));
+		return;
+	}
+	snprintf(buf, len,
+		 "rip=0x%llx rsp=0x%llx rax=0x%llx rbx=0x%llx rcx=0x%llx rdx=0x%llx "
+		 "rsi=0x%llx rdi=0x%llx r8=0x%llx r13=0x%llx rflags=0x%llx",
+		 r.rip, r.rsp, r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.r8, r.r13,
+		 r.rflags);
+}
+
+static void vcpu_fail_guest_exception(struct ukvm_vcpu *vcpu)
+{
+	static const char *const vectors[32] = {
+		"#DE divide error", "#DB debug", "NMI", "#BP breakpoint", "#OF overflow",
+		"#BR bound range", "#UD invalid opcode", "#NM no FPU", "#DF double fault",
+		NULL, "#TS invalid TSS", "#NP segment not present", "#SS stack fault",
+		"#GP general protection", "#PF page fault", NULL, "#MF x87 error",
+		"#AC alignment check", "#MC machine check", "#XM SIMD error",
+		"#VE virtualization exception", "#CP control protection",
+	};
+	struct kvm_regs r;
+	char regs[512];
+
+	if (ioctl(vcpu->fd, KVM_GET_REGS, &r)) {
+		ukvm_ctl_fail(vcpu->ctl, UKVM_ERR_RUN, errno,
+			      "vCPU %u: the guest took an exception; KVM_GET_REGS", vcpu->index);
+		return;
+	}
+	vcpu_format_regs(vcpu, regs, sizeof(regs));
+	ukvm_ctl_fail(vcpu->ctl, UKVM_ERR_RUN, 0,
+		      "vCPU %u: guest exception %s (vector %llu, error code 0x%llx) at "
+		      "rip=0x%llx, cr2=0x%llx; registers in the handler: %s",
+		      vcpu->index, r.rax < 32 && vectors[r.rax] ? vectors[r.rax] : "reserved",
+		      r.rax, r.rbx, r.rcx, r.rsi, regs);
+}
+
+static void vcpu_fail_exit(struct ukvm_vcpu *vcpu, const char *what)
+{
+	struct kvm_run *run = vcpu->run;
+	char regs[512], detail[160] = "";
+
+	vcpu_format_regs(vcpu, regs, sizeof(regs));
+	if (run->exit_reason == KVM_EXIT_FAIL_ENTRY)
+		snprintf(detail, sizeof(detail), " (hardware entry failure reason 0x%llx)",
+			 run->fail_entry.hardware_entry_failure_reason);
+	else if (run->exit_reason == KVM_EXIT_INTERNAL_ERROR)
+		snprintf(detail, sizeof(detail), " (suberror %u)", run->internal.suberror);
+	else if (run->exit_reason == KVM_EXIT_IO)
+		snprintf(detail, sizeof(detail), " (port 0x%x, %s)", run->io.port,
+			 run->io.direction == KVM_EXIT_IO_OUT ? "out" : "in");
+	else if (run->exit_reason == KVM_EXIT_MMIO)
+		snprintf(detail, sizeof(detail), " (address 0x%llx)", run->mmio.phys_addr);
+	ukvm_ctl_fail(vcpu->ctl, UKVM_ERR_RUN, 0, "vCPU %u: %s: exit reason %u %s%s; %s",
+		      vcpu->index, what, run->exit_reason, exit_reason_name(run->exit_reason),
+		      detail, regs);
+}
+
+/*
+ * Handles one return from KVM_RUN: 1 keep running, 0 done, -errno failed
+ * (recorded as the run's failure).
+ * tsc_before/tsc_after: the host's TSC around that KVM_RUN (guest_timing).
+ */
+static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_t tsc_after)
+{
+	struct kvm_run *run = vcpu->run;
+
+	switch (run->exit_reason) {
+	case KVM_EXIT_IO:
+		if (run->io.direction != KVM_EXIT_IO_OUT)
+			break;
+		if (run->io.port == UKVM_PORT_SYNC && vcpu->timing) {
+			const volatile uint64_t *args = ukvm_vm_sys_hva(vcpu->vm, vcpu->args_gpa);
+			bool after = vcpu->passes_seen >= vcpu->passes;
+			uint64_t guest_tsc = guest_arg(args, GA_SYNC_TSC);
+
+#ifdef UKVM_TEST_HOOKS
+			guest_tsc += vcpu->tsc_bias;	/* UKVM_INJECT_TSC_OFFSET */
+			if (after && vcpu->ctl->inject == UKVM_INJECT_TSC_JUMP)
+				guest_tsc += vcpu->ctl->inject_after;
+#endif
+			/* Before the walk, or after its last pass (guest.S). */
+			ukvm_tsc_bracket_add(after ? &vcpu->tsc_bracket_after : &vcpu->tsc_bracket,
+					     guest_tsc, tsc_before, tsc_after);
+			return 1;
+		}
+		if (run->io.port == UKVM_PORT_PASS) {
+			if (vcpu->passes_seen < vcpu->passes)
+				vcpu->pass_end_ns[vcpu->passes_seen] = ukvm_now_ns();
+			vcpu->passes_seen++;
+			return 1;
+		}
+		if (run->io.port == UKVM_PORT_DONE) {
+			/* The walk ended with the last pass: one clock for both. */
+			vcpu->end_ns = vcpu->passes_seen && vcpu->passes_seen <= vcpu->passes ?
+				       vcpu->pass_end_ns[vcpu->passes_seen - 1] : ukvm_now_ns();
+			return 0;
+		}
+		if (run->io.port == UKVM_PORT_EXCEPTION) {
+			vcpu_fail_guest_exception(vcpu);
+			return -EFAULT;
+		}
+		break;
+	case KVM_EXIT_INTR:
+		return 1;
+	default:
+		break;
+	}
+	vcpu_fail_exit(vcpu, "unexpected exit from the guest");
+	return -EPROTO;
+}
+
+void *ukvm_vcpu_thread(void *arg)
+{
+	struct ukvm_vcpu *vcpu = arg;
+	struct ukvm_ctl *ctl = vcpu->ctl;
+	struct rusage usage;
+	int go, ret;
+
+	ukvm_kick_thread_init();
+	vcpu->tid = (int32_t)gettid();
+	ret = ukvm_thread_pin(vcpu->cpu, vcpu->affinity);
+	if (ret)
+		ukvm_ctl_fail(ctl, UKVM_ERR_RUN, -ret, "vCPU %u: pinning to CPU %d (pin_vcpus)",
+			      vcpu->index, vcpu->cpu);
+
+	pthread_mutex_lock(&ctl->lock);
+	vcpu->ready = true;
+	pthread_cond_broadcast(&ctl->cond);
+	while (ctl->go == 0)
+		pthread_cond_wait(&ctl->cond, &ctl->lock);
+	go = ctl->go;
+	pthread_mutex_unlock(&ctl->lock);
+	if (go < 0)
+		goto out;
+
+	vcpu->start_ns = ukvm_now_ns();
+	for (;;) {
+		uint64_t tsc_before = 0, tsc_after = 0;
+
+		if (ukvm_ctl_stopping(ctl))
+			break;
+		if (vcpu->timing)
+			tsc_before = ukvm_tsc_read();
+		ret = ioctl(vcpu->fd, KVM_RUN, 0);
+		if (vcpu->timing)
+			tsc_after = ukvm_tsc_read();
+		vcpu->userspace_exits++;
+		if (ret < 0) {
+			int e = errno;
+
+			if (e == EINTR || e == EAGAIN)
+				continue;	/* kicked: the loop re-checks stop */
+			if (e == EIO)
+				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
+					      "vCPU %u: KVM_RUN: KVM killed the VM", vcpu->index);
+			else if (e == EFAULT)
+				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
+					      "vCPU %u: KVM_RUN: the guest touched memory the "
+					      "host could not provide (a fault that could not "
+					      "be resolved?)", vcpu->index);
+			else
+				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e, "vCPU %u: KVM_RUN",
+					      vcpu->index);
+			break;
+		}
+		ret = vcpu_handle_exit(vcpu, tsc_before, tsc_after);
+		if (ret <= 0) {
+			vcpu->done = ret == 0;
+			break;
+		}
+	}
+
+out:
+	if (getrusage(RUSAGE_THREAD, &usage) == 0)
+		vcpu->cpu_ns = (uint64_t)usage.ru_utime.tv_sec * NSEC_PER_SEC +
+			       (uint64_t)usage.ru_utime.tv_usec * 1000 +
+			       (uint64_t)usage.ru_stime.tv_sec * NSEC_PER_SEC +
+			       (uint64_t)usage.ru_stime.tv_usec * 1000;
+	pthread_mutex_lock(&ctl->lock);
+	atomic_store(&vcpu->exited, true);
+	if (vcpu->done)
+		ctl->vcpus_running--;
+	pthread_cond_broadcast(&ctl->cond);
+	pthread_mutex_unlock(&ctl->lock);
+	return NULL;
+}

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * vCPUs: creation in 64-bit long mode, and the thread that runs one until
+ * its guest reports it is done.
+ */
+#ifndef UKVM_KVM_VCPU_H
+#define UKVM_KVM_VCPU_H
+
+#include <linux/kvm.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/ctl.h"
+#include "base/thread.h"
+#include "base/tsc.h"
+#include "kvm/vm.h"
+#include "ukvm.h"
+
+struct ukvm_vcpu {
+	struct ukvm_vm *vm;
+	struct ukvm_ctl *ctl;
+	uint32_t index;
+	int fd;
+	struct kvm_run *run;
+	uint64_t args_gpa;
+	pthread_t thread;
+	bool thread_started;
+	atomic_bool exited;		/* the thread is past its last KVM_RUN */
+	bool ready;			/* under ctl->lock: waiting for go */
+	/* Written by the vCPU thread, read after it is joined. */
+	int32_t tid;
+	uint64_t start_ns;
+	uint64_t end_ns;
+	uint64_t userspace_exits;
+	bool done;
+	uint64_t *pass_end_ns;		/* one per pass, freed by destroy */
+	uint64_t passes;
+	uint64_t passes_seen;
+	int cpu;			/* pinned to, or -1 */
+	uint64_t affinity[16];
+	uint64_t cpu_ns;
+	/* The thread around ukvm_vcpu_thread() (execute.c): its state, and stop waits on done. */
+	struct ukvm_thread_state state;
+#ifdef UKVM_TEST_HOOKS
+	uint64_t stall_ms;		/* UKVM_INJECT_VCPU_STALL, for this vCPU */
+	uint64_t tsc_bias;		/* UKVM_INJECT_TSC_OFFSET: added to every guest TSC read */
+#endif
+	/* guest_timing: the guest's access log, and its TSC bracketed at sync exits */
+	bool timing;
+	uint64_t log_gpa;
+	uint64_t log_entries;		/* first-pass pages, plus the spare slot */
+	struct ukvm_tsc_bracket tsc_bracket;		/* before the walk */
+	struct ukvm_tsc_bracket tsc_bracket_after;	/* after it */
+};
+
+void ukvm_vcpu_init(struct ukvm_vcpu *vcpu);
+int ukvm_vcpu_create(struct ukvm_vm *vm, struct ukvm_vcpu *vcpu, uint32_t index,
+		     uint64_t args_gpa, uint64_t stack_top_gpa, struct ukvm_error *err);
+void ukvm_vcpu_destroy(struct ukvm_vcpu *vcpu);
+/* The thread's body: runs the guest until it is done, fails or must stop. */
+void *ukvm_vcpu_thread(void *arg);
+/* KVM's TSC offset of the vCPU (guest TSC - host TSC): 0, or -errno where KVM does not say. */
+int ukvm_vcpu_tsc_offset(struct ukvm_vcpu *vcpu, int64_t *offset);
+/* Makes a running vCPU leave KVM_RUN soon; call repeatedly until it exits. */
+void ukvm_vcpu_kick(struct ukvm_vcpu *vcpu);
+
+#endif

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Test-only fault injection, for the test suites (tests/c, uffdkvm._testing):
+ * each makes one thing go wrong so that an error path can be exercised for
+ * real. Compiled only where UKVM_TEST_HOOKS is defined (tests/c/Makefile;
+ * setup.py with UFFDKVM_TEST_HOOKS=1): a user's build has neither these
+ * names nor any injection code. ukvm.h includes this header in such builds
+ * and then gives struct ukvm_config the fields below, after all the others.
+ */
+#ifndef UKVM_TESTHOOKS_H
+#define UKVM_TESTHOOKS_H
+
+#ifdef UKVM_TEST_HOOKS
+
+#include <stdint.h>
+
+enum ukvm_inject {
+	UKVM_INJECT_NONE = 0,
+	UKVM_INJECT_RESOLVE_EIO,	/* resolve number inject_after fails with EIO */
+	UKVM_INJECT_READER_EXIT,	/* the reader taking fault inject_after leaves silently */
+	UKVM_INJECT_GUEST_FAULT,	/* page inject_after of vCPU 0 is unmapped: #PF */
+	UKVM_INJECT_GUEST_MMIO,		/* page inject_after of vCPU 0 maps no memory: MMIO exit */
+	UKVM_INJECT_THREAD_CREATE,	/* thread number inject_after fails to start (EAGAIN) */
+	UKVM_INJECT_CORRUPT_PAGE,	/* page inject_after is damaged before verification */
+	/*
+	 * A thread that will not stop: when its run is over it stays
+	 * inject_after milliseconds more, ignoring stop and kicks. READER:
+	 * the last reader of uffd 0; VCPU: the last vCPU.
+	 */
+	UKVM_INJECT_READER_STALL,
+	UKVM_INJECT_VCPU_STALL,
+	/* Every resolving ioctl fails with EAGAIN for inject_after ms from the first. */
+	UKVM_INJECT_RESOLVE_EAGAIN,
+	/*
+	 * Reader 0 of uffd 0 touches a PROT_NONE page as it starts: a real
+	 * SIGSEGV, which kills the process (its handler, faulthandler say,
+	 * runs first). For a child process only.
+	 */
+	UKVM_INJECT_READER_CRASH,
+	UKVM_INJECT_TSC_OFFSET,		/* the host sees every guest TSC inject_after cycles ahead */
+	UKVM_INJECT_NO_KVM_TSC_OFFSET,	/* KVM's TSC offset is taken as unknown */
+	UKVM_INJECT_UNFAULTED_PAGE,	/* page inject_after is mapped before userfaultfd is */
+	UKVM_INJECT_TSC_JUMP,		/* after the walk the guest TSC reads inject_after ahead */
+	UKVM_INJECT_NO_EXACT_ADDRESS,	/* no UFFD_FEATURE_EXACT_ADDRESS, as on Linux < 5.18 */
+	UKVM_INJECT__COUNT
+};
+
+/* The last members of struct ukvm_config (ukvm.h) in a test build. */
+#define UKVM_TEST_CONFIG_FIELDS						\
+	enum ukvm_inject inject;	/* what goes wrong; NONE by default */	\
+	uint64_t inject_after;		/* when, or how much (see each kind) */
+
+#endif /* UKVM_TEST_HOOKS */
+#endif /* UKVM_TESTHOOKS_H */

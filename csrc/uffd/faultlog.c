@@ -1,0 +1,356 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * From the readers' fault records (stats full) to what each vCPU went
+ * through, after the run, off the hot path.
+ *
+ * A record spans a reader's read() returning the fault message to its
+ * resolving ioctl returning (the service stage), and names the faulting
+ * thread (UFFD_FEATURE_THREAD_ID), which maps to a vCPU. With guest_timing
+ * the vCPU's own access log adds the two ends the readers cannot see: when
+ * the guest was about to make the access (raised) and when it completed
+ * (resumed), converted from the guest's TSC to CLOCK_MONOTONIC (tsc.h). The
+ * record of vCPU v at 4 KiB page p takes the stamps of v's first-pass access
+ * to p: a vCPU faults on a page only in the pass that first touches it.
+ * Where the kernel names only the huge page of a hugetlb fault (no
+ * UFFD_FEATURE_EXACT_ADDRESS), the record takes v's first access to that
+ * huge page, which is the faulting one: a hugetlb page appears whole, in
+ * one go. (A THP copy does not: it installs 4 KiB pieces one by one, and a
+ * vCPU can touch a piece already in, then fault on one still to come; but
+ * anonymous faults always name their 4 KiB page.)
+ *
+ * A vCPU is blocked while one of its faults is outstanding, raised to
+ * resumed when the stamps are known, read to resolved otherwise; the VM is
+ * blocked while every vCPU is (QEMU's postcopy-blocktime). Both come from
+ * one sweep over the faults' start and end events in time order.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/hist.h"
+#include "base/tsc.h"
+#include "base/util.h"
+#include "kvm/guest_abi.h"
+#include "uffd/faultlog.h"
+#include "uffd/pool.h"
+
+struct tid_index {
+	int32_t tid;
+	int32_t index;
+};
+
+struct event {
+	uint64_t t;
+	int32_t vcpu;
+	int32_t delta;	/* +1 a fault starts, -1 it ends */
+};
+
+static int cmp_tid(const void *a, const void *b)
+{
+	const struct tid_index *x = a, *y = b;
+
+	return (x->tid > y->tid) - (x->tid < y->tid);
+}
+
+static int cmp_read(const void *a, const void *b)
+{
+	const struct ukvm_fault_record *x = a, *y = b;
+
+	return (x->read_ns > y->read_ns) - (x->read_ns < y->read_ns);
+}
+
+/* By time; at the same instant an end before a start, so touching faults do not overlap. */
+static int cmp_event(const void *a, const void *b)
+{
+	const struct event *x = a, *y = b;
+
+	if (x->t != y->t)
+		return (x->t > y->t) - (x->t < y->t);
+	return x->delta - y->delta;
+}
+
+static int32_t vcpu_of(const struct tid_index *map, uint32_t n, int32_t tid)
+{
+	struct tid_index key = { .tid = tid };
+	const struct tid_index *hit = bsearch(&key, map, n, sizeof(*map), cmp_tid);
+
+	return hit ? hit->index : -1;
+}
+
+static int sweep(struct ukvm_faultlog *log, struct event *ev, uint64_t n)
+{
+	uint32_t *depth = calloc(log->nr_vcpus, sizeof(*depth));
+	uint64_t *since = calloc(log->nr_vcpus, sizeof(*since));
+	uint32_t blocked = 0;
+	uint64_t i, last = 0;
+	int ret = -ENOMEM;
+
+	if (!depth || !since)
+		goto out;
+	for (i = 0; i < n; i++) {
+		struct event *e = &ev[i];
+
+		if (blocked == log->nr_vcpus && i)
+			log->blocktime_ns += e->t - last;
+		last = e->t;
+		if (e->delta > 0) {
+			if (depth[e->vcpu]++ == 0) {
+				since[e->vcpu] = e->t;
+				blocked++;
+			}
+		} else if (depth[e->vcpu] && --depth[e->vcpu] == 0) {
+			log->vcpus[e->vcpu].blocked_ns += e->t - since[e->vcpu];
+			blocked--;
+		}
+	}
+	ret = 0;
+out:
+	free(depth);
+	free(since);
+	return ret;
+}
+
+/* Every record the readers wrote, from the pools' logs, into log->all. */
+static int gather(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools)
+{
+	uint64_t n = 0, k = 0, i, used;
+	uint32_t u;
+
+	for (u = 0; u < nr_pools; u++) {
+		used = atomic_load(&pools[u].log_chunks) * UKVM_LOG_CHUNK;
+		if (used > pools[u].log_cap)
+			used = pools[u].log_cap;
+		for (i = 0; pools[u].log && i < used; i++)
+			n += pools[u].log[i].read_ns != 0;
+	}
+	log->all = malloc((n ?: 1) * sizeof(*log->all));
+	if (!log->all)
+		return -ENOMEM;
+	for (u = 0; u < nr_pools; u++) {
+		used = atomic_load(&pools[u].log_chunks) * UKVM_LOG_CHUNK;
+		if (used > pools[u].log_cap)
+			used = pools[u].log_cap;
+		for (i = 0; pools[u].log && i < used && k < n; i++)
+			if (pools[u].log[i].read_ns)	/* else a chunk's unwritten tail */
+				log->all[k++] = pools[u].log[i];
+	}
+	log->nr_all = k;
+	return 0;
+}
+
+static uint64_t entry_word(const struct ukvm_guest_log *g, uint64_t i, unsigned off)
+{
+	uint64_t v;
+
+	memcpy(&v, g->entries + i * GA_LOG_ENTRY + off, sizeof(v));
+	return v;
+}
+
+/*
+ * guest_timing: raised_ns and resumed_ns of every record, from the access
+ * log of the vCPU that faulted. The records are visited vCPU by vCPU through
+ * `order` (record indexes grouped by vCPU), with one table at a time: each
+ * page the records can name (match_bytes) -> the vCPU's earliest log entry.
+ */
+static int stamp(struct ukvm_faultlog *log)
+{
+	uint64_t *first = calloc(log->nr_vcpus + 1, sizeof(*first));
+	uint64_t *order = malloc((log->nr_all ?: 1) * sizeof(*order));
+	uint64_t *fill = calloc(log->nr_vcpus + 1, sizeof(*fill));
+	uint32_t *entry_of = NULL;
+	uint64_t i, pages, max_pages = 0;
+	uint32_t v;
+	int ret = -ENOMEM;
+
+	if (!first || !order || !fill)
+		goto out;
+	for (i = 0; i < log->nr_all; i++)
+		if (log->all[i].vcpu >= 0)
+			first[log->all[i].vcpu + 1]++;
+	for (v = 0; v < log->nr_vcpus; v++) {
+		first[v + 1] += first[v];
+		if (log->guest[v].nr > max_pages)
+			max_pages = log->guest[v].nr;	/* 4 KiB pages: at least the backing pages */
+	}
+	for (i = 0; i < log->nr_all; i++)
+		if (log->all[i].vcpu >= 0)
+			order[first[log->all[i].vcpu] + fill[log->all[i].vcpu]++] = i;
+	entry_of = malloc((max_pages ?: 1) * sizeof(*entry_of));
+	if (!entry_of)
+		goto out;
+
+	for (v = 0; v < log->nr_vcpus; v++) {
+		const struct ukvm_guest_log *g = &log->guest[v];
+
+		if (!g->usable || first[v] == first[v + 1])
+			continue;
+		pages = g->nr * UKVM_PAGE_SIZE / log->match_bytes;
+		memset(entry_of, 0xff, pages * sizeof(*entry_of));
+		for (i = 0; i < g->nr; i++) {	/* in access order: the first is the earliest */
+			uint64_t page = (entry_word(g, i, LOG_GVA) - g->base_gpa) / log->match_bytes;
+
+			if (page < pages && entry_of[page] == UINT32_MAX)
+				entry_of[page] = (uint32_t)i;
+		}
+		for (i = first[v]; i < first[v + 1]; i++) {
+			struct ukvm_fault_record *rec = &log->all[order[i]];
+			uint64_t page = (rec->gpa - g->base_gpa) / log->match_bytes;
+			uint64_t raised, resumed;
+			uint32_t e;
+
+			if (rec->gpa < g->base_gpa || page >= pages || entry_of[page] == UINT32_MAX)
+				continue;	/* not an access of this vCPU's walk */
+			e = entry_of[page];
+			raised = entry_word(g, e, LOG_RAISED);
+			resumed = entry_word(g, e, LOG_RESUMED);
+#ifdef UKVM_TEST_HOOKS
+			raised += g->tsc_bias;
+			resumed += g->tsc_bias;
+#endif
+			if (resumed < raised)
+				continue;	/* the access never completed */
+			rec->raised_ns = ukvm_tsc_clock_ns(log->clock, raised - (uint64_t)g->tsc_offset);
+			rec->resumed_ns = ukvm_tsc_clock_ns(log->clock,
+							    resumed - (uint64_t)g->tsc_offset);
+		}
+	}
+	ret = 0;
+out:
+	free(first);
+	free(order);
+	free(fill);
+	free(entry_of);
+	return ret;
+}
+
+/*
+ * Each page (of page_size) of the region resolved exactly once, EEXIST
+ * aside? Two bits a page (resolved at all, resolved again): a 4 GiB region
+ * of 4 KiB pages takes 64 KiB.
+ */
+static int count_pages(struct ukvm_faultlog *log)
+{
+	uint64_t words = log->region_pages / 64 + 1, i;
+	uint64_t *once = calloc(words, sizeof(*once)), *again = calloc(words, sizeof(*again));
+	int ret = -ENOMEM;
+
+	if (!once || !again)
+		goto out;
+	for (i = 0; i < log->nr_all; i++) {
+		const struct ukvm_fault_record *rec = &log->all[i];
+		uint64_t page = (rec->gpa - log->region_gpa) / log->page_size, bit;
+
+		if (rec->eexist || rec->gpa < log->region_gpa || page >= log->region_pages)
+			continue;
+		bit = 1ULL << (page % 64);
+		if (once[page / 64] & bit)
+			again[page / 64] |= bit;
+		once[page / 64] |= bit;
+	}
+	for (i = 0; i < log->region_pages; i++) {
+		uint64_t bit = 1ULL << (i % 64);
+		bool seen = once[i / 64] & bit, twice = again[i / 64] & bit;
+
+		if (seen && !twice)
+			continue;
+		if (!log->pages_not_once++) {
+			log->first_bad_gpa = log->region_gpa + i * log->page_size;
+			log->first_bad_resolved_again = twice;
+		}
+	}
+	ret = 0;
+out:
+	free(once);
+	free(again);
+	return ret;
+}
+
+/*
+ * One fault's stages into its vCPU's and reader's histograms; its blocked
+ * span into ev.
+ *
+ * With the guest's stamps the stages partition the vCPU's stall, raised to
+ * resumed, at the read and at the page's arrival. The page arrives inside
+ * the resolving ioctl, which wakes the vCPU before it returns; a reader that
+ * the woken vCPU preempts sees the return only after the vCPU has resumed.
+ * So the service stage ends at the ioctl's return or at the resume,
+ * whichever came first, and the resume stage is what is left. The reader's
+ * own service_latency keeps the ioctl's return: its busy time.
+ */
+static void account(struct ukvm_faultlog *log, const struct ukvm_fault_record *rec,
+		    struct event *ev)
+{
+	struct ukvm_vcpu_result *v = &log->vcpus[rec->vcpu];
+	uint64_t start = rec->read_ns, end = rec->resolved_ns, arrived;
+	uint64_t r = (uint64_t)rec->uffd * log->readers_per_uffd + rec->reader;
+
+	v->faults++;
+	v->eexist += rec->eexist;
+	if (!rec->raised_ns || !rec->resumed_ns) {
+		ukvm_hist_add(&v->service_latency, rec->resolved_ns - rec->read_ns);
+		goto blocked;
+	}
+	/*
+	 * raised < read < resumed holds for every real fault: the message
+	 * exists only after the access began, and the access completes only
+	 * after the page came. Stamps that say otherwise are a clock error.
+	 */
+	if (rec->raised_ns >= rec->read_ns || rec->resumed_ns <= rec->read_ns) {
+		log->misordered++;
+		ukvm_hist_add(&v->service_latency, rec->resolved_ns - rec->read_ns);
+		goto blocked;
+	}
+	arrived = rec->resolved_ns < rec->resumed_ns ? rec->resolved_ns : rec->resumed_ns;
+	ukvm_hist_add(&v->queue_latency, rec->read_ns - rec->raised_ns);
+	ukvm_hist_add(&v->service_latency, arrived - rec->read_ns);
+	ukvm_hist_add(&v->resume_latency, rec->resumed_ns - arrived);
+	ukvm_hist_add(&v->fault_latency, rec->resumed_ns - rec->raised_ns);
+	if (log->readers && rec->reader < log->readers_per_uffd)
+		ukvm_hist_add(&log->readers[r].queue_latency, rec->read_ns - rec->raised_ns);
+	start = rec->raised_ns;
+	end = rec->resumed_ns;
+blocked:
+	ev[0] = (struct event){ start, rec->vcpu, +1 };
+	ev[1] = (struct event){ end, rec->vcpu, -1 };
+}
+
+int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools)
+{
+	struct tid_index *map = NULL;
+	struct event *ev = NULL;
+	uint64_t i, k = 0;
+	int ret;
+
+	ret = gather(log, pools, nr_pools);
+	if (ret)
+		return ret;
+	ret = -ENOMEM;
+	map = malloc((log->nr_vcpus ?: 1) * sizeof(*map));
+	ev = malloc((2 * log->nr_all ?: 1) * sizeof(*ev));
+	if (!map || !ev)
+		goto out;
+	qsort(log->all, log->nr_all, sizeof(*log->all), cmp_read);
+
+	for (i = 0; i < log->nr_vcpus; i++)
+		map[i] = (struct tid_index){ .tid = log->tids[i], .index = (int32_t)i };
+	qsort(map, log->nr_vcpus, sizeof(*map), cmp_tid);
+	for (i = 0; i < log->nr_all; i++)
+		log->all[i].vcpu = vcpu_of(map, log->nr_vcpus, log->all[i].vcpu);
+	if (log->guest && stamp(log))
+		goto out;
+	if (count_pages(log))
+		goto out;
+
+	for (i = 0; i < log->nr_all; i++) {
+		if (log->all[i].vcpu < 0)
+			continue;	/* not a vCPU's fault (no THREAD_ID, say) */
+		account(log, &log->all[i], &ev[k]);
+		k += 2;
+	}
+	qsort(ev, k, sizeof(*ev), cmp_event);
+	ret = sweep(log, ev, k);
+out:
+	free(map);
+	free(ev);
+	return ret;
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the fault records say, after the run (stats full): which vCPU took
+ * each fault, each fault's stages, the vCPUs' blocked time and the VM's
+ * blocktime, and whether every page was resolved exactly once.
+ */
+#ifndef UKVM_FAULTLOG_H
+#define UKVM_FAULTLOG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/tsc.h"
+#include "ukvm.h"
+
+struct ukvm_pool;
+
+/* guest_timing: one vCPU's access log (guest_abi.h), as the host sees it. */
+struct ukvm_guest_log {
+	const uint8_t *entries;		/* GA_LOG_ENTRY bytes each, first pass in order */
+	uint64_t nr;			/* first-pass accesses: the vCPU's pages */
+	uint64_t base_gpa;		/* the first page the vCPU walks */
+	int64_t tsc_offset;		/* guest TSC - host TSC */
+#ifdef UKVM_TEST_HOOKS
+	uint64_t tsc_bias;		/* UKVM_INJECT_TSC_OFFSET: added to every stamp read */
+#endif
+	bool usable;			/* the pass completed and the offset is known */
+};
+
+struct ukvm_faultlog {
+	/* in */
+	uint32_t nr_vcpus;
+	const int32_t *tids;		/* of each vCPU thread */
+	const struct ukvm_guest_log *guest;	/* per vCPU, or NULL without guest_timing */
+	const struct ukvm_tsc_clock *clock;	/* host TSC -> CLOCK_MONOTONIC */
+	uint64_t region_gpa;
+	uint64_t region_pages;		/* in units of page_size */
+	uint64_t page_size;
+	uint64_t match_bytes;		/* a fault's address names this much: 4 KiB, or a huge page */
+	/* out */
+	struct ukvm_vcpu_result *vcpus;	/* gets faults, blocked_ns, the latencies */
+	struct ukvm_reader_result *readers;	/* gets queue_latency; uffd-major order */
+	uint32_t readers_per_uffd;
+	uint64_t blocktime_ns;		/* every vCPU blocked at once */
+	uint64_t misordered;		/* faults whose stamps ran backwards (a stage < 0) */
+	uint64_t pages_not_once;	/* pages not resolved exactly once (EEXIST aside) */
+	uint64_t first_bad_gpa;		/* the first such page... */
+	bool first_bad_resolved_again;	/* ...resolved more than once (else never) */
+	struct ukvm_fault_record *all;	/* every record, by read time (owned) */
+	uint64_t nr_all;
+};
+
+/* Attributes, stamps, times and merges the records of every pool: 0 or -ENOMEM. */
+int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools);
+
+#endif

@@ -1,0 +1,758 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Reader pools: the threads that read one uffd's fault messages and resolve
+ * them. How they wait is the experiment:
+ *
+ *   poll            poll(2) on the shared uffd. Every waiting reader wakes for
+ *                   every fault, one reads it, the rest read nothing (EAGAIN):
+ *                   the thundering herd, counted as spurious wakeups.
+ *   epoll           each reader its own epoll set, plain EPOLLIN: the same herd.
+ *   epoll_exclusive each reader its own epoll set with EPOLLIN|EPOLLEXCLUSIVE on
+ *                   the uffd, so a fault wakes one of them.
+ *   read            a blocking read(2). The uffd's read waiters sit on the same
+ *                   wait queue as poll's, added non-exclusively (fs/userfaultfd.c
+ *                   userfaultfd_ctx_read), so every fault wakes them all: the
+ *                   losers find the queue empty in the kernel and sleep again
+ *                   without returning, a herd that only context_switches shows.
+ *
+ * Every reader also waits on the pool's stop eventfd (read mode: it is kicked
+ * with a signal instead); stopping waits for it until a deadline, never
+ * longer. Each keeps its counters in its own cache line and they survive
+ * every exit path, errors included.
+ *
+ * UFFDIO_COPY's data goes in with the copy, stamped: each reader has a
+ * source of its own for pages up to 2 MiB, and 1 GiB pages share one per
+ * uffd under a lock (struct ukvm_source in pool.h says why).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "base/ctl.h"
+#include "base/errors.h"
+#include "base/hist.h"
+#include "base/kick.h"
+#include "base/thread.h"
+#include "base/util.h"
+#include "uapi_compat.h"
+#include "uffd/fill.h"
+#include "uffd/pool.h"
+#include "uffd/uffd.h"
+
+#define READER_STACK_BYTES	(512ULL << 10)
+#define EV_UFFD			0
+#define EV_STOP			1
+
+static const char *resolve_name(const struct ukvm_pool *pool)
+{
+	if (pool->mode == UKVM_UFFD_MINOR)
+		return "UFFDIO_CONTINUE";
+	return pool->resolve == UKVM_RESOLVE_ZEROPAGE ? "UFFDIO_ZEROPAGE" : "UFFDIO_COPY";
+}
+
+static uint64_t reader_delay_ns(struct ukvm_reader *r)
+{
+	struct ukvm_pool *pool = r->pool;
+	double u;
+
+	switch (pool->delay_dist) {
+	case UKVM_DELAY_UNIFORM:
+		return (uint64_t)(ukvm_random_unit(&r->rng) * 2.0 * (double)pool->delay_ns);
+	case UKVM_DELAY_EXPONENTIAL:
+		u = ukvm_random_unit(&r->rng);
+		return (uint64_t)(-log1p(-u) * (double)pool->delay_ns);
+	default:
+		return pool->delay_ns;
+	}
+}
+
+/* UFFDIO_COPY of the page at addr with its data: 0, -EEXIST (resolved already) or -errno. */
+static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
+{
+	struct ukvm_pool *pool = r->pool;
+	struct ukvm_source *source = &pool->source;
+	int ret;
+
+	/* Up to 2 MiB pages: the reader's own source, stamped (struct ukvm_source). */
+	if (r->src) {
+		ukvm_fill_stamp(r->src, pool->page_size, gpa);
+		return ukvm_uffd_copy(pool->uffd, addr, r->src, pool->page_size);
+	}
+	pthread_mutex_lock(&source->lock);
+	ukvm_fill_stamp(source->buffer, pool->page_size, gpa);
+	ret = ukvm_uffd_copy(pool->uffd, addr, source->buffer, pool->page_size);
+	pthread_mutex_unlock(&source->lock);
+	return ret;
+}
+
+/* Empty, destroyable state. */
+static void source_init(struct ukvm_source *src)
+{
+	memset(src, 0, sizeof(*src));
+}
+
+/* A shared mapping of a memfd called name: named in /proc/PID/maps. */
+static uint8_t *source_map(const char *name, uint64_t size, struct ukvm_error *err)
+{
+	uint8_t *p;
+	int fd, e;
+
+	fd = memfd_create(name, MFD_CLOEXEC);
+	if (fd < 0) {
+		e = errno;
+		ukvm_err_set(err, UKVM_ERR_HOST, e, "memfd_create(%s)", name);
+		return NULL;
+	}
+	if (ftruncate(fd, (off_t)size)) {
+		e = errno;
+		close(fd);
+		ukvm_err_set(err, UKVM_ERR_HOST, e, "ftruncate(%s, %llu)", name,
+			     (unsigned long long)size);
+		return NULL;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	e = errno;
+	close(fd);	/* the mapping keeps the memory */
+	if (p == MAP_FAILED) {
+		ukvm_err_set(err, UKVM_ERR_HOST, e, "mmap(%s, %llu bytes)", name,
+			     (unsigned long long)size);
+		return NULL;
+	}
+	return p;
+}
+
+/* The shared buffer of page_size bytes, filled, and its lock. */
+static int source_create(struct ukvm_source *src, uint64_t page_size, struct ukvm_error *err)
+{
+	int ret;
+
+	source_init(src);
+	src->page_size = page_size;
+	ret = pthread_mutex_init(&src->lock, NULL);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_mutex_init(source)");
+		return -ret;
+	}
+	src->lock_made = true;
+	src->buffer = source_map("uffdkvm-source", page_size, err);
+	if (!src->buffer)
+		return -ENOMEM;
+	ukvm_fill_template(src->buffer, page_size);
+	return 0;
+}
+
+static void source_destroy(struct ukvm_source *src)
+{
+	if (src->buffer)
+		munmap(src->buffer, src->page_size);
+	if (src->lock_made)
+		pthread_mutex_destroy(&src->lock);
+	source_init(src);
+}
+
+/* Stats full: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
+static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, uint64_t gpa,
+			 int32_t tid, bool eexist, bool write)
+{
+	struct ukvm_pool *pool = r->pool;
+	struct ukvm_fault_record *rec;
+
+	if (r->rec_next == r->rec_end) {
+		uint64_t chunk = atomic_fetch_add_explicit(&pool->log_chunks, 1,
+							   memory_order_relaxed);
+
+		if ((chunk + 1) * UKVM_LOG_CHUNK > pool->log_cap) {
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, ENOSPC,
+				      "reader %u of uffd %u: the fault log is full (%llu records: "
+				      "far more fault messages than pages)", r->index,
+				      pool->uffd_index, (unsigned long long)pool->log_cap);
+			return -ENOSPC;
+		}
+		r->rec_next = pool->log + chunk * UKVM_LOG_CHUNK;
+		r->rec_end = r->rec_next + UKVM_LOG_CHUNK;
+	}
+	rec = r->rec_next++;
+	rec->raised_ns = 0;	/* guest_timing: from the guest's stamps, after the run */
+	rec->read_ns = start;
+	rec->resolved_ns = end;
+	rec->resumed_ns = 0;
+	rec->gpa = gpa;
+	rec->vcpu = tid;
+	rec->uffd = (uint16_t)r->pool->uffd_index;
+	rec->reader = (uint16_t)r->index;
+	rec->eexist = eexist;
+	rec->write = write;
+	return 0;
+}
+
+/*
+ * Resolves one fault message: 0, or -errno after recording the failure as
+ * the run's (an injected READER_EXIT records nothing: the reader just goes).
+ */
+static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uint64_t t_read)
+{
+	struct ukvm_pool *pool = r->pool;
+	uint64_t fault, addr, gpa;
+	int ret;
+
+	if (msg->event != UFFD_EVENT_PAGEFAULT) {
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+			      "reader %u of uffd %u: unexpected uffd event 0x%x", r->index,
+			      pool->uffd_index, msg->event);
+		return -EPROTO;
+	}
+	fault = msg->arg.pagefault.address & ~(UKVM_PAGE_SIZE - 1);	/* what the vCPU touched */
+	addr = msg->arg.pagefault.address & ~(pool->page_size - 1);	/* what gets resolved */
+	if (addr < pool->hva_base || addr >= pool->hva_base + pool->region_size) {
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+			      "reader %u of uffd %u: fault at 0x%llx, outside the region "
+			      "this uffd registered", r->index, pool->uffd_index,
+			      (unsigned long long)msg->arg.pagefault.address);
+		return -EFAULT;
+	}
+	gpa = pool->gpa_base + (addr - pool->hva_base);
+
+	if (pool->delay_ns)
+		ukvm_sleep_ns(reader_delay_ns(r));
+
+#ifdef UKVM_TEST_HOOKS
+	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_READER_EXIT))
+		return -ECANCELED;	/* gone without a word: the fault stays unresolved */
+	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_RESOLVE_EIO)) {
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, EIO,
+			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx) (injected)",
+			      r->index, pool->uffd_index, resolve_name(pool),
+			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
+		return -EIO;
+	}
+#endif
+
+	if (pool->mode == UKVM_UFFD_MINOR) {
+		ret = ukvm_uffd_continue(pool->uffd, addr, pool->page_size);
+		r->stats.continues++;
+	} else if (pool->resolve == UKVM_RESOLVE_ZEROPAGE) {
+		ret = ukvm_uffd_zeropage(pool->uffd, addr, pool->page_size);
+		r->stats.zeropages++;
+	} else {
+		ret = reader_copy(r, addr, gpa);
+		r->stats.copies++;
+	}
+	if (ret < 0 && ret != -EEXIST) {
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
+			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx)", r->index,
+			      pool->uffd_index, resolve_name(pool),
+			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
+		return ret;
+	}
+	if (ret == -EEXIST)
+		r->stats.eexist++;
+	else
+		r->stats.faults++;
+	if (pool->full_stats) {
+		uint64_t t_done = ukvm_now_ns();
+
+		r->stats.busy_ns += t_done - t_read;
+		ukvm_hist_add(&r->stats.service_latency, t_done - t_read);
+		return reader_record(r, t_read, t_done, pool->gpa_base + (fault - pool->hva_base),
+				     (int32_t)msg->arg.pagefault.feat.ptid, ret == -EEXIST,
+				     msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
+	}
+	return 0;
+}
+
+/* The time a message was read; stats basic reads no clocks at all. */
+static uint64_t reader_clock(struct ukvm_reader *r)
+{
+	return r->pool->full_stats ? ukvm_now_ns() : 0;
+}
+
+/*
+ * Reads one message and resolves it: 1 done, 0 nothing read (EAGAIN after a
+ * wakeup is the thundering herd: another reader took it; EINTR a kick), or
+ * -errno: leave (the failure is recorded as the run's).
+ */
+static int reader_read_one(struct ukvm_reader *r)
+{
+	struct ukvm_pool *pool = r->pool;
+	struct uffd_msg msg;
+	ssize_t n;
+	int ret;
+
+	n = read(pool->uffd, &msg, sizeof(msg));
+	if (n < 0) {
+		if (errno == EAGAIN) {
+			r->stats.spurious_wakeups++;
+			return 0;
+		}
+		if (errno == EINTR)
+			return 0;
+		ret = -errno;
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret, "reader %u of uffd %u: read(uffd)",
+			      r->index, pool->uffd_index);
+		return ret;
+	}
+	if (n != sizeof(msg)) {
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+			      "reader %u of uffd %u: read(uffd) returned %zd bytes, not %zu",
+			      r->index, pool->uffd_index, n, sizeof(msg));
+		return -EPROTO;
+	}
+	ret = reader_resolve(r, &msg, reader_clock(r));
+	return ret ? ret : 1;
+}
+
+static bool reader_stopping(struct ukvm_reader *r)
+{
+	return atomic_load_explicit(&r->pool->stop, memory_order_relaxed);
+}
+
+static void reader_loop_poll(struct ukvm_reader *r)
+{
+	struct ukvm_pool *pool = r->pool;
+
+	while (!reader_stopping(r)) {
+		struct pollfd fds[2] = {
+			{ .fd = pool->uffd, .events = POLLIN },
+			{ .fd = pool->stop_fd, .events = POLLIN },
+		};
+
+		if (poll(fds, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, errno, "reader %u of uffd %u: poll",
+				      r->index, pool->uffd_index);
+			return;
+		}
+		if (fds[1].revents)
+			return;
+		r->stats.wakeups++;
+		if (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+				      "reader %u of uffd %u: poll reported 0x%x on the uffd",
+				      r->index, pool->uffd_index, fds[0].revents);
+			return;
+		}
+		if (reader_read_one(r) < 0)
+			return;
+	}
+}
+
+static void reader_loop_epoll(struct ukvm_reader *r)
+{
+	struct ukvm_pool *pool = r->pool;
+
+	while (!reader_stopping(r)) {
+		struct epoll_event evs[2];
+		bool fault = false;
+		int n, i;
+
+		n = epoll_wait(r->epfd, evs, 2, -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, errno,
+				      "reader %u of uffd %u: epoll_wait", r->index, pool->uffd_index);
+			return;
+		}
+		for (i = 0; i < n; i++) {
+			if (evs[i].data.u32 == EV_STOP)
+				return;
+			if (evs[i].events & (EPOLLERR | EPOLLHUP)) {
+				ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+					      "reader %u of uffd %u: epoll reported 0x%x on the uffd",
+					      r->index, pool->uffd_index, evs[i].events);
+				return;
+			}
+			fault = true;
+		}
+		if (!fault)
+			continue;
+		r->stats.wakeups++;
+		if (reader_read_one(r) < 0)
+			return;
+	}
+}
+
+/* The uffd is blocking here: a read returns a message, or EINTR for a kick. */
+static void reader_loop_read(struct ukvm_reader *r)
+{
+	int ret;
+
+	while (!reader_stopping(r)) {
+		ret = reader_read_one(r);
+		if (ret < 0)
+			return;
+		r->stats.wakeups += (uint64_t)ret;
+	}
+}
+
+static uint64_t timeval_ns(struct timeval tv)
+{
+	return (uint64_t)tv.tv_sec * NSEC_PER_SEC + (uint64_t)tv.tv_usec * 1000;
+}
+
+/*
+ * The thread's own counters, over its whole life (RUSAGE_THREAD counts from
+ * its start), on every way out: a reader that failed to pin has them too.
+ */
+static void reader_record_usage(struct ukvm_reader *r)
+{
+	struct rusage usage;
+
+	if (getrusage(RUSAGE_THREAD, &usage))
+		return;
+	r->stats.context_switches = (uint64_t)usage.ru_nvcsw + (uint64_t)usage.ru_nivcsw;
+	r->stats.cpu_ns = timeval_ns(usage.ru_utime) + timeval_ns(usage.ru_stime);
+}
+
+#ifdef UKVM_TEST_HOOKS
+/* UKVM_INJECT_READER_CRASH: a fault of this thread's own, as a bug would make. */
+static void reader_crash(void)
+{
+	volatile uint8_t *page = mmap(NULL, UKVM_PAGE_SIZE, PROT_NONE,
+				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (page != MAP_FAILED)
+		*page = 1;	/* SIGSEGV, delivered to this thread at once */
+}
+#endif
+
+static void *reader_thread(void *arg)
+{
+	struct ukvm_reader *r = arg;
+	char who[48];
+	int ret;
+
+	ukvm_kick_thread_init();
+	r->stats.tid = (int32_t)gettid();
+	ukvm_thread_start(&r->state);
+	snprintf(who, sizeof(who), "reader %u of uffd %u", r->index, r->pool->uffd_index);
+	ukvm_uffd_thread_init(r->pool->ctl, who);
+#ifdef UKVM_TEST_HOOKS
+	if (r->pool->ctl->inject == UKVM_INJECT_READER_CRASH && r->pool->uffd_index == 0 &&
+	    r->index == 0)
+		reader_crash();
+#endif
+	ret = ukvm_thread_pin(r->cpu, r->stats.affinity);
+	if (ret) {
+		ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, -ret,
+			      "reader %u of uffd %u: pinning to CPU %d (pin_readers)", r->index,
+			      r->pool->uffd_index, r->cpu);
+		goto out;
+	}
+	ukvm_thread_at(&r->state, "waiting for or resolving faults");
+	switch (r->pool->wait) {
+	case UKVM_WAIT_POLL:
+		reader_loop_poll(r);
+		break;
+	case UKVM_WAIT_READ:
+		reader_loop_read(r);
+		break;
+	default:
+		reader_loop_epoll(r);
+		break;
+	}
+out:
+#ifdef UKVM_TEST_HOOKS
+	if (r->stall_ms)
+		ukvm_thread_stall(&r->state, r->stall_ms);
+#endif
+	reader_record_usage(r);
+	ukvm_thread_at(&r->state, "leaving");
+	atomic_store(&r->exited, true);
+	return NULL;
+}
+
+static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
+{
+	struct ukvm_pool *pool = r->pool;
+	struct epoll_event ev;
+
+	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
+	    pool->page_size <= UKVM_READER_SRC_MAX) {
+		if (pool->page_size == UKVM_PAGE_SIZE) {
+			r->src = mmap(NULL, pool->page_size, PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (r->src == MAP_FAILED) {
+				r->src = NULL;
+				ukvm_err_set(err, UKVM_ERR_RUN, errno,
+					     "uffd %u reader %u: mmap(source page)",
+					     pool->uffd_index, r->index);
+				return -ENOMEM;
+			}
+		} else {
+			r->src = source_map("uffdkvm-reader-source", pool->page_size, err);
+			if (!r->src)
+				return -ENOMEM;
+		}
+		ukvm_fill_template(r->src, pool->page_size);
+	}
+	if (pool->wait != UKVM_WAIT_EPOLL && pool->wait != UKVM_WAIT_EPOLL_EXCLUSIVE)
+		return 0;
+
+	r->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (r->epfd < 0) {
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "uffd %u reader %u: epoll_create1",
+			     pool->uffd_index, r->index);
+		return -EINVAL;
+	}
+	ev.events = EPOLLIN;
+	if (pool->wait == UKVM_WAIT_EPOLL_EXCLUSIVE)
+		ev.events |= EPOLLEXCLUSIVE;
+	ev.data.u64 = 0;
+	ev.data.u32 = EV_UFFD;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, pool->uffd, &ev)) {
+		ukvm_err_set(err, UKVM_ERR_HOST, errno,
+			     "uffd %u reader %u: epoll_ctl(ADD uffd%s)", pool->uffd_index,
+			     r->index, pool->wait == UKVM_WAIT_EPOLL_EXCLUSIVE ?
+			     ", EPOLLEXCLUSIVE" : "");
+		return -EINVAL;
+	}
+	ev.events = EPOLLIN;
+	ev.data.u64 = 0;
+	ev.data.u32 = EV_STOP;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, pool->stop_fd, &ev)) {
+		ukvm_err_set(err, UKVM_ERR_RUN, errno,
+			     "uffd %u reader %u: epoll_ctl(ADD stop eventfd)", pool->uffd_index,
+			     r->index);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void ukvm_pool_init(struct ukvm_pool *pool)
+{
+	memset(pool, 0, sizeof(*pool));
+	pool->uffd = -1;
+	pool->stop_fd = -1;
+	atomic_init(&pool->stop, false);
+	atomic_init(&pool->log_chunks, 0);
+	source_init(&pool->source);
+}
+
+/*
+ * Stats full: the pool's fault log. Each page of the range faults once per
+ * vCPU that may touch it (a retried access can fault again, so double it),
+ * plus a partly filled chunk per reader. Only the address space is reserved
+ * up front; the part every run fills (a record per page) is populated now,
+ * so that writing a record does not take a page fault on the hot path
+ * either.
+ */
+static int pool_log_create(struct ukvm_pool *pool, struct ukvm_error *err)
+{
+	uint64_t pages = pool->region_size / pool->page_size;
+	uint64_t expected = pages * pool->vcpus_sharing;
+	uint64_t cap = 2 * expected + (uint64_t)(pool->nr_readers + 1) * UKVM_LOG_CHUNK;
+	/* One record per page: what every run needs, whatever overlap adds. */
+	uint64_t warm = (pages + (uint64_t)pool->nr_readers * UKVM_LOG_CHUNK) * sizeof(*pool->log);
+
+	pool->log = mmap(NULL, cap * sizeof(*pool->log), PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (pool->log == MAP_FAILED) {
+		pool->log = NULL;
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "uffd %u: mmap(fault log, %llu records)",
+			     pool->uffd_index, (unsigned long long)cap);
+		return -ENOMEM;
+	}
+	pool->log_cap = cap;
+	/* Best effort (Linux 5.14+): without it the first records fault the pages in. */
+	madvise(pool->log, ALIGN_UP(warm, UKVM_PAGE_SIZE), MADV_POPULATE_WRITE);
+	return 0;
+}
+
+int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
+{
+	uint32_t i;
+	int ret;
+
+	pool->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (pool->stop_fd < 0) {
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "uffd %u: eventfd", pool->uffd_index);
+		return -EINVAL;
+	}
+	if (posix_memalign((void **)&pool->readers, UKVM_CACHELINE,
+			   pool->nr_readers * sizeof(*pool->readers))) {
+		pool->readers = NULL;
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "uffd %u: allocating %u readers",
+			     pool->uffd_index, pool->nr_readers);
+		return -ENOMEM;
+	}
+	memset(pool->readers, 0, pool->nr_readers * sizeof(*pool->readers));
+	if (pool->full_stats) {
+		ret = pool_log_create(pool, err);
+		if (ret)
+			return ret;
+	}
+	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
+	    pool->page_size > UKVM_READER_SRC_MAX) {
+		ret = source_create(&pool->source, pool->page_size, err);
+		if (ret)
+			return ret;
+	}
+	for (i = 0; i < pool->nr_readers; i++) {
+		struct ukvm_reader *r = &pool->readers[i];
+		uint32_t k = pool->first_reader + i;
+
+		r->pool = pool;
+		r->index = i;
+		r->epfd = -1;
+		r->cpu = pool->nr_pins ? pool->pins[k % pool->nr_pins] : -1;
+		r->rng = pool->seed ^ ((uint64_t)k << 32) ^ 0x7265616465720000ULL;
+		r->stats.uffd = pool->uffd_index;
+		r->stats.index = i;
+		atomic_init(&r->exited, false);
+#ifdef UKVM_TEST_HOOKS
+		/* The stalled reader of UKVM_INJECT_READER_STALL: uffd 0's last. */
+		if (pool->ctl->inject == UKVM_INJECT_READER_STALL && pool->uffd_index == 0 &&
+		    i == pool->nr_readers - 1)
+			r->stall_ms = pool->ctl->inject_after;
+#endif
+	}
+	pool->readers_made = pool->nr_readers;
+	for (i = 0; i < pool->nr_readers; i++) {
+		ret = reader_prepare(&pool->readers[i], err);
+		if (ret)
+			return ret;
+	}
+
+	for (i = 0; i < pool->nr_readers; i++) {
+		struct ukvm_reader *r = &pool->readers[i];
+
+		ret = ukvm_thread_create(pool->ctl, &r->thread, READER_STACK_BYTES, reader_thread, r);
+		if (ret) {
+			ukvm_err_set(err, UKVM_ERR_RUN, -ret,
+				     "uffd %u: pthread_create(reader %u of %u)", pool->uffd_index,
+				     i, pool->nr_readers);
+			return ret;
+		}
+		r->thread_started = true;
+	}
+	return 0;
+}
+
+void ukvm_pool_request_stop(struct ukvm_pool *pool)
+{
+	uint64_t one = 1;
+
+	if (atomic_exchange(&pool->stop, true))
+		return;
+	if (pool->stop_fd >= 0 && write(pool->stop_fd, &one, sizeof(one)) < 0) {
+		/* The eventfd counter cannot overflow from one write; kicks still work. */
+	}
+}
+
+uint32_t ukvm_pool_reap(struct ukvm_pool *pool, bool kick)
+{
+	uint32_t i, running = 0;
+
+	for (i = 0; pool->readers && i < pool->nr_readers; i++) {
+		struct ukvm_reader *r = &pool->readers[i];
+
+		if (!r->thread_started)
+			continue;
+		if (atomic_load(&r->exited)) {
+			pthread_join(r->thread, NULL);	/* it is returning: prompt */
+			r->thread_started = false;
+			continue;
+		}
+		running++;
+		if (kick)
+			pthread_kill(r->thread, ukvm_kick_signal());
+	}
+	return running;
+}
+
+uint32_t ukvm_pool_stop(struct ukvm_pool *pool, uint64_t deadline_ns)
+{
+	uint32_t running;
+	int rounds;
+
+	ukvm_pool_request_stop(pool);
+	/*
+	 * Readers in poll/epoll wake on the eventfd. A reader blocked in
+	 * read(2) (or sleeping out a delay) needs a signal; a kick can land
+	 * just before it blocks, so kick until it has left. One that does not
+	 * leave by the deadline is left running for the caller to report,
+	 * never waited for without a bound.
+	 */
+	for (rounds = 0;; rounds++) {
+		running = ukvm_pool_reap(pool, rounds > 0);
+		if (!running || ukvm_now_ns() >= deadline_ns)
+			return running;
+		ukvm_sleep_ns(rounds ? NSEC_PER_MSEC : 100000);
+	}
+}
+
+struct ukvm_reader *ukvm_pool_running_reader(struct ukvm_pool *pool)
+{
+	uint32_t i;
+
+	for (i = 0; pool->readers && i < pool->nr_readers; i++)
+		if (pool->readers[i].thread_started)
+			return &pool->readers[i];
+	return NULL;
+}
+
+void ukvm_pool_release_uffd(struct ukvm_pool *pool)
+{
+	int nul;
+
+	if (pool->uffd < 0)
+		return;
+	if (!ukvm_pool_running_reader(pool)) {
+		close(pool->uffd);
+		pool->uffd = -1;
+		return;
+	}
+	/*
+	 * A reader that still runs may use this fd number any time: closed, the
+	 * number could name another file (the next run's uffd). dup3 swaps the
+	 * uffd for /dev/null under the same number; the uffd itself is released
+	 * once no call of that reader holds it. Without a spare fd, keep it.
+	 */
+	nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (nul < 0)
+		return;
+	dup3(nul, pool->uffd, O_CLOEXEC);
+	close(nul);
+}
+
+int ukvm_pool_destroy(struct ukvm_pool *pool)
+{
+	uint32_t i;
+
+	/* Joins readers that have left; one still running keeps everything. */
+	if (ukvm_pool_reap(pool, false))
+		return -EBUSY;
+	for (i = 0; pool->readers && i < pool->readers_made; i++) {
+		struct ukvm_reader *r = &pool->readers[i];
+
+		if (r->epfd >= 0)
+			close(r->epfd);
+		if (r->src)
+			munmap(r->src, pool->page_size);
+	}
+	free(pool->readers);
+	pool->readers = NULL;
+	if (pool->log)
+		munmap(pool->log, pool->log_cap * sizeof(*pool->log));
+	pool->log = NULL;
+	source_destroy(&pool->source);
+	if (pool->stop_fd >= 0)
+		close(pool->stop_fd);
+	pool->stop_fd = -1;
+	if (pool->uffd >= 0)
+		close(pool->uffd);
+	pool->uffd = -1;
+	return 0;
+}

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/* Reader pools: the threads that read one uffd's fault messages and resolve them (pool.c). */
+#ifndef UKVM_UFFD_POOL_H
+#define UKVM_UFFD_POOL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/ctl.h"
+#include "base/thread.h"
+#include "base/util.h"
+#include "ukvm.h"
+
+struct ukvm_pool;
+
+/*
+ * What UFFDIO_COPY copies from. A page must be whole when the copy makes it
+ * present: a vCPU may read it that very moment (a faulting vCPU that finds
+ * the page already mapped does not wait for a wake, and with overlap any
+ * vCPU may touch it). So the data, address words included, goes in with
+ * the copy. Each reader stamps a source of its own for pages up to
+ * UKVM_READER_SRC_MAX (4 KiB: anonymous memory; 2 MiB: a memfd named
+ * "uffdkvm-reader-source" in /proc/PID/maps); 1 GiB pages, too large for
+ * one per reader, share one buffer per uffd ("uffdkvm-source"), stamped
+ * and copied under a lock: the readers of one uffd take turns with it,
+ * those of different uffds (different vCPUs' memory) do not wait for each
+ * other. All of it is ordinary memory whatever
+ * the backing, and uffdkvm/run.py counts it in its memory check.
+ */
+#define UKVM_READER_SRC_MAX	(2ULL << 20)
+
+struct ukvm_source {
+	uint64_t page_size;
+	uint8_t *buffer;		/* stamped per fault, under lock */
+	pthread_mutex_t lock;
+	bool lock_made;
+};
+
+struct ukvm_reader {
+	struct ukvm_pool *pool;
+	uint32_t index;
+	pthread_t thread;
+	bool thread_started;
+	atomic_bool exited;
+	int epfd;
+	uint8_t *src;			/* up to 2 MiB pages: UFFDIO_COPY source, stamped per fault */
+	int cpu;			/* pinned to, or -1 */
+	uint64_t rng;			/* delay distribution state */
+	struct ukvm_thread_state state;	/* where it is, for one that would not stop */
+#ifdef UKVM_TEST_HOOKS
+	uint64_t stall_ms;		/* UKVM_INJECT_READER_STALL, for this reader */
+#endif
+	/* stats full: the chunk of the pool's fault log this reader fills (vcpu = tid) */
+	struct ukvm_fault_record *rec_next;
+	struct ukvm_fault_record *rec_end;
+	struct ukvm_reader_result stats;	/* the thread's own; read after join */
+} __attribute__((aligned(UKVM_CACHELINE)));
+
+struct ukvm_pool {
+	struct ukvm_ctl *ctl;
+	uint32_t uffd_index;
+	int uffd;
+	int stop_fd;			/* eventfd, readable once readers must leave */
+	enum ukvm_wait wait;
+	enum ukvm_uffd_mode mode;
+	uint64_t page_size;
+	uint64_t hva_base;		/* the registered range... */
+	uint64_t region_size;
+	uint64_t gpa_base;		/* ...and its guest physical address */
+	uint64_t delay_ns;
+	enum ukvm_delay_dist delay_dist;
+	enum ukvm_resolve resolve;
+	bool full_stats;
+	uint64_t seed;
+	const int32_t *pins;		/* reader k of all pools runs on pins[k % nr_pins] */
+	uint32_t nr_pins;
+	uint32_t first_reader;		/* this pool's first reader, counted over all pools */
+	struct ukvm_source source;	/* 1 GiB pages: the readers' shared copy source */
+	uint32_t nr_readers;
+	uint32_t readers_made;		/* entries of readers[] to clean up */
+	struct ukvm_reader *readers;
+	atomic_bool stop;
+	/*
+	 * Stats full: every fault record, in chunks of UKVM_LOG_CHUNK that the
+	 * readers claim one at a time (one atomic per chunk, no allocation on
+	 * the hot path). The mapping is reserved for the most records the pool
+	 * can see and touched only as far as it fills; a record whose read_ns
+	 * is 0 was never written.
+	 */
+	uint32_t vcpus_sharing;		/* vCPUs that may fault one page (overlap) */
+	struct ukvm_fault_record *log;
+	uint64_t log_cap;		/* records */
+	atomic_uint_fast64_t log_chunks; /* chunks claimed */
+};
+
+#define UKVM_LOG_CHUNK	1024
+
+/* Empty, destroyable state; the caller then fills in the fields above readers. */
+void ukvm_pool_init(struct ukvm_pool *pool);
+int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err);
+/* Tells every reader to leave (the stop flag and eventfd); returns at once. */
+void ukvm_pool_request_stop(struct ukvm_pool *pool);
+/*
+ * One look, without waiting: joins the readers that have left (their join
+ * is prompt) and, with kick, signals the others. Returns how many still run.
+ */
+uint32_t ukvm_pool_reap(struct ukvm_pool *pool, bool kick);
+/*
+ * Asks the readers to leave, kicks and joins them until deadline_ns:
+ * returns how many still run (not joined). Safe on a pool that never started.
+ */
+uint32_t ukvm_pool_stop(struct ukvm_pool *pool, uint64_t deadline_ns);
+/* The first reader that still runs, or NULL. */
+struct ukvm_reader *ukvm_pool_running_reader(struct ukvm_pool *pool);
+/*
+ * Lets go of the uffd, so that a vCPU waiting on a fault is released: it is
+ * closed, or, while a reader still runs and may use its number, replaced
+ * by /dev/null until the pool is destroyed.
+ */
+void ukvm_pool_release_uffd(struct ukvm_pool *pool);
+/* Frees everything: 0, or -EBUSY (and nothing freed) while a reader still runs. */
+int ukvm_pool_destroy(struct ukvm_pool *pool);
+
+#endif

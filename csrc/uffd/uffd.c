@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * userfaultfd: opening one (the syscall, else /dev/userfaultfd), the API
+ * handshake, registration, and the resolving ioctls with their recoverable
+ * errors (EEXIST: resolved already; EAGAIN: the mm changed under us, retry).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/ctl.h"
+#include "base/errors.h"
+#include "base/util.h"
+#include "uapi_compat.h"
+#include "uffd/uffd.h"
+
+/*
+ * EAGAIN means "try again" (the address space is changing under the ioctl:
+ * an mremap, a fork with UFFD_FEATURE_EVENT_FORK...). Retries back off: a
+ * few at once, then yielding the CPU for RETRY_YIELD_NS, then sleeps that
+ * double up to RETRY_SLEEP_MAX_NS. Still failing after RETRY_LIMIT_NS is an
+ * error; so is a run that fails or is cancelled meanwhile.
+ */
+#define RETRY_AT_ONCE		16
+#define RETRY_YIELD_NS		(100 * 1000ULL)
+#define RETRY_SLEEP_MIN_NS	(10 * 1000ULL)
+#define RETRY_SLEEP_MAX_NS	NSEC_PER_MSEC
+#define RETRY_LIMIT_NS		NSEC_PER_SEC
+
+/* The calling reader's run and name (ukvm_uffd_thread_init), for give-ups. */
+static __thread struct ukvm_ctl *thread_ctl;
+static __thread char thread_who[48];
+
+void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who)
+{
+	thread_ctl = ctl;
+	snprintf(thread_who, sizeof(thread_who), "%s", who);
+}
+
+static int uffd_open_raw(int flags, struct ukvm_error *err)
+{
+	int fd, dev, sys_errno, dev_errno;
+
+	fd = (int)syscall(__NR_userfaultfd, flags);
+	if (fd >= 0)
+		return fd;
+	sys_errno = errno;
+	if (sys_errno == ENOSYS) {
+		ukvm_err_set_hint(err, UKVM_ERR_HOST, sys_errno, "userfaultfd()",
+				  "This kernel was built without CONFIG_USERFAULTFD");
+		return -sys_errno;
+	}
+
+	/* /dev/userfaultfd (Linux 6.1+) grants userfaultfd by file permission. */
+	dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+	if (dev >= 0) {
+		fd = ioctl(dev, USERFAULTFD_IOC_NEW, flags);
+		dev_errno = errno;
+		close(dev);
+		if (fd >= 0)
+			return fd;
+	} else {
+		dev_errno = errno;
+	}
+
+	if (sys_errno == EPERM)
+		ukvm_err_set_hint(err, UKVM_ERR_HOST, sys_errno, "userfaultfd()",
+				  "userfaultfd is not permitted: the syscall needs "
+				  "CAP_SYS_PTRACE or sysctl vm.unprivileged_userfaultfd=1 "
+				  "(KVM's faults are kernel-mode faults), and opening "
+				  "/dev/userfaultfd failed too (%s). Run as root, give this "
+				  "user read/write access to /dev/userfaultfd, or set "
+				  "vm.unprivileged_userfaultfd=1", strerror(dev_errno));
+	else
+		ukvm_err_set(err, UKVM_ERR_HOST, sys_errno, "userfaultfd()");
+	return -sys_errno;
+}
+
+static int uffd_api(int fd, uint64_t features, struct uffdio_api *api)
+{
+	memset(api, 0, sizeof(*api));
+	api->api = UFFD_API;
+	api->features = features;
+	return ukvm_ioctl(fd, UFFDIO_API, api);
+}
+
+int ukvm_uffd_features(uint64_t *features, struct ukvm_error *err)
+{
+	struct uffdio_api api;
+	int fd, ret = 0;
+
+	fd = uffd_open_raw(O_CLOEXEC | O_NONBLOCK, err);
+	if (fd < 0)
+		return fd;
+	ret = uffd_api(fd, 0, &api);
+	if (ret)
+		ukvm_err_set(err, UKVM_ERR_HOST, -ret, "UFFDIO_API");
+	else
+		*features = api.features;
+	close(fd);
+	return ret;
+}
+
+int ukvm_uffd_open(bool nonblock, uint64_t features, struct ukvm_error *err)
+{
+	struct uffdio_api api;
+	int fd, ret;
+
+	fd = uffd_open_raw(O_CLOEXEC | (nonblock ? O_NONBLOCK : 0), err);
+	if (fd < 0)
+		return fd;
+	ret = uffd_api(fd, features, &api);
+	if (ret) {
+		close(fd);
+		ukvm_err_set(err, UKVM_ERR_HOST, -ret, "UFFDIO_API(features 0x%llx)",
+			     (unsigned long long)features);
+		return ret;
+	}
+	return fd;
+}
+
+int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode mode,
+		       enum ukvm_backing backing, struct ukvm_error *err)
+{
+	struct uffdio_register reg = {
+		.range = { .start = (uint64_t)(uintptr_t)addr, .len = len },
+		.mode = mode == UKVM_UFFD_MINOR ? UFFDIO_REGISTER_MODE_MINOR
+						: UFFDIO_REGISTER_MODE_MISSING,
+	};
+	uint64_t needed = mode == UKVM_UFFD_MINOR ? 1ULL << _UFFDIO_CONTINUE
+						  : 1ULL << _UFFDIO_COPY;
+	const char *name = mode == UKVM_UFFD_MINOR ? "MINOR" : "MISSING";
+	int e = -ukvm_ioctl(uffd, UFFDIO_REGISTER, &reg);
+
+	if (e) {
+		if (e == EINVAL && backing == UKVM_BACKING_GUEST_MEMFD)
+			ukvm_err_set_hint(err, UKVM_ERR_HOST, e, "UFFDIO_REGISTER(guest_memfd)",
+					  "This kernel's userfaultfd cannot register guest_memfd "
+					  "memory (uffd_mode %s); run guest_memfd with "
+					  "uffd_mode=None, or use a kernel with userfaultfd "
+					  "support for guest_memfd", name);
+		else if (e == EINVAL)
+			ukvm_err_set_hint(err, UKVM_ERR_HOST, e, "UFFDIO_REGISTER",
+					  "This kernel cannot register %s memory in mode %s",
+					  ukvm_backing_name(backing), name);
+		else
+			ukvm_err_set(err, UKVM_ERR_RUN, e,
+				     "UFFDIO_REGISTER(mode %s, %llu bytes at %p)", name,
+				     (unsigned long long)len, addr);
+		return -e;
+	}
+	if ((reg.ioctls & needed) != needed) {
+		ukvm_err_set(err, UKVM_ERR_HOST, 0,
+			     "UFFDIO_REGISTER(mode %s): the kernel does not offer %s for "
+			     "this memory", name,
+			     mode == UKVM_UFFD_MINOR ? "UFFDIO_CONTINUE" : "UFFDIO_COPY");
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
+/*
+ * One try of a resolving ioctl over [addr, addr + len): returns 0 or
+ * -errno, and sets *done to the bytes it resolved before failing (the
+ * kernel reports partial progress in the ioctl's last field).
+ */
+typedef int (*resolve_try)(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
+			   int64_t *done);
+
+static int try_copy(int uffd, uint64_t addr, uint64_t len, const uint8_t *src, int64_t *done)
+{
+	struct uffdio_copy copy = {
+		.dst = addr, .src = (uint64_t)(uintptr_t)src, .len = len, .mode = 0,
+	};
+	int ret = ioctl(uffd, UFFDIO_COPY, &copy) ? -errno : 0;
+
+	*done = copy.copy;
+	return ret;
+}
+
+static int try_zeropage(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
+			int64_t *done)
+{
+	struct uffdio_zeropage zero = { .range = { .start = addr, .len = len }, .mode = 0 };
+	int ret = ioctl(uffd, UFFDIO_ZEROPAGE, &zero) ? -errno : 0;
+
+	(void)src;
+	*done = zero.zeropage;
+	return ret;
+}
+
+static int try_continue(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
+			int64_t *done)
+{
+	struct uffdio_continue cont = { .range = { .start = addr, .len = len }, .mode = 0 };
+	int ret = ioctl(uffd, UFFDIO_CONTINUE, &cont) ? -errno : 0;
+
+	(void)src;
+	*done = cont.mapped;
+	return ret;
+}
+
+#ifdef UKVM_TEST_HOOKS
+/* UKVM_INJECT_RESOLVE_EAGAIN: every try fails with EAGAIN for inject_after ms from the first. */
+static bool injected_eagain(void)
+{
+	struct ukvm_ctl *ctl = thread_ctl;
+	uint_fast64_t first = 0;
+	uint64_t now, window;
+
+	if (!ctl || ctl->inject != UKVM_INJECT_RESOLVE_EAGAIN)
+		return false;
+	now = ukvm_now_ns();
+	/* inject_count holds when the window opened (0: not yet). */
+	if (!atomic_compare_exchange_strong(&ctl->inject_count, &first, now))
+		now = ukvm_now_ns();
+	else
+		first = now;
+	window = ctl->inject_after > UINT64_MAX / NSEC_PER_MSEC ? UINT64_MAX
+		 : ctl->inject_after * NSEC_PER_MSEC;
+	return now - first < window;
+}
+#endif
+
+/*
+ * 0 resolved here, -EEXIST resolved already (another reader won), or
+ * another -errno. EAGAIN (the mm changed under the ioctl) and EINTR are retried
+ * from where the kernel got to, as VMMs do, backing off (see RETRY_*);
+ * EAGAIN for RETRY_LIMIT_NS is an error, which the reader's run records
+ * with the ioctl and how long it tried.
+ */
+static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t addr,
+		   const uint8_t *src, uint64_t len)
+{
+	uint64_t start = 0, now, pause = RETRY_SLEEP_MIN_NS;
+	unsigned tries;
+	int ret;
+
+	for (tries = 1;; tries++) {
+		int64_t done = 0;
+
+#ifdef UKVM_TEST_HOOKS
+		if (injected_eagain())
+			ret = -EAGAIN;	/* the ioctl is not even tried */
+		else
+#endif
+			ret = attempt(uffd, addr, len, src, &done);
+		if (ret != -EAGAIN && ret != -EINTR)
+			return ret;	/* 0, -EEXIST (another reader won), or a failure */
+		if (done > 0) {
+			addr += (uint64_t)done;
+			if (src)
+				src += done;
+			len -= (uint64_t)done;
+			if (!len)
+				return 0;
+		}
+		if (tries < RETRY_AT_ONCE)
+			continue;
+		now = ukvm_now_ns();
+		if (!start)
+			start = now;
+		if (thread_ctl && ukvm_ctl_aborted(thread_ctl))
+			return ret;	/* the run is over: nobody needs this page */
+		if (now - start >= RETRY_LIMIT_NS) {
+			if (thread_ctl)
+				ukvm_ctl_fail(thread_ctl, UKVM_ERR_RUN, -ret,
+					      "%s: %s(%llu bytes at 0x%llx) still failed after "
+					      "retrying for %.1f s (%u tries, the last ones 1 ms "
+					      "apart)", thread_who, name, (unsigned long long)len,
+					      (unsigned long long)addr,
+					      (double)(now - start) / NSEC_PER_SEC, tries);
+			return ret;
+		}
+		if (now - start < RETRY_YIELD_NS) {
+			sched_yield();
+		} else {
+			ukvm_sleep_ns(pause);
+			pause = pause * 2 < RETRY_SLEEP_MAX_NS ? pause * 2 : RETRY_SLEEP_MAX_NS;
+		}
+	}
+}
+
+int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len)
+{
+	return resolve("UFFDIO_COPY", try_copy, uffd, dst, src, len);
+}
+
+int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len)
+{
+	return resolve("UFFDIO_ZEROPAGE", try_zeropage, uffd, addr, NULL, len);
+}
+
+int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len)
+{
+	return resolve("UFFDIO_CONTINUE", try_continue, uffd, addr, NULL, len);
+}

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * userfaultfd: opening one, the API handshake, registration, and the
+ * resolving ioctls with their recoverable errors (uffd.c).
+ */
+#ifndef UKVM_UFFD_UFFD_H
+#define UKVM_UFFD_UFFD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/ctl.h"
+#include "ukvm.h"
+
+/* A uffd after UFFDIO_API with features: the fd, or -errno. */
+int ukvm_uffd_open(bool nonblock, uint64_t features, struct ukvm_error *err);
+/* The features this kernel's userfaultfd offers. */
+int ukvm_uffd_features(uint64_t *features, struct ukvm_error *err);
+int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode mode,
+		       enum ukvm_backing backing, struct ukvm_error *err);
+/*
+ * The calling thread's run and name ("reader 2 of uffd 0"): its resolving
+ * ioctls give up early once that run is aborted, and one that keeps failing
+ * with EAGAIN is recorded as the run's failure, named.
+ */
+void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who);
+/*
+ * 0 resolved here, -EEXIST already resolved by another, another -errno on
+ * failure. EAGAIN and EINTR are retried with backoff, for 1 s at most.
+ */
+int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len);
+int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len);
+int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len);
+
+#endif

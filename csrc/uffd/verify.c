@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * After every run: does every page hold what it must?
+ *
+ * A page the guest wrote holds (gpa ^ GUEST_WRITE_MAGIC) in word 0 and the
+ * number of writes to it in word 2; a page it only read holds what the
+ * resolver supplied. Everything else is the resolver's data (fill.c) or
+ * zeros, depending on how the page was resolved. The guest's write/read
+ * choice is a hash of the page frame that this file computes as guest.S does.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/ctl.h"
+#include "base/util.h"
+#include "kvm/guest_abi.h"
+#include "uffd/fill.h"
+#include "uffd/verify.h"
+
+#define WORDS_PER_PAGE		(UKVM_PAGE_SIZE / sizeof(uint64_t))
+#define VERIFY_CHECK_EVERY	(64ULL << 20)	/* bytes between cancellation checks */
+
+/* Does the guest write the page at gpa (else read it)? As guest.S decides. */
+static bool guest_writes_page(uint64_t gpa, uint64_t write_pct, uint64_t write_key)
+{
+	uint64_t h;
+
+	if (write_pct >= 100)
+		return true;
+	if (write_pct == 0)
+		return false;
+	h = ((gpa >> 12) ^ write_key) * GUEST_HASH_MUL1;
+	h ^= h >> 32;
+	h *= GUEST_HASH_MUL2;
+	h ^= h >> 32;
+	return (uint64_t)(((unsigned __int128)h * 100) >> 64) < write_pct;
+}
+
+static void describe_word(char *msg, size_t len, uint64_t gpa, unsigned word, uint64_t got,
+			  uint64_t want, const char *why)
+{
+	snprintf(msg, len, "page at gpa 0x%llx: word %u is 0x%016llx, expected 0x%016llx (%s)",
+		 (unsigned long long)gpa, word, (unsigned long long)got,
+		 (unsigned long long)want, why);
+}
+
+uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl *ctl,
+			    uint64_t *read_sum, char *msg, size_t msg_len)
+{
+	uint64_t ref[WORDS_PER_PAGE];
+	uint64_t off, bad = 0, sum = 0;
+	unsigned i;
+
+	for (i = 0; i < WORDS_PER_PAGE; i++)
+		ref[i] = p->filled && i >= 3 ? UKVM_FILL_WORD(i) : 0;
+
+	for (off = 0; off < p->size; off += UKVM_PAGE_SIZE) {
+		const uint64_t *w = (const uint64_t *)(p->hva + off);
+		uint64_t gpa = p->gpa + off;
+		bool written = guest_writes_page(gpa, p->write_pct, p->write_key);
+		uint64_t want0, want1, want2;
+		bool first = bad == 0;
+
+		if (ctl && off % VERIFY_CHECK_EVERY == 0 && ukvm_ctl_aborted(ctl))
+			return bad;
+
+		want0 = written ? gpa ^ GUEST_WRITE_MAGIC : (p->filled ? ~gpa : 0);
+		want1 = p->filled ? gpa : 0;
+		want2 = written ? p->written_visits : 0;
+		if (!written)
+			sum += want1;
+
+		if (w[0] != want0) {
+			bad++;
+			if (first)
+				describe_word(msg, msg_len, gpa, 0, w[0], want0,
+					      written ? "the guest's write" : "the resolver's data");
+		} else if (w[1] != want1) {
+			bad++;
+			if (first)
+				describe_word(msg, msg_len, gpa, 1, w[1], want1,
+					      p->filled ? "the resolver's address stamp" : "zero");
+		} else if (w[2] != want2) {
+			bad++;
+			if (first)
+				describe_word(msg, msg_len, gpa, 2, w[2], want2,
+					      "the count of guest writes to the page");
+		} else if (memcmp(w + 3, ref + 3, UKVM_PAGE_SIZE - 3 * sizeof(uint64_t))) {
+			bad++;
+			for (i = 3; first && i < WORDS_PER_PAGE; i++)
+				if (w[i] != ref[i]) {
+					describe_word(msg, msg_len, gpa, i, w[i], ref[i],
+						      p->filled ? "the resolver's data" : "zero");
+					break;
+				}
+		}
+	}
+	if (read_sum)
+		*read_sum = sum;
+	return bad;
+}

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/* After every run: does every page hold what it must? (verify.c) */
+#ifndef UKVM_UFFD_VERIFY_H
+#define UKVM_UFFD_VERIFY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/ctl.h"
+
+struct ukvm_verify_params {
+	const uint8_t *hva;		/* the region as the guest wrote it */
+	uint64_t gpa;			/* its guest physical address */
+	uint64_t size;
+	bool filled;			/* resolved with data, else zero-filled */
+	uint64_t written_visits;	/* what word 2 of every written page holds */
+	uint64_t write_pct;
+	uint64_t write_key;
+};
+
+/*
+ * Returns the number of bad pages and describes the first in msg. read_sum
+ * gets the sum of word 1 over the pages the guest reads: one pass's checksum.
+ * Stops early (with the count so far) once ctl's run is aborted.
+ */
+uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl *ctl,
+			    uint64_t *read_sum, char *msg, size_t msg_len);
+
+#endif
