@@ -3,7 +3,7 @@ exception, errno and a message naming the thread and the call, and gives
 back every thread and fd.
 
 The failures are real: uffdkvm._testing makes the core's own code fail at a
-chosen point (csrc/ukvm.h, enum ukvm_inject), and the run goes down its
+chosen point (csrc/testhooks.h, enum ukvm_inject), and the run goes down its
 normal error path.
 """
 import errno

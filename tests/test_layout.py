@@ -259,8 +259,6 @@ def py_graph() -> dict[str, set[str]]:
     return graph
 
 
-@pytest.mark.xfail(strict=True, reason="cli<->cli_sweep and result<->frames are fixed on other "
-                                       "branches")
 def test_no_import_cycles_in_package() -> None:
     graph = py_graph()
     assert "config" in graph, "no Python modules found"

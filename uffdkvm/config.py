@@ -343,8 +343,8 @@ class Config:
         return dataclasses.replace(self, **fields)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain Python values (tuples become lists), such as
-        Config(**d) takes back; Result.to_dict() gives strict JSON values."""
+        """The fields as plain Python values (tuples become lists), which
+        ``Config(**d)`` takes back; ``Result.to_dict()`` gives strict JSON values."""
         d = dataclasses.asdict(self)
         for key in ("pin_vcpus", "pin_readers"):
             if d[key] is not None:

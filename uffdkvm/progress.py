@@ -1,7 +1,7 @@
 """Live progress of a run: what run(progress=...) reports, and two displays.
 
 The counts come from the guest itself: its page-walk keeps its step counter
-in the vCPU's args page (csrc/guest_abi.h, GA_STEP), which the core reads
+in the vCPU's args page (csrc/kvm/guest_abi.h, GA_STEP), which the core reads
 while the vCPUs run. So ``pages_done`` is pages the guest has touched, every
 pass counted, not faults resolved.
 """

@@ -112,7 +112,7 @@ def _cpu_ranges(cpus: Iterable[int]) -> str:
 
 
 # Pages up to this size are copied from a source of each reader's own; larger
-# ones from one source per uffd (csrc/internal.h, struct ukvm_source).
+# ones from one source per uffd (csrc/uffd/pool.h, struct ukvm_source).
 _READER_SOURCE_MAX = 2 << 20
 
 
