@@ -166,7 +166,7 @@ def test_json_prints_every_run(kvm, capsys):
         [(1, 0, 256, None), (2, 0, 512, None)]
 
 
-def test_failed_runs_are_reported_and_exit_4(kvm, capsys):
+def test_failed_runs_are_reported_and_exit_1(kvm, capsys):
     code, out, err = sweep(capsys, "-b", "1M,1T")
     assert code == cli.EXIT_FAILED
     lines = out.splitlines()
@@ -174,7 +174,7 @@ def test_failed_runs_are_reported_and_exit_4(kvm, capsys):
     assert re.fullmatch(rf"\| 1M \| {NUMBER} \|", lines[2]), lines[2]
     assert lines[3] == "| 1T | 1 failed |"
     assert "2 runs, 1 failed" in out
-    assert "1 run(s) failed: ConfigError: mem_per_vcpu" in err
+    assert "1 run(s) failed: HostUnsupportedError: mem_per_vcpu" in err
 
 
 @pytest.mark.parametrize("args,message", [
