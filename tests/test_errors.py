@@ -14,6 +14,7 @@ from uffdkvm import (
     ConfigError,
     Histogram,
     HostUnsupportedError,
+    MissingDependencyError,
     Result,
     ResultError,
     RunError,
@@ -29,6 +30,7 @@ ERRORS = [
     HostUnsupportedError("no /dev/kvm", 2),
     RunError("vCPU 0: KVM_RUN: EFAULT", 14),
     RunTimeoutError("the run did not finish within timeout_s=0.200", 110),
+    MissingDependencyError("DataFrames need pandas: pip install 'uffdkvm[analysis]'"),
 ]
 
 
@@ -58,8 +60,32 @@ def test_a_timeout_keeps_its_errno_and_stays_a_timeout_error():
 def test_the_hierarchy_keeps_the_builtin_bases():
     assert issubclass(ConfigError, ValueError) and issubclass(ResultError, ValueError)
     assert issubclass(RunTimeoutError, TimeoutError)
-    for cls in (ConfigError, ResultError, HostUnsupportedError, RunError, RunTimeoutError):
+    assert issubclass(MissingDependencyError, ImportError)
+    for cls in (ConfigError, ResultError, HostUnsupportedError, RunError, RunTimeoutError,
+                MissingDependencyError):
         assert issubclass(cls, UffdkvmError)
+
+
+NO_PANDAS = """
+import sys, uffdkvm
+sys.modules["pandas"] = None  # as if it were not installed: import raises ImportError
+r = uffdkvm.run(vcpus=1, mem_per_vcpu="64K")
+try:
+    r.to_frame()
+except uffdkvm.MissingDependencyError as e:
+    print("MissingDependencyError", isinstance(e, ImportError), e)
+"""
+
+
+def test_a_missing_pandas_is_a_uffdkvm_error_and_an_import_error(kvm):
+    import subprocess
+    import sys
+
+    from children import ENV
+    p = subprocess.run([sys.executable, "-c", NO_PANDAS], capture_output=True, text=True,
+                       timeout=120, cwd="/", env=ENV)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("MissingDependencyError True DataFrames need pandas"), p.stdout
 
 
 def test_config_error_names_the_field():

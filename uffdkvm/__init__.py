@@ -15,6 +15,7 @@ from .config import Config, parse_size
 from .errors import (
     ConfigError,
     HostUnsupportedError,
+    MissingDependencyError,
     ResultError,
     RunError,
     RunTimeoutError,
@@ -31,9 +32,8 @@ from .sweep import SweepWarning, read_results, sweep
 
 __all__ = [
     "Config", "ConfigError", "FaultTrace", "Histogram", "HostInfo", "HostUnsupportedError",
-    "Progress", "Ratio", "ReaderStats", "Result", "ResultError", "RunError", "RunTimeoutError",
-    "Spread",
-    "SweepWarning",
+    "MissingDependencyError", "Progress", "Ratio", "ReaderStats", "Result", "ResultError",
+    "RunError", "RunTimeoutError", "Spread", "SweepWarning",
     "UffdkvmError", "VcpuStats", "__version__", "backing_support", "parse_size", "probe",
     "ratio_of", "read_results", "run", "spread_of", "summarize", "sweep",
 ]

@@ -63,6 +63,11 @@ class ResultError(UffdkvmError, ValueError):
     different buckets added together. The message says where and why."""
 
 
+class MissingDependencyError(UffdkvmError, ImportError):
+    """An optional dependency is not installed (pandas, for DataFrames and
+    sweeps); the message says what to pip install."""
+
+
 class HostUnsupportedError(UffdkvmError):
     """The host lacks or refuses something the experiment needs (/dev/kvm,
     userfaultfd, a kernel feature, the memory or CPUs it asks for); the

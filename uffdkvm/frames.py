@@ -39,7 +39,7 @@ import typing
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .errors import ResultError
+from .errors import MissingDependencyError, ResultError
 from .histogram import Histogram
 from .serial import type_hints
 
@@ -70,7 +70,7 @@ def _pandas() -> Any:
     try:
         import pandas
     except ImportError:
-        raise ImportError("DataFrames need pandas: pip install 'uffdkvm[analysis]' "
+        raise MissingDependencyError("DataFrames need pandas: pip install 'uffdkvm[analysis]' "
                           "(or pip install pandas)") from None
     return pandas
 
