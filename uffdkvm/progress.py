@@ -1,9 +1,10 @@
 """Live progress of a run: what run(progress=...) reports, and two displays.
 
-The counts come from the guest itself: its page-walk keeps its step counter
-in the vCPU's args page (csrc/kvm/guest_abi.h, GA_STEP), which the core reads
-while the vCPUs run. So ``pages_done`` is pages the guest has touched, every
-pass counted, not faults resolved.
+The counts come from the guest itself: its page walk publishes its step in
+the vCPU's args page every 256 pages and at each pass's end
+(csrc/kvm/guest_abi.h, GA_STEP), which the core reads while the vCPUs run.
+So ``pages_done`` is pages the guest has touched, every pass counted, to the
+last 256, not faults resolved.
 """
 from __future__ import annotations
 

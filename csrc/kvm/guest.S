@@ -83,13 +83,14 @@
 .Lpass\s:
 	cmp	GA_PASSES(%r8), %r12
 	jae	.Lwalked\s
-	movq	$0, GA_STEP(%r8)
+	xor	%r13d, %r13d
+	xor	%ebx, %ebx		/* the first step publishes step 0 and sets the first chunk */
 
 .Lstep\s:
-	/* %rax = the step, then the index of the page visited at that step */
-	mov	GA_STEP(%r8), %rax
-	cmp	%r10, %rax
-	jae	.Lpass_end\s
+	cmp	%rbx, %r13
+	jae	.Lchunk\s
+	/* %rax = the index of the page visited at step %r13 */
+	mov	%r13, %rax
 	test	%rbp, %rbp		/* GUEST_PATTERN_SEQUENTIAL is 0 */
 	jnz	.Lordered\s
 
@@ -146,7 +147,7 @@
 	.endif
 
 .Lnext\s:
-	incq	GA_STEP(%r8)
+	inc	%r13
 	test	%r11, %r11
 	jnz	.Lwork\s
 	jmp	.Lstep\s
@@ -166,8 +167,9 @@
 .Lordered\s:
 	cmp	$GUEST_PATTERN_REVERSE, %rbp
 	jne	.Lrandom\s
-	not	%rax			/* pages - step - 1 == pages + ~step */
-	add	%r10, %rax
+	mov	%r10, %rax
+	sub	%r13, %rax
+	dec	%rax
 	jmp	.Laddress\s
 
 	/*
@@ -197,13 +199,31 @@
 	jae	.Lwalk\s
 	jmp	.Laddress\s
 
+	/*
+	 * Every GUEST_STEP_CHUNK steps, and at the pass's end: publish the step
+	 * for the host's progress reports (GA_STEP), then set %rbx to the next
+	 * chunk's end. Keeping the step in memory at every page would cost no
+	 * instructions but two memory operands a page, which a host that
+	 * emulates guest instructions pays for (~1 us a page on PVM); this
+	 * costs a few register instructions per chunk.
+	 */
+.Lchunk\s:
+	mov	%r13, GA_STEP(%r8)
+	cmp	%r10, %r13
+	jae	.Lpass_end\s
+	lea	GUEST_STEP_CHUNK(%r13), %rbx
+	cmp	%r10, %rbx
+	cmova	%r10, %rbx
+	jmp	.Lstep\s
+
 .Lpass_end\s:
 	.if \timed
 	movq	$0, GA_LOG_STRIDE(%r8)	/* only the first pass faults: log only it */
 	.endif
 	inc	%r12
-	add	%r10, %rbx
-	mov	%rbx, GA_ACCESSES(%r8)
+	mov	%r12, %rax
+	imul	%r10, %rax
+	mov	%rax, GA_ACCESSES(%r8)
 	mov	%r14, GA_CHECKSUM(%r8)
 	mov	%r12, GA_PASSES_DONE(%r8)
 	mov	$UKVM_PORT_PASS, %dx
@@ -223,14 +243,15 @@
 /*
  * Registers for the whole walk:
  *   %r8  args            %r12 passes done
- *   %r9  region start    GA_STEP: the step, in memory
+ *   %r9  region start    %r13 step within this pass
  *   %r10 pages per pass  %r14 checksum of the words read
  *   %r11 work per access %r15 write percent
- *   %rbx accesses        %rbp pattern
+ *   %rbx this chunk's end %rbp pattern
  *
  * The walk exists twice, from one macro: plain, and timed (GA_TIMING: rdtsc
  * around every access, into a log2 histogram in the args page). The plain
- * hot path (sequential, all writes, no work) is 17 instructions per page,
+ * hot path (sequential, all writes, no work) is 17 instructions per page
+ * (and 7 per GUEST_STEP_CHUNK pages to publish the step for progress),
  * and choosing between the two costs nothing per page. Both matter on hosts
  * that emulate guest instructions after a fault (software-virtualized KVM
  * such as PVM): there every instruction between two faults costs

@@ -36,9 +36,10 @@
 #define GA_PASSES_DONE	0x90
 #define GA_TSC_SUM	0x98	/* timing: TSC cycles spent in accesses */
 #define GA_SYNC_TSC	0xa0	/* timing: the TSC, written just before each sync exit */
-/* Written by the guest during a pass: its step counter lives here, not in a
- * register (same instruction count), so the host can read progress live. */
-#define GA_STEP		0xa8	/* pages done in the current pass */
+/* Written by the guest during a pass, every GUEST_STEP_CHUNK pages and at
+ * its end, for the host's live progress reports. */
+#define GA_STEP		0xa8	/* pages done in the current pass, to the chunk */
+#define GUEST_STEP_CHUNK	256
 #define GA_TSC_HIST	0x100	/* timing: 64 counters, [i] counts accesses of 2^i.. cycles */
 
 #define GA_SIZE		0x300
