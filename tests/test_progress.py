@@ -93,3 +93,36 @@ def test_console_line_redraws_in_place_and_clears():
     assert "slowest vCPU 50%" in out.getvalue()
     show(Progress("done", (100, 100), (100, 100), 3.0))
     assert out.getvalue().endswith("\r")
+
+
+def test_a_failed_run_clears_the_line_and_reports_failed(kvm):
+    out = io.StringIO()
+    show = ConsoleProgress(out)
+    seen = []
+
+    def both(p):
+        seen.append(p.phase)
+        show(p)
+
+    with pytest.raises(uffdkvm.RunTimeoutError):
+        uffdkvm.run(vcpus=1, mem_per_vcpu="1G", timeout_s=0.7, progress=both)
+    assert seen[-1] == "failed" and "running" in seen
+    text = out.getvalue()
+    assert "pages" in text, "the line was drawn"
+    assert text.endswith("\r") and text.rstrip("\r").split("\r")[-1].strip() == "", \
+        "the last write clears the line"
+
+
+def test_a_line_never_outgrows_a_narrow_terminal():
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))
+    with os.fdopen(slave, "w") as stream:
+        show = ConsoleProgress(stream)
+        show(Progress("waiting for a thread that would not stop", (10**6,), (10**7,), 1.0))
+        assert show.width <= 39
+    os.close(master)

@@ -8,6 +8,7 @@ last 256, not faults resolved.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +26,8 @@ class Progress:
     """One report on a running experiment.
 
     phase: what the core is doing ("setting up", "running", "verifying",
-    "releasing"), or "done" in the last report, made once the Result exists.
+    "releasing"), and in the last report "done" (the Result exists, its
+    counts are these) or "failed" (run() is raising).
     pages_done / pages_total: per vCPU, pages touched so far and in all
     (all passes). elapsed_s: since run() was called.
     """
@@ -63,8 +65,16 @@ class _Reporter:
         self.done = [0] * vcpus
         self.total = [0] * vcpus
         self.phase = ""
+        self.in_callback = False
 
     def __call__(self, phase: str, done: list[int], total: list[int]) -> None:
+        # Set while the callback runs: if it raises, the run fails because of
+        # it, and fail() does not call it again.
+        self.in_callback = True
+        self._update(phase, done, total)
+        self.in_callback = False
+
+    def _update(self, phase: str, done: list[int], total: list[int]) -> None:
         if any(total):
             self.total = list(total)
             self.done = [max(a, b) for a, b in zip(self.done, done, strict=True)]
@@ -74,6 +84,16 @@ class _Reporter:
         self.phase = phase
         self.last_call = now
         self.callback(self._report(phase, now))
+
+    def fail(self) -> None:
+        """The last report of a run that raises; its own errors give way to
+        the run's."""
+        if self.in_callback:
+            return
+        try:
+            self.callback(self._report("failed", time.monotonic()))
+        except Exception:
+            pass
 
     def finish(self, pages: list[int]) -> None:
         """The last report: the Result's own page counts."""
@@ -87,7 +107,7 @@ class _Reporter:
 
 class ConsoleProgress:
     """A one-line display on a terminal stream (stderr by default), redrawn in
-    place: ``running  12.3 s  40%  131072/327680 pages  (vCPU min 38%)``.
+    place: ``running  12.3 s  40%  131072/327680 pages  (slowest vCPU 38%)``.
 
     delay_s: draw nothing until the run has gone on this long, so that short
     runs leave no trace (the command line waits 2 s).
@@ -99,7 +119,7 @@ class ConsoleProgress:
         self.width = 0
 
     def __call__(self, p: Progress) -> None:
-        if p.phase == "done":
+        if p.phase in ("done", "failed"):
             self.close()
             return
         if p.elapsed_s < self.delay_s:
@@ -109,9 +129,18 @@ class ConsoleProgress:
             slowest = min(d / t for d, t in zip(p.pages_done, p.pages_total, strict=True) if t)
             line += (f"  {100 * p.fraction:3.0f}%  {p.done}/{p.total} pages"
                      f"  (slowest vCPU {100 * slowest:.0f}%)")
+        # Wider than the terminal, each redraw would wrap onto a new line.
+        line = line[:max(20, self._columns() - 1)]
         self.stream.write("\r" + line.ljust(self.width))
         self.stream.flush()
         self.width = len(line)
+
+    def _columns(self) -> int:
+        """The stream's terminal width (80 when it is not a terminal)."""
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            return 80
 
     def close(self) -> None:
         if self.width:
@@ -133,7 +162,7 @@ class TqdmProgress:
             self.bar.total = p.total
         self.bar.set_description(p.phase, refresh=False)
         self.bar.update(p.done - self.bar.n)
-        if p.phase == "done":
+        if p.phase in ("done", "failed"):
             self.bar.close()
 
 

@@ -225,8 +225,9 @@ def run(config: Config | None = None, *, progress: bool | ProgressCallback | Non
 
     ``progress=True`` shows a tqdm bar (a console line without tqdm) of the
     pages the guest has touched; a callable gets a :class:`Progress` about
-    every 0.25 s while the run goes, and a last one (phase "done") with the
-    Result's counts. An exception the callable raises cancels the run and
+    every 0.25 s while the run goes, and a last one: phase "done" with the
+    Result's counts, or phase "failed" when the run raises (the exception
+    then propagates). An exception the callable raises cancels the run and
     propagates, as Ctrl-C does.
     """
     return _run(_config_of(config, fields), progress=make_callback(progress))
@@ -241,10 +242,15 @@ def _run(config: Config, progress: ProgressCallback | None = None,
     _check_pins(config)
     reporter = _Reporter(progress, config.vcpus) if progress else None
     try:
-        core_config = {**_core_config(config), **core_fields}
-        raw = _core.run(core_config, reporter) if reporter else _core.run(core_config)
-    except _core.CoreError as e:
-        _raise_from_core(e)
+        try:
+            core_config = {**_core_config(config), **core_fields}
+            raw = _core.run(core_config, reporter) if reporter else _core.run(core_config)
+        except _core.CoreError as e:
+            _raise_from_core(e)
+    except BaseException:
+        if reporter:
+            reporter.fail()  # a display clears its line or closes its bar
+        raise
     result = dataclasses.replace(Result._from_core(config, raw), host=HostInfo.current())
     if reporter:
         reporter.finish([v.pages for v in result.vcpus])

@@ -287,6 +287,7 @@ static void experiment_linger(struct ukvm_experiment *exp)
 
 	pthread_mutex_lock(&exp->ctl.lock);
 	exp->phase = "waiting for a thread that would not stop";
+	exp->walkable = false;		/* the VM goes below: progress must not read it */
 	exp->lingering = true;
 	exp->lingering_since_ns = ukvm_now_ns();
 	exp->finished = true;
