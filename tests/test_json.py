@@ -139,12 +139,16 @@ def test_text_that_is_not_json_is_a_result_error(result):
         Result.from_json(json.dumps(d))
 
 
-def schema_2(r):
+def schema_2(r, marked=True):
     """A fresh Result rewritten as uffdkvm wrote schema 2: VcpuStats.faults
     counted EEXIST messages and there was no eexist beside it, the trace had
-    no start, and timeout_s=inf was the bare literal Infinity."""
+    no start, and timeout_s=inf was the bare literal Infinity. Unmarked: as
+    its to_dict() and `uffdkvm --json` wrote it, with no "schema" key."""
     old = json.loads(r.to_json())
-    old["schema"] = 2
+    if marked:
+        old["schema"] = 2
+    else:
+        del old["schema"]
     for v in old["vcpus"]:
         v["faults"] += v.pop("eexist")
     if old["fault_trace"] is not None:
@@ -164,12 +168,19 @@ def test_schema_2_files_load_with_vcpu_faults_without_eexist(kvm):
     assert back.faults_frame()["t_s"].isna().all()  # the start was not recorded
 
 
-def test_schema_2_files_with_eexist_leave_the_vcpu_split_unknown(kvm):
+@pytest.mark.parametrize("marked", [True, False], ids=["schema-2", "unmarked"])
+def test_schema_2_files_with_eexist_leave_the_vcpu_split_unknown(kvm, marked):
     r = uffdkvm.run(OVERLAP_RACE)
     assert r.eexist > 0 and sum(v.eexist for v in r.vcpus) == r.eexist
-    back = Result.from_json(schema_2(r))
+    back = Result.from_json(schema_2(r, marked))
     assert [v.faults for v in back.vcpus] == [None] * len(r.vcpus)
     assert back.faults == r.faults and back.eexist == r.eexist  # the readers' counts hold
+
+
+def test_to_dict_says_its_schema(kvm):
+    d = uffdkvm.run(vcpus=1, mem_per_vcpu="64K").to_dict()
+    assert d["schema"] == uffdkvm.serial.SCHEMA
+    assert Result.from_json(json.dumps(d)).faults == 16
 
 
 # Several vCPUs over the same pages, in the same order: their faults on a page

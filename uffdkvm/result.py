@@ -337,9 +337,9 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         """Everything as plain JSON values, as :meth:`to_json` writes them (the
-        config included, non-finite floats as "inf"/"-inf"/"nan"), with the
-        derived ``per_vcpu_rate``."""
-        d: dict[str, Any] = serial.encode(self)
+        schema version and the config included, non-finite floats as
+        "inf"/"-inf"/"nan"), with the derived ``per_vcpu_rate``."""
+        d: dict[str, Any] = {"schema": serial.SCHEMA, **serial.encode(self)}
         d["per_vcpu_rate"] = self.per_vcpu_rate
         return d
 

@@ -94,13 +94,26 @@ def from_json(cls: type, text: str | bytes) -> Any:
     if not isinstance(data, dict):
         raise ResultError(f"$: expected a JSON object for {cls.__name__}, "
                           f"not {type(data).__name__}")
-    schema = data.get("schema", SCHEMA)
+    schema = data.get("schema", _schema_of_unmarked(data))
     if isinstance(schema, bool) or not isinstance(schema, int) or not 1 <= schema <= SCHEMA:
         raise ResultError(f"$.schema: {schema!r} is not a schema this uffdkvm reads "
                           f"(1 to {SCHEMA}); upgrade uffdkvm to read this file")
     for version in range(schema, SCHEMA):
         data = MIGRATIONS[version](data)
     return decode(cls, data)
+
+
+def _schema_of_unmarked(data: dict[str, Any]) -> int:
+    """The schema of a dict with no "schema" key (older ``to_dict()`` output
+    and ``uffdkvm --json`` of before schema 3), told by its shape: schema 3
+    gave every vCPU an eexist count, schema 2 renamed the latency fields."""
+    vcpus = [v for v in data.get("vcpus") or [] if isinstance(v, dict)]
+    readers = [r for r in data.get("readers") or [] if isinstance(r, dict)]
+    if not vcpus or all("eexist" in v for v in vcpus):
+        return SCHEMA
+    if any("fault_latency" in v for v in vcpus) or any("latency" in r for r in readers):
+        return 1
+    return 2
 
 
 def _renamed(d: Any, renames: dict[str, str]) -> Any:
