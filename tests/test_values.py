@@ -207,3 +207,18 @@ def test_usable_cpus_are_read_before_anything_pins_the_process():
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["usable"] == out["before"] >= 2
+
+
+def test_each_run_carries_the_host_facts_of_its_own_time(kvm):
+    """A fact that changes between runs (here the 2 MiB pool, as root) is
+    read again for the next Result, not kept from the first."""
+    from conftest import NOT_ROOT, add_hugepages, remove_hugepages
+    if os.geteuid() != 0:
+        host_skip(NOT_ROOT, "only root can change the huge page pool")
+    before = uffdkvm.run(vcpus=1, mem_per_vcpu="64K").host.hugepages_2m
+    added = add_hugepages(2048, 1)
+    try:
+        after = uffdkvm.run(vcpus=1, mem_per_vcpu="64K").host.hugepages_2m
+    finally:
+        remove_hugepages(2048, added)
+    assert after == before + added and added == 1

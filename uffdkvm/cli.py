@@ -34,7 +34,6 @@ from .cli_common import (  # noqa: F401 - the exit codes, for callers of main()
 )
 from .config import Config
 from .histogram import Histogram
-from .host import HostInfo
 from .result import Result
 from .run import run
 from .support import backing_support
@@ -140,9 +139,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["sweep"]:  # uffdkvm sweep ...: many runs, one table
         return cli_sweep.main(argv[1:])
-    # Before -c pins this process: the Result's host.usable_cpus is the set
-    # the process was started with, not the one CPU it pinned itself to.
-    HostInfo.current()
     return guarded("uffdkvm", argv, lambda: _run_command(argv))
 
 

@@ -55,7 +55,6 @@ from .cli_common import (
 )
 from .config import BACKING_PAGE_SIZES, GUEST_PAGE_SIZES, Config, format_size
 from .errors import HostUnsupportedError, UffdkvmError
-from .host import HostInfo
 from .run import probe, run
 from .spread import Spread, spread_of
 from .support import backing_support
@@ -291,7 +290,6 @@ def _isnan(v: Any) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``uffdkvm sweep`` command: returns its exit status."""
-    HostInfo.current()  # before -c pins this process (see cli.main)
     argv = sys.argv[1:] if argv is None else list(argv)
     return guarded(PROG, argv, lambda: _sweep_command(argv))
 

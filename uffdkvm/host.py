@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
-import functools
 import os
 import platform
 import socket
@@ -50,7 +49,6 @@ _KVM_CHECK_EXTENSION = 0xAE03
 _UFFD_API = 0xAA
 _UFFDIO_API = 0xC018AA3F          # _IOWR(0xAA, 0x3F, struct uffdio_api)
 _USERFAULTFD_IOC_NEW = 0xAA00     # _IO(0xAA, 0x00) on /dev/userfaultfd
-_UFFD_USER_MODE_ONLY = 1
 _SYS_USERFAULTFD = 323            # x86-64, the only architecture uffdkvm builds on
 
 
@@ -115,10 +113,11 @@ class HostInfo:
 
     @classmethod
     def current(cls) -> HostInfo:
-        """This host. Read once per process, at the first call, and kept:
-        call it before changing what it reports (the CLI calls it before it
-        pins). ``usable_cpus`` is the affinity at import either way."""
-        return _current()
+        """This host, read now (about a millisecond): huge page pools, THP
+        modes and KVM's parameters can change between runs, and each Result
+        carries the facts of its own run. ``usable_cpus`` alone is the
+        affinity at import, before anything (the CLI's -c) pins the process."""
+        return capture()
 
     @property
     def uffd_feature_names(self) -> tuple[str, ...]:
@@ -213,10 +212,11 @@ def _userfaultfd() -> int:
     """A new userfaultfd (the syscall, else /dev/userfaultfd), or -1."""
     flags = os.O_CLOEXEC | os.O_NONBLOCK
     libc = ctypes.CDLL(None, use_errno=True)
-    for mode in (0, _UFFD_USER_MODE_ONLY):
-        fd = int(libc.syscall(_SYS_USERFAULTFD, flags | mode))
-        if fd >= 0:
-            return fd
+    # Not UFFD_USER_MODE_ONLY: such a uffd cannot take KVM's faults (they are
+    # the kernel's), so its features would be ones the core cannot use.
+    fd = int(libc.syscall(_SYS_USERFAULTFD, flags))
+    if fd >= 0:
+        return fd
     try:
         dev = os.open("/dev/userfaultfd", os.O_RDWR | os.O_CLOEXEC)
     except OSError:
@@ -245,7 +245,7 @@ def _uffd_features() -> int:
 
 
 def capture() -> HostInfo:
-    """This host's facts, read now (HostInfo.current() keeps the first)."""
+    """This host's facts, read now (as HostInfo.current())."""
     from ._version import __version__
 
     uname = os.uname()
@@ -276,7 +276,3 @@ def capture() -> HostInfo:
         uffd_features=_uffd_features(),
     )
 
-
-@functools.lru_cache(maxsize=1)
-def _current() -> HostInfo:
-    return capture()
