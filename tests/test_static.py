@@ -41,3 +41,30 @@ def test_the_core_stub_matches_the_built_module(tmp_path):
                         "--allowlist", str(allow)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"stubtest found differences:\n{p.stdout}{p.stderr}"
+
+
+USER_CODE = '''
+import numpy as np
+import uffdkvm
+
+cfg = uffdkvm.Config(vcpus=2, mem_per_vcpu="64M", pin_vcpus="0,1", readers=np.int64(4))
+cfg = uffdkvm.Config(pin_readers=[0, 1], guest_page_size="2M", timeout_s=float("inf"))
+stored: int = cfg.mem_per_vcpu
+pins: tuple[int, ...] | None = cfg.pin_readers
+'''
+
+
+def test_users_code_type_checks(tmp_path):
+    """What the docs show a user writing passes mypy --strict against the
+    shipped types: README's Python blocks, and Config given what it accepts
+    (sizes as strings, CPU lists as strings or lists, numpy integers)."""
+    import re
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", readme, re.S | re.M)
+    assert blocks, "README has Python blocks"
+    files = []
+    for i, code in enumerate([*blocks, USER_CODE]):
+        f = tmp_path / f"user_{i}.py"
+        f.write_text(code)
+        files.append(str(f))
+    check("mypy", "--strict", "--cache-dir", "/dev/null", *files)

@@ -7,7 +7,7 @@ import operator
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from .errors import ConfigError
 
@@ -151,6 +151,10 @@ def _page_size(field: str, value: Any) -> str:
     raise ConfigError(f"{field}: {value!r} is not one of '4K', '2M', '1G'", field=field)
 
 
+# A CPU list as Config takes it: "0,2,3", one number, or any iterable of them.
+CpuList = str | SupportsIndex | Iterable[SupportsIndex]
+
+
 @dataclass(frozen=True)
 class Config:
     """One experiment. Fields are checked when the Config is made, so a bad
@@ -230,6 +234,21 @@ class Config:
     guest_timing: bool = False
     trace_faults: bool = False
     timeout_s: float | None = None
+
+    if TYPE_CHECKING:
+        # What the constructor takes, for type checkers; the annotations above
+        # are what it stores (sizes in bytes, CPU lists as tuples, ...).
+        def __init__(self, vcpus: SupportsIndex = ..., mem_per_vcpu: SupportsIndex | str = ...,
+                     backing: str = ..., uffd_mode: str | None = ...,
+                     single_uffd: bool = ..., readers: SupportsIndex = ..., wait: str = ...,
+                     delay_us: SupportsIndex = ..., overlap: bool = ...,
+                     guest_work: SupportsIndex = ..., guest_page_size: SupportsIndex | str = ...,
+                     pattern: str = ..., seed: SupportsIndex = ...,
+                     write_percent: SupportsIndex = ..., passes: SupportsIndex = ...,
+                     resolve: str = ..., delay_dist: str = ...,
+                     pin_vcpus: CpuList | None = ..., pin_readers: CpuList | None = ...,
+                     prefault: bool = ..., stats: str = ..., guest_timing: bool = ...,
+                     trace_faults: bool = ..., timeout_s: float | None = ...) -> None: ...
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
