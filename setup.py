@@ -43,7 +43,7 @@ def check_platform():
     if target != "linux-x86_64":
         raise SystemExit(
             f"uffdkvm builds only for x86-64 Linux, and this build is for {target}: "
-            "its guest (csrc/guest.S) is x86-64 code and it drives KVM's x86 interface "
+            "its guest (csrc/kvm/guest.S) is x86-64 code and it drives KVM's x86 interface "
             "(KVM_SET_SREGS, KVM_SET_CPUID2, page tables), which other machines lack.")
 
 

@@ -166,6 +166,17 @@ def test_json_prints_every_run(kvm, capsys):
         [(1, 0, 256, None), (2, 0, 512, None)]
 
 
+def test_json_is_strict_and_keeps_an_infinite_timeout(kvm, capsys):
+    code, out, _ = sweep(capsys, "--timeout", "inf", "--json")
+    assert code == 0
+
+    def refuse(constant):
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    rows = [json.loads(line, parse_constant=refuse) for line in out.splitlines()]
+    assert [r["timeout_s"] for r in rows] == ["inf"]
+
+
 def test_failed_runs_are_reported_and_exit_1(kvm, capsys):
     code, out, err = sweep(capsys, "-b", "1M,1T")
     assert code == cli.EXIT_FAILED

@@ -90,7 +90,7 @@ def format_text(r: Result) -> str:
         lines.append(f"MEMORY VERIFICATION FAILED:\t{r.bad_pages} bad pages; {r.verify_message}")
     timed = r.config.guest_timing and r.config.stats == "full"
     lines += ["", "vCPUs:", _table(
-        ["vcpu", "seconds", "pages", "pages/s", "exits", "userspace_exits", "faults",
+        ["vcpu", "seconds", "pages", "all_passes_pages_per_s", "exits", "userspace_exits", "faults",
          "blocked_s", "service_p50_us", "service_p99_us"] +
         (["queue_p50_us", "queue_p99_us", "resume_p50_us", "resume_p99_us",
           "fault_p50_us", "fault_p99_us", "access_p50_us", "access_p99_us"] if timed else []),

@@ -420,7 +420,12 @@ def _report(df: Any, grid: dict[str, Any], trials: int, out: str | None, metric:
     failed = df[df["error"].notna()]
     unverified = int((df["verified"] == False).sum()) if "verified" in df else 0  # noqa: E712
     if as_json:
-        text = df.to_json(orient="records", lines=True, double_precision=15)
+        # Strict JSON, as --out and Result.to_json() write it: pandas would
+        # write an infinite float (timeout_s=inf) as null, which reads back as
+        # missing; "inf"/"-inf" say what it was. NaN stays null: missing.
+        inf = float("inf")
+        shown = df.replace({inf: "inf", -inf: "-inf"})
+        text = shown.to_json(orient="records", lines=True, double_precision=15)
         print(text.rstrip("\n"))
     else:
         ok = df[df["error"].isna()]

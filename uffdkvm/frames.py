@@ -211,8 +211,9 @@ def table_frame(r: Result, table: str) -> pandas.DataFrame:
 
 
 def vcpus_frame(r: Result) -> pandas.DataFrame:
-    """One row per vCPU: ``vcpu``, ``seconds``, ``pages``, ``pages_per_s``,
-    ``exits``, ..., and ``kvm_<name>`` for each of KVM's per-vCPU statistics."""
+    """One row per vCPU: ``vcpu``, ``seconds``, ``pages``,
+    ``first_pass_pages_per_s``, ``all_passes_pages_per_s``, ``exits``, ...,
+    and ``kvm_<name>`` for each of KVM's per-vCPU statistics."""
     return table_frame(r, "vcpus")
 
 
