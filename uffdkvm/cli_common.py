@@ -9,6 +9,7 @@ module and nothing of each other's, except that cli.main dispatches
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
@@ -324,7 +325,9 @@ def format_backing_support(support: dict[str, dict[str | None, str | None]]) -> 
 # ---- the way out ----
 
 def _say(prog: str, message: str) -> None:
-    print(f"{prog}: {message}", file=sys.stderr)
+    # stderr closed too (a harness gone): the exit status is all that is left.
+    with contextlib.suppress(OSError):
+        print(f"{prog}: {message}", file=sys.stderr)
 
 
 def guarded(prog: str, argv: Sequence[str], body: Callable[[], int]) -> int:
