@@ -281,8 +281,8 @@ static void vcpu_fail_exit(struct ukvm_vcpu *vcpu, const char *what)
 }
 
 /*
- * Handles one return from KVM_RUN: 1 keep running, 0 done, -errno failed
- * (recorded as the run's failure).
+ * Handles one return from KVM_RUN: 0 (vcpu->done set once the guest has
+ * finished its walk), or -errno failed (recorded as the run's failure).
  * tsc_before/tsc_after: the host's TSC around that KVM_RUN (guest_timing).
  */
 static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_t tsc_after)
@@ -306,18 +306,19 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 			/* Before the walk, or after its last pass (guest.S). */
 			ukvm_tsc_bracket_add(after ? &vcpu->tsc_bracket_after : &vcpu->tsc_bracket,
 					     guest_tsc, tsc_before, tsc_after);
-			return 1;
+			return 0;
 		}
 		if (run->io.port == UKVM_PORT_PASS) {
 			if (vcpu->passes_seen < vcpu->passes)
 				vcpu->pass_end_ns[vcpu->passes_seen] = ukvm_now_ns();
 			vcpu->passes_seen++;
-			return 1;
+			return 0;
 		}
 		if (run->io.port == UKVM_PORT_DONE) {
 			/* The walk ended with the last pass: one clock for both. */
 			vcpu->end_ns = vcpu->passes_seen && vcpu->passes_seen <= vcpu->passes ?
 				       vcpu->pass_end_ns[vcpu->passes_seen - 1] : ukvm_now_ns();
+			vcpu->done = true;
 			return 0;
 		}
 		if (run->io.port == UKVM_PORT_EXCEPTION) {
@@ -326,7 +327,7 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 		}
 		break;
 	case KVM_EXIT_INTR:
-		return 1;
+		return 0;
 	default:
 		break;
 	}
@@ -358,6 +359,7 @@ void *ukvm_vcpu_thread(void *arg)
 	if (go < 0)
 		goto out;
 
+	vcpu->done = false;
 	vcpu->start_ns = ukvm_now_ns();
 	for (;;) {
 		uint64_t tsc_before = 0, tsc_after = 0;
@@ -388,11 +390,8 @@ void *ukvm_vcpu_thread(void *arg)
 					      vcpu->index);
 			break;
 		}
-		ret = vcpu_handle_exit(vcpu, tsc_before, tsc_after);
-		if (ret <= 0) {
-			vcpu->done = ret == 0;
+		if (vcpu_handle_exit(vcpu, tsc_before, tsc_after) || vcpu->done)
 			break;
-		}
 	}
 
 out:
