@@ -213,7 +213,8 @@ struct ukvm_vcpu_result {
 	/* stats full + guest_timing: the stages the readers cannot see alone */
 	struct ukvm_hist queue_latency;	/* raised -> read */
 	struct ukvm_hist resume_latency; /* arrival -> the guest's access completed */
-	struct ukvm_hist fault_latency;	/* raised -> resumed: the whole fault */
+	struct ukvm_hist fault_latency;	/* raised -> resumed: the whole fault; with overlap
+					 * also stalls another vCPU's fault ended (EEXIST) */
 	/* guest_timing: the guest's own view, in TSC cycles */
 	uint64_t access_cycles;	/* summed over all accesses */
 	uint64_t access_hist[64]; /* [i]: accesses of 2^i to 2^(i+1) - 1 cycles */

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from children import ENV as CHILD_ENV
+from children import PACKAGE_ROOT
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -37,9 +40,14 @@ def test_the_core_stub_matches_the_built_module(tmp_path):
     # The stub declares the fault-injection constants, which only a build with
     # test hooks (UFFDKVM_TEST_HOOKS=1) has.
     allow.write_text("" if _core.TEST_HOOKS else "uffdkvm._core.INJECT_.*\n")
+    # The built extension is what is checked: from /, with the package under
+    # test first on the path (an installed one, or this tree built in place).
+    env = dict(CHILD_ENV)
+    if "site-packages" not in PACKAGE_ROOT:  # mypy refuses site-packages in MYPYPATH
+        env["MYPYPATH"] = PACKAGE_ROOT
     p = subprocess.run([sys.executable, "-m", "mypy.stubtest", "uffdkvm._core",
                         "--allowlist", str(allow)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+                       cwd="/", env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"stubtest found differences:\n{p.stdout}{p.stderr}"
 
 

@@ -291,7 +291,21 @@ static void account(struct ukvm_faultlog *log, const struct ukvm_fault_record *r
 		goto blocked;
 	}
 	/*
-	 * raised < read < resumed holds for every real fault: the message
+	 * A message that found its page already resolved (EEXIST) may be read
+	 * after its vCPU resumed: with overlap, another vCPU's fault on the same
+	 * page was resolved first, and that resolution woke every vCPU waiting
+	 * on the page. Such a stall has no queue, service or resume of its own:
+	 * it counts whole (raised to resumed), in fault_latency and blocked time.
+	 */
+	if (rec->eexist && rec->raised_ns < rec->read_ns && rec->resumed_ns <= rec->read_ns &&
+	    rec->raised_ns < rec->resumed_ns) {
+		ukvm_hist_add(&v->fault_latency, rec->resumed_ns - rec->raised_ns);
+		start = rec->raised_ns;
+		end = rec->resumed_ns;
+		goto blocked;
+	}
+	/*
+	 * raised < read < resumed holds for every other fault: the message
 	 * exists only after the access began, and the access completes only
 	 * after the page came. Stamps that say otherwise are a clock error.
 	 */
