@@ -32,10 +32,12 @@ ERRORS = [
     RunTimeoutError("the run did not finish within timeout_s=0.200", 110),
     MissingDependencyError("DataFrames need pandas: pip install 'uffdkvm[analysis]'"),
 ]
+ERRORS[-1].name = "pandas"
 
 
 def attributes(e):
-    return (type(e), str(e), e.args, e.message, e.errno, getattr(e, "field", "none"))
+    return (type(e), str(e), e.args, e.message, e.errno, getattr(e, "field", "none"),
+            getattr(e, "name", "none"))
 
 
 def raise_it(e):

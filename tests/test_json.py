@@ -175,6 +175,8 @@ def test_schema_2_files_with_eexist_leave_the_vcpu_split_unknown(kvm, marked):
     back = Result.from_json(schema_2(r, marked))
     assert [v.faults for v in back.vcpus] == [None] * len(r.vcpus)
     assert back.faults == r.faults and back.eexist == r.eexist  # the readers' counts hold
+    # read as schema 2, not 1: no stage renamed onto another
+    assert [v.service_latency for v in back.vcpus] == [v.service_latency for v in r.vcpus]
 
 
 def test_to_dict_says_its_schema(kvm):

@@ -75,6 +75,7 @@ def test_an_exception_in_the_callback_cancels_the_run(kvm):
     # The default walk takes ~20 s here: stopping means well under that.
     assert time.monotonic() - t0 < 10
     assert not any(p.phase == "done" for p in calls)
+    assert calls[-1].phase == "failed"      # a display clears its line even so
     uffdkvm.run(vcpus=1, mem_per_vcpu="4M")     # and the next run is fine
 
 

@@ -38,7 +38,10 @@ class UffdkvmError(Exception):
         return type(self), (self.message,), self._state()
 
     def _state(self) -> dict[str, Any]:
-        return {**self.__dict__, "errno": self.errno}
+        state = {**self.__dict__, "errno": self.errno}
+        if isinstance(self, ImportError):  # name and path live in its slots
+            state.update(name=self.name, path=self.path)
+        return state
 
     def __setstate__(self, state: dict[str, Any] | None) -> None:
         for name, value in (state or {}).items():

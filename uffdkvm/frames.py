@@ -70,8 +70,10 @@ def _pandas() -> Any:
     try:
         import pandas
     except ImportError:
-        raise MissingDependencyError("DataFrames need pandas: pip install 'uffdkvm[analysis]' "
-                          "(or pip install pandas)") from None
+        error = MissingDependencyError("DataFrames need pandas: pip install "
+                                       "'uffdkvm[analysis]' (or pip install pandas)")
+        error.name = "pandas"
+        raise error from None
     return pandas
 
 
@@ -327,7 +329,10 @@ def faults_frame(r: Result) -> pandas.DataFrame:
     vCPU resumed before the reader saw its ioctl return) always;
     ``queue_ns`` (raised to read), ``resume_ns`` (arrival to resumed) and
     ``fault_ns`` (raised to resumed) with guest_timing, except for faults
-    whose stamps contradict the readers' clock (Result.misordered_faults).
+    whose stamps contradict the readers' clock (Result.misordered_faults);
+    ``woken``: an EEXIST message read after its vCPU resumed, woken by
+    another fault's resolution of the page (overlap), which has ``fault_ns``
+    and no stages of its own.
     Columns that can be unknown use pandas' nullable Int64."""
     pd = _pandas()
     if r.fault_trace is None:
@@ -342,6 +347,7 @@ def faults_frame(r: Result) -> pandas.DataFrame:
     # give no stages here, as they give none to the histograms.
     timed = ((df["raised_ns"] < df["read_ns"]) & (df["resumed_ns"] > df["read_ns"])) \
         .fillna(False).astype(bool)
+    woken = _woken_by_other(df, r.page_size)
     # The page arrived when the ioctl returned, or when the vCPU resumed if
     # that came first (the ioctl wakes the vCPU before it returns; see
     # VcpuStats): the stages then partition raised -> resumed.
@@ -349,13 +355,32 @@ def faults_frame(r: Result) -> pandas.DataFrame:
     df["queue_ns"] = (df["read_ns"] - df["raised_ns"]).where(timed)
     df["service_ns"] = arrived - df["read_ns"]
     df["resume_ns"] = (df["resumed_ns"] - arrived).where(timed)
-    df["fault_ns"] = (df["resumed_ns"] - df["raised_ns"]).where(timed)
+    df["fault_ns"] = (df["resumed_ns"] - df["raised_ns"]).where(timed | woken)
+    df.loc[woken, "service_ns"] = pd.NA
+    df["woken"] = woken
     if t.start_ns is None:
         df.insert(0, "t_s", pd.Series([None] * len(df), dtype="Float64"))
     else:
         df.insert(0, "t_s", (df["read_ns"] - t.start_ns) / 1e9)
     frame: pandas.DataFrame = df
     return frame
+
+
+def _woken_by_other(df: pandas.DataFrame, page_size: int) -> pandas.Series[bool]:
+    """EEXIST messages read after their vCPU resumed because another fault's
+    resolution of the page woke it (overlap), as the core tells them
+    (csrc/uffd/faultlog.c): that resolving fault was read before this vCPU
+    resumed and resolved after it raised."""
+    page = df["gpa"] // page_size
+    by = df.loc[~df["eexist"].astype(bool)].assign(page=page).drop_duplicates("page", keep="last")
+    by = by.set_index("page")
+    by_read = page.map(by["read_ns"]).astype("Int64")
+    by_resolved = page.map(by["resolved_ns"]).astype("Int64")
+    raised, read, resumed = df["raised_ns"], df["read_ns"], df["resumed_ns"]
+    woken = (df["eexist"].astype(bool) & (raised < resumed) & (resumed <= read)
+             & (by_read < resumed) & (raised < by_resolved))
+    result: pandas.Series[bool] = woken.fillna(False).astype(bool)
+    return result
 
 
 def run_frame(r: Result) -> pandas.DataFrame:

@@ -65,16 +65,8 @@ class _Reporter:
         self.done = [0] * vcpus
         self.total = [0] * vcpus
         self.phase = ""
-        self.in_callback = False
 
     def __call__(self, phase: str, done: list[int], total: list[int]) -> None:
-        # Set while the callback runs: if it raises, the run fails because of
-        # it, and fail() does not call it again.
-        self.in_callback = True
-        self._update(phase, done, total)
-        self.in_callback = False
-
-    def _update(self, phase: str, done: list[int], total: list[int]) -> None:
         if any(total):
             self.total = list(total)
             self.done = [max(a, b) for a, b in zip(self.done, done, strict=True)]
@@ -86,10 +78,9 @@ class _Reporter:
         self.callback(self._report(phase, now))
 
     def fail(self) -> None:
-        """The last report of a run that raises; its own errors give way to
-        the run's."""
-        if self.in_callback:
-            return
+        """The last report of a run that raises (also when the callback's own
+        exception, or Ctrl-C inside it, ended the run: a display still clears
+        its line); its own errors give way to the run's."""
         try:
             self.callback(self._report("failed", time.monotonic()))
         except Exception:

@@ -241,6 +241,7 @@ def _run(config: Config, progress: ProgressCallback | None = None,
     _check_fits_host(config)
     _check_pins(config)
     reporter = _Reporter(progress, config.vcpus) if progress else None
+    host = HostInfo.current()  # before: free huge pages as the run found them
     try:
         try:
             core_config = {**_core_config(config), **core_fields}
@@ -251,7 +252,7 @@ def _run(config: Config, progress: ProgressCallback | None = None,
         if reporter:
             reporter.fail()  # a display clears its line or closes its bar
         raise
-    result = dataclasses.replace(Result._from_core(config, raw), host=HostInfo.current())
+    result = dataclasses.replace(Result._from_core(config, raw), host=host)
     if reporter:
         reporter.finish([v.pages for v in result.vcpus])
     return result

@@ -111,7 +111,10 @@ def _schema_of_unmarked(data: dict[str, Any]) -> int:
     readers = [r for r in data.get("readers") or [] if isinstance(r, dict)]
     if not vcpus or all("eexist" in v for v in vcpus):
         return SCHEMA
-    if any("fault_latency" in v for v in vcpus) or any("latency" in r for r in readers):
+    # Schema 2 has fault_latency too (raised -> resumed); schema 1 had it
+    # where service_latency is now, and readers' latency.
+    if any("fault_latency" in v and "service_latency" not in v for v in vcpus) or \
+            any("latency" in r for r in readers):
         return 1
     return 2
 

@@ -492,9 +492,11 @@ int ukvm_experiment_progress(struct ukvm_experiment *exp, const char **phase,
 		uint64_t step = __atomic_load_n(&guest_arg(a, GA_STEP), __ATOMIC_ACQUIRE);
 
 		/*
-		 * The guest bumps its passes, then zeroes its step: a pass that
-		 * ended between the two loads, or a step not yet zeroed, would be
-		 * counted twice, so the step counts only within an unchanged pass.
+		 * At a pass's end the guest publishes the step as the pass's size,
+		 * then bumps its passes; the next pass's first chunk publishes 0.
+		 * A step at the pass's size, or a pass that ended between the two
+		 * loads, would be counted twice: the step counts only below the
+		 * pass's size and within an unchanged pass.
 		 */
 		if (step >= per_pass ||
 		    __atomic_load_n(&guest_arg(a, GA_PASSES_DONE), __ATOMIC_ACQUIRE) != passes)

@@ -205,7 +205,7 @@
 	 * chunk's end. Keeping the step in memory at every page would cost no
 	 * instructions but two memory operands a page, which a host that
 	 * emulates guest instructions pays for (~1 us a page on PVM); this
-	 * costs a few register instructions per chunk.
+	 * costs 9 instructions per chunk, one of them a store.
 	 */
 .Lchunk\s:
 	mov	%r13, GA_STEP(%r8)
@@ -251,7 +251,7 @@
  * The walk exists twice, from one macro: plain, and timed (GA_TIMING: rdtsc
  * around every access, into a log2 histogram in the args page). The plain
  * hot path (sequential, all writes, no work) is 17 instructions per page
- * (and 7 per GUEST_STEP_CHUNK pages to publish the step for progress),
+ * (and 9 per GUEST_STEP_CHUNK pages to publish the step for progress),
  * and choosing between the two costs nothing per page. Both matter on hosts
  * that emulate guest instructions after a fault (software-virtualized KVM
  * such as PVM): there every instruction between two faults costs
@@ -264,7 +264,6 @@ ukvm_guest_code_start:
 	mov	GA_WORK(%r8), %r11
 	mov	GA_WRITE_PCT(%r8), %r15
 	mov	GA_PATTERN(%r8), %rbp
-	xor	%ebx, %ebx
 	xor	%r14d, %r14d
 	xor	%r12d, %r12d
 	cmpq	$0, GA_TIMING(%r8)

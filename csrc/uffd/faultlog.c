@@ -265,6 +265,49 @@ out:
 	return ret;
 }
 
+static uint64_t page_of(const struct ukvm_faultlog *log, uint64_t gpa)
+{
+	return gpa < log->region_gpa ? UINT64_MAX : (gpa - log->region_gpa) / log->page_size;
+}
+
+/*
+ * Index in log->all of the fault that resolved each page (not EEXIST), or
+ * UINT64_MAX: NULL without the guest's stamps (nothing to check them by) or
+ * out of memory.
+ */
+static uint64_t *resolvers(const struct ukvm_faultlog *log)
+{
+	uint64_t *by_page, i;
+
+	if (!log->guest)
+		return NULL;
+	by_page = malloc((log->region_pages ?: 1) * sizeof(*by_page));
+	if (!by_page)
+		return NULL;
+	memset(by_page, 0xff, (log->region_pages ?: 1) * sizeof(*by_page));
+	for (i = 0; i < log->nr_all; i++) {
+		uint64_t page = page_of(log, log->all[i].gpa);
+
+		if (!log->all[i].eexist && page < log->region_pages)
+			by_page[page] = i;
+	}
+	return by_page;
+}
+
+static bool woken_by_other(const struct ukvm_faultlog *log,
+			   const struct ukvm_fault_record *rec, const uint64_t *resolver)
+{
+	const struct ukvm_fault_record *by;
+	uint64_t page = page_of(log, rec->gpa);
+
+	if (!rec->eexist || !resolver || page >= log->region_pages ||
+	    resolver[page] == UINT64_MAX)
+		return false;
+	by = &log->all[resolver[page]];
+	return rec->raised_ns < rec->resumed_ns && rec->resumed_ns <= rec->read_ns &&
+	       by->read_ns < rec->resumed_ns && rec->raised_ns < by->resolved_ns;
+}
+
 /*
  * One fault's stages into its vCPU's and reader's histograms; its blocked
  * span into ev.
@@ -278,7 +321,7 @@ out:
  * own service_latency keeps the ioctl's return: its busy time.
  */
 static void account(struct ukvm_faultlog *log, const struct ukvm_fault_record *rec,
-		    struct event *ev)
+		    const uint64_t *resolver, struct event *ev)
 {
 	struct ukvm_vcpu_result *v = &log->vcpus[rec->vcpu];
 	uint64_t start = rec->read_ns, end = rec->resolved_ns, arrived;
@@ -296,9 +339,10 @@ static void account(struct ukvm_faultlog *log, const struct ukvm_fault_record *r
 	 * page was resolved first, and that resolution woke every vCPU waiting
 	 * on the page. Such a stall has no queue, service or resume of its own:
 	 * it counts whole (raised to resumed), in fault_latency and blocked time.
+	 * Only where the page's resolving fault bears it out (read before this
+	 * vCPU resumed, resolved after it raised): else it is a clock error.
 	 */
-	if (rec->eexist && rec->raised_ns < rec->read_ns && rec->resumed_ns <= rec->read_ns &&
-	    rec->raised_ns < rec->resumed_ns) {
+	if (woken_by_other(log, rec, resolver)) {
 		ukvm_hist_add(&v->fault_latency, rec->resumed_ns - rec->raised_ns);
 		start = rec->raised_ns;
 		end = rec->resumed_ns;
@@ -331,6 +375,7 @@ blocked:
 int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools)
 {
 	struct tid_index *map = NULL;
+	uint64_t *resolver = NULL;
 	struct event *ev = NULL;
 	uint64_t i, k = 0;
 	int ret;
@@ -355,10 +400,13 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint
 	if (count_pages(log))
 		goto out;
 
+	resolver = resolvers(log);
+	if (log->guest && !resolver)
+		goto out;
 	for (i = 0; i < log->nr_all; i++) {
 		if (log->all[i].vcpu < 0)
 			continue;	/* not a vCPU's fault (no THREAD_ID, say) */
-		account(log, &log->all[i], &ev[k]);
+		account(log, &log->all[i], resolver, &ev[k]);
 		k += 2;
 	}
 	qsort(ev, k, sizeof(*ev), cmp_event);
@@ -366,5 +414,6 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint
 out:
 	free(map);
 	free(ev);
+	free(resolver);
 	return ret;
 }
