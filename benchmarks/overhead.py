@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Per-page userfault overhead, uffdkvm beside the kernel's demand_paging_test.
+
+On a host that emulates guest instructions (PVM here) a tool's paging rate
+is as much its guest loop as its fault path. Each tool's own run without
+userfaultfd, same settings, cancels the guest:
+
+    overhead per page = vcpus * (1 / rate(uffd mode) - 1 / rate(no uffd))
+
+(rates are the tools' "Overall demand paging rate", pages/s over all vCPUs,
+so vcpus / rate is the time one vCPU spends per page). Every trial runs the
+four commands (upstream with and without -u, uffdkvm with and without) in an
+order that rotates from trial to trial, so drift hits all alike; the table
+gives the median of the per-trial overheads with a bootstrap 95% interval,
+and upstream / uffdkvm as the median of the per-trial ratios (paired) with
+its interval: above 1 means uffdkvm's fault path costs less.
+
+    python benchmarks/overhead.py --upstream PATH/demand_paging_test \\
+        --trials 15 --json overhead.json
+
+Configurations are upstream's flags, "LABEL=FLAGS" (--config, repeatable;
+the default is the three of benchmarks/RESULTS.md); --ours adds flags (any
+Config field: --wait, --set ...) for uffdkvm only. Without --upstream only
+uffdkvm is measured.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+import uffdkvm
+
+RATE = re.compile(r"Overall demand paging rate:\s+([\d.]+) pgs/sec")
+CONFIGS = {
+    "MISSING, one uffd per vCPU, 1 reader": "-u MISSING -v 2 -b 64M -r 1",
+    "MISSING, one uffd, 4 readers": "-u MISSING -v 2 -b 64M -a -r 4",
+    "MINOR shmem, one uffd per vCPU, 2 readers": "-u MINOR -s shmem -v 2 -b 64M -r 2",
+}
+
+
+def rate_of(cmd: list[str]) -> float:
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    m = RATE.search(p.stdout)
+    if p.returncode != 0 or not m:
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return float(m.group(1))
+
+
+def without_uffd(flags: list[str]) -> list[str]:
+    """The same flags with no userfaultfd: upstream's -u dropped."""
+    out = list(flags)
+    if "-u" in out:
+        i = out.index("-u")
+        del out[i:i + 2]
+    return out
+
+
+def vcpus_of(flags: list[str]) -> int:
+    return int(flags[flags.index("-v") + 1]) if "-v" in flags else 1
+
+
+def commands(flags: list[str], ours: list[str], upstream: str | None) -> dict[str, list[str]]:
+    me = [sys.executable, "-m", "uffdkvm"]
+    cmds = {"uffdkvm uffd": me + flags + ours,
+            "uffdkvm none": me + without_uffd(flags) + ["-u", "NONE"] + ours}
+    if upstream:
+        cmds["upstream uffd"] = [upstream] + flags
+        cmds["upstream none"] = [upstream] + without_uffd(flags)
+    return cmds
+
+
+def measure(flags: list[str], ours: list[str], upstream: str | None,
+            trials: int) -> dict[str, list[float]]:
+    cmds = commands(flags, ours, upstream)
+    names = list(cmds)
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    for t in range(trials):
+        k = t % len(names)
+        for name in names[k:] + names[:k]:  # a rotating order: no command always first
+            rates[name].append(rate_of(cmds[name]))
+        print(f"  trial {t + 1}/{trials}: " +
+              "  ".join(f"{n} {rates[n][-1]:.0f}" for n in names), file=sys.stderr)
+    return rates
+
+
+def overheads_us(rates: dict[str, list[float]], tool: str, vcpus: int) -> list[float]:
+    return [vcpus * (1 / u - 1 / n) * 1e6
+            for u, n in zip(rates[f"{tool} uffd"], rates[f"{tool} none"], strict=True)]
+
+
+def cell(values: list[float]) -> str:
+    s = uffdkvm.spread_of(values)
+    return f"{s.median:.1f} [{s.ci_low:.1f}, {s.ci_high:.1f}]"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--upstream", help="path to demand_paging_test (else uffdkvm only)")
+    ap.add_argument("--trials", type=int, default=15)
+    ap.add_argument("--config", action="append", metavar="LABEL=FLAGS",
+                    help="a configuration in upstream's flags (repeatable)")
+    ap.add_argument("--ours", default="", metavar="FLAGS",
+                    help="extra flags for uffdkvm only, e.g. '--wait epoll'")
+    ap.add_argument("--json", metavar="PATH", help="write every rate and overhead here")
+    a = ap.parse_args()
+    if a.trials < 15:
+        print(f"note: {a.trials} trials; 15 or more give intervals worth quoting here",
+              file=sys.stderr)
+    configs = dict(c.split("=", 1) for c in a.config) if a.config else CONFIGS
+    ours = shlex.split(a.ours)
+    host = dataclasses.asdict(uffdkvm.HostInfo.current())
+    rows: list[list[str]] = []
+    record: dict[str, Any] = {"trials": a.trials, "ours": a.ours, "upstream": a.upstream,
+                              "host": host, "configs": []}
+    for label, text in configs.items():
+        flags = shlex.split(text)
+        print(f"{label}: {text}", file=sys.stderr)
+        rates = measure(flags, ours, a.upstream, a.trials)
+        vcpus = vcpus_of(flags)
+        mine = overheads_us(rates, "uffdkvm", vcpus)
+        entry = {"label": label, "flags": text, "vcpus": vcpus, "rates": rates,
+                 "uffdkvm_us_per_page": mine}
+        row = [label, cell(mine)]
+        if a.upstream:
+            theirs = overheads_us(rates, "upstream", vcpus)
+            ratio = uffdkvm.ratio_of(theirs, mine, paired=True)
+            entry.update(upstream_us_per_page=theirs, upstream_over_uffdkvm=str(ratio))
+            row = [label, cell(theirs), cell(mine), str(ratio)]
+        entry["median_rates"] = {n: statistics.median(v) for n, v in rates.items()}
+        record["configs"].append(entry)
+        rows.append(row)
+    head = ["config", "upstream us/page", "uffdkvm us/page", "upstream / uffdkvm"] \
+        if a.upstream else ["config", "uffdkvm us/page"]
+    print(f"\nPer-page userfault overhead, median of {a.trials} [bootstrap 95% interval]"
+          + (f"; uffdkvm also: {a.ours}" if a.ours else ""))
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(record, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
