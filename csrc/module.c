@@ -50,6 +50,7 @@ static const struct field config_fields[] = {
 	FIELD(single_uffd, F_BOOL),
 	FIELD(readers, F_U32),
 	FIELD(wait, F_ENUM),
+	FIELD(read_batch, F_U32),
 	FIELD(delay_us, F_U32),
 	FIELD(overlap, F_BOOL),
 	FIELD(guest_work, F_U32),
@@ -393,7 +394,8 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_u64(d, "tid", (uint64_t)r->tid) || set_u64(d, "copies", r->copies) ||
 	    set_u64(d, "zeropages", r->zeropages) || set_u64(d, "continues", r->continues) ||
 	    set_u64(d, "context_switches", r->context_switches) ||
-	    set_u64(d, "cpu_ns", r->cpu_ns) ||
+	    set_u64(d, "cpu_ns", r->cpu_ns) || set_u64(d, "reads", r->reads) ||
+	    set_obj(d, "read_sizes", u64_list(r->read_sizes, UKVM_MAX_READ_BATCH + 1)) ||
 	    set_obj(d, "cpus", cpus_list(r->affinity)) ||
 	    set_obj(d, "service_latency", hist_to_dict(&r->service_latency)) ||
 	    set_obj(d, "queue_latency", hist_to_dict(&r->queue_latency))) {

@@ -151,6 +151,10 @@ struct ukvm_config {
 	bool single_uffd;		/* one uffd for the whole region */
 	uint32_t readers;		/* reader threads per uffd */
 	enum ukvm_wait wait;
+	/* Messages one read(2) of the uffd may return, 1..UKVM_MAX_READ_BATCH.
+	 * Above 1 a reader also reads again after resolving them, until the
+	 * uffd is empty (UKVM_READS_PER_WAKEUP at most), before it waits. */
+	uint32_t read_batch;
 	uint32_t delay_us;		/* sleep per fault before resolving it */
 	bool overlap;			/* every vCPU walks the same region */
 	uint32_t guest_work;		/* guest busy-loop iterations per access */
@@ -221,6 +225,9 @@ struct ukvm_vcpu_result {
 };
 
 /* Every counter is kept by the reader thread itself and kept on every exit. */
+#define UKVM_MAX_READ_BATCH	64
+#define UKVM_READS_PER_WAKEUP	16	/* a bound, so that one reader cannot starve the rest */
+
 struct ukvm_reader_result {
 	uint32_t uffd;		/* which uffd of the experiment */
 	uint32_t index;		/* which reader of that uffd */
@@ -234,6 +241,8 @@ struct ukvm_reader_result {
 	uint64_t copies;	/* UFFDIO_COPY */
 	uint64_t zeropages;	/* UFFDIO_ZEROPAGE */
 	uint64_t continues;	/* UFFDIO_CONTINUE */
+	uint64_t reads;		/* read(2)s of the uffd that returned messages */
+	uint64_t read_sizes[UKVM_MAX_READ_BATCH + 1]; /* [n]: reads that returned n messages */
 	/*
 	 * Times the thread was switched out in all its life, from
 	 * getrusage(RUSAGE_THREAD).

@@ -40,6 +40,7 @@ MAX_VCPUS = 4096          # KVM's own ceiling (KVM_MAX_VCPUS); the host may allo
 # the region above 4 GiB, under the CPU's physical-address width).
 MAX_REGION_BYTES = 1 << 46
 MAX_READERS = 4096
+MAX_READ_BATCH = 64  # UKVM_MAX_READ_BATCH
 MAX_DELAY_US = 10_000_000
 MAX_GUEST_WORK = 1_000_000
 MAX_PASSES = 1_000_000
@@ -177,6 +178,9 @@ class Config:
     single_uffd      one uffd for the whole region instead of one per vCPU
     readers          reader threads per uffd
     wait             how readers wait: "poll", "epoll", "epoll_exclusive", "read"
+    read_batch       messages one read() of the uffd may return (1-64); above 1
+                     a reader also reads again after resolving them, until the
+                     uffd is empty (16 reads at most), before it waits again
     delay_us         microseconds a reader waits per fault before resolving it
     delay_dist       "fixed" (exactly delay_us), "uniform" (0 to 2 x delay_us)
                      or "exponential" (mean delay_us), seeded by seed
@@ -217,6 +221,7 @@ class Config:
     single_uffd: bool = False
     readers: int = 1
     wait: str = "epoll_exclusive"
+    read_batch: int = 1
     delay_us: int = 0
     overlap: bool = False
     guest_work: int = 0
@@ -241,6 +246,7 @@ class Config:
         def __init__(self, vcpus: SupportsIndex = ..., mem_per_vcpu: SupportsIndex | str = ...,
                      backing: str = ..., uffd_mode: str | None = ...,
                      single_uffd: bool = ..., readers: SupportsIndex = ..., wait: str = ...,
+                     read_batch: SupportsIndex = ...,
                      delay_us: SupportsIndex = ..., overlap: bool = ...,
                      guest_work: SupportsIndex = ..., guest_page_size: SupportsIndex | str = ...,
                      pattern: str = ..., seed: SupportsIndex = ...,
@@ -281,6 +287,7 @@ class Config:
         put(self, "uffd_mode", None if mode is None else mode.lower())
         put(self, "single_uffd", _flag("single_uffd", self.single_uffd))
         put(self, "readers", _integer("readers", self.readers, 1, MAX_READERS))
+        put(self, "read_batch", _integer("read_batch", self.read_batch, 1, MAX_READ_BATCH))
         put(self, "wait", _choice("wait", self.wait, WAITS))
         put(self, "delay_us", _integer("delay_us", self.delay_us, 0, MAX_DELAY_US))
         put(self, "delay_dist", _choice("delay_dist", self.delay_dist, DELAY_DISTS))

@@ -156,6 +156,11 @@ class ReaderStats:
                       in-kernel herd wakeups that spurious_wakeups cannot see
     cpu_seconds       CPU time the thread used
     cpus              the CPUs the thread could run on, as it saw them itself
+    reads             read()s of the uffd that returned messages: (faults +
+                      eexist) / reads is messages per read, reads / wakeups
+                      reads per wakeup (above 1 only with read_batch above 1)
+    read_sizes        [n]: reads that returned n messages (Config.read_batch
+                      caps n); empty in JSON from before it was counted
     """
 
     uffd: int
@@ -174,6 +179,8 @@ class ReaderStats:
     copies: int = 0
     zeropages: int = 0
     continues: int = 0
+    reads: int = 0
+    read_sizes: tuple[int, ...] = ()
 
     def __repr__(self) -> str:
         busy = "None" if self.busy_seconds is None else f"{self.busy_seconds:.3g}"
@@ -461,7 +468,8 @@ class Result:
                         service_latency=stage(r["service_latency"], full),
                         queue_latency=stage(r["queue_latency"], staged),
                         tid=r["tid"], copies=r["copies"], zeropages=r["zeropages"],
-                        continues=r["continues"])
+                        continues=r["continues"], reads=r["reads"],
+                        read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]))
             for r in raw["readers"])
         # demand_paging_test's window: the vCPU threads' creation to their join.
         seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS

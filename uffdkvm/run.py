@@ -48,6 +48,7 @@ def _core_config(c: Config) -> dict[str, Any]:
         "single_uffd": int(c.single_uffd),
         "readers": c.readers,
         "wait": _WAITS[c.wait],
+        "read_batch": c.read_batch,
         "delay_us": c.delay_us,
         "overlap": int(c.overlap),
         "guest_work": c.guest_work,

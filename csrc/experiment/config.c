@@ -29,6 +29,7 @@ void ukvm_config_init(struct ukvm_config *cfg)
 	cfg->uffd_mode = UKVM_UFFD_MISSING;
 	cfg->readers = 1;
 	cfg->wait = UKVM_WAIT_EPOLL_EXCLUSIVE;
+	cfg->read_batch = 1;
 	cfg->guest_page_size = UKVM_PAGE_SIZE;
 	cfg->write_percent = 100;
 	cfg->passes = 1;
@@ -118,6 +119,9 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		BAD("uffd_mode: unknown value %d", c->uffd_mode);
 	if ((unsigned)c->wait >= UKVM_WAIT__COUNT)
 		BAD("wait: unknown value %d", c->wait);
+	if (c->read_batch < 1 || c->read_batch > UKVM_MAX_READ_BATCH)
+		BAD("read_batch must be between 1 and %d, not %u", UKVM_MAX_READ_BATCH,
+		    c->read_batch);
 	if (c->uffd_mode != UKVM_UFFD_NONE && (c->readers < 1 || c->readers > MAX_READERS))
 		BAD("readers must be between 1 and %d, not %u", MAX_READERS, c->readers);
 	if (c->uffd_mode == UKVM_UFFD_MINOR && !ukvm_backing_is_shared(c->backing))

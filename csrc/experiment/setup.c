@@ -245,6 +245,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->ctl = &exp->ctl;
 		pool->uffd_index = u;
 		pool->wait = cfg->wait;
+		pool->read_batch = cfg->read_batch;
 		pool->mode = cfg->uffd_mode;
 		pool->page_size = exp->mem.page_size;
 		pool->hva_base = (uint64_t)(uintptr_t)exp->mem.hva + u * range;

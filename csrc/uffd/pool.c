@@ -276,22 +276,31 @@ static uint64_t reader_clock(struct ukvm_reader *r)
 	return r->pool->full_stats ? ukvm_now_ns() : 0;
 }
 
+static bool reader_stopping(struct ukvm_reader *r)
+{
+	return atomic_load_explicit(&r->pool->stop, memory_order_relaxed);
+}
+
 /*
- * Reads one message and resolves it: 1 done, 0 nothing read (EAGAIN after a
- * wakeup is the thundering herd: another reader took it; EINTR a kick), or
- * -errno: leave (the failure is recorded as the run's).
+ * One read(2) of up to read_batch messages, each resolved in turn: the
+ * number of messages (0: nothing read: EAGAIN, or EINTR for a kick), or
+ * -errno: leave (the failure is recorded as the run's). Every message of a
+ * batch is stamped read when the read returned, so a later one's service
+ * includes its wait behind the ones before it. A read that finds the uffd
+ * empty counts as spurious only when it is the first after a wakeup (first).
  */
-static int reader_read_one(struct ukvm_reader *r)
+static int reader_read(struct ukvm_reader *r, bool first)
 {
 	struct ukvm_pool *pool = r->pool;
-	struct uffd_msg msg;
+	struct uffd_msg msgs[UKVM_MAX_READ_BATCH];
+	uint64_t t_read;
 	ssize_t n;
-	int ret;
+	int i, count, ret;
 
-	n = read(pool->uffd, &msg, sizeof(msg));
+	n = read(pool->uffd, msgs, pool->read_batch * sizeof(msgs[0]));
 	if (n < 0) {
 		if (errno == EAGAIN) {
-			r->stats.spurious_wakeups++;
+			r->stats.spurious_wakeups += first;
 			return 0;
 		}
 		if (errno == EINTR)
@@ -301,19 +310,40 @@ static int reader_read_one(struct ukvm_reader *r)
 			      r->index, pool->uffd_index);
 		return ret;
 	}
-	if (n != sizeof(msg)) {
+	if (n == 0 || n % sizeof(msgs[0])) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
-			      "reader %u of uffd %u: read(uffd) returned %zd bytes, not %zu",
-			      r->index, pool->uffd_index, n, sizeof(msg));
+			      "reader %u of uffd %u: read(uffd) returned %zd bytes, not a multiple "
+			      "of %zu", r->index, pool->uffd_index, n, sizeof(msgs[0]));
 		return -EPROTO;
 	}
-	ret = reader_resolve(r, &msg, reader_clock(r));
-	return ret ? ret : 1;
+	t_read = reader_clock(r);
+	count = (int)(n / sizeof(msgs[0]));
+	r->stats.reads++;
+	r->stats.read_sizes[count]++;
+	for (i = 0; i < count; i++) {
+		ret = reader_resolve(r, &msgs[i], t_read);
+		if (ret)
+			return ret;
+	}
+	return count;
 }
 
-static bool reader_stopping(struct ukvm_reader *r)
+/*
+ * After a wakeup: one read, and with batches (read_batch > 1) more until
+ * the uffd is empty or UKVM_READS_PER_WAKEUP reads were made. 0, or -errno.
+ */
+static int reader_serve(struct ukvm_reader *r)
 {
-	return atomic_load_explicit(&r->pool->stop, memory_order_relaxed);
+	int reads, ret;
+
+	for (reads = 0; reads < UKVM_READS_PER_WAKEUP; reads++) {
+		ret = reader_read(r, reads == 0);
+		if (ret <= 0)
+			return ret;
+		if (r->pool->read_batch == 1 || reader_stopping(r))
+			return 0;
+	}
+	return 0;
 }
 
 static void reader_loop_poll(struct ukvm_reader *r)
@@ -342,7 +372,7 @@ static void reader_loop_poll(struct ukvm_reader *r)
 				      r->index, pool->uffd_index, fds[0].revents);
 			return;
 		}
-		if (reader_read_one(r) < 0)
+		if (reader_serve(r) < 0)
 			return;
 	}
 }
@@ -378,7 +408,7 @@ static void reader_loop_epoll(struct ukvm_reader *r)
 		if (!fault)
 			continue;
 		r->stats.wakeups++;
-		if (reader_read_one(r) < 0)
+		if (reader_serve(r) < 0)
 			return;
 	}
 }
@@ -389,10 +419,10 @@ static void reader_loop_read(struct ukvm_reader *r)
 	int ret;
 
 	while (!reader_stopping(r)) {
-		ret = reader_read_one(r);
+		ret = reader_read(r, false);
 		if (ret < 0)
 			return;
-		r->stats.wakeups += (uint64_t)ret;
+		r->stats.wakeups += ret > 0;	/* a blocking read that returned messages */
 	}
 }
 

@@ -64,6 +64,7 @@ struct ukvm_pool {
 	int uffd;
 	int stop_fd;			/* eventfd, readable once readers must leave */
 	enum ukvm_wait wait;
+	uint32_t read_batch;		/* messages per read(2), 1..UKVM_MAX_READ_BATCH */
 	enum ukvm_uffd_mode mode;
 	uint64_t page_size;
 	uint64_t hva_base;		/* the registered range... */

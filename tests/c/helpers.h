@@ -258,16 +258,34 @@ static inline void ukt_check_reader_layout(const struct ukvm_result *r, uint32_t
 }
 
 /* Counters that hold for every reader of every run. */
-static inline void ukt_check_reader_counters(const struct ukvm_result *r, enum ukvm_wait wait)
+static inline void ukt_check_reader_counters(const struct ukvm_result *r,
+					     const struct ukvm_config *cfg)
 {
-	uint32_t i;
+	uint32_t i, n;
 
 	for (i = 0; i < r->nr_readers; i++) {
 		const struct ukvm_reader_result *x = &r->readers[i];
+		uint64_t messages = 0, reads = 0;
 
-		/* Every message read cost a wakeup; a wakeup that read nothing is spurious. */
-		CHECK_EQ(x->wakeups, x->faults + x->eexist + x->spurious_wakeups);
-		if (wait == UKVM_WAIT_READ)
+		/* The reads' sizes add up to the messages, none above the batch. */
+		for (n = 0; n <= UKVM_MAX_READ_BATCH; n++) {
+			messages += n * x->read_sizes[n];
+			reads += x->read_sizes[n];
+			if (n > cfg->read_batch)
+				CHECK_EQ(x->read_sizes[n], 0);
+		}
+		CHECK_EQ(x->read_sizes[0], 0);
+		CHECK_EQ(reads, x->reads);
+		CHECK_EQ(messages, x->faults + x->eexist);
+		/*
+		 * A wakeup reads messages or is spurious; with batches it may read
+		 * more than once (a blocking read is its own wakeup).
+		 */
+		if (cfg->read_batch == 1 || cfg->wait == UKVM_WAIT_READ)
+			CHECK_EQ(x->wakeups, x->reads + x->spurious_wakeups);
+		else
+			CHECK(x->wakeups <= x->reads + x->spurious_wakeups);
+		if (cfg->wait == UKVM_WAIT_READ)
 			CHECK_EQ(x->spurious_wakeups, 0);
 	}
 }
@@ -330,7 +348,7 @@ static inline void ukt_check_result(const struct ukvm_config *cfg, const struct 
 	}
 	uffds = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
 	ukt_check_reader_layout(r, uffds, cfg->readers);
-	ukt_check_reader_counters(r, cfg->wait);
+	ukt_check_reader_counters(r, cfg);
 	for (u = 0; u < r->nr_uffds; u++) {
 		uint64_t sum = 0;
 

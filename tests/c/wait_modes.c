@@ -30,6 +30,14 @@ int main(void)
 			cfg.readers = 4;
 			ukt_run_checked(&cfg);
 		}
+		UKT_CASE("%s: single uffd, 4 readers, batches of 16", w) {
+			cfg = ukt_small();
+			cfg.wait = ukt_waits[i];
+			cfg.single_uffd = true;
+			cfg.readers = 4;
+			cfg.read_batch = 16;
+			ukt_run_checked(&cfg);
+		}
 		UKT_CASE("%s: MINOR on shmem, single uffd, 3 readers", w) {
 			cfg = ukt_small();
 			cfg.backing = UKVM_BACKING_SHMEM;
