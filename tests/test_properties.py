@@ -50,6 +50,7 @@ VALID = {
     "single_uffd": st.booleans(),
     "readers": st.integers(1, 4),
     "wait": cased(WAITS),
+    "read_batch": st.integers(1, 64),
     "delay_us": st.sampled_from([0, 0, 1, 50]),
     "overlap": st.booleans(),
     "guest_work": st.integers(0, 3),
