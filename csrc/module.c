@@ -394,6 +394,7 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_u64(d, "tid", (uint64_t)r->tid) || set_u64(d, "copies", r->copies) ||
 	    set_u64(d, "zeropages", r->zeropages) || set_u64(d, "continues", r->continues) ||
 	    set_u64(d, "context_switches", r->context_switches) ||
+	    set_u64(d, "voluntary_context_switches", r->voluntary_context_switches) ||
 	    set_u64(d, "cpu_ns", r->cpu_ns) || set_u64(d, "reads", r->reads) ||
 	    set_obj(d, "read_sizes", u64_list(r->read_sizes, UKVM_MAX_READ_BATCH + 1)) ||
 	    set_obj(d, "cpus", cpus_list(r->affinity)) ||
@@ -716,6 +717,7 @@ static int add_constants(PyObject *m)
 		{ "WAIT_EPOLL", UKVM_WAIT_EPOLL },
 		{ "WAIT_EPOLL_EXCLUSIVE", UKVM_WAIT_EPOLL_EXCLUSIVE },
 		{ "WAIT_READ", UKVM_WAIT_READ },
+		{ "WAIT_SPIN", UKVM_WAIT_SPIN },
 		{ "ERR_CONFIG", UKVM_ERR_CONFIG },
 		{ "ERR_HOST", UKVM_ERR_HOST },
 		{ "ERR_RUN", UKVM_ERR_RUN },

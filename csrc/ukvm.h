@@ -86,6 +86,7 @@ enum ukvm_wait {
 	UKVM_WAIT_EPOLL,		/* own epoll set, plain EPOLLIN */
 	UKVM_WAIT_EPOLL_EXCLUSIVE,	/* own epoll set, EPOLLIN|EPOLLEXCLUSIVE */
 	UKVM_WAIT_READ,			/* blocking read(2), no poll at all */
+	UKVM_WAIT_SPIN,			/* non-blocking read(2) in a loop: never sleeps */
 	UKVM_WAIT__COUNT
 };
 
@@ -251,6 +252,7 @@ struct ukvm_reader_result {
 	 * to spurious_wakeups but still costs a switch: this counts it.
 	 */
 	uint64_t context_switches;
+	uint64_t voluntary_context_switches; /* of those, the thread's own sleeps */
 	uint64_t cpu_ns;	/* user + system CPU time of the thread, all its life */
 	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
 	struct ukvm_hist service_latency; /* stats full: message read to ioctl done */

@@ -61,6 +61,7 @@ BAD = [
     (dict(delay_us=0.5), "delay_us", "expected an int"),
     (dict(delay_dist="normal"), "delay_dist", "'fixed', 'uniform', 'exponential'"),
     (dict(overlap=1), "overlap", "expected True or False"),
+    (dict(allow_oversubscribe="yes"), "allow_oversubscribe", "expected True or False"),
     (dict(guest_work=-1), "guest_work", "between 0 and 1000000"),
     (dict(guest_work=10**7), "guest_work", "between 0 and 1000000"),
     (dict(guest_work="1"), "guest_work", "expected an int"),

@@ -244,6 +244,9 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    metavar="CPULIST", help="pin reader threads to host CPUs, round-robin")
     p.add_argument("--wait", type=listed(choice(WAITS)), default=d.wait, metavar="MODE",
                    help=f"how readers wait: {', '.join(WAITS)} (default {d.wait})")
+    p.add_argument("--allow-oversubscribe", dest="allow_oversubscribe", action="store_true",
+                   help="let --wait spin run more spinning readers than the CPUs beside the "
+                   "vCPUs")
     p.add_argument("--read-batch", dest="read_batch", type=listed(int), default=d.read_batch,
                    metavar="N", help="messages one read() of a uffd may return (1-64); above 1 "
                    "a reader reads again until the uffd is empty before it waits (default "

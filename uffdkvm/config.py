@@ -28,7 +28,7 @@ BACKINGS = tuple(BACKING_PAGE_SIZES)
 SHARED_BACKINGS = ("shmem", "shared_hugetlb", "guest_memfd")
 HUGETLB_BACKINGS = ("anonymous_hugetlb", "anonymous_hugetlb_1gb", "shared_hugetlb")
 UFFD_MODES = ("missing", "minor")
-WAITS = ("poll", "epoll", "epoll_exclusive", "read")
+WAITS = ("poll", "epoll", "epoll_exclusive", "read", "spin")
 GUEST_PAGE_SIZES = {"4K": PAGE_SIZE, "2M": _2M, "1G": _1G}
 PATTERNS = ("sequential", "reverse", "random")
 RESOLVES = ("copy", "zeropage")
@@ -177,7 +177,13 @@ class Config:
                      memory in itself (the baseline)
     single_uffd      one uffd for the whole region instead of one per vCPU
     readers          reader threads per uffd
-    wait             how readers wait: "poll", "epoll", "epoll_exclusive", "read"
+    wait             how readers wait: "poll", "epoll", "epoll_exclusive", "read",
+                     or "spin" (a non-blocking read in a loop: never sleeps, for
+                     readers with CPUs of their own; see allow_oversubscribe)
+    allow_oversubscribe
+                     let wait="spin" run more spinning readers than the CPUs
+                     left beside the vCPUs (spinning on a shared CPU measures
+                     the scheduler, so run() refuses it otherwise)
     read_batch       messages one read() of the uffd may return (1-64); above 1
                      a reader also reads again after resolving them, until the
                      uffd is empty (16 reads at most), before it waits again
@@ -222,6 +228,7 @@ class Config:
     readers: int = 1
     wait: str = "epoll_exclusive"
     read_batch: int = 1
+    allow_oversubscribe: bool = False
     delay_us: int = 0
     overlap: bool = False
     guest_work: int = 0
@@ -246,7 +253,7 @@ class Config:
         def __init__(self, vcpus: SupportsIndex = ..., mem_per_vcpu: SupportsIndex | str = ...,
                      backing: str = ..., uffd_mode: str | None = ...,
                      single_uffd: bool = ..., readers: SupportsIndex = ..., wait: str = ...,
-                     read_batch: SupportsIndex = ...,
+                     read_batch: SupportsIndex = ..., allow_oversubscribe: bool = ...,
                      delay_us: SupportsIndex = ..., overlap: bool = ...,
                      guest_work: SupportsIndex = ..., guest_page_size: SupportsIndex | str = ...,
                      pattern: str = ..., seed: SupportsIndex = ...,
@@ -288,6 +295,7 @@ class Config:
         put(self, "single_uffd", _flag("single_uffd", self.single_uffd))
         put(self, "readers", _integer("readers", self.readers, 1, MAX_READERS))
         put(self, "read_batch", _integer("read_batch", self.read_batch, 1, MAX_READ_BATCH))
+        put(self, "allow_oversubscribe", _flag("allow_oversubscribe", self.allow_oversubscribe))
         put(self, "wait", _choice("wait", self.wait, WAITS))
         put(self, "delay_us", _integer("delay_us", self.delay_us, 0, MAX_DELAY_US))
         put(self, "delay_dist", _choice("delay_dist", self.delay_dist, DELAY_DISTS))

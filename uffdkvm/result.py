@@ -154,6 +154,9 @@ class ReaderStats:
     tid               the reader's host thread
     context_switches  times the thread was switched out (getrusage): counts
                       in-kernel herd wakeups that spurious_wakeups cannot see
+    voluntary_context_switches
+                      of those, the ones where it went to sleep itself (a
+                      spinning reader has next to none); 0 in older JSON
     cpu_seconds       CPU time the thread used
     cpus              the CPUs the thread could run on, as it saw them itself
     reads             read()s of the uffd that returned messages: (faults +
@@ -181,6 +184,7 @@ class ReaderStats:
     continues: int = 0
     reads: int = 0
     read_sizes: tuple[int, ...] = ()
+    voluntary_context_switches: int = 0
 
     def __repr__(self) -> str:
         busy = "None" if self.busy_seconds is None else f"{self.busy_seconds:.3g}"
@@ -469,6 +473,7 @@ class Result:
                         queue_latency=stage(r["queue_latency"], staged),
                         tid=r["tid"], copies=r["copies"], zeropages=r["zeropages"],
                         continues=r["continues"], reads=r["reads"],
+                        voluntary_context_switches=r["voluntary_context_switches"],
                         read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]))
             for r in raw["readers"])
         # demand_paging_test's window: the vCPU threads' creation to their join.

@@ -32,7 +32,8 @@ _DELAY_DISTS = {name: getattr(_core, "DELAY_" + name.upper()) for name in DELAY_
 _UFFD_MODES = {None: _core.UFFD_NONE, "missing": _core.UFFD_MISSING,
                "minor": _core.UFFD_MINOR}
 _WAITS = {"poll": _core.WAIT_POLL, "epoll": _core.WAIT_EPOLL,
-          "epoll_exclusive": _core.WAIT_EPOLL_EXCLUSIVE, "read": _core.WAIT_READ}
+          "epoll_exclusive": _core.WAIT_EPOLL_EXCLUSIVE, "read": _core.WAIT_READ,
+          "spin": _core.WAIT_SPIN}
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Config))
 _ERRORS: dict[int, type[UffdkvmError]] = {
     _core.ERR_HOST: HostUnsupportedError, _core.ERR_RUN: RunError,
@@ -100,6 +101,22 @@ def _check_pins(c: Config) -> None:
             raise HostUnsupportedError(
                 f"{field}: CPU {bad[0]} is not one this process may run on "
                 f"(it may use {_cpu_ranges(allowed)})")
+
+
+def _check_spinners(c: Config) -> None:
+    """Spinning readers need CPUs of their own: on a shared CPU a spinner
+    holds the CPU until the scheduler takes it away, and the run measures
+    that instead of the fault path."""
+    if c.wait != "spin" or c.uffd_mode is None or c.prefault or c.allow_oversubscribe:
+        return
+    spinners = c.readers * c.uffds
+    cpus = len(os.sched_getaffinity(0))
+    if spinners > cpus - c.vcpus:
+        raise HostUnsupportedError(
+            f"wait: 'spin' runs {spinners} reader(s) that never sleep, and this process may "
+            f"use {cpus} CPU(s), {max(cpus - c.vcpus, 0)} beside the {c.vcpus} vCPU(s); "
+            f"spinning on a shared CPU measures the scheduler. Use fewer readers or "
+            f"vCPUs, another wait mode, or allow_oversubscribe=True to run it anyway")
 
 
 def _cpu_ranges(cpus: Iterable[int]) -> str:
@@ -241,6 +258,7 @@ def _run(config: Config, progress: ProgressCallback | None = None,
     _wait_for_earlier_runs()
     _check_fits_host(config)
     _check_pins(config)
+    _check_spinners(config)
     reporter = _Reporter(progress, config.vcpus) if progress else None
     host = HostInfo.current()  # before: free huge pages as the run found them
     try:

@@ -75,6 +75,7 @@ const char *ukvm_wait_name(enum ukvm_wait w)
 		[UKVM_WAIT_EPOLL] = "epoll",
 		[UKVM_WAIT_EPOLL_EXCLUSIVE] = "epoll_exclusive",
 		[UKVM_WAIT_READ] = "read",
+		[UKVM_WAIT_SPIN] = "spin",
 	};
 
 	return (unsigned)w < ARRAY_SIZE(names) ? names[w] : "?";

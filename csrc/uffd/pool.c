@@ -426,6 +426,31 @@ static void reader_loop_read(struct ukvm_reader *r)
 	}
 }
 
+/*
+ * The uffd is non-blocking here, and the reader never sleeps: it reads, and
+ * with nothing there pauses the CPU for a moment and reads again. Meant for
+ * readers with a CPU of their own (the latency floor: no wakeup at all); a
+ * "wakeup" is a read that found messages after reads that found none.
+ */
+static void reader_loop_spin(struct ukvm_reader *r)
+{
+	bool idle = true;
+	int ret;
+
+	while (!reader_stopping(r)) {
+		ret = reader_read(r, false);
+		if (ret < 0)
+			return;
+		if (ret == 0) {
+			__builtin_ia32_pause();
+			idle = true;
+			continue;
+		}
+		r->stats.wakeups += idle;
+		idle = false;
+	}
+}
+
 static uint64_t timeval_ns(struct timeval tv)
 {
 	return (uint64_t)tv.tv_sec * NSEC_PER_SEC + (uint64_t)tv.tv_usec * 1000;
@@ -442,6 +467,7 @@ static void reader_record_usage(struct ukvm_reader *r)
 	if (getrusage(RUSAGE_THREAD, &usage))
 		return;
 	r->stats.context_switches = (uint64_t)usage.ru_nvcsw + (uint64_t)usage.ru_nivcsw;
+	r->stats.voluntary_context_switches = (uint64_t)usage.ru_nvcsw;
 	r->stats.cpu_ns = timeval_ns(usage.ru_utime) + timeval_ns(usage.ru_stime);
 }
 
@@ -487,6 +513,9 @@ static void *reader_thread(void *arg)
 		break;
 	case UKVM_WAIT_READ:
 		reader_loop_read(r);
+		break;
+	case UKVM_WAIT_SPIN:
+		reader_loop_spin(r);
 		break;
 	default:
 		reader_loop_epoll(r);

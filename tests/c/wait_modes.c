@@ -59,6 +59,22 @@ int main(void)
 		}
 	}
 
+	UKT_CASE("spin: 1 vCPU, 1 reader that never sleeps") {
+		cfg = ukt_small();
+		cfg.vcpus = 1;
+		cfg.wait = UKVM_WAIT_SPIN;
+		ukt_run_checked(&cfg);
+	}
+	UKT_CASE("spin: single uffd, 2 readers, batches of 4") {
+		cfg = ukt_small();
+		cfg.vcpus = 1;
+		cfg.wait = UKVM_WAIT_SPIN;
+		cfg.single_uffd = true;
+		cfg.readers = 2;
+		cfg.read_batch = 4;
+		ukt_run_checked(&cfg);
+	}
+
 	UKT_CASE("delay is spent inside the readers") {
 		struct ukvm_result res;
 		uint64_t busy = 0;
