@@ -21,13 +21,16 @@ its interval: above 1 means uffdkvm's fault path costs less.
 Configurations are upstream's flags, "LABEL=FLAGS" (--config, repeatable;
 the default is the three of benchmarks/RESULTS.md); --ours adds flags (any
 Config field: --wait, --set ...) for uffdkvm only. Without --upstream only
-uffdkvm is measured.
+uffdkvm is measured. uffdkvm runs with its CLI's defaults, stats="full"
+among them: its userfaultfd runs pay for timing every fault, which
+upstream's do not.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import math
 import re
 import shlex
 import statistics
@@ -45,11 +48,15 @@ CONFIGS = {
 }
 
 
-def rate_of(cmd: list[str]) -> float:
+def rate_of(cmd: list[str]) -> float | None:
+    """The command's paging rate, or None (said on stderr) if it failed: the
+    trial then counts as failed on that side, and the others stand."""
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     m = RATE.search(p.stdout)
     if p.returncode != 0 or not m:
-        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        print(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}",
+              file=sys.stderr)
+        return None
     return float(m.group(1))
 
 
@@ -77,27 +84,30 @@ def commands(flags: list[str], ours: list[str], upstream: str | None) -> dict[st
 
 
 def measure(flags: list[str], ours: list[str], upstream: str | None,
-            trials: int) -> dict[str, list[float]]:
+            trials: int) -> dict[str, list[float | None]]:
     cmds = commands(flags, ours, upstream)
     names = list(cmds)
-    rates: dict[str, list[float]] = {n: [] for n in names}
+    rates: dict[str, list[float | None]] = {n: [] for n in names}
     for t in range(trials):
         k = t % len(names)
         for name in names[k:] + names[:k]:  # a rotating order: no command always first
             rates[name].append(rate_of(cmds[name]))
         print(f"  trial {t + 1}/{trials}: " +
-              "  ".join(f"{n} {rates[n][-1]:.0f}" for n in names), file=sys.stderr)
+              "  ".join(f"{n} {rates[n][-1] or 0:.0f}" for n in names), file=sys.stderr)
     return rates
 
 
-def overheads_us(rates: dict[str, list[float]], tool: str, vcpus: int) -> list[float]:
-    return [vcpus * (1 / u - 1 / n) * 1e6
+def overheads_us(rates: dict[str, list[float | None]], tool: str,
+                 vcpus: int) -> list[float | None]:
+    """Per trial; None where either run of the trial failed."""
+    return [vcpus * (1 / u - 1 / n) * 1e6 if u and n else None
             for u, n in zip(rates[f"{tool} uffd"], rates[f"{tool} none"], strict=True)]
 
 
-def cell(values: list[float]) -> str:
+def cell(values: list[float | None]) -> str:
     s = uffdkvm.spread_of(values)
-    return f"{s.median:.1f} [{s.ci_low:.1f}, {s.ci_high:.1f}]"
+    failed = f" ({s.failed} failed)" if s.failed else ""
+    return f"{s.median:.1f} [{s.ci_low:.1f}, {s.ci_high:.1f}]{failed}"
 
 
 def main() -> None:
@@ -131,9 +141,13 @@ def main() -> None:
         if a.upstream:
             theirs = overheads_us(rates, "upstream", vcpus)
             ratio = uffdkvm.ratio_of(theirs, mine, paired=True)
-            entry.update(upstream_us_per_page=theirs, upstream_over_uffdkvm=str(ratio))
+            entry.update(upstream_us_per_page=theirs,
+                         upstream_over_uffdkvm={"estimate": ratio.estimate,
+                                                "ci_low": ratio.ci_low,
+                                                "ci_high": ratio.ci_high})
             row = [label, cell(theirs), cell(mine), str(ratio)]
-        entry["median_rates"] = {n: statistics.median(v) for n, v in rates.items()}
+        entry["median_rates"] = {n: statistics.median([x for x in v if x] or [math.nan])
+                                 for n, v in rates.items()}
         record["configs"].append(entry)
         rows.append(row)
     head = ["config", "upstream us/page", "uffdkvm us/page", "upstream / uffdkvm"] \

@@ -153,8 +153,8 @@ struct ukvm_config {
 	uint32_t readers;		/* reader threads per uffd */
 	enum ukvm_wait wait;
 	/* Messages one read(2) of the uffd may return, 1..UKVM_MAX_READ_BATCH.
-	 * Above 1 a reader also reads again after resolving them, until the
-	 * uffd is empty (UKVM_READS_PER_WAKEUP at most), before it waits. */
+	 * Above 1, while reads come back full a reader reads again before it
+	 * waits (UKVM_READS_PER_WAKEUP reads at most). */
 	uint32_t read_batch;
 	uint32_t delay_us;		/* sleep per fault before resolving it */
 	bool overlap;			/* every vCPU walks the same region */
@@ -243,7 +243,9 @@ struct ukvm_reader_result {
 	uint64_t zeropages;	/* UFFDIO_ZEROPAGE */
 	uint64_t continues;	/* UFFDIO_CONTINUE */
 	uint64_t reads;		/* read(2)s of the uffd that returned messages */
-	uint64_t read_sizes[UKVM_MAX_READ_BATCH + 1]; /* [n]: reads that returned n messages */
+	/* [n]: reads that returned n messages; [0]: reads after a full batch
+	 * that found the uffd empty (not in reads) */
+	uint64_t read_sizes[UKVM_MAX_READ_BATCH + 1];
 	/*
 	 * Times the thread was switched out in all its life, from
 	 * getrusage(RUSAGE_THREAD).

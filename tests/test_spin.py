@@ -35,3 +35,15 @@ def test_spinners_beyond_the_free_cpus_are_refused_unless_asked(kvm):
         uffdkvm.run(**fields)
     r = small(**fields, allow_oversubscribe=True)
     assert r.faults == cpus * 256
+
+
+@pytest.mark.parametrize("fields", [
+    dict(vcpus=1, pin_vcpus=(0,), pin_readers=(0,)),        # the spinner on the vCPU's CPU
+    dict(vcpus=1, readers=2, pin_readers=(1,)),              # two spinners, one CPU
+    dict(vcpus=len(os.sched_getaffinity(0)), prefault=True),  # prefaulted: readers spin still
+], ids=["pinned-on-the-vcpu", "pinned-together", "prefault"])
+def test_spinners_on_shared_cpus_are_refused_by_run_and_probe(kvm, fields):
+    cfg = uffdkvm.Config(mem_per_vcpu="1M", wait="spin", **fields)
+    for call in (uffdkvm.run, uffdkvm.probe):
+        with pytest.raises(uffdkvm.HostUnsupportedError, match="allow_oversubscribe=True"):
+            call(cfg)

@@ -249,7 +249,7 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    "vCPUs")
     p.add_argument("--read-batch", dest="read_batch", type=listed(int), default=d.read_batch,
                    metavar="N", help="messages one read() of a uffd may return (1-64); above 1 "
-                   "a reader reads again until the uffd is empty before it waits (default "
+                   "a reader reads again while reads come back full (default "
                    f"{d.read_batch})")
     p.add_argument("--guest-page-size", dest="guest_page_size",
                    type=listed(choice(tuple(GUEST_PAGE_SIZES), str.upper)),

@@ -184,9 +184,9 @@ class Config:
                      let wait="spin" run more spinning readers than the CPUs
                      left beside the vCPUs (spinning on a shared CPU measures
                      the scheduler, so run() refuses it otherwise)
-    read_batch       messages one read() of the uffd may return (1-64); above 1
-                     a reader also reads again after resolving them, until the
-                     uffd is empty (16 reads at most), before it waits again
+    read_batch       messages one read() of the uffd may return (1-64); above 1,
+                     while reads come back full a reader reads again before it
+                     waits (16 reads at most)
     delay_us         microseconds a reader waits per fault before resolving it
     delay_dist       "fixed" (exactly delay_us), "uniform" (0 to 2 x delay_us)
                      or "exponential" (mean delay_us), seeded by seed

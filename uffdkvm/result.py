@@ -163,7 +163,8 @@ class ReaderStats:
                       eexist) / reads is messages per read, reads / wakeups
                       reads per wakeup (above 1 only with read_batch above 1)
     read_sizes        [n]: reads that returned n messages (Config.read_batch
-                      caps n); empty in JSON from before it was counted
+                      caps n); [0]: reads after a full batch that found the
+                      uffd empty (not in reads); empty in older JSON
     """
 
     uffd: int

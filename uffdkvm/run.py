@@ -107,16 +107,29 @@ def _check_spinners(c: Config) -> None:
     """Spinning readers need CPUs of their own: on a shared CPU a spinner
     holds the CPU until the scheduler takes it away, and the run measures
     that instead of the fault path."""
-    if c.wait != "spin" or c.uffd_mode is None or c.prefault or c.allow_oversubscribe:
+    if c.wait != "spin" or c.uffd_mode is None or c.allow_oversubscribe:
         return
     spinners = c.readers * c.uffds
+    insist = "or allow_oversubscribe=True to run it anyway"
+    if c.pin_readers:
+        # Reader k of all pools runs on pin_readers[k % n], vCPU i on pin_vcpus[i % n].
+        mine = [c.pin_readers[k % len(c.pin_readers)] for k in range(spinners)]
+        vcpus = {c.pin_vcpus[i % len(c.pin_vcpus)] for i in range(c.vcpus)} \
+            if c.pin_vcpus else set()
+        if len(set(mine)) < spinners or set(mine) & vcpus:
+            raise HostUnsupportedError(
+                f"pin_readers: 'spin' needs a CPU of its own for each of its {spinners} "
+                f"reader(s), and these pins share one (with another spinner or a vCPU); "
+                f"spinning on a shared CPU measures the scheduler. Give each spinner its "
+                f"own CPU, {insist}")
+        return
     cpus = len(os.sched_getaffinity(0))
     if spinners > cpus - c.vcpus:
         raise HostUnsupportedError(
             f"wait: 'spin' runs {spinners} reader(s) that never sleep, and this process may "
             f"use {cpus} CPU(s), {max(cpus - c.vcpus, 0)} beside the {c.vcpus} vCPU(s); "
             f"spinning on a shared CPU measures the scheduler. Use fewer readers or "
-            f"vCPUs, another wait mode, or allow_oversubscribe=True to run it anyway")
+            f"vCPUs, another wait mode, {insist}")
 
 
 def _cpu_ranges(cpus: Iterable[int]) -> str:
@@ -224,6 +237,7 @@ def probe(config: Config | None = None, **fields: Any) -> None:
     """
     config = _config_of(config, fields)
     _check_pins(config)
+    _check_spinners(config)
     try:
         _core.probe(_core_config(config))
     except _core.CoreError as e:

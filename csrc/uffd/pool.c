@@ -281,15 +281,23 @@ static bool reader_stopping(struct ukvm_reader *r)
 	return atomic_load_explicit(&r->pool->stop, memory_order_relaxed);
 }
 
+/* Why a read is made, which decides what an empty uffd (EAGAIN) counts as. */
+enum reader_read_kind {
+	READ_WOKEN,	/* the first after a wakeup: empty is a spurious wakeup */
+	READ_DRAIN,	/* after a full batch: empty is read_sizes[0] */
+	READ_SPIN,	/* a spinner's poll: empty is nothing worth counting */
+};
+
 /*
  * One read(2) of up to read_batch messages, each resolved in turn: the
  * number of messages (0: nothing read: EAGAIN, or EINTR for a kick), or
- * -errno: leave (the failure is recorded as the run's). Every message of a
- * batch is stamped read when the read returned, so a later one's service
- * includes its wait behind the ones before it. A read that finds the uffd
- * empty counts as spurious only when it is the first after a wakeup (first).
+ * -errno: leave (the failure is recorded as the run's, and the rest of the
+ * batch, already taken from the uffd, stays unresolved: the run ends, and
+ * closing the uffd wakes its vCPUs). Every message of a batch is stamped
+ * read when the read returned, so a later one's service includes its wait
+ * behind the ones before it.
  */
-static int reader_read(struct ukvm_reader *r, bool first)
+static int reader_read(struct ukvm_reader *r, enum reader_read_kind kind)
 {
 	struct ukvm_pool *pool = r->pool;
 	struct uffd_msg msgs[UKVM_MAX_READ_BATCH];
@@ -300,7 +308,10 @@ static int reader_read(struct ukvm_reader *r, bool first)
 	n = read(pool->uffd, msgs, pool->read_batch * sizeof(msgs[0]));
 	if (n < 0) {
 		if (errno == EAGAIN) {
-			r->stats.spurious_wakeups += first;
+			if (kind == READ_WOKEN)
+				r->stats.spurious_wakeups++;
+			else if (kind == READ_DRAIN)
+				r->stats.read_sizes[0]++;
 			return 0;
 		}
 		if (errno == EINTR)
@@ -321,6 +332,9 @@ static int reader_read(struct ukvm_reader *r, bool first)
 	r->stats.reads++;
 	r->stats.read_sizes[count]++;
 	for (i = 0; i < count; i++) {
+		/* Stopping: the run is over, or failed and its uffds will be closed. */
+		if (i && reader_stopping(r))
+			break;
 		ret = reader_resolve(r, &msgs[i], t_read);
 		if (ret)
 			return ret;
@@ -329,18 +343,21 @@ static int reader_read(struct ukvm_reader *r, bool first)
 }
 
 /*
- * After a wakeup: one read, and with batches (read_batch > 1) more until
- * the uffd is empty or UKVM_READS_PER_WAKEUP reads were made. 0, or -errno.
+ * After a wakeup: one read, and while reads come back full (read_batch
+ * messages, so more may be queued) more, UKVM_READS_PER_WAKEUP in all at
+ * most. A read that comes back short emptied the queue (the kernel returns
+ * all it has), and messages that arrive later wake a reader. 0, or -errno.
  */
 static int reader_serve(struct ukvm_reader *r)
 {
+	uint32_t batch = r->pool->read_batch;
 	int reads, ret;
 
 	for (reads = 0; reads < UKVM_READS_PER_WAKEUP; reads++) {
-		ret = reader_read(r, reads == 0);
+		ret = reader_read(r, reads ? READ_DRAIN : READ_WOKEN);
 		if (ret <= 0)
 			return ret;
-		if (r->pool->read_batch == 1 || reader_stopping(r))
+		if (batch == 1 || (uint32_t)ret < batch || reader_stopping(r))
 			return 0;
 	}
 	return 0;
@@ -419,7 +436,7 @@ static void reader_loop_read(struct ukvm_reader *r)
 	int ret;
 
 	while (!reader_stopping(r)) {
-		ret = reader_read(r, false);
+		ret = reader_read(r, READ_WOKEN);
 		if (ret < 0)
 			return;
 		r->stats.wakeups += ret > 0;	/* a blocking read that returned messages */
@@ -438,7 +455,7 @@ static void reader_loop_spin(struct ukvm_reader *r)
 	int ret;
 
 	while (!reader_stopping(r)) {
-		ret = reader_read(r, false);
+		ret = reader_read(r, READ_SPIN);
 		if (ret < 0)
 			return;
 		if (ret == 0) {
