@@ -271,19 +271,25 @@ static uint64_t page_of(const struct ukvm_faultlog *log, uint64_t gpa)
 }
 
 /*
- * Index in log->all of the fault that resolved each page (not EEXIST), or
- * UINT64_MAX: NULL without the guest's stamps (nothing to check them by) or
- * out of memory.
+ * *out: the index in log->all of the fault that resolved each page (not
+ * EEXIST), or UINT64_MAX; NULL without the guest's stamps (nothing to check
+ * them by) or without an EEXIST message (no vCPU was woken by another's
+ * fault). 0, or -ENOMEM.
  */
-static uint64_t *resolvers(const struct ukvm_faultlog *log)
+static int resolvers(const struct ukvm_faultlog *log, uint64_t **out)
 {
 	uint64_t *by_page, i;
 
+	*out = NULL;
 	if (!log->guest)
-		return NULL;
+		return 0;
+	for (i = 0; i < log->nr_all && !log->all[i].eexist; i++)
+		;
+	if (i == log->nr_all)
+		return 0;
 	by_page = malloc((log->region_pages ?: 1) * sizeof(*by_page));
 	if (!by_page)
-		return NULL;
+		return -ENOMEM;
 	memset(by_page, 0xff, (log->region_pages ?: 1) * sizeof(*by_page));
 	for (i = 0; i < log->nr_all; i++) {
 		uint64_t page = page_of(log, log->all[i].gpa);
@@ -291,7 +297,8 @@ static uint64_t *resolvers(const struct ukvm_faultlog *log)
 		if (!log->all[i].eexist && page < log->region_pages)
 			by_page[page] = i;
 	}
-	return by_page;
+	*out = by_page;
+	return 0;
 }
 
 static bool woken_by_other(const struct ukvm_faultlog *log,
@@ -400,8 +407,7 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint
 	if (count_pages(log))
 		goto out;
 
-	resolver = resolvers(log);
-	if (log->guest && !resolver)
+	if (resolvers(log, &resolver))
 		goto out;
 	for (i = 0; i < log->nr_all; i++) {
 		if (log->all[i].vcpu < 0)
