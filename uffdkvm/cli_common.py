@@ -22,6 +22,7 @@ from .config import (
     DELAY_DISTS,
     GUEST_PAGE_SIZES,
     PATTERNS,
+    PIN_WITH_VCPUS,
     RESOLVES,
     STATS,
     WAITS,
@@ -176,6 +177,13 @@ def cpu_list(value: str) -> tuple[int, ...]:
     return cpus
 
 
+def reader_pins(value: str) -> tuple[int, ...] | str:
+    """--pin-readers: a CPU list, or "vcpus" (Config.pin_readers)."""
+    if value.strip().lower() == PIN_WITH_VCPUS:
+        return PIN_WITH_VCPUS
+    return cpu_list(value)
+
+
 def split_pins(cpus: tuple[int, ...], vcpus: int) -> tuple[tuple[int, ...], int | None]:
     """-c, as upstream's kvm_parse_vcpu_pinning reads it: one CPU per vCPU,
     then optionally one more for the main thread. Returns (vCPU pins, main
@@ -240,8 +248,10 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     pins.add_argument("--pin-vcpus", dest="pin_vcpus", type=cpu_list, default=None,
                       metavar="CPULIST", help="pin vCPU threads to these CPUs round-robin "
                       "(any number of CPUs)")
-    p.add_argument("--pin-readers", dest="pin_readers", type=cpu_list, default=None,
-                   metavar="CPULIST", help="pin reader threads to host CPUs, round-robin")
+    p.add_argument("--pin-readers", dest="pin_readers", type=reader_pins, default=None,
+                   metavar="CPULIST", help="pin reader threads to host CPUs, round-robin; "
+                   "'vcpus': each reader on the CPU of the vCPU it serves (with -c or "
+                   "--pin-vcpus)")
     p.add_argument("--wait", type=listed(choice(WAITS)), default=d.wait, metavar="MODE",
                    help=f"how readers wait: {', '.join(WAITS)} (default {d.wait})")
     p.add_argument("--allow-oversubscribe", dest="allow_oversubscribe", action="store_true",

@@ -154,6 +154,7 @@ def _page_size(field: str, value: Any) -> str:
 
 # A CPU list as Config takes it: "0,2,3", one number, or any iterable of them.
 CpuList = str | SupportsIndex | Iterable[SupportsIndex]
+PIN_WITH_VCPUS = "vcpus"  # pin_readers: each reader on the CPU of the vCPU it serves
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,12 @@ class Config:
     pin_vcpus        host CPUs for the vCPU threads, assigned round-robin:
                      given as any iterable of CPU numbers, one number, or a
                      string "0,2,3"; stored as a tuple (None: unpinned)
-    pin_readers      host CPUs for the reader threads, likewise
+    pin_readers      host CPUs for the reader threads, likewise; or "vcpus":
+                     each reader runs on the CPU of the vCPU it serves (with
+                     per-vCPU uffds, its uffd's vCPU; with one uffd, the
+                     readers go round the vCPUs' CPUs), so that a fault wakes
+                     a reader on the CPU the blocked vCPU just gave up, with
+                     no wakeup across CPUs (needs pin_vcpus)
     prefault         populate the whole region before the vCPUs start: no
                      userfaults at all, the ceiling to compare with
     guest_work       guest computation after each page access: iterations of a
@@ -240,7 +246,7 @@ class Config:
     resolve: str = "copy"
     delay_dist: str = "fixed"
     pin_vcpus: tuple[int, ...] | None = None
-    pin_readers: tuple[int, ...] | None = None
+    pin_readers: tuple[int, ...] | str | None = None
     prefault: bool = False
     stats: str = "full"
     guest_timing: bool = False
@@ -307,7 +313,17 @@ class Config:
         put(self, "passes", _integer("passes", self.passes, 1, MAX_PASSES))
         put(self, "resolve", _choice("resolve", self.resolve, RESOLVES))
         put(self, "pin_vcpus", _cpus("pin_vcpus", self.pin_vcpus))
-        put(self, "pin_readers", _cpus("pin_readers", self.pin_readers))
+        if isinstance(self.pin_readers, str) and \
+                self.pin_readers.strip().lower() == PIN_WITH_VCPUS:
+            if self.pin_vcpus is None:
+                raise ConfigError(
+                    f"pin_readers: {PIN_WITH_VCPUS!r} runs each reader on its vCPU's CPU, "
+                    f"so the vCPUs need CPUs: set pin_vcpus too (e.g. pin_vcpus='0,1'; "
+                    f"-c or --pin-vcpus on the command line)",
+                    field="pin_readers")
+            put(self, "pin_readers", PIN_WITH_VCPUS)
+        else:
+            put(self, "pin_readers", _cpus("pin_readers", self.pin_readers))
         put(self, "prefault", _flag("prefault", self.prefault))
         put(self, "stats", _choice("stats", self.stats, STATS))
         put(self, "guest_timing", _flag("guest_timing", self.guest_timing))
@@ -368,6 +384,20 @@ class Config:
             return 0
         return 1 if self.single_uffd or self.overlap else self.vcpus
 
+    @property
+    def reader_cpus(self) -> tuple[int, ...] | None:
+        """The CPU of every reader, in the core's order (reader k of all uffds,
+        a uffd's readers together, runs on entry k modulo the length), or
+        None: unpinned. pin_readers, with "vcpus" spelled out."""
+        if not isinstance(self.pin_readers, str):
+            return self.pin_readers
+        vcpu_cpus = self.pin_vcpus or ()
+        n = len(vcpu_cpus)
+        if self.uffds == 1:  # one uffd serves every vCPU: go round their CPUs
+            return tuple(vcpu_cpus[i % n] for i in range(self.readers))
+        # uffd u serves vCPU u alone, which runs on vcpu_cpus[u % n]
+        return tuple(vcpu_cpus[u % n] for u in range(self.vcpus) for _ in range(self.readers))
+
     def replace(self, **fields: Any) -> Config:
         """A copy with some fields changed (validated like a new Config)."""
         unknown = set(fields) - {f.name for f in dataclasses.fields(self)}
@@ -381,6 +411,6 @@ class Config:
         ``Config(**d)`` takes back; ``Result.to_dict()`` gives strict JSON values."""
         d = dataclasses.asdict(self)
         for key in ("pin_vcpus", "pin_readers"):
-            if d[key] is not None:
+            if isinstance(d[key], tuple):
                 d[key] = list(d[key])
         return d

@@ -65,7 +65,7 @@ def _core_config(c: Config) -> dict[str, Any]:
         "guest_timing": int(c.guest_timing),
         "trace_faults": int(c.trace_faults),
         "pin_vcpus": list(c.pin_vcpus or ()),
-        "pin_readers": list(c.pin_readers or ()),
+        "pin_readers": list(c.reader_cpus or ()),
         "timeout_ns": _timeout_ns(c.effective_timeout_s),
     }
 
@@ -95,8 +95,8 @@ def _mem_available() -> int | None:
 def _check_pins(c: Config) -> None:
     # Those of import time too: a CLI's -c may have pinned the main thread since.
     allowed = usable_cpus_at_import() | os.sched_getaffinity(0)
-    for field in ("pin_vcpus", "pin_readers"):
-        bad = [cpu for cpu in getattr(c, field) or () if cpu not in allowed]
+    for field, cpus in (("pin_vcpus", c.pin_vcpus), ("pin_readers", c.reader_cpus)):
+        bad = [cpu for cpu in cpus or () if cpu not in allowed]
         if bad:
             raise HostUnsupportedError(
                 f"{field}: CPU {bad[0]} is not one this process may run on "
@@ -111,9 +111,10 @@ def _check_spinners(c: Config) -> None:
         return
     spinners = c.readers * c.uffds
     insist = "or allow_oversubscribe=True to run it anyway"
-    if c.pin_readers:
-        # Reader k of all pools runs on pin_readers[k % n], vCPU i on pin_vcpus[i % n].
-        mine = [c.pin_readers[k % len(c.pin_readers)] for k in range(spinners)]
+    readers = c.reader_cpus
+    if readers:
+        # Reader k of all pools runs on readers[k % n], vCPU i on pin_vcpus[i % n].
+        mine = [readers[k % len(readers)] for k in range(spinners)]
         vcpus = {c.pin_vcpus[i % len(c.pin_vcpus)] for i in range(c.vcpus)} \
             if c.pin_vcpus else set()
         if len(set(mine)) < spinners or set(mine) & vcpus:

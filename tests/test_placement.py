@@ -1,0 +1,83 @@
+"""pin_readers="vcpus": each reader runs on the CPU of the vCPU it serves.
+
+Every test reads where the threads ran from the threads themselves (each
+records the CPUs it could run on), so forcing the placement away in the
+mapping to the core (run.py hands the core an empty reader pin list) turns
+them red.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import uffdkvm
+from uffdkvm import Config, ConfigError, HostUnsupportedError
+
+CPUS = sorted(os.sched_getaffinity(0))
+needs_two = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs this process may use")
+
+
+@needs_two
+def test_per_vcpu_uffds_put_each_reader_with_its_vcpu() -> None:
+    pins = (CPUS[1], CPUS[0])  # crossed, so that reader k on CPU k would be wrong
+    r = uffdkvm.run(vcpus=2, mem_per_vcpu="4M", readers=2, pin_vcpus=pins,
+                    pin_readers="vcpus")
+    assert r.verified, r.verify_message
+    assert r.config.pin_readers == "vcpus"
+    for reader in r.readers:
+        # uffd u holds vCPU u's memory alone
+        assert reader.cpus == (pins[reader.uffd],), reader
+    for i, vcpu in enumerate(r.vcpus):
+        assert vcpu.cpus == (pins[i],)
+        assert vcpu.faults > 0
+
+
+@needs_two
+def test_one_uffd_spreads_its_readers_over_the_vcpus_cpus() -> None:
+    pins = (CPUS[0], CPUS[1])
+    r = uffdkvm.run(vcpus=2, mem_per_vcpu="4M", readers=3, single_uffd=True,
+                    pin_vcpus=pins, pin_readers="vcpus")
+    assert r.verified, r.verify_message
+    assert [reader.cpus for reader in r.readers] == [(pins[0],), (pins[1],), (pins[0],)]
+
+
+def test_reader_cpus_spells_the_placement_out() -> None:
+    c = Config(vcpus=3, readers=2, pin_vcpus="0,1", pin_readers="vcpus")
+    assert c.reader_cpus == (0, 0, 1, 1, 0, 0)
+    assert Config(vcpus=3, readers=2, single_uffd=True, pin_vcpus="0,1",
+                  pin_readers="VCPUS").reader_cpus == (0, 1)
+    assert Config(pin_readers="1,0").reader_cpus == (1, 0)
+    assert Config().reader_cpus is None
+
+
+def test_vcpus_placement_needs_vcpu_pins() -> None:
+    with pytest.raises(ConfigError, match="pin_vcpus") as e:
+        Config(vcpus=2, pin_readers="vcpus")
+    assert e.value.field == "pin_readers"
+
+
+@needs_two
+def test_spinners_with_their_vcpus_are_refused() -> None:
+    with pytest.raises(HostUnsupportedError, match="pin_readers"):
+        uffdkvm.run(vcpus=1, mem_per_vcpu="4M", wait="spin", pin_vcpus=(CPUS[0],),
+                    pin_readers="vcpus")
+
+
+def test_the_placement_survives_json() -> None:
+    c = Config(vcpus=2, pin_vcpus="0,1", pin_readers="vcpus")
+    assert Config(**c.to_dict()) == c
+    assert c.to_dict()["pin_readers"] == "vcpus"
+
+
+@needs_two
+def test_cli_takes_vcpus() -> None:
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "uffdkvm", "-q", "-v", "2", "-b", "4M",
+                        "-c", f"{CPUS[1]},{CPUS[0]}", "--pin-readers", "vcpus", "--json"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    r = uffdkvm.Result.from_json(p.stdout)
+    assert r.config.pin_readers == "vcpus"
+    assert [reader.cpus for reader in r.readers] == [(CPUS[1],), (CPUS[0],)]
