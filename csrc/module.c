@@ -49,6 +49,7 @@ static const struct field config_fields[] = {
 	FIELD(uffd_mode, F_ENUM),
 	FIELD(single_uffd, F_BOOL),
 	FIELD(readers, F_U32),
+	FIELD(resolver, F_ENUM),
 	FIELD(wait, F_ENUM),
 	FIELD(read_batch, F_U32),
 	FIELD(delay_us, F_U32),
@@ -364,6 +365,7 @@ static PyObject *vcpu_to_dict(const struct ukvm_vcpu_result *v, const struct ukv
 	    set_obj(d, "exits", v->exits == UINT64_MAX ? Py_NewRef(Py_None)
 						      : PyLong_FromUnsignedLongLong(v->exits)) ||
 	    set_u64(d, "userspace_exits", v->userspace_exits) ||
+	    set_u64(d, "fault_exits", v->fault_exits) ||
 	    set_u64(d, "cpu_ns", v->cpu_ns) ||
 	    set_obj(d, "cpus", cpus_list(v->affinity)) ||
 	    set_obj(d, "pass_end_ns", u64_list(v->pass_end_ns, res->passes)) ||
@@ -718,6 +720,8 @@ static int add_constants(PyObject *m)
 		{ "WAIT_EPOLL_EXCLUSIVE", UKVM_WAIT_EPOLL_EXCLUSIVE },
 		{ "WAIT_READ", UKVM_WAIT_READ },
 		{ "WAIT_SPIN", UKVM_WAIT_SPIN },
+		{ "RESOLVER_READERS", UKVM_RESOLVER_READERS },
+		{ "RESOLVER_VCPU", UKVM_RESOLVER_VCPU },
 		{ "ERR_CONFIG", UKVM_ERR_CONFIG },
 		{ "ERR_HOST", UKVM_ERR_HOST },
 		{ "ERR_RUN", UKVM_ERR_RUN },

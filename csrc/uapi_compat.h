@@ -120,6 +120,21 @@ struct ukvm_userspace_memory_region2 {
 #define UKVM_CREATE_GUEST_MEMFD		_IOWR(KVMIO, 0xd4, struct ukvm_create_guest_memfd)
 #define UKVM_SET_USER_MEMORY_REGION2	_IOW(KVMIO, 0x49, struct ukvm_userspace_memory_region2)
 
+/*
+ * Linux 6.8: KVM_RUN's -EFAULT can say which guest memory it could not
+ * provide (KVM_CAP_MEMORY_FAULT_INFO): exit reason KVM_EXIT_MEMORY_FAULT,
+ * with this in kvm_run's exit union (where struct kvm_run's mmio member
+ * also starts). Kept under a UKVM_ name, like guest_memfd's.
+ */
+#ifndef KVM_EXIT_MEMORY_FAULT
+#define KVM_EXIT_MEMORY_FAULT		39
+#endif
+struct ukvm_memory_fault_exit {
+	uint64_t flags;
+	uint64_t gpa;
+	uint64_t size;
+};
+
 /* ---- the C library ---- */
 
 /* Linux 5.14; glibc 2.35 names it. */

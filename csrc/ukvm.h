@@ -80,6 +80,22 @@ enum ukvm_uffd_mode {
 	UKVM_UFFD__COUNT
 };
 
+/*
+ * Who resolves a fault. Readers: threads that read the uffd's messages,
+ * while the faulting vCPU thread sleeps in the kernel until one of them
+ * resolves it. vCPU: the uffd is opened with UFFD_FEATURE_SIGBUS, so a
+ * fault is not queued at all: the access fails, KVM_RUN returns to the
+ * vCPU's own thread, which resolves the page and runs on: no message, no
+ * wakeup, no other thread. (KVM reports it as KVM_EXIT_MEMORY_FAULT, or,
+ * where KVM emulated the access, as an MMIO exit at the page's address,
+ * which the thread then completes from the resolved page.)
+ */
+enum ukvm_resolver {
+	UKVM_RESOLVER_READERS = 0,
+	UKVM_RESOLVER_VCPU,
+	UKVM_RESOLVER__COUNT
+};
+
 /* How a reader thread waits for fault messages. */
 enum ukvm_wait {
 	UKVM_WAIT_POLL = 0,		/* poll(2) on the shared uffd */
@@ -150,7 +166,8 @@ struct ukvm_config {
 	enum ukvm_backing backing;
 	enum ukvm_uffd_mode uffd_mode;
 	bool single_uffd;		/* one uffd for the whole region */
-	uint32_t readers;		/* reader threads per uffd */
+	enum ukvm_resolver resolver;
+	uint32_t readers;		/* reader threads per uffd (resolver readers) */
 	enum ukvm_wait wait;
 	/* Messages one read(2) of the uffd may return, 1..UKVM_MAX_READ_BATCH.
 	 * Above 1, while reads come back full a reader reads again before it
@@ -206,6 +223,7 @@ struct ukvm_vcpu_result {
 	uint64_t pages;		/* pages the guest says it touched */
 	uint64_t exits;		/* VM exits, from KVM's own "exits" stat */
 	uint64_t userspace_exits; /* returns from KVM_RUN */
+	uint64_t fault_exits;	/* resolver vCPU: of those, faults it resolved itself */
 	uint64_t *kvm_stats;	/* ukvm_result.nr_vcpu_stats values, or NULL */
 	uint64_t *pass_end_ns;	/* when each of ukvm_result.passes ended */
 	uint64_t cpu_ns;	/* CPU time of the thread (getrusage) */
@@ -378,6 +396,7 @@ int ukvm_run(const struct ukvm_config *cfg, struct ukvm_result *res,
 const char *ukvm_backing_name(enum ukvm_backing b);
 const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m);
 const char *ukvm_wait_name(enum ukvm_wait w);
+const char *ukvm_resolver_name(enum ukvm_resolver r);
 const char *ukvm_pattern_name(enum ukvm_pattern p);
 /* The page size faults on this backing are resolved at. */
 uint64_t ukvm_backing_page_size(enum ukvm_backing b);

@@ -58,7 +58,7 @@ import uffdkvm
 cfg = uffdkvm.Config(vcpus=2, mem_per_vcpu="64M", pin_vcpus="0,1", readers=np.int64(4))
 cfg = uffdkvm.Config(pin_readers=[0, 1], guest_page_size="2M", timeout_s=float("inf"))
 stored: int = cfg.mem_per_vcpu
-pins: tuple[int, ...] | None = cfg.pin_readers
+pins: tuple[int, ...] | None = cfg.reader_cpus  # pin_readers may also be "vcpus"
 '''
 
 

@@ -56,6 +56,8 @@ BAD = [
     (dict(read_batch=65), "read_batch", "between 1 and 64"),
     (dict(wait="select"), "wait", "'poll', 'epoll', 'epoll_exclusive', 'read'"),
     (dict(wait=None), "wait", "'poll', 'epoll', 'epoll_exclusive', 'read'"),
+    (dict(resolver="kernel"), "resolver", "'readers', 'vcpu'"),
+    (dict(resolver="vcpu", readers=4), "readers", "resolver='vcpu' has no reader threads"),
     (dict(delay_us=-1), "delay_us", "between 0 and 10000000"),
     (dict(delay_us=10_000_001), "delay_us", "between 0 and 10000000"),
     (dict(delay_us=0.5), "delay_us", "expected an int"),

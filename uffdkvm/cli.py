@@ -101,8 +101,10 @@ def format_text(r: Result) -> str:
            _us(v.resume_latency, 99), _us(v.fault_latency, 50), _us(v.fault_latency, 99),
            _us(v.access_latency, 50), _us(v.access_latency, 99)] if timed else [])
          for v in r.vcpus])]
+    by_vcpu = r.config.resolver == "vcpu"
     if r.readers:
-        lines += ["", f"Readers ({r.config.wait}, {r.uffds} uffd(s) x {r.config.readers}):",
+        lines += ["", f"Resolvers (each vCPU's own thread, {r.uffds} uffd(s)):" if by_vcpu else
+                  f"Readers ({r.config.wait}, {r.uffds} uffd(s) x {r.config.readers}):",
                   _table(["uffd", "reader", "faults", "wakeups", "spurious", "eexist",
                           "busy_s", "ctx_switches", "cpu_s", "service_p50_us",
                           "service_p99_us", "service_max_us"] +
@@ -118,8 +120,10 @@ def format_text(r: Result) -> str:
     if r.blocktime_seconds is not None:
         lines.append(f"Blocktime (every vCPU blocked at once): {r.blocktime_seconds:.6f}s")
     if r.config.stats == "full" and r.config.uffd_mode is not None:
-        lines += ["", "Service = a reader's read() of the fault message to its resolving ioctl "
-                      "returning (delay included)" +
+        lines += ["", ("Service = the vCPU's return from KVM_RUN with the fault to its "
+                       "resolving ioctl returning (delay included)" if by_vcpu else
+                       "Service = a reader's read() of the fault message to its resolving ioctl "
+                       "returning (delay included)") +
                       ("; a vCPU's ends at its resume if that came first." if timed else ".")]
         lines.append("Queue = the guest raising the fault to that read; resume = the ioctl to "
                      "the guest's access completing; fault = the whole stall." if timed else

@@ -23,6 +23,7 @@ from .config import (
     GUEST_PAGE_SIZES,
     PATTERNS,
     PIN_WITH_VCPUS,
+    RESOLVERS,
     RESOLVES,
     STATS,
     WAITS,
@@ -252,6 +253,10 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    metavar="CPULIST", help="pin reader threads to host CPUs, round-robin; "
                    "'vcpus': each reader on the CPU of the vCPU it serves (with -c or "
                    "--pin-vcpus)")
+    p.add_argument("--resolver", type=listed(choice(RESOLVERS)), default=d.resolver,
+                   metavar="WHO", help="who resolves faults: readers (reader threads, the "
+                   "default) or vcpu (each vCPU's own thread, through UFFD_FEATURE_SIGBUS: "
+                   "no reader threads)")
     p.add_argument("--wait", type=listed(choice(WAITS)), default=d.wait, metavar="MODE",
                    help=f"how readers wait: {', '.join(WAITS)} (default {d.wait})")
     p.add_argument("--allow-oversubscribe", dest="allow_oversubscribe", action="store_true",

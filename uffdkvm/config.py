@@ -29,6 +29,7 @@ SHARED_BACKINGS = ("shmem", "shared_hugetlb", "guest_memfd")
 HUGETLB_BACKINGS = ("anonymous_hugetlb", "anonymous_hugetlb_1gb", "shared_hugetlb")
 UFFD_MODES = ("missing", "minor")
 WAITS = ("poll", "epoll", "epoll_exclusive", "read", "spin")
+RESOLVERS = ("readers", "vcpu")
 GUEST_PAGE_SIZES = {"4K": PAGE_SIZE, "2M": _2M, "1G": _1G}
 PATTERNS = ("sequential", "reverse", "random")
 RESOLVES = ("copy", "zeropage")
@@ -177,6 +178,13 @@ class Config:
                      backings only), or None: no userfaultfd, the kernel pages
                      memory in itself (the baseline)
     single_uffd      one uffd for the whole region instead of one per vCPU
+    resolver         who resolves a fault: "readers" (reader threads read the
+                     uffd's messages while the faulting vCPU sleeps in the
+                     kernel) or "vcpu" (the uffd answers a fault with SIGBUS,
+                     KVM_RUN returns to the vCPU's own thread, and it resolves
+                     the page and runs on: no message, no wakeup, no reader
+                     threads; readers, wait, read_batch and pin_readers must
+                     stay at their defaults)
     readers          reader threads per uffd
     wait             how readers wait: "poll", "epoll", "epoll_exclusive", "read",
                      or "spin" (a non-blocking read in a loop: never sleeps, for
@@ -231,6 +239,7 @@ class Config:
     backing: str = "anonymous"
     uffd_mode: str | None = "missing"
     single_uffd: bool = False
+    resolver: str = "readers"
     readers: int = 1
     wait: str = "epoll_exclusive"
     read_batch: int = 1
@@ -258,7 +267,8 @@ class Config:
         # are what it stores (sizes in bytes, CPU lists as tuples, ...).
         def __init__(self, vcpus: SupportsIndex = ..., mem_per_vcpu: SupportsIndex | str = ...,
                      backing: str = ..., uffd_mode: str | None = ...,
-                     single_uffd: bool = ..., readers: SupportsIndex = ..., wait: str = ...,
+                     single_uffd: bool = ..., resolver: str = ...,
+                     readers: SupportsIndex = ..., wait: str = ...,
                      read_batch: SupportsIndex = ..., allow_oversubscribe: bool = ...,
                      delay_us: SupportsIndex = ..., overlap: bool = ...,
                      guest_work: SupportsIndex = ..., guest_page_size: SupportsIndex | str = ...,
@@ -303,6 +313,7 @@ class Config:
         put(self, "read_batch", _integer("read_batch", self.read_batch, 1, MAX_READ_BATCH))
         put(self, "allow_oversubscribe", _flag("allow_oversubscribe", self.allow_oversubscribe))
         put(self, "wait", _choice("wait", self.wait, WAITS))
+        put(self, "resolver", _choice("resolver", self.resolver, RESOLVERS))
         put(self, "delay_us", _integer("delay_us", self.delay_us, 0, MAX_DELAY_US))
         put(self, "delay_dist", _choice("delay_dist", self.delay_dist, DELAY_DISTS))
         put(self, "overlap", _flag("overlap", self.overlap))
@@ -331,6 +342,8 @@ class Config:
         if self.trace_faults and self.stats != "full":
             raise ConfigError("trace_faults: needs stats='full' (stats='basic' keeps no "
                               "record of each fault)", field="trace_faults")
+        if self.resolver == "vcpu":
+            self._check_no_readers()
         if self.timeout_s is not None:
             if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, numbers.Real) \
                     or not self.timeout_s > 0:
@@ -383,6 +396,18 @@ class Config:
         if self.uffd_mode is None:
             return 0
         return 1 if self.single_uffd or self.overlap else self.vcpus
+
+    def _check_no_readers(self) -> None:
+        """resolver="vcpu" has no reader threads: a reader field set away
+        from its default would be silently ignored, so it is refused."""
+        for name in ("readers", "wait", "read_batch", "pin_readers"):
+            default = next(f.default for f in dataclasses.fields(self) if f.name == name)
+            if getattr(self, name) != default:
+                raise ConfigError(
+                    f"{name}: resolver='vcpu' has no reader threads (each vCPU's own thread "
+                    f"resolves its faults), so {name}={getattr(self, name)!r} would do "
+                    f"nothing; leave {name} at its default ({default!r}) or use "
+                    f"resolver='readers'", field=name)
 
     @property
     def reader_cpus(self) -> tuple[int, ...] | None:

@@ -52,6 +52,8 @@ class VcpuStats:
                      (None where the kernel has no binary stats)
     userspace_exits  returns from KVM_RUN to the vCPU thread (with
                      guest_timing, 32 of them are the clock-sync exits)
+    fault_exits      with resolver="vcpu": those returns that were a fault
+                     this vCPU's own thread resolved (0 with readers)
     kvm_stats        KVM's own statistics for this vCPU over the run, by the
                      kernel's names: counters as deltas, the rest as they
                      stood at the end (empty without KVM_GET_STATS_FD)
@@ -111,6 +113,7 @@ class VcpuStats:
     fault_latency: Histogram | None = None
     blocked_seconds: float | None = None
     access_latency: Histogram | None = None
+    fault_exits: int = 0
 
     @property
     def all_passes_pages_per_s(self) -> float:
@@ -451,6 +454,7 @@ class Result:
                                          zip([v["start_ns"], *v["pass_end_ns"]],
                                              v["pass_end_ns"], strict=False)),
                       cpus=tuple(v["cpus"]), cpu_seconds=v["cpu_ns"] * NS,
+                      fault_exits=v["fault_exits"],
                       # The core counts every message of the vCPU; faults
                       # here are resolved ones, as everywhere else.
                       faults=v["faults"] - v["eexist"] if full else None,

@@ -49,6 +49,7 @@ def _core_config(c: Config) -> dict[str, Any]:
         "single_uffd": int(c.single_uffd),
         "readers": c.readers,
         "wait": _WAITS[c.wait],
+        "resolver": _core.RESOLVER_VCPU if c.resolver == "vcpu" else _core.RESOLVER_READERS,
         "read_batch": c.read_batch,
         "delay_us": c.delay_us,
         "overlap": int(c.overlap),

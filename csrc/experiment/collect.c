@@ -171,7 +171,8 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 			       exp->mem.page_size : UKVM_PAGE_SIZE,
 		.vcpus = res->vcpus,
 		.readers = res->readers,
-		.readers_per_uffd = cfg->readers,
+		/* The same for every pool: cfg->readers, or the vCPUs a pool serves. */
+		.readers_per_uffd = exp->nr_pools ? exp->pools[0].nr_readers : cfg->readers,
 	};
 	ret = ukvm_faultlog_build(log, exp->pools, exp->nr_pools);
 	if (ret)
@@ -256,7 +257,8 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	res->nr_vcpus = cfg->vcpus;
 	res->vcpus = calloc(cfg->vcpus, sizeof(*res->vcpus));
 	res->nr_uffds = exp->nr_pools;
-	res->nr_readers = exp->nr_pools * cfg->readers;
+	for (u = 0, res->nr_readers = 0; u < exp->nr_pools; u++)
+		res->nr_readers += exp->pools[u].nr_readers;
 	res->readers = calloc(res->nr_readers ?: 1, sizeof(*res->readers));
 	if (!res->vcpus || !res->readers) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the result");
@@ -306,6 +308,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		vr->end_ns = vcpu->end_ns;
 		vr->pages = guest_arg(a, GA_ACCESSES);
 		vr->userspace_exits = vcpu->userspace_exits;
+		vr->fault_exits = vcpu->fault_exits;
 		vr->cpu_ns = vcpu->cpu_ns;
 		memcpy(vr->affinity, vcpu->affinity, sizeof(vr->affinity));
 		vr->pass_end_ns = calloc(exp->passes, sizeof(uint64_t));

@@ -81,6 +81,16 @@ const char *ukvm_wait_name(enum ukvm_wait w)
 	return (unsigned)w < ARRAY_SIZE(names) ? names[w] : "?";
 }
 
+const char *ukvm_resolver_name(enum ukvm_resolver r)
+{
+	static const char *const names[] = {
+		[UKVM_RESOLVER_READERS] = "readers",
+		[UKVM_RESOLVER_VCPU] = "vcpu",
+	};
+
+	return (unsigned)r < ARRAY_SIZE(names) ? names[r] : "?";
+}
+
 int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 {
 #define BAD(...) do { ukvm_err_set(err, UKVM_ERR_CONFIG, 0, __VA_ARGS__); return -EINVAL; } while (0)
@@ -118,6 +128,8 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		    MAX_REGION_BYTES);
 	if ((unsigned)c->uffd_mode >= UKVM_UFFD__COUNT)
 		BAD("uffd_mode: unknown value %d", c->uffd_mode);
+	if ((unsigned)c->resolver >= UKVM_RESOLVER__COUNT)
+		BAD("resolver: unknown value %d", c->resolver);
 	if ((unsigned)c->wait >= UKVM_WAIT__COUNT)
 		BAD("wait: unknown value %d", c->wait);
 	if (c->read_batch < 1 || c->read_batch > UKVM_MAX_READ_BATCH)

@@ -186,6 +186,20 @@ static int setup_fill(struct ukvm_experiment *exp, uint8_t *where, struct ukvm_e
 	return 0;
 }
 
+/* Resolver vCPU: vCPU i resolves its faults as its uffd's resolver for it. */
+static void setup_vcpu_resolvers(struct ukvm_experiment *exp)
+{
+	uint32_t i;
+
+	for (i = 0; i < exp->cfg.vcpus; i++) {
+		bool shared = exp->nr_pools == 1;
+		struct ukvm_pool *pool = &exp->pools[shared ? 0 : i];
+
+		exp->vcpus[i].resolve_ctx = &pool->readers[shared ? i : 0];
+		exp->vcpus[i].resolve_fault = ukvm_pool_resolve_fault;
+	}
+}
+
 static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
@@ -217,6 +231,9 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (cfg->inject == UKVM_INJECT_NO_EXACT_ADDRESS)
 		wanted &= ~(uint64_t)UFFD_FEATURE_EXACT_ADDRESS;	/* as an older kernel */
 #endif
+	/* Resolver vCPU: a fault is not queued; the access fails back to KVM_RUN. */
+	if (cfg->resolver == UKVM_RESOLVER_VCPU)
+		wanted |= UFFD_FEATURE_SIGBUS;
 	exp->exact_address = wanted & UFFD_FEATURE_EXACT_ADDRESS;
 	if ((available & wanted) != wanted) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
@@ -260,7 +277,10 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->pins = cfg->pin_readers;
 		pool->nr_pins = cfg->nr_pin_readers;
 		pool->first_reader = u * cfg->readers;
-		pool->nr_readers = cfg->readers;
+		pool->resolver = cfg->resolver;
+		/* Resolver vCPU: a resolver per vCPU this uffd serves, and no threads. */
+		pool->nr_readers = cfg->resolver == UKVM_RESOLVER_READERS ? cfg->readers :
+				   exp->nr_pools == 1 ? cfg->vcpus : 1;
 		/* Readers that block in read(2) need a blocking uffd. */
 		pool->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
 		if (pool->uffd < 0)
@@ -272,6 +292,8 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		if (ret)
 			return ret;
 	}
+	if (cfg->resolver == UKVM_RESOLVER_VCPU && !exp->probe)
+		setup_vcpu_resolvers(exp);
 	return 0;
 }
 

@@ -281,6 +281,64 @@ static void vcpu_fail_exit(struct ukvm_vcpu *vcpu, const char *what)
 }
 
 /*
+ * Resolver vCPU, where KVM emulated the access (a host that emulates guest
+ * instructions, such as PVM, does so for every kernel-mode one): the
+ * emulator could not reach the missing page through the host mapping
+ * (the uffd answers SIGBUS) and handed the access to user space as MMIO at
+ * the page's address. Resolve the page, then complete the access from it
+ * as the emulator would have: a write lands in the page, a read takes its
+ * bytes. 0, or -errno (recorded as the run's failure).
+ */
+static int vcpu_complete_fault_mmio(struct ukvm_vcpu *vcpu)
+{
+	struct kvm_run *run = vcpu->run;
+	uint64_t gpa = run->mmio.phys_addr, offset = gpa & (UKVM_PAGE_SIZE - 1);
+	uint8_t *page;
+	int ret;
+
+	ret = vcpu->resolve_fault(vcpu->resolve_ctx, gpa, run->mmio.is_write, &page);
+	if (ret == -ENOENT) {
+		vcpu_fail_exit(vcpu, "unexpected exit from the guest");	/* real MMIO: none here */
+		return -EPROTO;
+	}
+	if (ret)
+		return ret;
+	if (run->mmio.len > sizeof(run->mmio.data) || offset + run->mmio.len > UKVM_PAGE_SIZE) {
+		vcpu_fail_exit(vcpu, "an emulated access across pages, which resolver vcpu "
+			       "cannot complete");
+		return -EPROTO;
+	}
+	page = (uint8_t *)((uintptr_t)page & ~(uintptr_t)(UKVM_PAGE_SIZE - 1));
+	if (run->mmio.is_write)
+		memcpy(page + offset, run->mmio.data, run->mmio.len);
+	else
+		memcpy(run->mmio.data, page + offset, run->mmio.len);
+	vcpu->fault_exits++;
+	return 0;
+}
+
+/*
+ * Resolver vCPU, where KVM_RUN failed with EFAULT: KVM could not fault the
+ * page in (the uffd answered SIGBUS) and, with KVM_EXIT_MEMORY_FAULT, says
+ * which. Resolve it; KVM_RUN then retries the access. 0 (resolved), -ENOENT
+ * (not such a fault: the caller reports the EFAULT), or -errno.
+ */
+static int vcpu_resolve_efault(struct ukvm_vcpu *vcpu)
+{
+	const struct ukvm_memory_fault_exit *fault =
+		(const struct ukvm_memory_fault_exit *)(const void *)&vcpu->run->mmio;
+	uint8_t *page;
+	int ret;
+
+	if (!vcpu->resolve_fault || vcpu->run->exit_reason != KVM_EXIT_MEMORY_FAULT)
+		return -ENOENT;
+	ret = vcpu->resolve_fault(vcpu->resolve_ctx, fault->gpa, true, &page);
+	if (!ret)
+		vcpu->fault_exits++;
+	return ret;
+}
+
+/*
  * Handles one return from KVM_RUN: 0 (vcpu->done set once the guest has
  * finished its walk), or -errno failed (recorded as the run's failure).
  * tsc_before/tsc_after: the host's TSC around that KVM_RUN (guest_timing).
@@ -328,6 +386,10 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 		break;
 	case KVM_EXIT_INTR:
 		return 0;
+	case KVM_EXIT_MMIO:
+		if (vcpu->resolve_fault)
+			return vcpu_complete_fault_mmio(vcpu);
+		break;
 	default:
 		break;
 	}
@@ -377,6 +439,13 @@ void *ukvm_vcpu_thread(void *arg)
 
 			if (e == EINTR || e == EAGAIN)
 				continue;	/* kicked: the loop re-checks stop */
+			if (e == EFAULT) {
+				ret = vcpu_resolve_efault(vcpu);
+				if (!ret)
+					continue;
+				if (ret != -ENOENT)
+					break;	/* the failure is recorded */
+			}
 			if (e == EIO)
 				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
 					      "vCPU %u: KVM_RUN: KVM killed the VM", vcpu->index);

@@ -34,6 +34,15 @@ struct ukvm_vcpu {
 	uint64_t start_ns;
 	uint64_t end_ns;
 	uint64_t userspace_exits;
+	/*
+	 * Resolver vCPU: resolve_fault(resolve_ctx, gpa, write, &hva) makes the
+	 * page at gpa present and says where it is on the host: 0, -ENOENT if
+	 * gpa is not a page it resolves, or -errno (recorded as the run's
+	 * failure). NULL: a fault exit is an error, as it always was.
+	 */
+	int (*resolve_fault)(void *ctx, uint64_t gpa, bool write, uint8_t **hva);
+	void *resolve_ctx;
+	uint64_t fault_exits;		/* faults resolved through resolve_fault */
 	bool done;
 	uint64_t *pass_end_ns;		/* one per pass, freed by destroy */
 	uint64_t passes;

@@ -276,6 +276,32 @@ static uint64_t reader_clock(struct ukvm_reader *r)
 	return r->pool->full_stats ? ukvm_now_ns() : 0;
 }
 
+int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **hva)
+{
+	struct ukvm_reader *r = resolver;
+	struct ukvm_pool *pool = r->pool;
+	struct uffd_msg msg;
+	uint64_t addr;
+	int ret;
+
+	if (gpa < pool->gpa_base || gpa >= pool->gpa_base + pool->region_size)
+		return -ENOENT;
+	addr = pool->hva_base + (gpa - pool->gpa_base);
+	if (!r->stats.tid)
+		r->stats.tid = (int32_t)gettid();
+	/* What the uffd would have queued, had it not been opened with SIGBUS. */
+	memset(&msg, 0, sizeof(msg));
+	msg.event = UFFD_EVENT_PAGEFAULT;
+	msg.arg.pagefault.address = addr;
+	msg.arg.pagefault.flags = write ? UFFD_PAGEFAULT_FLAG_WRITE : 0;
+	msg.arg.pagefault.feat.ptid = (uint32_t)r->stats.tid;
+	ret = reader_resolve(r, &msg, reader_clock(r));
+	if (ret)
+		return ret;
+	*hva = (uint8_t *)(uintptr_t)addr;
+	return 0;
+}
+
 static bool reader_stopping(struct ukvm_reader *r)
 {
 	return atomic_load_explicit(&r->pool->stop, memory_order_relaxed);
@@ -573,6 +599,8 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 		}
 		ukvm_fill_template(r->src, pool->page_size);
 	}
+	if (pool->resolver == UKVM_RESOLVER_VCPU)
+		return 0;	/* a vCPU thread: it waits for nothing */
 	if (pool->wait != UKVM_WAIT_EPOLL && pool->wait != UKVM_WAIT_EPOLL_EXCLUSIVE)
 		return 0;
 
@@ -701,6 +729,8 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 			return ret;
 	}
 
+	if (pool->resolver == UKVM_RESOLVER_VCPU)
+		return 0;	/* the vCPU threads resolve their own faults */
 	for (i = 0; i < pool->nr_readers; i++) {
 		struct ukvm_reader *r = &pool->readers[i];
 

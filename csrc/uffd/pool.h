@@ -63,6 +63,7 @@ struct ukvm_pool {
 	uint32_t uffd_index;
 	int uffd;
 	int stop_fd;			/* eventfd, readable once readers must leave */
+	enum ukvm_resolver resolver;	/* vCPU: readers[] are the vCPUs', no threads */
 	enum ukvm_wait wait;
 	uint32_t read_batch;		/* messages per read(2), 1..UKVM_MAX_READ_BATCH */
 	enum ukvm_uffd_mode mode;
@@ -121,6 +122,14 @@ struct ukvm_reader *ukvm_pool_running_reader(struct ukvm_pool *pool);
  * by /dev/null until the pool is destroyed.
  */
 void ukvm_pool_release_uffd(struct ukvm_pool *pool);
+/*
+ * Resolver vCPU: the vCPU thread whose resolver (a reader of the pool, with
+ * no thread of its own) is given resolves the page at gpa itself, as a
+ * reader would have on reading its message, counted and logged the same
+ * way. 0 with *hva the page's host address, -ENOENT if gpa is not this
+ * pool's (nothing done), or -errno (the failure recorded as the run's).
+ */
+int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **hva);
 /* Frees everything: 0, or -EBUSY (and nothing freed) while a reader still runs. */
 int ukvm_pool_destroy(struct ukvm_pool *pool);
 
