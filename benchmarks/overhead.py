@@ -19,9 +19,13 @@ its interval: above 1 means uffdkvm's fault path costs less.
         --trials 15 --json overhead.json
 
 Configurations are upstream's flags, "LABEL=FLAGS" (--config, repeatable;
-the default is the three of benchmarks/RESULTS.md); --ours adds flags (any
-Config field: --wait, --set ...) for uffdkvm only. Without --upstream only
-uffdkvm is measured. uffdkvm runs with its CLI's defaults, stats="full"
+the default is the three of benchmarks/RESULTS.md). --ours "LABEL=FLAGS"
+(repeatable) adds flags for uffdkvm only, each a variant measured in the same
+trials: fault-path fields (--wait, --resolver, --pin-readers, --read-batch,
+...), which the runs without userfaultfd do not take, so every variant
+shares one such run per trial (put what changes the guest, such as -c, in
+the configuration: both tools get it). Without --upstream only uffdkvm is
+measured. uffdkvm runs with its CLI's defaults, stats="full"
 among them: its userfaultfd runs pay for timing every fault, which
 upstream's do not.
 """
@@ -73,17 +77,18 @@ def vcpus_of(flags: list[str]) -> int:
     return int(flags[flags.index("-v") + 1]) if "-v" in flags else 1
 
 
-def commands(flags: list[str], ours: list[str], upstream: str | None) -> dict[str, list[str]]:
+def commands(flags: list[str], ours: dict[str, list[str]],
+             upstream: str | None) -> dict[str, list[str]]:
     me = [sys.executable, "-m", "uffdkvm"]
-    cmds = {"uffdkvm uffd": me + flags + ours,
-            "uffdkvm none": me + without_uffd(flags) + ["-u", "NONE"] + ours}
+    cmds = {f"{label} uffd": me + flags + extra for label, extra in ours.items()}
+    cmds["uffdkvm none"] = me + without_uffd(flags) + ["-u", "NONE"]
     if upstream:
         cmds["upstream uffd"] = [upstream] + flags
         cmds["upstream none"] = [upstream] + without_uffd(flags)
     return cmds
 
 
-def measure(flags: list[str], ours: list[str], upstream: str | None,
+def measure(flags: list[str], ours: dict[str, list[str]], upstream: str | None,
             trials: int) -> dict[str, list[float | None]]:
     cmds = commands(flags, ours, upstream)
     names = list(cmds)
@@ -97,11 +102,11 @@ def measure(flags: list[str], ours: list[str], upstream: str | None,
     return rates
 
 
-def overheads_us(rates: dict[str, list[float | None]], tool: str,
+def overheads_us(rates: dict[str, list[float | None]], variant: str, tool: str,
                  vcpus: int) -> list[float | None]:
     """Per trial; None where either run of the trial failed."""
     return [vcpus * (1 / u - 1 / n) * 1e6 if u and n else None
-            for u, n in zip(rates[f"{tool} uffd"], rates[f"{tool} none"], strict=True)]
+            for u, n in zip(rates[f"{variant} uffd"], rates[f"{tool} none"], strict=True)]
 
 
 def cell(values: list[float | None]) -> str:
@@ -116,44 +121,51 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=15)
     ap.add_argument("--config", action="append", metavar="LABEL=FLAGS",
                     help="a configuration in upstream's flags (repeatable)")
-    ap.add_argument("--ours", default="", metavar="FLAGS",
-                    help="extra flags for uffdkvm only, e.g. '--wait epoll'")
+    ap.add_argument("--ours", action="append", metavar="LABEL=FLAGS",
+                    help="a uffdkvm variant: flags for uffdkvm only, e.g. "
+                    "'spin=--wait spin' (repeatable; default: uffdkvm as it is)")
     ap.add_argument("--json", metavar="PATH", help="write every rate and overhead here")
     a = ap.parse_args()
     if a.trials < 15:
         print(f"note: {a.trials} trials; 15 or more give intervals worth quoting here",
               file=sys.stderr)
     configs = dict(c.split("=", 1) for c in a.config) if a.config else CONFIGS
-    ours = shlex.split(a.ours)
+    ours = {"uffdkvm": []} if not a.ours else \
+        {label: shlex.split(text) for label, text in (o.split("=", 1) for o in a.ours)}
     host = dataclasses.asdict(uffdkvm.HostInfo.current())
     rows: list[list[str]] = []
-    record: dict[str, Any] = {"trials": a.trials, "ours": a.ours, "upstream": a.upstream,
-                              "host": host, "configs": []}
+    record: dict[str, Any] = {"trials": a.trials, "ours": {k: shlex.join(v) for k, v in
+                                                           ours.items()},
+                              "upstream": a.upstream, "host": host, "configs": []}
     for label, text in configs.items():
         flags = shlex.split(text)
         print(f"{label}: {text}", file=sys.stderr)
         rates = measure(flags, ours, a.upstream, a.trials)
         vcpus = vcpus_of(flags)
-        mine = overheads_us(rates, "uffdkvm", vcpus)
-        entry = {"label": label, "flags": text, "vcpus": vcpus, "rates": rates,
-                 "uffdkvm_us_per_page": mine}
-        row = [label, cell(mine)]
+        entry: dict[str, Any] = {"label": label, "flags": text, "vcpus": vcpus,
+                                 "rates": rates, "variants": {}}
+        theirs = overheads_us(rates, "upstream", "upstream", vcpus) if a.upstream else []
         if a.upstream:
-            theirs = overheads_us(rates, "upstream", vcpus)
-            ratio = uffdkvm.ratio_of(theirs, mine, paired=True)
-            entry.update(upstream_us_per_page=theirs,
-                         upstream_over_uffdkvm={"estimate": ratio.estimate,
+            entry["upstream_us_per_page"] = theirs
+        for variant in ours:
+            mine = overheads_us(rates, variant, "uffdkvm", vcpus)
+            got: dict[str, Any] = {"us_per_page": mine}
+            row = [label, variant, cell(mine)]
+            if a.upstream:
+                ratio = uffdkvm.ratio_of(theirs, mine, paired=True)
+                got["upstream_over_uffdkvm"] = {"estimate": ratio.estimate,
                                                 "ci_low": ratio.ci_low,
-                                                "ci_high": ratio.ci_high})
-            row = [label, cell(theirs), cell(mine), str(ratio)]
+                                                "ci_high": ratio.ci_high}
+                row = [label, variant, cell(theirs), cell(mine), str(ratio)]
+            entry["variants"][variant] = got
+            rows.append(row)
         entry["median_rates"] = {n: statistics.median([x for x in v if x] or [math.nan])
                                  for n, v in rates.items()}
         record["configs"].append(entry)
-        rows.append(row)
-    head = ["config", "upstream us/page", "uffdkvm us/page", "upstream / uffdkvm"] \
-        if a.upstream else ["config", "uffdkvm us/page"]
-    print(f"\nPer-page userfault overhead, median of {a.trials} [bootstrap 95% interval]"
-          + (f"; uffdkvm also: {a.ours}" if a.ours else ""))
+    head = ["config", "uffdkvm", "upstream us/page", "uffdkvm us/page",
+            "upstream / uffdkvm"] if a.upstream else ["config", "uffdkvm", "uffdkvm us/page"]
+    print(f"\nPer-page userfault overhead, median of {a.trials} [bootstrap 95% interval]; "
+          + "; ".join(f"{k}: {shlex.join(v) or '(as it is)'}" for k, v in ours.items()))
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:

@@ -332,6 +332,7 @@ static int vcpu_resolve_efault(struct ukvm_vcpu *vcpu)
 
 	if (!vcpu->resolve_fault || vcpu->run->exit_reason != KVM_EXIT_MEMORY_FAULT)
 		return -ENOENT;
+	/* KVM does not say whether it was a write: recorded as one. */
 	ret = vcpu->resolve_fault(vcpu->resolve_ctx, fault->gpa, true, &page);
 	if (!ret)
 		vcpu->fault_exits++;
@@ -449,6 +450,14 @@ void *ukvm_vcpu_thread(void *arg)
 			if (e == EIO)
 				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
 					      "vCPU %u: KVM_RUN: KVM killed the VM", vcpu->index);
+			else if (e == EFAULT && vcpu->resolve_fault)
+				ukvm_ctl_fail(ctl, UKVM_ERR_HOST, e,
+					      "vCPU %u: KVM_RUN: EFAULT without saying which page "
+					      "(exit reason %u, not KVM_EXIT_MEMORY_FAULT): "
+					      "resolver vcpu needs a KVM that reports memory "
+					      "faults (KVM_CAP_MEMORY_FAULT_INFO, Linux 6.8+) or "
+					      "emulates the access", vcpu->index,
+					      vcpu->run->exit_reason);
 			else if (e == EFAULT)
 				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
 					      "vCPU %u: KVM_RUN: the guest touched memory the "

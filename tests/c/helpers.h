@@ -242,6 +242,14 @@ static inline bool ukt_run_fails(const struct ukvm_config *cfg, enum ukvm_error_
 	return true;
 }
 
+/* A uffd's resolvers: its reader threads, or with resolver vCPU the vCPUs it serves. */
+static inline uint32_t ukt_resolvers_per_uffd(const struct ukvm_config *cfg)
+{
+	if (cfg->resolver == UKVM_RESOLVER_VCPU)
+		return cfg->single_uffd || cfg->overlap ? cfg->vcpus : 1;
+	return cfg->readers;
+}
+
 /* Readers per uffd, sorted by (uffd, index), every pair present once. */
 static inline void ukt_check_reader_layout(const struct ukvm_result *r, uint32_t uffds,
 					   uint32_t readers)
@@ -266,6 +274,14 @@ static inline void ukt_check_reader_counters(const struct ukvm_result *r,
 	for (i = 0; i < r->nr_readers; i++) {
 		const struct ukvm_reader_result *x = &r->readers[i];
 		uint64_t messages = 0, reads = 0;
+
+		/* Resolver vCPU: no messages, no waits; its vCPU's exits are its faults. */
+		if (cfg->resolver == UKVM_RESOLVER_VCPU) {
+			CHECK_EQ(x->reads, 0);
+			CHECK_EQ(x->wakeups, 0);
+			CHECK_EQ(x->spurious_wakeups, 0);
+			continue;
+		}
 
 		/* The reads' sizes add up to the messages, none above the batch. */
 		for (n = 1; n <= UKVM_MAX_READ_BATCH; n++) {
@@ -337,6 +353,11 @@ static inline void ukt_check_result(const struct ukvm_config *cfg, const struct 
 		CHECK_LE(v->start_ns, v->end_ns);
 		CHECK_LE(v->end_ns, r->end_ns);
 		CHECK_GE(v->userspace_exits, 1);
+		/* Resolver vCPU: the vCPU's own faults came back as exits; else none do. */
+		if (cfg->resolver == UKVM_RESOLVER_VCPU && ukt_expected_faults(cfg) && !cfg->overlap)
+			CHECK_EQ(v->fault_exits, ukt_expected_faults(cfg) / cfg->vcpus);
+		else if (cfg->resolver != UKVM_RESOLVER_VCPU)
+			CHECK_EQ(v->fault_exits, 0);
 		/*
 		 * Not exits >= pages: KVM may map a page without an exit (seen
 		 * here: 509 exits for 512 pages, about one vCPU run in 250).
@@ -350,7 +371,7 @@ static inline void ukt_check_result(const struct ukvm_config *cfg, const struct 
 		return;
 	}
 	uffds = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
-	ukt_check_reader_layout(r, uffds, cfg->readers);
+	ukt_check_reader_layout(r, uffds, ukt_resolvers_per_uffd(cfg));
 	ukt_check_reader_counters(r, cfg);
 	for (u = 0; u < r->nr_uffds; u++) {
 		uint64_t sum = 0;
@@ -398,7 +419,7 @@ static inline void ukt_check_trace(const struct ukvm_config *cfg, const struct u
 		const struct ukvm_fault_record *t = &r->trace[i];
 		uint64_t off = t->gpa - r->region_gpa;
 		uint32_t owner = cfg->overlap ? 0 : (uint32_t)(off / cfg->mem_per_vcpu);
-		uint32_t k = t->uffd * cfg->readers + t->reader;
+		uint32_t k = t->uffd * ukt_resolvers_per_uffd(cfg) + t->reader;
 		bool ok = true;
 
 		ok &= CHECK(i == 0 || r->trace[i - 1].read_ns <= t->read_ns,
@@ -406,7 +427,8 @@ static inline void ukt_check_trace(const struct ukvm_config *cfg, const struct u
 		ok &= CHECK(t->read_ns <= t->resolved_ns, "record %" PRIu64 ": resolved before read", i);
 		ok &= CHECK(t->gpa >= r->region_gpa && off < r->region_bytes,
 			    "record %" PRIu64 ": gpa 0x%" PRIx64 " outside the region", i, t->gpa);
-		ok &= CHECK(t->uffd < r->nr_uffds && t->reader < cfg->readers && k < r->nr_readers,
+		ok &= CHECK(t->uffd < r->nr_uffds && t->reader < ukt_resolvers_per_uffd(cfg) &&
+			    k < r->nr_readers,
 			    "record %" PRIu64 ": uffd %u reader %u", i, t->uffd, t->reader);
 		if (!ok) {
 			bad++;

@@ -34,6 +34,25 @@ static void run_resolved(const struct ukvm_config *cfg, const char *want)
 	ukvm_result_free(&res);
 }
 
+/*
+ * Resolver vCPU: each vCPU thread resolves its own faults (no reader
+ * threads): ukt_check_result checks that each vCPU's faults came back to it
+ * as exits, and the trace that every record is the vCPU's own.
+ */
+static void run_by_vcpus(struct ukvm_config cfg, const char *want)
+{
+	struct ukvm_result res;
+
+	cfg.resolver = UKVM_RESOLVER_VCPU;
+	cfg.trace_faults = true;
+	if (!ukt_run_ok(&cfg, &res))
+		return;
+	ukt_check_result(&cfg, &res);
+	ukt_check_trace(&cfg, &res);
+	check_ioctls(&res, want);
+	ukvm_result_free(&res);
+}
+
 int main(void)
 {
 	static const uint32_t percents[] = { 0, 50, 100 };
@@ -42,6 +61,28 @@ int main(void)
 	unsigned b, i;
 
 	ukt_init("resolve");
+
+	UKT_CASE("resolver vcpu: copy, per-vCPU uffds, reads and writes") {
+		cfg = ukt_small();
+		cfg.vcpus = 2;
+		cfg.write_percent = 50;
+		run_by_vcpus(cfg, "copy");
+	}
+	UKT_CASE("resolver vcpu: zeropage, one uffd") {
+		cfg = ukt_small();
+		cfg.vcpus = 2;
+		cfg.single_uffd = true;
+		cfg.resolve = UKVM_RESOLVE_ZEROPAGE;
+		run_by_vcpus(cfg, "zeropage");
+	}
+	UKT_CASE("resolver vcpu: minor on shmem, overlap") {
+		cfg = ukt_small();
+		cfg.vcpus = 2;
+		cfg.overlap = true;
+		cfg.backing = UKVM_BACKING_SHMEM;
+		cfg.uffd_mode = UKVM_UFFD_MINOR;
+		run_by_vcpus(cfg, "continue");
+	}
 
 	for (b = 0; b < ARRAY_SIZE(backings); b++) {
 		for (i = 0; i < ARRAY_SIZE(percents); i++) {
