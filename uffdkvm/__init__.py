@@ -27,13 +27,14 @@ from .progress import Progress
 from .result import FaultTrace, ReaderStats, Result, VcpuStats
 from .run import probe, run
 from .spread import Ratio, Spread, ratio_of, spread_of, summarize
-from .support import backing_support
+from .support import backing_support, fault_path_support
 from .sweep import SweepWarning, read_results, sweep
 
 __all__ = [
     "Config", "ConfigError", "FaultTrace", "Histogram", "HostInfo", "HostUnsupportedError",
     "MissingDependencyError", "Progress", "Ratio", "ReaderStats", "Result", "ResultError",
     "RunError", "RunTimeoutError", "Spread", "SweepWarning",
-    "UffdkvmError", "VcpuStats", "__version__", "backing_support", "parse_size", "probe",
+    "UffdkvmError", "VcpuStats", "__version__", "backing_support", "fault_path_support",
+    "parse_size", "probe",
     "ratio_of", "read_results", "run", "spread_of", "summarize", "sweep",
 ]

@@ -27,6 +27,7 @@ from .cli_common import (  # noqa: F401 - the exit codes, for callers of main()
     add_run_arguments,
     console_progress,
     format_backing_support,
+    format_fault_path_support,
     guarded,
     pin_main_thread,
     pop_cli_options,
@@ -36,7 +37,7 @@ from .config import Config
 from .histogram import Histogram
 from .result import Result
 from .run import run
-from .support import backing_support
+from .support import backing_support, fault_path_support
 
 
 def _same(convert: Any) -> Any:
@@ -152,6 +153,7 @@ def _run_command(argv: list[str]) -> int:
     as_json, quiet = fields.pop("json"), fields.pop("quiet")
     if fields.pop("list_backings"):
         print(format_backing_support(backing_support()))
+        print(format_fault_path_support(fault_path_support()))
         return EXIT_OK
     cpus = fields.pop("cpus")
     main_cpu = None

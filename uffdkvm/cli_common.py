@@ -304,7 +304,8 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     p.add_argument("--debug", action="store_true",
                    help="on an internal error, print the traceback (also UFFDKVM_DEBUG=1)")
     p.add_argument("--list-backings", action="store_true",
-                   help="say which backings and uffd modes this host runs, and why not")
+                   help="say which backings and uffd modes this host runs, then which wait "
+                   "modes and resolvers (each a 16-page run), and why not")
 
 
 def pop_cli_options(fields: dict[str, Any]) -> None:
@@ -341,6 +342,15 @@ def format_backing_support(support: dict[str, dict[str | None, str | None]]) -> 
                 reasons.setdefault(why, []).append(str(mode or "none"))
         for why, ms in reasons.items():
             lines.append(f"    not {', '.join(ms)}: {why}")
+    return "\n".join(lines)
+
+
+def format_fault_path_support(support: dict[str, dict[str, str | None]]) -> str:
+    lines = []
+    for field, modes in support.items():
+        works = [m for m, why in modes.items() if why is None]
+        lines.append(f"{field}: " + (", ".join(works) if works else "none runs here"))
+        lines += [f"    not {m}: {why}" for m, why in modes.items() if why is not None]
     return "\n".join(lines)
 
 

@@ -1,9 +1,10 @@
-"""What this host can run: backings and userfaultfd modes, probed for real."""
+"""What this host can run: backings and userfaultfd modes, and the ways of
+resolving faults, probed for real."""
 from __future__ import annotations
 
-from .config import BACKING_PAGE_SIZES, SHARED_BACKINGS, Config
+from .config import BACKING_PAGE_SIZES, RESOLVERS, SHARED_BACKINGS, WAITS, Config
 from .errors import UffdkvmError
-from .run import probe
+from .run import probe, run
 
 
 def modes_for(backing: str) -> tuple[str | None, ...]:
@@ -27,3 +28,22 @@ def backing_support() -> dict[str, dict[str | None, str | None]]:
             except UffdkvmError as e:
                 support[backing][mode] = str(e)
     return support
+
+
+def fault_path_support() -> dict[str, dict[str, str | None]]:
+    """{"wait": {mode: None if it runs here, else why not}, "resolver": {...}}.
+
+    Each entry is a real run, not a probe: a mode can need what only a run
+    shows (readers started, a fault resolved through it). One vCPU demand-
+    pages 16 pages through one reader (or itself, for resolver="vcpu"),
+    and must verify.
+    """
+    def attempt(**fields: object) -> str | None:
+        try:
+            r = run(Config(vcpus=1, mem_per_vcpu="64K", **fields))  # type: ignore[arg-type]
+        except UffdkvmError as e:
+            return str(e)
+        return None if r.verified else f"the run did not verify: {r.verify_message}"
+
+    return {"wait": {w: attempt(wait=w) for w in WAITS},
+            "resolver": {who: attempt(resolver=who) for who in RESOLVERS}}
