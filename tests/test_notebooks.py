@@ -127,10 +127,16 @@ def test_runs_as_plain_python(kvm, hugepages, tmp_path, path):
         # Its sweeps are kept with out=: a second run loads them and measures
         # nothing again, and they are upstream's setting for the 2023 table.
         kept = sorted(tmp_path.glob("*.jsonl"))
-        assert len(kept) == 2, f"reader_scaling kept {[p.name for p in kept]}"
+        assert [p.name for p in kept] == ["reader_scaling_small.jsonl",
+                                          "reader_scaling_stages_small.jsonl",
+                                          "reader_scaling_vcpu_small.jsonl"], kept
         before = {p: p.read_bytes() for p in kept}
         run_script(path, tmp_path)
         assert {p: p.read_bytes() for p in kept} == before, "the second run swept again"
         for r in uffdkvm.read_results(kept[0]):
             c = r.config
             assert (c.uffd_mode, c.backing, c.vcpus, c.overlap) == ("minor", "shmem", 4, True), c
+        # Every wait mode this host runs is compared, and the design without readers.
+        runs_here = {w for w, why in uffdkvm.fault_path_support()["wait"].items() if why is None}
+        assert {r.config.wait for r in uffdkvm.read_results(kept[0])} == runs_here
+        assert {r.config.resolver for r in uffdkvm.read_results(kept[2])} == {"vcpu"}
