@@ -47,7 +47,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/errors.h"
 #include "base/util.h"
@@ -117,12 +116,21 @@ int ukvm_ring_create(struct ukvm_ring **out, int uffd, int stop_fd, uint32_t bat
 	int ret;
 
 	*out = NULL;
+	if (batch < 1 || batch > UKVM_MAX_READ_BATCH) {
+		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "read_batch must be between 1 and %d, not %u",
+			     UKVM_MAX_READ_BATCH, batch);
+		return -EINVAL;
+	}
 	ring = calloc(1, sizeof(*ring));
 	if (!ring) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating an io_uring");
 		return -ENOMEM;
 	}
-	/* No setup flags: the ring is made here and used by the reader's thread. */
+	/*
+	 * No setup flags: the ring is made here, by the thread that sets the
+	 * pool up, and used by the reader's own (IORING_SETUP_SINGLE_ISSUER
+	 * and DEFER_TASKRUN would tie it to this one).
+	 */
 	ret = io_uring_queue_init(RING_DEPTH, &ring->ring, 0);
 	if (ret < 0) {
 		free(ring);
