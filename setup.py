@@ -14,9 +14,20 @@ defined and uffdkvm/_testing.py ships; otherwise neither is in the build,
 and uffdkvm._core.TEST_HOOKS is False. The tests' install command is
 
     UFFDKVM_TEST_HOOKS=1 pip install '.[test]'
+
+wait="io_uring" needs liburing: where the compiler finds <liburing.h> and the
+static library liburing.a (Debian, Ubuntu: apt-get install liburing-dev), the
+build defines UKVM_HAVE_LIBURING and links liburing.a into the extension, its
+symbols kept private, so the wheel depends on no liburing.so (auditwheel
+grafts nothing). Without them, or with UFFDKVM_NO_LIBURING=1 in the
+environment, it builds without: uffdkvm._core.HAVE_IO_URING is then False
+and wait="io_uring" is refused, saying how to get it.
 """
 import os
+import shlex
+import subprocess
 import sysconfig
+import tempfile
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -36,6 +47,42 @@ def test_hooks_requested():
     return value == "1"
 
 
+def liburing_refused():
+    value = os.environ.get("UFFDKVM_NO_LIBURING", "")
+    if value not in ("", "0", "1"):
+        raise SystemExit(f"UFFDKVM_NO_LIBURING={value!r}: set it to 1 to build without liburing "
+                         "(no wait=\"io_uring\"), or to 0 or nothing to use it where found")
+    return value == "1"
+
+
+def compiler_command(compiler):
+    """The C compiler the build uses, as a list (setuptools' own, else $CC or cc)."""
+    return list(getattr(compiler, "compiler_so", None) or shlex.split(os.environ.get("CC", "cc")))
+
+
+def find_liburing(cc):
+    """The path of liburing.a where the compiler finds it and <liburing.h>, and
+    a shared object (as the extension is) links with it; else None."""
+    try:
+        found = subprocess.run([*cc, "-print-file-name=liburing.a"], capture_output=True,
+                               text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not os.path.isabs(found) or not os.path.isfile(found):
+        return None  # gcc echoes the bare name when it finds no such file
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "uring.c"
+        src.write_text("#include <liburing.h>\n"
+                       "int uring(void) { struct io_uring r; return io_uring_queue_init(1, &r, 0); }\n")
+        try:
+            p = subprocess.run([*cc, "-fPIC", "-shared", str(src), found,
+                                "-o", str(Path(tmp) / "uring.so")],
+                               capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return found if p.returncode == 0 else None
+
+
 def check_platform():
     """Stops the build, before anything is compiled, unless the target is
     x86-64 Linux (sysconfig's platform is the target's when cross-compiling)."""
@@ -48,9 +95,9 @@ def check_platform():
 
 
 class BuildExt(build_ext):
-    """Checks the platform first; builds again when the test-hook choice
-    differs from the existing build's (setuptools would call an unchanged
-    source up to date); teaches the compiler that .S (csrc/kvm/guest.S) is a source (gcc and
+    """Checks the platform first; looks for liburing; builds again when the
+    test-hook or liburing choice differs from the existing build's
+    (setuptools would call an unchanged source up to date); teaches the compiler that .S (csrc/kvm/guest.S) is a source (gcc and
     clang preprocess and assemble it)."""
 
     def run(self):
@@ -62,12 +109,24 @@ class BuildExt(build_ext):
 
     def build_extensions(self):
         self.compiler.src_extensions.append(".S")
+        uring = None if liburing_refused() else find_liburing(compiler_command(self.compiler))
+        for ext in self.extensions:
+            if uring:
+                ext.define_macros.append(("UKVM_HAVE_LIBURING", "1"))
+                ext.extra_objects.append(uring)
+                # liburing's functions stay inside the extension, not exported.
+                ext.extra_link_args.append("-Wl,--exclude-libs,liburing.a")
+        self.announce(f"uffdkvm: wait=\"io_uring\" {'with ' + uring if uring else 'not built'}"
+                      + ("" if uring else " (UFFDKVM_NO_LIBURING=1)" if liburing_refused() else
+                         " (no <liburing.h> and liburing.a: apt-get install liburing-dev)"),
+                      level=2)
+        self.uring = uring
         super().build_extensions()
 
     def build_extension(self, ext):
-        # The choice the objects in build_temp were compiled with.
+        # The choices the objects in build_temp were compiled with.
         stamp = Path(self.build_temp) / "uffdkvm-test-hooks"
-        want = "1" if test_hooks_requested() else "0"
+        want = ("1" if test_hooks_requested() else "0") + (" uring" if self.uring else "")
         force = self.force
         if not stamp.exists() or stamp.read_text() != want:
             self.force = True

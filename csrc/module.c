@@ -398,6 +398,7 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_u64(d, "context_switches", r->context_switches) ||
 	    set_u64(d, "voluntary_context_switches", r->voluntary_context_switches) ||
 	    set_u64(d, "cpu_ns", r->cpu_ns) || set_u64(d, "reads", r->reads) ||
+	    set_u64(d, "ring_completions", r->ring_completions) ||
 	    set_obj(d, "read_sizes", u64_list(r->read_sizes, UKVM_MAX_READ_BATCH + 1)) ||
 	    set_obj(d, "cpus", cpus_list(r->affinity)) ||
 	    set_obj(d, "service_latency", hist_to_dict(&r->service_latency)) ||
@@ -720,6 +721,7 @@ static int add_constants(PyObject *m)
 		{ "WAIT_EPOLL_EXCLUSIVE", UKVM_WAIT_EPOLL_EXCLUSIVE },
 		{ "WAIT_READ", UKVM_WAIT_READ },
 		{ "WAIT_SPIN", UKVM_WAIT_SPIN },
+		{ "WAIT_IO_URING", UKVM_WAIT_IO_URING },
 		{ "RESOLVER_READERS", UKVM_RESOLVER_READERS },
 		{ "RESOLVER_VCPU", UKVM_RESOLVER_VCPU },
 		{ "ERR_CONFIG", UKVM_ERR_CONFIG },
@@ -750,6 +752,14 @@ static int add_constants(PyObject *m)
 	for (i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
 		if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value))
 			return -1;
+	/* wait io_uring: whether setup.py found liburing (it defines UKVM_HAVE_LIBURING). */
+#ifdef UKVM_HAVE_LIBURING
+	if (PyModule_AddObjectRef(m, "HAVE_IO_URING", Py_True))
+		return -1;
+#else
+	if (PyModule_AddObjectRef(m, "HAVE_IO_URING", Py_False))
+		return -1;
+#endif
 #ifdef UKVM_TEST_HOOKS
 	return PyModule_AddObjectRef(m, "TEST_HOOKS", Py_True);
 #else

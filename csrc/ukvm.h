@@ -103,6 +103,8 @@ enum ukvm_wait {
 	UKVM_WAIT_EPOLL_EXCLUSIVE,	/* own epoll set, EPOLLIN|EPOLLEXCLUSIVE */
 	UKVM_WAIT_READ,			/* blocking read(2), no poll at all */
 	UKVM_WAIT_SPIN,			/* non-blocking read(2) in a loop: never sleeps */
+	UKVM_WAIT_IO_URING,		/* a read of the uffd in flight in the reader's own
+					 * io_uring (needs a build with liburing) */
 	UKVM_WAIT__COUNT
 };
 
@@ -264,6 +266,9 @@ struct ukvm_reader_result {
 	/* [n]: reads that returned n messages; [0]: reads after a full batch
 	 * that found the uffd empty (not in reads) */
 	uint64_t read_sizes[UKVM_MAX_READ_BATCH + 1];
+	/* wait io_uring: completions of the ring's reads of the uffd that
+	 * brought messages (each is one of reads) */
+	uint64_t ring_completions;
 	/*
 	 * Times the thread was switched out in all its life, from
 	 * getrusage(RUSAGE_THREAD).

@@ -25,6 +25,7 @@ from hostfacts import (  # noqa: F401 - re-exported for the tests
     NO_UFFD_MINOR_SHMEM, NO_USERFAULTFD, NOT_ROOT, UNPRIVILEGED_USERFAULTFD, Fact,
     add_hugepages, cpus_unavailable, fact, facts_for_run, host_skip, mem_available_below,
     mem_info, missing_module, missing_tool, nofile_hard_limit_below, remove_hugepages)
+from hostfacts import BUILT_WITHOUT_LIBURING, NO_IO_URING_UFFD  # noqa: F401, E402
 
 pytest_plugins = ("pytester", "hostfacts")
 
@@ -49,6 +50,28 @@ def needs_test_hooks(detail="injects a failure", *, allow_module_level=False):
     if not TEST_HOOKS:
         host_skip(BUILT_WITHOUT_TEST_HOOKS, f"{detail}: build with UFFDKVM_TEST_HOOKS=1",
                   allow_module_level=allow_module_level)
+
+
+def needs_io_uring(detail='wait="io_uring"'):
+    """Skips, citing the fact, where this build or kernel cannot run
+    wait="io_uring" (a build without liburing; a kernel that cannot wait for
+    a uffd through io_uring)."""
+    __tracebackhide__ = True
+    if not uffdkvm._core.HAVE_IO_URING:
+        host_skip(BUILT_WITHOUT_LIBURING, f"{detail}: build with liburing (liburing-dev)")
+    if NO_IO_URING_UFFD.holds:
+        host_skip(NO_IO_URING_UFFD, f"{detail}: {NO_IO_URING_UFFD.evidence}")
+
+
+@pytest.fixture(autouse=True)
+def _io_uring_cases(request):
+    """A parametrized test's io_uring case (wait="io_uring", or an id that
+    names io_uring) runs only where io_uring can, and skips elsewhere, citing
+    the fact."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and (callspec.params.get("wait") == "io_uring" or
+                                 "io_uring" in callspec.id):
+        needs_io_uring()
 
 
 def run_with_fault(*args, **kwargs):

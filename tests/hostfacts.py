@@ -389,6 +389,71 @@ def NO_UFFD_MINOR_HUGETLBFS():
     return _missing_uffd_feature(UFFD_FEATURE_MINOR_HUGETLBFS, "UFFD_FEATURE_MINOR_HUGETLBFS")
 
 
+# io_uring (include/uapi/linux/io_uring.h), x86-64
+SYS_io_uring_setup = 425
+SYS_io_uring_enter = 426
+IORING_OFF_SQ_RING = 0
+IORING_OFF_CQ_RING = 0x8000000
+IORING_OFF_SQES = 0x10000000
+IORING_OP_READ = 22
+
+
+def _uring_read_waits(uffd):
+    """Sets up a one-entry io_uring by hand (io_uring_setup, its three
+    mappings), submits a read of the empty non-blocking uffd and looks at the
+    completion queue: (True, evidence) if the read waits, (False, why) if it
+    completed at once or io_uring is refused."""
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params
+    ring = _libc.syscall(SYS_io_uring_setup, 1, params)
+    if ring < 0:
+        return False, _err("io_uring_setup", ctypes.get_errno())
+    sq_entries, cq_entries = struct.unpack_from("II", params, 0)
+    # struct io_sqring_offsets at 40, struct io_cqring_offsets at 80
+    sq_head, sq_tail, sq_mask, _, _, _, sq_array = struct.unpack_from("7I", params, 40)
+    cq_head, cq_tail, cq_mask, _, _, cqes = struct.unpack_from("6I", params, 80)
+    maps = []
+    try:
+        sq = mmap.mmap(ring, sq_array + 4 * sq_entries, offset=IORING_OFF_SQ_RING)
+        cq = mmap.mmap(ring, cqes + 16 * cq_entries, offset=IORING_OFF_CQ_RING)
+        sqes = mmap.mmap(ring, 64 * sq_entries, offset=IORING_OFF_SQES)
+        maps = [sq, cq, sqes]
+        buf = ctypes.create_string_buffer(32)  # one struct uffd_msg
+        # struct io_uring_sqe: opcode, flags, ioprio, fd, off, addr, len, rw_flags, user_data
+        struct.pack_into("BBHiQQIIQ", sqes, 0, IORING_OP_READ, 0, 0, uffd, 0,
+                         ctypes.addressof(buf), 32, 0, 1)
+        tail = struct.unpack_from("I", sq, sq_tail)[0]
+        struct.pack_into("I", sq, sq_array + 4 * (tail & struct.unpack_from("I", sq, sq_mask)[0]), 0)
+        struct.pack_into("I", sq, sq_tail, tail + 1)
+        if _libc.syscall(SYS_io_uring_enter, ring, 1, 0, 0, None, 0) < 0:
+            return False, _err("io_uring_enter", ctypes.get_errno())
+        head, ctail = struct.unpack_from("I", cq, cq_head)[0], struct.unpack_from("I", cq, cq_tail)[0]
+        if head == ctail:
+            return True, "an io_uring read of the empty non-blocking uffd waits"
+        res = struct.unpack_from("i", cq, cqes + 16 * (head & struct.unpack_from("I", cq, cq_mask)[0]) + 8)[0]
+        return False, (f"an io_uring read of the empty non-blocking uffd completed at once: "
+                       f"{_err('IORING_OP_READ', -res) if res < 0 else res}")
+    finally:
+        for m in maps:
+            m.close()
+        os.close(ring)  # the kernel cancels the read
+
+
+@fact("no-io-uring-uffd", "the kernel cannot wait for a userfaultfd through io_uring: no "
+      "io_uring, io_uring refused to this process (kernel.io_uring_disabled, seccomp), or a "
+      "userfaultfd without FMODE_NOWAIT (before Linux 6.10), whose read completes at once")
+def NO_IO_URING_UFFD():
+    with _Fds() as fds:
+        fd, why = _uffd_open(fds)
+        if fd is None:
+            return True, f"no userfaultfd at all: {why}"
+        try:
+            _uffd_api(fd)
+        except OSError as e:
+            return True, _err("UFFDIO_API", e.errno)
+        waits, why = _uring_read_waits(fd)
+        return not waits, why
+
+
 @fact("no-kvm-stats", "this KVM has no binary statistics (KVM_CAP_BINARY_STATS_FD, Linux 5.14+)")
 def NO_KVM_STATS():
     with _Fds() as fds:
@@ -635,6 +700,17 @@ def BUILT_WITHOUT_TEST_HOOKS():
     return True, f"{_core.__file__} exports no INJECT_* constant"
 
 
+@fact("built-without-liburing", "uffdkvm._core was built without liburing, so without "
+      "wait=\"io_uring\": apt-get install liburing-dev and build again")
+def BUILT_WITHOUT_LIBURING():
+    # The tests decide by _core.HAVE_IO_URING; the probe looks at the binary
+    # instead: the refusal csrc/uffd/ring.c compiles in only without liburing.
+    from uffdkvm import _core
+    built_without = b"was built without liburing" in Path(_core.__file__).read_bytes()
+    return built_without, (f"{_core.__file__} {'holds' if built_without else 'lacks'} "
+                           "ring.c's refusal of a build without liburing")
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -791,4 +867,6 @@ def facts_for_run(**fields):
                      else NO_UFFD_MINOR_SHMEM)
     if str(fields.get("guest_page_size", "")).upper() in ("1G", str(1 << 30)):
         facts.append(NO_1G_GUEST_PAGES)
+    if fields.get("wait") == "io_uring" and mode is not None:
+        facts += [BUILT_WITHOUT_LIBURING, NO_IO_URING_UFFD]
     return tuple(facts)

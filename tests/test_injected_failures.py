@@ -24,7 +24,7 @@ pytestmark = pytest.mark.kvm
 
 TINY = dict(vcpus=2, mem_per_vcpu="1M", readers=2)
 PAGES = 2 * 256
-WAITS = ["poll", "epoll", "epoll_exclusive", "read"]
+WAITS = ["poll", "epoll", "epoll_exclusive", "read", "io_uring"]
 GIB = 1 << 30
 
 # (uffd_mode, backing, resolve) -> the ioctl that resolves its faults

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.kvm
 GIB = 1 << 30
 MODES = [("missing", "anonymous", "copy"), ("missing", "anonymous", "zeropage"),
          ("missing", "shmem", "copy"), ("minor", "shmem", "copy")]
-WAITS = ["poll", "epoll", "epoll_exclusive", "read"]
+WAITS = ["poll", "epoll", "epoll_exclusive", "read", "io_uring"]
 
 
 def check_every_page_resolved_once(r):

@@ -38,6 +38,9 @@ LONG_RUNS = {
     # the herd: 8 readers polling one uffd
     "delay-poll": dict(vcpus=2, mem_per_vcpu="4M", delay_us=50_000, wait="poll",
                        readers=8, single_uffd=True),
+    # 8 readers asleep in their io_urings, a read of one uffd in flight in each
+    "delay-io_uring": dict(vcpus=2, mem_per_vcpu="4M", delay_us=50_000, wait="io_uring",
+                           readers=8, single_uffd=True),
     # no userfaultfd at all: vCPUs in KVM_RUN, walking a large region forever
     "no-uffd-passes": dict(vcpus=2, mem_per_vcpu="64M", uffd_mode=None, passes=1_000_000),
     # MINOR faults on a 2 GiB memfd: the page cache prefill, then the faults
@@ -153,7 +156,7 @@ def test_an_exception_from_any_signal_handler_stops_the_run(kvm, released):
 WAITS = ["poll", "epoll", "epoll_exclusive", "read"]
 
 
-@pytest.mark.parametrize("wait", WAITS)
+@pytest.mark.parametrize("wait", [*WAITS, "io_uring"])
 def test_timeout_ends_a_run_whose_fault_is_never_resolved(kvm, released, wait):
     """A reader that dies holding a fault leaves a vCPU waiting forever;
     timeout_s ends the run, stops every reader (blocking ones too), and the

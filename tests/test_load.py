@@ -11,7 +11,7 @@ from conftest import host_skip, mem_available_below, mem_info, small
 
 pytestmark = pytest.mark.kvm
 
-WAITS = ["poll", "epoll", "epoll_exclusive", "read"]
+WAITS = ["poll", "epoll", "epoll_exclusive", "read", "io_uring"]
 
 
 @pytest.mark.parametrize("wait", WAITS)

@@ -11,7 +11,7 @@ from conftest import NO_KVM_STATS, SMALL_PAGES, host_skip, small
 pytestmark = pytest.mark.kvm
 
 MODES = [("missing", "anonymous"), ("missing", "shmem"), ("minor", "shmem")]
-WAITS = ["poll", "epoll", "epoll_exclusive", "read"]
+WAITS = ["poll", "epoll", "epoll_exclusive", "read", "io_uring"]
 
 
 @pytest.mark.parametrize("single_uffd", [False, True], ids=["uffd_per_vcpu", "single_uffd"])

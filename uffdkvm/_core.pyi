@@ -28,6 +28,9 @@ HIST_BOUNDS: list[int]
 
 # Whether this build has the fault-injection hooks (UFFDKVM_TEST_HOOKS=1).
 TEST_HOOKS: bool
+# Whether this build has liburing, and so wait="io_uring" (setup.py finds it,
+# unless UFFDKVM_NO_LIBURING=1).
+HAVE_IO_URING: bool
 
 BACKING_ANONYMOUS: int
 BACKING_SHMEM: int
@@ -57,6 +60,7 @@ WAIT_EPOLL: int
 WAIT_EPOLL_EXCLUSIVE: int
 WAIT_READ: int
 WAIT_SPIN: int
+WAIT_IO_URING: int
 RESOLVER_READERS: int
 RESOLVER_VCPU: int
 ERR_CONFIG: int

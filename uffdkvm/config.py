@@ -28,7 +28,7 @@ BACKINGS = tuple(BACKING_PAGE_SIZES)
 SHARED_BACKINGS = ("shmem", "shared_hugetlb", "guest_memfd")
 HUGETLB_BACKINGS = ("anonymous_hugetlb", "anonymous_hugetlb_1gb", "shared_hugetlb")
 UFFD_MODES = ("missing", "minor")
-WAITS = ("poll", "epoll", "epoll_exclusive", "read", "spin")
+WAITS = ("poll", "epoll", "epoll_exclusive", "read", "spin", "io_uring")
 RESOLVERS = ("readers", "vcpu")
 GUEST_PAGE_SIZES = {"4K": PAGE_SIZE, "2M": _2M, "1G": _1G}
 PATTERNS = ("sequential", "reverse", "random")
@@ -187,8 +187,11 @@ class Config:
                      stay at their defaults)
     readers          reader threads per uffd
     wait             how readers wait: "poll", "epoll", "epoll_exclusive", "read",
-                     or "spin" (a non-blocking read in a loop: never sleeps, for
-                     readers with CPUs of their own; see allow_oversubscribe)
+                     "spin" (a non-blocking read in a loop: never sleeps, for
+                     readers with CPUs of their own; see allow_oversubscribe),
+                     or "io_uring" (each reader keeps a read of the uffd in
+                     flight in an io_uring of its own and sleeps in the ring;
+                     needs a build with liburing and Linux 6.10+)
     allow_oversubscribe
                      let wait="spin" run more spinning readers than the CPUs
                      left beside the vCPUs (spinning on a shared CPU measures

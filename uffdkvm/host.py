@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import os
 import platform
@@ -50,6 +51,8 @@ _UFFD_API = 0xAA
 _UFFDIO_API = 0xC018AA3F          # _IOWR(0xAA, 0x3F, struct uffdio_api)
 _USERFAULTFD_IOC_NEW = 0xAA00     # _IO(0xAA, 0x00) on /dev/userfaultfd
 _SYS_USERFAULTFD = 323            # x86-64, the only architecture uffdkvm builds on
+_SYS_IO_URING_SETUP = 425         # x86-64
+_IO_URING_PARAMS_BYTES = 120      # sizeof(struct io_uring_params)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,13 @@ class HostInfo:
     uffd_features     UFFDIO_API's feature mask: what this kernel's
                       userfaultfd offers (0 where no userfaultfd could be
                       opened); ``uffd_feature_names`` spells it out
+    io_uring          "allowed" where this process could set up an io_uring
+                      (wait="io_uring"), else why not (the kernel has none,
+                      /proc/sys/kernel/io_uring_disabled, a seccomp filter);
+                      "" in older JSON. Whether the kernel can wait for a uffd
+                      through one (Linux 6.10+), and whether this uffdkvm was
+                      built with liburing (``_core.HAVE_IO_URING``), a run
+                      finds out when it sets up
 
     The three dicts do not take part in the hash: a HostInfo hashes by its
     other fields and compares by all.
@@ -110,6 +120,7 @@ class HostInfo:
     kvm_params: dict[str, str] = field(default_factory=dict, hash=False)
     kvm_caps: dict[str, int] = field(default_factory=dict, hash=False)
     uffd_features: int = 0
+    io_uring: str = ""
 
     @classmethod
     def current(cls) -> HostInfo:
@@ -244,6 +255,29 @@ def _uffd_features() -> int:
         os.close(fd)
 
 
+def io_uring_refusal() -> str | None:
+    """Why the kernel refuses this process an io_uring, or None: asks it
+    (io_uring_setup for a one-entry ring, closed at once) and, where it
+    says no, names /proc/sys/kernel/io_uring_disabled's setting."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = ctypes.create_string_buffer(_IO_URING_PARAMS_BYTES)
+    fd = int(libc.syscall(_SYS_IO_URING_SETUP, 1, params))
+    if fd >= 0:
+        os.close(fd)
+        return None
+    errnum = ctypes.get_errno()
+    failed = f"io_uring_setup: {os.strerror(errnum)} ({errno.errorcode.get(errnum, errnum)})"
+    if errnum == errno.ENOSYS:
+        return f"{failed}. This kernel has no io_uring (CONFIG_IO_URING)"
+    if errnum in (errno.EPERM, errno.EACCES):
+        disabled = _read("/proc/sys/kernel/io_uring_disabled") or "unreadable"
+        return (f"{failed}. The kernel refuses io_uring to this process "
+                f"(/proc/sys/kernel/io_uring_disabled is {disabled}: 0 allows it to all, 1 "
+                f"only to CAP_SYS_ADMIN or the group in io_uring_group, 2 to none; or a "
+                f"seccomp filter forbids it)")
+    return failed
+
+
 def capture() -> HostInfo:
     """This host's facts, read now (as HostInfo.current())."""
     from ._version import __version__
@@ -274,5 +308,6 @@ def capture() -> HostInfo:
         kvm_params=params,
         kvm_caps=_kvm_caps(),
         uffd_features=_uffd_features(),
+        io_uring=io_uring_refusal() or "allowed",
     )
 

@@ -168,6 +168,10 @@ class ReaderStats:
     read_sizes        [n]: reads that returned n messages (Config.read_batch
                       caps n); [0]: reads after a full batch that found the
                       uffd empty (not in reads); empty in older JSON
+    ring_completions  wait="io_uring": completions of the reader's ring's reads
+                      of the uffd that brought messages, each one of ``reads``
+                      (the mode reads nothing with read(2), so the two are
+                      equal); 0 for the other modes and in older JSON
     """
 
     uffd: int
@@ -189,6 +193,7 @@ class ReaderStats:
     reads: int = 0
     read_sizes: tuple[int, ...] = ()
     voluntary_context_switches: int = 0
+    ring_completions: int = 0
 
     def __repr__(self) -> str:
         busy = "None" if self.busy_seconds is None else f"{self.busy_seconds:.3g}"
@@ -479,7 +484,8 @@ class Result:
                         tid=r["tid"], copies=r["copies"], zeropages=r["zeropages"],
                         continues=r["continues"], reads=r["reads"],
                         voluntary_context_switches=r["voluntary_context_switches"],
-                        read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]))
+                        read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]),
+                        ring_completions=r["ring_completions"])
             for r in raw["readers"])
         # demand_paging_test's window: the vCPU threads' creation to their join.
         seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS

@@ -33,7 +33,7 @@ _UFFD_MODES = {None: _core.UFFD_NONE, "missing": _core.UFFD_MISSING,
                "minor": _core.UFFD_MINOR}
 _WAITS = {"poll": _core.WAIT_POLL, "epoll": _core.WAIT_EPOLL,
           "epoll_exclusive": _core.WAIT_EPOLL_EXCLUSIVE, "read": _core.WAIT_READ,
-          "spin": _core.WAIT_SPIN}
+          "spin": _core.WAIT_SPIN, "io_uring": _core.WAIT_IO_URING}
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Config))
 _ERRORS: dict[int, type[UffdkvmError]] = {
     _core.ERR_HOST: HostUnsupportedError, _core.ERR_RUN: RunError,

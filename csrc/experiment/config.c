@@ -12,6 +12,7 @@
 #include "base/util.h"
 #include "experiment/config.h"
 #include "uffd/backing.h"
+#include "uffd/ring.h"
 
 #define MAX_READERS	4096
 #define MAX_DELAY_US	(10U * 1000 * 1000)
@@ -76,6 +77,7 @@ const char *ukvm_wait_name(enum ukvm_wait w)
 		[UKVM_WAIT_EPOLL_EXCLUSIVE] = "epoll_exclusive",
 		[UKVM_WAIT_READ] = "read",
 		[UKVM_WAIT_SPIN] = "spin",
+		[UKVM_WAIT_IO_URING] = "io_uring",
 	};
 
 	return (unsigned)w < ARRAY_SIZE(names) ? names[w] : "?";
@@ -180,6 +182,10 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 #endif
 	if (c->guest_work > MAX_GUEST_WORK)
 		BAD("guest_work must be at most %u, not %u", MAX_GUEST_WORK, c->guest_work);
+	/* Last, once the config is sound: a build without liburing is the host's lack. */
+	if (c->wait == UKVM_WAIT_IO_URING && c->uffd_mode != UKVM_UFFD_NONE &&
+	    ukvm_ring_built(err))
+		return -EOPNOTSUPP;
 	return 0;
 #undef BAD
 }

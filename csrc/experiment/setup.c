@@ -26,6 +26,7 @@
 #include "uffd/backing.h"
 #include "uffd/fill.h"
 #include "uffd/pool.h"
+#include "uffd/ring.h"
 #include "uffd/uffd.h"
 #include "ukvm.h"
 
@@ -287,6 +288,9 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 			return pool->uffd;
 		ret = ukvm_uffd_register(pool->uffd, (void *)(uintptr_t)pool->hva_base, range,
 					 cfg->uffd_mode, cfg->backing, err);
+		/* Whether a ring can wait on a uffd at all: once, before any reader (ring.h). */
+		if (!ret && !u && cfg->wait == UKVM_WAIT_IO_URING)
+			ret = ukvm_ring_check(pool->uffd, err);
 		if (!ret && !exp->probe)
 			ret = ukvm_pool_start(pool, err);
 		if (ret)
@@ -441,12 +445,13 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 	uint64_t vcpus = probe ? 0 : cfg->vcpus, pools = 0, per_pool = 0, epolls = 0;
 	uint64_t memfd = ukvm_backing_is_shared(cfg->backing) ? 1 : 0;
 	bool epoll = cfg->wait == UKVM_WAIT_EPOLL || cfg->wait == UKVM_WAIT_EPOLL_EXCLUSIVE;
+	bool ring = cfg->wait == UKVM_WAIT_IO_URING;
 	size_t n;
 
 	if (cfg->uffd_mode != UKVM_UFFD_NONE) {
 		pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
-		epolls = !probe && epoll ? cfg->readers : 0;
-		per_pool = 1 + !probe + epolls;	/* the uffd, its stop eventfd, epoll sets */
+		epolls = !probe && (epoll || ring) ? cfg->readers : 0;
+		per_pool = 1 + !probe + epolls;	/* the uffd, its stop eventfd, epoll sets or rings */
 	}
 	/*
 	 * /dev/kvm, the VM and its statistics; each vCPU and its statistics;
@@ -468,7 +473,8 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 				      (unsigned long long)(pools * per_pool),
 				      (unsigned long long)pools, pools > 1 ? "s" : "",
 				      probe ? "" : " with their stop eventfds",
-				      epolls ? " and an epoll set per reader" : "");
+				      !epolls ? "" : ring ? " and an io_uring per reader" :
+				      " and an epoll set per reader");
 	if (n < why_len)
 		snprintf(why + n, why_len - n, ", 1 while setting up");
 	return 3 + 2 * vcpus + memfd + pools * per_pool + 1;

@@ -14,6 +14,9 @@
  *                   userfaultfd_ctx_read), so every fault wakes them all: the
  *                   losers find the queue empty in the kernel and sleep again
  *                   without returning, a herd that only context_switches shows.
+ *   io_uring        a ring per reader (ring.c) keeps a read of the uffd in flight;
+ *                   the kernel parks it on the same wait queue, non-exclusively:
+ *                   the same in-kernel herd as read's.
  *
  * Every reader also waits on the pool's stop eventfd (read mode: it is kicked
  * with a signal instead); stopping waits for it until a deadline, never
@@ -47,11 +50,14 @@
 #include "uapi_compat.h"
 #include "uffd/fill.h"
 #include "uffd/pool.h"
+#include "uffd/ring.h"
 #include "uffd/uffd.h"
 
 #define READER_STACK_BYTES	(512ULL << 10)
 #define EV_UFFD			0
 #define EV_STOP			1
+/* A leaving io_uring reader waits this long at most for its ring to let go of the uffd. */
+#define RING_CANCEL_NS		(100 * NSEC_PER_MSEC)
 
 static const char *resolve_name(const struct ukvm_pool *pool)
 {
@@ -315,42 +321,42 @@ enum reader_read_kind {
 };
 
 /*
- * One read(2) of up to read_batch messages, each resolved in turn: the
- * number of messages (0: nothing read: EAGAIN, or EINTR for a kick), or
- * -errno: leave (the failure is recorded as the run's, and the rest of the
- * batch, already taken from the uffd, stays unresolved: the run ends, and
- * closing the uffd wakes its vCPUs). Every message of a batch is stamped
- * read when the read returned, so a later one's service includes its wait
- * behind the ones before it.
+ * What one read of the uffd brought, n bytes of messages or -errno (call
+ * names the read: read(2) or the ring's), counted and each message
+ * resolved in turn: the number of messages (0: nothing read: EAGAIN, or
+ * EINTR for a kick), or -errno: leave (the failure is recorded as the
+ * run's, and the rest of the batch, already taken from the uffd, stays
+ * unresolved: the run ends, and closing the uffd wakes its vCPUs). Every
+ * message of a batch is stamped read when the read returned, so a later
+ * one's service includes its wait behind the ones before it. Every wait
+ * mode's reads come through here, so they count alike.
  */
-static int reader_read(struct ukvm_reader *r, enum reader_read_kind kind)
+static int reader_take(struct ukvm_reader *r, const struct uffd_msg *msgs, ssize_t n,
+		       enum reader_read_kind kind, const char *call)
 {
 	struct ukvm_pool *pool = r->pool;
-	struct uffd_msg msgs[UKVM_MAX_READ_BATCH];
 	uint64_t t_read;
-	ssize_t n;
 	int i, count, ret;
 
-	n = read(pool->uffd, msgs, pool->read_batch * sizeof(msgs[0]));
 	if (n < 0) {
-		if (errno == EAGAIN) {
+		if (n == -EAGAIN) {
 			if (kind == READ_WOKEN)
 				r->stats.spurious_wakeups++;
 			else if (kind == READ_DRAIN)
 				r->stats.read_sizes[0]++;
 			return 0;
 		}
-		if (errno == EINTR)
+		if (n == -EINTR)
 			return 0;
-		ret = -errno;
-		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret, "reader %u of uffd %u: read(uffd)",
-			      r->index, pool->uffd_index);
-		return ret;
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, (int)-n, "reader %u of uffd %u: %s",
+			      r->index, pool->uffd_index, call);
+		return (int)n;
 	}
-	if (n == 0 || n % sizeof(msgs[0])) {
+	if (n == 0 || n % sizeof(msgs[0]) || (size_t)n > pool->read_batch * sizeof(msgs[0])) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
-			      "reader %u of uffd %u: read(uffd) returned %zd bytes, not a multiple "
-			      "of %zu", r->index, pool->uffd_index, n, sizeof(msgs[0]));
+			      "reader %u of uffd %u: %s returned %zd bytes, not a multiple "
+			      "of %zu up to %u messages", r->index, pool->uffd_index, call, n,
+			      sizeof(msgs[0]), pool->read_batch);
 		return -EPROTO;
 	}
 	t_read = reader_clock(r);
@@ -366,6 +372,16 @@ static int reader_read(struct ukvm_reader *r, enum reader_read_kind kind)
 			return ret;
 	}
 	return count;
+}
+
+/* One read(2) of up to read_batch messages, through reader_take(). */
+static int reader_read(struct ukvm_reader *r, enum reader_read_kind kind)
+{
+	struct uffd_msg msgs[UKVM_MAX_READ_BATCH];
+	ssize_t n;
+
+	n = read(r->pool->uffd, msgs, r->pool->read_batch * sizeof(msgs[0]));
+	return reader_take(r, msgs, n < 0 ? -errno : n, kind, "read(uffd)");
 }
 
 /*
@@ -494,6 +510,47 @@ static void reader_loop_spin(struct ukvm_reader *r)
 	}
 }
 
+/*
+ * io_uring (ring.c): the reader's own ring keeps one read of the uffd in
+ * flight and a poll of the stop eventfd, and the reader sleeps in the ring
+ * until one completes; a completion with messages is a wakeup and a read.
+ * After a full batch it does not drain with read(2) as reader_serve()
+ * does: it resubmits the ring's read, which it must do before it sleeps
+ * anyway. Issued at once, that read takes what is queued and completes
+ * within the same io_uring_enter() a drain's read(2) would have cost; on
+ * an empty uffd it arms the poll and sleeps in that same call, where a
+ * drain spends an empty read(2) and then another call to wait. So every
+ * read goes through the ring (ring_completions == reads) and read_sizes[0]
+ * stays 0. Each trip through io_uring_enter() lets the other readers' rings
+ * take messages too, so no bound on reads per wakeup is needed here.
+ */
+static void reader_loop_ring(struct ukvm_reader *r)
+{
+	struct ukvm_pool *pool = r->pool;
+	const struct uffd_msg *msgs = NULL;
+	const char *what = "io_uring";
+	ssize_t n;
+
+	while (!reader_stopping(r)) {
+		n = ukvm_ring_next(r->ring, &msgs, &what);
+		if (n == -EINTR)
+			continue;	/* a kick: look at the stop flag again */
+		if (n == UKVM_RING_STOPPED)
+			break;
+		if (n < 0 && n != -EAGAIN) {
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, (int)-n, "reader %u of uffd %u: %s",
+				      r->index, pool->uffd_index, what);
+			break;
+		}
+		r->stats.wakeups++;
+		r->stats.ring_completions += n > 0;
+		if (reader_take(r, msgs, n, READ_WOKEN, "IORING_OP_READ(uffd)") < 0)
+			break;
+	}
+	/* No read of the uffd outlives the reader (ring.h). */
+	ukvm_ring_cancel(r->ring, RING_CANCEL_NS);
+}
+
 static uint64_t timeval_ns(struct timeval tv)
 {
 	return (uint64_t)tv.tv_sec * NSEC_PER_SEC + (uint64_t)tv.tv_usec * 1000;
@@ -560,6 +617,9 @@ static void *reader_thread(void *arg)
 	case UKVM_WAIT_SPIN:
 		reader_loop_spin(r);
 		break;
+	case UKVM_WAIT_IO_URING:
+		reader_loop_ring(r);
+		break;
 	default:
 		reader_loop_epoll(r);
 		break;
@@ -601,6 +661,8 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 	}
 	if (pool->resolver == UKVM_RESOLVER_VCPU)
 		return 0;	/* a vCPU thread: it waits for nothing */
+	if (pool->wait == UKVM_WAIT_IO_URING)
+		return ukvm_ring_create(&r->ring, pool->uffd, pool->stop_fd, pool->read_batch, err);
 	if (pool->wait != UKVM_WAIT_EPOLL && pool->wait != UKVM_WAIT_EPOLL_EXCLUSIVE)
 		return 0;
 
@@ -845,6 +907,8 @@ int ukvm_pool_destroy(struct ukvm_pool *pool)
 
 		if (r->epfd >= 0)
 			close(r->epfd);
+		ukvm_ring_destroy(r->ring);
+		r->ring = NULL;
 		if (r->src)
 			munmap(r->src, pool->page_size);
 	}

@@ -14,6 +14,7 @@
 #include "ukvm.h"
 
 struct ukvm_pool;
+struct ukvm_ring;
 
 /*
  * What UFFDIO_COPY copies from. A page must be whole when the copy makes it
@@ -45,6 +46,7 @@ struct ukvm_reader {
 	bool thread_started;
 	atomic_bool exited;
 	int epfd;
+	struct ukvm_ring *ring;		/* wait io_uring: the reader's own ring (ring.h) */
 	uint8_t *src;			/* up to 2 MiB pages: UFFDIO_COPY source, stamped per fault */
 	int cpu;			/* pinned to, or -1 */
 	uint64_t rng;			/* delay distribution state */

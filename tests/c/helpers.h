@@ -300,12 +300,23 @@ static inline void ukt_check_reader_counters(const struct ukvm_result *r,
 		 * more than once (a blocking read is its own wakeup).
 		 */
 		if ((cfg->read_batch == 1 && cfg->wait != UKVM_WAIT_SPIN) ||
-		    cfg->wait == UKVM_WAIT_READ)
+		    cfg->wait == UKVM_WAIT_READ || cfg->wait == UKVM_WAIT_IO_URING)
 			CHECK_EQ(x->wakeups, x->reads + x->spurious_wakeups);
 		else
 			CHECK(x->wakeups <= x->reads + x->spurious_wakeups);
 		if (cfg->wait == UKVM_WAIT_READ || cfg->wait == UKVM_WAIT_SPIN)
 			CHECK_EQ(x->spurious_wakeups, 0);
+		/*
+		 * io_uring: every read is a completion of the reader's ring (it
+		 * resubmits rather than drains: never an empty read(2) after a
+		 * full batch); no other mode has a ring.
+		 */
+		if (cfg->wait == UKVM_WAIT_IO_URING) {
+			CHECK_EQ(x->ring_completions, x->reads);
+			CHECK_EQ(x->read_sizes[0], 0);
+		} else {
+			CHECK_EQ(x->ring_completions, 0);
+		}
 	}
 }
 
@@ -599,8 +610,12 @@ static const struct {
 	{ UKVM_UFFD_NONE, UKVM_BACKING_SHMEM },
 };
 
+/* Every way of waiting that sleeps (spin has its own cases); io_uring where built (Makefile). */
 static const enum ukvm_wait ukt_waits[] = {
 	UKVM_WAIT_POLL, UKVM_WAIT_EPOLL, UKVM_WAIT_EPOLL_EXCLUSIVE, UKVM_WAIT_READ,
+#ifdef UKVM_HAVE_LIBURING
+	UKVM_WAIT_IO_URING,
+#endif
 };
 
 /* A run that must succeed and pass ukt_check_result(). */

@@ -3,7 +3,8 @@
  * The reader pools: every way of waiting, with one uffd per vCPU and with
  * one uffd shared by several readers (the herd), for COPY and CONTINUE, and
  * with a delay so that readers sleep while others wait. Exact fault counts
- * per uffd and wakeup accounting per reader.
+ * per uffd and wakeup accounting per reader. io_uring runs in every case
+ * where the build has liburing, and is refused where it has not.
  */
 #include "helpers.h"
 
@@ -74,6 +75,45 @@ int main(void)
 		cfg.read_batch = 4;
 		ukt_run_checked(&cfg);
 	}
+
+#ifdef UKVM_HAVE_LIBURING
+	UKT_CASE("io_uring: 4 vCPUs on one uffd, 1 reader: every read a ring completion") {
+		struct ukvm_result res;
+
+		cfg = ukt_small();
+		cfg.vcpus = 4;
+		cfg.mem_per_vcpu = MiB;
+		cfg.single_uffd = true;
+		cfg.wait = UKVM_WAIT_IO_URING;
+		cfg.read_batch = 8;
+		if (ukt_run_ok(&cfg, &res)) {
+			ukt_check_result(&cfg, &res);
+			CHECK_EQ(res.readers[0].ring_completions, res.readers[0].reads);
+			CHECK_GE(res.readers[0].reads, 1);
+			ukvm_result_free(&res);
+		}
+	}
+#else
+	UKT_CASE("io_uring: a build without liburing refuses it at validation, saying how") {
+		struct ukvm_experiment *exp;
+		struct ukvm_result res;
+		struct ukvm_error err;
+		int ret;
+
+		cfg = ukt_small();
+		cfg.wait = UKVM_WAIT_IO_URING;
+		/* By ukvm_experiment_start itself, before anything is built. */
+		ret = ukvm_experiment_start(&cfg, &exp, &err);
+		CHECK_EQ(ret, -EOPNOTSUPP);
+		CHECK(err.kind == UKVM_ERR_HOST && strstr(err.message, "apt-get install liburing-dev"),
+		      "kind %s: %s", ukt_kind_name(err.kind), err.message);
+		if (ret == 0 && ukvm_experiment_finish(exp, &res, &err) == 0)
+			ukvm_result_free(&res);
+		/* Without userfaultfd there are no readers, and nothing to refuse. */
+		cfg.uffd_mode = UKVM_UFFD_NONE;
+		ukt_run_checked(&cfg);
+	}
+#endif
 
 	UKT_CASE("delay is spent inside the readers") {
 		struct ukvm_result res;
