@@ -7,7 +7,8 @@ For each vCPU count, the same memory is paged in through one uffd per vCPU
 (a reader each) and through one uffd for all of them (a reader per vCPU),
 for every sleeping wait mode, with readers left to the scheduler and placed
 with the vCPUs (pin_readers="vcpus", vCPU i pinned to CPU i modulo the CPUs
-this process may use). The settings alternate run by run; the table gives
+this process may use), and with no readers at all (resolver="vcpu"). The
+settings alternate run by run; the table gives
 median pages/s [bootstrap 95% interval] and single / per-vCPU, the ratio of
 medians at the same wait mode and placement.
 
@@ -29,7 +30,7 @@ from typing import Any
 
 import uffdkvm
 
-WAITS = ("epoll_exclusive", "epoll", "poll", "read")
+WAITS = ("epoll_exclusive", "epoll", "poll", "read", "io_uring")
 
 
 def configs(vcpus: int, cpus: list[int]) -> dict[str, dict[str, Any]]:
@@ -41,6 +42,9 @@ def configs(vcpus: int, cpus: list[int]) -> dict[str, dict[str, Any]]:
             out[f"{wait}, per-vCPU, {place}"] = dict(wait=wait, readers=1, **fields)
             out[f"{wait}, single, {place}"] = dict(wait=wait, readers=vcpus,
                                                     single_uffd=True, **fields)
+    # No readers at all: each vCPU resolves its own faults (placement moot).
+    out["resolver vcpu, per-vCPU, scheduler"] = dict(resolver="vcpu")
+    out["resolver vcpu, single, scheduler"] = dict(resolver="vcpu", single_uffd=True)
     return out
 
 
@@ -87,14 +91,15 @@ def main() -> None:
                     continue
                 rates[name].append(r.paging_rate if r.verified else None)
         raw[vcpus] = rates
-        for wait in WAITS:
-            for place in ("scheduler", "with vCPUs"):
-                per = uffdkvm.spread_of(rates[f"{wait}, per-vCPU, {place}"])
-                one = uffdkvm.spread_of(rates[f"{wait}, single, {place}"])
-                table.append(f"| {vcpus} | `{wait}` | {place} | {per.median / 1e3:.1f}k "
-                             f"[{per.ci_low / 1e3:.1f}k, {per.ci_high / 1e3:.1f}k] | "
-                             f"{one.median / 1e3:.1f}k [{one.ci_low / 1e3:.1f}k, "
-                             f"{one.ci_high / 1e3:.1f}k] | {one.median / per.median:.2f} |")
+        rows = [(w, p) for w in WAITS for p in ("scheduler", "with vCPUs")]
+        for wait, place in rows + [("resolver vcpu", "scheduler")]:
+            per = uffdkvm.spread_of(rates[f"{wait}, per-vCPU, {place}"])
+            one = uffdkvm.spread_of(rates[f"{wait}, single, {place}"])
+            shown = "none: no readers" if wait == "resolver vcpu" else place
+            table.append(f"| {vcpus} | `{wait}` | {shown} | {per.median / 1e3:.1f}k "
+                         f"[{per.ci_low / 1e3:.1f}k, {per.ci_high / 1e3:.1f}k] | "
+                         f"{one.median / 1e3:.1f}k [{one.ci_low / 1e3:.1f}k, "
+                         f"{one.ci_high / 1e3:.1f}k] | {one.median / per.median:.2f} |")
         share_lines += shares(vcpus, a.mem, cpus)
     print("| vCPUs | wait | readers | per-vCPU uffds | one uffd | one / per-vCPU |")
     print("|---|---|---|---|---|---|")
