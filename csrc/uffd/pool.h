@@ -27,8 +27,15 @@ struct ukvm_ring;
  * one per reader, share one buffer per uffd ("uffdkvm-source"), stamped
  * and copied under a lock: the readers of one uffd take turns with it,
  * those of different uffds (different vCPUs' memory) do not wait for each
- * other. All of it is ordinary memory whatever
- * the backing, and uffdkvm/run.py counts it in its memory check.
+ * other. One read-only template for every page size (UFFDIO_COPY with
+ * DONTWAKE, the stamp written through the region's own mapping, then
+ * UFFDIO_WAKE) cannot stand in for this: handle_userfault() makes the
+ * message readable before it checks the page table and sleeps, so a reader
+ * quick enough makes the page present first, and the vCPU then returns to
+ * the guest without waiting for the wake, to an unstamped page
+ * (benchmarks/RESULTS.md has the runs that showed it). All of it is
+ * ordinary memory whatever the backing, and uffdkvm/run.py counts it in its
+ * memory check.
  */
 #define UKVM_READER_SRC_MAX	(2ULL << 20)
 
