@@ -44,6 +44,27 @@ def test_one_row_per_reader_count_one_column_per_wait_mode(kvm, capsys):
                         lines[8]), lines[8]
 
 
+def test_every_wait_mode_and_resolver_sweep_side_by_side(kvm, capsys, tmp_path):
+    """The CLI compares all the fault paths in one sweep: every wait mode this
+    host runs (spinners allowed to share CPUs), then both resolvers; each
+    column is its own mode's runs (read back from --out)."""
+    from uffdkvm import fault_path_support
+    waits = [w for w, why in fault_path_support()["wait"].items() if why is None]
+    out_file = tmp_path / "modes.jsonl"
+    code, out, err = sweep(capsys, "-v", "2", "--wait", ",".join(waits), "--allow-oversubscribe",
+                           "--trials", "1", "--out", str(out_file))
+    assert code == 0, err
+    assert out.splitlines()[0] == "| " + " | ".join(waits) + " |"
+    assert sorted(r.config.wait for r in read_results(out_file)) == sorted(waits)
+    out_file = tmp_path / "resolvers.jsonl"
+    code, out, err = sweep(capsys, "-v", "2", "--resolver", "readers,vcpu", "--trials", "1",
+                           "--out", str(out_file))
+    assert code == 0, err
+    exits = {r.config.resolver: sum(v.fault_exits for v in r.vcpus)
+             for r in read_results(out_file)}
+    assert exits == {"readers": 0, "vcpu": 512}  # 2 vCPUs x 1 MiB, each fault its vCPU's
+
+
 def _runs(path):
     """pages/s of each run in an --out file, by (readers, wait)."""
     rates = {}
