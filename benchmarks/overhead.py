@@ -19,13 +19,14 @@ its interval: above 1 means uffdkvm's fault path costs less.
         --trials 15 --json overhead.json
 
 Configurations are upstream's flags, "LABEL=FLAGS" (--config, repeatable;
-the default is the three of benchmarks/RESULTS.md). --ours "LABEL=FLAGS"
-(repeatable) adds flags for uffdkvm only, each a variant measured in the same
-trials: fault-path fields (--wait, --resolver, --pin-readers, --read-batch,
-...), which the runs without userfaultfd do not take, so every variant
-shares one such run per trial (put what changes the guest, such as -c, in
-the configuration: both tools get it). Without --upstream only uffdkvm is
-measured. uffdkvm runs with its CLI's defaults, stats="full"
+the default is the three of benchmarks/RESULTS.md). --ours FLAGS adds
+flags to every uffdkvm command (any Config field). --variant LABEL=FLAGS
+(repeatable) measures several uffdkvm fault paths in the same trials: each
+adds its flags to uffdkvm's userfaultfd run only, so they must be fields of
+the fault path (--wait, --resolver, --pin-readers, --read-batch, ...), and
+all share one run without userfaultfd per trial (what changes the guest,
+such as -c, belongs in the configuration or --ours). Without --upstream only
+uffdkvm is measured. uffdkvm runs with its CLI's defaults, stats="full"
 among them: its userfaultfd runs pay for timing every fault, which
 upstream's do not.
 """
@@ -77,20 +78,20 @@ def vcpus_of(flags: list[str]) -> int:
     return int(flags[flags.index("-v") + 1]) if "-v" in flags else 1
 
 
-def commands(flags: list[str], ours: dict[str, list[str]],
+def commands(flags: list[str], ours: list[str], variants: dict[str, list[str]],
              upstream: str | None) -> dict[str, list[str]]:
     me = [sys.executable, "-m", "uffdkvm"]
-    cmds = {f"{label} uffd": me + flags + extra for label, extra in ours.items()}
-    cmds["uffdkvm none"] = me + without_uffd(flags) + ["-u", "NONE"]
+    cmds = {f"{label} uffd": me + flags + ours + extra for label, extra in variants.items()}
+    cmds["uffdkvm none"] = me + without_uffd(flags) + ["-u", "NONE"] + ours
     if upstream:
         cmds["upstream uffd"] = [upstream] + flags
         cmds["upstream none"] = [upstream] + without_uffd(flags)
     return cmds
 
 
-def measure(flags: list[str], ours: dict[str, list[str]], upstream: str | None,
-            trials: int) -> dict[str, list[float | None]]:
-    cmds = commands(flags, ours, upstream)
+def measure(flags: list[str], ours: list[str], variants: dict[str, list[str]],
+            upstream: str | None, trials: int) -> dict[str, list[float | None]]:
+    cmds = commands(flags, ours, variants, upstream)
     names = list(cmds)
     rates: dict[str, list[float | None]] = {n: [] for n in names}
     for t in range(trials):
@@ -121,8 +122,10 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=15)
     ap.add_argument("--config", action="append", metavar="LABEL=FLAGS",
                     help="a configuration in upstream's flags (repeatable)")
-    ap.add_argument("--ours", action="append", metavar="LABEL=FLAGS",
-                    help="a uffdkvm variant: flags for uffdkvm only, e.g. "
+    ap.add_argument("--ours", default="", metavar="FLAGS",
+                    help="extra flags for every uffdkvm command, e.g. '--stats basic'")
+    ap.add_argument("--variant", action="append", metavar="LABEL=FLAGS",
+                    help="a uffdkvm fault path, flags for its userfaultfd run only, e.g. "
                     "'spin=--wait spin' (repeatable; default: uffdkvm as it is)")
     ap.add_argument("--json", metavar="PATH", help="write every rate and overhead here")
     a = ap.parse_args()
@@ -130,24 +133,29 @@ def main() -> None:
         print(f"note: {a.trials} trials; 15 or more give intervals worth quoting here",
               file=sys.stderr)
     configs = dict(c.split("=", 1) for c in a.config) if a.config else CONFIGS
-    ours = {"uffdkvm": []} if not a.ours else \
-        {label: shlex.split(text) for label, text in (o.split("=", 1) for o in a.ours)}
+    ours = shlex.split(a.ours)
+    variants: dict[str, list[str]] = {}
+    for v in a.variant or ["uffdkvm="]:
+        label, eq, text = v.partition("=")
+        if not eq or not label or label == "upstream" or label in variants:
+            ap.error(f"--variant {v!r}: LABEL=FLAGS, a label of its own (not 'upstream')")
+        variants[label] = shlex.split(text)
     host = dataclasses.asdict(uffdkvm.HostInfo.current())
     rows: list[list[str]] = []
-    record: dict[str, Any] = {"trials": a.trials, "ours": {k: shlex.join(v) for k, v in
-                                                           ours.items()},
+    record: dict[str, Any] = {"trials": a.trials, "ours": a.ours,
+                              "variants": {k: shlex.join(v) for k, v in variants.items()},
                               "upstream": a.upstream, "host": host, "configs": []}
     for label, text in configs.items():
         flags = shlex.split(text)
         print(f"{label}: {text}", file=sys.stderr)
-        rates = measure(flags, ours, a.upstream, a.trials)
+        rates = measure(flags, ours, variants, a.upstream, a.trials)
         vcpus = vcpus_of(flags)
         entry: dict[str, Any] = {"label": label, "flags": text, "vcpus": vcpus,
                                  "rates": rates, "variants": {}}
         theirs = overheads_us(rates, "upstream", "upstream", vcpus) if a.upstream else []
         if a.upstream:
             entry["upstream_us_per_page"] = theirs
-        for variant in ours:
+        for variant in variants:
             mine = overheads_us(rates, variant, "uffdkvm", vcpus)
             got: dict[str, Any] = {"us_per_page": mine}
             row = [label, variant, cell(mine)]
@@ -164,8 +172,9 @@ def main() -> None:
         record["configs"].append(entry)
     head = ["config", "uffdkvm", "upstream us/page", "uffdkvm us/page",
             "upstream / uffdkvm"] if a.upstream else ["config", "uffdkvm", "uffdkvm us/page"]
-    print(f"\nPer-page userfault overhead, median of {a.trials} [bootstrap 95% interval]; "
-          + "; ".join(f"{k}: {shlex.join(v) or '(as it is)'}" for k, v in ours.items()))
+    print(f"\nPer-page userfault overhead, median of {a.trials} [bootstrap 95% interval]"
+          + (f"; uffdkvm also: {a.ours}" if a.ours else "") + "; "
+          + "; ".join(f"{k}: {shlex.join(v) or '(as it is)'}" for k, v in variants.items()))
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:

@@ -47,6 +47,9 @@ def test_reader_cpus_spells_the_placement_out() -> None:
     assert c.reader_cpus == (0, 0, 1, 1, 0, 0)
     assert Config(vcpus=3, readers=2, single_uffd=True, pin_vcpus="0,1",
                   pin_readers="VCPUS").reader_cpus == (0, 1)
+    # More pins than vCPUs: only the CPUs the vCPUs get carry readers.
+    assert Config(vcpus=1, readers=2, single_uffd=True, pin_vcpus="0,1",
+                  pin_readers="vcpus").reader_cpus == (0, 0)
     assert Config(pin_readers="1,0").reader_cpus == (1, 0)
     assert Config().reader_cpus is None
 

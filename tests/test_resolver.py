@@ -114,3 +114,20 @@ def test_cli(kvm):
     assert "Resolvers (each vCPU's own thread, 2 uffd(s))" in p.stdout
     p = subprocess.run(base + ["--json"], capture_output=True, text=True)
     _resolved_by_the_vcpus(uffdkvm.Result.from_json(p.stdout))
+
+
+@pytest.mark.parametrize("fault,message", [
+    ("resolve_eio", r"vCPU (\d), resolving on uffd \1: UFFDIO_COPY\(.*\) \(injected\)"),
+    ("reader_exit", r"vCPU (\d), resolving on uffd \1: left its fault unresolved \(injected\)"),
+])
+def test_a_resolution_that_fails_fails_the_run_at_once_naming_the_vcpu(kvm, released, fault,
+                                                                        message):
+    """A vCPU's own resolution failing is the run's failure, said at once and
+    naming that vCPU: not a timeout, not a reader's name."""
+    import time
+    testing = pytest.importorskip("uffdkvm._testing")
+    start = time.monotonic()
+    with pytest.raises(uffdkvm.RunError, match=message):
+        testing.run_with_fault(vcpus=2, mem_per_vcpu="4M", resolver="vcpu", fault=fault,
+                               after=100, timeout_s=30)
+    assert time.monotonic() - start < 10

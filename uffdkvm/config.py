@@ -419,12 +419,13 @@ class Config:
         None: unpinned. pin_readers, with "vcpus" spelled out."""
         if not isinstance(self.pin_readers, str):
             return self.pin_readers
-        vcpu_cpus = self.pin_vcpus or ()
-        n = len(vcpu_cpus)
+        pins = self.pin_vcpus or ()
+        # vCPU v runs on pins[v % len(pins)]: the CPUs the vCPUs get, in order
+        vcpu_cpus = [pins[v % len(pins)] for v in range(self.vcpus)]
         if self.uffds == 1:  # one uffd serves every vCPU: go round their CPUs
-            return tuple(vcpu_cpus[i % n] for i in range(self.readers))
-        # uffd u serves vCPU u alone, which runs on vcpu_cpus[u % n]
-        return tuple(vcpu_cpus[u % n] for u in range(self.vcpus) for _ in range(self.readers))
+            return tuple(vcpu_cpus[i % self.vcpus] for i in range(self.readers))
+        # uffd u serves vCPU u alone
+        return tuple(vcpu_cpus[u] for u in range(self.vcpus) for _ in range(self.readers))
 
     def replace(self, **fields: Any) -> Config:
         """A copy with some fields changed (validated like a new Config)."""

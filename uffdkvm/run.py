@@ -157,7 +157,9 @@ def _copy_source_bytes(c: Config) -> int:
     if c.uffd_mode != "missing" or c.resolve != "copy" or page == PAGE_SIZE:
         return 0
     if page <= _READER_SOURCE_MAX:
-        return page * c.readers * c.uffds
+        # One per resolver: the readers, or the vCPUs each resolving its own.
+        per_uffd = c.readers if c.resolver == "readers" else c.vcpus // c.uffds
+        return page * per_uffd * c.uffds
     return page * c.uffds
 
 

@@ -239,6 +239,21 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 }
 
 /* Verifies memory and what each vCPU's guest reported; fills the result. */
+/*
+ * Resolver vCPU: the resolver is the vCPU thread itself, so the thread's
+ * own counters (context switches, CPU time, CPUs, tid) are the vCPU
+ * thread's, guest time included; it never waited, and its fault counts are
+ * its own.
+ */
+static void collect_vcpu_resolver(struct ukvm_reader_result *x, const struct ukvm_vcpu *vcpu)
+{
+	x->tid = vcpu->tid;
+	x->cpu_ns = vcpu->cpu_ns;
+	x->context_switches = vcpu->context_switches;
+	x->voluntary_context_switches = vcpu->voluntary_context_switches;
+	memcpy(x->affinity, vcpu->affinity, sizeof(x->affinity));
+}
+
 int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
@@ -278,8 +293,13 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	res->page_size = exp->mem.page_size;
 
 	for (u = 0, n = 0; u < exp->nr_pools; u++)
-		for (r = 0; exp->pools[u].readers && r < exp->pools[u].nr_readers; r++)
-			res->readers[n++] = exp->pools[u].readers[r].stats;
+		for (r = 0; exp->pools[u].readers && r < exp->pools[u].nr_readers; r++) {
+			res->readers[n] = exp->pools[u].readers[r].stats;
+			if (cfg->resolver == UKVM_RESOLVER_VCPU)
+				collect_vcpu_resolver(&res->readers[n],
+						      &exp->vcpus[exp->nr_pools == 1 ? r : u]);
+			n++;
+		}
 	res->nr_readers = n;
 	res->stats_full = cfg->stats == UKVM_STATS_FULL;
 	if (res->stats_full) {

@@ -189,6 +189,13 @@ void ukvm_stop_release_uffds(struct ukvm_experiment *exp)
 {
 	uint32_t u;
 
+	/*
+	 * Resolver vCPU: nobody sleeps on the uffd (it answers SIGBUS), and a
+	 * vCPU still running may be inside its pool resolving a page: the
+	 * pools wait for the vCPUs' join, like the rest of the teardown.
+	 */
+	if (exp->cfg.resolver == UKVM_RESOLVER_VCPU)
+		return;
 	ukvm_stop_wait_pools(exp, ukvm_now_ns() + RELEASE_READERS_NS);
 	/* Readers that left free their pool; one still running keeps it, uffd number and all. */
 	for (u = 0; u < exp->nr_pools; u++)

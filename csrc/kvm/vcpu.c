@@ -332,10 +332,23 @@ static int vcpu_resolve_efault(struct ukvm_vcpu *vcpu)
 
 	if (!vcpu->resolve_fault || vcpu->run->exit_reason != KVM_EXIT_MEMORY_FAULT)
 		return -ENOENT;
+	/*
+	 * The same page again, right after it was resolved: KVM cannot use
+	 * what was installed, and another round would only repeat this.
+	 */
+	if (vcpu->efault_pending && vcpu->efault_gpa == fault->gpa) {
+		ukvm_ctl_fail(vcpu->ctl, UKVM_ERR_RUN, EFAULT,
+			      "vCPU %u: KVM_RUN reported gpa 0x%llx missing again after the "
+			      "vCPU resolved it", vcpu->index, (unsigned long long)fault->gpa);
+		return -EFAULT;
+	}
 	/* KVM does not say whether it was a write: recorded as one. */
 	ret = vcpu->resolve_fault(vcpu->resolve_ctx, fault->gpa, true, &page);
-	if (!ret)
+	if (!ret) {
 		vcpu->fault_exits++;
+		vcpu->efault_pending = true;
+		vcpu->efault_gpa = fault->gpa;
+	}
 	return ret;
 }
 
@@ -435,6 +448,8 @@ void *ukvm_vcpu_thread(void *arg)
 		if (vcpu->timing)
 			tsc_after = ukvm_tsc_read();
 		vcpu->userspace_exits++;
+		if (ret == 0)
+			vcpu->efault_pending = false;	/* the guest ran on */
 		if (ret < 0) {
 			int e = errno;
 
@@ -473,11 +488,14 @@ void *ukvm_vcpu_thread(void *arg)
 	}
 
 out:
-	if (getrusage(RUSAGE_THREAD, &usage) == 0)
+	if (getrusage(RUSAGE_THREAD, &usage) == 0) {
 		vcpu->cpu_ns = (uint64_t)usage.ru_utime.tv_sec * NSEC_PER_SEC +
 			       (uint64_t)usage.ru_utime.tv_usec * 1000 +
 			       (uint64_t)usage.ru_stime.tv_sec * NSEC_PER_SEC +
 			       (uint64_t)usage.ru_stime.tv_usec * 1000;
+		vcpu->context_switches = (uint64_t)usage.ru_nvcsw + (uint64_t)usage.ru_nivcsw;
+		vcpu->voluntary_context_switches = (uint64_t)usage.ru_nvcsw;
+	}
 	pthread_mutex_lock(&ctl->lock);
 	atomic_store(&vcpu->exited, true);
 	if (vcpu->done)

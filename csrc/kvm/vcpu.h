@@ -43,6 +43,8 @@ struct ukvm_vcpu {
 	int (*resolve_fault)(void *ctx, uint64_t gpa, bool write, uint8_t **hva);
 	void *resolve_ctx;
 	uint64_t fault_exits;		/* faults resolved through resolve_fault */
+	bool efault_pending;		/* the last KVM_RUN's EFAULT, resolved: at efault_gpa */
+	uint64_t efault_gpa;
 	bool done;
 	uint64_t *pass_end_ns;		/* one per pass, freed by destroy */
 	uint64_t passes;
@@ -50,6 +52,8 @@ struct ukvm_vcpu {
 	int cpu;			/* pinned to, or -1 */
 	uint64_t affinity[16];
 	uint64_t cpu_ns;
+	uint64_t context_switches;	/* getrusage(RUSAGE_THREAD), at the thread's end */
+	uint64_t voluntary_context_switches;
 	/* The thread around ukvm_vcpu_thread() (execute.c): its state, and stop waits on done. */
 	struct ukvm_thread_state state;
 #ifdef UKVM_TEST_HOOKS

@@ -179,9 +179,9 @@ static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, ui
 
 		if ((chunk + 1) * UKVM_LOG_CHUNK > pool->log_cap) {
 			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, ENOSPC,
-				      "reader %u of uffd %u: the fault log is full (%llu records: "
-				      "far more fault messages than pages)", r->index,
-				      pool->uffd_index, (unsigned long long)pool->log_cap);
+				      "%s: the fault log is full (%llu records: "
+				      "far more fault messages than pages)", r->who,
+				      (unsigned long long)pool->log_cap);
 			return -ENOSPC;
 		}
 		r->rec_next = pool->log + chunk * UKVM_LOG_CHUNK;
@@ -213,17 +213,15 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 
 	if (msg->event != UFFD_EVENT_PAGEFAULT) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
-			      "reader %u of uffd %u: unexpected uffd event 0x%x", r->index,
-			      pool->uffd_index, msg->event);
+			      "%s: unexpected uffd event 0x%x", r->who, msg->event);
 		return -EPROTO;
 	}
 	fault = msg->arg.pagefault.address & ~(UKVM_PAGE_SIZE - 1);	/* what the vCPU touched */
 	addr = msg->arg.pagefault.address & ~(pool->page_size - 1);	/* what gets resolved */
 	if (addr < pool->hva_base || addr >= pool->hva_base + pool->region_size) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
-			      "reader %u of uffd %u: fault at 0x%llx, outside the region "
-			      "this uffd registered", r->index, pool->uffd_index,
-			      (unsigned long long)msg->arg.pagefault.address);
+			      "%s: fault at 0x%llx, outside the region this uffd "
+			      "registered", r->who, (unsigned long long)msg->arg.pagefault.address);
 		return -EFAULT;
 	}
 	gpa = pool->gpa_base + (addr - pool->hva_base);
@@ -236,8 +234,8 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		return -ECANCELED;	/* gone without a word: the fault stays unresolved */
 	if (ukvm_ctl_inject(pool->ctl, UKVM_INJECT_RESOLVE_EIO)) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, EIO,
-			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx) (injected)",
-			      r->index, pool->uffd_index, resolve_name(pool),
+			      "%s: %s(%llu bytes at gpa 0x%llx) (injected)",
+			      r->who, resolve_name(pool),
 			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
 		return -EIO;
 	}
@@ -255,8 +253,8 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 	}
 	if (ret < 0 && ret != -EEXIST) {
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
-			      "reader %u of uffd %u: %s(%llu bytes at gpa 0x%llx)", r->index,
-			      pool->uffd_index, resolve_name(pool),
+			      "%s: %s(%llu bytes at gpa 0x%llx)", r->who,
+			      resolve_name(pool),
 			      (unsigned long long)pool->page_size, (unsigned long long)gpa);
 		return ret;
 	}
@@ -293,8 +291,11 @@ int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **
 	if (gpa < pool->gpa_base || gpa >= pool->gpa_base + pool->region_size)
 		return -ENOENT;
 	addr = pool->hva_base + (gpa - pool->gpa_base);
-	if (!r->stats.tid)
+	if (!r->stats.tid) {
+		/* This vCPU thread's first fault: it resolves as a reader would. */
 		r->stats.tid = (int32_t)gettid();
+		ukvm_uffd_thread_init(pool->ctl, r->who);
+	}
 	/* What the uffd would have queued, had it not been opened with SIGBUS. */
 	memset(&msg, 0, sizeof(msg));
 	msg.event = UFFD_EVENT_PAGEFAULT;
@@ -302,6 +303,9 @@ int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **
 	msg.arg.pagefault.flags = write ? UFFD_PAGEFAULT_FLAG_WRITE : 0;
 	msg.arg.pagefault.feat.ptid = (uint32_t)r->stats.tid;
 	ret = reader_resolve(r, &msg, reader_clock(r));
+	if (ret == -ECANCELED)	/* an injected READER_EXIT: a vCPU cannot just go */
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, ECANCELED,
+			      "%s: left its fault unresolved (injected)", r->who);
 	if (ret)
 		return ret;
 	*hva = (uint8_t *)(uintptr_t)addr;
@@ -776,6 +780,12 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 		r->rng = pool->seed ^ ((uint64_t)k << 32) ^ 0x7265616465720000ULL;
 		r->stats.uffd = pool->uffd_index;
 		r->stats.index = i;
+		if (pool->resolver == UKVM_RESOLVER_VCPU)	/* one uffd per vCPU, or one for all */
+			snprintf(r->who, sizeof(r->who), "vCPU %u, resolving on uffd %u",
+				 pool->nr_readers == 1 ? pool->uffd_index + i : i, pool->uffd_index);
+		else
+			snprintf(r->who, sizeof(r->who), "reader %u of uffd %u", i,
+				 pool->uffd_index);
 		atomic_init(&r->exited, false);
 #ifdef UKVM_TEST_HOOKS
 		/* The stalled reader of UKVM_INJECT_READER_STALL: uffd 0's last. */

@@ -49,6 +49,7 @@ struct ukvm_source {
 struct ukvm_reader {
 	struct ukvm_pool *pool;
 	uint32_t index;
+	char who[48];			/* "reader 2 of uffd 0", or the vCPU that resolves */
 	pthread_t thread;
 	bool thread_started;
 	atomic_bool exited;
