@@ -17,7 +17,7 @@ import uffdkvm
 from conftest import assert_released, resources
 from uffdkvm import Config, ConfigError, HostUnsupportedError, RunError
 from uffdkvm.config import (BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS, HUGETLB_BACKINGS,
-                            PATTERNS, RESOLVES, STATS, WAITS)
+                            PATTERNS, RESOLVERS, RESOLVES, STATS, WAITS)
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
 
@@ -48,6 +48,7 @@ VALID = {
     "backing": cased(BACKINGS),
     "uffd_mode": st.sampled_from(["missing", "minor", None, "none", "MISSING"]),
     "single_uffd": st.booleans(),
+    "resolver": cased(RESOLVERS),
     "readers": st.integers(1, 4),
     "wait": cased(WAITS),
     "read_batch": st.integers(1, 64),
@@ -65,7 +66,7 @@ VALID = {
     "resolve": cased(RESOLVES),
     "delay_dist": cased(DELAY_DISTS),
     "pin_vcpus": st.sampled_from([None, [0], (0,), "0", 0, [0, 0], "0,,0", [1023]]),
-    "pin_readers": st.sampled_from([None, [0], "0", [0, 1023]]),
+    "pin_readers": st.sampled_from([None, [0], "0", [0, 1023], "vcpus"]),
     "prefault": st.booleans(),
     "stats": cased(STATS),
     "guest_timing": st.booleans(),
@@ -111,6 +112,8 @@ def coherent_fields(draw):
         pin_vcpus=draw(st.sampled_from([None, [0], "0", (0,)])),
         pin_readers=draw(st.sampled_from([None, [0], "0"])),
         timeout_s=draw(st.sampled_from([None, 30.0, math.inf])))
+    if fields["resolver"].lower() == "vcpu":  # no reader threads: their fields as default
+        fields.update(readers=1, wait="epoll_exclusive", read_batch=1, pin_readers=None)
     return fields
 
 
