@@ -55,7 +55,12 @@ def test_every_wait_mode_and_resolver_sweep_side_by_side(kvm, capsys, tmp_path):
                            "--trials", "1", "--out", str(out_file))
     assert code == 0, err
     assert out.splitlines()[0] == "| " + " | ".join(waits) + " |"
-    assert sorted(r.config.wait for r in read_results(out_file)) == sorted(waits)
+    runs = {r.config.wait: r for r in read_results(out_file)}
+    assert sorted(runs) == sorted(waits)
+    # Each column ran its own mode in the core: io_uring read through its rings,
+    # no other mode did.
+    rings = {w: sum(x.ring_completions for x in r.readers) for w, r in runs.items()}
+    assert all((n > 0) == (w == "io_uring") for w, n in rings.items()), rings
     out_file = tmp_path / "resolvers.jsonl"
     code, out, err = sweep(capsys, "-v", "2", "--resolver", "readers,vcpu", "--trials", "1",
                            "--out", str(out_file))

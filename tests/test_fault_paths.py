@@ -31,3 +31,24 @@ def test_the_cli_lists_them(kvm):
     assert any(line.startswith("wait: ") and "epoll_exclusive" in line
                for line in p.stdout.splitlines())
     assert any(line.startswith("resolver: ") for line in p.stdout.splitlines())
+
+
+def test_a_mode_the_kernel_refuses_is_reported_with_the_reason(kvm):
+    """Every mode is really tried: in a child whose io_uring_setup the kernel
+    refuses (a seccomp filter), io_uring alone is reported, with why."""
+    import json
+    import os
+
+    from test_io_uring import PACKAGE_ROOT, SECCOMP_CHILD
+    if not uffdkvm._core.HAVE_IO_URING:
+        pytest.skip("this build has no io_uring mode to refuse")
+    child = SECCOMP_CHILD.split("out = {")[0] + (
+        "print(json.dumps(uffdkvm.fault_path_support()))\n")
+    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                       timeout=120, cwd="/", env={**os.environ, "PYTHONPATH": PACKAGE_ROOT})
+    assert p.returncode == 0, p.stderr
+    support = json.loads(p.stdout)
+    assert "io_uring_setup" in support["wait"]["io_uring"]
+    assert {w: why for w, why in support["wait"].items() if w != "io_uring"} == \
+        {w: None for w in WAITS if w != "io_uring"}
+    assert support["resolver"] == {"readers": None, "vcpu": None}

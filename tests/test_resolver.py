@@ -28,8 +28,11 @@ def _resolved_by_the_vcpus(r: uffdkvm.Result) -> None:
     by_tid = {v.tid: v for v in r.vcpus}
     assert {x.tid for x in r.readers} == set(by_tid)
     for x in r.readers:
-        assert x.faults + x.eexist == by_tid[x.tid].fault_exits
+        v = by_tid[x.tid]
+        assert x.faults + x.eexist == v.fault_exits
         assert x.wakeups == 0 and x.spurious_wakeups == 0  # it never waited for a message
+        # The resolver is the vCPU thread: its thread counters are that thread's.
+        assert (x.cpu_seconds, x.cpus) == (v.cpu_seconds, v.cpus) and x.cpu_seconds > 0
 
 
 @pytest.mark.parametrize("fields", [
@@ -116,12 +119,17 @@ def test_cli(kvm):
     _resolved_by_the_vcpus(uffdkvm.Result.from_json(p.stdout))
 
 
-@pytest.mark.parametrize("fault,message", [
-    ("resolve_eio", r"vCPU (\d), resolving on uffd \1: UFFDIO_COPY\(.*\) \(injected\)"),
-    ("reader_exit", r"vCPU (\d), resolving on uffd \1: left its fault unresolved \(injected\)"),
+@pytest.mark.parametrize("fault,after,message", [
+    ("resolve_eio", 100, r"vCPU (\d), resolving on uffd \1: UFFDIO_COPY\(.*\) \(injected\)"),
+    ("reader_exit", 100,
+     r"vCPU (\d), resolving on uffd \1: left its fault unresolved \(injected\)"),
+    # EAGAIN for 1.5 s: the vCPU's retries give up after 1 s, saying so (its
+    # thread knows its run and name from its first fault on)
+    ("resolve_eagain", 1500,
+     r"vCPU (\d), resolving on uffd \1: UFFDIO_COPY\(.*\) still failed after retrying"),
 ])
 def test_a_resolution_that_fails_fails_the_run_at_once_naming_the_vcpu(kvm, released, fault,
-                                                                        message):
+                                                                        after, message):
     """A vCPU's own resolution failing is the run's failure, said at once and
     naming that vCPU: not a timeout, not a reader's name."""
     import time
@@ -129,5 +137,5 @@ def test_a_resolution_that_fails_fails_the_run_at_once_naming_the_vcpu(kvm, rele
     start = time.monotonic()
     with pytest.raises(uffdkvm.RunError, match=message):
         testing.run_with_fault(vcpus=2, mem_per_vcpu="4M", resolver="vcpu", fault=fault,
-                               after=100, timeout_s=30)
+                               after=after, timeout_s=30)
     assert time.monotonic() - start < 10

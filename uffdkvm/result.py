@@ -162,6 +162,8 @@ class ReaderStats:
                       spinning reader has next to none); 0 in older JSON
     cpu_seconds       CPU time the thread used
     cpus              the CPUs the thread could run on, as it saw them itself
+                      (with resolver="vcpu" the thread is the vCPU's, and
+                      these three are its counters, guest work included)
     reads             read()s of the uffd that returned messages: (faults +
                       eexist) / reads is messages per read, reads / wakeups
                       reads per wakeup (above 1 only with read_batch above 1)

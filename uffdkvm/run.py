@@ -151,8 +151,9 @@ _READER_SOURCE_MAX = 2 << 20
 
 def _copy_source_bytes(c: Config) -> int:
     """The ordinary memory UFFDIO_COPY copies from, whatever the backing: a
-    2 MiB source per reader for 2 MiB pages, a 1 GiB source per uffd for
-    1 GiB pages. 4 KiB pages use a page per reader: nothing to speak of."""
+    2 MiB source per resolver (a reader, or with resolver="vcpu" a vCPU) for
+    2 MiB pages, a 1 GiB source per uffd for 1 GiB pages. 4 KiB pages use a
+    page per resolver: nothing to speak of."""
     page = BACKING_PAGE_SIZES[c.backing]
     if c.uffd_mode != "missing" or c.resolve != "copy" or page == PAGE_SIZE:
         return 0
@@ -182,7 +183,8 @@ def _check_fits_host(c: Config) -> None:
                 f"backing: the run copies each {format_size(BACKING_PAGE_SIZES[c.backing])} "
                 f"page from {format_size(source)} of ordinary memory, more than the "
                 f"{format_size(available // (1 << 20) << 20)} this host has available "
-                f"(MemAvailable); free memory, or use fewer readers or smaller pages")
+                f"(MemAvailable); free memory, or use fewer readers (vCPUs, with "
+                f"resolver='vcpu') or smaller pages")
         return
     if available is not None and c.region_bytes + source > available:
         what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"

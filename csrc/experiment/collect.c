@@ -238,7 +238,6 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 	}
 }
 
-/* Verifies memory and what each vCPU's guest reported; fills the result. */
 /*
  * Resolver vCPU: the resolver is the vCPU thread itself, so the thread's
  * own counters (context switches, CPU time, CPUs, tid) are the vCPU
@@ -254,6 +253,7 @@ static void collect_vcpu_resolver(struct ukvm_reader_result *x, const struct ukv
 	memcpy(x->affinity, vcpu->affinity, sizeof(x->affinity));
 }
 
+/* Verifies memory and what each vCPU's guest reported; fills the result. */
 int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;

@@ -465,13 +465,22 @@ void *ukvm_vcpu_thread(void *arg)
 			if (e == EIO)
 				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
 					      "vCPU %u: KVM_RUN: KVM killed the VM", vcpu->index);
+			else if (e == EFAULT && vcpu->resolve_fault &&
+				 vcpu->run->exit_reason == KVM_EXIT_MEMORY_FAULT)
+				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
+					      "vCPU %u: KVM_RUN: EFAULT at gpa 0x%llx, outside "
+					      "the memory this vCPU resolves", vcpu->index,
+					      (unsigned long long)((const struct
+						ukvm_memory_fault_exit *)(const void *)
+						&vcpu->run->mmio)->gpa);
 			else if (e == EFAULT && vcpu->resolve_fault)
 				ukvm_ctl_fail(ctl, UKVM_ERR_HOST, e,
 					      "vCPU %u: KVM_RUN: EFAULT without saying which page "
 					      "(exit reason %u, not KVM_EXIT_MEMORY_FAULT): "
-					      "resolver vcpu needs a KVM that reports memory "
-					      "faults (KVM_CAP_MEMORY_FAULT_INFO, Linux 6.8+) or "
-					      "emulates the access", vcpu->index,
+					      "resolver vcpu needs a KVM that annotates this "
+					      "EFAULT with the page (x86 KVM up to Linux 6.12 at "
+					      "least does so only for private memory) or hands an "
+					      "emulated access back as MMIO", vcpu->index,
 					      vcpu->run->exit_reason);
 			else if (e == EFAULT)
 				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
