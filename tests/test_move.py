@@ -164,3 +164,21 @@ def test_the_cli_takes_resolve_move(kvm):
     r = uffdkvm.Result.from_json(p.stdout)
     assert r.config.resolve == "move" and r.verified
     assert sum(x.moves for x in r.readers) == 64
+
+
+def test_the_staging_areas_count_in_the_memory_check(kvm, monkeypatch):
+    """2 uffds x 3 readers: six staging areas of 256 KiB beside the 8 MiB
+    region, in ordinary memory: run() refuses the run when MemAvailable
+    cannot hold them too, before anything is built, and runs it when it can."""
+    needs_move()
+    run_module = sys.modules["uffdkvm.run"]
+    fields = dict(resolve="move", vcpus=2, mem_per_vcpu="4M", readers=3)
+    need = 8 * (1 << 20) + 6 * (256 << 10)
+    monkeypatch.setattr(run_module, "_mem_available", lambda: need - 1)
+    with pytest.raises(HostUnsupportedError) as info:
+        uffdkvm.run(**fields)
+    assert "the run would demand-page 8M (vcpus * mem_per_vcpu) plus 1536K of move staging " \
+           "areas, more than" in str(info.value), str(info.value)
+    monkeypatch.setattr(run_module, "_mem_available", lambda: need)
+    r = uffdkvm.run(**fields)
+    assert r.verified, r.verify_message

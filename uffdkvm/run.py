@@ -195,7 +195,8 @@ def _check_fits_host(c: Config) -> None:
         return
     if available is not None and c.region_bytes + source > available:
         what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"
-        plus = f" plus {format_size(source)} of copy sources" if source else ""
+        what_for = "move staging areas" if c.resolve == "move" else "copy sources"
+        plus = f" plus {format_size(source)} of {what_for}" if source else ""
         raise HostUnsupportedError(
             f"mem_per_vcpu: the run would demand-page {format_size(c.region_bytes)} "
             f"({what}){plus}, more than the {format_size(available // (1 << 20) << 20)} "
