@@ -395,6 +395,7 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_u64(d, "eexist", r->eexist) || set_u64(d, "busy_ns", r->busy_ns) ||
 	    set_u64(d, "tid", (uint64_t)r->tid) || set_u64(d, "copies", r->copies) ||
 	    set_u64(d, "zeropages", r->zeropages) || set_u64(d, "continues", r->continues) ||
+	    set_u64(d, "moves", r->moves) ||
 	    set_u64(d, "context_switches", r->context_switches) ||
 	    set_u64(d, "voluntary_context_switches", r->voluntary_context_switches) ||
 	    set_u64(d, "cpu_ns", r->cpu_ns) || set_u64(d, "reads", r->reads) ||
@@ -705,6 +706,7 @@ static int add_constants(PyObject *m)
 		{ "PATTERN_RANDOM", UKVM_PATTERN_RANDOM },
 		{ "RESOLVE_COPY", UKVM_RESOLVE_COPY },
 		{ "RESOLVE_ZEROPAGE", UKVM_RESOLVE_ZEROPAGE },
+		{ "RESOLVE_MOVE", UKVM_RESOLVE_MOVE },
 		{ "DELAY_FIXED", UKVM_DELAY_FIXED },
 		{ "DELAY_UNIFORM", UKVM_DELAY_UNIFORM },
 		{ "DELAY_EXPONENTIAL", UKVM_DELAY_EXPONENTIAL },
@@ -745,6 +747,7 @@ static int add_constants(PyObject *m)
 		{ "INJECT_UNFAULTED_PAGE", UKVM_INJECT_UNFAULTED_PAGE },
 		{ "INJECT_TSC_JUMP", UKVM_INJECT_TSC_JUMP },
 		{ "INJECT_NO_EXACT_ADDRESS", UKVM_INJECT_NO_EXACT_ADDRESS },
+		{ "INJECT_NO_MOVE", UKVM_INJECT_NO_MOVE },
 #endif
 	};
 	size_t i;

@@ -42,6 +42,7 @@ enum ukvm_inject {
 	UKVM_INJECT_UNFAULTED_PAGE,	/* page inject_after is mapped before userfaultfd is */
 	UKVM_INJECT_TSC_JUMP,		/* after the walk the guest TSC reads inject_after ahead */
 	UKVM_INJECT_NO_EXACT_ADDRESS,	/* no UFFD_FEATURE_EXACT_ADDRESS, as on Linux < 5.18 */
+	UKVM_INJECT_NO_MOVE,		/* no UFFD_FEATURE_MOVE, as on Linux < 6.8 */
 	UKVM_INJECT__COUNT
 };
 

@@ -50,6 +50,24 @@ struct uffdio_continue {
 #define UFFD_FEATURE_EXACT_ADDRESS	(1 << 11)
 #endif
 
+/* Linux 6.8: UFFDIO_MOVE, which moves a private anonymous page into place. */
+#ifndef UFFD_FEATURE_MOVE
+#define UFFD_FEATURE_MOVE		(1 << 16)
+#endif
+#ifndef UFFDIO_MOVE
+#define _UFFDIO_MOVE			(0x05)
+struct uffdio_move {
+	__u64 dst;
+	__u64 src;
+	__u64 len;
+	__u64 mode;
+	__s64 move;	/* written by the kernel: bytes moved, or -errno */
+};
+#define UFFDIO_MOVE_MODE_DONTWAKE		((__u64)1 << 0)
+#define UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES	((__u64)1 << 1)
+#define UFFDIO_MOVE			_IOWR(UFFDIO, _UFFDIO_MOVE, struct uffdio_move)
+#endif
+
 /* Linux 6.1: /dev/userfaultfd. */
 #ifndef USERFAULTFD_IOC_NEW
 #define USERFAULTFD_IOC			0xAA

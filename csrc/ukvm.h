@@ -62,6 +62,7 @@ enum ukvm_pattern {
 enum ukvm_resolve {
 	UKVM_RESOLVE_COPY = 0,		/* UFFDIO_COPY of a page of known data */
 	UKVM_RESOLVE_ZEROPAGE,		/* UFFDIO_ZEROPAGE */
+	UKVM_RESOLVE_MOVE,		/* UFFDIO_MOVE of a staged page (Linux 6.8+, anonymous) */
 	UKVM_RESOLVE__COUNT
 };
 
@@ -262,6 +263,7 @@ struct ukvm_reader_result {
 	uint64_t copies;	/* UFFDIO_COPY */
 	uint64_t zeropages;	/* UFFDIO_ZEROPAGE */
 	uint64_t continues;	/* UFFDIO_CONTINUE */
+	uint64_t moves;		/* UFFDIO_MOVE */
 	uint64_t reads;		/* read(2)s of the uffd that returned messages */
 	/* [n]: reads that returned n messages; [0]: reads after a full batch
 	 * that found the uffd empty (not in reads) */

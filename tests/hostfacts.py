@@ -257,6 +257,7 @@ USERFAULTFD_IOC_NEW = _io(UFFDIO, 0x00)
 UFFDIO_REGISTER_MODE_MISSING = 1
 UFFD_FEATURE_MINOR_HUGETLBFS = 1 << 9
 UFFD_FEATURE_MINOR_SHMEM = 1 << 10
+UFFD_FEATURE_MOVE = 1 << 16
 SYS_userfaultfd = 323  # x86_64, the only architecture uffdkvm builds a guest for
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -387,6 +388,11 @@ def NO_UFFD_MINOR_SHMEM():
       "(Linux 5.13+)")
 def NO_UFFD_MINOR_HUGETLBFS():
     return _missing_uffd_feature(UFFD_FEATURE_MINOR_HUGETLBFS, "UFFD_FEATURE_MINOR_HUGETLBFS")
+
+
+@fact("no-uffd-move", "this kernel's userfaultfd has no UFFDIO_MOVE (Linux 6.8+)")
+def NO_UFFD_MOVE():
+    return _missing_uffd_feature(UFFD_FEATURE_MOVE, "UFFD_FEATURE_MOVE")
 
 
 # io_uring (include/uapi/linux/io_uring.h), x86-64
@@ -865,6 +871,8 @@ def facts_for_run(**fields):
     if mode == "minor":
         facts.append(NO_UFFD_MINOR_HUGETLBFS if backing == "shared_hugetlb"
                      else NO_UFFD_MINOR_SHMEM)
+    if fields.get("resolve") == "move" and mode in ("missing", _NOT_GIVEN):
+        facts.append(NO_UFFD_MOVE)
     if str(fields.get("guest_page_size", "")).upper() in ("1G", str(1 << 30)):
         facts.append(NO_1G_GUEST_PAGES)
     if fields.get("wait") == "io_uring" and mode is not None:

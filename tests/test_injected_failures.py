@@ -16,6 +16,7 @@ import pytest
 import uffdkvm
 from conftest import (assert_released, facts_for_run, host_skip, needs_test_hooks, resources,
                       run_or_skip)
+from hostfacts import NO_UFFD_MOVE
 
 needs_test_hooks("every test here injects a failure", allow_module_level=True)
 from uffdkvm._testing import FAULTS, run_with_fault, wait_idle  # noqa: E402
@@ -34,6 +35,7 @@ RESOLVERS = [
     (("missing", "shmem", "copy"), "UFFDIO_COPY"),
     (("missing", "shmem", "zeropage"), "UFFDIO_ZEROPAGE"),
     (("minor", "shmem", "copy"), "UFFDIO_CONTINUE"),
+    (("missing", "anonymous", "move"), "UFFDIO_MOVE"),
 ]
 
 
@@ -45,11 +47,11 @@ def every_thread_and_fd_given_back(released):
 def test_every_fault_kind_is_tested():
     """A fault added to the core without a test fails this: the failures are
     tested here; the clock shifts in test_timeline.py, the unfaulted page in
-    test_accounting.py."""
+    test_accounting.py, the kernel without UFFDIO_MOVE in test_move.py."""
     assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
                            "thread_create", "corrupt_page", "reader_stall", "vcpu_stall",
                            "resolve_eagain", "reader_crash", "tsc_offset", "no_kvm_tsc_offset",
-                           "unfaulted_page", "tsc_jump", "no_exact_address"}
+                           "unfaulted_page", "tsc_jump", "no_exact_address", "no_move"}
 
 
 def test_an_unknown_fault_is_refused():
@@ -61,6 +63,8 @@ def test_an_unknown_fault_is_refused():
 @pytest.mark.parametrize("mode,ioctl", RESOLVERS, ids=["-".join(m) for m, _ in RESOLVERS])
 def test_resolve_eio_names_the_reader_and_the_ioctl(kvm, mode, ioctl, wait):
     uffd_mode, backing, resolve = mode
+    if resolve == "move" and NO_UFFD_MOVE.holds:
+        host_skip(NO_UFFD_MOVE, f"resolve='move': {NO_UFFD_MOVE.evidence}")
     with pytest.raises(uffdkvm.RunError) as info:
         run_with_fault(**TINY, uffd_mode=uffd_mode, backing=backing, resolve=resolve,
                        wait=wait, fault="resolve_eio", after=5)
@@ -331,6 +335,8 @@ def test_eagain_for_a_while_is_retried_until_it_passes(kvm, mode, ioctl):
     with backoff, not by count: 100 ms of it is waited out and every page
     still arrives."""
     uffd_mode, backing, resolve = mode
+    if resolve == "move" and NO_UFFD_MOVE.holds:
+        host_skip(NO_UFFD_MOVE, f"resolve='move': {NO_UFFD_MOVE.evidence}")
     r = run_with_fault(**TINY, uffd_mode=uffd_mode, backing=backing, resolve=resolve,
                        fault="resolve_eagain", after=100)
     assert r.verified, r.verify_message

@@ -44,6 +44,12 @@ ENDINGS = {
                                       wait="poll"),
     "zeropage-epoll": lambda: uffdkvm.run(**TINY, resolve="zeropage", wait="epoll"),
     "thp": lambda: uffdkvm.run(vcpus=1, mem_per_vcpu="2M", backing="anonymous_thp"),
+    # UFFDIO_MOVE: each resolver's staging area, 4 KiB pages and a 2 MiB one
+    "move-vcpu": lambda: uffdkvm.run(vcpus=2, mem_per_vcpu="64K", resolve="move",
+                                     resolver="vcpu"),
+    "move-thp": lambda: uffdkvm.run(vcpus=1, mem_per_vcpu="2M", backing="anonymous_thp",
+                                    resolve="move"),
+    "move-eio": lambda: run_with_fault(**TINY, resolve="move", fault="resolve_eio", after=5),
     "trace-timing": lambda: uffdkvm.run(**TINY, trace_faults=True, guest_timing=True,
                                         passes=2),
     "stats-basic": lambda: uffdkvm.run(**TINY, stats="basic", overlap=True),

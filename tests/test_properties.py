@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import uffdkvm
 from conftest import assert_released, resources
+from hostfacts import NO_UFFD_MOVE
 from uffdkvm import Config, ConfigError, HostUnsupportedError, RunError
 from uffdkvm.config import (BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS, HUGETLB_BACKINGS,
                             PATTERNS, RESOLVERS, RESOLVES, STATS, WAITS)
@@ -102,12 +103,15 @@ def coherent_fields(draw):
     unit = 2 << 20 if huge or guest_page_size == "2M" else 4096
     mode = draw(st.sampled_from(["missing", None] + (["minor"] if shared else [])))
     zeropage_ok = mode == "missing" and backing not in HUGETLB_BACKINGS
+    move_ok = mode == "missing" and backing in ("anonymous", "anonymous_thp") and \
+        not NO_UFFD_MOVE.holds
     stats = draw(cased(STATS))
     fields = {name: draw(VALID[name]) for name in FIELDS}
     fields.update(
         backing=backing, guest_page_size=guest_page_size, uffd_mode=mode, stats=stats,
         mem_per_vcpu=unit * draw(st.integers(1, 2 if unit > 4096 else 256)),
-        resolve=draw(st.sampled_from(["copy", "zeropage"] if zeropage_ok else ["copy"])),
+        resolve=draw(st.sampled_from(["copy"] + (["zeropage"] if zeropage_ok else []) +
+                                     (["move"] if move_ok else []))),
         trace_faults=stats.lower() == "full" and draw(st.booleans()),
         pin_vcpus=draw(st.sampled_from([None, [0], "0", (0,)])),
         pin_readers=draw(st.sampled_from([None, [0], "0"])),

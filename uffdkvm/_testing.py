@@ -47,6 +47,7 @@ FAULTS = {
     # the guest TSC reads `after` cycles on after the walk
     "tsc_jump": _core.INJECT_TSC_JUMP,
     "no_exact_address": _core.INJECT_NO_EXACT_ADDRESS,  # hugetlb faults name the huge page's start
+    "no_move": _core.INJECT_NO_MOVE,  # userfaultfd offers no UFFDIO_MOVE, as before Linux 6.8
 }
 
 

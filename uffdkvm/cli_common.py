@@ -279,7 +279,9 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     p.add_argument("--passes", type=listed(int), default=d.passes, metavar="N",
                    help="walks of the memory per vCPU; only the first faults")
     p.add_argument("--resolve", type=listed(choice(RESOLVES)), default=d.resolve,
-                   metavar="HOW", help="missing faults: copy (default) or zeropage")
+                   metavar="HOW",
+                   help=f"missing faults: {', '.join(RESOLVES)} (default copy; move: "
+                   "UFFDIO_MOVE, Linux 6.8+, anonymous memory)")
     p.add_argument("--delay-dist", dest="delay_dist", type=listed(choice(DELAY_DISTS)),
                    default=d.delay_dist, metavar="DIST",
                    help=f"distribution of -d: {', '.join(DELAY_DISTS)}")

@@ -27,12 +27,14 @@ BACKING_PAGE_SIZES = {
 BACKINGS = tuple(BACKING_PAGE_SIZES)
 SHARED_BACKINGS = ("shmem", "shared_hugetlb", "guest_memfd")
 HUGETLB_BACKINGS = ("anonymous_hugetlb", "anonymous_hugetlb_1gb", "shared_hugetlb")
+# What UFFDIO_MOVE moves pages into: private anonymous memory (resolve="move").
+MOVE_BACKINGS = ("anonymous", "anonymous_thp")
 UFFD_MODES = ("missing", "minor")
 WAITS = ("poll", "epoll", "epoll_exclusive", "read", "spin", "io_uring")
 RESOLVERS = ("readers", "vcpu")
 GUEST_PAGE_SIZES = {"4K": PAGE_SIZE, "2M": _2M, "1G": _1G}
 PATTERNS = ("sequential", "reverse", "random")
-RESOLVES = ("copy", "zeropage")
+RESOLVES = ("copy", "zeropage", "move")
 DELAY_DISTS = ("fixed", "uniform", "exponential")
 STATS = ("full", "basic")
 
@@ -211,8 +213,11 @@ class Config:
     write_percent    0-100: the share of pages the guest writes; it reads the
                      rest (and checks what it read)
     passes           walks of the region per vCPU; only the first faults
-    resolve          for missing faults: "copy" (UFFDIO_COPY of known data) or
-                     "zeropage" (UFFDIO_ZEROPAGE)
+    resolve          for missing faults: "copy" (UFFDIO_COPY of known data),
+                     "zeropage" (UFFDIO_ZEROPAGE) or "move" (UFFDIO_MOVE, Linux
+                     6.8+: the resolver fills a staging page of its own and
+                     moves it into place, no copy; anonymous and
+                     anonymous_thp only)
     pin_vcpus        host CPUs for the vCPU threads, assigned round-robin:
                      given as any iterable of CPU numbers, one number, or a
                      string "0,2,3"; stored as a tuple (None: unpinned)
@@ -366,6 +371,15 @@ class Config:
             raise ConfigError(f"resolve: 'zeropage' does not work on hugetlb memory "
                               f"({self.backing!r} has no UFFDIO_ZEROPAGE); use resolve='copy'",
                               field="resolve")
+        if self.resolve == "move" and self.uffd_mode != "missing":
+            raise ConfigError("resolve: 'move' resolves missing faults only (a MINOR fault's "
+                              "page is in the page cache already); use uffd_mode='missing' or "
+                              "resolve='copy'", field="resolve")
+        if self.resolve == "move" and self.backing not in MOVE_BACKINGS:
+            raise ConfigError(f"resolve: 'move' needs private anonymous memory "
+                              f"({', '.join(MOVE_BACKINGS)}): UFFDIO_MOVE cannot move pages of "
+                              f"{self.backing!r} memory; use resolve='copy' or "
+                              f"backing='anonymous'", field="resolve")
 
     @property
     def region_bytes(self) -> int:

@@ -144,9 +144,10 @@ class ReaderStats:
     spurious_wakeups  wakeups after which the read found nothing (EAGAIN):
                       another reader took the message
     eexist            faults it found already resolved by another reader
-    copies, zeropages, continues
+    copies, zeropages, continues, moves
                       messages it resolved with UFFDIO_COPY, UFFDIO_ZEROPAGE,
-                      UFFDIO_CONTINUE (EEXIST ones included)
+                      UFFDIO_CONTINUE, UFFDIO_MOVE (EEXIST ones included);
+                      moves is 0 in older JSON
     busy_seconds      service time summed: from reading a message to its
                       resolving ioctl returning (the per-fault delay
                       included); None with stats="basic", which reads no clocks
@@ -192,6 +193,7 @@ class ReaderStats:
     copies: int = 0
     zeropages: int = 0
     continues: int = 0
+    moves: int = 0
     reads: int = 0
     read_sizes: tuple[int, ...] = ()
     voluntary_context_switches: int = 0
@@ -484,7 +486,7 @@ class Result:
                         service_latency=stage(r["service_latency"], full),
                         queue_latency=stage(r["queue_latency"], staged),
                         tid=r["tid"], copies=r["copies"], zeropages=r["zeropages"],
-                        continues=r["continues"], reads=r["reads"],
+                        continues=r["continues"], moves=r["moves"], reads=r["reads"],
                         voluntary_context_switches=r["voluntary_context_switches"],
                         read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]),
                         ring_completions=r["ring_completions"])

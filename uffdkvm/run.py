@@ -149,12 +149,21 @@ def _cpu_ranges(cpus: Iterable[int]) -> str:
 _READER_SOURCE_MAX = 2 << 20
 
 
+# resolve="move": each resolver stages this much of 4 KiB pages, or one larger
+# page (csrc/uffd/pool.c, MOVE_STAGE_BYTES).
+_MOVE_STAGE_BYTES = 256 << 10
+
+
 def _copy_source_bytes(c: Config) -> int:
     """The ordinary memory UFFDIO_COPY copies from, whatever the backing: a
     2 MiB source per resolver (a reader, or with resolver="vcpu" a vCPU) for
     2 MiB pages, a 1 GiB source per uffd for 1 GiB pages. 4 KiB pages use a
-    page per resolver: nothing to speak of."""
+    page per resolver: nothing to speak of.
+    resolve="move" stages pages in a staging area per resolver instead."""
     page = BACKING_PAGE_SIZES[c.backing]
+    if c.uffd_mode == "missing" and c.resolve == "move":
+        per_uffd = c.readers if c.resolver == "readers" else c.vcpus // c.uffds
+        return max(page, _MOVE_STAGE_BYTES) * per_uffd * c.uffds
     if c.uffd_mode != "missing" or c.resolve != "copy" or page == PAGE_SIZE:
         return 0
     if page <= _READER_SOURCE_MAX:
@@ -188,7 +197,8 @@ def _check_fits_host(c: Config) -> None:
         return
     if available is not None and c.region_bytes + source > available:
         what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"
-        plus = f" plus {format_size(source)} of copy sources" if source else ""
+        what_for = "move staging areas" if c.resolve == "move" else "copy sources"
+        plus = f" plus {format_size(source)} of {what_for}" if source else ""
         raise HostUnsupportedError(
             f"mem_per_vcpu: the run would demand-page {format_size(c.region_bytes)} "
             f"({what}){plus}, more than the {format_size(available // (1 << 20) << 20)} "

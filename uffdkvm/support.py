@@ -2,7 +2,7 @@
 resolving faults, probed for real."""
 from __future__ import annotations
 
-from .config import BACKING_PAGE_SIZES, RESOLVERS, SHARED_BACKINGS, WAITS, Config
+from .config import BACKING_PAGE_SIZES, RESOLVERS, RESOLVES, SHARED_BACKINGS, WAITS, Config
 from .errors import UffdkvmError
 from .run import probe, run
 
@@ -31,12 +31,13 @@ def backing_support() -> dict[str, dict[str | None, str | None]]:
 
 
 def fault_path_support() -> dict[str, dict[str, str | None]]:
-    """{"wait": {mode: None if it runs here, else why not}, "resolver": {...}}.
+    """{"wait": {mode: None if it runs here, else why not}, "resolver": {...},
+    "resolve": {...}}.
 
     Each entry is a real run, not a probe: a mode can need what only a run
     shows (readers started, a fault resolved through it). One vCPU demand-
     pages 16 pages through one reader (or itself, for resolver="vcpu"),
-    and must verify.
+    resolved as resolve says (UFFDIO_COPY by default), and must verify.
     """
     def attempt(**fields: object) -> str | None:
         try:
@@ -46,4 +47,5 @@ def fault_path_support() -> dict[str, dict[str, str | None]]:
         return None if r.verified else f"the run did not verify: {r.verify_message}"
 
     return {"wait": {w: attempt(wait=w) for w in WAITS},
-            "resolver": {who: attempt(resolver=who) for who in RESOLVERS}}
+            "resolver": {who: attempt(resolver=who) for who in RESOLVERS},
+            "resolve": {how: attempt(resolve=how) for how in RESOLVES}}

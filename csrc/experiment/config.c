@@ -159,6 +159,20 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 	if (c->resolve == UKVM_RESOLVE_ZEROPAGE && ukvm_backing_is_hugetlb(c->backing))
 		BAD("resolve zeropage does not work on hugetlb memory (no UFFDIO_ZEROPAGE "
 		    "there): use resolve copy");
+	/*
+	 * UFFDIO_MOVE takes a private anonymous page out of one mapping and
+	 * puts it in another (mm/userfaultfd.c validate_move_areas): both
+	 * must be private anonymous memory; shared or hugetlb memory (and
+	 * guest_memfd) is refused by the kernel with EINVAL.
+	 */
+	if (c->resolve == UKVM_RESOLVE_MOVE && c->uffd_mode != UKVM_UFFD_MISSING)
+		BAD("resolve move applies to uffd_mode missing only (a MINOR fault's page "
+		    "is in the page cache already: nothing to move)");
+	if (c->resolve == UKVM_RESOLVE_MOVE && c->backing != UKVM_BACKING_ANONYMOUS &&
+	    c->backing != UKVM_BACKING_ANONYMOUS_THP)
+		BAD("resolve move needs private anonymous memory (backing anonymous or "
+		    "anonymous_thp): UFFDIO_MOVE cannot move pages of %s memory; use resolve "
+		    "copy", ukvm_backing_name(c->backing));
 	/* Before the lists are read: a count with a NULL list is the caller's bug. */
 	if (c->nr_pin_vcpus && !c->pin_vcpus)
 		BAD("pin_vcpus: nr_pin_vcpus is %u but the list is NULL", c->nr_pin_vcpus);

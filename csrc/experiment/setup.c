@@ -235,6 +235,21 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	/* Resolver vCPU: a fault is not queued; the access fails back to KVM_RUN. */
 	if (cfg->resolver == UKVM_RESOLVER_VCPU)
 		wanted |= UFFD_FEATURE_SIGBUS;
+	/* resolve move: UFFDIO_MOVE, which kernels from 6.8 announce with UFFD_FEATURE_MOVE. */
+	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_MOVE) {
+#ifdef UKVM_TEST_HOOKS
+		if (cfg->inject == UKVM_INJECT_NO_MOVE)
+			available &= ~(uint64_t)UFFD_FEATURE_MOVE;	/* as a kernel before 6.8 */
+#endif
+		if (!(available & UFFD_FEATURE_MOVE)) {
+			ukvm_err_set(err, UKVM_ERR_HOST, 0,
+				     "resolve move: this kernel's userfaultfd has no UFFDIO_MOVE "
+				     "(UFFD_FEATURE_MOVE, Linux 6.8 and later); use resolve copy, "
+				     "or a newer kernel");
+			return -EOPNOTSUPP;
+		}
+		wanted |= UFFD_FEATURE_MOVE;
+	}
 	exp->exact_address = wanted & UFFD_FEATURE_EXACT_ADDRESS;
 	if ((available & wanted) != wanted) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
@@ -358,7 +373,8 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 	exp->passes = cfg->passes;
 	exp->write_key = ukvm_splitmix64(&state);
 	exp->filled = cfg->prefault || cfg->uffd_mode == UKVM_UFFD_MINOR ||
-		      (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY);
+		      (cfg->uffd_mode == UKVM_UFFD_MISSING && (cfg->resolve == UKVM_RESOLVE_COPY ||
+						       cfg->resolve == UKVM_RESOLVE_MOVE));
 	exp->slice_size = cfg->mem_per_vcpu;
 	exp->region_size = cfg->overlap ? cfg->mem_per_vcpu : cfg->mem_per_vcpu * cfg->vcpus;
 

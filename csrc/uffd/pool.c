@@ -26,6 +26,23 @@
  * UFFDIO_COPY's data goes in with the copy, stamped: each reader has a
  * source of its own for pages up to 2 MiB, and 1 GiB pages share one per
  * uffd under a lock (struct ukvm_source in pool.h says why).
+ *
+ * resolve move (UFFDIO_MOVE, Linux 6.8+): the page a fault gets is one the
+ * reader has received into a buffer of its own, then moved into place
+ * without a copy. The kernel takes the page out of the buffer (it is a
+ * hole there afterwards) and accepts only private anonymous pages that are
+ * present and not shared with another process (EBUSY: a fork's copy-on-
+ * write page). So each reader stages pages in a private anonymous area
+ * (MADV_DONTFORK: a fork of this process leaves its pages exclusive),
+ * MOVE_STAGE_BYTES of 4 KiB pages or one 2 MiB page (anonymous_thp,
+ * 2 MiB aligned, MADV_HUGEPAGE, so that a whole huge page moves at once),
+ * takes the next page per fault, stamps and moves it, and refills the area
+ * once it is used up: one MADV_POPULATE_WRITE faults all its pages in
+ * again, and the template is written over them (what receiving them would
+ * cost), on the fault that finds it used up (every 64th of 4 KiB, every
+ * 2 MiB one). The template goes in before the move like a copy's data: the
+ * page is whole when it appears. A 2 MiB page that the kernel gave the
+ * area as a huge page moves whole (one PMD), and stays a huge mapping.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -58,11 +75,15 @@
 #define EV_STOP			1
 /* A leaving io_uring reader waits this long at most for its ring to let go of the uffd. */
 #define RING_CANCEL_NS		(100 * NSEC_PER_MSEC)
+/* resolve move: a reader's staging area for 4 KiB pages (64 pages, refilled in one call). */
+#define MOVE_STAGE_BYTES	(256ULL << 10)
 
 static const char *resolve_name(const struct ukvm_pool *pool)
 {
 	if (pool->mode == UKVM_UFFD_MINOR)
 		return "UFFDIO_CONTINUE";
+	if (pool->resolve == UKVM_RESOLVE_MOVE)
+		return "UFFDIO_MOVE";
 	return pool->resolve == UKVM_RESOLVE_ZEROPAGE ? "UFFDIO_ZEROPAGE" : "UFFDIO_COPY";
 }
 
@@ -98,6 +119,76 @@ static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 	ukvm_fill_stamp(source->buffer, pool->page_size, gpa);
 	ret = ukvm_uffd_copy(pool->uffd, addr, source->buffer, pool->page_size);
 	pthread_mutex_unlock(&source->lock);
+	return ret;
+}
+
+/* resolve move: every page of the staging area present again, holding the template. */
+static void stage_refill(struct ukvm_reader *r)
+{
+	uint64_t len = (uint64_t)r->stage_pages * r->pool->page_size;
+
+	/* Best effort (Linux 5.14+): without it, the template's writes fault the pages in. */
+	madvise(r->stage, len, MADV_POPULATE_WRITE);
+	ukvm_fill_template(r->stage, len);
+	r->stage_next = 0;
+}
+
+/*
+ * resolve move: the reader's staging area, page-aligned to the pool's page
+ * size (a 2 MiB page moves whole only from a 2 MiB aligned huge page), and
+ * filled.
+ */
+static int stage_create(struct ukvm_reader *r, struct ukvm_error *err)
+{
+	struct ukvm_pool *pool = r->pool;
+	uint64_t page = pool->page_size;
+	uint64_t pages = page < MOVE_STAGE_BYTES ? MOVE_STAGE_BYTES / page : 1;
+	uint64_t len = pages * page, slack = page > UKVM_PAGE_SIZE ? page : 0;
+	uint8_t *p, *aligned;
+
+	p = mmap(NULL, len + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "%s: mmap(staging area for UFFDIO_MOVE, "
+			     "%llu bytes)", r->who, (unsigned long long)(len + slack));
+		return -ENOMEM;
+	}
+	aligned = (uint8_t *)(uintptr_t)ALIGN_UP((uintptr_t)p, page);
+	if (aligned > p)
+		munmap(p, (size_t)(aligned - p));
+	if (p + len + slack > aligned + len)
+		munmap(aligned + len, (size_t)(p + len + slack - (aligned + len)));
+	r->stage = aligned;
+	r->stage_pages = (uint32_t)pages;
+	/* Huge pages where the pool's are huge (best effort: 4 KiB pages move too, one by one). */
+	madvise(aligned, len, page > UKVM_PAGE_SIZE ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+	if (madvise(aligned, len, MADV_DONTFORK)) {
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "%s: madvise(staging area, MADV_DONTFORK)",
+			     r->who);
+		return -EINVAL;
+	}
+	stage_refill(r);
+	return 0;
+}
+
+/*
+ * resolve move: the next staged page, stamped, moved to addr. 0, -EEXIST
+ * (resolved already) or -errno. A 4 KiB page that met EEXIST is still
+ * there and serves the next fault; a larger one may have moved in part,
+ * so it counts as used.
+ */
+static int reader_move(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
+{
+	uint64_t page = r->pool->page_size;
+	uint8_t *src;
+	int ret;
+
+	if (r->stage_next == r->stage_pages)
+		stage_refill(r);
+	src = r->stage + (uint64_t)r->stage_next * page;
+	ukvm_fill_stamp(src, page, gpa);
+	ret = ukvm_uffd_move(r->pool->uffd, addr, src, page);
+	if (!ret || (ret == -EEXIST && page > UKVM_PAGE_SIZE))
+		r->stage_next++;
 	return ret;
 }
 
@@ -247,6 +338,9 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 	} else if (pool->resolve == UKVM_RESOLVE_ZEROPAGE) {
 		ret = ukvm_uffd_zeropage(pool->uffd, addr, pool->page_size);
 		r->stats.zeropages++;
+	} else if (pool->resolve == UKVM_RESOLVE_MOVE) {
+		ret = reader_move(r, addr, gpa);
+		r->stats.moves++;
 	} else {
 		ret = reader_copy(r, addr, gpa);
 		r->stats.copies++;
@@ -663,6 +757,12 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 		}
 		ukvm_fill_template(r->src, pool->page_size);
 	}
+	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_MOVE) {
+		int ret = stage_create(r, err);
+
+		if (ret)
+			return ret;
+	}
 	if (pool->resolver == UKVM_RESOLVER_VCPU)
 		return 0;	/* a vCPU thread: it waits for nothing */
 	if (pool->wait == UKVM_WAIT_IO_URING)
@@ -921,6 +1021,8 @@ int ukvm_pool_destroy(struct ukvm_pool *pool)
 		r->ring = NULL;
 		if (r->src)
 			munmap(r->src, pool->page_size);
+		if (r->stage)
+			munmap(r->stage, (uint64_t)r->stage_pages * pool->page_size);
 	}
 	free(pool->readers);
 	pool->readers = NULL;

@@ -56,6 +56,10 @@ struct ukvm_reader {
 	int epfd;
 	struct ukvm_ring *ring;		/* wait io_uring: the reader's own ring (ring.h) */
 	uint8_t *src;			/* up to 2 MiB pages: UFFDIO_COPY source, stamped per fault */
+	/* resolve move: the staging area (pool.c), stage_pages pages, the next at stage_next */
+	uint8_t *stage;
+	uint32_t stage_pages;
+	uint32_t stage_next;
 	int cpu;			/* pinned to, or -1 */
 	uint64_t rng;			/* delay distribution state */
 	struct ukvm_thread_state state;	/* where it is, for one that would not stop */

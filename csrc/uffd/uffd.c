@@ -206,6 +206,21 @@ static int try_continue(int uffd, uint64_t addr, uint64_t len, const uint8_t *sr
 	return ret;
 }
 
+/*
+ * A short move (an error after some pages) fails with EAGAIN and .move the
+ * bytes moved: resolve() goes on from there, as it does for a short copy.
+ */
+static int try_move(int uffd, uint64_t addr, uint64_t len, const uint8_t *src, int64_t *done)
+{
+	struct uffdio_move move = {
+		.dst = addr, .src = (uint64_t)(uintptr_t)src, .len = len, .mode = 0,
+	};
+	int ret = ioctl(uffd, UFFDIO_MOVE, &move) ? -errno : 0;
+
+	*done = move.move;
+	return ret;
+}
+
 #ifdef UKVM_TEST_HOOKS
 /* UKVM_INJECT_RESOLVE_EAGAIN: every try fails with EAGAIN for inject_after ms from the first. */
 static bool injected_eagain(void)
@@ -290,6 +305,11 @@ static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t add
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len)
 {
 	return resolve("UFFDIO_COPY", try_copy, uffd, dst, src, len);
+}
+
+int ukvm_uffd_move(int uffd, uint64_t dst, void *src, uint64_t len)
+{
+	return resolve("UFFDIO_MOVE", try_move, uffd, dst, src, len);
 }
 
 int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len)

@@ -31,5 +31,12 @@ void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who);
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len);
 int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len);
 int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len);
+/*
+ * UFFDIO_MOVE of the present private anonymous pages at src to dst: after
+ * it, src is a hole. 0, -EEXIST (dst resolved already: src is untouched, or
+ * for a page of several 4 KiB pages, maybe partly moved), or another -errno
+ * (EBUSY: a src page is shared, e.g. after a fork; ENOENT: src has a hole).
+ */
+int ukvm_uffd_move(int uffd, uint64_t dst, void *src, uint64_t len);
 
 #endif

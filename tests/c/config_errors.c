@@ -81,6 +81,24 @@ static void region_over_64t(struct ukvm_config *c)
 	c->backing = UKVM_BACKING_ANONYMOUS_HUGETLB;
 	c->mem_per_vcpu = (UINT64_C(1) << 45) + 2 * MiB;
 }
+/* UFFDIO_MOVE moves private anonymous pages only, and resolves MISSING faults only. */
+static void move_shmem(struct ukvm_config *c)
+{
+	c->backing = UKVM_BACKING_SHMEM;
+	c->resolve = UKVM_RESOLVE_MOVE;
+}
+static void move_hugetlb(struct ukvm_config *c)
+{
+	c->backing = UKVM_BACKING_ANONYMOUS_HUGETLB;
+	c->mem_per_vcpu = 2 * MiB;
+	c->resolve = UKVM_RESOLVE_MOVE;
+}
+static void move_minor(struct ukvm_config *c)
+{
+	c->backing = UKVM_BACKING_SHMEM;
+	c->uffd_mode = UKVM_UFFD_MINOR;
+	c->resolve = UKVM_RESOLVE_MOVE;
+}
 static void region_wraps_4_vcpus(struct ukvm_config *c)
 {
 	c->vcpus = 4;
@@ -115,6 +133,10 @@ static const struct bad bads[] = {
 	  overlap_region_over_64t },
 	{ "2 vCPUs x (32 TiB + 2 MiB) of hugetlb", "mem_per_vcpu", region_over_64t },
 	{ "4 vCPUs x 2^62 bytes", "mem_per_vcpu", region_wraps_4_vcpus },
+	{ "resolve move on shmem", "resolve move needs private anonymous", move_shmem },
+	{ "resolve move on hugetlb", "resolve move needs private anonymous", move_hugetlb },
+	{ "resolve move, uffd_mode minor", "resolve move applies to uffd_mode missing",
+	  move_minor },
 };
 
 int main(void)

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * How MISSING faults are resolved: UFFDIO_COPY of a page of known data, or
- * UFFDIO_ZEROPAGE. Each reader counts the ioctls it ran, and memory says
- * which one it was: after ZEROPAGE every page the guest only read is zero
- * (verification expects exactly that: a copy would have stamped the page's
- * address into it), and the guest's checksum of what it read is 0.
+ * How MISSING faults are resolved: UFFDIO_COPY of a page of known data,
+ * UFFDIO_ZEROPAGE, or UFFDIO_MOVE of a staged page of known data. Each
+ * reader counts the ioctls it ran, and memory says which one it was: after
+ * ZEROPAGE every page the guest only read is zero (verification expects
+ * exactly that: a copy would have stamped the page's address into it), and
+ * the guest's checksum of what it read is 0; after MOVE every page holds
+ * its stamp, as after COPY.
  */
 #include "helpers.h"
 
@@ -20,6 +22,7 @@ static void check_ioctls(const struct ukvm_result *r, const char *want)
 		CHECK_EQ(x->copies, strcmp(want, "copy") ? 0 : all);
 		CHECK_EQ(x->zeropages, strcmp(want, "zeropage") ? 0 : all);
 		CHECK_EQ(x->continues, strcmp(want, "continue") ? 0 : all);
+		CHECK_EQ(x->moves, strcmp(want, "move") ? 0 : all);
 	}
 }
 
@@ -107,6 +110,37 @@ int main(void)
 			cfg.readers = 2;
 			run_resolved(&cfg, "copy");
 		}
+	}
+
+	/* UFFDIO_MOVE: more faults per reader than a staging area holds (64 pages). */
+	UKT_CASE("move: per-vCPU uffds, 2 readers, reads and writes") {
+		cfg = ukt_small();
+		cfg.vcpus = 2;
+		cfg.mem_per_vcpu = MiB;
+		cfg.resolve = UKVM_RESOLVE_MOVE;
+		cfg.write_percent = 50;
+		cfg.pattern = UKVM_PATTERN_RANDOM;
+		cfg.readers = 2;
+		run_resolved(&cfg, "move");
+	}
+	UKT_CASE("move, overlap: readers race for the same pages (EEXIST)") {
+		cfg = ukt_small();
+		cfg.vcpus = 3;
+		cfg.mem_per_vcpu = MiB;
+		cfg.overlap = true;
+		cfg.resolve = UKVM_RESOLVE_MOVE;
+		cfg.write_percent = 0;
+		cfg.readers = 3;
+		run_resolved(&cfg, "move");
+	}
+	UKT_CASE("resolver vcpu: move, one uffd") {
+		cfg = ukt_small();
+		cfg.vcpus = 2;
+		cfg.mem_per_vcpu = MiB;
+		cfg.single_uffd = true;
+		cfg.write_percent = 50;
+		cfg.resolve = UKVM_RESOLVE_MOVE;
+		run_by_vcpus(cfg, "move");
 	}
 
 	UKT_CASE("continue: MINOR on shmem") {

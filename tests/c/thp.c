@@ -4,8 +4,8 @@
  * at a time, so each 2 MiB piece of the region faults once, whichever of
  * its 512 pages the guest touches first (the trace says which pieces), and
  * the guest still touches, and the host still verifies, every 4 KiB page.
- * UFFDIO_COPY and UFFDIO_ZEROPAGE of 2 MiB, one reader and several, guest
- * mappings of 4 KiB and 2 MiB, and no userfaultfd at all.
+ * UFFDIO_COPY, UFFDIO_ZEROPAGE and UFFDIO_MOVE of 2 MiB, one reader and
+ * several, guest mappings of 4 KiB and 2 MiB, and no userfaultfd at all.
  */
 #include "helpers.h"
 
@@ -47,6 +47,26 @@ int main(void)
 		cfg = ukt_small();
 		cfg.mem_per_vcpu = 4 * MiB;
 		cfg.overlap = true;
+		cfg.readers = 2;
+		cfg.trace_faults = true;
+		ukt_run_2m_pages(&cfg, UKVM_BACKING_ANONYMOUS_THP);
+	}
+
+	UKT_CASE("move, 2 readers per uffd, write_percent 50") {
+		cfg = ukt_small();
+		cfg.mem_per_vcpu = 4 * MiB;
+		cfg.resolve = UKVM_RESOLVE_MOVE;
+		cfg.readers = 2;
+		cfg.write_percent = 50;
+		cfg.trace_faults = true;
+		ukt_run_2m_pages(&cfg, UKVM_BACKING_ANONYMOUS_THP);
+	}
+
+	UKT_CASE("move, overlap: 2 vCPUs race for each 2 MiB page") {
+		cfg = ukt_small();
+		cfg.mem_per_vcpu = 4 * MiB;
+		cfg.overlap = true;
+		cfg.resolve = UKVM_RESOLVE_MOVE;
 		cfg.readers = 2;
 		cfg.trace_faults = true;
 		ukt_run_2m_pages(&cfg, UKVM_BACKING_ANONYMOUS_THP);
