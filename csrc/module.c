@@ -395,6 +395,7 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_u64(d, "eexist", r->eexist) || set_u64(d, "busy_ns", r->busy_ns) ||
 	    set_u64(d, "tid", (uint64_t)r->tid) || set_u64(d, "copies", r->copies) ||
 	    set_u64(d, "zeropages", r->zeropages) || set_u64(d, "continues", r->continues) ||
+	    set_u64(d, "unprotects", r->unprotects) ||
 	    set_u64(d, "context_switches", r->context_switches) ||
 	    set_u64(d, "voluntary_context_switches", r->voluntary_context_switches) ||
 	    set_u64(d, "cpu_ns", r->cpu_ns) || set_u64(d, "reads", r->reads) ||
@@ -716,6 +717,7 @@ static int add_constants(PyObject *m)
 		{ "UFFD_NONE", UKVM_UFFD_NONE },
 		{ "UFFD_MISSING", UKVM_UFFD_MISSING },
 		{ "UFFD_MINOR", UKVM_UFFD_MINOR },
+		{ "UFFD_WP", UKVM_UFFD_WP },
 		{ "WAIT_POLL", UKVM_WAIT_POLL },
 		{ "WAIT_EPOLL", UKVM_WAIT_EPOLL },
 		{ "WAIT_EPOLL_EXCLUSIVE", UKVM_WAIT_EPOLL_EXCLUSIVE },
@@ -745,6 +747,8 @@ static int add_constants(PyObject *m)
 		{ "INJECT_UNFAULTED_PAGE", UKVM_INJECT_UNFAULTED_PAGE },
 		{ "INJECT_TSC_JUMP", UKVM_INJECT_TSC_JUMP },
 		{ "INJECT_NO_EXACT_ADDRESS", UKVM_INJECT_NO_EXACT_ADDRESS },
+		{ "INJECT_WP_NO_SAVE", UKVM_INJECT_WP_NO_SAVE },
+		{ "INJECT_NO_WP_FEATURES", UKVM_INJECT_NO_WP_FEATURES },
 #endif
 	};
 	size_t i;

@@ -77,6 +77,15 @@ enum ukvm_uffd_mode {
 	UKVM_UFFD_NONE = 0,	/* no userfaultfd: the kernel pages memory in */
 	UKVM_UFFD_MISSING,	/* resolve with UFFDIO_COPY */
 	UKVM_UFFD_MINOR,	/* page cache prefilled; resolve with UFFDIO_CONTINUE */
+	/*
+	 * Write-protect (QEMU's background snapshot): the region is filled and
+	 * write-protected before the vCPUs start; the guest's first write to a
+	 * page faults (UFFD_PAGEFAULT_FLAG_WP), the resolver copies the page's
+	 * old contents into the snapshot and un-protects it (UFFDIO_WRITEPROTECT
+	 * mode 0, which wakes the vCPU). Reads never fault. 4 KiB backings only
+	 * (anonymous, shmem).
+	 */
+	UKVM_UFFD_WP,
 	UKVM_UFFD__COUNT
 };
 
@@ -262,6 +271,7 @@ struct ukvm_reader_result {
 	uint64_t copies;	/* UFFDIO_COPY */
 	uint64_t zeropages;	/* UFFDIO_ZEROPAGE */
 	uint64_t continues;	/* UFFDIO_CONTINUE */
+	uint64_t unprotects;	/* UFFDIO_WRITEPROTECT mode 0 (uffd_mode wp) */
 	uint64_t reads;		/* read(2)s of the uffd that returned messages */
 	/* [n]: reads that returned n messages; [0]: reads after a full batch
 	 * that found the uffd empty (not in reads) */

@@ -47,6 +47,8 @@ FAULTS = {
     # the guest TSC reads `after` cycles on after the walk
     "tsc_jump": _core.INJECT_TSC_JUMP,
     "no_exact_address": _core.INJECT_NO_EXACT_ADDRESS,  # hugetlb faults name the huge page's start
+    "wp_no_save": _core.INJECT_WP_NO_SAVE,  # uffd_mode wp: un-protected without saving the old page
+    "no_wp_features": _core.INJECT_NO_WP_FEATURES,  # a kernel without uffd-wp (features masked)
 }
 
 

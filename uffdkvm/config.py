@@ -27,7 +27,9 @@ BACKING_PAGE_SIZES = {
 BACKINGS = tuple(BACKING_PAGE_SIZES)
 SHARED_BACKINGS = ("shmem", "shared_hugetlb", "guest_memfd")
 HUGETLB_BACKINGS = ("anonymous_hugetlb", "anonymous_hugetlb_1gb", "shared_hugetlb")
-UFFD_MODES = ("missing", "minor")
+UFFD_MODES = ("missing", "minor", "wp")
+#: Backings uffd_mode="wp" runs on: 4 KiB pages, saved and verified one at a time.
+WP_BACKINGS = ("anonymous", "shmem")
 WAITS = ("poll", "epoll", "epoll_exclusive", "read", "spin", "io_uring")
 RESOLVERS = ("readers", "vcpu")
 GUEST_PAGE_SIZES = {"4K": PAGE_SIZE, "2M": _2M, "1G": _1G}
@@ -175,8 +177,13 @@ class Config:
                      "guest_memfd"; faults are resolved at its page size
     uffd_mode        "missing" (UFFDIO_COPY or UFFDIO_ZEROPAGE), "minor"
                      (UFFDIO_CONTINUE after the page cache is prefilled; shared
-                     backings only), or None: no userfaultfd, the kernel pages
-                     memory in itself (the baseline)
+                     backings only), "wp" (write-protect, QEMU's background
+                     snapshot: the region is filled and write-protected before
+                     the vCPUs start; the guest's first write to a page faults,
+                     the resolver saves the page's old contents into a snapshot
+                     and un-protects it with UFFDIO_WRITEPROTECT; reads never
+                     fault; anonymous and shmem only), or None: no userfaultfd,
+                     the kernel pages memory in itself (the baseline)
     single_uffd      one uffd for the whole region instead of one per vCPU
     resolver         who resolves a fault: "readers" (reader threads read the
                      uffd's messages while the faulting vCPU sleeps in the
@@ -307,7 +314,7 @@ class Config:
         if isinstance(mode, str) and mode.lower() == "none":
             mode = None
         if mode is not None and not (isinstance(mode, str) and mode.lower() in UFFD_MODES):
-            raise ConfigError(f"uffd_mode: {mode!r} is not one of 'missing', 'minor' or None "
+            raise ConfigError(f"uffd_mode: {mode!r} is not one of 'missing', 'minor', 'wp' or None "
                               f"(no userfaultfd: the kernel pages memory in itself)",
                               field="uffd_mode")
         put(self, "uffd_mode", None if mode is None else mode.lower())
@@ -359,6 +366,13 @@ class Config:
                 f"MINOR faults come from pages that are in the page cache but not mapped, "
                 f"and {self.backing!r} memory has no page cache. Use backing='shmem' or "
                 f"uffd_mode='missing'", field="uffd_mode")
+        if self.uffd_mode == "wp" and self.backing not in WP_BACKINGS:
+            raise ConfigError(
+                f"uffd_mode: 'wp' runs on {' or '.join(repr(b) for b in WP_BACKINGS)} memory, "
+                f"not {self.backing!r}: the snapshot is saved and verified a 4 KiB page at a "
+                f"time (a huge page's first write would save it whole), and guest_memfd "
+                f"cannot be registered with userfaultfd. Use backing='anonymous' or 'shmem'",
+                field="uffd_mode")
         if self.resolve == "zeropage" and self.uffd_mode != "missing":
             raise ConfigError("resolve: 'zeropage' resolves missing faults only; use "
                               "uffd_mode='missing' or resolve='copy'", field="resolve")

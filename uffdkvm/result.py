@@ -64,7 +64,9 @@ class VcpuStats:
     faults           faults of this vCPU that a reader resolved
                      (UFFD_FEATURE_THREAD_ID): as Result.faults and
                      ReaderStats.faults count, EEXIST ones not included;
-                     None with stats="basic"
+                     with uffd_mode="wp", the write-protect faults: first
+                     writes to pages (reads do not fault); None with
+                     stats="basic"
     eexist           fault messages of this vCPU that a reader found
                      already resolved (another vCPU's fault on the same
                      page came first): faults + eexist are the messages it
@@ -147,6 +149,11 @@ class ReaderStats:
     copies, zeropages, continues
                       messages it resolved with UFFDIO_COPY, UFFDIO_ZEROPAGE,
                       UFFDIO_CONTINUE (EEXIST ones included)
+    unprotects        uffd_mode="wp": WP fault messages it answered by saving
+                      the page's old contents and un-protecting it with
+                      UFFDIO_WRITEPROTECT (EEXIST ones included: another
+                      vCPU's write to a page already being saved); 0 for the
+                      other modes and in older JSON
     busy_seconds      service time summed: from reading a message to its
                       resolving ioctl returning (the per-fault delay
                       included); None with stats="basic", which reads no clocks
@@ -194,6 +201,7 @@ class ReaderStats:
     read_sizes: tuple[int, ...] = ()
     voluntary_context_switches: int = 0
     ring_completions: int = 0
+    unprotects: int = 0
 
     def __repr__(self) -> str:
         busy = "None" if self.busy_seconds is None else f"{self.busy_seconds:.3g}"
@@ -257,7 +265,9 @@ class Result:
                    the last vCPU reporting done (thread start-up and joining
                    left out)
     faults         faults resolved by all readers (EEXIST not counted; see
-                   ``eexist`` for those)
+                   ``eexist`` for those); with uffd_mode="wp", write-protect
+                   faults: one per page the guest writes (write_percent),
+                   none for pages it only reads
     paging_rate    pages/s as upstream's demand_paging_test computes it:
                    pages_per_vcpu * vcpus / seconds; with passes > 1, over the
                    first pass (the one that demand-pages): from the threads'
@@ -485,7 +495,8 @@ class Result:
                         continues=r["continues"], reads=r["reads"],
                         voluntary_context_switches=r["voluntary_context_switches"],
                         read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]),
-                        ring_completions=r["ring_completions"])
+                        ring_completions=r["ring_completions"],
+                        unprotects=r["unprotects"])
             for r in raw["readers"])
         # demand_paging_test's window: the vCPU threads' creation to their join.
         seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS

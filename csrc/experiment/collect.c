@@ -200,7 +200,8 @@ out:
  * accounting, so that a run whose pages arrived some other way (a kernel
  * that maps them without asking) is not reported as verified.
  */
-static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log)
+static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log,
+				  uint64_t wp_written)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
@@ -212,7 +213,11 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 		resolved += res->readers[i].faults;
 		messages += res->readers[i].faults + res->readers[i].eexist;
 	}
-	if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault)
+	if (cfg->uffd_mode == UKVM_UFFD_WP) {
+		/* Only writes fault, once per page, whatever prefault did. */
+		expected = wp_written;
+		how = wp_written ? "" : " (the guest wrote no page: write_percent)";
+	} else if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault)
 		expected = exp->region_size / exp->mem.page_size;
 	else if (cfg->uffd_mode != UKVM_UFFD_NONE)
 		how = " (prefault populated every page before the vCPUs started)";
@@ -224,11 +229,14 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 			 "userfaultfd resolved %llu faults (%llu messages), expected %llu%s%s",
 			 (unsigned long long)resolved, (unsigned long long)messages,
 			 (unsigned long long)expected,
-			 expected ? ": one per page of the region" : "", how);
+			 !expected ? "" : cfg->uffd_mode == UKVM_UFFD_WP ?
+			 ": one per page the guest wrote" : ": one per page of the region", how);
 		res->verified = false;
 		return;
 	}
-	if (expected && res->stats_full && log->pages_not_once) {
+	/* WP: pages only read never fault; the snapshot's check stands for this one. */
+	if (expected && res->stats_full && log->pages_not_once &&
+	    cfg->uffd_mode != UKVM_UFFD_WP) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "%llu pages were not resolved exactly once: the page at gpa 0x%llx "
 			 "was %s", (unsigned long long)log->pages_not_once,
@@ -259,7 +267,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
 	struct ukvm_faultlog log = { 0 };
-	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0;
+	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0, wp_written = 0;
 	struct ukvm_verify_params vp = {
 		.filled = exp->filled,
 		.written_visits = exp->passes * (cfg->overlap ? cfg->vcpus : 1),
@@ -383,7 +391,17 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	if (res->bad_pages)
 		res->verified = false;
+	if (res->verified && cfg->uffd_mode == UKVM_UFFD_WP) {
+		vp.hva = exp->snapshot;
+		vp.gpa = exp->region_gpa;
+		vp.size = exp->region_size;
+		res->bad_pages += ukvm_verify_snapshot(&vp, &exp->ctl, &wp_written,
+						       res->verify_message,
+						       sizeof(res->verify_message));
+		if (res->bad_pages)
+			res->verified = false;
+	}
 	if (res->verified)
-		collect_verify_faults(exp, &log);
+		collect_verify_faults(exp, &log, wp_written);
 	return 0;
 }

@@ -57,6 +57,7 @@ const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m)
 		[UKVM_UFFD_NONE] = "none",
 		[UKVM_UFFD_MISSING] = "missing",
 		[UKVM_UFFD_MINOR] = "minor",
+		[UKVM_UFFD_WP] = "wp",
 	};
 
 	return (unsigned)m < ARRAY_SIZE(names) ? names[m] : "?";
@@ -143,6 +144,16 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		BAD("uffd_mode minor needs a shared backing (shmem, shared_hugetlb, "
 		    "guest_memfd): MINOR faults happen when the page cache has the page but "
 		    "the mapping does not, and %s memory has no page cache",
+		    ukvm_backing_name(c->backing));
+	/*
+	 * The snapshot keeps one 4 KiB slot per page and verification checks it
+	 * per 4 KiB page; a huge page's first write would save 2 MiB at once,
+	 * and guest_memfd cannot be registered with userfaultfd.
+	 */
+	if (c->uffd_mode == UKVM_UFFD_WP && c->backing != UKVM_BACKING_ANONYMOUS &&
+	    c->backing != UKVM_BACKING_SHMEM)
+		BAD("uffd_mode wp needs a 4 KiB backing (anonymous or shmem), not %s: the "
+		    "snapshot is saved and verified a 4 KiB page at a time",
 		    ukvm_backing_name(c->backing));
 	if ((unsigned)c->pattern >= UKVM_PATTERN__COUNT)
 		BAD("pattern: unknown value %d", c->pattern);

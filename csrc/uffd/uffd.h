@@ -31,5 +31,11 @@ void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who);
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len);
 int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len);
 int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len);
+/*
+ * UFFDIO_WRITEPROTECT over [addr, addr + len): protect sets the uffd-wp bit
+ * (writes then fault); !protect clears it and wakes the threads waiting on
+ * the range. 0 or -errno, EAGAIN retried as above.
+ */
+int ukvm_uffd_writeprotect(int uffd, uint64_t addr, uint64_t len, bool protect);
 
 #endif
