@@ -47,6 +47,7 @@ static const struct field config_fields[] = {
 	FIELD(mem_per_vcpu, F_U64),
 	FIELD(backing, F_ENUM),
 	FIELD(uffd_mode, F_ENUM),
+	FIELD(wp_async, F_BOOL),
 	FIELD(single_uffd, F_BOOL),
 	FIELD(readers, F_U32),
 	FIELD(resolver, F_ENUM),
@@ -465,6 +466,7 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 					   : Py_NewRef(Py_None)) ||
 	    set_obj(d, "verified", PyBool_FromLong(res->verified)) ||
 	    set_u64(d, "bad_pages", res->bad_pages) ||
+	    set_u64(d, "dirty_pages", res->dirty_pages) ||
 	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
 	    set_obj(d, "vcpus", list_of(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus),
 					 vcpu_item, res)) ||

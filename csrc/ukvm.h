@@ -176,6 +176,13 @@ struct ukvm_config {
 	uint64_t mem_per_vcpu;		/* bytes, a multiple of 4 KiB */
 	enum ukvm_backing backing;
 	enum ukvm_uffd_mode uffd_mode;
+	/*
+	 * uffd_mode wp: UFFD_FEATURE_WP_ASYNC (Linux 6.7+). No fault is
+	 * delivered: the kernel un-protects a page as the guest first writes
+	 * it, and after the run PAGEMAP_SCAN collects the pages written
+	 * (ukvm_result.dirty_pages): dirty tracking, with no snapshot.
+	 */
+	bool wp_async;
 	bool single_uffd;		/* one uffd for the whole region */
 	enum ukvm_resolver resolver;
 	uint32_t readers;		/* reader threads per uffd (resolver readers) */
@@ -329,6 +336,7 @@ struct ukvm_result {
 	uint64_t *vm_stats;
 	uint32_t nr_vcpu_stats;
 	char **vcpu_stat_names;	/* values in each ukvm_vcpu_result.kvm_stats */
+	uint64_t dirty_pages;	/* wp_async: pages PAGEMAP_SCAN found written */
 	bool verified;		/* every page holds what it must */
 	uint64_t bad_pages;	/* pages that did not, when !verified */
 	char verify_message[256]; /* the first bad page, explained */

@@ -34,6 +34,7 @@ RESOLVERS = [
     (("missing", "shmem", "copy"), "UFFDIO_COPY"),
     (("missing", "shmem", "zeropage"), "UFFDIO_ZEROPAGE"),
     (("minor", "shmem", "copy"), "UFFDIO_CONTINUE"),
+    (("wp", "anonymous", "copy"), "UFFDIO_WRITEPROTECT"),
 ]
 
 
@@ -45,11 +46,12 @@ def every_thread_and_fd_given_back(released):
 def test_every_fault_kind_is_tested():
     """A fault added to the core without a test fails this: the failures are
     tested here; the clock shifts in test_timeline.py, the unfaulted page in
-    test_accounting.py."""
+    test_accounting.py, the write-protect ones in test_wp.py."""
     assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
                            "thread_create", "corrupt_page", "reader_stall", "vcpu_stall",
                            "resolve_eagain", "reader_crash", "tsc_offset", "no_kvm_tsc_offset",
-                           "unfaulted_page", "tsc_jump", "no_exact_address"}
+                           "unfaulted_page", "tsc_jump", "no_exact_address", "wp_no_save",
+                           "no_wp_features"}
 
 
 def test_an_unknown_fault_is_refused():

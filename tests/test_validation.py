@@ -92,6 +92,8 @@ BAD = [
     (dict(stats="none"), "stats", "'full', 'basic'"),
     (dict(guest_timing=1), "guest_timing", "expected True or False"),
     (dict(trace_faults="yes"), "trace_faults", "expected True or False"),
+    (dict(wp_async="yes"), "wp_async", "expected True or False"),
+    (dict(wp_async=True), "wp_async", "uffd_mode='wp' only"),
     (dict(timeout_s=0), "timeout_s", "a positive number of seconds"),
     (dict(timeout_s=-1.0), "timeout_s", "a positive number of seconds"),
     (dict(timeout_s=math.nan), "timeout_s", "a positive number of seconds"),

@@ -50,6 +50,15 @@ def test_every_page_written_faults_once_and_verifies(kvm, fields):
     _unprotected_every_message(r)
 
 
+def _written_by_the_kernels_flag(backing: str, seed: int) -> set[int]:
+    """The pages a MISSING run of the same walk saw written: the kernel's
+    UFFD_PAGEFAULT_FLAG_WRITE in its trace, a record the WP code never made."""
+    missing = run_or_skip(vcpus=2, mem_per_vcpu="1M", backing=backing, write_percent=50,
+                          seed=seed, trace_faults=True)
+    t = Trace(missing.fault_trace)
+    return set(t.gpa[t.write].tolist())
+
+
 @pytest.mark.parametrize("backing", ["anonymous", "shmem"])
 def test_only_the_pages_the_kernel_saw_written_fault(kvm, backing):
     """write_percent=50: the pages that WP-faulted are exactly the pages a
@@ -57,10 +66,8 @@ def test_only_the_pages_the_kernel_saw_written_fault(kvm, backing):
     no page only read faulted."""
     seed = 7
     wp = _wp(backing=backing, write_percent=50, seed=seed, trace_faults=True)
-    missing = run_or_skip(vcpus=2, mem_per_vcpu="1M", backing=backing, write_percent=50,
-                          seed=seed, trace_faults=True)
-    t_wp, t_missing = Trace(wp.fault_trace), Trace(missing.fault_trace)
-    written = set(t_missing.gpa[t_missing.write].tolist())
+    t_wp = Trace(wp.fault_trace)
+    written = _written_by_the_kernels_flag(backing, seed)
     assert 0 < len(written) < 2 * PAGES
     assert wp.faults == len(written)
     assert set(t_wp.gpa.tolist()) == written
@@ -164,3 +171,48 @@ def test_memory_check_counts_the_snapshot(monkeypatch):
     with pytest.raises(uffdkvm.HostUnsupportedError, match="snapshot"):
         run_mod._check_fits_host(c)
     run_mod._check_fits_host(Config(mem_per_vcpu=region, uffd_mode="missing"))
+
+
+# ---- wp_async: UFFD_FEATURE_WP_ASYNC and PAGEMAP_SCAN ----
+
+@pytest.mark.parametrize("backing", ["anonymous", "shmem"])
+def test_async_delivers_no_faults_and_finds_exactly_the_pages_written(kvm, backing):
+    """No message reaches a reader; PAGEMAP_SCAN finds as many pages written
+    as the guest wrote (verification checks it page by page)."""
+    r = _wp(backing=backing, wp_async=True, write_percent=50, seed=7)
+    assert r.verified, r.verify_message
+    assert r.faults == r.eexist == 0
+    assert all(x.unprotects == 0 and x.wakeups == 0 for x in r.readers)
+    assert r.dirty_pages == len(_written_by_the_kernels_flag(backing, 7))
+    every = _wp(backing=backing, wp_async=True)
+    assert every.verified and every.dirty_pages == 2 * PAGES
+    none = _wp(backing=backing, wp_async=True, write_percent=0)
+    assert none.verified and none.dirty_pages == 0
+    assert _wp(backing=backing).dirty_pages is None  # synchronous: no scan
+
+
+def test_async_survives_json(kvm):
+    r = _wp(wp_async=True, write_percent=50)
+    back = Result.from_json(r.to_json())
+    assert back.config.wp_async and back.dirty_pages == r.dirty_pages
+
+
+def test_async_refusals_name_the_field():
+    with pytest.raises(ConfigError, match="uffd_mode='wp' only") as info:
+        Config(wp_async=True)
+    assert info.value.field == "wp_async"
+    with pytest.raises(ConfigError, match="resolver='vcpu'") as info:
+        Config(uffd_mode="wp", wp_async=True, resolver="vcpu")
+    assert info.value.field == "wp_async"
+
+
+def test_a_kernel_without_wp_async_is_a_host_error(kvm):
+    with pytest.raises(uffdkvm.HostUnsupportedError, match="WP_ASYNC"):
+        run_with_fault(Config(mem_per_vcpu="1M", uffd_mode="wp", wp_async=True),
+                       "no_wp_features")
+
+
+def test_cli_wp_async(kvm, capsys):
+    assert cli_main(["-u", "WP", "--wp-async", "-v", "2", "-b", "1M", "--json"]) == 0
+    r = Result.from_json(capsys.readouterr().out)
+    assert r.config.wp_async and r.verified and r.dirty_pages == 2 * PAGES

@@ -287,6 +287,9 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    help=f"distribution of -d: {', '.join(DELAY_DISTS)}")
     p.add_argument("--prefault", action="store_true",
                    help="populate all memory before the vCPUs start (no faults)")
+    p.add_argument("--wp-async", dest="wp_async", action="store_true",
+                   help="with -u WP: UFFD_FEATURE_WP_ASYNC (Linux 6.7+), no faults; the "
+                   "pages written are collected with PAGEMAP_SCAN after the run")
     p.add_argument("--guest-work", dest="guest_work", type=listed(int), default=d.guest_work,
                    metavar="N", help="guest busy-loop iterations after each page access "
                    "(4 instructions each; default 0)")

@@ -242,6 +242,11 @@ class Config:
     timeout_s        seconds before the run is abandoned with RunTimeoutError;
                      None: a generous limit from the size of the run
                      (see effective_timeout_s); math.inf: no limit
+    wp_async         uffd_mode="wp" only: UFFD_FEATURE_WP_ASYNC (Linux 6.7+), the
+                     dirty-tracking variant: no fault is delivered, the kernel
+                     un-protects each page on its first write, and after the
+                     run PAGEMAP_SCAN collects the pages written
+                     (Result.dirty_pages); no snapshot is saved
     """
 
     vcpus: int = 1
@@ -271,6 +276,7 @@ class Config:
     guest_timing: bool = False
     trace_faults: bool = False
     timeout_s: float | None = None
+    wp_async: bool = False
 
     if TYPE_CHECKING:
         # What the constructor takes, for type checkers; the annotations above
@@ -287,7 +293,8 @@ class Config:
                      resolve: str = ..., delay_dist: str = ...,
                      pin_vcpus: CpuList | None = ..., pin_readers: CpuList | None = ...,
                      prefault: bool = ..., stats: str = ..., guest_timing: bool = ...,
-                     trace_faults: bool = ..., timeout_s: float | None = ...) -> None: ...
+                     trace_faults: bool = ..., timeout_s: float | None = ...,
+                     wp_async: bool = ...) -> None: ...
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
@@ -349,6 +356,7 @@ class Config:
         put(self, "stats", _choice("stats", self.stats, STATS))
         put(self, "guest_timing", _flag("guest_timing", self.guest_timing))
         put(self, "trace_faults", _flag("trace_faults", self.trace_faults))
+        put(self, "wp_async", _flag("wp_async", self.wp_async))
         if self.trace_faults and self.stats != "full":
             raise ConfigError("trace_faults: needs stats='full' (stats='basic' keeps no "
                               "record of each fault)", field="trace_faults")
@@ -373,6 +381,14 @@ class Config:
                 f"time (a huge page's first write would save it whole), and guest_memfd "
                 f"cannot be registered with userfaultfd. Use backing='anonymous' or 'shmem'",
                 field="uffd_mode")
+        if self.wp_async and self.uffd_mode != "wp":
+            raise ConfigError(f"wp_async: applies to uffd_mode='wp' only, not "
+                              f"{self.uffd_mode!r}; set uffd_mode='wp' or leave wp_async "
+                              f"False", field="wp_async")
+        if self.wp_async and self.resolver == "vcpu":
+            raise ConfigError("wp_async: delivers no faults (the kernel un-protects each "
+                              "written page itself), so resolver='vcpu' would resolve "
+                              "nothing; use resolver='readers'", field="wp_async")
         if self.resolve == "zeropage" and self.uffd_mode != "missing":
             raise ConfigError("resolve: 'zeropage' resolves missing faults only; use "
                               "uffd_mode='missing' or resolve='copy'", field="resolve")

@@ -295,6 +295,10 @@ class Result:
     verified       every page of the region held what it must after the run,
                    and every vCPU touched and read what it should have
     bad_pages      pages that did not (0 when verified)
+    dirty_pages    wp_async: the pages PAGEMAP_SCAN found written (their
+                   uffd-wp bit cleared by the kernel on the first write);
+                   verification checks they are exactly the pages the guest
+                   wrote. None otherwise
     verify_message the first problem found, or "" when verified
     kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
     host           the machine it ran on (None for a Result made by hand)
@@ -321,6 +325,7 @@ class Result:
     clock_sync: str | None = None
     clock_error_ns: float | None = None
     misordered_faults: int | None = None
+    dirty_pages: int | None = None
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -522,6 +527,7 @@ class Result:
             readers=readers,
             verified=raw["verified"],
             bad_pages=raw["bad_pages"],
+            dirty_pages=raw["dirty_pages"] if config.wp_async else None,
             verify_message=raw["verify_message"],
             page_size=raw["page_size"],
             uffds=raw["uffds"],

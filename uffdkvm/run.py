@@ -47,6 +47,7 @@ def _core_config(c: Config) -> dict[str, Any]:
         "backing": _BACKINGS[c.backing],
         "uffd_mode": _UFFD_MODES[c.uffd_mode],
         "single_uffd": int(c.single_uffd),
+        "wp_async": int(c.wp_async),
         "readers": c.readers,
         "wait": _WAITS[c.wait],
         "resolver": _core.RESOLVER_VCPU if c.resolver == "vcpu" else _core.RESOLVER_READERS,

@@ -155,6 +155,11 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		BAD("uffd_mode wp needs a 4 KiB backing (anonymous or shmem), not %s: the "
 		    "snapshot is saved and verified a 4 KiB page at a time",
 		    ukvm_backing_name(c->backing));
+	if (c->wp_async && c->uffd_mode != UKVM_UFFD_WP)
+		BAD("wp_async applies to uffd_mode wp only");
+	if (c->wp_async && c->resolver == UKVM_RESOLVER_VCPU)
+		BAD("wp_async delivers no faults, so a vCPU has nothing to resolve: use "
+		    "resolver readers");
 	if ((unsigned)c->pattern >= UKVM_PATTERN__COUNT)
 		BAD("pattern: unknown value %d", c->pattern);
 	if ((unsigned)c->resolve >= UKVM_RESOLVE__COUNT)

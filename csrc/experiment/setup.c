@@ -243,7 +243,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 #ifdef UKVM_TEST_HOOKS
 	if (cfg->inject == UKVM_INJECT_NO_WP_FEATURES)
 		available &= ~(uint64_t)(UFFD_FEATURE_PAGEFAULT_FLAG_WP |
-					 UFFD_FEATURE_WP_HUGETLBFS_SHMEM);
+					 UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_WP_ASYNC);
 #endif
 	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHMEM)
 		wanted |= UFFD_FEATURE_MINOR_SHMEM;
@@ -258,6 +258,8 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		wanted |= UFFD_FEATURE_PAGEFAULT_FLAG_WP;
 	if (cfg->uffd_mode == UKVM_UFFD_WP && cfg->backing != UKVM_BACKING_ANONYMOUS)
 		wanted |= UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+	if (cfg->uffd_mode == UKVM_UFFD_WP && cfg->wp_async)
+		wanted |= UFFD_FEATURE_WP_ASYNC;
 	/*
 	 * Which vCPU faulted, and the 4 KiB page it touched (hugetlb messages
 	 * otherwise name the huge page's start): nice to have, so only if the
@@ -278,7 +280,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
 			     "this kernel's userfaultfd lacks features 0x%llx needed for "
-			     "uffd_mode %s on %s memory (it has 0x%llx)%s%s",
+			     "uffd_mode %s on %s memory (it has 0x%llx)%s%s%s",
 			     (unsigned long long)lacks,
 			     ukvm_uffd_mode_name(cfg->uffd_mode), ukvm_backing_name(cfg->backing),
 			     (unsigned long long)available,
@@ -288,7 +290,10 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 			     lacks & UFFD_FEATURE_WP_HUGETLBFS_SHMEM ?
 			     ": no write-protect on shmem (UFFD_FEATURE_WP_HUGETLBFS_SHMEM: Linux "
 			     "5.19+ built with CONFIG_PTE_MARKER_UFFD_WP); use backing "
-			     "anonymous" : "");
+			     "anonymous" : "",
+			     lacks & UFFD_FEATURE_WP_ASYNC ?
+			     ": no asynchronous write-protect (UFFD_FEATURE_WP_ASYNC: Linux "
+			     "6.7+); use wp_async false" : "");
 		return -EOPNOTSUPP;
 	}
 
@@ -460,7 +465,7 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 		ret = setup_fill(exp, exp->mem.hva, err);
 	else if (cfg->uffd_mode == UKVM_UFFD_MINOR)
 		ret = setup_fill(exp, exp->mem.alias, err);
-	if (!ret && cfg->uffd_mode == UKVM_UFFD_WP)
+	if (!ret && cfg->uffd_mode == UKVM_UFFD_WP && !cfg->wp_async)
 		ret = setup_snapshot(exp, err);
 #ifdef UKVM_TEST_HOOKS
 	setup_unfaulted_injection(exp);

@@ -25,7 +25,9 @@
  *
  * UFFDIO_COPY's data goes in with the copy, stamped: each reader has a
  * source of its own for pages up to 2 MiB, and 1 GiB pages share one per
- * uffd under a lock (struct ukvm_source in pool.h says why).
+ * uffd under a lock (struct ukvm_source in pool.h says why). In uffd_mode wp
+ * a fault is a first write: the old page goes into the snapshot, then
+ * UFFDIO_WRITEPROTECT un-protects it (reader_unprotect).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -129,8 +131,7 @@ static int reader_unprotect(struct ukvm_reader *r, uint64_t addr, uint64_t off)
 			memcpy(pool->snapshot + off, (const void *)(uintptr_t)addr,
 			       pool->page_size);
 		atomic_store_explicit(state, WP_SAVED, memory_order_release);
-		ret = ukvm_uffd_writeprotect(pool->uffd, addr, pool->page_size, false);
-		return ret;
+		return ukvm_uffd_writeprotect(pool->uffd, addr, pool->page_size, false);
 	}
 	/* Saving elsewhere: a 4 KiB copy, so wait, but not past the run's end. */
 	while (atomic_load_explicit(state, memory_order_acquire) != WP_SAVED) {
@@ -283,6 +284,12 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 #endif
 
 	if (pool->mode == UKVM_UFFD_WP) {
+		if (!pool->snapshot) {	/* wp_async: the kernel resolves every write itself */
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+				      "%s: a fault message at gpa 0x%llx with wp_async, which "
+				      "delivers none", r->who, (unsigned long long)gpa);
+			return -EPROTO;
+		}
 		if (!(msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP)) {
 			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
 				      "%s: a fault at gpa 0x%llx without UFFD_PAGEFAULT_FLAG_WP "

@@ -140,3 +140,24 @@ uint64_t ukvm_verify_snapshot(const struct ukvm_verify_params *p, struct ukvm_ct
 	*written = n;
 	return bad;
 }
+
+uint64_t ukvm_verify_dirty(const struct ukvm_verify_params *p, const uint8_t *written,
+			   uint64_t *dirty, char *msg, size_t msg_len)
+{
+	uint64_t i, pages = p->size / UKVM_PAGE_SIZE, bad = 0, n = 0;
+
+	for (i = 0; i < pages; i++) {
+		uint64_t gpa = p->gpa + i * UKVM_PAGE_SIZE;
+		bool wrote = guest_writes_page(gpa, p->write_pct, p->write_key);
+
+		n += written[i];
+		if (wrote == !!written[i] || bad++)
+			continue;
+		snprintf(msg, msg_len, "page at gpa 0x%llx: PAGEMAP_SCAN reports it %s, but the "
+			 "guest %s", (unsigned long long)gpa,
+			 written[i] ? "written" : "still write-protected (not written)",
+			 wrote ? "wrote it" : "only read it");
+	}
+	*dirty = n;
+	return bad;
+}

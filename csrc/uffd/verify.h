@@ -38,4 +38,13 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 uint64_t ukvm_verify_snapshot(const struct ukvm_verify_params *p, struct ukvm_ctl *ctl,
 			      uint64_t *written, char *msg, size_t msg_len);
 
+/*
+ * wp_async: written[i] (PAGEMAP_SCAN's PAGE_IS_WRITTEN for page i of the
+ * region at p->gpa) must be set exactly for the pages the guest writes.
+ * Returns the number of pages where it is not, the first described in msg,
+ * and sets *dirty to the pages marked written.
+ */
+uint64_t ukvm_verify_dirty(const struct ukvm_verify_params *p, const uint8_t *written,
+			   uint64_t *dirty, char *msg, size_t msg_len);
+
 #endif

@@ -6,7 +6,8 @@
  * verifies both the guest's new bytes and the snapshot's old ones (and that
  * pages only read were never saved); these cases check what the counters
  * say about it, the backings and resolvers it runs with, and that a save
- * left out fails verification.
+ * left out fails verification. wp_async: no fault at all, and the pages
+ * PAGEMAP_SCAN finds written are the ones the guest wrote.
  */
 #include "helpers.h"
 
@@ -165,6 +166,42 @@ int main(void)
 				CHECK_EQ(res.readers[i].unprotects, 0);
 			ukvm_result_free(&res);
 		}
+	}
+
+	UKT_CASE("wp_async, shmem, write_percent 50: no fault, the written pages found") {
+		cfg = wp_config();
+		cfg.backing = UKVM_BACKING_SHMEM;
+		cfg.wp_async = true;
+		cfg.write_percent = 50;
+		cfg.readers = 2;
+		if (ukt_run_ok(&cfg, &res)) {
+			CHECK(res.verified, "not verified: %s", res.verify_message);
+			CHECK(res.dirty_pages > 2 * pages / 4 && res.dirty_pages < 2 * pages * 3 / 4,
+			      "%" PRIu64 " dirty pages of %" PRIu64, res.dirty_pages, 2 * pages);
+			for (i = 0; i < res.nr_readers; i++) {
+				CHECK_EQ(res.readers[i].faults + res.readers[i].eexist, 0);
+				CHECK_EQ(res.readers[i].unprotects, 0);
+			}
+			ukvm_result_free(&res);
+		}
+		cfg.backing = UKVM_BACKING_ANONYMOUS;
+		cfg.write_percent = 100;
+		if (ukt_run_ok(&cfg, &res)) {
+			CHECK(res.verified, "not verified: %s", res.verify_message);
+			CHECK_EQ(res.dirty_pages, 2 * pages);
+			ukvm_result_free(&res);
+		}
+	}
+
+	UKT_CASE("wp_async needs uffd_mode wp and resolver readers") {
+		cfg = wp_config();
+		cfg.wp_async = true;
+		cfg.resolver = UKVM_RESOLVER_VCPU;
+		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, 0, "wp_async delivers no faults", &err);
+		cfg = ukt_small();
+		cfg.wp_async = true;
+		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, 0, "wp_async applies to uffd_mode wp only",
+			      &err);
 	}
 
 	UKT_CASE("resolve zeropage is refused with wp") {
