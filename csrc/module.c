@@ -47,6 +47,7 @@ static const struct field config_fields[] = {
 	FIELD(mem_per_vcpu, F_U64),
 	FIELD(backing, F_ENUM),
 	FIELD(uffd_mode, F_ENUM),
+	FIELD(wp_async, F_BOOL),
 	FIELD(single_uffd, F_BOOL),
 	FIELD(readers, F_U32),
 	FIELD(resolver, F_ENUM),
@@ -396,6 +397,7 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_u64(d, "tid", (uint64_t)r->tid) || set_u64(d, "copies", r->copies) ||
 	    set_u64(d, "zeropages", r->zeropages) || set_u64(d, "continues", r->continues) ||
 	    set_u64(d, "moves", r->moves) ||
+	    set_u64(d, "unprotects", r->unprotects) ||
 	    set_u64(d, "context_switches", r->context_switches) ||
 	    set_u64(d, "voluntary_context_switches", r->voluntary_context_switches) ||
 	    set_u64(d, "cpu_ns", r->cpu_ns) || set_u64(d, "reads", r->reads) ||
@@ -465,6 +467,7 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 					   : Py_NewRef(Py_None)) ||
 	    set_obj(d, "verified", PyBool_FromLong(res->verified)) ||
 	    set_u64(d, "bad_pages", res->bad_pages) ||
+	    set_u64(d, "dirty_pages", res->dirty_pages) ||
 	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
 	    set_obj(d, "vcpus", list_of(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus),
 					 vcpu_item, res)) ||
@@ -718,6 +721,7 @@ static int add_constants(PyObject *m)
 		{ "UFFD_NONE", UKVM_UFFD_NONE },
 		{ "UFFD_MISSING", UKVM_UFFD_MISSING },
 		{ "UFFD_MINOR", UKVM_UFFD_MINOR },
+		{ "UFFD_WP", UKVM_UFFD_WP },
 		{ "WAIT_POLL", UKVM_WAIT_POLL },
 		{ "WAIT_EPOLL", UKVM_WAIT_EPOLL },
 		{ "WAIT_EPOLL_EXCLUSIVE", UKVM_WAIT_EPOLL_EXCLUSIVE },
@@ -748,6 +752,8 @@ static int add_constants(PyObject *m)
 		{ "INJECT_TSC_JUMP", UKVM_INJECT_TSC_JUMP },
 		{ "INJECT_NO_EXACT_ADDRESS", UKVM_INJECT_NO_EXACT_ADDRESS },
 		{ "INJECT_NO_MOVE", UKVM_INJECT_NO_MOVE },
+		{ "INJECT_WP_NO_SAVE", UKVM_INJECT_WP_NO_SAVE },
+		{ "INJECT_NO_WP_FEATURES", UKVM_INJECT_NO_WP_FEATURES },
 #endif
 	};
 	size_t i;

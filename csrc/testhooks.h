@@ -43,6 +43,9 @@ enum ukvm_inject {
 	UKVM_INJECT_TSC_JUMP,		/* after the walk the guest TSC reads inject_after ahead */
 	UKVM_INJECT_NO_EXACT_ADDRESS,	/* no UFFD_FEATURE_EXACT_ADDRESS, as on Linux < 5.18 */
 	UKVM_INJECT_NO_MOVE,		/* no UFFD_FEATURE_MOVE, as on Linux < 6.8 */
+	UKVM_INJECT_WP_NO_SAVE,		/* uffd_mode wp: pages are un-protected without saving */
+	/* No UFFD_FEATURE_PAGEFAULT_FLAG_WP nor WP_HUGETLBFS_SHMEM, as on a kernel without uffd-wp */
+	UKVM_INJECT_NO_WP_FEATURES,
 	UKVM_INJECT__COUNT
 };
 

@@ -74,6 +74,42 @@ struct uffdio_move {
 #define USERFAULTFD_IOC_NEW		_IO(USERFAULTFD_IOC, 0x00)
 #endif
 
+/* Linux 5.19: write-protect on shmem and hugetlbfs (uffd-wp PTE markers). */
+#ifndef UFFD_FEATURE_WP_HUGETLBFS_SHMEM
+#define UFFD_FEATURE_WP_HUGETLBFS_SHMEM	(1 << 12)
+#endif
+
+/* Linux 6.7: write-protect without faults (the kernel un-protects on a write). */
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_UNPOPULATED	(1 << 13)
+#define UFFD_FEATURE_WP_ASYNC		(1 << 15)
+#endif
+
+/* Linux 6.7: PAGEMAP_SCAN on /proc/PID/pagemap (<linux/fs.h>). */
+#ifndef PAGEMAP_SCAN
+#define PAGE_IS_WRITTEN		(1 << 1)
+struct page_region {
+	__u64 start;
+	__u64 end;
+	__u64 categories;
+};
+struct pm_scan_arg {
+	__u64 size;
+	__u64 flags;
+	__u64 start;
+	__u64 end;
+	__u64 walk_end;
+	__u64 vec;
+	__u64 vec_len;
+	__u64 max_pages;
+	__u64 category_inverted;
+	__u64 category_mask;
+	__u64 category_anyof_mask;
+	__u64 return_mask;
+};
+#define PAGEMAP_SCAN	_IOWR('f', 16, struct pm_scan_arg)
+#endif
+
 /* ---- KVM ---- */
 
 /* Linux 5.14: binary statistics. */

@@ -78,6 +78,15 @@ enum ukvm_uffd_mode {
 	UKVM_UFFD_NONE = 0,	/* no userfaultfd: the kernel pages memory in */
 	UKVM_UFFD_MISSING,	/* resolve with UFFDIO_COPY */
 	UKVM_UFFD_MINOR,	/* page cache prefilled; resolve with UFFDIO_CONTINUE */
+	/*
+	 * Write-protect (QEMU's background snapshot): the region is filled and
+	 * write-protected before the vCPUs start; the guest's first write to a
+	 * page faults (UFFD_PAGEFAULT_FLAG_WP), the resolver copies the page's
+	 * old contents into the snapshot and un-protects it (UFFDIO_WRITEPROTECT
+	 * mode 0, which wakes the vCPU). Reads never fault. 4 KiB backings only
+	 * (anonymous, shmem).
+	 */
+	UKVM_UFFD_WP,
 	UKVM_UFFD__COUNT
 };
 
@@ -168,6 +177,13 @@ struct ukvm_config {
 	uint64_t mem_per_vcpu;		/* bytes, a multiple of 4 KiB */
 	enum ukvm_backing backing;
 	enum ukvm_uffd_mode uffd_mode;
+	/*
+	 * uffd_mode wp: UFFD_FEATURE_WP_ASYNC (Linux 6.7+). No fault is
+	 * delivered: the kernel un-protects a page as the guest first writes
+	 * it, and after the run PAGEMAP_SCAN collects the pages written
+	 * (ukvm_result.dirty_pages): dirty tracking, with no snapshot.
+	 */
+	bool wp_async;
 	bool single_uffd;		/* one uffd for the whole region */
 	enum ukvm_resolver resolver;
 	uint32_t readers;		/* reader threads per uffd (resolver readers) */
@@ -264,6 +280,7 @@ struct ukvm_reader_result {
 	uint64_t zeropages;	/* UFFDIO_ZEROPAGE */
 	uint64_t continues;	/* UFFDIO_CONTINUE */
 	uint64_t moves;		/* UFFDIO_MOVE */
+	uint64_t unprotects;	/* UFFDIO_WRITEPROTECT mode 0 (uffd_mode wp) */
 	uint64_t reads;		/* read(2)s of the uffd that returned messages */
 	/* [n]: reads that returned n messages; [0]: reads after a full batch
 	 * that found the uffd empty (not in reads) */
@@ -321,6 +338,7 @@ struct ukvm_result {
 	uint64_t *vm_stats;
 	uint32_t nr_vcpu_stats;
 	char **vcpu_stat_names;	/* values in each ukvm_vcpu_result.kvm_stats */
+	uint64_t dirty_pages;	/* wp_async: pages PAGEMAP_SCAN found written */
 	bool verified;		/* every page holds what it must */
 	uint64_t bad_pages;	/* pages that did not, when !verified */
 	char verify_message[256]; /* the first bad page, explained */

@@ -89,7 +89,7 @@ def test_bad_arguments_exit_2_with_the_field_named(args, message):
     assert message in p.stderr
 
 
-@pytest.mark.parametrize("args", [["-u", "WP"], ["-s", "tmpfs"], ["--wait", "select"]])
+@pytest.mark.parametrize("args", [["-u", "WRITEPROTECT"], ["-s", "tmpfs"], ["--wait", "select"]])
 def test_unknown_choices_are_argparse_errors(args):
     p = uffdkvm_cli(*args)
     assert p.returncode == 2

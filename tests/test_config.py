@@ -50,7 +50,7 @@ def test_config_is_frozen_and_replace_validates():
     (dict(mem_per_vcpu=0), "mem_per_vcpu"),
     (dict(mem_per_vcpu=1.5), "mem_per_vcpu"),
     (dict(backing="tmpfs"), "backing"),
-    (dict(uffd_mode="wp"), "uffd_mode"),
+    (dict(uffd_mode="writeprotect"), "uffd_mode"),
     (dict(uffd_mode="minor"), "uffd_mode"),  # on anonymous memory
     (dict(single_uffd="yes"), "single_uffd"),
     (dict(readers=0), "readers"),

@@ -73,6 +73,7 @@ VALID = {
     "guest_timing": st.booleans(),
     "trace_faults": st.booleans(),
     "timeout_s": st.sampled_from([None, 30, 30.0, math.inf, 1e300, 1e-9]),
+    "wp_async": st.booleans(),
 }
 assert set(VALID) == set(FIELDS), "every Config field has a strategy"
 
@@ -115,7 +116,8 @@ def coherent_fields(draw):
         trace_faults=stats.lower() == "full" and draw(st.booleans()),
         pin_vcpus=draw(st.sampled_from([None, [0], "0", (0,)])),
         pin_readers=draw(st.sampled_from([None, [0], "0"])),
-        timeout_s=draw(st.sampled_from([None, 30.0, math.inf])))
+        timeout_s=draw(st.sampled_from([None, 30.0, math.inf])),
+        wp_async=False)  # uffd_mode "wp" only: tests/test_wp.py
     if fields["resolver"].lower() == "vcpu":  # no reader threads: their fields as default
         fields.update(readers=1, wait="epoll_exclusive", read_batch=1, pin_readers=None)
     return fields

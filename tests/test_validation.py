@@ -45,7 +45,7 @@ BAD = [
     (dict(mem_per_vcpu=None), "mem_per_vcpu", "a string like '64M'"),
     (dict(backing="tmpfs"), "backing", "'anonymous', 'anonymous_thp'"),
     (dict(backing=None), "backing", "'shmem'"),
-    (dict(uffd_mode="wp"), "uffd_mode", "'missing', 'minor'"),
+    (dict(uffd_mode="writeprotect"), "uffd_mode", "'missing', 'minor', 'wp'"),
     (dict(uffd_mode=1), "uffd_mode", "'missing', 'minor'"),
     (dict(single_uffd=1), "single_uffd", "expected True or False"),
     (dict(single_uffd="yes"), "single_uffd", "expected True or False"),
@@ -92,6 +92,8 @@ BAD = [
     (dict(stats="none"), "stats", "'full', 'basic'"),
     (dict(guest_timing=1), "guest_timing", "expected True or False"),
     (dict(trace_faults="yes"), "trace_faults", "expected True or False"),
+    (dict(wp_async="yes"), "wp_async", "expected True or False"),
+    (dict(wp_async=True), "wp_async", "uffd_mode='wp' only"),
     (dict(timeout_s=0), "timeout_s", "a positive number of seconds"),
     (dict(timeout_s=-1.0), "timeout_s", "a positive number of seconds"),
     (dict(timeout_s=math.nan), "timeout_s", "a positive number of seconds"),
@@ -184,7 +186,7 @@ def test_a_positional_argument_must_be_a_config(no_core, value):
 
 def test_uffd_mode_error_lists_every_accepted_value(no_core):
     with pytest.raises(ConfigError) as info:
-        Config(uffd_mode="wp")
+        Config(uffd_mode="writeprotect")
     assert "None" in str(info.value), str(info.value)
 
 

@@ -48,6 +48,8 @@ FAULTS = {
     "tsc_jump": _core.INJECT_TSC_JUMP,
     "no_exact_address": _core.INJECT_NO_EXACT_ADDRESS,  # hugetlb faults name the huge page's start
     "no_move": _core.INJECT_NO_MOVE,  # userfaultfd offers no UFFDIO_MOVE, as before Linux 6.8
+    "wp_no_save": _core.INJECT_WP_NO_SAVE,  # uffd_mode wp: un-protected without saving the old page
+    "no_wp_features": _core.INJECT_NO_WP_FEATURES,  # a kernel without uffd-wp (features masked)
 }
 
 

@@ -113,10 +113,10 @@ def uffd_mode(value: str) -> str | None:
     v = value.strip().lower()
     if v == "none":
         return None
-    if v in ("missing", "minor"):
+    if v in ("missing", "minor", "wp"):
         return v
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {value!r} (choose from 'MISSING', 'MINOR', 'NONE')")
+        f"invalid choice: {value!r} (choose from 'MISSING', 'MINOR', 'WP', 'NONE')")
 
 
 def backing(value: str) -> str:
@@ -225,7 +225,9 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    f"({GUEST_MODES[GUEST_MODE]}), x86-64's, the default")
     p.add_argument("-u", dest="uffd_mode", type=listed(uffd_mode), default=d.uffd_mode,
                    metavar="MODE", help="MISSING (UFFDIO_COPY), MINOR (UFFDIO_CONTINUE, "
-                   "shared backings) or NONE (no userfaultfd). Default: MISSING")
+                   "shared backings), WP (write-protect faults, a snapshot of each page "
+                   "before its first write; uffdkvm's own, not upstream's; anonymous and "
+                   "shmem) or NONE (no userfaultfd). Default: MISSING")
     p.add_argument("-a", dest="single_uffd", action="store_true",
                    help="one userfaultfd for all guest memory instead of one per vCPU")
     p.add_argument("-d", dest="delay_us", type=listed(int), default=d.delay_us,
@@ -287,6 +289,9 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    help=f"distribution of -d: {', '.join(DELAY_DISTS)}")
     p.add_argument("--prefault", action="store_true",
                    help="populate all memory before the vCPUs start (no faults)")
+    p.add_argument("--wp-async", dest="wp_async", action="store_true",
+                   help="with -u WP: UFFD_FEATURE_WP_ASYNC (Linux 6.7+), no faults; the "
+                   "pages written are collected with PAGEMAP_SCAN after the run")
     p.add_argument("--guest-work", dest="guest_work", type=listed(int), default=d.guest_work,
                    metavar="N", help="guest busy-loop iterations after each page access "
                    "(4 instructions each; default 0)")

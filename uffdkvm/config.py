@@ -29,7 +29,9 @@ SHARED_BACKINGS = ("shmem", "shared_hugetlb", "guest_memfd")
 HUGETLB_BACKINGS = ("anonymous_hugetlb", "anonymous_hugetlb_1gb", "shared_hugetlb")
 # What UFFDIO_MOVE moves pages into: private anonymous memory (resolve="move").
 MOVE_BACKINGS = ("anonymous", "anonymous_thp")
-UFFD_MODES = ("missing", "minor")
+UFFD_MODES = ("missing", "minor", "wp")
+#: Backings uffd_mode="wp" runs on: 4 KiB pages, saved and verified one at a time.
+WP_BACKINGS = ("anonymous", "shmem")
 WAITS = ("poll", "epoll", "epoll_exclusive", "read", "spin", "io_uring")
 RESOLVERS = ("readers", "vcpu")
 GUEST_PAGE_SIZES = {"4K": PAGE_SIZE, "2M": _2M, "1G": _1G}
@@ -177,8 +179,13 @@ class Config:
                      "guest_memfd"; faults are resolved at its page size
     uffd_mode        "missing" (UFFDIO_COPY or UFFDIO_ZEROPAGE), "minor"
                      (UFFDIO_CONTINUE after the page cache is prefilled; shared
-                     backings only), or None: no userfaultfd, the kernel pages
-                     memory in itself (the baseline)
+                     backings only), "wp" (write-protect, QEMU's background
+                     snapshot: the region is filled and write-protected before
+                     the vCPUs start; the guest's first write to a page faults,
+                     the resolver saves the page's old contents into a snapshot
+                     and un-protects it with UFFDIO_WRITEPROTECT; reads never
+                     fault; anonymous and shmem only), or None: no userfaultfd,
+                     the kernel pages memory in itself (the baseline)
     single_uffd      one uffd for the whole region instead of one per vCPU
     resolver         who resolves a fault: "readers" (reader threads read the
                      uffd's messages while the faulting vCPU sleeps in the
@@ -240,6 +247,11 @@ class Config:
     timeout_s        seconds before the run is abandoned with RunTimeoutError;
                      None: a generous limit from the size of the run
                      (see effective_timeout_s); math.inf: no limit
+    wp_async         uffd_mode="wp" only: UFFD_FEATURE_WP_ASYNC (Linux 6.7+), the
+                     dirty-tracking variant: no fault is delivered, the kernel
+                     un-protects each page on its first write, and after the
+                     run PAGEMAP_SCAN collects the pages written
+                     (Result.dirty_pages); no snapshot is saved
     """
 
     vcpus: int = 1
@@ -269,6 +281,7 @@ class Config:
     guest_timing: bool = False
     trace_faults: bool = False
     timeout_s: float | None = None
+    wp_async: bool = False
 
     if TYPE_CHECKING:
         # What the constructor takes, for type checkers; the annotations above
@@ -285,7 +298,8 @@ class Config:
                      resolve: str = ..., delay_dist: str = ...,
                      pin_vcpus: CpuList | None = ..., pin_readers: CpuList | None = ...,
                      prefault: bool = ..., stats: str = ..., guest_timing: bool = ...,
-                     trace_faults: bool = ..., timeout_s: float | None = ...) -> None: ...
+                     trace_faults: bool = ..., timeout_s: float | None = ...,
+                     wp_async: bool = ...) -> None: ...
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
@@ -312,7 +326,7 @@ class Config:
         if isinstance(mode, str) and mode.lower() == "none":
             mode = None
         if mode is not None and not (isinstance(mode, str) and mode.lower() in UFFD_MODES):
-            raise ConfigError(f"uffd_mode: {mode!r} is not one of 'missing', 'minor' or None "
+            raise ConfigError(f"uffd_mode: {mode!r} is not one of 'missing', 'minor', 'wp' or None "
                               f"(no userfaultfd: the kernel pages memory in itself)",
                               field="uffd_mode")
         put(self, "uffd_mode", None if mode is None else mode.lower())
@@ -347,6 +361,7 @@ class Config:
         put(self, "stats", _choice("stats", self.stats, STATS))
         put(self, "guest_timing", _flag("guest_timing", self.guest_timing))
         put(self, "trace_faults", _flag("trace_faults", self.trace_faults))
+        put(self, "wp_async", _flag("wp_async", self.wp_async))
         if self.trace_faults and self.stats != "full":
             raise ConfigError("trace_faults: needs stats='full' (stats='basic' keeps no "
                               "record of each fault)", field="trace_faults")
@@ -364,6 +379,21 @@ class Config:
                 f"MINOR faults come from pages that are in the page cache but not mapped, "
                 f"and {self.backing!r} memory has no page cache. Use backing='shmem' or "
                 f"uffd_mode='missing'", field="uffd_mode")
+        if self.uffd_mode == "wp" and self.backing not in WP_BACKINGS:
+            raise ConfigError(
+                f"uffd_mode: 'wp' runs on {' or '.join(repr(b) for b in WP_BACKINGS)} memory, "
+                f"not {self.backing!r}: the snapshot is saved and verified a 4 KiB page at a "
+                f"time (a huge page's first write would save it whole), and guest_memfd "
+                f"cannot be registered with userfaultfd. Use backing='anonymous' or 'shmem'",
+                field="uffd_mode")
+        if self.wp_async and self.uffd_mode != "wp":
+            raise ConfigError(f"wp_async: applies to uffd_mode='wp' only, not "
+                              f"{self.uffd_mode!r}; set uffd_mode='wp' or leave wp_async "
+                              f"False", field="wp_async")
+        if self.wp_async and self.resolver == "vcpu":
+            raise ConfigError("wp_async: delivers no faults (the kernel un-protects each "
+                              "written page itself), so resolver='vcpu' would resolve "
+                              "nothing; use resolver='readers'", field="wp_async")
         if self.resolve == "zeropage" and self.uffd_mode != "missing":
             raise ConfigError("resolve: 'zeropage' resolves missing faults only; use "
                               "uffd_mode='missing' or resolve='copy'", field="resolve")

@@ -64,7 +64,9 @@ class VcpuStats:
     faults           faults of this vCPU that a reader resolved
                      (UFFD_FEATURE_THREAD_ID): as Result.faults and
                      ReaderStats.faults count, EEXIST ones not included;
-                     None with stats="basic"
+                     with uffd_mode="wp", the write-protect faults: first
+                     writes to pages (reads do not fault); None with
+                     stats="basic"
     eexist           fault messages of this vCPU that a reader found
                      already resolved (another vCPU's fault on the same
                      page came first): faults + eexist are the messages it
@@ -148,6 +150,11 @@ class ReaderStats:
                       messages it resolved with UFFDIO_COPY, UFFDIO_ZEROPAGE,
                       UFFDIO_CONTINUE, UFFDIO_MOVE (EEXIST ones included);
                       moves is 0 in older JSON
+    unprotects        uffd_mode="wp": WP fault messages it answered by saving
+                      the page's old contents and un-protecting it with
+                      UFFDIO_WRITEPROTECT (EEXIST ones included: another
+                      vCPU's write to a page already being saved); 0 for the
+                      other modes and in older JSON
     busy_seconds      service time summed: from reading a message to its
                       resolving ioctl returning (the per-fault delay
                       included); None with stats="basic", which reads no clocks
@@ -198,6 +205,7 @@ class ReaderStats:
     read_sizes: tuple[int, ...] = ()
     voluntary_context_switches: int = 0
     ring_completions: int = 0
+    unprotects: int = 0
 
     def __repr__(self) -> str:
         busy = "None" if self.busy_seconds is None else f"{self.busy_seconds:.3g}"
@@ -261,7 +269,9 @@ class Result:
                    the last vCPU reporting done (thread start-up and joining
                    left out)
     faults         faults resolved by all readers (EEXIST not counted; see
-                   ``eexist`` for those)
+                   ``eexist`` for those); with uffd_mode="wp", write-protect
+                   faults: one per page the guest writes (write_percent),
+                   none for pages it only reads
     paging_rate    pages/s as upstream's demand_paging_test computes it:
                    pages_per_vcpu * vcpus / seconds; with passes > 1, over the
                    first pass (the one that demand-pages): from the threads'
@@ -289,6 +299,10 @@ class Result:
     verified       every page of the region held what it must after the run,
                    and every vCPU touched and read what it should have
     bad_pages      pages that did not (0 when verified)
+    dirty_pages    wp_async: the pages PAGEMAP_SCAN found written (their
+                   uffd-wp bit cleared by the kernel on the first write);
+                   verification checks they are exactly the pages the guest
+                   wrote. None otherwise
     verify_message the first problem found, or "" when verified
     kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
     host           the machine it ran on (None for a Result made by hand)
@@ -315,6 +329,7 @@ class Result:
     clock_sync: str | None = None
     clock_error_ns: float | None = None
     misordered_faults: int | None = None
+    dirty_pages: int | None = None
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -489,7 +504,8 @@ class Result:
                         continues=r["continues"], moves=r["moves"], reads=r["reads"],
                         voluntary_context_switches=r["voluntary_context_switches"],
                         read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]),
-                        ring_completions=r["ring_completions"])
+                        ring_completions=r["ring_completions"],
+                        unprotects=r["unprotects"])
             for r in raw["readers"])
         # demand_paging_test's window: the vCPU threads' creation to their join.
         seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS
@@ -515,6 +531,7 @@ class Result:
             readers=readers,
             verified=raw["verified"],
             bad_pages=raw["bad_pages"],
+            dirty_pages=raw["dirty_pages"] if config.wp_async else None,
             verify_message=raw["verify_message"],
             page_size=raw["page_size"],
             uffds=raw["uffds"],

@@ -30,7 +30,7 @@ _PATTERNS = {name: getattr(_core, "PATTERN_" + name.upper()) for name in PATTERN
 _RESOLVES = {name: getattr(_core, "RESOLVE_" + name.upper()) for name in RESOLVES}
 _DELAY_DISTS = {name: getattr(_core, "DELAY_" + name.upper()) for name in DELAY_DISTS}
 _UFFD_MODES = {None: _core.UFFD_NONE, "missing": _core.UFFD_MISSING,
-               "minor": _core.UFFD_MINOR}
+               "minor": _core.UFFD_MINOR, "wp": _core.UFFD_WP}
 _WAITS = {"poll": _core.WAIT_POLL, "epoll": _core.WAIT_EPOLL,
           "epoll_exclusive": _core.WAIT_EPOLL_EXCLUSIVE, "read": _core.WAIT_READ,
           "spin": _core.WAIT_SPIN, "io_uring": _core.WAIT_IO_URING}
@@ -47,6 +47,7 @@ def _core_config(c: Config) -> dict[str, Any]:
         "backing": _BACKINGS[c.backing],
         "uffd_mode": _UFFD_MODES[c.uffd_mode],
         "single_uffd": int(c.single_uffd),
+        "wp_async": int(c.wp_async),
         "readers": c.readers,
         "wait": _WAITS[c.wait],
         "resolver": _core.RESOLVER_VCPU if c.resolver == "vcpu" else _core.RESOLVER_READERS,
@@ -173,9 +174,16 @@ def _copy_source_bytes(c: Config) -> int:
     return page * c.uffds
 
 
+def _snapshot_bytes(c: Config) -> int:
+    """uffd_mode="wp": the snapshot, a 4 KiB slot of ordinary memory per page
+    of the region (filled as the guest writes pages: all of them at most)."""
+    return c.region_bytes if c.uffd_mode == "wp" and c.write_percent else 0
+
+
 def _check_fits_host(c: Config) -> None:
     """Refuse a region the host cannot hold before the OOM killer decides."""
     source = _copy_source_bytes(c)
+    snapshot = _snapshot_bytes(c)
     available = _mem_available()
     if c.backing in HUGETLB_BACKINGS:
         # From the reserved huge page pool, which the core checks; but no pool
@@ -195,10 +203,11 @@ def _check_fits_host(c: Config) -> None:
                 f"(MemAvailable); free memory, or use fewer readers (vCPUs, with "
                 f"resolver='vcpu') or smaller pages")
         return
-    if available is not None and c.region_bytes + source > available:
+    if available is not None and c.region_bytes + source + snapshot > available:
         what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"
         what_for = "move staging areas" if c.resolve == "move" else "copy sources"
         plus = f" plus {format_size(source)} of {what_for}" if source else ""
+        plus += f" plus a {format_size(snapshot)} snapshot (uffd_mode='wp')" if snapshot else ""
         raise HostUnsupportedError(
             f"mem_per_vcpu: the run would demand-page {format_size(c.region_bytes)} "
             f"({what}){plus}, more than the {format_size(available // (1 << 20) << 20)} "

@@ -21,6 +21,7 @@
 #include "kvm/vm.h"
 #include "uffd/backing.h"
 #include "uffd/faultlog.h"
+#include "uffd/pagemap.h"
 #include "uffd/verify.h"
 
 /* A statistic KVM did not give. */
@@ -200,7 +201,8 @@ out:
  * accounting, so that a run whose pages arrived some other way (a kernel
  * that maps them without asking) is not reported as verified.
  */
-static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log)
+static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log,
+				  uint64_t wp_written)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
@@ -212,7 +214,13 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 		resolved += res->readers[i].faults;
 		messages += res->readers[i].faults + res->readers[i].eexist;
 	}
-	if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault)
+	if (cfg->wp_async) {
+		how = " (wp_async: the kernel un-protects written pages itself)";
+	} else if (cfg->uffd_mode == UKVM_UFFD_WP) {
+		/* Only writes fault, once per page, whatever prefault did. */
+		expected = wp_written;
+		how = wp_written ? "" : " (the guest wrote no page: write_percent)";
+	} else if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault)
 		expected = exp->region_size / exp->mem.page_size;
 	else if (cfg->uffd_mode != UKVM_UFFD_NONE)
 		how = " (prefault populated every page before the vCPUs started)";
@@ -224,11 +232,14 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 			 "userfaultfd resolved %llu faults (%llu messages), expected %llu%s%s",
 			 (unsigned long long)resolved, (unsigned long long)messages,
 			 (unsigned long long)expected,
-			 expected ? ": one per page of the region" : "", how);
+			 !expected ? "" : cfg->uffd_mode == UKVM_UFFD_WP ?
+			 ": one per page the guest wrote" : ": one per page of the region", how);
 		res->verified = false;
 		return;
 	}
-	if (expected && res->stats_full && log->pages_not_once) {
+	/* WP: pages only read never fault; the snapshot's check stands for this one. */
+	if (expected && res->stats_full && log->pages_not_once &&
+	    cfg->uffd_mode != UKVM_UFFD_WP) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "%llu pages were not resolved exactly once: the page at gpa 0x%llx "
 			 "was %s", (unsigned long long)log->pages_not_once,
@@ -259,7 +270,9 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
 	struct ukvm_faultlog log = { 0 };
-	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0;
+	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0, wp_written = 0;
+	uint64_t dirty_bad = 0;
+	uint8_t *dirty_map;
 	struct ukvm_verify_params vp = {
 		.filled = exp->filled,
 		.written_visits = exp->passes * (cfg->overlap ? cfg->vcpus : 1),
@@ -308,6 +321,25 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "building the fault log");
 			return ret;
 		}
+	}
+	/* wp_async: while the uffds are open (closing one clears every uffd-wp bit). */
+	if (cfg->wp_async) {
+		dirty_map = malloc(exp->region_size / UKVM_PAGE_SIZE);
+		if (!dirty_map) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the dirty page map");
+			return -ENOMEM;
+		}
+		ret = ukvm_pagemap_written((uint64_t)(uintptr_t)exp->mem.hva, exp->region_size,
+					   dirty_map, err);
+		vp.gpa = exp->region_gpa;
+		vp.size = exp->region_size;
+		if (!ret)
+			dirty_bad = ukvm_verify_dirty(&vp, dirty_map, &res->dirty_pages,
+						      res->verify_message,
+						      sizeof(res->verify_message));
+		free(dirty_map);
+		if (ret)
+			return ret;
 	}
 	/* Closing the uffds first: a page verify reads must not fault into a uffd. */
 	ukvm_stop_pools(exp, true);
@@ -383,7 +415,21 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	if (res->bad_pages)
 		res->verified = false;
+	/* wp_async: the dirty map's mismatches, found above; its message stands if first. */
+	res->bad_pages += dirty_bad;
+	if (res->bad_pages)
+		res->verified = false;
+	if (res->verified && cfg->uffd_mode == UKVM_UFFD_WP && !cfg->wp_async) {
+		vp.hva = exp->snapshot;
+		vp.gpa = exp->region_gpa;
+		vp.size = exp->region_size;
+		res->bad_pages += ukvm_verify_snapshot(&vp, &exp->ctl, &wp_written,
+						       res->verify_message,
+						       sizeof(res->verify_message));
+		if (res->bad_pages)
+			res->verified = false;
+	}
 	if (res->verified)
-		collect_verify_faults(exp, &log);
+		collect_verify_faults(exp, &log, wp_written);
 	return 0;
 }

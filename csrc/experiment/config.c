@@ -57,6 +57,7 @@ const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m)
 		[UKVM_UFFD_NONE] = "none",
 		[UKVM_UFFD_MISSING] = "missing",
 		[UKVM_UFFD_MINOR] = "minor",
+		[UKVM_UFFD_WP] = "wp",
 	};
 
 	return (unsigned)m < ARRAY_SIZE(names) ? names[m] : "?";
@@ -144,6 +145,21 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		    "guest_memfd): MINOR faults happen when the page cache has the page but "
 		    "the mapping does not, and %s memory has no page cache",
 		    ukvm_backing_name(c->backing));
+	/*
+	 * The snapshot keeps one 4 KiB slot per page and verification checks it
+	 * per 4 KiB page; a huge page's first write would save 2 MiB at once,
+	 * and guest_memfd cannot be registered with userfaultfd.
+	 */
+	if (c->uffd_mode == UKVM_UFFD_WP && c->backing != UKVM_BACKING_ANONYMOUS &&
+	    c->backing != UKVM_BACKING_SHMEM)
+		BAD("uffd_mode wp needs a 4 KiB backing (anonymous or shmem), not %s: the "
+		    "snapshot is saved and verified a 4 KiB page at a time",
+		    ukvm_backing_name(c->backing));
+	if (c->wp_async && c->uffd_mode != UKVM_UFFD_WP)
+		BAD("wp_async applies to uffd_mode wp only");
+	if (c->wp_async && c->resolver == UKVM_RESOLVER_VCPU)
+		BAD("wp_async delivers no faults, so a vCPU has nothing to resolve: use "
+		    "resolver readers");
 	if ((unsigned)c->pattern >= UKVM_PATTERN__COUNT)
 		BAD("pattern: unknown value %d", c->pattern);
 	if ((unsigned)c->resolve >= UKVM_RESOLVE__COUNT)

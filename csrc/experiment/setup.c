@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 
 #include "base/errors.h"
 #include "base/util.h"
@@ -187,6 +188,32 @@ static int setup_fill(struct ukvm_experiment *exp, uint8_t *where, struct ukvm_e
 	return 0;
 }
 
+/*
+ * uffd_mode wp: the snapshot the resolvers save old pages into, and a save
+ * state per page. Ordinary private memory, left unpopulated: only the pages
+ * the guest writes are ever copied in, and the rest must read as zero.
+ */
+static int setup_snapshot(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	uint64_t pages = exp->region_size / UKVM_PAGE_SIZE;
+	void *p;
+
+	p = mmap(NULL, exp->region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	if (p == MAP_FAILED) {
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "mmap(snapshot, %llu bytes)",
+			     (unsigned long long)exp->region_size);
+		return -ENOMEM;
+	}
+	exp->snapshot = p;
+	exp->wp_state = calloc(pages, sizeof(*exp->wp_state));
+	if (!exp->wp_state) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the snapshot's page states");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 /* Resolver vCPU: vCPU i resolves its faults as its uffd's resolver for it. */
 static void setup_vcpu_resolvers(struct ukvm_experiment *exp)
 {
@@ -213,6 +240,11 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	ret = ukvm_uffd_features(&available, err);
 	if (ret)
 		return ret;
+#ifdef UKVM_TEST_HOOKS
+	if (cfg->inject == UKVM_INJECT_NO_WP_FEATURES)
+		available &= ~(uint64_t)(UFFD_FEATURE_PAGEFAULT_FLAG_WP |
+					 UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_WP_ASYNC);
+#endif
 	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHMEM)
 		wanted |= UFFD_FEATURE_MINOR_SHMEM;
 	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHARED_HUGETLB)
@@ -221,6 +253,13 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		wanted |= UFFD_FEATURE_MISSING_SHMEM;
 	if (cfg->uffd_mode == UKVM_UFFD_MISSING && ukvm_backing_is_hugetlb(cfg->backing))
 		wanted |= UFFD_FEATURE_MISSING_HUGETLBFS;
+	/* WP faults at all; beyond anonymous memory, uffd-wp PTE markers (Linux 5.19+). */
+	if (cfg->uffd_mode == UKVM_UFFD_WP)
+		wanted |= UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+	if (cfg->uffd_mode == UKVM_UFFD_WP && cfg->backing != UKVM_BACKING_ANONYMOUS)
+		wanted |= UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+	if (cfg->uffd_mode == UKVM_UFFD_WP && cfg->wp_async)
+		wanted |= UFFD_FEATURE_WP_ASYNC;
 	/*
 	 * Which vCPU faulted, and the 4 KiB page it touched (hugetlb messages
 	 * otherwise name the huge page's start): nice to have, so only if the
@@ -252,12 +291,24 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	exp->exact_address = wanted & UFFD_FEATURE_EXACT_ADDRESS;
 	if ((available & wanted) != wanted) {
+		uint64_t lacks = wanted & ~available;
+
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
 			     "this kernel's userfaultfd lacks features 0x%llx needed for "
-			     "uffd_mode %s on %s memory (it has 0x%llx)",
-			     (unsigned long long)(wanted & ~available),
+			     "uffd_mode %s on %s memory (it has 0x%llx)%s%s%s",
+			     (unsigned long long)lacks,
 			     ukvm_uffd_mode_name(cfg->uffd_mode), ukvm_backing_name(cfg->backing),
-			     (unsigned long long)available);
+			     (unsigned long long)available,
+			     lacks & UFFD_FEATURE_PAGEFAULT_FLAG_WP ?
+			     ": no write-protect faults at all (UFFD_FEATURE_PAGEFAULT_FLAG_WP: "
+			     "Linux 5.7+ built with CONFIG_HAVE_ARCH_USERFAULTFD_WP)" : "",
+			     lacks & UFFD_FEATURE_WP_HUGETLBFS_SHMEM ?
+			     ": no write-protect on shmem (UFFD_FEATURE_WP_HUGETLBFS_SHMEM: Linux "
+			     "5.19+ built with CONFIG_PTE_MARKER_UFFD_WP); use backing "
+			     "anonymous" : "",
+			     lacks & UFFD_FEATURE_WP_ASYNC ?
+			     ": no asynchronous write-protect (UFFD_FEATURE_WP_ASYNC: Linux "
+			     "6.7+); use wp_async false" : "");
 		return -EOPNOTSUPP;
 	}
 
@@ -294,6 +345,8 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->nr_pins = cfg->nr_pin_readers;
 		pool->first_reader = u * cfg->readers;
 		pool->resolver = cfg->resolver;
+		pool->snapshot = exp->snapshot ? exp->snapshot + u * range : NULL;
+		pool->wp_state = exp->wp_state ? exp->wp_state + u * range / UKVM_PAGE_SIZE : NULL;
 		/* Resolver vCPU: a resolver per vCPU this uffd serves, and no threads. */
 		pool->nr_readers = cfg->resolver == UKVM_RESOLVER_READERS ? cfg->readers :
 				   exp->nr_pools == 1 ? cfg->vcpus : 1;
@@ -303,6 +356,15 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 			return pool->uffd;
 		ret = ukvm_uffd_register(pool->uffd, (void *)(uintptr_t)pool->hva_base, range,
 					 cfg->uffd_mode, cfg->backing, err);
+		/* WP: every (filled) page protected before any vCPU runs. */
+		if (!ret && cfg->uffd_mode == UKVM_UFFD_WP) {
+			ret = ukvm_uffd_writeprotect(pool->uffd, pool->hva_base, range, true);
+			if (ret)
+				ukvm_err_set(err, ret == -EINVAL || ret == -ENOENT ? UKVM_ERR_HOST
+					     : UKVM_ERR_RUN, -ret,
+					     "UFFDIO_WRITEPROTECT(MODE_WP, %llu bytes of %s memory)",
+					     (unsigned long long)range, ukvm_backing_name(cfg->backing));
+		}
 		/* Whether a ring can wait on a uffd at all: once, before any reader (ring.h). */
 		if (!ret && !u && cfg->wait == UKVM_WAIT_IO_URING)
 			ret = ukvm_ring_check(pool->uffd, err);
@@ -373,6 +435,7 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 	exp->passes = cfg->passes;
 	exp->write_key = ukvm_splitmix64(&state);
 	exp->filled = cfg->prefault || cfg->uffd_mode == UKVM_UFFD_MINOR ||
+		      cfg->uffd_mode == UKVM_UFFD_WP ||
 		      (cfg->uffd_mode == UKVM_UFFD_MISSING && (cfg->resolve == UKVM_RESOLVE_COPY ||
 						       cfg->resolve == UKVM_RESOLVE_MOVE));
 	exp->slice_size = cfg->mem_per_vcpu;
@@ -413,10 +476,13 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 #endif
 	if (ret)
 		return ret;
-	if (cfg->prefault)
+	/* WP: the old contents are in place, through the guest's mapping, before protecting. */
+	if (cfg->prefault || cfg->uffd_mode == UKVM_UFFD_WP)
 		ret = setup_fill(exp, exp->mem.hva, err);
 	else if (cfg->uffd_mode == UKVM_UFFD_MINOR)
 		ret = setup_fill(exp, exp->mem.alias, err);
+	if (!ret && cfg->uffd_mode == UKVM_UFFD_WP && !cfg->wp_async)
+		ret = setup_snapshot(exp, err);
 #ifdef UKVM_TEST_HOOKS
 	setup_unfaulted_injection(exp);
 #endif
@@ -516,4 +582,10 @@ void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)
 	ukvm_vm_destroy(&exp->vm);
 	if (!keep_memory)
 		ukvm_backing_destroy(&exp->mem);
+	/* After the pools: no resolver writes it any more. */
+	if (exp->snapshot)
+		munmap(exp->snapshot, exp->region_size);
+	exp->snapshot = NULL;
+	free((void *)exp->wp_state);
+	exp->wp_state = NULL;
 }

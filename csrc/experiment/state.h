@@ -49,6 +49,13 @@ struct ukvm_experiment {
 	uint64_t passes;
 	uint64_t write_key;		/* the guest's write-or-read choice, seeded */
 	bool filled;			/* pages arrive with data (else zero-filled) */
+	/*
+	 * uffd_mode wp: the snapshot, a slot per 4 KiB page of the region at
+	 * the page's offset (anonymous memory, populated as pages are saved),
+	 * and each page's save state (pool.h).
+	 */
+	uint8_t *snapshot;
+	_Atomic uint8_t *wp_state;
 	int32_t *pin_vcpus;		/* copies of the config's lists */
 	int32_t *pin_readers;
 	struct ukvm_vcpu *vcpus;

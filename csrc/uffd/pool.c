@@ -43,12 +43,16 @@
  * 2 MiB one). The template goes in before the move like a copy's data: the
  * page is whole when it appears. A 2 MiB page that the kernel gave the
  * area as a huge page moves whole (one PMD), and stays a huge mapping.
+ * uffd under a lock (struct ukvm_source in pool.h says why). In uffd_mode wp
+ * a fault is a first write: the old page goes into the snapshot, then
+ * UFFDIO_WRITEPROTECT un-protects it (reader_unprotect).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +88,8 @@ static const char *resolve_name(const struct ukvm_pool *pool)
 		return "UFFDIO_CONTINUE";
 	if (pool->resolve == UKVM_RESOLVE_MOVE)
 		return "UFFDIO_MOVE";
+	if (pool->mode == UKVM_UFFD_WP)
+		return "UFFDIO_WRITEPROTECT";
 	return pool->resolve == UKVM_RESOLVE_ZEROPAGE ? "UFFDIO_ZEROPAGE" : "UFFDIO_COPY";
 }
 
@@ -190,6 +196,43 @@ static int reader_move(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 	if (!ret || (ret == -EEXIST && page > UKVM_PAGE_SIZE))
 		r->stage_next++;
 	return ret;
+}
+
+enum { WP_UNSAVED = 0, WP_SAVING, WP_SAVED };
+
+/*
+ * uffd_mode wp: the page at addr (offset off in the pool's range) is about
+ * to be written for the first time. The first message for it saves its old
+ * contents into the snapshot, then un-protects it (which wakes every thread
+ * waiting on it); a later one (another vCPU wrote it meanwhile) waits for
+ * that save to be complete before it un-protects too, and is counted as
+ * EEXIST. 0, -EEXIST, or -errno.
+ */
+static int reader_unprotect(struct ukvm_reader *r, uint64_t addr, uint64_t off)
+{
+	struct ukvm_pool *pool = r->pool;
+	_Atomic uint8_t *state = &pool->wp_state[off / UKVM_PAGE_SIZE];
+	uint8_t seen = WP_UNSAVED;
+	int ret;
+
+	if (atomic_compare_exchange_strong(state, &seen, WP_SAVING)) {
+#ifdef UKVM_TEST_HOOKS
+		/* The save broken on purpose: the snapshot must then fail verification. */
+		if (pool->ctl->inject != UKVM_INJECT_WP_NO_SAVE)
+#endif
+			memcpy(pool->snapshot + off, (const void *)(uintptr_t)addr,
+			       pool->page_size);
+		atomic_store_explicit(state, WP_SAVED, memory_order_release);
+		return ukvm_uffd_writeprotect(pool->uffd, addr, pool->page_size, false);
+	}
+	/* Saving elsewhere: a 4 KiB copy, so wait, but not past the run's end. */
+	while (atomic_load_explicit(state, memory_order_acquire) != WP_SAVED) {
+		if (ukvm_ctl_aborted(pool->ctl))
+			return -ECANCELED;
+		sched_yield();
+	}
+	ret = ukvm_uffd_writeprotect(pool->uffd, addr, pool->page_size, false);
+	return ret ?: -EEXIST;
 }
 
 /* Empty, destroyable state. */
@@ -332,7 +375,26 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 	}
 #endif
 
-	if (pool->mode == UKVM_UFFD_MINOR) {
+	if (pool->mode == UKVM_UFFD_WP) {
+		if (!pool->snapshot) {	/* wp_async: the kernel resolves every write itself */
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+				      "%s: a fault message at gpa 0x%llx with wp_async, which "
+				      "delivers none", r->who, (unsigned long long)gpa);
+			return -EPROTO;
+		}
+		if (!(msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP)) {
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, 0,
+				      "%s: a fault at gpa 0x%llx without UFFD_PAGEFAULT_FLAG_WP "
+				      "(flags 0x%llx) on a range registered for WP only", r->who,
+				      (unsigned long long)gpa,
+				      (unsigned long long)msg->arg.pagefault.flags);
+			return -EPROTO;
+		}
+		ret = reader_unprotect(r, addr, addr - pool->hva_base);
+		if (ret == -ECANCELED)
+			return ret;	/* the run is over: nothing to record */
+		r->stats.unprotects++;
+	} else if (pool->mode == UKVM_UFFD_MINOR) {
 		ret = ukvm_uffd_continue(pool->uffd, addr, pool->page_size);
 		r->stats.continues++;
 	} else if (pool->resolve == UKVM_RESOLVE_ZEROPAGE) {
@@ -395,6 +457,8 @@ int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **
 	msg.event = UFFD_EVENT_PAGEFAULT;
 	msg.arg.pagefault.address = addr;
 	msg.arg.pagefault.flags = write ? UFFD_PAGEFAULT_FLAG_WRITE : 0;
+	if (pool->mode == UKVM_UFFD_WP)	/* only writes fault on a WP-only range */
+		msg.arg.pagefault.flags |= UFFD_PAGEFAULT_FLAG_WP | UFFD_PAGEFAULT_FLAG_WRITE;
 	msg.arg.pagefault.feat.ptid = (uint32_t)r->stats.tid;
 	ret = reader_resolve(r, &msg, reader_clock(r));
 	if (ret == -ECANCELED)	/* an injected READER_EXIT: a vCPU cannot just go */

@@ -94,6 +94,16 @@ struct ukvm_pool {
 	uint32_t nr_pins;
 	uint32_t first_reader;		/* this pool's first reader, counted over all pools */
 	struct ukvm_source source;	/* 1 GiB pages: the readers' shared copy source */
+	/*
+	 * uffd_mode wp: the snapshot's slots for this pool's range (a page's
+	 * old contents go to the same offset) and a state per page (0 not
+	 * saved, 1 being saved, 2 saved): a second message for a page (two
+	 * vCPUs wrote it) must not save the bytes the first vCPU has written
+	 * since, nor un-protect it before the first save is complete. Owned
+	 * by the experiment.
+	 */
+	uint8_t *snapshot;
+	_Atomic uint8_t *wp_state;
 	uint32_t nr_readers;
 	uint32_t readers_made;		/* entries of readers[] to clean up */
 	struct ukvm_reader *readers;

@@ -130,12 +130,17 @@ int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode m
 {
 	struct uffdio_register reg = {
 		.range = { .start = (uint64_t)(uintptr_t)addr, .len = len },
-		.mode = mode == UKVM_UFFD_MINOR ? UFFDIO_REGISTER_MODE_MINOR
-						: UFFDIO_REGISTER_MODE_MISSING,
+		.mode = mode == UKVM_UFFD_MINOR ? UFFDIO_REGISTER_MODE_MINOR :
+			mode == UKVM_UFFD_WP ? UFFDIO_REGISTER_MODE_WP
+					     : UFFDIO_REGISTER_MODE_MISSING,
 	};
-	uint64_t needed = mode == UKVM_UFFD_MINOR ? 1ULL << _UFFDIO_CONTINUE
-						  : 1ULL << _UFFDIO_COPY;
-	const char *name = mode == UKVM_UFFD_MINOR ? "MINOR" : "MISSING";
+	uint64_t needed = mode == UKVM_UFFD_MINOR ? 1ULL << _UFFDIO_CONTINUE :
+			  mode == UKVM_UFFD_WP ? 1ULL << _UFFDIO_WRITEPROTECT
+					       : 1ULL << _UFFDIO_COPY;
+	const char *name = mode == UKVM_UFFD_MINOR ? "MINOR" :
+			   mode == UKVM_UFFD_WP ? "WP" : "MISSING";
+	const char *ioctl_name = mode == UKVM_UFFD_MINOR ? "UFFDIO_CONTINUE" :
+				 mode == UKVM_UFFD_WP ? "UFFDIO_WRITEPROTECT" : "UFFDIO_COPY";
 	int e = -ukvm_ioctl(uffd, UFFDIO_REGISTER, &reg);
 
 	if (e) {
@@ -158,8 +163,7 @@ int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode m
 	if ((reg.ioctls & needed) != needed) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,
 			     "UFFDIO_REGISTER(mode %s): the kernel does not offer %s for "
-			     "this memory", name,
-			     mode == UKVM_UFFD_MINOR ? "UFFDIO_CONTINUE" : "UFFDIO_COPY");
+			     "this memory", name, ioctl_name);
 		return -EOPNOTSUPP;
 	}
 	return 0;
@@ -219,6 +223,19 @@ static int try_move(int uffd, uint64_t addr, uint64_t len, const uint8_t *src, i
 
 	*done = move.move;
 	return ret;
+}
+
+/* src stands for the mode: non-NULL protects, NULL un-protects (and wakes). */
+static int try_writeprotect(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
+			    int64_t *done)
+{
+	struct uffdio_writeprotect wp = {
+		.range = { .start = addr, .len = len },
+		.mode = src ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
+	};
+
+	*done = 0;	/* no partial progress is reported: a retry redoes the range */
+	return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) ? -errno : 0;
 }
 
 #ifdef UKVM_TEST_HOOKS
@@ -320,4 +337,12 @@ int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len)
 int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len)
 {
 	return resolve("UFFDIO_CONTINUE", try_continue, uffd, addr, NULL, len);
+}
+
+int ukvm_uffd_writeprotect(int uffd, uint64_t addr, uint64_t len, bool protect)
+{
+	static const uint8_t mode_wp;
+
+	return resolve(protect ? "UFFDIO_WRITEPROTECT(MODE_WP)" : "UFFDIO_WRITEPROTECT",
+		       try_writeprotect, uffd, addr, protect ? &mode_wp : NULL, len);
 }

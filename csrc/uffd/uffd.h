@@ -38,5 +38,11 @@ int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len);
  * (EBUSY: a src page is shared, e.g. after a fork; ENOENT: src has a hole).
  */
 int ukvm_uffd_move(int uffd, uint64_t dst, void *src, uint64_t len);
+/*
+ * UFFDIO_WRITEPROTECT over [addr, addr + len): protect sets the uffd-wp bit
+ * (writes then fault); !protect clears it and wakes the threads waiting on
+ * the range. 0 or -errno, EAGAIN retried as above.
+ */
+int ukvm_uffd_writeprotect(int uffd, uint64_t addr, uint64_t len, bool protect);
 
 #endif

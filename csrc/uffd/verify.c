@@ -99,3 +99,65 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 		*read_sum = sum;
 	return bad;
 }
+
+uint64_t ukvm_verify_snapshot(const struct ukvm_verify_params *p, struct ukvm_ctl *ctl,
+			      uint64_t *written, char *msg, size_t msg_len)
+{
+	uint64_t old[WORDS_PER_PAGE];
+	static const uint64_t zero[WORDS_PER_PAGE];
+	uint64_t off, bad = 0, n = 0;
+	unsigned i;
+
+	for (off = 0; off < p->size; off += UKVM_PAGE_SIZE) {
+		const uint64_t *w = (const uint64_t *)(p->hva + off);
+		uint64_t gpa = p->gpa + off;
+		bool wrote = guest_writes_page(gpa, p->write_pct, p->write_key);
+		const uint64_t *want = zero;
+
+		if (ctl && off % VERIFY_CHECK_EVERY == 0 && ukvm_ctl_aborted(ctl))
+			break;
+		if (wrote) {
+			n++;
+			ukvm_fill_pages(old, UKVM_PAGE_SIZE, gpa);
+			want = old;
+		}
+		if (!memcmp(w, want, UKVM_PAGE_SIZE))
+			continue;
+		if (bad++)
+			continue;
+		for (i = 0; i < WORDS_PER_PAGE; i++)
+			if (w[i] != want[i]) {
+				snprintf(msg, msg_len, "snapshot slot of the page at gpa 0x%llx: word "
+					 "%u is 0x%016llx, expected 0x%016llx (%s)",
+					 (unsigned long long)gpa, i, (unsigned long long)w[i],
+					 (unsigned long long)want[i],
+					 wrote ? "the page's contents before the guest's write"
+					       : "zero: the guest only read the page, so nothing "
+						 "was saved");
+				break;
+			}
+	}
+	*written = n;
+	return bad;
+}
+
+uint64_t ukvm_verify_dirty(const struct ukvm_verify_params *p, const uint8_t *written,
+			   uint64_t *dirty, char *msg, size_t msg_len)
+{
+	uint64_t i, pages = p->size / UKVM_PAGE_SIZE, bad = 0, n = 0;
+
+	for (i = 0; i < pages; i++) {
+		uint64_t gpa = p->gpa + i * UKVM_PAGE_SIZE;
+		bool wrote = guest_writes_page(gpa, p->write_pct, p->write_key);
+
+		n += written[i];
+		if (wrote == !!written[i] || bad++)
+			continue;
+		snprintf(msg, msg_len, "page at gpa 0x%llx: PAGEMAP_SCAN reports it %s, but the "
+			 "guest %s", (unsigned long long)gpa,
+			 written[i] ? "written" : "still write-protected (not written)",
+			 wrote ? "wrote it" : "only read it");
+	}
+	*dirty = n;
+	return bad;
+}

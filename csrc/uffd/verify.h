@@ -27,4 +27,24 @@ struct ukvm_verify_params {
 uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl *ctl,
 			    uint64_t *read_sum, char *msg, size_t msg_len);
 
+/*
+ * uffd_mode wp: the snapshot p->hva (a slot per 4 KiB page of the region at
+ * p->gpa) must hold, for every page the guest writes, the page's old
+ * contents (fill.h: a filled page, before the guest's write), and for every
+ * page it only reads, nothing: zeros, since reads never fault and nothing
+ * was saved. Returns the number of bad slots, the first described in msg,
+ * and sets *written to the pages the guest writes (each one WP fault).
+ */
+uint64_t ukvm_verify_snapshot(const struct ukvm_verify_params *p, struct ukvm_ctl *ctl,
+			      uint64_t *written, char *msg, size_t msg_len);
+
+/*
+ * wp_async: written[i] (PAGEMAP_SCAN's PAGE_IS_WRITTEN for page i of the
+ * region at p->gpa) must be set exactly for the pages the guest writes.
+ * Returns the number of pages where it is not, the first described in msg,
+ * and sets *dirty to the pages marked written.
+ */
+uint64_t ukvm_verify_dirty(const struct ukvm_verify_params *p, const uint8_t *written,
+			   uint64_t *dirty, char *msg, size_t msg_len);
+
 #endif
