@@ -80,8 +80,10 @@ struct uffdio_move {
 #endif
 
 /* Linux 6.7: write-protect without faults (the kernel un-protects on a write). */
-#ifndef UFFD_FEATURE_WP_ASYNC
+#ifndef UFFD_FEATURE_WP_UNPOPULATED
 #define UFFD_FEATURE_WP_UNPOPULATED	(1 << 13)
+#endif
+#ifndef UFFD_FEATURE_WP_ASYNC
 #define UFFD_FEATURE_WP_ASYNC		(1 << 15)
 #endif
 

@@ -43,7 +43,7 @@ def assert_moved(r):
     dict(vcpus=2, single_uffd=True, readers=3, pattern="random"),
     dict(vcpus=2, resolver="vcpu"),
     dict(vcpus=2, resolver="vcpu", single_uffd=True),
-    dict(vcpus=3, overlap=True, readers=3, write_percent=0),
+    dict(vcpus=3, overlap=True, readers=3),
 ], ids=["per-vcpu-uffds", "one-uffd", "resolver-vcpu", "resolver-vcpu-one-uffd", "overlap"])
 @pytest.mark.parametrize("write_percent", [0, 50, 100])
 def test_move_verifies_every_page(kvm, fields, write_percent):

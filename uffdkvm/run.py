@@ -176,8 +176,9 @@ def _copy_source_bytes(c: Config) -> int:
 
 def _snapshot_bytes(c: Config) -> int:
     """uffd_mode="wp": the snapshot, a 4 KiB slot of ordinary memory per page
-    of the region (filled as the guest writes pages: all of them at most)."""
-    return c.region_bytes if c.uffd_mode == "wp" and c.write_percent else 0
+    of the region (filled as the guest writes pages: all of them at most);
+    wp_async saves nothing, so it has none."""
+    return c.region_bytes if c.uffd_mode == "wp" and c.write_percent and not c.wp_async else 0
 
 
 def _check_fits_host(c: Config) -> None:

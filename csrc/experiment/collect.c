@@ -415,7 +415,11 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	if (res->bad_pages)
 		res->verified = false;
-	/* wp_async: the dirty map's mismatches, found above; its message stands if first. */
+	/*
+	 * wp_async: pages the dirty map got wrong (written and not found, or
+	 * found and not written) count as bad pages too; the message is the
+	 * last check's that failed.
+	 */
 	res->bad_pages += dirty_bad;
 	if (res->bad_pages)
 		res->verified = false;

@@ -43,8 +43,8 @@
  * 2 MiB one). The template goes in before the move like a copy's data: the
  * page is whole when it appears. A 2 MiB page that the kernel gave the
  * area as a huge page moves whole (one PMD), and stays a huge mapping.
- * uffd under a lock (struct ukvm_source in pool.h says why). In uffd_mode wp
- * a fault is a first write: the old page goes into the snapshot, then
+ *
+ * In uffd_mode wp a fault is a first write: the old page goes into the snapshot, then
  * UFFDIO_WRITEPROTECT un-protects it (reader_unprotect).
  */
 #include <errno.h>
