@@ -45,7 +45,7 @@ def test_backing_support_probes_every_combination(kvm):
         assert set(modes) == set(modes_for(backing))
         for why in modes.values():
             assert why is None or (isinstance(why, str) and why)
-    assert support["anonymous"] == {"missing": None, None: None}
+    assert support["anonymous"] == {"missing": None, "wp": None, None: None}
 
 
 def test_too_few_huge_pages_fail_before_the_vm_with_the_fix(kvm):

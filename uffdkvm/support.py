@@ -2,14 +2,24 @@
 resolving faults, probed for real."""
 from __future__ import annotations
 
-from .config import BACKING_PAGE_SIZES, RESOLVERS, RESOLVES, SHARED_BACKINGS, WAITS, Config
+from .config import (
+    BACKING_PAGE_SIZES,
+    RESOLVERS,
+    RESOLVES,
+    SHARED_BACKINGS,
+    WAITS,
+    WP_BACKINGS,
+    Config,
+)
 from .errors import UffdkvmError
 from .run import probe, run
 
 
 def modes_for(backing: str) -> tuple[str | None, ...]:
     """The uffd modes that make sense on a backing (None: no userfaultfd)."""
-    return ("missing", "minor", None) if backing in SHARED_BACKINGS else ("missing", None)
+    modes: tuple[str | None, ...] = ("missing", "minor") if backing in SHARED_BACKINGS \
+        else ("missing",)
+    return modes + (("wp",) if backing in WP_BACKINGS else ()) + (None,)
 
 
 def backing_support() -> dict[str, dict[str | None, str | None]]:
