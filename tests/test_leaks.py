@@ -50,6 +50,16 @@ ENDINGS = {
     "move-thp": lambda: uffdkvm.run(vcpus=1, mem_per_vcpu="2M", backing="anonymous_thp",
                                     resolve="move"),
     "move-eio": lambda: run_with_fault(**TINY, resolve="move", fault="resolve_eio", after=5),
+    # Write-protect (async: the pagemap scan) and the vCPU resolver's failures.
+    # A leaked snapshot would escape the mapping count (an anonymous mapping
+    # can merge with its neighbour): these guard the fds and threads.
+    "wp": lambda: uffdkvm.run(**TINY, uffd_mode="wp", write_percent=50),
+    "wp-vcpu-shmem": lambda: uffdkvm.run(**TINY, uffd_mode="wp", backing="shmem",
+                                         resolver="vcpu"),
+    "wp-async": lambda: uffdkvm.run(**TINY, uffd_mode="wp", wp_async=True),
+    "wp-eio": lambda: run_with_fault(**TINY, uffd_mode="wp", fault="resolve_eio", after=5),
+    "vcpu-resolver-eio": lambda: run_with_fault(**TINY, resolver="vcpu", fault="resolve_eio",
+                                                after=5),
     "trace-timing": lambda: uffdkvm.run(**TINY, trace_faults=True, guest_timing=True,
                                         passes=2),
     "stats-basic": lambda: uffdkvm.run(**TINY, stats="basic", overlap=True),
