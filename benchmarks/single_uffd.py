@@ -51,8 +51,9 @@ def configs(vcpus: int, cpus: list[int]) -> dict[str, dict[str, Any]]:
 def shares(vcpus: int, mem: str, cpus: list[int]) -> list[str]:
     pins = tuple(cpus[i % len(cpus)] for i in range(vcpus))
     lines = []
+    runs_here = uffdkvm.fault_path_support()["wait"]
     for wait in WAITS:
-        if uffdkvm.fault_path_support()["wait"][wait] is not None:
+        if runs_here[wait] is not None:
             continue  # this host or build cannot run it: its rows say so already
         r = uffdkvm.run(vcpus=vcpus, mem_per_vcpu=mem, single_uffd=True, readers=vcpus,
                         wait=wait, pin_vcpus=pins, pin_readers="vcpus", guest_timing=True,

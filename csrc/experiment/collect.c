@@ -307,10 +307,11 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 
 	for (u = 0, n = 0; u < exp->nr_pools; u++)
 		for (r = 0; exp->pools[u].readers && r < exp->pools[u].nr_readers; r++) {
-			res->readers[n] = exp->pools[u].readers[r].stats;
-			if (cfg->resolver == UKVM_RESOLVER_VCPU)
-				collect_vcpu_resolver(&res->readers[n],
-						      &exp->vcpus[exp->nr_pools == 1 ? r : u]);
+			const struct ukvm_reader *x = &exp->pools[u].readers[r];
+
+			res->readers[n] = x->stats;
+			if (x->vcpu >= 0)	/* resolver vCPU: the vCPU's own thread */
+				collect_vcpu_resolver(&res->readers[n], &exp->vcpus[x->vcpu]);
 			n++;
 		}
 	res->nr_readers = n;

@@ -222,8 +222,10 @@ static void setup_vcpu_resolvers(struct ukvm_experiment *exp)
 	for (i = 0; i < exp->cfg.vcpus; i++) {
 		bool shared = exp->nr_pools == 1;
 		struct ukvm_pool *pool = &exp->pools[shared ? 0 : i];
+		struct ukvm_reader *r = &pool->readers[shared ? i : 0];
 
-		exp->vcpus[i].resolve_ctx = &pool->readers[shared ? i : 0];
+		ukvm_pool_bind_vcpu(r, i);
+		exp->vcpus[i].resolve_ctx = r;
 		exp->vcpus[i].resolve_fault = ukvm_pool_resolve_fault;
 	}
 }

@@ -436,6 +436,13 @@ static uint64_t reader_clock(struct ukvm_reader *r)
 	return r->pool->full_stats ? ukvm_now_ns() : 0;
 }
 
+void ukvm_pool_bind_vcpu(struct ukvm_reader *r, uint32_t vcpu)
+{
+	r->vcpu = (int32_t)vcpu;
+	snprintf(r->who, sizeof(r->who), "vCPU %u, resolving on uffd %u", vcpu,
+		 r->pool->uffd_index);
+}
+
 int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **hva)
 {
 	struct ukvm_reader *r = resolver;
@@ -944,12 +951,8 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 		r->rng = pool->seed ^ ((uint64_t)k << 32) ^ 0x7265616465720000ULL;
 		r->stats.uffd = pool->uffd_index;
 		r->stats.index = i;
-		if (pool->resolver == UKVM_RESOLVER_VCPU)	/* one uffd per vCPU, or one for all */
-			snprintf(r->who, sizeof(r->who), "vCPU %u, resolving on uffd %u",
-				 pool->nr_readers == 1 ? pool->uffd_index + i : i, pool->uffd_index);
-		else
-			snprintf(r->who, sizeof(r->who), "reader %u of uffd %u", i,
-				 pool->uffd_index);
+		r->vcpu = -1;	/* resolver vCPU: ukvm_pool_bind_vcpu() says which */
+		snprintf(r->who, sizeof(r->who), "reader %u of uffd %u", i, pool->uffd_index);
 		atomic_init(&r->exited, false);
 #ifdef UKVM_TEST_HOOKS
 		/* The stalled reader of UKVM_INJECT_READER_STALL: uffd 0's last. */

@@ -50,6 +50,7 @@ struct ukvm_reader {
 	struct ukvm_pool *pool;
 	uint32_t index;
 	char who[48];			/* "reader 2 of uffd 0", or the vCPU that resolves */
+	int32_t vcpu;			/* resolver vCPU: the vCPU whose thread this is, else -1 */
 	pthread_t thread;
 	bool thread_started;
 	atomic_bool exited;
@@ -154,6 +155,8 @@ void ukvm_pool_release_uffd(struct ukvm_pool *pool);
  * pool's (nothing done), or -errno (the failure recorded as the run's).
  */
 int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **hva);
+/* Resolver vCPU: the resolver r is vCPU vcpu's thread (its name and r->vcpu). */
+void ukvm_pool_bind_vcpu(struct ukvm_reader *r, uint32_t vcpu);
 /* Frees everything: 0, or -EBUSY (and nothing freed) while a reader still runs. */
 int ukvm_pool_destroy(struct ukvm_pool *pool);
 
