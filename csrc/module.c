@@ -68,6 +68,9 @@ static const struct field config_fields[] = {
 	FIELD(guest_timing, F_BOOL),
 	FIELD(trace_faults, F_BOOL),
 	FIELD(timeout_ns, F_U64),
+	FIELD(source, F_ENUM),
+	FIELD(source_read, F_ENUM),
+	FIELD(source_cache, F_ENUM),
 #ifdef UKVM_TEST_HOOKS
 	FIELD(inject, F_ENUM),
 	FIELD(inject_after, F_U64),
@@ -131,6 +134,38 @@ static void config_free(struct ukvm_config *cfg)
 	cfg->pin_vcpus = cfg->pin_readers = NULL;
 }
 
+/* source_path: a str or bytes path, in the filesystem's encoding, into cfg->source_path. */
+static int config_source_path(PyObject *dict, struct ukvm_config *cfg)
+{
+	PyObject *item = PyDict_GetItemString(dict, "source_path"), *bytes;
+	Py_ssize_t len;
+	char *p;
+
+	if (!item || item == Py_None)
+		return 0;
+	if (PyUnicode_Check(item)) {
+		bytes = PyUnicode_EncodeFSDefault(item);
+	} else if (PyBytes_Check(item)) {
+		bytes = Py_NewRef(item);
+	} else {
+		PyErr_SetString(PyExc_TypeError, "source_path: expected a str or bytes path");
+		return -1;
+	}
+	if (!bytes || PyBytes_AsStringAndSize(bytes, &p, &len)) {
+		Py_XDECREF(bytes);
+		return -1;
+	}
+	if ((size_t)len >= sizeof(cfg->source_path) || strlen(p) != (size_t)len) {
+		Py_DECREF(bytes);
+		PyErr_Format(PyExc_ValueError, "source_path: a path of at most %d bytes without "
+			     "NUL characters", UKVM_SOURCE_PATH_MAX - 1);
+		return -1;
+	}
+	memcpy(cfg->source_path, p, (size_t)len + 1);
+	Py_DECREF(bytes);
+	return 0;
+}
+
 static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 {
 	int32_t *pins;
@@ -182,6 +217,8 @@ static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 			break;
 		}
 	}
+	if (config_source_path(dict, cfg))
+		return -1;
 	if (cpu_list(dict, "pin_vcpus", &cfg->nr_pin_vcpus, &pins))
 		return -1;
 	cfg->pin_vcpus = pins;
@@ -405,7 +442,9 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_obj(d, "read_sizes", u64_list(r->read_sizes, UKVM_MAX_READ_BATCH + 1)) ||
 	    set_obj(d, "cpus", cpus_list(r->affinity)) ||
 	    set_obj(d, "service_latency", hist_to_dict(&r->service_latency)) ||
-	    set_obj(d, "queue_latency", hist_to_dict(&r->queue_latency))) {
+	    set_obj(d, "queue_latency", hist_to_dict(&r->queue_latency)) ||
+	    set_u64(d, "source_bytes", r->source_bytes) ||
+	    set_u64(d, "source_ns", r->source_ns)) {
 		Py_DECREF(d);
 		return NULL;
 	}
@@ -468,6 +507,8 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	    set_obj(d, "verified", PyBool_FromLong(res->verified)) ||
 	    set_u64(d, "bad_pages", res->bad_pages) ||
 	    set_u64(d, "dirty_pages", res->dirty_pages) ||
+	    set_u64(d, "source", res->source) ||
+	    set_u64(d, "source_cached_pages_at_start", res->source_cached_pages_at_start) ||
 	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
 	    set_obj(d, "vcpus", list_of(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus),
 					 vcpu_item, res)) ||
@@ -647,7 +688,39 @@ static PyObject *core_wait_idle(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+static PyObject *core_make_snapshot(PyObject *self, PyObject *args)
+{
+	unsigned long long size, seed;
+	struct ukvm_error err;
+	PyObject *path_obj;
+	char *path;
+	int ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&KK:make_snapshot", PyUnicode_FSConverter, &path_obj,
+			      &size, &seed))
+		return NULL;
+	path = PyBytes_AsString(path_obj);
+	if (!path) {
+		Py_DECREF(path_obj);
+		return NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	ret = ukvm_snapshot_write(path, size, seed, &err);
+	Py_END_ALLOW_THREADS
+	Py_DECREF(path_obj);
+	if (ret) {
+		raise_core_error(&err);
+		return NULL;
+	}
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef core_methods[] = {
+	{ "make_snapshot", core_make_snapshot, METH_VARARGS,
+	  "make_snapshot(path, size: int, seed: int) -> None\n\nWrite a snapshot file of size "
+	  "bytes whose every 8-byte word is a seeded function of (seed, offset); the GIL is "
+	  "released while it writes. Raises CoreError(kind, errno, message) on failure." },
 	{ "wait_idle", core_wait_idle, METH_VARARGS,
 	  "wait_idle(timeout_s=10.0) -> None\n\nWait until failed runs have released their "
 	  "threads, fds and memory (a failed or interrupted run returns first and frees its "
@@ -730,6 +803,13 @@ static int add_constants(PyObject *m)
 		{ "WAIT_IO_URING", UKVM_WAIT_IO_URING },
 		{ "RESOLVER_READERS", UKVM_RESOLVER_READERS },
 		{ "RESOLVER_VCPU", UKVM_RESOLVER_VCPU },
+		{ "SOURCE_SYNTHETIC", UKVM_SOURCE_SYNTHETIC },
+		{ "SOURCE_FILE", UKVM_SOURCE_FILE },
+		{ "SOURCE_REMOTE", UKVM_SOURCE_REMOTE },
+		{ "SOURCE_READ_PREAD", UKVM_SOURCE_READ_PREAD },
+		{ "SOURCE_READ_MMAP", UKVM_SOURCE_READ_MMAP },
+		{ "SOURCE_CACHE_WARM", UKVM_SOURCE_CACHE_WARM },
+		{ "SOURCE_CACHE_COLD", UKVM_SOURCE_CACHE_COLD },
 		{ "ERR_CONFIG", UKVM_ERR_CONFIG },
 		{ "ERR_HOST", UKVM_ERR_HOST },
 		{ "ERR_RUN", UKVM_ERR_RUN },
@@ -754,6 +834,7 @@ static int add_constants(PyObject *m)
 		{ "INJECT_NO_MOVE", UKVM_INJECT_NO_MOVE },
 		{ "INJECT_WP_NO_SAVE", UKVM_INJECT_WP_NO_SAVE },
 		{ "INJECT_NO_WP_FEATURES", UKVM_INJECT_NO_WP_FEATURES },
+		{ "INJECT_SOURCE_WRONG_OFFSET", UKVM_INJECT_SOURCE_WRONG_OFFSET },
 #endif
 	};
 	size_t i;

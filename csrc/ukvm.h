@@ -125,6 +125,35 @@ enum ukvm_clock_sync {
 	UKVM_CLOCK_SYNC_EXITS,		/* the offset bracketed by sync exits alone */
 };
 
+/*
+ * Where a resolved page's bytes come from (uffd_mode missing, resolve copy
+ * or move): the synthetic fill, or a snapshot file that maps onto the
+ * region byte for byte (region offset o is file offset o; see
+ * ukvm_snapshot_write). REMOTE, a page server, is not built yet.
+ */
+enum ukvm_source_kind {
+	UKVM_SOURCE_SYNTHETIC = 0,
+	UKVM_SOURCE_FILE,
+	UKVM_SOURCE_REMOTE,
+	UKVM_SOURCE__COUNT
+};
+
+/* source file: how a page is read from it. */
+enum ukvm_source_read {
+	UKVM_SOURCE_READ_PREAD = 0,	/* pread(2) from an fd */
+	UKVM_SOURCE_READ_MMAP,		/* memcpy from a read-only MAP_SHARED mapping */
+	UKVM_SOURCE_READ__COUNT
+};
+
+/* source file: the file's page cache when the vCPUs start. */
+enum ukvm_source_cache {
+	UKVM_SOURCE_CACHE_WARM = 0,	/* read through once: every page cached */
+	UKVM_SOURCE_CACHE_COLD,		/* written back and dropped (POSIX_FADV_DONTNEED) */
+	UKVM_SOURCE_CACHE__COUNT
+};
+
+#define UKVM_SOURCE_PATH_MAX	4096	/* bytes of source_path, its NUL included */
+
 /* What the readers measure beyond counters. */
 enum ukvm_stats {
 	UKVM_STATS_FULL = 0,	/* timestamps per fault: latency, attribution, blocktime */
@@ -212,6 +241,11 @@ struct ukvm_config {
 	bool guest_timing;		/* the guest times every access with rdtsc */
 	bool trace_faults;		/* return every fault record */
 	uint64_t timeout_ns;		/* 0: no limit */
+	/* Page source (enum ukvm_source_kind): the path is copied with the config. */
+	enum ukvm_source_kind source;
+	char source_path[UKVM_SOURCE_PATH_MAX];
+	enum ukvm_source_read source_read;
+	enum ukvm_source_cache source_cache;
 #ifdef UKVM_TEST_HOOKS
 	UKVM_TEST_CONFIG_FIELDS		/* testhooks.h: fault injection, test builds only */
 #endif
@@ -301,6 +335,8 @@ struct ukvm_reader_result {
 	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
 	struct ukvm_hist service_latency; /* stats full: message read to ioctl done */
 	struct ukvm_hist queue_latency;	/* stats full + guest_timing: raised -> read */
+	uint64_t source_bytes;	/* bytes it fetched from the page source */
+	uint64_t source_ns;	/* stats full, source not synthetic: time spent fetching */
 };
 
 struct ukvm_result {
@@ -339,6 +375,9 @@ struct ukvm_result {
 	uint32_t nr_vcpu_stats;
 	char **vcpu_stat_names;	/* values in each ukvm_vcpu_result.kvm_stats */
 	uint64_t dirty_pages;	/* wp_async: pages PAGEMAP_SCAN found written */
+	enum ukvm_source_kind source;	/* the page source that ran */
+	uint64_t source_cached_pages_at_start; /* source file: its pages in the page cache
+						* as the vCPUs started (mincore) */
 	bool verified;		/* every page holds what it must */
 	uint64_t bad_pages;	/* pages that did not, when !verified */
 	char verify_message[256]; /* the first bad page, explained */
@@ -413,6 +452,14 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err);
 int ukvm_wait_idle_for(uint64_t timeout_ns, struct ukvm_error *err);
 /* ukvm_wait_idle_for() with a timeout of 10 s and no error. */
 void ukvm_wait_idle(void);
+
+/*
+ * Writes a snapshot file for source file: size bytes (a multiple of 8)
+ * whose every 8-byte word is a seeded function of (seed, its offset), so
+ * that each page differs from every other and from the synthetic fill.
+ * 0, or -errno with err set.
+ */
+int ukvm_snapshot_write(const char *path, uint64_t size, uint64_t seed, struct ukvm_error *err);
 
 /* start + finish in one call, for C programs. */
 int ukvm_run(const struct ukvm_config *cfg, struct ukvm_result *res,

@@ -26,6 +26,7 @@ from .host import HostInfo
 from .progress import Progress
 from .result import FaultTrace, ReaderStats, Result, VcpuStats
 from .run import probe, run
+from .snapshot import make_snapshot
 from .spread import Ratio, Spread, ratio_of, spread_of, summarize
 from .support import backing_support, fault_path_support
 from .sweep import SweepWarning, read_results, sweep
@@ -35,6 +36,6 @@ __all__ = [
     "MissingDependencyError", "Progress", "Ratio", "ReaderStats", "Result", "ResultError",
     "RunError", "RunTimeoutError", "Spread", "SweepWarning",
     "UffdkvmError", "VcpuStats", "__version__", "backing_support", "fault_path_support",
-    "parse_size", "probe",
+    "make_snapshot", "parse_size", "probe",
     "ratio_of", "read_results", "run", "spread_of", "summarize", "sweep",
 ]

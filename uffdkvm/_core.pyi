@@ -19,6 +19,9 @@ def run(config: dict[str, Any], progress: _ProgressReport | None = None, /) -> d
 def probe(config: dict[str, Any], /) -> None:
     """Build what the config needs and register it, run nothing."""
 
+def make_snapshot(path: str, size: int, seed: int, /) -> None:
+    """Write a snapshot file of size bytes, every word a function of (seed, offset)."""
+
 def wait_idle(timeout_s: float = 10.0, /) -> None:
     """Wait until failed runs have released their threads, fds and memory."""
 
@@ -65,6 +68,13 @@ WAIT_SPIN: int
 WAIT_IO_URING: int
 RESOLVER_READERS: int
 RESOLVER_VCPU: int
+SOURCE_SYNTHETIC: int
+SOURCE_FILE: int
+SOURCE_REMOTE: int
+SOURCE_READ_PREAD: int
+SOURCE_READ_MMAP: int
+SOURCE_CACHE_WARM: int
+SOURCE_CACHE_COLD: int
 ERR_CONFIG: int
 ERR_HOST: int
 ERR_RUN: int
@@ -88,3 +98,4 @@ INJECT_NO_EXACT_ADDRESS: int
 INJECT_NO_MOVE: int
 INJECT_WP_NO_SAVE: int
 INJECT_NO_WP_FEATURES: int
+INJECT_SOURCE_WRONG_OFFSET: int

@@ -50,6 +50,9 @@ FAULTS = {
     "no_move": _core.INJECT_NO_MOVE,  # userfaultfd offers no UFFDIO_MOVE, as before Linux 6.8
     "wp_no_save": _core.INJECT_WP_NO_SAVE,  # uffd_mode wp: un-protected without saving the old page
     "no_wp_features": _core.INJECT_NO_WP_FEATURES,  # a kernel without uffd-wp (features masked)
+    # source="file": the fetch of the page holding 4 KiB page `after` of the
+    # region reads the next page's bytes of the file
+    "source_wrong_offset": _core.INJECT_SOURCE_WRONG_OFFSET,
 }
 
 

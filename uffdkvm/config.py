@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import operator
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,6 +40,10 @@ PATTERNS = ("sequential", "reverse", "random")
 RESOLVES = ("copy", "zeropage", "move")
 DELAY_DISTS = ("fixed", "uniform", "exponential")
 STATS = ("full", "basic")
+#: Where a resolved page's bytes come from ("remote": the page server, not built yet).
+SOURCES = ("synthetic", "file", "remote")
+SOURCE_READS = ("pread", "mmap")
+SOURCE_CACHES = ("warm", "cold")
 
 MAX_VCPUS = 4096          # KVM's own ceiling (KVM_MAX_VCPUS); the host may allow fewer
 # No guest here addresses more than 2^46 bytes of test memory (the core puts
@@ -252,6 +257,21 @@ class Config:
                      un-protects each page on its first write, and after the
                      run PAGEMAP_SCAN collects the pages written
                      (Result.dirty_pages); no snapshot is saved
+    source           where a resolved page's bytes come from: "synthetic" (made
+                     up by the resolver, stamped with the page's address) or
+                     "file" (a snapshot file, source_path, mapped onto the
+                     region byte for byte: region offset o comes from file
+                     offset o; uffdkvm.make_snapshot writes one). Applies to
+                     uffd_mode="missing" with resolve="copy" or "move" (no
+                     prefault); "remote" (a page server) is not built yet
+    source_path      source="file": the snapshot file, at least region_bytes
+                     long (a str or os.PathLike, stored as a str)
+    source_read      source="file": "pread" (pread(2) from an fd) or "mmap"
+                     (memcpy from a read-only MAP_SHARED mapping of the file)
+    source_cache     source="file": the file's page cache as the vCPUs start:
+                     "warm" (read through once first) or "cold" (written back
+                     and dropped with POSIX_FADV_DONTNEED; checked with
+                     mincore(): Result.source_cached_pages_at_start)
     """
 
     vcpus: int = 1
@@ -282,6 +302,10 @@ class Config:
     trace_faults: bool = False
     timeout_s: float | None = None
     wp_async: bool = False
+    source: str = "synthetic"
+    source_path: str | None = None
+    source_read: str = "pread"
+    source_cache: str = "warm"
 
     if TYPE_CHECKING:
         # What the constructor takes, for type checkers; the annotations above
@@ -299,7 +323,9 @@ class Config:
                      pin_vcpus: CpuList | None = ..., pin_readers: CpuList | None = ...,
                      prefault: bool = ..., stats: str = ..., guest_timing: bool = ...,
                      trace_faults: bool = ..., timeout_s: float | None = ...,
-                     wp_async: bool = ...) -> None: ...
+                     wp_async: bool = ..., source: str = ...,
+                     source_path: str | os.PathLike[str] | None = ...,
+                     source_read: str = ..., source_cache: str = ...) -> None: ...
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
@@ -394,6 +420,7 @@ class Config:
             raise ConfigError("wp_async: delivers no faults (the kernel un-protects each "
                               "written page itself), so resolver='vcpu' would resolve "
                               "nothing; use resolver='readers'", field="wp_async")
+        self._check_source()
         if self.resolve == "zeropage" and self.uffd_mode != "missing":
             raise ConfigError("resolve: 'zeropage' resolves missing faults only; use "
                               "uffd_mode='missing' or resolve='copy'", field="resolve")
@@ -410,6 +437,50 @@ class Config:
                               f"({', '.join(MOVE_BACKINGS)}): UFFDIO_MOVE cannot move pages of "
                               f"{self.backing!r} memory; use resolve='copy' or "
                               f"backing='anonymous'", field="resolve")
+
+    def _check_source(self) -> None:
+        """source and its fields: a source supplies the data of a missing
+        fault resolved with data; the file fields mean nothing without a file."""
+        put = object.__setattr__
+        put(self, "source", _choice("source", self.source, SOURCES))
+        put(self, "source_read", _choice("source_read", self.source_read, SOURCE_READS))
+        put(self, "source_cache", _choice("source_cache", self.source_cache, SOURCE_CACHES))
+        if self.source_path is not None:
+            try:
+                path = os.fspath(self.source_path)
+            except TypeError:
+                path = None
+            if not isinstance(path, str) or not path:
+                raise ConfigError(f"source_path: expected the path of a snapshot file (a str "
+                                  f"or os.PathLike), not {self.source_path!r}",
+                                  field="source_path")
+            put(self, "source_path", path)
+        if self.source == "remote":
+            raise ConfigError("source: 'remote' (a page server) is not built yet; use "
+                              "source='file' with a snapshot (uffdkvm.make_snapshot) or "
+                              "'synthetic'", field="source")
+        if self.source == "file":
+            if self.source_path is None:
+                raise ConfigError("source_path: source='file' needs the path of a snapshot "
+                                  "file; write one with uffdkvm.make_snapshot(path, "
+                                  "config.region_bytes)", field="source_path")
+            if self.uffd_mode != "missing" or self.resolve not in ("copy", "move") \
+                    or self.prefault:
+                why = ("prefault populates every page before the vCPUs start, so nothing "
+                       "is fetched" if self.prefault else
+                       f"uffd_mode={self.uffd_mode!r} with resolve={self.resolve!r} installs "
+                       f"no data fetched for the fault")
+                raise ConfigError(f"source: 'file' supplies the data of missing faults "
+                                  f"resolved with data (uffd_mode='missing' with "
+                                  f"resolve='copy' or 'move', no prefault); {why}",
+                                  field="source")
+            return
+        for name in ("source_path", "source_read", "source_cache"):
+            default = next(f.default for f in dataclasses.fields(self) if f.name == name)
+            if getattr(self, name) != default:
+                raise ConfigError(f"{name}: applies to source='file' only, not "
+                                  f"source={self.source!r}; set source='file' or leave "
+                                  f"{name} at its default ({default!r})", field=name)
 
     @property
     def region_bytes(self) -> int:

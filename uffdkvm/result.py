@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
 NS = 1e-9
+_SOURCE_NAMES = {_core.SOURCE_SYNTHETIC: "synthetic", _core.SOURCE_FILE: "file",
+                 _core.SOURCE_REMOTE: "remote"}
 _CLOCK_SYNC = {_core.CLOCK_SYNC_KVM_OFFSET: "kvm_tsc_offset",
                _core.CLOCK_SYNC_EXITS: "sync_exits"}
 # The core's latency buckets, in nanoseconds (see Histogram).
@@ -182,6 +184,11 @@ class ReaderStats:
                       of the uffd that brought messages, each one of ``reads``
                       (the mode reads nothing with read(2), so the two are
                       equal); 0 for the other modes and in older JSON
+    source_bytes      bytes it fetched from the page source (Config.source)
+                      for the pages it installed; 0 in older JSON
+    source_seconds    stats="full" with a source other than "synthetic": the
+                      time those fetches took (a file's pread or memcpy,
+                      page-cache misses included); None otherwise
     """
 
     uffd: int
@@ -206,6 +213,8 @@ class ReaderStats:
     voluntary_context_switches: int = 0
     ring_completions: int = 0
     unprotects: int = 0
+    source_bytes: int = 0
+    source_seconds: float | None = None
 
     def __repr__(self) -> str:
         busy = "None" if self.busy_seconds is None else f"{self.busy_seconds:.3g}"
@@ -303,6 +312,13 @@ class Result:
                    uffd-wp bit cleared by the kernel on the first write);
                    verification checks they are exactly the pages the guest
                    wrote. None otherwise
+    source         the page source that ran, as the core reports it
+                   ("synthetic" in older JSON)
+    source_cached_pages_at_start
+                   source="file": the file's pages in the page cache as the
+                   vCPUs started, counted with mincore() (0 with
+                   source_cache="cold"; the whole region's pages with
+                   "warm"), else None
     verify_message the first problem found, or "" when verified
     kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
     host           the machine it ran on (None for a Result made by hand)
@@ -330,6 +346,20 @@ class Result:
     clock_error_ns: float | None = None
     misordered_faults: int | None = None
     dirty_pages: int | None = None
+    source: str = "synthetic"
+    source_cached_pages_at_start: int | None = None
+
+    @property
+    def source_bytes(self) -> int:
+        """Bytes fetched from the page source, over every reader."""
+        return sum(r.source_bytes for r in self.readers)
+
+    @property
+    def source_seconds(self) -> float | None:
+        """Time spent fetching from the page source, over every reader
+        (stats="full", a source other than "synthetic"), else None."""
+        times = [r.source_seconds for r in self.readers if r.source_seconds is not None]
+        return sum(times) if times else None
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -465,6 +495,7 @@ class Result:
         # The guest's stamps give the stages around service, where its clock
         # could be put on the readers'.
         staged = full and timing and raw["clock_sync"] != _core.CLOCK_SYNC_NONE
+        timed_source = full and raw["source"] != _core.SOURCE_SYNTHETIC
 
         def stage(h: dict[str, Any], present: bool) -> Histogram | None:
             return _latency(h) if present else None
@@ -505,7 +536,8 @@ class Result:
                         voluntary_context_switches=r["voluntary_context_switches"],
                         read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]),
                         ring_completions=r["ring_completions"],
-                        unprotects=r["unprotects"])
+                        unprotects=r["unprotects"], source_bytes=r["source_bytes"],
+                        source_seconds=r["source_ns"] * NS if timed_source else None)
             for r in raw["readers"])
         # demand_paging_test's window: the vCPU threads' creation to their join.
         seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS
@@ -532,6 +564,9 @@ class Result:
             verified=raw["verified"],
             bad_pages=raw["bad_pages"],
             dirty_pages=raw["dirty_pages"] if config.wp_async else None,
+            source=_SOURCE_NAMES[raw["source"]],
+            source_cached_pages_at_start=raw["source_cached_pages_at_start"]
+            if raw["source"] == _core.SOURCE_FILE else None,
             verify_message=raw["verify_message"],
             page_size=raw["page_size"],
             uffds=raw["uffds"],

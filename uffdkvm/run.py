@@ -34,6 +34,10 @@ _UFFD_MODES = {None: _core.UFFD_NONE, "missing": _core.UFFD_MISSING,
 _WAITS = {"poll": _core.WAIT_POLL, "epoll": _core.WAIT_EPOLL,
           "epoll_exclusive": _core.WAIT_EPOLL_EXCLUSIVE, "read": _core.WAIT_READ,
           "spin": _core.WAIT_SPIN, "io_uring": _core.WAIT_IO_URING}
+_SOURCES = {"synthetic": _core.SOURCE_SYNTHETIC, "file": _core.SOURCE_FILE,
+            "remote": _core.SOURCE_REMOTE}
+_SOURCE_READS = {"pread": _core.SOURCE_READ_PREAD, "mmap": _core.SOURCE_READ_MMAP}
+_SOURCE_CACHES = {"warm": _core.SOURCE_CACHE_WARM, "cold": _core.SOURCE_CACHE_COLD}
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Config))
 _ERRORS: dict[int, type[UffdkvmError]] = {
     _core.ERR_HOST: HostUnsupportedError, _core.ERR_RUN: RunError,
@@ -69,6 +73,10 @@ def _core_config(c: Config) -> dict[str, Any]:
         "pin_vcpus": list(c.pin_vcpus or ()),
         "pin_readers": list(c.reader_cpus or ()),
         "timeout_ns": _timeout_ns(c.effective_timeout_s),
+        "source": _SOURCES[c.source],
+        "source_path": c.source_path,
+        "source_read": _SOURCE_READS[c.source_read],
+        "source_cache": _SOURCE_CACHES[c.source_cache],
     }
 
 
@@ -146,7 +154,7 @@ def _cpu_ranges(cpus: Iterable[int]) -> str:
 
 
 # Pages up to this size are copied from a source of each reader's own; larger
-# ones from one source per uffd (csrc/uffd/pool.h, struct ukvm_source).
+# ones from one source per uffd (csrc/uffd/pool.h, struct ukvm_shared_buffer).
 _READER_SOURCE_MAX = 2 << 20
 
 

@@ -304,12 +304,16 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	res->passes = (uint32_t)exp->passes;
 	res->region_bytes = exp->region_size;
 	res->page_size = exp->mem.page_size;
+	res->source = exp->source.kind;
+	res->source_cached_pages_at_start = exp->source.cached_pages_at_start;
 
 	for (u = 0, n = 0; u < exp->nr_pools; u++)
 		for (r = 0; exp->pools[u].readers && r < exp->pools[u].nr_readers; r++) {
 			const struct ukvm_reader *x = &exp->pools[u].readers[r];
 
 			res->readers[n] = x->stats;
+			res->readers[n].source_bytes = x->conn.bytes;
+			res->readers[n].source_ns = x->conn.ns;
 			if (x->vcpu >= 0)	/* resolver vCPU: the vCPU's own thread */
 				collect_vcpu_resolver(&res->readers[n], &exp->vcpus[x->vcpu]);
 			n++;
@@ -390,6 +394,9 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			vp.hva = exp->mem.hva + (cfg->overlap ? 0 : i * exp->slice_size);
 			vp.gpa = exp->region_gpa + (cfg->overlap ? 0 : i * exp->slice_size);
 			vp.size = exp->slice_size;
+			/* source file: the file maps onto the region byte for byte. */
+			vp.expect = exp->source.map ? exp->source.map + (vp.gpa - exp->region_gpa)
+						    : NULL;
 			res->bad_pages += ukvm_verify_region(&vp, &exp->ctl, &read_sum,
 							     res->verify_message,
 							     sizeof(res->verify_message));

@@ -189,6 +189,28 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		BAD("resolve move needs private anonymous memory (backing anonymous or "
 		    "anonymous_thp): UFFDIO_MOVE cannot move pages of %s memory; use resolve "
 		    "copy", ukvm_backing_name(c->backing));
+	if ((unsigned)c->source >= UKVM_SOURCE__COUNT)
+		BAD("source: unknown value %d", c->source);
+	if ((unsigned)c->source_read >= UKVM_SOURCE_READ__COUNT)
+		BAD("source_read: unknown value %d", c->source_read);
+	if ((unsigned)c->source_cache >= UKVM_SOURCE_CACHE__COUNT)
+		BAD("source_cache: unknown value %d", c->source_cache);
+	if (c->source == UKVM_SOURCE_REMOTE)
+		BAD("source: remote is not built yet; use source synthetic or file");
+	/* A source supplies the data of a fault resolved with data; nothing else fetches. */
+	if (c->source != UKVM_SOURCE_SYNTHETIC &&
+	    (c->uffd_mode != UKVM_UFFD_MISSING || c->prefault ||
+	     (c->resolve != UKVM_RESOLVE_COPY && c->resolve != UKVM_RESOLVE_MOVE)))
+		BAD("source: %s applies where a missing fault is resolved with data (uffd_mode "
+		    "missing with resolve copy or move, no prefault), not uffd_mode %s, resolve "
+		    "%s%s", c->source == UKVM_SOURCE_FILE ? "file" : "?",
+		    ukvm_uffd_mode_name(c->uffd_mode),
+		    c->resolve == UKVM_RESOLVE_ZEROPAGE ? "zeropage" :
+		    c->resolve == UKVM_RESOLVE_MOVE ? "move" : "copy",
+		    c->prefault ? " with prefault" : "");
+	if (c->source != UKVM_SOURCE_FILE &&
+	    (c->source_path[0] || c->source_read || c->source_cache))
+		BAD("source_path, source_read and source_cache apply to source file only");
 	/* Before the lists are read: a count with a NULL list is the caller's bug. */
 	if (c->nr_pin_vcpus && !c->pin_vcpus)
 		BAD("pin_vcpus: nr_pin_vcpus is %u but the list is NULL", c->nr_pin_vcpus);

@@ -28,6 +28,7 @@
 #include "kvm/kvmstats.h"
 #include "kvm/vm.h"
 #include "uffd/backing.h"
+#include "uffd/source.h"
 #include "ukvm.h"
 
 /*
@@ -419,6 +420,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	ukvm_vm_init(&exp->vm);
 	ukvm_kvmstats_init(&exp->vm_stats);
 	ukvm_backing_init(&exp->mem);
+	ukvm_source_init(&exp->source);
 	ret = ukvm_ctl_init(&exp->ctl);
 	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_mutex_init/pthread_cond_init");
@@ -624,6 +626,7 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 	exp->probe = true;
 	ukvm_vm_init(&exp->vm);
 	ukvm_backing_init(&exp->mem);
+	ukvm_source_init(&exp->source);
 	ukvm_kvmstats_init(&exp->vm_stats);
 	ret = ukvm_ctl_init(&exp->ctl);
 	if (ret) {

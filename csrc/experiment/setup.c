@@ -28,6 +28,7 @@
 #include "uffd/fill.h"
 #include "uffd/pool.h"
 #include "uffd/ring.h"
+#include "uffd/source.h"
 #include "uffd/uffd.h"
 #include "ukvm.h"
 
@@ -337,6 +338,8 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->hva_base = (uint64_t)(uintptr_t)exp->mem.hva + u * range;
 		pool->region_size = range;
 		pool->gpa_base = exp->region_gpa + u * range;
+		pool->region_off = u * range;
+		pool->source = &exp->source;
 		pool->delay_ns = (uint64_t)cfg->delay_us * 1000;
 		pool->delay_dist = cfg->delay_dist;
 		pool->resolve = cfg->resolve;
@@ -470,8 +473,10 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 					  exp->mem.hva, err);
 	if (ret)
 		return ret;
+	/* The page source, its cache made cold or warm as late as can be: just before the uffds. */
 	if (exp->probe)
-		return setup_uffds(exp, err);
+		return ukvm_source_open(&exp->source, cfg, exp->region_size, err) ?:
+		       setup_uffds(exp, err);
 	ret = setup_vcpus(exp, err);
 #ifdef UKVM_TEST_HOOKS
 	ret = ret ?: setup_guest_injection(exp, err);
@@ -488,6 +493,7 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 #ifdef UKVM_TEST_HOOKS
 	setup_unfaulted_injection(exp);
 #endif
+	ret = ret ?: ukvm_source_open(&exp->source, cfg, exp->region_size, err);
 	ret = ret ?: setup_uffds(exp, err);
 	if (!ret && exp_past_deadline(exp)) {
 		ukvm_err_set(err, UKVM_ERR_TIMEOUT, 0,
@@ -559,9 +565,11 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 				      probe ? "" : " with their stop eventfds",
 				      !epolls ? "" : ring ? " and an io_uring per reader" :
 				      " and an epoll set per reader");
+	if (cfg->source == UKVM_SOURCE_FILE && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", 1 for the source file");
 	if (n < why_len)
 		snprintf(why + n, why_len - n, ", 1 while setting up");
-	return 3 + 2 * vcpus + memfd + pools * per_pool + 1;
+	return 3 + 2 * vcpus + memfd + pools * per_pool + (cfg->source == UKVM_SOURCE_FILE) + 1;
 }
 
 void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)
@@ -590,4 +598,5 @@ void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)
 	exp->snapshot = NULL;
 	free((void *)exp->wp_state);
 	exp->wp_state = NULL;
+	ukvm_source_close(&exp->source);	/* after the pools: nothing fetches any more */
 }

@@ -32,6 +32,7 @@
 #include "kvm/vm.h"
 #include "uffd/backing.h"
 #include "uffd/pool.h"
+#include "uffd/source.h"
 #include "ukvm.h"
 
 struct ukvm_experiment {
@@ -43,6 +44,7 @@ struct ukvm_experiment {
 
 	struct ukvm_vm vm;
 	struct ukvm_backing_mem mem;
+	struct ukvm_source source;	/* where resolved pages' bytes come from */
 	uint64_t region_gpa;
 	uint64_t region_size;
 	uint64_t slice_size;		/* what one vCPU walks */

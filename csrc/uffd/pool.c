@@ -23,9 +23,11 @@
  * longer. Each keeps its counters in its own cache line and they survive
  * every exit path, errors included.
  *
- * UFFDIO_COPY's data goes in with the copy, stamped: each reader has a
- * source of its own for pages up to 2 MiB, and 1 GiB pages share one per
- * uffd under a lock (struct ukvm_source in pool.h says why).
+ * UFFDIO_COPY's data goes in with the copy, fetched from the page source
+ * (source.h: the synthetic stamp, or a snapshot file) through the
+ * resolver's own conn: each reader has a buffer of its own for pages up
+ * to 2 MiB, and 1 GiB pages share one per uffd under a lock (struct
+ * ukvm_shared_buffer in pool.h says why).
  *
  * resolve move (UFFDIO_MOVE, Linux 6.8+): the page a fault gets is one the
  * reader has received into a buffer of its own, then moved into place
@@ -36,10 +38,11 @@
  * (MADV_DONTFORK: a fork of this process leaves its pages exclusive),
  * MOVE_STAGE_BYTES of 4 KiB pages or one 2 MiB page (anonymous_thp,
  * 2 MiB aligned, MADV_HUGEPAGE, so that a whole huge page moves at once),
- * takes the next page per fault, stamps and moves it, and refills the area
- * once it is used up: one MADV_POPULATE_WRITE faults all its pages in
- * again, and the template is written over them (what receiving them would
- * cost), on the fault that finds it used up (every 64th of 4 KiB, every
+ * takes the next page per fault, fetches its bytes into it and moves it,
+ * and refills the area once it is used up: one MADV_POPULATE_WRITE faults
+ * all its pages in again, and for the synthetic source the template is
+ * written over them (what receiving them would cost), on the fault that
+ * finds it used up (every 64th of 4 KiB, every
  * 2 MiB one). The template goes in before the move like a copy's data: the
  * page is whole when it appears. A 2 MiB page that the kernel gave the
  * area as a huge page moves whole (one PMD), and stays a huge mapping.
@@ -69,7 +72,6 @@
 #include "base/thread.h"
 #include "base/util.h"
 #include "uapi_compat.h"
-#include "uffd/fill.h"
 #include "uffd/pool.h"
 #include "uffd/ring.h"
 #include "uffd/uffd.h"
@@ -109,22 +111,42 @@ static uint64_t reader_delay_ns(struct ukvm_reader *r)
 	}
 }
 
+/*
+ * The bytes of the page at addr (guest physical gpa) from the page source
+ * into dst: 0, or -errno after recording the failure as the run's.
+ */
+static int reader_fetch(struct ukvm_reader *r, uint64_t addr, uint64_t gpa, uint8_t *dst)
+{
+	struct ukvm_pool *pool = r->pool;
+	uint64_t off = pool->region_off + (addr - pool->hva_base);
+	int ret;
+
+	ret = ukvm_source_fetch(&r->conn, off, pool->page_size, gpa, dst, true);
+	if (ret)
+		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
+			      "%s: fetching %llu bytes at offset %llu of source_path %s%s", r->who,
+			      (unsigned long long)pool->page_size, (unsigned long long)off,
+			      pool->source->path, ret == -EIO ? " (the file ended early: was "
+			      "it truncated during the run?)" : "");
+	return ret;
+}
+
 /* UFFDIO_COPY of the page at addr with its data: 0, -EEXIST (resolved already) or -errno. */
 static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 {
 	struct ukvm_pool *pool = r->pool;
-	struct ukvm_source *source = &pool->source;
+	struct ukvm_shared_buffer *shared = &pool->shared;
 	int ret;
 
-	/* Up to 2 MiB pages: the reader's own source, stamped (struct ukvm_source). */
+	/* Up to 2 MiB pages: the reader's own buffer (struct ukvm_shared_buffer). */
 	if (r->src) {
-		ukvm_fill_stamp(r->src, pool->page_size, gpa);
-		return ukvm_uffd_copy(pool->uffd, addr, r->src, pool->page_size);
+		ret = reader_fetch(r, addr, gpa, r->src);
+		return ret ?: ukvm_uffd_copy(pool->uffd, addr, r->src, pool->page_size);
 	}
-	pthread_mutex_lock(&source->lock);
-	ukvm_fill_stamp(source->buffer, pool->page_size, gpa);
-	ret = ukvm_uffd_copy(pool->uffd, addr, source->buffer, pool->page_size);
-	pthread_mutex_unlock(&source->lock);
+	pthread_mutex_lock(&shared->lock);
+	ret = reader_fetch(r, addr, gpa, shared->buffer);
+	ret = ret ?: ukvm_uffd_copy(pool->uffd, addr, shared->buffer, pool->page_size);
+	pthread_mutex_unlock(&shared->lock);
 	return ret;
 }
 
@@ -135,7 +157,7 @@ static void stage_refill(struct ukvm_reader *r)
 
 	/* Best effort (Linux 5.14+): without it, the template's writes fault the pages in. */
 	madvise(r->stage, len, MADV_POPULATE_WRITE);
-	ukvm_fill_template(r->stage, len);
+	ukvm_source_prepare(r->pool->source, r->stage, len);
 	r->stage_next = 0;
 }
 
@@ -177,7 +199,7 @@ static int stage_create(struct ukvm_reader *r, struct ukvm_error *err)
 }
 
 /*
- * resolve move: the next staged page, stamped, moved to addr. 0, -EEXIST
+ * resolve move: the next staged page, fetched into, moved to addr. 0, -EEXIST
  * (resolved already) or -errno. A 4 KiB page that met EEXIST is still
  * there and serves the next fault; a larger one may have moved in part,
  * so it counts as used.
@@ -191,7 +213,9 @@ static int reader_move(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 	if (r->stage_next == r->stage_pages)
 		stage_refill(r);
 	src = r->stage + (uint64_t)r->stage_next * page;
-	ukvm_fill_stamp(src, page, gpa);
+	ret = reader_fetch(r, addr, gpa, src);
+	if (ret)
+		return ret;
 	ret = ukvm_uffd_move(r->pool->uffd, addr, src, page);
 	if (!ret || (ret == -EEXIST && page > UKVM_PAGE_SIZE))
 		r->stage_next++;
@@ -236,13 +260,13 @@ static int reader_unprotect(struct ukvm_reader *r, uint64_t addr, uint64_t off)
 }
 
 /* Empty, destroyable state. */
-static void source_init(struct ukvm_source *src)
+static void shared_init(struct ukvm_shared_buffer *src)
 {
 	memset(src, 0, sizeof(*src));
 }
 
 /* A shared mapping of a memfd called name: named in /proc/PID/maps. */
-static uint8_t *source_map(const char *name, uint64_t size, struct ukvm_error *err)
+static uint8_t *shared_map(const char *name, uint64_t size, struct ukvm_error *err)
 {
 	uint8_t *p;
 	int fd, e;
@@ -271,12 +295,13 @@ static uint8_t *source_map(const char *name, uint64_t size, struct ukvm_error *e
 	return p;
 }
 
-/* The shared buffer of page_size bytes, filled, and its lock. */
-static int source_create(struct ukvm_source *src, uint64_t page_size, struct ukvm_error *err)
+/* The shared buffer of page_size bytes, prepared for source, and its lock. */
+static int shared_create(struct ukvm_shared_buffer *src, uint64_t page_size,
+			 const struct ukvm_source *source, struct ukvm_error *err)
 {
 	int ret;
 
-	source_init(src);
+	shared_init(src);
 	src->page_size = page_size;
 	ret = pthread_mutex_init(&src->lock, NULL);
 	if (ret) {
@@ -284,20 +309,20 @@ static int source_create(struct ukvm_source *src, uint64_t page_size, struct ukv
 		return -ret;
 	}
 	src->lock_made = true;
-	src->buffer = source_map("uffdkvm-source", page_size, err);
+	src->buffer = shared_map("uffdkvm-source", page_size, err);
 	if (!src->buffer)
 		return -ENOMEM;
-	ukvm_fill_template(src->buffer, page_size);
+	ukvm_source_prepare(source, src->buffer, page_size);
 	return 0;
 }
 
-static void source_destroy(struct ukvm_source *src)
+static void shared_destroy(struct ukvm_shared_buffer *src)
 {
 	if (src->buffer)
 		munmap(src->buffer, src->page_size);
 	if (src->lock_made)
 		pthread_mutex_destroy(&src->lock);
-	source_init(src);
+	shared_init(src);
 }
 
 /* Stats full: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
@@ -808,7 +833,11 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 {
 	struct ukvm_pool *pool = r->pool;
 	struct epoll_event ev;
+	int ret;
 
+	ret = ukvm_source_conn_open(&r->conn, pool->source, pool->full_stats, err);
+	if (ret)
+		return ret;
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
 	    pool->page_size <= UKVM_READER_SRC_MAX) {
 		if (pool->page_size == UKVM_PAGE_SIZE) {
@@ -822,15 +851,14 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 				return -ENOMEM;
 			}
 		} else {
-			r->src = source_map("uffdkvm-reader-source", pool->page_size, err);
+			r->src = shared_map("uffdkvm-reader-source", pool->page_size, err);
 			if (!r->src)
 				return -ENOMEM;
 		}
-		ukvm_fill_template(r->src, pool->page_size);
+		ukvm_source_prepare(pool->source, r->src, pool->page_size);
 	}
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_MOVE) {
-		int ret = stage_create(r, err);
-
+		ret = stage_create(r, err);
 		if (ret)
 			return ret;
 	}
@@ -878,7 +906,7 @@ void ukvm_pool_init(struct ukvm_pool *pool)
 	pool->stop_fd = -1;
 	atomic_init(&pool->stop, false);
 	atomic_init(&pool->log_chunks, 0);
-	source_init(&pool->source);
+	shared_init(&pool->shared);
 }
 
 /*
@@ -936,7 +964,7 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 	}
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&
 	    pool->page_size > UKVM_READER_SRC_MAX) {
-		ret = source_create(&pool->source, pool->page_size, err);
+		ret = shared_create(&pool->shared, pool->page_size, pool->source, err);
 		if (ret)
 			return ret;
 	}
@@ -1090,13 +1118,14 @@ int ukvm_pool_destroy(struct ukvm_pool *pool)
 			munmap(r->src, pool->page_size);
 		if (r->stage)
 			munmap(r->stage, (uint64_t)r->stage_pages * pool->page_size);
+		ukvm_source_conn_close(&r->conn);
 	}
 	free(pool->readers);
 	pool->readers = NULL;
 	if (pool->log)
 		munmap(pool->log, pool->log_cap * sizeof(*pool->log));
 	pool->log = NULL;
-	source_destroy(&pool->source);
+	shared_destroy(&pool->shared);
 	if (pool->stop_fd >= 0)
 		close(pool->stop_fd);
 	pool->stop_fd = -1;

@@ -11,20 +11,22 @@
 #include "base/ctl.h"
 #include "base/thread.h"
 #include "base/util.h"
+#include "uffd/source.h"
 #include "ukvm.h"
 
 struct ukvm_pool;
 struct ukvm_ring;
 
 /*
- * What UFFDIO_COPY copies from. A page must be whole when the copy makes it
+ * What UFFDIO_COPY copies from, into which the page source (source.h)
+ * fetches the page's bytes. A page must be whole when the copy makes it
  * present: a vCPU may read it that very moment (a faulting vCPU that finds
  * the page already mapped does not wait for a wake, and with overlap any
  * vCPU may touch it). So the data, address words included, goes in with
- * the copy. Each reader stamps a source of its own for pages up to
+ * the copy. Each reader fetches into a buffer of its own for pages up to
  * UKVM_READER_SRC_MAX (4 KiB: anonymous memory; 2 MiB: a memfd named
  * "uffdkvm-reader-source" in /proc/PID/maps); 1 GiB pages, too large for
- * one per reader, share one buffer per uffd ("uffdkvm-source"), stamped
+ * one per reader, share one buffer per uffd ("uffdkvm-source"), filled
  * and copied under a lock: the readers of one uffd take turns with it,
  * those of different uffds (different vCPUs' memory) do not wait for each
  * other. One read-only template for every page size (UFFDIO_COPY with
@@ -39,9 +41,9 @@ struct ukvm_ring;
  */
 #define UKVM_READER_SRC_MAX	(2ULL << 20)
 
-struct ukvm_source {
+struct ukvm_shared_buffer {
 	uint64_t page_size;
-	uint8_t *buffer;		/* stamped per fault, under lock */
+	uint8_t *buffer;		/* fetched into per fault, under lock */
 	pthread_mutex_t lock;
 	bool lock_made;
 };
@@ -56,7 +58,8 @@ struct ukvm_reader {
 	atomic_bool exited;
 	int epfd;
 	struct ukvm_ring *ring;		/* wait io_uring: the reader's own ring (ring.h) */
-	uint8_t *src;			/* up to 2 MiB pages: UFFDIO_COPY source, stamped per fault */
+	uint8_t *src;			/* up to 2 MiB pages: UFFDIO_COPY source, fetched per fault */
+	struct ukvm_source_conn conn;	/* the thread's own connection to the page source */
 	/* resolve move: the staging area (pool.c), stage_pages pages, the next at stage_next */
 	uint8_t *stage;
 	uint32_t stage_pages;
@@ -86,6 +89,8 @@ struct ukvm_pool {
 	uint64_t hva_base;		/* the registered range... */
 	uint64_t region_size;
 	uint64_t gpa_base;		/* ...and its guest physical address */
+	uint64_t region_off;		/* ...and its offset in the whole test region */
+	const struct ukvm_source *source; /* where resolved pages' bytes come from */
 	uint64_t delay_ns;
 	enum ukvm_delay_dist delay_dist;
 	enum ukvm_resolve resolve;
@@ -94,7 +99,7 @@ struct ukvm_pool {
 	const int32_t *pins;		/* reader k of all pools runs on pins[k % nr_pins] */
 	uint32_t nr_pins;
 	uint32_t first_reader;		/* this pool's first reader, counted over all pools */
-	struct ukvm_source source;	/* 1 GiB pages: the readers' shared copy source */
+	struct ukvm_shared_buffer shared; /* 1 GiB pages: the readers' shared copy source */
 	/*
 	 * uffd_mode wp: the snapshot's slots for this pool's range (a page's
 	 * old contents go to the same offset) and a state per page (0 not

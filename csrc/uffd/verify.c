@@ -49,6 +49,8 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 {
 	uint64_t ref[WORDS_PER_PAGE];
 	uint64_t off, bad = 0, sum = 0;
+	const char *what = p->expect ? "the source file's bytes at the page's offset"
+				     : "the resolver's data";
 	unsigned i;
 
 	for (i = 0; i < WORDS_PER_PAGE; i++)
@@ -64,9 +66,17 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 		if (ctl && off % VERIFY_CHECK_EVERY == 0 && ukvm_ctl_aborted(ctl))
 			return bad;
 
-		want0 = written ? gpa ^ GUEST_WRITE_MAGIC : (p->filled ? ~gpa : 0);
-		want1 = p->filled ? gpa : 0;
-		want2 = written ? p->written_visits : 0;
+		if (p->expect) {
+			/* source file: the page is the file's, the guest's writes aside. */
+			memcpy(ref, p->expect + off, UKVM_PAGE_SIZE);
+			want0 = written ? gpa ^ GUEST_WRITE_MAGIC : ref[0];
+			want1 = ref[1];
+			want2 = ref[2] + (written ? p->written_visits : 0);
+		} else {
+			want0 = written ? gpa ^ GUEST_WRITE_MAGIC : (p->filled ? ~gpa : 0);
+			want1 = p->filled ? gpa : 0;
+			want2 = written ? p->written_visits : 0;
+		}
 		if (!written)
 			sum += want1;
 
@@ -74,23 +84,25 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 			bad++;
 			if (first)
 				describe_word(msg, msg_len, gpa, 0, w[0], want0,
-					      written ? "the guest's write" : "the resolver's data");
+					      written ? "the guest's write" : what);
 		} else if (w[1] != want1) {
 			bad++;
 			if (first)
 				describe_word(msg, msg_len, gpa, 1, w[1], want1,
-					      p->filled ? "the resolver's address stamp" : "zero");
+					      p->expect ? what : p->filled ?
+					      "the resolver's address stamp" : "zero");
 		} else if (w[2] != want2) {
 			bad++;
 			if (first)
 				describe_word(msg, msg_len, gpa, 2, w[2], want2,
+					      p->expect && !written ? what :
 					      "the count of guest writes to the page");
 		} else if (memcmp(w + 3, ref + 3, UKVM_PAGE_SIZE - 3 * sizeof(uint64_t))) {
 			bad++;
 			for (i = 3; first && i < WORDS_PER_PAGE; i++)
 				if (w[i] != ref[i]) {
 					describe_word(msg, msg_len, gpa, i, w[i], ref[i],
-						      p->filled ? "the resolver's data" : "zero");
+						      p->filled ? what : "zero");
 					break;
 				}
 		}

@@ -14,6 +14,12 @@ struct ukvm_verify_params {
 	uint64_t gpa;			/* its guest physical address */
 	uint64_t size;
 	bool filled;			/* resolved with data, else zero-filled */
+	/*
+	 * source file: the file's bytes for this range (each page's data
+	 * word for word, the guest's writes aside: word 0 replaced, word 2
+	 * plus the writes), or NULL: the synthetic fill (fill.h).
+	 */
+	const uint8_t *expect;
 	uint64_t written_visits;	/* what word 2 of every written page holds */
 	uint64_t write_pct;
 	uint64_t write_key;

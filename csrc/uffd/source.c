@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Where a resolved page's bytes come from.
+ *
+ *   synthetic  the fill of fill.h, stamped with the page's address: the
+ *              buffer holds the template already (ukvm_source_prepare), so
+ *              a fetch writes two words per 4 KiB.
+ *   file       a snapshot file mapped onto the region byte for byte (region
+ *              offset o is file offset o), read with pread(2) or copied out
+ *              of a read-only MAP_SHARED mapping. Its page cache is put in
+ *              the state asked for before the vCPUs start: cold (written
+ *              back with fdatasync, then dropped with POSIX_FADV_DONTNEED),
+ *              or warm (read through once); mincore() on the mapping then
+ *              counts what is cached, so a cold run can prove it was cold.
+ *   remote     a page server: refused until it is built.
+ *
+ * A fetch touches only its conn and the source's read-only state, so any
+ * thread with a conn of its own may fetch at any time.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/errors.h"
+#include "base/util.h"
+#include "uffd/fill.h"
+#include "uffd/source.h"
+
+#define WARM_CHUNK	(2ULL << 20)	/* bytes per pread(2) while warming the cache */
+
+void ukvm_source_init(struct ukvm_source *src)
+{
+	memset(src, 0, sizeof(*src));
+	src->fd = -1;
+}
+
+/* How many pages of the mapping are in the page cache now (mincore). */
+static int source_count_cached(struct ukvm_source *src, uint64_t *cached, struct ukvm_error *err)
+{
+	uint64_t i, pages = ALIGN_UP(src->size, UKVM_PAGE_SIZE) / UKVM_PAGE_SIZE, n = 0;
+	unsigned char *vec = malloc(pages ?: 1);
+
+	if (!vec) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating mincore()'s vector");
+		return -ENOMEM;
+	}
+	if (mincore((void *)src->map, src->size, vec)) {
+		int e = errno;
+
+		free(vec);
+		ukvm_err_set(err, UKVM_ERR_HOST, e, "mincore(source_path %s)", src->path);
+		return -e;
+	}
+	for (i = 0; i < pages; i++)
+		n += vec[i] & 1;
+	free(vec);
+	*cached = n;
+	return 0;
+}
+
+/* source_cache warm: every byte the run may fetch read once, into the page cache. */
+static int source_warm(struct ukvm_source *src, struct ukvm_error *err)
+{
+	uint8_t *buf = malloc(WARM_CHUNK);
+	uint64_t off = 0;
+	int ret = 0;
+
+	if (!buf) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating a buffer to warm the source");
+		return -ENOMEM;
+	}
+	while (off < src->size) {
+		uint64_t want = src->size - off < WARM_CHUNK ? src->size - off : WARM_CHUNK;
+		ssize_t n = pread(src->fd, buf, want, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pread(source_path %s at %llu)%s",
+				     src->path, (unsigned long long)off,
+				     n ? "" : ": the file ended early (was it truncated?)");
+			break;
+		}
+		off += (uint64_t)n;
+	}
+	free(buf);
+	return ret;
+}
+
+/*
+ * source_cache cold: the file's pages written back and dropped. Only clean,
+ * unmapped pages can go; a file on tmpfs has nowhere to drop them to.
+ */
+static int source_drop(struct ukvm_source *src, struct ukvm_error *err)
+{
+	int ret, tries;
+
+	if (fdatasync(src->fd)) {
+		ukvm_err_set(err, UKVM_ERR_HOST, errno, "fdatasync(source_path %s)", src->path);
+		return -EOPNOTSUPP;
+	}
+	/* Twice: pages still in a CPU's LRU batch the first time go the second. */
+	for (tries = 0; tries < 2; tries++) {
+		ret = posix_fadvise(src->fd, 0, (off_t)src->size, POSIX_FADV_DONTNEED);
+		if (ret) {
+			ukvm_err_set(err, UKVM_ERR_HOST, ret,
+				     "posix_fadvise(source_path %s, POSIX_FADV_DONTNEED)", src->path);
+			return -ret;
+		}
+	}
+	return 0;
+}
+
+static int source_open_file(struct ukvm_source *src, const struct ukvm_config *cfg,
+			    uint64_t size, struct ukvm_error *err)
+{
+	struct stat st;
+	void *map;
+	int ret;
+
+	if (!cfg->source_path[0] ||
+	    strnlen(cfg->source_path, UKVM_SOURCE_PATH_MAX) == UKVM_SOURCE_PATH_MAX) {
+		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "source_path: source file needs the path of "
+			     "a snapshot file (write one with uffdkvm.make_snapshot(path, size))");
+		return -EINVAL;
+	}
+	memcpy(src->path, cfg->source_path, sizeof(src->path));
+	src->read = cfg->source_read;
+	src->size = size;
+	src->fd = open(src->path, O_RDONLY | O_CLOEXEC);
+	if (src->fd < 0) {
+		ret = errno;
+		if (ret == ENOENT || ret == ENOTDIR) {
+			ukvm_err_set(err, UKVM_ERR_CONFIG, ret, "source_path: %s does not exist; "
+				     "write a snapshot there first with uffdkvm.make_snapshot(path, "
+				     "%llu)", src->path, (unsigned long long)size);
+			return -EINVAL;
+		}
+		ukvm_err_set(err, UKVM_ERR_HOST, ret, "open(source_path %s)", src->path);
+		return -ret;
+	}
+	if (fstat(src->fd, &st)) {
+		ukvm_err_set(err, UKVM_ERR_HOST, errno, "fstat(source_path %s)", src->path);
+		return -EOPNOTSUPP;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "source_path: %s is not a regular file; "
+			     "give a snapshot file (uffdkvm.make_snapshot(path, %llu) writes one)",
+			     src->path, (unsigned long long)size);
+		return -EINVAL;
+	}
+	if ((uint64_t)st.st_size < size) {
+		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "source_path: %s is %llu bytes, smaller "
+			     "than the test region (%llu bytes), which it maps onto byte for "
+			     "byte; write a large enough one with uffdkvm.make_snapshot(path, "
+			     "%llu)", src->path, (unsigned long long)st.st_size,
+			     (unsigned long long)size, (unsigned long long)size);
+		return -EINVAL;
+	}
+	ret = cfg->source_cache == UKVM_SOURCE_CACHE_COLD ? source_drop(src, err)
+							  : source_warm(src, err);
+	if (ret)
+		return ret;
+	/* After the drop: pages a mapping holds could not have been dropped. */
+	map = mmap(NULL, size, PROT_READ, MAP_SHARED, src->fd, 0);
+	if (map == MAP_FAILED) {
+		ukvm_err_set(err, UKVM_ERR_HOST, errno, "mmap(source_path %s, %llu bytes)",
+			     src->path, (unsigned long long)size);
+		return -ENOMEM;
+	}
+	src->map = map;
+	ret = source_count_cached(src, &src->cached_pages_at_start, err);
+	if (ret)
+		return ret;
+	if (cfg->source_cache == UKVM_SOURCE_CACHE_COLD && src->cached_pages_at_start) {
+		ukvm_err_set(err, UKVM_ERR_HOST, 0, "source_cache cold: %llu of %llu pages of "
+			     "source_path %s stayed in the page cache after fdatasync and "
+			     "POSIX_FADV_DONTNEED (a file on tmpfs has nowhere to drop them to, and "
+			     "pages another process maps stay); put the snapshot on a disk "
+			     "filesystem, or use source_cache warm",
+			     (unsigned long long)src->cached_pages_at_start,
+			     (unsigned long long)(ALIGN_UP(size, UKVM_PAGE_SIZE) / UKVM_PAGE_SIZE),
+			     src->path);
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
+int ukvm_source_open(struct ukvm_source *src, const struct ukvm_config *cfg, uint64_t size,
+		     struct ukvm_error *err)
+{
+	ukvm_source_init(src);
+	src->kind = cfg->source;
+#ifdef UKVM_TEST_HOOKS
+	src->wrong_offset = cfg->inject == UKVM_INJECT_SOURCE_WRONG_OFFSET;
+	src->wrong_offset_at = cfg->inject_after * UKVM_PAGE_SIZE;
+#endif
+	switch (cfg->source) {
+	case UKVM_SOURCE_SYNTHETIC:
+		src->size = size;
+		return 0;
+	case UKVM_SOURCE_FILE:
+		return source_open_file(src, cfg, size, err);
+	default:
+		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "source: remote is not built yet; use "
+			     "source synthetic or file");
+		return -EINVAL;
+	}
+}
+
+void ukvm_source_close(struct ukvm_source *src)
+{
+	if (src->map)
+		munmap((void *)src->map, src->size);
+	if (src->fd >= 0)
+		close(src->fd);
+	ukvm_source_init(src);
+}
+
+int ukvm_source_conn_open(struct ukvm_source_conn *conn, const struct ukvm_source *src,
+			  bool timed, struct ukvm_error *err)
+{
+	(void)err;	/* a remote conn will connect here, and can fail */
+	memset(conn, 0, sizeof(*conn));
+	conn->source = src;
+	conn->timed = timed && src->kind != UKVM_SOURCE_SYNTHETIC;
+	return 0;
+}
+
+void ukvm_source_conn_close(struct ukvm_source_conn *conn)
+{
+	conn->source = NULL;
+}
+
+void ukvm_source_prepare(const struct ukvm_source *src, uint8_t *dst, uint64_t len)
+{
+	if (src->kind == UKVM_SOURCE_SYNTHETIC)
+		ukvm_fill_template(dst, len);
+}
+
+/* file: len bytes at off by pread(2), whole: 0 or -errno (-EIO at the file's end). */
+static int source_pread(const struct ukvm_source *src, uint64_t off, uint64_t len, uint8_t *dst)
+{
+	uint64_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(src->fd, dst + done, len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
+int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64_t len,
+		      uint64_t gpa, uint8_t *dst, bool urgent)
+{
+	const struct ukvm_source *src = conn->source;
+	uint64_t t0 = conn->timed ? ukvm_now_ns() : 0;
+	int ret = 0;
+
+	(void)urgent;	/* a file serves every request alike */
+	if (region_off > src->size || len > src->size - region_off)
+		return -ERANGE;
+#ifdef UKVM_TEST_HOOKS
+	/* The page that holds the chosen byte comes from the next page's place. */
+	if (src->wrong_offset && src->wrong_offset_at >= region_off &&
+	    src->wrong_offset_at - region_off < len)
+		region_off = region_off + len <= src->size - len ? region_off + len : 0;
+#endif
+	switch (src->kind) {
+	case UKVM_SOURCE_SYNTHETIC:
+		ukvm_fill_stamp(dst, len, gpa);
+		break;
+	case UKVM_SOURCE_FILE:
+		if (src->read == UKVM_SOURCE_READ_MMAP)
+			memcpy(dst, src->map + region_off, len);
+		else
+			ret = source_pread(src, region_off, len, dst);
+		break;
+	default:
+		ret = -EOPNOTSUPP;
+		break;
+	}
+	if (ret)
+		return ret;
+	conn->bytes += len;
+	if (conn->timed)
+		conn->ns += ukvm_now_ns() - t0;
+	return 0;
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Where a resolved page's bytes come from (source.c): the synthetic fill,
+ * a snapshot file, or (later) a page server. One struct ukvm_source per
+ * experiment, opened before the vCPUs start; each thread that installs
+ * pages (a reader, a resolving vCPU, a prefetch pusher) holds a
+ * struct ukvm_source_conn of its own and fetches through it, so that a
+ * source with per-thread state (a socket to the page server) needs no lock
+ * and the fetch counters are the thread's own.
+ */
+#ifndef UKVM_UFFD_SOURCE_H
+#define UKVM_UFFD_SOURCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ukvm.h"
+
+struct ukvm_source {
+	enum ukvm_source_kind kind;
+	enum ukvm_source_read read;
+	uint64_t size;			/* bytes of the region the source serves */
+	int fd;				/* file: the snapshot, read-only, or -1 */
+	const uint8_t *map;		/* file: a read-only MAP_SHARED mapping of size bytes */
+	char path[UKVM_SOURCE_PATH_MAX];
+	uint64_t cached_pages_at_start;	/* file: page-cache pages of it when the run began */
+#ifdef UKVM_TEST_HOOKS
+	uint64_t wrong_offset_at;	/* UKVM_INJECT_SOURCE_WRONG_OFFSET: that byte's fetch */
+	bool wrong_offset;
+#endif
+};
+
+struct ukvm_source_conn {
+	const struct ukvm_source *source;
+	bool timed;			/* count fetch time (stats full; not for synthetic) */
+	uint64_t bytes;			/* fetched through this conn */
+	uint64_t ns;			/* spent fetching, when timed */
+};
+
+/* Empty, closable state. */
+void ukvm_source_init(struct ukvm_source *src);
+/*
+ * Opens the source cfg names for a region of size bytes: for a file, checks
+ * it is there and large enough, maps it, and brings its page cache to
+ * cfg->source_cache (cold: dropped, and checked with mincore(); warm: read
+ * once). 0, or -errno with err set (UKVM_ERR_CONFIG naming source_path for
+ * a missing or short file).
+ */
+int ukvm_source_open(struct ukvm_source *src, const struct ukvm_config *cfg, uint64_t size,
+		     struct ukvm_error *err);
+void ukvm_source_close(struct ukvm_source *src);
+
+/* A thread's connection to src; timed: count the time fetches take. */
+int ukvm_source_conn_open(struct ukvm_source_conn *conn, const struct ukvm_source *src,
+			  bool timed, struct ukvm_error *err);
+void ukvm_source_conn_close(struct ukvm_source_conn *conn);
+/*
+ * Readies a buffer that fetches from src go into, len bytes: the synthetic fill
+ * writes only the address words per fetch, so its buffers hold the rest
+ * (the template) from here on; other sources write whole pages.
+ */
+void ukvm_source_prepare(const struct ukvm_source *src, uint8_t *dst, uint64_t len);
+/*
+ * The len bytes at region_off of the test region (the whole region, across
+ * every uffd) into dst, which the thread has prepared; gpa is the guest
+ * physical address of region_off, for the synthetic stamp. urgent: a fault
+ * waits for it (a prefetch does not). 0, or -errno (-EIO: the file ended
+ * early).
+ */
+int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64_t len,
+		      uint64_t gpa, uint8_t *dst, bool urgent);
+#endif
