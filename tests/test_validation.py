@@ -99,6 +99,15 @@ BAD = [
     (dict(timeout_s=math.nan), "timeout_s", "a positive number of seconds"),
     (dict(timeout_s="60"), "timeout_s", "a positive number of seconds"),
     (dict(timeout_s=True), "timeout_s", "a positive number of seconds"),
+    (dict(source="disk"), "source", "'synthetic', 'file', 'remote'"),
+    (dict(source="remote"), "source", "not built yet"),
+    (dict(source="file"), "source_path", "uffdkvm.make_snapshot(path"),
+    (dict(source="file", source_path=3), "source_path", "a str or os.PathLike"),
+    (dict(source_path="/var/tmp/x.img"), "source_path", "applies to source='file' only"),
+    (dict(source_read="aio"), "source_read", "'pread', 'mmap'"),
+    (dict(source_read="mmap"), "source_read", "applies to source='file' only"),
+    (dict(source_cache="hot"), "source_cache", "'warm', 'cold'"),
+    (dict(source_cache="cold"), "source_cache", "applies to source='file' only"),
 ]
 
 # Values that are fine alone and wrong together.

@@ -312,6 +312,7 @@ class Result:
                    uffd-wp bit cleared by the kernel on the first write);
                    verification checks they are exactly the pages the guest
                    wrote. None otherwise
+    verify_message the first problem found, or "" when verified
     source         the page source that ran, as the core reports it
                    ("synthetic" in older JSON)
     source_cached_pages_at_start
@@ -319,7 +320,6 @@ class Result:
                    vCPUs started, counted with mincore() (0 with
                    source_cache="cold"; the whole region's pages with
                    "warm"), else None
-    verify_message the first problem found, or "" when verified
     kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
     host           the machine it ran on (None for a Result made by hand)
     """

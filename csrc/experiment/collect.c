@@ -412,7 +412,9 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 				 (unsigned long long)(pages * exp->passes));
 			res->verified = false;
 		}
-		if (guest_arg(a, GA_CHECKSUM) != read_sum * exp->passes && res->verified) {
+		/* A bad page the guest read explains a bad checksum, and names the page. */
+		if (guest_arg(a, GA_CHECKSUM) != read_sum * exp->passes && res->verified &&
+		    !res->bad_pages) {
 			snprintf(res->verify_message, sizeof(res->verify_message),
 				 "vCPU %u read data other than what was resolved: checksum "
 				 "0x%llx, expected 0x%llx", i,

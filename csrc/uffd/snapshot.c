@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/errors.h"
@@ -49,6 +50,7 @@ int ukvm_snapshot_write(const char *path, uint64_t size, uint64_t seed, struct u
 	uint64_t off = 0, i;
 	int fd, ret = 0;
 
+	memset(err, 0, sizeof(*err));
 	if (!size || size % 8) {
 		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "size: a snapshot is a whole number of "
 			     "8-byte words, at least one; not %llu bytes", (unsigned long long)size);
