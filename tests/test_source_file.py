@@ -282,3 +282,17 @@ def test_a_failed_source_leaves_nothing_behind(kvm, tmp_path):
         with pytest.raises(ConfigError):
             uffdkvm.run(vcpus=VCPUS, mem_per_vcpu=MEM, source="file", source_path=short)
     assert_released(before, maps_slack=2)
+
+
+def test_the_cli_runs_a_file_source_and_says_what_it_cost(kvm, snapshot, capsys):
+    from uffdkvm.cli import main
+    status = main(["-v", str(VCPUS), "-b", str(MEM), "-q", "--source", "file",
+                   "--source-path", snapshot, "--source-read", "mmap", "--source-cache", "cold"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert f"Page source:\tfile {snapshot} (mmap, cache cold: 0 pages cached at start), " \
+           f"{REGION} bytes fetched in " in out
+    status = main(["-v", str(VCPUS), "-b", str(MEM), "-q", "--json", "--source", "file",
+                   "--source-path", snapshot])
+    r = uffdkvm.Result.from_json(capsys.readouterr().out)
+    assert status == 0 and r.source == "file" and r.config.source_path == snapshot

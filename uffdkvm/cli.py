@@ -89,6 +89,11 @@ def format_text(r: Result) -> str:
                      f"they must{how}")
     else:
         lines.append(f"MEMORY VERIFICATION FAILED:\t{r.bad_pages} bad pages; {r.verify_message}")
+    if r.source == "file":
+        fetch = "" if r.source_seconds is None else f" in {r.source_seconds:.6f}s"
+        lines.append(f"Page source:\tfile {r.config.source_path} ({r.config.source_read}, "
+                     f"cache {r.config.source_cache}: {r.source_cached_pages_at_start} pages "
+                     f"cached at start), {r.source_bytes} bytes fetched{fetch}")
     timed = r.config.guest_timing and r.config.stats == "full"
     lines += ["", "vCPUs:", _table(
         ["vcpu", "seconds", "pages", "all_passes_pages_per_s", "exits", "userspace_exits", "faults",

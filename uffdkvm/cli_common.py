@@ -25,6 +25,9 @@ from .config import (
     PIN_WITH_VCPUS,
     RESOLVERS,
     RESOLVES,
+    SOURCE_CACHES,
+    SOURCE_READS,
+    SOURCES,
     STATS,
     WAITS,
     Config,
@@ -292,6 +295,19 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     p.add_argument("--wp-async", dest="wp_async", action="store_true",
                    help="with -u WP: UFFD_FEATURE_WP_ASYNC (Linux 6.7+), no faults; the "
                    "pages written are collected with PAGEMAP_SCAN after the run")
+    p.add_argument("--source", type=listed(choice(SOURCES)), default=d.source, metavar="SRC",
+                   help="where a resolved page's bytes come from: synthetic (default) or "
+                   "file (--source-path; -u MISSING with --resolve copy or move)")
+    p.add_argument("--source-path", dest="source_path", default=d.source_path, metavar="PATH",
+                   help="--source file: the snapshot file, at least the region's size "
+                   "(uffdkvm.make_snapshot writes one)")
+    p.add_argument("--source-read", dest="source_read", type=listed(choice(SOURCE_READS)),
+                   default=d.source_read, metavar="HOW",
+                   help="--source file: pread (default) or mmap (memcpy from a mapping)")
+    p.add_argument("--source-cache", dest="source_cache",
+                   type=listed(choice(SOURCE_CACHES)), default=d.source_cache, metavar="STATE",
+                   help="--source file: the file's page cache as the vCPUs start: warm "
+                   "(default: read once first) or cold (dropped)")
     p.add_argument("--guest-work", dest="guest_work", type=listed(int), default=d.guest_work,
                    metavar="N", help="guest busy-loop iterations after each page access "
                    "(4 instructions each; default 0)")
