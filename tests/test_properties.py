@@ -18,7 +18,8 @@ from conftest import assert_released, resources
 from hostfacts import NO_UFFD_MOVE
 from uffdkvm import Config, ConfigError, HostUnsupportedError, RunError
 from uffdkvm.config import (BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS, HUGETLB_BACKINGS,
-                            PATTERNS, RESOLVERS, RESOLVES, STATS, WAITS)
+                            PATTERNS, RESOLVERS, RESOLVES, SOURCE_CACHES, SOURCE_READS, STATS,
+                            WAITS)
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
 
@@ -74,6 +75,11 @@ VALID = {
     "trace_faults": st.booleans(),
     "timeout_s": st.sampled_from([None, 30, 30.0, math.inf, 1e300, 1e-9]),
     "wp_async": st.booleans(),
+    # source="file" needs a snapshot file: tests/test_source_file.py
+    "source": cased(("synthetic",)),
+    "source_path": st.just(None),
+    "source_read": cased(SOURCE_READS),
+    "source_cache": cased(SOURCE_CACHES),
 }
 assert set(VALID) == set(FIELDS), "every Config field has a strategy"
 
@@ -117,7 +123,9 @@ def coherent_fields(draw):
         pin_vcpus=draw(st.sampled_from([None, [0], "0", (0,)])),
         pin_readers=draw(st.sampled_from([None, [0], "0"])),
         timeout_s=draw(st.sampled_from([None, 30.0, math.inf])),
-        wp_async=False)  # uffd_mode "wp" only: tests/test_wp.py
+        wp_async=False,  # uffd_mode "wp" only: tests/test_wp.py
+        source_read="pread", source_cache="warm")  # source "file" only
+
     if fields["resolver"].lower() == "vcpu":  # no reader threads: their fields as default
         fields.update(readers=1, wait="epoll_exclusive", read_batch=1, pin_readers=None)
     return fields

@@ -450,7 +450,7 @@ class Config:
                 path = os.fspath(self.source_path)
             except TypeError:
                 path = None
-            if not isinstance(path, str) or not path:
+            if not isinstance(path, str) or not path or "\x00" in path:
                 raise ConfigError(f"source_path: expected the path of a snapshot file (a str "
                                   f"or os.PathLike), not {self.source_path!r}",
                                   field="source_path")
