@@ -296,3 +296,55 @@ def test_the_cli_runs_a_file_source_and_says_what_it_cost(kvm, snapshot, capsys)
                    "--source-path", snapshot])
     r = uffdkvm.Result.from_json(capsys.readouterr().out)
     assert status == 0 and r.source == "file" and r.config.source_path == snapshot
+
+
+def test_cold_is_checked_and_a_file_that_stays_cached_is_refused(kvm, released):
+    """A tmpfs file has no disk to drop its pages to: mincore() finds them
+    still cached, and cold is refused rather than run warm."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    path = uffdkvm.make_snapshot(f"/dev/shm/uffdkvm-test-{os.getpid()}.img", REGION)
+    try:
+        with pytest.raises(HostUnsupportedError) as info:
+            uffdkvm.run(vcpus=VCPUS, mem_per_vcpu=MEM, source="file", source_path=path,
+                        source_cache="cold")
+        message = str(info.value)
+        assert f"{REGION // PAGE} of {REGION // PAGE} pages" in message, message
+        assert "stayed in the page cache" in message and "source_cache warm" in message
+        # Warm it runs: the pages are there.
+        r = run_or_skip(vcpus=VCPUS, mem_per_vcpu=MEM, source="file", source_path=path)
+        assert r.verified and r.source_cached_pages_at_start == REGION // PAGE
+    finally:
+        os.unlink(path)
+
+
+def test_runs_with_a_file_give_back_every_fd_thread_and_mapping(kvm, snapshot):
+    def runs():
+        for how in ("pread", "mmap"):
+            assert file_run(snapshot, source_read=how, resolver="vcpu").verified
+            assert file_run(snapshot, source_read=how, readers=2).verified
+        with pytest.raises(uffdkvm.RunError):  # a failed run too
+            run_with_fault(vcpus=VCPUS, mem_per_vcpu=MEM, source="file",
+                           source_path=snapshot, fault="resolve_eio", after=10)
+    runs()  # glibc's per-thread arenas and cached stacks come once, and stay
+    before = resources()
+    runs()
+    assert_released(before, maps_slack=1)
+
+
+def test_a_file_cut_short_during_the_run_is_a_run_error_naming_it(kvm, tmp_path):
+    """pread(2) past the end returns nothing: the fetch fails with EIO and the
+    run says which file ended early, at what offset."""
+    import threading
+    path = uffdkvm.make_snapshot(tmp_path / "cut.img", REGION)
+    cutter = threading.Timer(0.3, os.truncate, (path, PAGE))
+    cutter.start()
+    try:
+        with pytest.raises(uffdkvm.RunError) as info:
+            # 1 ms a fault, 2048 faults: the cut comes early in the run.
+            uffdkvm.run(vcpus=VCPUS, mem_per_vcpu=MEM, source="file", source_path=path,
+                        delay_us=1000)
+    finally:
+        cutter.join()
+    message = str(info.value)
+    assert f"of source_path {path}" in message and "ended early" in message, message
