@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 
 import numpy as np
 import pytest
-
-import uffdkvm
 from conftest import assert_released, host_skip, resources, run_or_skip, run_with_fault
 from hostfacts import NO_UFFD_MOVE
+
+import uffdkvm
 from uffdkvm import ConfigError, HostUnsupportedError
 from uffdkvm.config import BACKING_PAGE_SIZES
 
@@ -335,7 +336,6 @@ def test_runs_with_a_file_give_back_every_fd_thread_and_mapping(kvm, snapshot):
 def test_a_file_cut_short_during_the_run_is_a_run_error_naming_it(kvm, tmp_path):
     """pread(2) past the end returns nothing: the fetch fails with EIO and the
     run says which file ended early, at what offset."""
-    import threading
     path = uffdkvm.make_snapshot(tmp_path / "cut.img", REGION)
     cutter = threading.Timer(0.3, os.truncate, (path, PAGE))
     cutter.start()

@@ -944,6 +944,8 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 	uint32_t i;
 	int ret;
 
+	if (!pool->source)
+		pool->source = ukvm_source_synthetic();
 	pool->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (pool->stop_fd < 0) {
 		ukvm_err_set(err, UKVM_ERR_RUN, errno, "uffd %u: eventfd", pool->uffd_index);

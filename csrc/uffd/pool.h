@@ -90,7 +90,8 @@ struct ukvm_pool {
 	uint64_t region_size;
 	uint64_t gpa_base;		/* ...and its guest physical address */
 	uint64_t region_off;		/* ...and its offset in the whole test region */
-	const struct ukvm_source *source; /* where resolved pages' bytes come from */
+	const struct ukvm_source *source; /* where resolved pages' bytes come from (NULL:
+					   * the synthetic fill) */
 	uint64_t delay_ns;
 	enum ukvm_delay_dist delay_dist;
 	enum ukvm_resolve resolve;

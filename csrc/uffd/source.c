@@ -222,6 +222,15 @@ void ukvm_source_close(struct ukvm_source *src)
 	ukvm_source_init(src);
 }
 
+const struct ukvm_source *ukvm_source_synthetic(void)
+{
+	static const struct ukvm_source synthetic = {
+		.kind = UKVM_SOURCE_SYNTHETIC, .size = UINT64_MAX, .fd = -1,
+	};
+
+	return &synthetic;
+}
+
 int ukvm_source_conn_open(struct ukvm_source_conn *conn, const struct ukvm_source *src,
 			  bool timed, struct ukvm_error *err)
 {

@@ -49,6 +49,8 @@ void ukvm_source_init(struct ukvm_source *src);
 int ukvm_source_open(struct ukvm_source *src, const struct ukvm_config *cfg, uint64_t size,
 		     struct ukvm_error *err);
 void ukvm_source_close(struct ukvm_source *src);
+/* A synthetic source of any size, shared and read-only: for pools made without one. */
+const struct ukvm_source *ukvm_source_synthetic(void);
 
 /* A thread's connection to src; timed: count the time fetches take. */
 int ukvm_source_conn_open(struct ukvm_source_conn *conn, const struct ukvm_source *src,
