@@ -46,6 +46,12 @@ enum ukvm_inject {
 	UKVM_INJECT_WP_NO_SAVE,		/* uffd_mode wp: pages are un-protected without saving */
 	/* No UFFD_FEATURE_PAGEFAULT_FLAG_WP nor WP_HUGETLBFS_SHMEM, as on a kernel without uffd-wp */
 	UKVM_INJECT_NO_WP_FEATURES,
+	/*
+	 * touch_percent, access zipf: the host's record drops the first page
+	 * the guest touches from page inject_after on (the guest still
+	 * touches it), as a host-side subset that disagreed with the guest's.
+	 */
+	UKVM_INJECT_UNTOUCHED_PAGE,
 	UKVM_INJECT__COUNT
 };
 

@@ -58,6 +58,13 @@ enum ukvm_pattern {
 	UKVM_PATTERN__COUNT
 };
 
+/* How often the guest visits each page it touches, in one pass. */
+enum ukvm_access {
+	UKVM_ACCESS_UNIFORM = 0,	/* every touched page once */
+	UKVM_ACCESS_ZIPF,		/* `accesses` Zipf(zipf_theta) draws over the touched pages */
+	UKVM_ACCESS__COUNT
+};
+
 /* How a MISSING fault is resolved. */
 enum ukvm_resolve {
 	UKVM_RESOLVE_COPY = 0,		/* UFFDIO_COPY of a page of known data */
@@ -200,6 +207,11 @@ struct ukvm_config {
 	uint64_t seed;			/* for everything random */
 	uint32_t write_percent;		/* 0..100: pages written rather than read */
 	uint32_t passes;		/* walks of the region per vCPU; only the first faults */
+	/* Guest access models (experiment/access.c): the defaults walk every page once a pass. */
+	uint32_t touch_percent;		/* 1..100: the seeded share of pages the guest touches */
+	enum ukvm_access access;
+	double zipf_theta;		/* access zipf: the skew, > 0 */
+	uint64_t accesses;		/* access zipf: draws per pass per vCPU; 0: its touched pages */
 	enum ukvm_resolve resolve;
 	enum ukvm_delay_dist delay_dist;
 	bool prefault;			/* populate the region before the vCPUs start */
@@ -339,6 +351,8 @@ struct ukvm_result {
 	uint32_t nr_vcpu_stats;
 	char **vcpu_stat_names;	/* values in each ukvm_vcpu_result.kvm_stats */
 	uint64_t dirty_pages;	/* wp_async: pages PAGEMAP_SCAN found written */
+	uint64_t touched_pages;	/* distinct 4 KiB pages the guest touched (touch_percent) */
+	uint64_t accesses;	/* the guest's accesses, all vCPUs and passes */
 	bool verified;		/* every page holds what it must */
 	uint64_t bad_pages;	/* pages that did not, when !verified */
 	char verify_message[256]; /* the first bad page, explained */

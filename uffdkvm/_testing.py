@@ -50,6 +50,8 @@ FAULTS = {
     "no_move": _core.INJECT_NO_MOVE,  # userfaultfd offers no UFFDIO_MOVE, as before Linux 6.8
     "wp_no_save": _core.INJECT_WP_NO_SAVE,  # uffd_mode wp: un-protected without saving the old page
     "no_wp_features": _core.INJECT_NO_WP_FEATURES,  # a kernel without uffd-wp (features masked)
+    # touch_percent/zipf: the host's record forgets a page the guest touches (from page `after`)
+    "untouched_page": _core.INJECT_UNTOUCHED_PAGE,
 }
 
 

@@ -303,6 +303,12 @@ class Result:
                    uffd-wp bit cleared by the kernel on the first write);
                    verification checks they are exactly the pages the guest
                    wrote. None otherwise
+    touched_pages  the distinct 4 KiB pages the guest touched, all vCPUs:
+                   the region's pages, or fewer with touch_percent < 100 or
+                   access="zipf" (each fault resolves one, or the huge page
+                   around it)
+    accesses       the guest's page accesses, all vCPUs and passes (with
+                   access="zipf", hot pages count once per visit)
     verify_message the first problem found, or "" when verified
     kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
     host           the machine it ran on (None for a Result made by hand)
@@ -330,6 +336,8 @@ class Result:
     clock_error_ns: float | None = None
     misordered_faults: int | None = None
     dirty_pages: int | None = None
+    touched_pages: int | None = None
+    accesses: int | None = None
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -532,6 +540,8 @@ class Result:
             verified=raw["verified"],
             bad_pages=raw["bad_pages"],
             dirty_pages=raw["dirty_pages"] if config.wp_async else None,
+            touched_pages=raw["touched_pages"],
+            accesses=raw["accesses"],
             verify_message=raw["verify_message"],
             page_size=raw["page_size"],
             uffds=raw["uffds"],

@@ -69,6 +69,10 @@ def _core_config(c: Config) -> dict[str, Any]:
         "pin_vcpus": list(c.pin_vcpus or ()),
         "pin_readers": list(c.reader_cpus or ()),
         "timeout_ns": _timeout_ns(c.effective_timeout_s),
+        "touch_percent": c.touch_percent,
+        "access": _core.ACCESS_ZIPF if c.access == "zipf" else _core.ACCESS_UNIFORM,
+        "zipf_theta": c.zipf_theta or 0.0,
+        "accesses": c.accesses or 0,
     }
 
 

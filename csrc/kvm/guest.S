@@ -165,12 +165,9 @@
 	jmp	.Lstep\s
 
 .Lordered\s:
-	cmp	$GUEST_PATTERN_REVERSE, %rbp
-	jne	.Lrandom\s
-	mov	%r10, %rax
-	sub	%r13, %rax
-	dec	%rax
-	jmp	.Laddress\s
+	cmp	$GUEST_PATTERN_RANDOM, %rbp
+	jb	.Lreverse\s
+	ja	.Llist\s
 
 	/*
 	 * A keyed bijection on [0, 2^b) (xor, multiply by an odd number,
@@ -197,6 +194,18 @@
 	xor	%rdx, %rax
 	cmp	%r10, %rax
 	jae	.Lwalk\s
+	jmp	.Laddress\s
+
+.Lreverse\s:
+	mov	%r10, %rax
+	sub	%r13, %rax
+	dec	%rax
+	jmp	.Laddress\s
+
+	/* The host's list: entry %r13 is the page index (u32, zero-extended). */
+.Llist\s:
+	mov	GA_LIST(%r8), %rdx
+	mov	(%rdx,%r13,4), %eax
 	jmp	.Laddress\s
 
 	/*
