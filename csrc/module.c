@@ -306,6 +306,23 @@ static PyObject *stamp_or_none(uint64_t ns)
 	return ns ? PyLong_FromUnsignedLongLong(ns) : Py_NewRef(Py_None);
 }
 
+/* Result.page_visits: a list of counts, or None. */
+static PyObject *visits_to_list(const uint32_t *v, uint64_t n)
+{
+	PyObject *list, *item;
+	uint64_t i;
+
+	if (!v)
+		return Py_NewRef(Py_None);
+	list = PyList_New((Py_ssize_t)n);
+	for (i = 0; list && i < n; i++) {
+		item = PyLong_FromUnsignedLong(v[i]);
+		if (!item || PyList_SetItem(list, (Py_ssize_t)i, item))	/* steals item */
+			Py_CLEAR(list);
+	}
+	return list;
+}
+
 #define TRACE_COLUMNS 10
 
 /* The fault records as columns: one list per field. */
@@ -486,6 +503,7 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	    set_u64(d, "dirty_pages", res->dirty_pages) ||
 	    set_u64(d, "touched_pages", res->touched_pages) ||
 	    set_u64(d, "accesses", res->accesses) ||
+	    set_obj(d, "page_visits", visits_to_list(res->page_visits, res->nr_page_visits)) ||
 	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
 	    set_obj(d, "vcpus", list_of(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus),
 					 vcpu_item, res)) ||

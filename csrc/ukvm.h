@@ -353,6 +353,11 @@ struct ukvm_result {
 	uint64_t dirty_pages;	/* wp_async: pages PAGEMAP_SCAN found written */
 	uint64_t touched_pages;	/* distinct 4 KiB pages the guest touched (touch_percent) */
 	uint64_t accesses;	/* the guest's accesses, all vCPUs and passes */
+	/* trace_faults with touch_percent or access zipf: accesses per pass to
+	 * each 4 KiB page of the region, all vCPUs (verified against the
+	 * guest's own write counts); else NULL */
+	uint32_t *page_visits;
+	uint64_t nr_page_visits;
 	bool verified;		/* every page holds what it must */
 	uint64_t bad_pages;	/* pages that did not, when !verified */
 	char verify_message[256]; /* the first bad page, explained */

@@ -309,6 +309,11 @@ class Result:
                    around it)
     accesses       the guest's page accesses, all vCPUs and passes (with
                    access="zipf", hot pages count once per visit)
+    page_visits    trace_faults with touch_percent < 100 or access="zipf":
+                   the accesses in one pass to each 4 KiB page of the region,
+                   all vCPUs together (0: never touched); verification checks
+                   them against the guest's own count of writes to each page
+                   it writes. Else None
     verify_message the first problem found, or "" when verified
     kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
     host           the machine it ran on (None for a Result made by hand)
@@ -338,6 +343,7 @@ class Result:
     dirty_pages: int | None = None
     touched_pages: int | None = None
     accesses: int | None = None
+    page_visits: tuple[int, ...] | None = field(default=None, repr=False)
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -542,6 +548,7 @@ class Result:
             dirty_pages=raw["dirty_pages"] if config.wp_async else None,
             touched_pages=raw["touched_pages"],
             accesses=raw["accesses"],
+            page_visits=None if raw["page_visits"] is None else tuple(raw["page_visits"]),
             verify_message=raw["verify_message"],
             page_size=raw["page_size"],
             uffds=raw["uffds"],

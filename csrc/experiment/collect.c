@@ -445,6 +445,15 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		res->verified = false;
 	}
 	res->touched_pages = exp->visits ? exp->touched_pages : exp->region_size / UKVM_PAGE_SIZE;
+	if (cfg->trace_faults && exp->visits) {
+		res->nr_page_visits = exp->region_size / UKVM_PAGE_SIZE;
+		res->page_visits = malloc(res->nr_page_visits * sizeof(*res->page_visits));
+		if (!res->page_visits) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the page visit counts");
+			return -ENOMEM;
+		}
+		memcpy(res->page_visits, exp->visits, res->nr_page_visits * sizeof(*exp->visits));
+	}
 	if (res->bad_pages)
 		res->verified = false;
 	/*
