@@ -502,7 +502,7 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	    set_u64(d, "bad_pages", res->bad_pages) ||
 	    set_u64(d, "dirty_pages", res->dirty_pages) ||
 	    set_u64(d, "touched_pages", res->touched_pages) ||
-	    set_u64(d, "accesses", res->accesses) ||
+	    set_u64(d, "guest_accesses", res->accesses) ||
 	    set_obj(d, "page_visits", visits_to_list(res->page_visits, res->nr_page_visits)) ||
 	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
 	    set_obj(d, "vcpus", list_of(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus),

@@ -83,7 +83,8 @@ def format_text(r: Result) -> str:
         "",
     ]
     if r.verified:
-        listed = r.config.access_listed and r.touched_pages is not None
+        listed = r.touched_pages is not None and \
+            r.touched_pages < r.config.region_bytes // 4096
         how = ((f", and userfaultfd resolved only what the guest touched "
                 f"({r.touched_pages} pages), once each" if listed else
                 ", and userfaultfd resolved each page once")

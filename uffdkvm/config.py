@@ -463,11 +463,6 @@ class Config:
                               f"leave pattern='sequential'", field="pattern")
 
     @property
-    def access_listed(self) -> bool:
-        """The guest walks a list the host made (touch_percent < 100 or access='zipf')."""
-        return self.touch_percent < 100 or self.access != "uniform"
-
-    @property
     def region_bytes(self) -> int:
         """Bytes of guest memory under test."""
         return self.mem_per_vcpu if self.overlap else self.mem_per_vcpu * self.vcpus

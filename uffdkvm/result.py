@@ -307,7 +307,7 @@ class Result:
                    the region's pages, or fewer with touch_percent < 100 or
                    access="zipf" (each fault resolves one, or the huge page
                    around it)
-    accesses       the guest's page accesses, all vCPUs and passes (with
+    guest_accesses the guest's page accesses, all vCPUs and passes (with
                    access="zipf", hot pages count once per visit)
     page_visits    trace_faults with touch_percent < 100 or access="zipf":
                    the accesses in one pass to each 4 KiB page of the region,
@@ -342,7 +342,7 @@ class Result:
     misordered_faults: int | None = None
     dirty_pages: int | None = None
     touched_pages: int | None = None
-    accesses: int | None = None
+    guest_accesses: int | None = None
     page_visits: tuple[int, ...] | None = field(default=None, repr=False)
 
     @property
@@ -547,7 +547,7 @@ class Result:
             bad_pages=raw["bad_pages"],
             dirty_pages=raw["dirty_pages"] if config.wp_async else None,
             touched_pages=raw["touched_pages"],
-            accesses=raw["accesses"],
+            guest_accesses=raw["guest_accesses"],
             page_visits=None if raw["page_visits"] is None else tuple(raw["page_visits"]),
             verify_message=raw["verify_message"],
             page_size=raw["page_size"],
