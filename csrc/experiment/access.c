@@ -44,7 +44,7 @@ bool ukvm_access_in_set(uint64_t gpa, uint32_t touch_percent, uint64_t touch_key
 }
 
 /* Fisher-Yates, from the splitmix64 stream at *state. */
-static void shuffle(uint32_t *a, uint64_t n, uint64_t *state)
+static void access_shuffle(uint32_t *a, uint64_t n, uint64_t *state)
 {
 	uint64_t i, j;
 	uint32_t t;
@@ -58,7 +58,7 @@ static void shuffle(uint32_t *a, uint64_t n, uint64_t *state)
 }
 
 /* accesses draws of a rank in [0, n) by Zipf weights, each mapped to page[rank]. */
-static int zipf_draw(const uint32_t *page, uint64_t n, double theta, uint64_t accesses,
+static int access_zipf_draw(const uint32_t *page, uint64_t n, double theta, uint64_t accesses,
 		     uint64_t *state, uint32_t *list)
 {
 	double *cdf = malloc(n * sizeof(*cdf)), total = 0;
@@ -106,14 +106,14 @@ int64_t ukvm_access_build(const struct ukvm_config *cfg, uint32_t vcpu, uint64_t
 	len = n;
 	if (cfg->access == UKVM_ACCESS_ZIPF) {
 		len = !n ? 0 : cfg->accesses ? cfg->accesses : n;
-		shuffle(set, n, &state);	/* rank -> page */
-		if (len && zipf_draw(set, n, cfg->zipf_theta, len, &state, list)) {
+		access_shuffle(set, n, &state);	/* rank -> page */
+		if (len && access_zipf_draw(set, n, cfg->zipf_theta, len, &state, list)) {
 			free(set);
 			return -ENOMEM;
 		}
 		free(set);
 	} else if (cfg->pattern == UKVM_PATTERN_RANDOM) {
-		shuffle(list, n, &state);
+		access_shuffle(list, n, &state);
 	}
 	for (k = 0; k < len; k++)
 		visits[list[k]]++;

@@ -32,7 +32,7 @@
 #define GA_LIST		0xb0	/* GUEST_PATTERN_LIST: GA_PAGES u32 page indices, a pass */
 
 /* Written by the guest, at the end of every pass. */
-#define GA_ACCESSES	0x80	/* pages touched so far, all passes */
+#define GA_ACCESSES	0x80	/* page accesses so far, all passes */
 #define GA_CHECKSUM	0x88	/* sum of word 1 of every page it read */
 #define GA_PASSES_DONE	0x90
 #define GA_TSC_SUM	0x98	/* timing: TSC cycles spent in accesses */
