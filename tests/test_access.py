@@ -146,14 +146,23 @@ def test_models_combine(kvm, fields):
         assert r.guest_accesses == r.touched_pages
 
 
-def test_untouched_pages_of_a_touched_huge_page(kvm, hugepages):
-    """THP: a fault resolves the 2 MiB page around the touched 4 KiB one, so
-    its untouched pages hold the resolver's data; the faults are per huge page."""
-    r = run_or_skip(mem_per_vcpu=MEM, backing="anonymous_thp", touch_percent=2,
-                    trace_faults=True)
+@pytest.mark.parametrize("model", [dict(touch_percent=1),
+                                   dict(access="zipf", zipf_theta=0.99, accesses=2)],
+                         ids=["touch", "zipf-2-accesses"])
+@pytest.mark.parametrize("backing", ["anonymous_thp", "anonymous_hugetlb"])
+def test_untouched_pages_of_a_touched_huge_page(kvm, hugepages, backing, model):
+    """Huge pages: a fault resolves the 2 MiB page around the touched 4 KiB
+    one, so its untouched pages hold the resolver's data (verified); the
+    faults are one per huge page with a touched page in it, and a huge page
+    with none never faults (2 accesses reach at most 2 of the 4)."""
+    r = run_or_skip(mem_per_vcpu="8M", backing=backing, trace_faults=True, **model)
     huge = {i // 512 for i in visited(r)}
     assert r.faults == len(huge)
+    assert len({g // (2 << 20) for g in r.fault_trace.gpa}) == len(r.fault_trace.gpa) == \
+        len(huge)  # one fault record per huge page the guest touched, no other
     assert r.touched_pages < PAGES // 10
+    if "accesses" in model:
+        assert len(huge) <= 2
 
 
 @pytest.mark.parametrize("fields", [
