@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from children import ENV as CHILD_ENV
-from conftest import run_or_skip, run_with_fault
 
 import uffdkvm
+from children import ENV as CHILD_ENV
+from conftest import run_or_skip, run_with_fault
 from uffdkvm import ConfigError
 
 pytestmark = pytest.mark.kvm
