@@ -232,3 +232,12 @@ def test_cli_flags_reach_the_run(kvm):
         (25, "zipf", 1.2, 3000)
     assert d["guest_accesses"] == 3000
     assert d["faults"] == d["touched_pages"] < 0.35 * PAGES
+
+
+def test_the_core_refuses_visit_counts_that_would_overflow(kvm):
+    """Overlapped vCPUs add their draws to one count a page (32 bits): the
+    core refuses a product that could overflow it, naming the field."""
+    with pytest.raises(ConfigError) as e:
+        uffdkvm.run(mem_per_vcpu="64K", vcpus=300, overlap=True, access="zipf",
+                    zipf_theta=1.0, accesses=1 << 24)
+    assert e.value.field == "accesses" and "2^32" in str(e.value)

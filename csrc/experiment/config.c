@@ -94,6 +94,11 @@ static int config_check_access(const struct ukvm_config *c, struct ukvm_error *e
 	if (c->accesses > MAX_ACCESSES)
 		BAD("accesses must be at most %llu a pass per vCPU, not %llu",
 		    (unsigned long long)MAX_ACCESSES, (unsigned long long)c->accesses);
+	/* A page's visits per pass, all vCPUs together, are counted in 32 bits. */
+	if (c->overlap && c->accesses * c->vcpus > UINT32_MAX)
+		BAD("accesses: with overlap, vcpus x accesses (%u x %llu) must stay below 2^32 "
+		    "(a page's visits a pass are counted in 32 bits); use fewer accesses",
+		    c->vcpus, (unsigned long long)c->accesses);
 	/* The access lists hold 32-bit page indices. */
 	if ((c->touch_percent < 100 || c->access != UKVM_ACCESS_UNIFORM) &&
 	    c->mem_per_vcpu / UKVM_PAGE_SIZE > MAX_ACCESSES)
