@@ -33,7 +33,7 @@ static PyObject *CoreError;
 
 /* ---- config: dict -> struct ---- */
 
-enum field_type { F_U32, F_U64, F_BOOL, F_ENUM };
+enum field_type { F_U32, F_U64, F_BOOL, F_ENUM, F_DOUBLE };
 
 struct field {
 	const char *name;
@@ -61,6 +61,10 @@ static const struct field config_fields[] = {
 	FIELD(seed, F_U64),
 	FIELD(write_percent, F_U32),
 	FIELD(passes, F_U32),
+	FIELD(touch_percent, F_U32),
+	FIELD(access, F_ENUM),
+	FIELD(zipf_theta, F_DOUBLE),
+	FIELD(accesses, F_U64),
 	FIELD(resolve, F_ENUM),
 	FIELD(delay_dist, F_ENUM),
 	FIELD(prefault, F_BOOL),
@@ -191,6 +195,16 @@ static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 
 		if (!item)
 			continue;	/* the core's default */
+		if (f->type == F_DOUBLE) {
+			double x = PyFloat_AsDouble(item);
+
+			if (x == -1.0 && PyErr_Occurred()) {
+				PyErr_Format(PyExc_ValueError, "%s: expected a number", f->name);
+				return -1;
+			}
+			*(double *)dst = x;
+			continue;
+		}
 		v = PyLong_AsUnsignedLongLong(item);
 		if (v == (unsigned long long)-1 && PyErr_Occurred()) {
 			PyErr_Format(PyExc_ValueError, "%s: expected a non-negative integer",
@@ -215,6 +229,8 @@ static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 		case F_BOOL:
 			*(bool *)dst = v != 0;
 			break;
+		case F_DOUBLE:
+			break;	/* above */
 		}
 	}
 	if (config_source_path(dict, cfg))
@@ -325,6 +341,23 @@ static PyObject *hist_to_dict(const struct ukvm_hist *h)
 static PyObject *stamp_or_none(uint64_t ns)
 {
 	return ns ? PyLong_FromUnsignedLongLong(ns) : Py_NewRef(Py_None);
+}
+
+/* Result.page_visits: a list of counts, or None. */
+static PyObject *visits_to_list(const uint32_t *v, uint64_t n)
+{
+	PyObject *list, *item;
+	uint64_t i;
+
+	if (!v)
+		return Py_NewRef(Py_None);
+	list = PyList_New((Py_ssize_t)n);
+	for (i = 0; list && i < n; i++) {
+		item = PyLong_FromUnsignedLong(v[i]);
+		if (!item || PyList_SetItem(list, (Py_ssize_t)i, item))	/* steals item */
+			Py_CLEAR(list);
+	}
+	return list;
 }
 
 #define TRACE_COLUMNS 10
@@ -509,6 +542,9 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	    set_u64(d, "dirty_pages", res->dirty_pages) ||
 	    set_u64(d, "source", res->source) ||
 	    set_u64(d, "source_cached_pages_at_start", res->source_cached_pages_at_start) ||
+	    set_u64(d, "touched_pages", res->touched_pages) ||
+	    set_u64(d, "guest_accesses", res->accesses) ||
+	    set_obj(d, "page_visits", visits_to_list(res->page_visits, res->nr_page_visits)) ||
 	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
 	    set_obj(d, "vcpus", list_of(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus),
 					 vcpu_item, res)) ||
@@ -780,6 +816,8 @@ static int add_constants(PyObject *m)
 		{ "PATTERN_SEQUENTIAL", UKVM_PATTERN_SEQUENTIAL },
 		{ "PATTERN_REVERSE", UKVM_PATTERN_REVERSE },
 		{ "PATTERN_RANDOM", UKVM_PATTERN_RANDOM },
+		{ "ACCESS_UNIFORM", UKVM_ACCESS_UNIFORM },
+		{ "ACCESS_ZIPF", UKVM_ACCESS_ZIPF },
 		{ "RESOLVE_COPY", UKVM_RESOLVE_COPY },
 		{ "RESOLVE_ZEROPAGE", UKVM_RESOLVE_ZEROPAGE },
 		{ "RESOLVE_MOVE", UKVM_RESOLVE_MOVE },
@@ -835,6 +873,7 @@ static int add_constants(PyObject *m)
 		{ "INJECT_WP_NO_SAVE", UKVM_INJECT_WP_NO_SAVE },
 		{ "INJECT_NO_WP_FEATURES", UKVM_INJECT_NO_WP_FEATURES },
 		{ "INJECT_SOURCE_WRONG_OFFSET", UKVM_INJECT_SOURCE_WRONG_OFFSET },
+		{ "INJECT_UNTOUCHED_PAGE", UKVM_INJECT_UNTOUCHED_PAGE },
 #endif
 	};
 	size_t i;

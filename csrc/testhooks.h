@@ -49,6 +49,12 @@ enum ukvm_inject {
 	/* source file: the fetch of the page holding byte inject_after * 4 KiB of the
 	 * region reads the next page's bytes of the file (the first page's, at the end) */
 	UKVM_INJECT_SOURCE_WRONG_OFFSET,
+	/*
+	 * touch_percent, access zipf: the host's record drops the first page
+	 * the guest touches from page inject_after on (the guest still
+	 * touches it), as a host-side subset that disagreed with the guest's.
+	 */
+	UKVM_INJECT_UNTOUCHED_PAGE,
 	UKVM_INJECT__COUNT
 };
 

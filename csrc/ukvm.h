@@ -58,6 +58,13 @@ enum ukvm_pattern {
 	UKVM_PATTERN__COUNT
 };
 
+/* How often the guest visits each page it touches, in one pass. */
+enum ukvm_access {
+	UKVM_ACCESS_UNIFORM = 0,	/* every touched page once */
+	UKVM_ACCESS_ZIPF,		/* `accesses` Zipf(zipf_theta) draws over the touched pages */
+	UKVM_ACCESS__COUNT
+};
+
 /* How a MISSING fault is resolved. */
 enum ukvm_resolve {
 	UKVM_RESOLVE_COPY = 0,		/* UFFDIO_COPY of a page of known data */
@@ -229,6 +236,11 @@ struct ukvm_config {
 	uint64_t seed;			/* for everything random */
 	uint32_t write_percent;		/* 0..100: pages written rather than read */
 	uint32_t passes;		/* walks of the region per vCPU; only the first faults */
+	/* Guest access models (experiment/access.c): the defaults walk every page once a pass. */
+	uint32_t touch_percent;		/* 1..100: the seeded share of pages the guest touches */
+	enum ukvm_access access;
+	double zipf_theta;		/* access zipf: the skew, > 0 */
+	uint64_t accesses;		/* access zipf: draws per pass per vCPU; 0: its touched pages */
 	enum ukvm_resolve resolve;
 	enum ukvm_delay_dist delay_dist;
 	bool prefault;			/* populate the region before the vCPUs start */
@@ -378,6 +390,13 @@ struct ukvm_result {
 	enum ukvm_source_kind source;	/* the page source that ran */
 	uint64_t source_cached_pages_at_start; /* source file: its pages in the page cache
 						* as the vCPUs started (mincore) */
+	uint64_t touched_pages;	/* distinct 4 KiB pages the guest touched (touch_percent) */
+	uint64_t accesses;	/* the guest's accesses, all vCPUs and passes */
+	/* trace_faults with touch_percent or access zipf: accesses per pass to
+	 * each 4 KiB page of the region, all vCPUs (verified against the
+	 * guest's own write counts); else NULL */
+	uint32_t *page_visits;
+	uint64_t nr_page_visits;
 	bool verified;		/* every page holds what it must */
 	uint64_t bad_pages;	/* pages that did not, when !verified */
 	char verify_message[256]; /* the first bad page, explained */

@@ -49,12 +49,14 @@ def test_every_fault_kind_is_tested():
     """A fault added to the core without a test fails this: the failures are
     tested here; the clock shifts in test_timeline.py, the unfaulted page in
     test_accounting.py, the kernel without UFFDIO_MOVE in test_move.py, the
-    write-protect ones in test_wp.py, the wrong source offset in test_source_file.py."""
+    write-protect ones in test_wp.py, the wrong source offset in
+    test_source_file.py, the forgotten touched page in test_access.py."""
     assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
                            "thread_create", "corrupt_page", "reader_stall", "vcpu_stall",
                            "resolve_eagain", "reader_crash", "tsc_offset", "no_kvm_tsc_offset",
                            "unfaulted_page", "tsc_jump", "no_exact_address", "no_move",
-                           "wp_no_save", "no_wp_features", "source_wrong_offset"}
+                           "wp_no_save", "no_wp_features", "source_wrong_offset",
+                           "untouched_page"}
 
 
 def test_an_unknown_fault_is_refused():

@@ -17,9 +17,9 @@ import uffdkvm
 from conftest import assert_released, resources
 from hostfacts import NO_UFFD_MOVE
 from uffdkvm import Config, ConfigError, HostUnsupportedError, RunError
-from uffdkvm.config import (BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS, HUGETLB_BACKINGS,
-                            PATTERNS, RESOLVERS, RESOLVES, SOURCE_CACHES, SOURCE_READS, STATS,
-                            WAITS)
+from uffdkvm.config import (ACCESSES, BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS,
+                            HUGETLB_BACKINGS, PATTERNS, RESOLVERS, RESOLVES, SOURCE_CACHES,
+                            SOURCE_READS, STATS, WAITS)
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
 
@@ -80,6 +80,10 @@ VALID = {
     "source_path": st.just(None),
     "source_read": cased(SOURCE_READS),
     "source_cache": cased(SOURCE_CACHES),
+    "touch_percent": st.sampled_from([100, 100, 1, 30, 99]),
+    "access": cased(ACCESSES),
+    "zipf_theta": st.sampled_from([None, 0.5, 0.99, 2.0]),
+    "accesses": st.sampled_from([None, 1, 100, 3000]),
 }
 assert set(VALID) == set(FIELDS), "every Config field has a strategy"
 
@@ -125,7 +129,10 @@ def coherent_fields(draw):
         timeout_s=draw(st.sampled_from([None, 30.0, math.inf])),
         wp_async=False,  # uffd_mode "wp" only: tests/test_wp.py
         source_read="pread", source_cache="warm")  # source "file" only
-
+    if fields["access"].lower() == "zipf":  # needs a skew and the sequential pattern
+        fields.update(zipf_theta=draw(st.sampled_from([0.5, 0.99, 2.0])), pattern="sequential")
+    else:  # the Zipf knobs only with access="zipf"
+        fields.update(zipf_theta=None, accesses=None)
     if fields["resolver"].lower() == "vcpu":  # no reader threads: their fields as default
         fields.update(readers=1, wait="epoll_exclusive", read_batch=1, pin_readers=None)
     return fields
@@ -200,9 +207,22 @@ def test_run_verifies_or_raises_a_documented_error(kvm, fields):
         assert r.bad_pages == 0
         c = r.config
         touched = c.pages_per_vcpu * c.passes
-        assert all(v.pages == touched for v in r.vcpus)
-        if c.uffd_mode is not None and not c.prefault:
-            assert r.faults == c.region_bytes // r.page_size
+        region_pages = c.region_bytes // 4096
+        if c.touch_percent == 100 and c.access == "uniform":
+            assert all(v.pages == touched for v in r.vcpus)
+            assert r.touched_pages == region_pages
+            if c.uffd_mode is not None and not c.prefault:
+                assert r.faults == c.region_bytes // r.page_size
+        else:  # a working set, or Zipf draws over it: part of the region
+            assert r.touched_pages is not None and r.touched_pages <= region_pages
+            if c.access == "zipf" and c.accesses is not None:
+                assert all(v.pages in (0, c.accesses * c.passes) for v in r.vcpus)
+            elif c.access == "uniform":
+                assert sum(v.pages for v in r.vcpus) == c.passes * r.touched_pages * (
+                    c.vcpus if c.overlap else 1)
+            if c.uffd_mode is not None and not c.prefault:
+                assert r.faults <= c.region_bytes // r.page_size
+                assert (r.faults > 0) == (r.touched_pages > 0)
     assert_released(before)
 
 

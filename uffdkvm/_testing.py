@@ -53,6 +53,8 @@ FAULTS = {
     # source="file": the fetch of the page holding 4 KiB page `after` of the
     # region reads the next page's bytes of the file
     "source_wrong_offset": _core.INJECT_SOURCE_WRONG_OFFSET,
+    # touch_percent/zipf: the host's record forgets a page the guest touches (from page `after`)
+    "untouched_page": _core.INJECT_UNTOUCHED_PAGE,
 }
 
 

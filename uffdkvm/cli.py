@@ -83,7 +83,11 @@ def format_text(r: Result) -> str:
         "",
     ]
     if r.verified:
-        how = (", and userfaultfd resolved each page once"
+        listed = r.touched_pages is not None and \
+            r.touched_pages < r.config.region_bytes // 4096
+        how = ((f", and userfaultfd resolved only what the guest touched "
+                f"({r.touched_pages} pages), once each" if listed else
+                ", and userfaultfd resolved each page once")
                if r.config.uffd_mode is not None and not r.config.prefault else "")
         lines.append(f"Memory verified:\t{r.config.region_bytes // 4096} pages hold what "
                      f"they must{how}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from ._version import __version__
 from .config import (
+    ACCESSES,
     BACKINGS,
     DELAY_DISTS,
     GUEST_PAGE_SIZES,
@@ -283,6 +284,18 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    help="share of pages written; the rest are read (default 100)")
     p.add_argument("--passes", type=listed(int), default=d.passes, metavar="N",
                    help="walks of the memory per vCPU; only the first faults")
+    p.add_argument("--touch-percent", dest="touch_percent", type=listed(int),
+                   default=d.touch_percent, metavar="PCT",
+                   help="share of its pages each vCPU touches at all, a seeded subset; the "
+                   "rest never fault (default 100)")
+    p.add_argument("--access", type=listed(choice(ACCESSES)), default=d.access, metavar="MODEL",
+                   help="uniform (every touched page once a pass, the default) or zipf "
+                   "(--accesses draws a pass from a Zipf distribution over the touched pages)")
+    p.add_argument("--zipf-theta", dest="zipf_theta", type=listed(float), default=d.zipf_theta,
+                   metavar="THETA", help="with --access zipf: the skew, above 0 (e.g. 0.99)")
+    p.add_argument("--accesses", type=listed(int), default=d.accesses, metavar="N",
+                   help="with --access zipf: accesses per pass per vCPU (default: its "
+                   "touched pages)")
     p.add_argument("--resolve", type=listed(choice(RESOLVES)), default=d.resolve,
                    metavar="HOW",
                    help=f"missing faults: {', '.join(RESOLVES)} (default copy; move: "

@@ -37,6 +37,10 @@ WAITS = ("poll", "epoll", "epoll_exclusive", "read", "spin", "io_uring")
 RESOLVERS = ("readers", "vcpu")
 GUEST_PAGE_SIZES = {"4K": PAGE_SIZE, "2M": _2M, "1G": _1G}
 PATTERNS = ("sequential", "reverse", "random")
+# The guest's access models (touch_percent, access): csrc/experiment/access.c.
+ACCESSES = ("uniform", "zipf")
+MAX_ZIPF_THETA = 100.0
+MAX_ACCESSES = 1 << 24  # per pass per vCPU: csrc/experiment/config.c MAX_ACCESSES
 RESOLVES = ("copy", "zeropage", "move")
 DELAY_DISTS = ("fixed", "uniform", "exponential")
 STATS = ("full", "basic")
@@ -272,6 +276,19 @@ class Config:
                      "warm" (read through once first) or "cold" (written back
                      and dropped with POSIX_FADV_DONTNEED; checked with
                      mincore(): Result.source_cached_pages_at_start)
+    touch_percent    1-100: the share of each vCPU's pages the guest touches
+                     at all, a seeded subset (the same pages for every vCPU
+                     with overlap), visited in the pattern's order; the rest
+                     are never touched, so they never fault (default 100)
+    access           "uniform": every touched page once per pass (the
+                     default); "zipf": each pass makes `accesses` accesses
+                     drawn from a Zipf distribution over the vCPU's touched
+                     pages (seeded; hot pages many times, some cold ones
+                     never), with pattern "sequential"
+    zipf_theta       access="zipf": the skew, above 0 (0.99 is the usual one;
+                     higher is more skewed)
+    accesses         access="zipf": accesses per pass per vCPU (None: as many
+                     as it has touched pages)
     """
 
     vcpus: int = 1
@@ -306,6 +323,10 @@ class Config:
     source_path: str | None = None
     source_read: str = "pread"
     source_cache: str = "warm"
+    touch_percent: int = 100
+    access: str = "uniform"
+    zipf_theta: float | None = None
+    accesses: int | None = None
 
     if TYPE_CHECKING:
         # What the constructor takes, for type checkers; the annotations above
@@ -325,7 +346,10 @@ class Config:
                      trace_faults: bool = ..., timeout_s: float | None = ...,
                      wp_async: bool = ..., source: str = ...,
                      source_path: str | os.PathLike[str] | None = ...,
-                     source_read: str = ..., source_cache: str = ...) -> None: ...
+                     source_read: str = ..., source_cache: str = ...,
+                     touch_percent: SupportsIndex = ...,
+                     access: str = ..., zipf_theta: float | None = ...,
+                     accesses: SupportsIndex | None = ...) -> None: ...
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
@@ -388,6 +412,7 @@ class Config:
         put(self, "guest_timing", _flag("guest_timing", self.guest_timing))
         put(self, "trace_faults", _flag("trace_faults", self.trace_faults))
         put(self, "wp_async", _flag("wp_async", self.wp_async))
+        self._check_access()
         if self.trace_faults and self.stats != "full":
             raise ConfigError("trace_faults: needs stats='full' (stats='basic' keeps no "
                               "record of each fault)", field="trace_faults")
@@ -481,6 +506,32 @@ class Config:
                 raise ConfigError(f"{name}: applies to source='file' only, not "
                                   f"source={self.source!r}; set source='file' or leave "
                                   f"{name} at its default ({default!r})", field=name)
+    def _check_access(self) -> None:
+        """touch_percent, access, zipf_theta, accesses: the guest's access model."""
+        put = object.__setattr__
+        put(self, "touch_percent", _integer("touch_percent", self.touch_percent, 1, 100))
+        put(self, "access", _choice("access", self.access, ACCESSES))
+        if self.access != "zipf":
+            for field in ("zipf_theta", "accesses"):
+                if getattr(self, field) is not None:
+                    raise ConfigError(
+                        f"{field}: applies to access='zipf' only (with access="
+                        f"{self.access!r} every touched page is visited once per pass); "
+                        f"set access='zipf' or leave {field} unset", field=field)
+            return
+        theta = self.zipf_theta
+        if theta is None or isinstance(theta, bool) or not isinstance(theta, numbers.Real) \
+                or not 0 < theta <= MAX_ZIPF_THETA:
+            raise ConfigError(f"zipf_theta: access='zipf' needs a skew above 0 and at most "
+                              f"{MAX_ZIPF_THETA:g} (0.99 is the usual one), not {theta!r}",
+                              field="zipf_theta")
+        put(self, "zipf_theta", float(theta))
+        if self.accesses is not None:
+            put(self, "accesses", _integer("accesses", self.accesses, 1, MAX_ACCESSES))
+        if self.pattern != "sequential":
+            raise ConfigError(f"pattern: {self.pattern!r} has no meaning with access='zipf' "
+                              f"(its accesses are random draws from the Zipf distribution); "
+                              f"leave pattern='sequential'", field="pattern")
 
     @property
     def region_bytes(self) -> int:
@@ -504,7 +555,7 @@ class Config:
         configured delay for every fault (as if no two delays overlapped)."""
         if self.timeout_s is not None:
             return self.timeout_s
-        touched = self.pages_per_vcpu * self.vcpus * self.passes
+        touched = max(self.pages_per_vcpu, self.accesses or 0) * self.vcpus * self.passes
         faults = self.region_bytes // self.page_size
         return 60.0 + 0.002 * touched + 2 * self.delay_us * 1e-6 * faults
 

@@ -312,6 +312,17 @@ class Result:
                    uffd-wp bit cleared by the kernel on the first write);
                    verification checks they are exactly the pages the guest
                    wrote. None otherwise
+    touched_pages  the distinct 4 KiB pages the guest touched, all vCPUs:
+                   the region's pages, or fewer with touch_percent < 100 or
+                   access="zipf" (each fault resolves one, or the huge page
+                   around it)
+    guest_accesses the guest's page accesses, all vCPUs and passes (with
+                   access="zipf", hot pages count once per visit)
+    page_visits    trace_faults with touch_percent < 100 or access="zipf":
+                   the accesses in one pass to each 4 KiB page of the region,
+                   all vCPUs together (0: never touched); verification checks
+                   them against the guest's own count of writes to each page
+                   it writes. Else None
     verify_message the first problem found, or "" when verified
     source         the page source that ran, as the core reports it
                    ("synthetic" in older JSON)
@@ -360,6 +371,9 @@ class Result:
         (stats="full", a source other than "synthetic"), else None."""
         times = [r.source_seconds for r in self.readers if r.source_seconds is not None]
         return sum(times) if times else None
+    touched_pages: int | None = None
+    guest_accesses: int | None = None
+    page_visits: tuple[int, ...] | None = field(default=None, repr=False)
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -567,6 +581,9 @@ class Result:
             source=_SOURCE_NAMES[raw["source"]],
             source_cached_pages_at_start=raw["source_cached_pages_at_start"]
             if raw["source"] == _core.SOURCE_FILE else None,
+            touched_pages=raw["touched_pages"],
+            guest_accesses=raw["guest_accesses"],
+            page_visits=None if raw["page_visits"] is None else tuple(raw["page_visits"]),
             verify_message=raw["verify_message"],
             page_size=raw["page_size"],
             uffds=raw["uffds"],

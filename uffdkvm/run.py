@@ -77,6 +77,10 @@ def _core_config(c: Config) -> dict[str, Any]:
         "source_path": c.source_path,
         "source_read": _SOURCE_READS[c.source_read],
         "source_cache": _SOURCE_CACHES[c.source_cache],
+        "touch_percent": c.touch_percent,
+        "access": _core.ACCESS_ZIPF if c.access == "zipf" else _core.ACCESS_UNIFORM,
+        "zipf_theta": c.zipf_theta or 0.0,
+        "accesses": c.accesses or 0,
     }
 
 

@@ -150,7 +150,8 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 			goto out;
 		for (i = 0; i < cfg->vcpus; i++) {
 			logs[i].entries = ukvm_vm_sys_hva(&exp->vm, exp->vcpus[i].log_gpa);
-			logs[i].nr = exp->slice_size / UKVM_PAGE_SIZE;
+			logs[i].nr = guest_arg(exp_guest_args(exp, &exp->vcpus[i]), GA_PAGES);
+			logs[i].pages = exp->slice_size / UKVM_PAGE_SIZE;
 			logs[i].base_gpa = guest_arg(exp_guest_args(exp, &exp->vcpus[i]), GA_REGION);
 #ifdef UKVM_TEST_HOOKS
 			logs[i].tsc_bias = exp->vcpus[i].tsc_bias;
@@ -170,6 +171,7 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 		.page_size = exp->mem.page_size,
 		.match_bytes = ukvm_backing_is_hugetlb(cfg->backing) && !exp->exact_address ?
 			       exp->mem.page_size : UKVM_PAGE_SIZE,
+		.visits = exp->visits,
 		.vcpus = res->vcpus,
 		.readers = res->readers,
 		/* The same for every pool: cfg->readers, or the vCPUs a pool serves. */
@@ -220,6 +222,10 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 		/* Only writes fault, once per page, whatever prefault did. */
 		expected = wp_written;
 		how = wp_written ? "" : " (the guest wrote no page: write_percent)";
+	} else if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault && exp->visits) {
+		/* The pages the guest touches, each once: the rest must never fault. */
+		expected = exp->touched_units;
+		how = " (touch_percent, access: one per page the guest touches)";
 	} else if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault)
 		expected = exp->region_size / exp->mem.page_size;
 	else if (cfg->uffd_mode != UKVM_UFFD_NONE)
@@ -233,7 +239,8 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 			 (unsigned long long)resolved, (unsigned long long)messages,
 			 (unsigned long long)expected,
 			 !expected ? "" : cfg->uffd_mode == UKVM_UFFD_WP ?
-			 ": one per page the guest wrote" : ": one per page of the region", how);
+			 ": one per page the guest wrote" : exp->visits ? "" :
+			 ": one per page of the region", how);
 		res->verified = false;
 		return;
 	}
@@ -244,6 +251,7 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 			 "%llu pages were not resolved exactly once: the page at gpa 0x%llx "
 			 "was %s", (unsigned long long)log->pages_not_once,
 			 (unsigned long long)log->first_bad_gpa,
+			 log->first_bad_untouched ? "resolved though the guest never touches it" :
 			 log->first_bad_resolved_again ? "resolved more than once" : "never resolved");
 		res->verified = false;
 	}
@@ -278,7 +286,13 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		.written_visits = exp->passes * (cfg->overlap ? cfg->vcpus : 1),
 		.write_pct = cfg->write_percent,
 		.write_key = exp->write_key,
+		.passes = exp->passes,
+		.unit_size = exp->mem.page_size,
+		/* Before the run: filled (prefault, MINOR's page cache, WP), else empty. */
+		.untouched_filled = cfg->prefault || cfg->uffd_mode == UKVM_UFFD_MINOR ||
+				    cfg->uffd_mode == UKVM_UFFD_WP,
 	};
+	uint64_t checksums = 0;
 	uint32_t i, u, r, n;
 	int ret;
 
@@ -329,6 +343,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	/* wp_async: while the uffds are open (closing one clears every uffd-wp bit). */
 	if (cfg->wp_async) {
+		vp.visits = exp->visits;
 		dirty_map = malloc(exp->region_size / UKVM_PAGE_SIZE);
 		if (!dirty_map) {
 			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the dirty page map");
@@ -397,6 +412,8 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			/* source file: the file maps onto the region byte for byte. */
 			vp.expect = exp->source.map ? exp->source.map + (vp.gpa - exp->region_gpa)
 						    : NULL;
+			vp.visits = exp->visits ? exp->visits + (vp.gpa - exp->region_gpa) /
+							    UKVM_PAGE_SIZE : NULL;
 			res->bad_pages += ukvm_verify_region(&vp, &exp->ctl, &read_sum,
 							     res->verify_message,
 							     sizeof(res->verify_message));
@@ -405,13 +422,19 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 				return -ECANCELED;
 			}
 		}
-		if (vr->pages != pages * exp->passes && res->verified) {
+		/* The host's count: its list's length (GA_PAGES) with touch_percent or zipf. */
+		if (vr->pages != guest_arg(a, GA_PAGES) * exp->passes && res->verified) {
 			snprintf(res->verify_message, sizeof(res->verify_message),
 				 "vCPU %u touched %llu pages, expected %llu", i,
 				 (unsigned long long)vr->pages,
-				 (unsigned long long)(pages * exp->passes));
+				 (unsigned long long)(guest_arg(a, GA_PAGES) * exp->passes));
 			res->verified = false;
 		}
+		res->accesses += vr->pages;
+		/* Overlapped lists: each vCPU reads its own draws; their sum is checked below. */
+		checksums += guest_arg(a, GA_CHECKSUM);
+		if (cfg->overlap && exp->visits)
+			continue;
 		/* A bad page the guest read explains a bad checksum, and names the page. */
 		if (guest_arg(a, GA_CHECKSUM) != read_sum * exp->passes && res->verified &&
 		    !res->bad_pages) {
@@ -422,6 +445,24 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 				 (unsigned long long)(read_sum * exp->passes));
 			res->verified = false;
 		}
+	}
+	if (cfg->overlap && exp->visits && checksums != read_sum * exp->passes && res->verified &&
+	    !res->bad_pages) {
+		snprintf(res->verify_message, sizeof(res->verify_message),
+			 "the vCPUs read data other than what was resolved: their checksums sum "
+			 "to 0x%llx, expected 0x%llx", (unsigned long long)checksums,
+			 (unsigned long long)(read_sum * exp->passes));
+		res->verified = false;
+	}
+	res->touched_pages = exp->visits ? exp->touched_pages : exp->region_size / UKVM_PAGE_SIZE;
+	if (cfg->trace_faults && exp->visits) {
+		res->nr_page_visits = exp->region_size / UKVM_PAGE_SIZE;
+		res->page_visits = malloc(res->nr_page_visits * sizeof(*res->page_visits));
+		if (!res->page_visits) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the page visit counts");
+			return -ENOMEM;
+		}
+		memcpy(res->page_visits, exp->visits, res->nr_page_visits * sizeof(*exp->visits));
 	}
 	if (res->bad_pages)
 		res->verified = false;
@@ -437,6 +478,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		vp.hva = exp->snapshot;
 		vp.gpa = exp->region_gpa;
 		vp.size = exp->region_size;
+		vp.visits = exp->visits;
 		res->bad_pages += ukvm_verify_snapshot(&vp, &exp->ctl, &wp_written,
 						       res->verify_message,
 						       sizeof(res->verify_message));

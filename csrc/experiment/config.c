@@ -20,6 +20,12 @@
 #define MAX_PASSES	1000000U
 /* The largest test region: uffdkvm/config.py MAX_REGION_BYTES. */
 #define MAX_REGION_BYTES	(1ULL << 46)
+/*
+ * Access lists (experiment/access.c) live in the guest's system memory, 4
+ * bytes an entry: 2^24 entries (64 MiB, a 64 GiB vCPU's pages) at most.
+ */
+#define MAX_ACCESSES		(1ULL << 24)
+#define MAX_ZIPF_THETA		100.0
 
 void ukvm_config_init(struct ukvm_config *cfg)
 {
@@ -34,6 +40,7 @@ void ukvm_config_init(struct ukvm_config *cfg)
 	cfg->guest_page_size = UKVM_PAGE_SIZE;
 	cfg->write_percent = 100;
 	cfg->passes = 1;
+	cfg->touch_percent = 100;
 }
 
 const char *ukvm_backing_name(enum ukvm_backing b)
@@ -62,6 +69,46 @@ const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m)
 
 	return (unsigned)m < ARRAY_SIZE(names) ? names[m] : "?";
 }
+
+/* The guest's access model (experiment/access.c): touch_percent, access, zipf_theta, accesses. */
+#define BAD(...) do { ukvm_err_set(err, UKVM_ERR_CONFIG, 0, __VA_ARGS__); return -EINVAL; } while (0)
+static int config_check_access(const struct ukvm_config *c, struct ukvm_error *err)
+{
+	if (c->touch_percent < 1 || c->touch_percent > 100)
+		BAD("touch_percent must be between 1 and 100, not %u", c->touch_percent);
+	if ((unsigned)c->access >= UKVM_ACCESS__COUNT)
+		BAD("access: unknown value %d", c->access);
+	if (c->access != UKVM_ACCESS_ZIPF && c->zipf_theta != 0)
+		BAD("zipf_theta applies to access zipf only: set access=\"zipf\" or leave "
+		    "zipf_theta unset");
+	if (c->access != UKVM_ACCESS_ZIPF && c->accesses)
+		BAD("accesses applies to access zipf only (with access uniform every touched "
+		    "page is visited once a pass): set access=\"zipf\" or leave accesses unset");
+	if (c->access == UKVM_ACCESS_ZIPF && !(c->zipf_theta > 0 && c->zipf_theta <= MAX_ZIPF_THETA))
+		BAD("zipf_theta must be a number above 0 and at most %g with access zipf "
+		    "(0.99 is the usual skew), not %g", MAX_ZIPF_THETA, c->zipf_theta);
+	if (c->access == UKVM_ACCESS_ZIPF && c->pattern != UKVM_PATTERN_SEQUENTIAL)
+		BAD("pattern %s has no meaning with access zipf: its accesses are random draws "
+		    "from the Zipf distribution; leave pattern sequential",
+		    ukvm_pattern_name(c->pattern));
+	if (c->accesses > MAX_ACCESSES)
+		BAD("accesses must be at most %llu a pass per vCPU, not %llu",
+		    (unsigned long long)MAX_ACCESSES, (unsigned long long)c->accesses);
+	/* A page's visits per pass, all vCPUs together, are counted in 32 bits. */
+	if (c->overlap && c->accesses * c->vcpus > UINT32_MAX)
+		BAD("accesses: with overlap, vcpus x accesses (%u x %llu) must stay below 2^32 "
+		    "(a page's visits a pass are counted in 32 bits); use fewer accesses",
+		    c->vcpus, (unsigned long long)c->accesses);
+	/* The access lists hold 32-bit page indices. */
+	if ((c->touch_percent < 100 || c->access != UKVM_ACCESS_UNIFORM) &&
+	    c->mem_per_vcpu / UKVM_PAGE_SIZE > MAX_ACCESSES)
+		BAD("mem_per_vcpu: touch_percent and access zipf take at most %llu pages "
+		    "(%llu GiB) per vCPU, not %llu bytes; use less memory per vCPU",
+		    (unsigned long long)MAX_ACCESSES, (unsigned long long)(MAX_ACCESSES >> 18),
+		    (unsigned long long)c->mem_per_vcpu);
+	return 0;
+}
+#undef BAD
 
 const char *ukvm_pattern_name(enum ukvm_pattern p)
 {
@@ -170,6 +217,8 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		BAD("write_percent must be between 0 and 100, not %u", c->write_percent);
 	if (c->passes < 1 || c->passes > MAX_PASSES)
 		BAD("passes must be between 1 and %u, not %u", MAX_PASSES, c->passes);
+	if (config_check_access(c, err))
+		return -EINVAL;
 	if (c->resolve == UKVM_RESOLVE_ZEROPAGE && c->uffd_mode != UKVM_UFFD_MISSING)
 		BAD("resolve zeropage applies to uffd_mode missing only");
 	if (c->resolve == UKVM_RESOLVE_ZEROPAGE && ukvm_backing_is_hugetlb(c->backing))

@@ -667,6 +667,9 @@ void ukvm_result_free(struct ukvm_result *res)
 	free(res->vm_stats);
 	free(res->trace);
 	res->trace = NULL;
+	free(res->page_visits);
+	res->page_visits = NULL;
+	res->nr_page_visits = 0;
 	res->nr_trace = 0;
 	res->vm_stat_names = res->vcpu_stat_names = NULL;
 	res->vm_stats = NULL;

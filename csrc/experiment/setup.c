@@ -16,6 +16,7 @@
 
 #include "base/errors.h"
 #include "base/util.h"
+#include "experiment/access.h"
 #include "experiment/setup.h"
 #include "experiment/state.h"
 #include "experiment/stop.h"
@@ -56,10 +57,83 @@ static void setup_guest_order(const struct ukvm_config *cfg, uint32_t vcpu, uint
 	guest_arg(a, GA_PERM_KEY1) = ukvm_splitmix64(&state) & mask;
 }
 
-/* guest_timing: a vCPU's access log, one entry per page and a spare (guest_abi.h). */
+/* A vCPU's accesses in one pass, at most: its pages, or its access list's entries. */
+static uint64_t setup_max_accesses(const struct ukvm_experiment *exp)
+{
+	return ukvm_access_listed(&exp->cfg) ? ukvm_access_max_entries(&exp->cfg)
+					     : exp->slice_size / UKVM_PAGE_SIZE;
+}
+
+/* guest_timing: a vCPU's access log, one entry per access and a spare (guest_abi.h). */
 static uint64_t setup_guest_log_bytes(const struct ukvm_experiment *exp)
 {
-	return ALIGN_UP((exp->slice_size / UKVM_PAGE_SIZE + 1) * GA_LOG_ENTRY, UKVM_PAGE_SIZE);
+	return ALIGN_UP((setup_max_accesses(exp) + 1) * GA_LOG_ENTRY, UKVM_PAGE_SIZE);
+}
+
+/* touch_percent, access zipf: a vCPU's access list, in the guest's system memory. */
+static uint64_t setup_list_bytes(const struct ukvm_experiment *exp)
+{
+	return ukvm_access_listed(&exp->cfg) ?
+	       ALIGN_UP(setup_max_accesses(exp) * sizeof(uint32_t), UKVM_PAGE_SIZE) : 0;
+}
+
+/*
+ * touch_percent, access zipf: vCPU i's access list, written into guest
+ * memory for the guest to walk (GUEST_PATTERN_LIST) and counted into
+ * exp->visits for verification.
+ */
+static int setup_guest_list(struct ukvm_experiment *exp, uint32_t i, uint64_t *a,
+			    struct ukvm_error *err)
+{
+	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, first = exp->cfg.overlap ? 0 : i * pages;
+	uint64_t list_gpa;
+	int64_t n;
+	int ret;
+
+	ret = ukvm_vm_alloc(&exp->vm, setup_list_bytes(exp), &list_gpa, err);
+	if (ret)
+		return ret;
+	n = ukvm_access_build(&exp->cfg, i, exp->region_gpa + first * UKVM_PAGE_SIZE, pages,
+			      exp->touch_key, ukvm_vm_sys_hva(&exp->vm, list_gpa),
+			      exp->visits + first);
+	if (n < 0) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating vCPU %u's access list", i);
+		return (int)n;
+	}
+	guest_arg(a, GA_PAGES) = (uint64_t)n;
+	guest_arg(a, GA_PATTERN) = GUEST_PATTERN_LIST;
+	guest_arg(a, GA_LIST) = list_gpa;
+	return 0;
+}
+
+/*
+ * After the lists: the distinct pages the guest touches, in 4 KiB pages
+ * and in backing pages (one fault each in a uffd mode).
+ */
+static void setup_count_touched(struct ukvm_experiment *exp)
+{
+	uint64_t k, pages = exp->region_size / UKVM_PAGE_SIZE;
+	uint64_t per_unit = exp->mem.page_size / UKVM_PAGE_SIZE, last_unit = UINT64_MAX;
+
+	exp->touched_pages = 0;
+	exp->touched_units = 0;
+	for (k = 0; k < pages; k++) {
+		if (!exp->visits[k])
+			continue;
+		exp->touched_pages++;
+		if (k / per_unit != last_unit)
+			exp->touched_units++;
+		last_unit = k / per_unit;
+	}
+#ifdef UKVM_TEST_HOOKS
+	/* The host forgets one touched page: verification must notice. */
+	if (exp->cfg.inject == UKVM_INJECT_UNTOUCHED_PAGE)
+		for (k = exp->cfg.inject_after; k < pages; k++)
+			if (exp->visits[k]) {
+				exp->visits[k] = 0;
+				break;
+			}
+#endif
 }
 
 /*
@@ -83,7 +157,7 @@ static int setup_guest_log(struct ukvm_experiment *exp, struct ukvm_vcpu *vcpu, 
 	if (exp->cfg.inject == UKVM_INJECT_TSC_OFFSET)
 		vcpu->tsc_bias = exp->cfg.inject_after;
 #endif
-	vcpu->log_entries = exp->slice_size / UKVM_PAGE_SIZE + 1;
+	vcpu->log_entries = setup_max_accesses(exp) + 1;
 	guest_arg(a, GA_LOG_PTR) = vcpu->log_gpa;
 	guest_arg(a, GA_LOG_STRIDE) = GA_LOG_ENTRY;
 	guest_arg(a, GA_LOG_END) = vcpu->log_gpa + bytes;
@@ -126,6 +200,11 @@ static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 		guest_arg(a, GA_WRITE_KEY) = exp->write_key;
 		guest_arg(a, GA_TIMING) = cfg->guest_timing;
 		setup_guest_order(cfg, i, exp->slice_size / UKVM_PAGE_SIZE, a);
+		if (exp->visits) {
+			ret = setup_guest_list(exp, i, a, err);
+			if (ret)
+				return ret;
+		}
 		if (cfg->guest_timing) {
 			ret = setup_guest_log(exp, vcpu, a, err);
 			if (ret)
@@ -153,6 +232,8 @@ static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 		if (ukvm_kvmstats_open(&exp->vcpu_stats[i], vcpu->fd, "vCPU", NULL))
 			ukvm_kvmstats_init(&exp->vcpu_stats[i]);
 	}
+	if (exp->visits)
+		setup_count_touched(exp);
 	return 0;
 }
 
@@ -451,7 +532,16 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (ret)
 		return ret;
 	sys_size = ukvm_vm_sys_size(cfg->vcpus, exp->region_size,
-				    cfg->guest_timing ? cfg->vcpus * setup_guest_log_bytes(exp) : 0);
+				    (cfg->guest_timing ? cfg->vcpus * setup_guest_log_bytes(exp) : 0) +
+				    cfg->vcpus * setup_list_bytes(exp));
+	if (ukvm_access_listed(cfg)) {
+		exp->touch_key = ukvm_splitmix64(&state);
+		exp->visits = calloc(exp->region_size / UKVM_PAGE_SIZE, sizeof(*exp->visits));
+		if (!exp->visits) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the page visit counts");
+			return -ENOMEM;
+		}
+	}
 	ret = ukvm_backing_check_host(cfg->backing, exp->region_size, err);
 	ret = ret ?: ukvm_vm_create(&exp->vm, sys_size, err);
 	if (ret)
@@ -599,4 +689,6 @@ void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)
 	free((void *)exp->wp_state);
 	exp->wp_state = NULL;
 	ukvm_source_close(&exp->source);	/* after the pools: nothing fetches any more */
+	free(exp->visits);
+	exp->visits = NULL;
 }

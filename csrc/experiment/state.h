@@ -52,6 +52,16 @@ struct ukvm_experiment {
 	uint64_t write_key;		/* the guest's write-or-read choice, seeded */
 	bool filled;			/* pages arrive with data (else zero-filled) */
 	/*
+	 * touch_percent, access zipf (access.h): the vCPUs walk host-made
+	 * lists, and visits[k] counts the accesses to 4 KiB page k of the
+	 * region in one pass, all vCPUs together. NULL: every page, once per
+	 * walking vCPU (the default walk).
+	 */
+	uint32_t *visits;
+	uint64_t touch_key;		/* the working set's hash, seeded */
+	uint64_t touched_pages;		/* 4 KiB pages with visits */
+	uint64_t touched_units;		/* backing pages (mem.page_size) with visits */
+	/*
 	 * uffd_mode wp: the snapshot, a slot per 4 KiB page of the region at
 	 * the page's offset (anonymous memory, populated as pages are saved),
 	 * and each page's save state (pool.h).

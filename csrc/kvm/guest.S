@@ -12,6 +12,10 @@
  * Entry: %rdi = the vCPU's args page (offsets in guest_abi.h),
  *        %rsp = the top of a private stack.
  *
+ * The page order is the pattern's (GA_PATTERN), or a list of page indices
+ * the host wrote (GUEST_PATTERN_LIST: touch_percent, Zipf draws), where a
+ * page may come up many times a pass or never.
+ *
  * Per page, the guest either writes (page address ^ GUEST_WRITE_MAGIC) to
  * word 0 and atomically increments word 2 (a visit count: with overlap
  * several vCPUs write the same page), or reads word 1 into a checksum. The
@@ -165,12 +169,9 @@
 	jmp	.Lstep\s
 
 .Lordered\s:
-	cmp	$GUEST_PATTERN_REVERSE, %rbp
-	jne	.Lrandom\s
-	mov	%r10, %rax
-	sub	%r13, %rax
-	dec	%rax
-	jmp	.Laddress\s
+	cmp	$GUEST_PATTERN_RANDOM, %rbp
+	jb	.Lreverse\s
+	ja	.Llist\s
 
 	/*
 	 * A keyed bijection on [0, 2^b) (xor, multiply by an odd number,
@@ -197,6 +198,18 @@
 	xor	%rdx, %rax
 	cmp	%r10, %rax
 	jae	.Lwalk\s
+	jmp	.Laddress\s
+
+.Lreverse\s:
+	mov	%r10, %rax
+	sub	%r13, %rax
+	dec	%rax
+	jmp	.Laddress\s
+
+	/* The host's list: entry %r13 is the page index (u32, zero-extended). */
+.Llist\s:
+	mov	GA_LIST(%r8), %rdx
+	mov	(%rdx,%r13,4), %eax
 	jmp	.Laddress\s
 
 	/*
@@ -244,7 +257,7 @@
  * Registers for the whole walk:
  *   %r8  args            %r12 passes done
  *   %r9  region start    %r13 step within this pass
- *   %r10 pages per pass  %r14 checksum of the words read
+ *   %r10 steps per pass  %r14 checksum of the words read
  *   %r11 work per access %r15 write percent
  *   %rbx this chunk's end %rbp pattern
  *

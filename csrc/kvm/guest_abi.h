@@ -14,7 +14,7 @@
 
 /* Written by the host before the run. */
 #define GA_REGION	0x00	/* GVA (== GPA) of the first 4 KiB page to walk */
-#define GA_PAGES	0x08	/* pages in one pass */
+#define GA_PAGES	0x08	/* pages (accesses) in one pass */
 #define GA_WORK		0x10	/* busy-loop iterations after each access */
 #define GA_PASSES	0x18	/* how many times to walk the region */
 #define GA_PATTERN	0x20	/* GUEST_PATTERN_* */
@@ -29,9 +29,10 @@
 #define GA_LOG_STRIDE	0x68	/* timing: GA_LOG_ENTRY in the first pass, then 0 */
 #define GA_LOG_END	0x70	/* timing: the end of the log, for the pre-touch */
 #define GA_SYNC_ROUNDS	0x78	/* timing: clock-sync exits before and after the walk */
+#define GA_LIST		0xb0	/* GUEST_PATTERN_LIST: GA_PAGES u32 page indices, a pass */
 
 /* Written by the guest, at the end of every pass. */
-#define GA_ACCESSES	0x80	/* pages touched so far, all passes */
+#define GA_ACCESSES	0x80	/* page accesses so far, all passes */
 #define GA_CHECKSUM	0x88	/* sum of word 1 of every page it read */
 #define GA_PASSES_DONE	0x90
 #define GA_TSC_SUM	0x98	/* timing: TSC cycles spent in accesses */
@@ -61,6 +62,12 @@
 #define GUEST_PATTERN_SEQUENTIAL	0
 #define GUEST_PATTERN_REVERSE		1
 #define GUEST_PATTERN_RANDOM		2
+/*
+ * The host's list of page indices (from GA_REGION) at GA_LIST, walked in
+ * order each pass: touch_percent and access zipf (experiment/access.c).
+ * GA_PAGES is then the list's length, and GA_ACCESSES counts its entries.
+ */
+#define GUEST_PATTERN_LIST		3
 
 /*
  * The guest's I/O port writes. There are no devices in the VM, so every

@@ -168,9 +168,11 @@ static int stamp(struct ukvm_faultlog *log)
 		if (log->all[i].vcpu >= 0)
 			first[log->all[i].vcpu + 1]++;
 	for (v = 0; v < log->nr_vcpus; v++) {
+		uint64_t walked = log->guest[v].pages ?: log->guest[v].nr;
+
 		first[v + 1] += first[v];
-		if (log->guest[v].nr > max_pages)
-			max_pages = log->guest[v].nr;	/* 4 KiB pages: at least the backing pages */
+		if (walked > max_pages)
+			max_pages = walked;	/* 4 KiB pages: at least the backing pages */
 	}
 	for (i = 0; i < log->nr_all; i++)
 		if (log->all[i].vcpu >= 0)
@@ -184,7 +186,7 @@ static int stamp(struct ukvm_faultlog *log)
 
 		if (!g->usable || first[v] == first[v + 1])
 			continue;
-		pages = g->nr * UKVM_PAGE_SIZE / log->match_bytes;
+		pages = (g->pages ?: g->nr) * UKVM_PAGE_SIZE / log->match_bytes;
 		memset(entry_of, 0xff, pages * sizeof(*entry_of));
 		for (i = 0; i < g->nr; i++) {	/* in access order: the first is the earliest */
 			uint64_t page = (entry_word(g, i, LOG_GVA) - g->base_gpa) / log->match_bytes;
@@ -250,12 +252,18 @@ static int count_pages(struct ukvm_faultlog *log)
 	for (i = 0; i < log->region_pages; i++) {
 		uint64_t bit = 1ULL << (i % 64);
 		bool seen = once[i / 64] & bit, twice = again[i / 64] & bit;
+		bool touched = !log->visits, untouched;
+		uint64_t k, per = log->page_size / UKVM_PAGE_SIZE;
 
-		if (seen && !twice)
+		for (k = 0; !touched && k < per; k++)
+			touched = log->visits[i * per + k];
+		untouched = !touched && seen;
+		if (touched ? seen && !twice : !seen)
 			continue;
 		if (!log->pages_not_once++) {
 			log->first_bad_gpa = log->region_gpa + i * log->page_size;
 			log->first_bad_resolved_again = twice;
+			log->first_bad_untouched = untouched;
 		}
 	}
 	ret = 0;

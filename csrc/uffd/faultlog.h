@@ -18,7 +18,8 @@ struct ukvm_pool;
 /* guest_timing: one vCPU's access log (guest_abi.h), as the host sees it. */
 struct ukvm_guest_log {
 	const uint8_t *entries;		/* GA_LOG_ENTRY bytes each, first pass in order */
-	uint64_t nr;			/* first-pass accesses: the vCPU's pages */
+	uint64_t nr;			/* first-pass accesses: the vCPU's pages, or its list's */
+	uint64_t pages;			/* 4 KiB pages from base_gpa it walks (0: nr) */
 	uint64_t base_gpa;		/* the first page the vCPU walks */
 	int64_t tsc_offset;		/* guest TSC - host TSC */
 #ifdef UKVM_TEST_HOOKS
@@ -37,15 +38,20 @@ struct ukvm_faultlog {
 	uint64_t region_pages;		/* in units of page_size */
 	uint64_t page_size;
 	uint64_t match_bytes;		/* a fault's address names this much: 4 KiB, or a huge page */
+	/* touch_percent, access zipf: accesses to each 4 KiB page of the region
+	 * (0: the guest never touches it, so it must never fault); NULL: all */
+	const uint32_t *visits;
 	/* out */
 	struct ukvm_vcpu_result *vcpus;	/* gets faults, blocked_ns, the latencies */
 	struct ukvm_reader_result *readers;	/* gets queue_latency; uffd-major order */
 	uint32_t readers_per_uffd;
 	uint64_t blocktime_ns;		/* every vCPU blocked at once */
 	uint64_t misordered;		/* faults whose stamps ran backwards (a stage < 0) */
-	uint64_t pages_not_once;	/* pages not resolved exactly once (EEXIST aside) */
+	uint64_t pages_not_once;	/* pages not resolved exactly once (EEXIST aside);
+					 * with visits, untouched pages resolved at all */
 	uint64_t first_bad_gpa;		/* the first such page... */
 	bool first_bad_resolved_again;	/* ...resolved more than once (else never) */
+	bool first_bad_untouched;	/* ...resolved though the guest never touches it */
 	struct ukvm_fault_record *all;	/* every record, by read time (owned) */
 	uint64_t nr_all;
 };

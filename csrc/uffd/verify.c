@@ -7,6 +7,9 @@
  * resolver supplied. Everything else is the resolver's data (fill.c) or
  * zeros, depending on how the page was resolved. The guest's write/read
  * choice is a hash of the page frame that this file computes as guest.S does.
+ * With touch_percent or access zipf, the host's visit counts say which pages
+ * the guest touches and how often; an untouched page holds what it held
+ * before the run: the prefill, or nothing.
  */
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +39,17 @@ static bool guest_writes_page(uint64_t gpa, uint64_t write_pct, uint64_t write_k
 	return (uint64_t)(((unsigned __int128)h * 100) >> 64) < write_pct;
 }
 
+bool ukvm_guest_touches(const struct ukvm_verify_params *p, uint64_t gpa)
+{
+	return !p->visits || p->visits[(gpa - p->gpa) / UKVM_PAGE_SIZE];
+}
+
+/* Does the guest write the page at gpa? Touched, and chosen for writes. */
+static bool guest_writes(const struct ukvm_verify_params *p, uint64_t gpa)
+{
+	return ukvm_guest_touches(p, gpa) && guest_writes_page(gpa, p->write_pct, p->write_key);
+}
+
 static void describe_word(char *msg, size_t len, uint64_t gpa, unsigned word, uint64_t got,
 			  uint64_t want, const char *why)
 {
@@ -47,62 +61,82 @@ static void describe_word(char *msg, size_t len, uint64_t gpa, unsigned word, ui
 uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl *ctl,
 			    uint64_t *read_sum, char *msg, size_t msg_len)
 {
-	uint64_t ref[WORDS_PER_PAGE];
-	uint64_t off, bad = 0, sum = 0;
-	const char *what = p->expect ? "the source file's bytes at the page's offset"
-				     : "the resolver's data";
+	uint64_t fill_ref[WORDS_PER_PAGE], zero_ref[WORDS_PER_PAGE], file_ref[WORDS_PER_PAGE];
+	uint64_t off, bad = 0, sum = 0, unit = p->unit_size ?: UKVM_PAGE_SIZE, k;
+	bool unit_touched = true;
 	unsigned i;
 
-	for (i = 0; i < WORDS_PER_PAGE; i++)
-		ref[i] = p->filled && i >= 3 ? UKVM_FILL_WORD(i) : 0;
+	for (i = 0; i < WORDS_PER_PAGE; i++) {
+		fill_ref[i] = i >= 3 ? UKVM_FILL_WORD(i) : 0;
+		zero_ref[i] = 0;
+	}
 
 	for (off = 0; off < p->size; off += UKVM_PAGE_SIZE) {
 		const uint64_t *w = (const uint64_t *)(p->hva + off);
 		uint64_t gpa = p->gpa + off;
-		bool written = guest_writes_page(gpa, p->write_pct, p->write_key);
-		uint64_t want0, want1, want2;
-		bool first = bad == 0;
+		bool touched = ukvm_guest_touches(p, gpa);
+		bool written = touched && guest_writes_page(gpa, p->write_pct, p->write_key);
+		const uint64_t *ref;
+		const char *data;
+		uint64_t want0, want1, want2, writes;
+		bool filled, from_file, first = bad == 0;
+
+		if (p->visits && off % unit == 0)	/* resolved with a page the guest touched? */
+			for (k = 0, unit_touched = false; k < unit && !unit_touched;
+			     k += UKVM_PAGE_SIZE)
+				unit_touched = p->visits[(off + k) / UKVM_PAGE_SIZE];
+		/* The data a page holds unless the guest wrote it: resolved, or prefilled. */
+		filled = unit_touched ? p->filled : p->untouched_filled;
+		from_file = filled && p->expect;
+		if (from_file) {
+			memcpy(file_ref, p->expect + off, UKVM_PAGE_SIZE);
+			ref = file_ref;
+		} else {
+			ref = filled ? fill_ref : zero_ref;
+		}
+		data = !touched ? "untouched by the guest: the data it held before the run"
+		       : from_file ? "the source file's bytes at the page's offset"
+		       : filled ? "the resolver's data" : "zero";
 
 		if (ctl && off % VERIFY_CHECK_EVERY == 0 && ukvm_ctl_aborted(ctl))
 			return bad;
 
-		if (p->expect) {
+		writes = !written ? 0 : p->visits ? p->visits[off / UKVM_PAGE_SIZE] * p->passes
+						  : p->written_visits;
+		if (from_file) {
 			/* source file: the page is the file's, the guest's writes aside. */
-			memcpy(ref, p->expect + off, UKVM_PAGE_SIZE);
 			want0 = written ? gpa ^ GUEST_WRITE_MAGIC : ref[0];
 			want1 = ref[1];
-			want2 = ref[2] + (written ? p->written_visits : 0);
+			want2 = ref[2] + writes;	/* the guest adds to word 2 */
 		} else {
-			want0 = written ? gpa ^ GUEST_WRITE_MAGIC : (p->filled ? ~gpa : 0);
-			want1 = p->filled ? gpa : 0;
-			want2 = written ? p->written_visits : 0;
+			want0 = written ? gpa ^ GUEST_WRITE_MAGIC : (filled ? ~gpa : 0);
+			want1 = filled ? gpa : 0;
+			want2 = writes;
 		}
-		if (!written)
-			sum += want1;
+		if (touched && !written)
+			sum += want1 * (p->visits ? p->visits[off / UKVM_PAGE_SIZE] : 1);
 
 		if (w[0] != want0) {
 			bad++;
 			if (first)
 				describe_word(msg, msg_len, gpa, 0, w[0], want0,
-					      written ? "the guest's write" : what);
+					      written ? "the guest's write" : data);
 		} else if (w[1] != want1) {
 			bad++;
 			if (first)
 				describe_word(msg, msg_len, gpa, 1, w[1], want1,
-					      p->expect ? what : p->filled ?
+					      !touched || from_file ? data : filled ?
 					      "the resolver's address stamp" : "zero");
 		} else if (w[2] != want2) {
 			bad++;
 			if (first)
 				describe_word(msg, msg_len, gpa, 2, w[2], want2,
-					      p->expect && !written ? what :
-					      "the count of guest writes to the page");
+					      written ? "the count of guest writes to the page" : data);
 		} else if (memcmp(w + 3, ref + 3, UKVM_PAGE_SIZE - 3 * sizeof(uint64_t))) {
 			bad++;
 			for (i = 3; first && i < WORDS_PER_PAGE; i++)
 				if (w[i] != ref[i]) {
-					describe_word(msg, msg_len, gpa, i, w[i], ref[i],
-						      p->filled ? what : "zero");
+					describe_word(msg, msg_len, gpa, i, w[i], ref[i], data);
 					break;
 				}
 		}
@@ -123,7 +157,7 @@ uint64_t ukvm_verify_snapshot(const struct ukvm_verify_params *p, struct ukvm_ct
 	for (off = 0; off < p->size; off += UKVM_PAGE_SIZE) {
 		const uint64_t *w = (const uint64_t *)(p->hva + off);
 		uint64_t gpa = p->gpa + off;
-		bool wrote = guest_writes_page(gpa, p->write_pct, p->write_key);
+		bool wrote = guest_writes(p, gpa);
 		const uint64_t *want = zero;
 
 		if (ctl && off % VERIFY_CHECK_EVERY == 0 && ukvm_ctl_aborted(ctl))
@@ -144,8 +178,8 @@ uint64_t ukvm_verify_snapshot(const struct ukvm_verify_params *p, struct ukvm_ct
 					 (unsigned long long)gpa, i, (unsigned long long)w[i],
 					 (unsigned long long)want[i],
 					 wrote ? "the page's contents before the guest's write"
-					       : "zero: the guest only read the page, so nothing "
-						 "was saved");
+					       : "zero: the guest only read the page or never "
+						 "touched it, so nothing was saved");
 				break;
 			}
 	}
@@ -160,7 +194,7 @@ uint64_t ukvm_verify_dirty(const struct ukvm_verify_params *p, const uint8_t *wr
 
 	for (i = 0; i < pages; i++) {
 		uint64_t gpa = p->gpa + i * UKVM_PAGE_SIZE;
-		bool wrote = guest_writes_page(gpa, p->write_pct, p->write_key);
+		bool wrote = guest_writes(p, gpa);
 
 		n += written[i];
 		if (wrote == !!written[i] || bad++)
@@ -168,7 +202,8 @@ uint64_t ukvm_verify_dirty(const struct ukvm_verify_params *p, const uint8_t *wr
 		snprintf(msg, msg_len, "page at gpa 0x%llx: PAGEMAP_SCAN reports it %s, but the "
 			 "guest %s", (unsigned long long)gpa,
 			 written[i] ? "written" : "still write-protected (not written)",
-			 wrote ? "wrote it" : "only read it");
+			 wrote ? "wrote it" : ukvm_guest_touches(p, gpa) ? "only read it"
+							     : "never touched it");
 	}
 	*dirty = n;
 	return bad;

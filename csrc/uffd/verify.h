@@ -23,11 +23,30 @@ struct ukvm_verify_params {
 	uint64_t written_visits;	/* what word 2 of every written page holds */
 	uint64_t write_pct;
 	uint64_t write_key;
+	/*
+	 * touch_percent, access zipf: the accesses in one pass to each 4 KiB
+	 * page from gpa, all vCPUs together (a page with none is untouched);
+	 * a written page's word 2 holds its count x passes. NULL: every page
+	 * is touched and written_visits applies.
+	 */
+	const uint32_t *visits;
+	uint64_t passes;
+	/* A fault resolves this much (the backing's page size; 0: 4 KiB): an
+	 * untouched page in a touched huge page was resolved with it. */
+	uint64_t unit_size;
+	/* What an untouched page holds: the resolver's data (it was filled
+	 * before the run), else zeros (nothing may have installed it). */
+	bool untouched_filled;
 };
+
+/* Does the guest touch the page at gpa (p->gpa <= gpa < p->gpa + p->size)? */
+bool ukvm_guest_touches(const struct ukvm_verify_params *p, uint64_t gpa);
 
 /*
  * Returns the number of bad pages and describes the first in msg. read_sum
- * gets the sum of word 1 over the pages the guest reads: one pass's checksum.
+ * gets the sum of word 1 over the pages the guest reads, each times its
+ * visits (p->visits, else once): one pass's checksum (with visits and
+ * overlap, all vCPUs' together).
  * Stops early (with the count so far) once ctl's run is aborted.
  */
 uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl *ctl,
