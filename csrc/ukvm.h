@@ -125,6 +125,20 @@ enum ukvm_clock_sync {
 	UKVM_CLOCK_SYNC_EXITS,		/* the offset bracketed by sync exits alone */
 };
 
+/*
+ * Prefetch (uffd_mode missing, resolve copy): pages installed before the
+ * guest asks for them, with UFFDIO_COPY_MODE_DONTWAKE (a vCPU already
+ * waiting on such a page is woken by the reader that then reads its fault
+ * and finds the page there: EEXIST, then UFFDIO_WAKE).
+ */
+enum ukvm_prefetch {
+	UKVM_PREFETCH_NONE = 0,
+	UKVM_PREFETCH_READAHEAD,	/* after each fault, the next prefetch_pages of its uffd */
+	UKVM_PREFETCH_BACKGROUND,	/* a pusher thread installs the region in address order */
+	UKVM_PREFETCH_REPLAY,		/* the pusher installs replay[] in that order */
+	UKVM_PREFETCH__COUNT
+};
+
 /* What the readers measure beyond counters. */
 enum ukvm_stats {
 	UKVM_STATS_FULL = 0,	/* timestamps per fault: latency, attribution, blocktime */
@@ -212,6 +226,12 @@ struct ukvm_config {
 	bool guest_timing;		/* the guest times every access with rdtsc */
 	bool trace_faults;		/* return every fault record */
 	uint64_t timeout_ns;		/* 0: no limit */
+	/* Prefetch (enum ukvm_prefetch); pages are of the backing's page size. */
+	enum ukvm_prefetch prefetch;
+	uint32_t prefetch_pages;	/* readahead: the window after each fault (default 8) */
+	uint64_t prefetch_bandwidth_mbps; /* the pusher's rate, 10^6 bits/s; 0: unlimited */
+	uint64_t nr_replay;		/* replay: page indices from the region's start, */
+	const uint64_t *replay;		/* in install order, no repeats (copied at start) */
 #ifdef UKVM_TEST_HOOKS
 	UKVM_TEST_CONFIG_FIELDS		/* testhooks.h: fault injection, test builds only */
 #endif
@@ -288,6 +308,11 @@ struct ukvm_reader_result {
 	/* wait io_uring: completions of the ring's reads of the uffd that
 	 * brought messages (each is one of reads) */
 	uint64_t ring_completions;
+	/* Prefetch: readahead installs, those that found the page there, and
+	 * UFFDIO_WAKEs after an EEXIST (the page may have come with DONTWAKE). */
+	uint64_t prefetched;
+	uint64_t prefetch_eexist;
+	uint64_t wakes;
 	/*
 	 * Times the thread was switched out in all its life, from
 	 * getrusage(RUSAGE_THREAD).
@@ -339,6 +364,20 @@ struct ukvm_result {
 	uint32_t nr_vcpu_stats;
 	char **vcpu_stat_names;	/* values in each ukvm_vcpu_result.kvm_stats */
 	uint64_t dirty_pages;	/* wp_async: pages PAGEMAP_SCAN found written */
+	/*
+	 * uffd_mode missing with resolve copy: which pages went in how (pages
+	 * of page_size). touch_order: the pages faults installed, in the order
+	 * they were resolved (first installs only).
+	 */
+	bool resident_tracked;
+	uint64_t prefetched_pages;	/* installed by prefetch (readahead and pusher) */
+	uint64_t wasted_prefetch_pages;	/* of those, pages the guest never touches */
+	uint64_t touched_pages;		/* pages the guest touches */
+	uint64_t resident_ns;		/* the last page of the region went in; 0: never */
+	uint64_t pusher_pages;		/* of prefetched_pages, the pusher's */
+	uint64_t pusher_eexist;		/* the pusher's installs that found the page there */
+	uint64_t nr_touch_order;
+	uint64_t *touch_order;
 	bool verified;		/* every page holds what it must */
 	uint64_t bad_pages;	/* pages that did not, when !verified */
 	char verify_message[256]; /* the first bad page, explained */
@@ -423,6 +462,7 @@ const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m);
 const char *ukvm_wait_name(enum ukvm_wait w);
 const char *ukvm_resolver_name(enum ukvm_resolver r);
 const char *ukvm_pattern_name(enum ukvm_pattern p);
+const char *ukvm_prefetch_name(enum ukvm_prefetch p);
 /* The page size faults on this backing are resolved at. */
 uint64_t ukvm_backing_page_size(enum ukvm_backing b);
 

@@ -20,6 +20,12 @@ struct ukvm_verify_params {
 };
 
 /*
+ * Does the guest touch the 4 KiB page at gpa (in p's region) at all? The
+ * guest's access set is deterministic (its pattern, seed and parameters).
+ */
+bool ukvm_guest_touches(const struct ukvm_verify_params *p, uint64_t gpa);
+
+/*
  * Returns the number of bad pages and describes the first in msg. read_sum
  * gets the sum of word 1 over the pages the guest reads: one pass's checksum.
  * Stops early (with the count so far) once ctl's run is aborted.
