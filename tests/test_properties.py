@@ -18,7 +18,7 @@ from conftest import assert_released, resources
 from hostfacts import NO_UFFD_MOVE
 from uffdkvm import Config, ConfigError, HostUnsupportedError, RunError
 from uffdkvm.config import (BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS, HUGETLB_BACKINGS,
-                            PATTERNS, RESOLVERS, RESOLVES, STATS, WAITS)
+                            PATTERNS, PREFETCHES, RESOLVERS, RESOLVES, STATS, WAITS)
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
 
@@ -74,6 +74,10 @@ VALID = {
     "trace_faults": st.booleans(),
     "timeout_s": st.sampled_from([None, 30, 30.0, math.inf, 1e300, 1e-9]),
     "wp_async": st.booleans(),
+    "prefetch": cased(PREFETCHES),
+    "prefetch_pages": st.integers(1, 16),
+    "prefetch_bandwidth_mbps": st.sampled_from([0, 0, 1, 1000]),
+    "replay_from": st.sampled_from([None, [0], [1, 0], (0,), range(2)]),
 }
 assert set(VALID) == set(FIELDS), "every Config field has a strategy"
 
@@ -118,6 +122,17 @@ def coherent_fields(draw):
         pin_readers=draw(st.sampled_from([None, [0], "0"])),
         timeout_s=draw(st.sampled_from([None, 30.0, math.inf])),
         wp_async=False)  # uffd_mode "wp" only: tests/test_wp.py
+    # Prefetch where it applies (missing pages filled by UFFDIO_COPY), its
+    # knobs only with the policies that read them.
+    prefetchable = mode == "missing" and fields["resolve"] == "copy" and not fields["prefault"]
+    prefetch = draw(st.sampled_from(["none", "none"] + (
+        ["readahead", "background", "replay"] if prefetchable else [])))
+    fields.update(
+        prefetch=prefetch,
+        prefetch_pages=draw(st.integers(1, 16)) if prefetch == "readahead" else 8,
+        prefetch_bandwidth_mbps=draw(st.sampled_from([0, 1000]))
+        if prefetch in ("background", "replay") else 0,
+        replay_from=[0] if prefetch == "replay" else None)
     if fields["resolver"].lower() == "vcpu":  # no reader threads: their fields as default
         fields.update(readers=1, wait="epoll_exclusive", read_batch=1, pin_readers=None)
     return fields

@@ -167,8 +167,11 @@ def read_touch_order(path: str | os.PathLike[str]) -> tuple[int, ...]:
                                       f"line, as Result.save_touch_order writes)",
                                       field="replay_from")
                 pages.append(int(text))
-    except OSError as e:
-        raise ConfigError(f"replay_from: cannot read {os.fspath(path)!r}: {e.strerror}",
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path, bytes not UTF-8
+        if isinstance(e, ConfigError):
+            raise
+        why = e.strerror if isinstance(e, OSError) else str(e)
+        raise ConfigError(f"replay_from: cannot read {os.fspath(path)!r}: {why}",
                           field="replay_from") from None
     return tuple(pages)
 

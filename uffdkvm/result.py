@@ -330,13 +330,13 @@ class Result:
     resident_seconds  from the first vCPU's start until every page of the
                    region was resident (faulted or prefetched); None if that
                    never happened, or where pages are not tracked
-    faults_avoided the pages the guest touches less the faults resolved: the
+    faults_avoided  the pages the guest touches less the faults resolved: the
                    faults prefetch spared (the same run without prefetch
                    faults once per page touched)
     prefetch_eexist  prefetch copies that found the page there already (the
                    readers' readahead and the pusher's): races counted, not
                    errors
-    prefetch_wakes UFFDIO_WAKEs after EEXIST (see ReaderStats.wakes)
+    prefetch_wakes  UFFDIO_WAKEs after EEXIST (see ReaderStats.wakes)
     verify_message the first problem found, or "" when verified
     kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
     host           the machine it ran on (None for a Result made by hand)
