@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from conftest import assert_released, resources, run_with_fault
+from conftest import assert_released, resources, run_or_skip, run_with_fault
 
 import uffdkvm
 from uffdkvm import Result
@@ -62,6 +62,17 @@ def test_readahead_on_huge_pages(kvm):
             prefetch_pages=1)
     assert r.page_size == 2 << 20
     assert r.faults == 4 and r.prefetched_pages == 4, (r.faults, r.prefetched_pages)
+
+
+def test_prefetch_on_hugetlb(kvm, hugepages):
+    """2 MiB hugetlb pages, private and shared: read ahead and pushed whole."""
+    ra = run_or_skip(backing="anonymous_hugetlb", mem_per_vcpu="8M", prefetch="readahead",
+                     prefetch_pages=1, timeout_s=60)
+    assert ra.faults == 2 and ra.prefetched_pages == 2, (ra.faults, ra.prefetched_pages)
+    bg = run_or_skip(backing="shared_hugetlb", mem_per_vcpu="8M", prefetch="background",
+                     timeout_s=60)
+    assert bg.resident_seconds is not None and bg.pushed_pages > 0
+    assert bg.faults + bg.prefetched_pages == 4
 
 
 def test_without_prefetch_every_page_faults_and_nothing_is_prefetched(kvm):
