@@ -231,6 +231,11 @@ def test_cli_flags(kvm, capsys, tmp_path):
     d = json.loads(capsys.readouterr().out)
     assert d["config"]["replay_from"] == list(range(0, 256, 2))
     assert d["config"]["prefetch_bandwidth_mbps"] == 1000
+    assert main(["-b", "1M", "--prefetch", "background", "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "\nPrefetch (background):\t" in text and " by the pusher)" in text, text
+    assert main(["-b", "1M", "-q"]) == 0
+    assert "Prefetch" not in capsys.readouterr().out
 
 
 # ---- the pusher's thread on every ending ----

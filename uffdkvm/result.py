@@ -471,6 +471,10 @@ class Result:
         ]
         if self.blocktime_seconds is not None:
             summary.append(("blocktime_seconds", f"{self.blocktime_seconds:.6f}"))
+        if c.prefetch != "none" and self.prefetched_pages is not None:
+            summary.append(("prefetch", f"{c.prefetch}: {self.prefetched_pages} pages "
+                                        f"({self.wasted_prefetch_pages} never touched), "
+                                        f"{self.faults_avoided} faults avoided"))
         vcpus = tables.Table(
             "vCPUs", ("vcpu", "seconds", "pages", "first_pass_pages_per_s", "faults", "eexist",
                       "exits", "cpu_seconds"),

@@ -523,11 +523,13 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 
 		r->stats.busy_ns += t_done - t_read;
 		ukvm_hist_add(&r->stats.service_latency, t_done - t_read);
-		ret = reader_record(r, t_read, t_done, pool->gpa_base + (fault - pool->hva_base),
-				    (int32_t)msg->arg.pagefault.feat.ptid, ret == -EEXIST,
-				    msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) ?: ret;
-		if (ret < 0 && ret != -EEXIST)
-			return ret;
+		int logged = reader_record(r, t_read, t_done,
+					   pool->gpa_base + (fault - pool->hva_base),
+					   (int32_t)msg->arg.pagefault.feat.ptid, ret == -EEXIST,
+					   msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
+
+		if (logged)
+			return logged;
 	}
 	/* After the fault's own timing: its vCPU runs on meanwhile. */
 	if (!ret && pool->prefetch == UKVM_PREFETCH_READAHEAD)
