@@ -373,7 +373,8 @@ struct ukvm_result {
 	uint64_t prefetched_pages;	/* installed by prefetch (readahead and pusher) */
 	uint64_t wasted_prefetch_pages;	/* of those, pages the guest never touches */
 	uint64_t touched_pages;		/* pages the guest touches */
-	uint64_t resident_ns;		/* the last page of the region went in; 0: never */
+	uint64_t resident_ns;		/* the last page of the region went in; 0: never, or
+					 * stats basic (no clock read on the hot path) */
 	uint64_t pusher_pages;		/* of prefetched_pages, the pusher's */
 	uint64_t pusher_eexist;		/* the pusher's installs that found the page there */
 	uint64_t nr_touch_order;

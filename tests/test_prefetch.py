@@ -209,6 +209,12 @@ def test_prefetch_results_round_trip_json_and_frames(kvm):
     assert Result.from_json(replay.to_json()) == replay
 
 
+def test_stats_basic_counts_prefetch_but_reads_no_clock_for_residency(kvm):
+    r = run(prefetch="readahead", stats="basic")
+    assert r.prefetched_pages > 0 and r.faults + r.prefetched_pages == PAGES
+    assert r.resident_seconds is None
+
+
 def test_modes_without_tracking_report_none(kvm):
     r = run(resolve="zeropage")
     assert r.prefetched_pages is None and r.resident_seconds is None

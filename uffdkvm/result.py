@@ -329,7 +329,8 @@ class Result:
     wasted_prefetch_pages  prefetched pages the guest never touches
     resident_seconds  from the first vCPU's start until every page of the
                    region was resident (faulted or prefetched); None if that
-                   never happened, or where pages are not tracked
+                   never happened, where pages are not tracked, or with
+                   stats="basic" (which reads no clock per fault)
     faults_avoided  the pages the guest touches less the faults resolved: the
                    faults prefetch spared (the same run without prefetch
                    faults once per page touched)

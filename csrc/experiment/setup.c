@@ -361,6 +361,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 					   err);
 		if (ret)
 			return ret;
+		exp->resident.timed = cfg->stats == UKVM_STATS_FULL;
 	}
 	exp->pools = calloc(exp->nr_pools, sizeof(*exp->pools));
 	if (!exp->pools) {

@@ -62,6 +62,6 @@ void ukvm_resident_mark(struct ukvm_resident *rs, uint64_t page, enum ukvm_page_
 			rs->order[n] = page;
 	}
 	n = atomic_fetch_add_explicit(&rs->nr_resident, 1, memory_order_acq_rel) + 1;
-	if (n == rs->pages)
+	if (n == rs->pages && rs->timed)
 		atomic_store(&rs->all_ns, ukvm_now_ns());
 }

@@ -34,6 +34,7 @@ struct ukvm_resident {
 	atomic_uint_fast64_t nr_order;
 	atomic_uint_fast64_t nr_resident;
 	atomic_uint_fast64_t all_ns;	/* CLOCK_MONOTONIC when the last page went in, or 0 */
+	bool timed;			/* stamp all_ns (stats basic reads no clock on the hot path) */
 };
 
 /* Empty, destroyable. */
