@@ -287,8 +287,11 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 		res->verified = false;
 		return;
 	}
-	/* WP: pages only read never fault; the snapshot's check stands for this one. */
-	/* Prefetched pages are the ones no fault resolved (resident.h: each went in once). */
+	/*
+	 * WP: pages only read never fault; the snapshot's check stands for this
+	 * one. Prefetch: the prefetched pages are the ones no fault resolved
+	 * (resident.h: each page goes in once).
+	 */
 	if (expected && res->stats_full && log->pages_not_once != res->prefetched_pages &&
 	    cfg->uffd_mode != UKVM_UFFD_WP) {
 		snprintf(res->verify_message, sizeof(res->verify_message),

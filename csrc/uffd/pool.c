@@ -520,14 +520,13 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 	}
 	if (pool->full_stats) {
 		uint64_t t_done = ukvm_now_ns();
+		int logged;
 
 		r->stats.busy_ns += t_done - t_read;
 		ukvm_hist_add(&r->stats.service_latency, t_done - t_read);
-		int logged = reader_record(r, t_read, t_done,
-					   pool->gpa_base + (fault - pool->hva_base),
-					   (int32_t)msg->arg.pagefault.feat.ptid, ret == -EEXIST,
-					   msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
-
+		logged = reader_record(r, t_read, t_done, pool->gpa_base + (fault - pool->hva_base),
+				       (int32_t)msg->arg.pagefault.feat.ptid, ret == -EEXIST,
+				       msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
 		if (logged)
 			return logged;
 	}
