@@ -107,7 +107,8 @@ def test_a_low_bandwidth_pusher_installs_fewer_pages(kvm):
     slow = run(prefetch="background", prefetch_bandwidth_mbps=SLOW_MBPS)
     per_s = SLOW_MBPS * 1e6 / (4096 * 8)
     # its token bucket: a page per 16 ms, 10 ms of credit at most
-    assert slow.pushed_pages <= per_s * slow.seconds + 2, (slow.pushed_pages, slow.seconds)
+    # (+3: the first page goes at once, and the pusher stops just after the vCPUs join)
+    assert slow.pushed_pages <= per_s * slow.seconds + 3, (slow.pushed_pages, slow.seconds)
     assert slow.pushed_pages < fast.pushed_pages / 4, (slow.pushed_pages, fast.pushed_pages)
     assert slow.faults > fast.faults
     # Reaching residency took the slow run longer: more of it by faults.
