@@ -75,6 +75,9 @@ static const struct field config_fields[] = {
 	FIELD(source, F_ENUM),
 	FIELD(source_read, F_ENUM),
 	FIELD(source_cache, F_ENUM),
+	FIELD(prefetch, F_ENUM),
+	FIELD(prefetch_pages, F_U32),
+	FIELD(prefetch_bandwidth_mbps, F_U64),
 #ifdef UKVM_TEST_HOOKS
 	FIELD(inject, F_ENUM),
 	FIELD(inject_after, F_U64),
@@ -131,11 +134,51 @@ static int cpu_list(PyObject *dict, const char *key, uint32_t *nr, int32_t **out
 	return 0;
 }
 
+/* prefetch replay: the page indices of key, into a uint64 array the caller frees. */
+static int page_list(PyObject *dict, const char *key, uint64_t *nr, uint64_t **out)
+{
+	PyObject *item = PyDict_GetItemString(dict, key), *seq;
+	Py_ssize_t i, n;
+
+	*nr = 0;
+	*out = NULL;
+	if (!item || item == Py_None)
+		return 0;
+	seq = PySequence_List(item);
+	if (!seq)
+		return -1;
+	n = PyList_Size(seq);
+	*out = PyMem_Calloc(n ? (size_t)n : 1, sizeof(uint64_t));
+	if (!*out) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		unsigned long long v = PyLong_AsUnsignedLongLong(PyList_GetItem(seq, i));
+
+		if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+			PyErr_Clear();
+			PyErr_Format(PyExc_ValueError, "%s: expected page indices", key);
+			Py_DECREF(seq);
+			PyMem_Free(*out);
+			*out = NULL;
+			return -1;
+		}
+		(*out)[i] = v;
+	}
+	Py_DECREF(seq);
+	*nr = (uint64_t)n;
+	return 0;
+}
+
 static void config_free(struct ukvm_config *cfg)
 {
 	PyMem_Free((void *)cfg->pin_vcpus);
 	PyMem_Free((void *)cfg->pin_readers);
+	PyMem_Free((void *)cfg->replay);
 	cfg->pin_vcpus = cfg->pin_readers = NULL;
+	cfg->replay = NULL;
 }
 
 /* source_path: a str or bytes path, in the filesystem's encoding, into cfg->source_path. */
@@ -172,6 +215,7 @@ static int config_source_path(PyObject *dict, struct ukvm_config *cfg)
 
 static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 {
+	uint64_t *replay;
 	int32_t *pins;
 	size_t i;
 
@@ -243,6 +287,11 @@ static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 		return -1;
 	}
 	cfg->pin_readers = pins;
+	if (page_list(dict, "replay", &cfg->nr_replay, &replay)) {
+		config_free(cfg);
+		return -1;
+	}
+	cfg->replay = replay;
 	return 0;
 }
 
@@ -472,6 +521,8 @@ static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
 	    set_u64(d, "voluntary_context_switches", r->voluntary_context_switches) ||
 	    set_u64(d, "cpu_ns", r->cpu_ns) || set_u64(d, "reads", r->reads) ||
 	    set_u64(d, "ring_completions", r->ring_completions) ||
+	    set_u64(d, "prefetched", r->prefetched) ||
+	    set_u64(d, "prefetch_eexist", r->prefetch_eexist) || set_u64(d, "wakes", r->wakes) ||
 	    set_obj(d, "read_sizes", u64_list(r->read_sizes, UKVM_MAX_READ_BATCH + 1)) ||
 	    set_obj(d, "cpus", cpus_list(r->affinity)) ||
 	    set_obj(d, "service_latency", hist_to_dict(&r->service_latency)) ||
@@ -545,6 +596,14 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	    set_u64(d, "touched_pages", res->touched_pages) ||
 	    set_u64(d, "guest_accesses", res->accesses) ||
 	    set_obj(d, "page_visits", visits_to_list(res->page_visits, res->nr_page_visits)) ||
+	    set_obj(d, "resident_tracked", PyBool_FromLong(res->resident_tracked)) ||
+	    set_u64(d, "prefetched_pages", res->prefetched_pages) ||
+	    set_u64(d, "wasted_prefetch_pages", res->wasted_prefetch_pages) ||
+	    set_u64(d, "touched_units", res->touched_units) ||
+	    set_u64(d, "resident_ns", res->resident_ns) ||
+	    set_u64(d, "pusher_pages", res->pusher_pages) ||
+	    set_u64(d, "pusher_eexist", res->pusher_eexist) ||
+	    set_obj(d, "touch_order", u64_list(res->touch_order, (uint32_t)res->nr_touch_order)) ||
 	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
 	    set_obj(d, "vcpus", list_of(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus),
 					 vcpu_item, res)) ||
@@ -821,6 +880,10 @@ static int add_constants(PyObject *m)
 		{ "RESOLVE_COPY", UKVM_RESOLVE_COPY },
 		{ "RESOLVE_ZEROPAGE", UKVM_RESOLVE_ZEROPAGE },
 		{ "RESOLVE_MOVE", UKVM_RESOLVE_MOVE },
+		{ "PREFETCH_NONE", UKVM_PREFETCH_NONE },
+		{ "PREFETCH_READAHEAD", UKVM_PREFETCH_READAHEAD },
+		{ "PREFETCH_BACKGROUND", UKVM_PREFETCH_BACKGROUND },
+		{ "PREFETCH_REPLAY", UKVM_PREFETCH_REPLAY },
 		{ "DELAY_FIXED", UKVM_DELAY_FIXED },
 		{ "DELAY_UNIFORM", UKVM_DELAY_UNIFORM },
 		{ "DELAY_EXPONENTIAL", UKVM_DELAY_EXPONENTIAL },

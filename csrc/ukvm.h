@@ -161,6 +161,20 @@ enum ukvm_source_cache {
 
 #define UKVM_SOURCE_PATH_MAX	4096	/* bytes of source_path, its NUL included */
 
+/*
+ * Prefetch (uffd_mode missing, resolve copy): pages installed before the
+ * guest asks for them, with UFFDIO_COPY_MODE_DONTWAKE (a vCPU already
+ * waiting on such a page is woken by the reader that then reads its fault
+ * and finds the page there: EEXIST, then UFFDIO_WAKE).
+ */
+enum ukvm_prefetch {
+	UKVM_PREFETCH_NONE = 0,
+	UKVM_PREFETCH_READAHEAD,	/* after each fault, the next prefetch_pages of its uffd */
+	UKVM_PREFETCH_BACKGROUND,	/* a pusher thread installs the region in address order */
+	UKVM_PREFETCH_REPLAY,		/* the pusher installs replay[] in that order */
+	UKVM_PREFETCH__COUNT
+};
+
 /* What the readers measure beyond counters. */
 enum ukvm_stats {
 	UKVM_STATS_FULL = 0,	/* timestamps per fault: latency, attribution, blocktime */
@@ -258,6 +272,12 @@ struct ukvm_config {
 	char source_path[UKVM_SOURCE_PATH_MAX];
 	enum ukvm_source_read source_read;
 	enum ukvm_source_cache source_cache;
+	/* Prefetch (enum ukvm_prefetch); pages are of the backing's page size. */
+	enum ukvm_prefetch prefetch;
+	uint32_t prefetch_pages;	/* readahead: the window after each fault (default 8) */
+	uint64_t prefetch_bandwidth_mbps; /* the pusher's rate, 10^6 bits/s; 0: unlimited */
+	uint64_t nr_replay;		/* replay: page indices from the region's start, */
+	const uint64_t *replay;		/* in install order, no repeats (copied at start) */
 #ifdef UKVM_TEST_HOOKS
 	UKVM_TEST_CONFIG_FIELDS		/* testhooks.h: fault injection, test builds only */
 #endif
@@ -334,6 +354,11 @@ struct ukvm_reader_result {
 	/* wait io_uring: completions of the ring's reads of the uffd that
 	 * brought messages (each is one of reads) */
 	uint64_t ring_completions;
+	/* Prefetch: readahead installs, those that found the page there, and
+	 * UFFDIO_WAKEs after an EEXIST (the page may have come with DONTWAKE). */
+	uint64_t prefetched;
+	uint64_t prefetch_eexist;
+	uint64_t wakes;
 	/*
 	 * Times the thread was switched out in all its life, from
 	 * getrusage(RUSAGE_THREAD).
@@ -397,6 +422,21 @@ struct ukvm_result {
 	 * guest's own write counts); else NULL */
 	uint32_t *page_visits;
 	uint64_t nr_page_visits;
+	/*
+	 * uffd_mode missing with resolve copy: which pages went in how (pages
+	 * of page_size). touch_order: the pages faults installed, in the order
+	 * they were resolved (first installs only).
+	 */
+	bool resident_tracked;
+	uint64_t prefetched_pages;	/* installed by prefetch (readahead and pusher) */
+	uint64_t wasted_prefetch_pages;	/* of those, pages the guest never touches */
+	uint64_t touched_units;		/* pages of page_size the guest touches (any 4 KiB) */
+	uint64_t resident_ns;		/* the last page of the region went in; 0: never, or
+					 * stats basic (no clock read on the hot path) */
+	uint64_t pusher_pages;		/* of prefetched_pages, the pusher's */
+	uint64_t pusher_eexist;		/* the pusher's installs that found the page there */
+	uint64_t nr_touch_order;
+	uint64_t *touch_order;
 	bool verified;		/* every page holds what it must */
 	uint64_t bad_pages;	/* pages that did not, when !verified */
 	char verify_message[256]; /* the first bad page, explained */
@@ -489,6 +529,7 @@ const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m);
 const char *ukvm_wait_name(enum ukvm_wait w);
 const char *ukvm_resolver_name(enum ukvm_resolver r);
 const char *ukvm_pattern_name(enum ukvm_pattern p);
+const char *ukvm_prefetch_name(enum ukvm_prefetch p);
 /* The page size faults on this backing are resolved at. */
 uint64_t ukvm_backing_page_size(enum ukvm_backing b);
 

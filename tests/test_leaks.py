@@ -60,6 +60,16 @@ ENDINGS = {
     "wp-eio": lambda: run_with_fault(**TINY, uffd_mode="wp", fault="resolve_eio", after=5),
     "vcpu-resolver-eio": lambda: run_with_fault(**TINY, resolver="vcpu", fault="resolve_eio",
                                                 after=5),
+    # Prefetch: readahead, the pusher thread (address order, replay), and a
+    # pusher still pacing itself when the run fails.
+    "prefetch-readahead-vcpu": lambda: uffdkvm.run(vcpus=2, mem_per_vcpu="64K",
+                                                   resolver="vcpu", prefetch="readahead"),
+    "prefetch-background": lambda: uffdkvm.run(**TINY, prefetch="background"),
+    "prefetch-replay": lambda: uffdkvm.run(**TINY, prefetch="replay",
+                                           replay_from=range(31, -1, -1)),
+    "prefetch-paced-eio": lambda: run_with_fault(**TINY, prefetch="background",
+                                                 prefetch_bandwidth_mbps=1,
+                                                 fault="resolve_eio", after=5),
     "trace-timing": lambda: uffdkvm.run(**TINY, trace_faults=True, guest_timing=True,
                                         passes=2),
     "stats-basic": lambda: uffdkvm.run(**TINY, stats="basic", overlap=True),

@@ -18,8 +18,8 @@ from conftest import assert_released, resources
 from hostfacts import NO_UFFD_MOVE
 from uffdkvm import Config, ConfigError, HostUnsupportedError, RunError
 from uffdkvm.config import (ACCESSES, BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS,
-                            HUGETLB_BACKINGS, PATTERNS, RESOLVERS, RESOLVES, SOURCE_CACHES,
-                            SOURCE_READS, STATS, WAITS)
+                            HUGETLB_BACKINGS, PATTERNS, PREFETCHES, RESOLVERS, RESOLVES,
+                            SOURCE_CACHES, SOURCE_READS, STATS, WAITS)
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
 
@@ -84,6 +84,10 @@ VALID = {
     "access": cased(ACCESSES),
     "zipf_theta": st.sampled_from([None, 0.5, 0.99, 2.0]),
     "accesses": st.sampled_from([None, 1, 100, 3000]),
+    "prefetch": cased(PREFETCHES),
+    "prefetch_pages": st.integers(1, 16),
+    "prefetch_bandwidth_mbps": st.sampled_from([0, 0, 1, 1000]),
+    "replay_from": st.sampled_from([None, [0], [1, 0], (0,), range(2)]),
 }
 assert set(VALID) == set(FIELDS), "every Config field has a strategy"
 
@@ -133,6 +137,17 @@ def coherent_fields(draw):
         fields.update(zipf_theta=draw(st.sampled_from([0.5, 0.99, 2.0])), pattern="sequential")
     else:  # the Zipf knobs only with access="zipf"
         fields.update(zipf_theta=None, accesses=None)
+    # Prefetch where it applies (missing pages filled by UFFDIO_COPY), its
+    # knobs only with the policies that read them.
+    prefetchable = mode == "missing" and fields["resolve"] == "copy" and not fields["prefault"]
+    prefetch = draw(st.sampled_from(["none", "none"] + (
+        ["readahead", "background", "replay"] if prefetchable else [])))
+    fields.update(
+        prefetch=prefetch,
+        prefetch_pages=draw(st.integers(1, 16)) if prefetch == "readahead" else 8,
+        prefetch_bandwidth_mbps=draw(st.sampled_from([0, 1000]))
+        if prefetch in ("background", "replay") else 0,
+        replay_from=[0] if prefetch == "replay" else None)
     if fields["resolver"].lower() == "vcpu":  # no reader threads: their fields as default
         fields.update(readers=1, wait="epoll_exclusive", read_batch=1, pin_readers=None)
     return fields

@@ -117,6 +117,24 @@ BAD = [
     (dict(source_read="mmap"), "source_read", "applies to source='file' only"),
     (dict(source_cache="hot"), "source_cache", "'warm', 'cold'"),
     (dict(source_cache="cold"), "source_cache", "applies to source='file' only"),
+    (dict(prefetch="eager"), "prefetch", "'none', 'readahead', 'background', 'replay'"),
+    (dict(prefetch=None), "prefetch", "'none', 'readahead'"),
+    (dict(prefetch_pages=0), "prefetch_pages", "between 1 and 1048576"),
+    (dict(prefetch_pages=4), "prefetch_pages", "set prefetch='readahead'"),
+    (dict(prefetch="readahead", prefetch_pages=2.0), "prefetch_pages", "expected an int"),
+    (dict(prefetch_bandwidth_mbps=-1), "prefetch_bandwidth_mbps", "between 0 and"),
+    (dict(prefetch_bandwidth_mbps=10), "prefetch_bandwidth_mbps", "leave it at 0"),
+    (dict(prefetch="readahead", prefetch_bandwidth_mbps=10), "prefetch_bandwidth_mbps",
+     "the pusher's rate"),
+    (dict(replay_from=[1, 2]), "replay_from", "prefetch='replay' only"),
+    (dict(prefetch="replay"), "replay_from", "needs the order"),
+    (dict(prefetch="replay", replay_from=[3, 3]), "replay_from", "entry 1 repeats page 3"),
+    (dict(prefetch="replay", replay_from=[10**9]), "replay_from", "beyond the region's"),
+    (dict(prefetch="replay", replay_from=[-1]), "replay_from", "at least 0"),
+    (dict(prefetch="replay", replay_from=[]), "replay_from", "no pages"),
+    (dict(prefetch="replay", replay_from=5), "replay_from", "a sequence of page indices"),
+    (dict(prefetch="replay", replay_from="/nonexistent/order.txt"), "replay_from",
+     "cannot read"),
 ]
 
 # Values that are fine alone and wrong together.
@@ -137,6 +155,11 @@ BAD_COMBINATIONS = [
      "positive multiple of 1073741824"),
     (dict(guest_page_size="2M", mem_per_vcpu="1M"), "mem_per_vcpu",
      "the guest's 2M pages"),
+    (dict(prefetch="readahead", resolve="zeropage"), "prefetch", "resolve='copy'"),
+    (dict(prefetch="background", uffd_mode="minor", backing="shmem"), "prefetch",
+     "needs uffd_mode='missing'"),
+    (dict(prefetch="background", uffd_mode=None), "prefetch", "needs uffd_mode='missing'"),
+    (dict(prefetch="readahead", prefault=True), "prefetch", "prefault=True"),
 ]
 
 

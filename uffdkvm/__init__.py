@@ -11,7 +11,7 @@ See README.md for the host requirements and docs/ for the API (guide.md), what
 every number means (measurements.md) and the CLI (cli.md).
 """
 from ._version import __version__
-from .config import Config, parse_size
+from .config import Config, parse_size, read_touch_order
 from .errors import (
     ConfigError,
     HostUnsupportedError,
@@ -37,5 +37,5 @@ __all__ = [
     "RunError", "RunTimeoutError", "Spread", "SweepWarning",
     "UffdkvmError", "VcpuStats", "__version__", "backing_support", "fault_path_support",
     "make_snapshot", "parse_size", "probe",
-    "ratio_of", "read_results", "run", "spread_of", "summarize", "sweep",
+    "ratio_of", "read_results", "read_touch_order", "run", "spread_of", "summarize", "sweep",
 ]

@@ -73,6 +73,15 @@ def _cell(v: object) -> str:
     return str(v)
 
 
+def prefetch_line(r: Result) -> str:
+    """What prefetch did: pages, waste, faults avoided, races, time to resident."""
+    resident = "never" if r.resident_seconds is None else f"{r.resident_seconds:.6f}s"
+    return (f"Prefetch ({r.config.prefetch}):\t{r.prefetched_pages} pages prefetched "
+            f"({r.pushed_pages} by the pusher), {r.wasted_prefetch_pages} never touched; "
+            f"{r.faults_avoided} faults avoided; {r.prefetch_eexist} prefetch races, "
+            f"{r.prefetch_wakes} wakes after EEXIST; all resident after {resident}")
+
+
 def format_text(r: Result) -> str:
     """Upstream's three lines, then the memory check and per-thread tables."""
     whole, frac = divmod(round(r.seconds * 1e9), 10**9)
@@ -98,6 +107,8 @@ def format_text(r: Result) -> str:
         lines.append(f"Page source:\tfile {r.config.source_path} ({r.config.source_read}, "
                      f"cache {r.config.source_cache}: {r.source_cached_pages_at_start} pages "
                      f"cached at start), {r.source_bytes} bytes fetched{fetch}")
+    if r.config.prefetch != "none" and r.prefetched_pages is not None:
+        lines.append(prefetch_line(r))
     timed = r.config.guest_timing and r.config.stats == "full"
     lines += ["", "vCPUs:", _table(
         ["vcpu", "seconds", "pages", "all_passes_pages_per_s", "exits", "userspace_exits", "faults",

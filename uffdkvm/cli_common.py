@@ -24,6 +24,7 @@ from .config import (
     GUEST_PAGE_SIZES,
     PATTERNS,
     PIN_WITH_VCPUS,
+    PREFETCHES,
     RESOLVERS,
     RESOLVES,
     SOURCE_CACHES,
@@ -321,6 +322,21 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    type=listed(choice(SOURCE_CACHES)), default=d.source_cache, metavar="STATE",
                    help="--source file: the file's page cache as the vCPUs start: warm "
                    "(default: read once first) or cold (dropped)")
+    p.add_argument("--prefetch", type=listed(choice(PREFETCHES)), default=d.prefetch,
+                   metavar="POLICY", help="install pages before the guest asks (-u MISSING "
+                   "with --resolve copy): none (default), readahead (the next "
+                   "--prefetch-pages after each fault), background (a pusher thread, the "
+                   "memory in address order) or replay (the pusher, in --replay-from's order)")
+    p.add_argument("--prefetch-pages", dest="prefetch_pages", type=listed(int),
+                   default=d.prefetch_pages, metavar="N",
+                   help=f"readahead's window in pages (default {d.prefetch_pages})")
+    p.add_argument("--prefetch-bandwidth-mbps", dest="prefetch_bandwidth_mbps",
+                   type=listed(int), default=d.prefetch_bandwidth_mbps, metavar="MBPS",
+                   help="the pusher's rate in megabits per second (background, replay; "
+                   "default 0: as fast as it goes)")
+    p.add_argument("--replay-from", dest="replay_from", default=None, metavar="PATH",
+                   help="with --prefetch replay: a touch order file (Result.save_touch_order: "
+                   "one page index a line)")
     p.add_argument("--guest-work", dest="guest_work", type=listed(int), default=d.guest_work,
                    metavar="N", help="guest busy-loop iterations after each page access "
                    "(4 instructions each; default 0)")

@@ -48,6 +48,9 @@ STATS = ("full", "basic")
 SOURCES = ("synthetic", "file", "remote")
 SOURCE_READS = ("pread", "mmap")
 SOURCE_CACHES = ("warm", "cold")
+#: Prefetch policies (uffd_mode="missing" with resolve="copy" only).
+PREFETCHES = ("none", "readahead", "background", "replay")
+MAX_PREFETCH_PAGES = 1 << 20
 
 MAX_VCPUS = 4096          # KVM's own ceiling (KVM_MAX_VCPUS); the host may allow fewer
 # No guest here addresses more than 2^46 bytes of test memory (the core puts
@@ -152,6 +155,59 @@ def _cpus(field: str, value: Any) -> tuple[int, ...] | None:
         raise ConfigError(f"{field}: expected a non-empty list of CPU numbers, not {value!r}",
                           field=field)
     return tuple(_integer(field, cpu, 0, MAX_CPU) for cpu in value)
+
+
+def read_touch_order(path: str | os.PathLike[str]) -> tuple[int, ...]:
+    """The page indices a file that :meth:`Result.save_touch_order` wrote
+    holds: one non-negative integer a line, blank lines and lines starting
+    with ``#`` skipped. Raises ConfigError (field ``replay_from``) naming
+    the line that is not one."""
+    pages = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                text = line.strip()
+                if not text or text.startswith("#"):
+                    continue
+                if not text.isdigit():
+                    raise ConfigError(f"replay_from: {os.fspath(path)!r} line {n}: {text!r} "
+                                      f"is not a page index (one non-negative integer a "
+                                      f"line, as Result.save_touch_order writes)",
+                                      field="replay_from")
+                pages.append(int(text))
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path, bytes not UTF-8
+        if isinstance(e, ConfigError):
+            raise
+        why = e.strerror if isinstance(e, OSError) else str(e)
+        raise ConfigError(f"replay_from: cannot read {os.fspath(path)!r}: {why}",
+                          field="replay_from") from None
+    return tuple(pages)
+
+
+def _replay(value: Any, pages: int) -> tuple[int, ...]:
+    """replay_from as a tuple of page indices: read from a path, or from any
+    sequence of integers; each below pages, none twice, at least one."""
+    if isinstance(value, (str, os.PathLike)):
+        order = read_touch_order(value)
+    elif isinstance(value, Iterable) and not isinstance(value, (bytes, dict, set, frozenset)):
+        order = tuple(_integer("replay_from", v, 0) for v in value)
+    else:
+        raise ConfigError(f"replay_from: expected a path to a touch order file or a sequence "
+                          f"of page indices, not {value!r}", field="replay_from")
+    if not order:
+        raise ConfigError("replay_from: no pages: replay needs the order of at least one "
+                          "(Result.touch_order of an earlier run)", field="replay_from")
+    seen: set[int] = set()
+    for i, page in enumerate(order):
+        if page >= pages:
+            raise ConfigError(f"replay_from: entry {i} is page {page}, beyond the region's "
+                              f"{pages} pages (indices count pages of the backing's page "
+                              f"size from the region's start)", field="replay_from")
+        if page in seen:
+            raise ConfigError(f"replay_from: entry {i} repeats page {page}; each page is "
+                              f"installed once", field="replay_from")
+        seen.add(page)
+    return order
 
 
 def _page_size(field: str, value: Any) -> str:
@@ -289,6 +345,22 @@ class Config:
                      higher is more skewed)
     accesses         access="zipf": accesses per pass per vCPU (None: as many
                      as it has touched pages)
+    prefetch         install pages before the guest asks (uffd_mode="missing"
+                     with resolve="copy"; UFFDIO_COPY_MODE_DONTWAKE): "none",
+                     "readahead" (after each fault its resolver installs the
+                     next prefetch_pages pages of the uffd that are absent),
+                     "background" (a pusher thread installs the region in
+                     address order, skipping resident pages, while faults are
+                     served first) or "replay" (the pusher installs the pages
+                     of replay_from in that order)
+    prefetch_pages   readahead's window, in pages of the backing's page size
+    prefetch_bandwidth_mbps
+                     the pusher's rate (background, replay), in megabits
+                     (10^6 bits) per second of page data; 0: as fast as it goes
+    replay_from      replay's order: a path to a file Result.save_touch_order
+                     wrote (read when the Config is made), or a sequence of
+                     page indices (pages of the backing's page size from the
+                     region's start, each once); stored as a tuple
     """
 
     vcpus: int = 1
@@ -327,6 +399,10 @@ class Config:
     access: str = "uniform"
     zipf_theta: float | None = None
     accesses: int | None = None
+    prefetch: str = "none"
+    prefetch_pages: int = 8
+    prefetch_bandwidth_mbps: int = 0
+    replay_from: tuple[int, ...] | None = None
 
     if TYPE_CHECKING:
         # What the constructor takes, for type checkers; the annotations above
@@ -349,7 +425,11 @@ class Config:
                      source_read: str = ..., source_cache: str = ...,
                      touch_percent: SupportsIndex = ...,
                      access: str = ..., zipf_theta: float | None = ...,
-                     accesses: SupportsIndex | None = ...) -> None: ...
+                     accesses: SupportsIndex | None = ..., prefetch: str = ...,
+                     prefetch_pages: SupportsIndex = ...,
+                     prefetch_bandwidth_mbps: SupportsIndex = ...,
+                     replay_from: str | os.PathLike[str] | Iterable[SupportsIndex] | None = ...
+                     ) -> None: ...
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
@@ -462,6 +542,47 @@ class Config:
                               f"({', '.join(MOVE_BACKINGS)}): UFFDIO_MOVE cannot move pages of "
                               f"{self.backing!r} memory; use resolve='copy' or "
                               f"backing='anonymous'", field="resolve")
+        self._check_prefetch()
+
+    def _check_prefetch(self) -> None:
+        """prefetch and its knobs: each applies to some policies only, and a
+        knob set for a policy that does not read it is refused, not ignored."""
+        put = object.__setattr__
+        put(self, "prefetch", _choice("prefetch", self.prefetch, PREFETCHES))
+        put(self, "prefetch_pages",
+            _integer("prefetch_pages", self.prefetch_pages, 1, MAX_PREFETCH_PAGES))
+        put(self, "prefetch_bandwidth_mbps",
+            _integer("prefetch_bandwidth_mbps", self.prefetch_bandwidth_mbps, 0, 1 << 40))
+        if self.prefetch != "none" and (self.uffd_mode != "missing" or self.resolve != "copy"):
+            raise ConfigError(
+                f"prefetch: {self.prefetch!r} installs pages with their data (UFFDIO_COPY) "
+                f"into missing pages, so it needs uffd_mode='missing' and resolve='copy', "
+                f"not uffd_mode={self.uffd_mode!r} with resolve={self.resolve!r}",
+                field="prefetch")
+        if self.prefetch != "none" and self.prefault:
+            raise ConfigError(f"prefetch: {self.prefetch!r} has nothing to install with "
+                              f"prefault=True (every page is there before the vCPUs start)",
+                              field="prefetch")
+        if self.prefetch_pages != 8 and self.prefetch != "readahead":
+            raise ConfigError(f"prefetch_pages: the readahead window, so it does nothing with "
+                              f"prefetch={self.prefetch!r}; set prefetch='readahead' or leave "
+                              f"prefetch_pages at 8", field="prefetch_pages")
+        if self.prefetch_bandwidth_mbps and self.prefetch not in ("background", "replay"):
+            raise ConfigError(f"prefetch_bandwidth_mbps: the pusher's rate (prefetch "
+                              f"'background' or 'replay'), so it does nothing with "
+                              f"prefetch={self.prefetch!r}; leave it at 0",
+                              field="prefetch_bandwidth_mbps")
+        if self.prefetch == "replay":
+            if self.replay_from is None:
+                raise ConfigError("replay_from: prefetch='replay' needs the order to install "
+                                  "pages in: a file Result.save_touch_order wrote, or a "
+                                  "sequence of page indices", field="replay_from")
+            put(self, "replay_from",
+                _replay(self.replay_from, self.region_bytes // self.page_size))
+        elif self.replay_from is not None:
+            raise ConfigError(f"replay_from: applies to prefetch='replay' only, not "
+                              f"{self.prefetch!r}; set prefetch='replay' or leave replay_from "
+                              f"None", field="replay_from")
 
     def _check_source(self) -> None:
         """source and its fields: a source supplies the data of a missing
@@ -605,7 +726,7 @@ class Config:
         """The fields as plain Python values (tuples become lists), which
         ``Config(**d)`` takes back; ``Result.to_dict()`` gives strict JSON values."""
         d = dataclasses.asdict(self)
-        for key in ("pin_vcpus", "pin_readers"):
+        for key in ("pin_vcpus", "pin_readers", "replay_from"):
             if isinstance(d[key], tuple):
                 d[key] = list(d[key])
         return d

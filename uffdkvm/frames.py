@@ -244,7 +244,8 @@ def run_row(r: Result) -> dict[str, Any]:
     # given once, as measured.
     row = config_row(r.config, shadowed=_result_names(r) - config_fields)
     for column, value, _ in _columns(r, renames=RESULT_RENAMES,
-                                     skip=frozenset({"config", "fault_trace", "page_visits"})):
+                                     skip=frozenset({"config", "fault_trace", "page_visits",
+                                                     "touch_order"})):
         row["result_" + column if column in config_fields else column] = value
     for table in _tables(r):
         row.update(_aggregates(r, table))

@@ -5,12 +5,14 @@ Units are in the names where a name alone would leave them open.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import _core, frames, serial, tables
 from .config import Config, format_size
+from .errors import ResultError
 from .histogram import Histogram
 from .host import HostInfo
 
@@ -189,6 +191,14 @@ class ReaderStats:
     source_seconds    stats="full" with a source other than "synthetic": the
                       time those fetches took (a file's pread or memcpy,
                       page-cache misses included); None otherwise
+    prefetched        prefetch="readahead": pages it installed after its faults
+                      (UFFDIO_COPY_MODE_DONTWAKE)
+    prefetch_eexist   of its readahead copies, those that found the page there
+                      already (a fault or another prefetch got it first): races,
+                      not errors
+    wakes             with prefetch: UFFDIO_WAKEs it made after a fault found its
+                      page there (EEXIST), since a prefetched page comes without
+                      a wake and the faulting vCPU may be asleep on it
     """
 
     uffd: int
@@ -215,6 +225,9 @@ class ReaderStats:
     unprotects: int = 0
     source_bytes: int = 0
     source_seconds: float | None = None
+    prefetched: int = 0
+    prefetch_eexist: int = 0
+    wakes: int = 0
 
     def __repr__(self) -> str:
         busy = "None" if self.busy_seconds is None else f"{self.busy_seconds:.3g}"
@@ -323,6 +336,28 @@ class Result:
                    all vCPUs together (0: never touched); verification checks
                    them against the guest's own count of writes to each page
                    it writes. Else None
+    touch_order    uffd_mode="missing" with resolve="copy": the pages faults
+                   installed, in the order they were resolved (first installs
+                   only, EEXIST ones left out), as page indices: pages of
+                   page_size counted from the region's start. What replay
+                   prefetch (Config.replay_from) takes; save_touch_order
+                   writes it. Empty elsewhere
+    prefetched_pages  pages installed by prefetch (readahead and the pusher);
+                   None where pages are not tracked (uffd_mode other than
+                   "missing", resolve other than "copy", prefault)
+    pushed_pages   of those, the ones the pusher installed (background, replay)
+    wasted_prefetch_pages  prefetched pages the guest never touches
+    resident_seconds  from the first vCPU's start until every page of the
+                   region was resident (faulted or prefetched); None if that
+                   never happened, where pages are not tracked, or with
+                   stats="basic" (which reads no clock per fault)
+    faults_avoided  the pages the guest touches less the faults resolved: the
+                   faults prefetch spared (the same run without prefetch
+                   faults once per page touched)
+    prefetch_eexist  prefetch copies that found the page there already (the
+                   readers' readahead and the pusher's): races counted, not
+                   errors
+    prefetch_wakes  UFFDIO_WAKEs after EEXIST (see ReaderStats.wakes)
     verify_message the first problem found, or "" when verified
     source         the page source that ran, as the core reports it
                    ("synthetic" in older JSON)
@@ -374,6 +409,14 @@ class Result:
     touched_pages: int | None = None
     guest_accesses: int | None = None
     page_visits: tuple[int, ...] | None = field(default=None, repr=False)
+    touch_order: tuple[int, ...] = field(default=(), repr=False)
+    prefetched_pages: int | None = None
+    pushed_pages: int | None = None
+    wasted_prefetch_pages: int | None = None
+    resident_seconds: float | None = None
+    faults_avoided: int | None = None
+    prefetch_eexist: int | None = None
+    prefetch_wakes: int | None = None
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -418,6 +461,19 @@ class Result:
     def spurious_wakeups(self) -> int:
         return sum(r.spurious_wakeups for r in self.readers)
 
+    def save_touch_order(self, path: str | os.PathLike[str]) -> None:
+        """Writes touch_order to path as text: a ``#`` comment line saying
+        what it is, then one page index a line, in order. Config.replay_from
+        (and uffdkvm.read_touch_order) read it back."""
+        if not self.touch_order:
+            raise ResultError("touch_order: this run recorded none (it needs "
+                              "uffd_mode='missing' with resolve='copy' and faults)")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(f"# uffdkvm touch_order: {len(self.touch_order)} page indices "
+                    f"({self.page_size}-byte pages from the region's start), in the order "
+                    f"faults installed them\n")
+            f.write("".join(f"{page}\n" for page in self.touch_order))
+
     def to_dict(self) -> dict[str, Any]:
         """Everything as plain JSON values, as :meth:`to_json` writes them (the
         schema version and the config included, non-finite floats as
@@ -460,6 +516,10 @@ class Result:
         ]
         if self.blocktime_seconds is not None:
             summary.append(("blocktime_seconds", f"{self.blocktime_seconds:.6f}"))
+        if c.prefetch != "none" and self.prefetched_pages is not None:
+            summary.append(("prefetch", f"{c.prefetch}: {self.prefetched_pages} pages "
+                                        f"({self.wasted_prefetch_pages} never touched), "
+                                        f"{self.faults_avoided} faults avoided"))
         vcpus = tables.Table(
             "vCPUs", ("vcpu", "seconds", "pages", "first_pass_pages_per_s", "faults", "eexist",
                       "exits", "cpu_seconds"),
@@ -551,7 +611,9 @@ class Result:
                         read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]),
                         ring_completions=r["ring_completions"],
                         unprotects=r["unprotects"], source_bytes=r["source_bytes"],
-                        source_seconds=r["source_ns"] * NS if timed_source else None)
+                        source_seconds=r["source_ns"] * NS if timed_source else None,
+                        prefetched=r["prefetched"],
+                        prefetch_eexist=r["prefetch_eexist"], wakes=r["wakes"])
             for r in raw["readers"])
         # demand_paging_test's window: the vCPU threads' creation to their join.
         seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS
@@ -567,11 +629,14 @@ class Result:
         if raw["passes"] > 1 and ends:
             paging_seconds = (max(e[0] for e in ends) - raw["threads_start_ns"]) * NS
         trace = raw["trace"]
+        tracked = raw["resident_tracked"]
+        faults = sum(r.faults for r in readers)
+        resident_ns = raw["resident_ns"]
         return cls(
             config=config,
             seconds=seconds,
             pages_per_vcpu=pages,
-            faults=sum(r.faults for r in readers),
+            faults=faults,
             paging_rate=pages * len(vcpus) / paging_seconds if paging_seconds > 0 else 0.0,
             vcpus=vcpus,
             readers=readers,
@@ -597,4 +662,14 @@ class Result:
             clock_sync=_CLOCK_SYNC.get(raw["clock_sync"]) if staged else None,
             clock_error_ns=float(raw["clock_error_ns"]) if staged else None,
             misordered_faults=raw["misordered"] if staged else None,
+            touch_order=tuple(raw["touch_order"]),
+            prefetched_pages=raw["prefetched_pages"] if tracked else None,
+            pushed_pages=raw["pusher_pages"] if tracked else None,
+            wasted_prefetch_pages=raw["wasted_prefetch_pages"] if tracked else None,
+            resident_seconds=max(resident_ns - raw["start_ns"], 0) * NS
+            if tracked and resident_ns else None,
+            faults_avoided=raw["touched_units"] - faults if tracked else None,
+            prefetch_eexist=raw["pusher_eexist"] + sum(r.prefetch_eexist for r in readers)
+            if tracked else None,
+            prefetch_wakes=sum(r.wakes for r in readers) if tracked else None,
         )

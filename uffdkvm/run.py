@@ -16,6 +16,7 @@ from .config import (
     HUGETLB_BACKINGS,
     PAGE_SIZE,
     PATTERNS,
+    PREFETCHES,
     RESOLVES,
     Config,
     format_size,
@@ -29,6 +30,7 @@ _BACKINGS = {name: getattr(_core, "BACKING_" + name.upper()) for name in BACKING
 _PATTERNS = {name: getattr(_core, "PATTERN_" + name.upper()) for name in PATTERNS}
 _RESOLVES = {name: getattr(_core, "RESOLVE_" + name.upper()) for name in RESOLVES}
 _DELAY_DISTS = {name: getattr(_core, "DELAY_" + name.upper()) for name in DELAY_DISTS}
+_PREFETCHES = {name: getattr(_core, "PREFETCH_" + name.upper()) for name in PREFETCHES}
 _UFFD_MODES = {None: _core.UFFD_NONE, "missing": _core.UFFD_MISSING,
                "minor": _core.UFFD_MINOR, "wp": _core.UFFD_WP}
 _WAITS = {"poll": _core.WAIT_POLL, "epoll": _core.WAIT_EPOLL,
@@ -81,6 +83,10 @@ def _core_config(c: Config) -> dict[str, Any]:
         "access": _core.ACCESS_ZIPF if c.access == "zipf" else _core.ACCESS_UNIFORM,
         "zipf_theta": c.zipf_theta or 0.0,
         "accesses": c.accesses or 0,
+        "prefetch": _PREFETCHES[c.prefetch],
+        "prefetch_pages": c.prefetch_pages,
+        "prefetch_bandwidth_mbps": c.prefetch_bandwidth_mbps,
+        "replay": list(c.replay_from or ()),
     }
 
 
@@ -179,11 +185,13 @@ def _copy_source_bytes(c: Config) -> int:
         return max(page, _MOVE_STAGE_BYTES) * per_uffd * c.uffds
     if c.uffd_mode != "missing" or c.resolve != "copy" or page == PAGE_SIZE:
         return 0
+    # prefetch background or replay: the pusher's page (csrc/uffd/prefetch.c)
+    pusher = page if c.prefetch in ("background", "replay") else 0
     if page <= _READER_SOURCE_MAX:
         # One per resolver: the readers, or the vCPUs each resolving its own.
         per_uffd = c.readers if c.resolver == "readers" else c.vcpus // c.uffds
-        return page * per_uffd * c.uffds
-    return page * c.uffds
+        return page * per_uffd * c.uffds + pusher
+    return page * c.uffds + pusher
 
 
 def _snapshot_bytes(c: Config) -> int:

@@ -22,6 +22,7 @@
 #include "uffd/backing.h"
 #include "uffd/faultlog.h"
 #include "uffd/pagemap.h"
+#include "uffd/resident.h"
 #include "uffd/verify.h"
 
 /* A statistic KVM did not give. */
@@ -196,6 +197,54 @@ out:
 }
 
 /*
+ * uffd_mode missing with resolve copy: how each page went in. Prefetched
+ * pages the guest never touches are waste; pages the guest touches that
+ * prefetch installed are faults avoided (what the same run without
+ * prefetch would have faulted). A page of page_size counts as touched when
+ * the guest touches any 4 KiB of it.
+ */
+static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verify_params *vp0,
+			    uint64_t *prefetched_touched)
+{
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_resident *rs = &exp->resident;
+	struct ukvm_verify_params vp = *vp0;
+	uint64_t page, sub, n;
+
+	*prefetched_touched = 0;
+	if (!rs->state)
+		return 0;
+	vp.gpa = exp->region_gpa;
+	vp.hva = exp->mem.hva;
+	vp.size = exp->region_size;
+	vp.visits = exp->visits;	/* the whole region's (touch_percent, access) */
+	res->resident_tracked = true;
+	for (page = 0; page < rs->pages; page++) {
+		uint64_t gpa = exp->region_gpa + page * exp->mem.page_size;
+		bool touched = false, prefetched = atomic_load(&rs->state[page]) ==
+						  UKVM_PAGE_PREFETCHED;
+
+		for (sub = 0; sub < exp->mem.page_size && !touched; sub += UKVM_PAGE_SIZE)
+			touched = ukvm_guest_touches(&vp, gpa + sub);
+		res->touched_units += touched;
+		res->prefetched_pages += prefetched;
+		res->wasted_prefetch_pages += prefetched && !touched;
+		*prefetched_touched += prefetched && touched;
+	}
+	res->pusher_pages = exp->pusher.pages;
+	res->pusher_eexist = exp->pusher.eexist;
+	res->resident_ns = atomic_load(&rs->all_ns);
+	n = atomic_load(&rs->nr_order);
+	n = n < rs->pages ? n : rs->pages;
+	res->touch_order = malloc((n ?: 1) * sizeof(*res->touch_order));
+	if (!res->touch_order)
+		return -ENOMEM;
+	memcpy(res->touch_order, rs->order, n * sizeof(*res->touch_order));
+	res->nr_touch_order = n;
+	return 0;
+}
+
+/*
  * Did the experiment happen as configured? Every page of the region must
  * have come through userfaultfd exactly once in a uffd mode (EEXIST aside:
  * a second message for a page already resolved), and none may have without
@@ -204,7 +253,7 @@ out:
  * that maps them without asking) is not reported as verified.
  */
 static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log,
-				  uint64_t wp_written)
+				  uint64_t wp_written, uint64_t prefetched_touched)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
@@ -222,18 +271,24 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 		/* Only writes fault, once per page, whatever prefault did. */
 		expected = wp_written;
 		how = wp_written ? "" : " (the guest wrote no page: write_percent)";
-	} else if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault && exp->visits) {
-		/* The pages the guest touches, each once: the rest must never fault. */
-		expected = exp->touched_units;
-		how = " (touch_percent, access: one per page the guest touches)";
-	} else if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault)
-		expected = exp->region_size / exp->mem.page_size;
-	else if (cfg->uffd_mode != UKVM_UFFD_NONE)
+	} else if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault) {
+		/*
+		 * The pages the guest touches, each once (touch_percent, access:
+		 * the rest must never fault), less those prefetch installed
+		 * before the guest touched them.
+		 */
+		expected = (exp->visits ? exp->touched_units : exp->region_size /
+			    exp->mem.page_size) - prefetched_touched;
+		how = exp->visits ? " (touch_percent, access: one per page the guest touches, "
+				    "less those prefetch installed first)" :
+		      prefetched_touched ? " (less the pages prefetch installed first)" : "";
+	} else if (cfg->uffd_mode != UKVM_UFFD_NONE)
 		how = " (prefault populated every page before the vCPUs started)";
 	else
 		how = " (uffd_mode None: no userfaultfd)";
 
-	if (resolved != expected || (!expected && messages)) {
+	/* No fault at all without userfaultfd or with prefault (prefetch: EEXIST ones, woken). */
+	if (resolved != expected || (!expected && messages && !prefetched_touched)) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "userfaultfd resolved %llu faults (%llu messages), expected %llu%s%s",
 			 (unsigned long long)resolved, (unsigned long long)messages,
@@ -244,8 +299,12 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 		res->verified = false;
 		return;
 	}
-	/* WP: pages only read never fault; the snapshot's check stands for this one. */
-	if (expected && res->stats_full && log->pages_not_once &&
+	/*
+	 * WP: pages only read never fault; the snapshot's check stands for this
+	 * one. Prefetch: the prefetched pages are the ones no fault resolved
+	 * (resident.h: each page goes in once).
+	 */
+	if (expected && res->stats_full && log->pages_not_once != prefetched_touched &&
 	    cfg->uffd_mode != UKVM_UFFD_WP) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "%llu pages were not resolved exactly once: the page at gpa 0x%llx "
@@ -279,6 +338,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	struct ukvm_result *res = &exp->result;
 	struct ukvm_faultlog log = { 0 };
 	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0, wp_written = 0;
+	uint64_t prefetched_touched = 0;
 	uint64_t dirty_bad = 0;
 	uint8_t *dirty_map;
 	struct ukvm_verify_params vp = {
@@ -363,6 +423,10 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	/* Closing the uffds first: a page verify reads must not fault into a uffd. */
 	ukvm_stop_pools(exp, true);
+	if (collect_resident(exp, &vp, &prefetched_touched)) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the touch order");
+		return -ENOMEM;
+	}
 #ifdef UKVM_TEST_HOOKS
 	if (cfg->inject == UKVM_INJECT_CORRUPT_PAGE &&
 	    cfg->inject_after < exp->region_size / UKVM_PAGE_SIZE)
@@ -408,6 +472,9 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		if (!cfg->overlap || i == 0) {
 			vp.hva = exp->mem.hva + (cfg->overlap ? 0 : i * exp->slice_size);
 			vp.gpa = exp->region_gpa + (cfg->overlap ? 0 : i * exp->slice_size);
+			/* Read after every installer has stopped: plain bytes now. */
+			vp.installed = exp->resident.state ? (const uint8_t *)exp->resident.state +
+				(vp.gpa - exp->region_gpa) / exp->mem.page_size : NULL;
 			vp.size = exp->slice_size;
 			/* source file: the file maps onto the region byte for byte. */
 			vp.expect = exp->source.map ? exp->source.map + (vp.gpa - exp->region_gpa)
@@ -486,6 +553,6 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			res->verified = false;
 	}
 	if (res->verified)
-		collect_verify_faults(exp, &log, wp_written);
+		collect_verify_faults(exp, &log, wp_written, prefetched_touched);
 	return 0;
 }

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/errors.h"
@@ -41,6 +42,19 @@ void ukvm_config_init(struct ukvm_config *cfg)
 	cfg->write_percent = 100;
 	cfg->passes = 1;
 	cfg->touch_percent = 100;
+	cfg->prefetch_pages = 8;
+}
+
+const char *ukvm_prefetch_name(enum ukvm_prefetch p)
+{
+	static const char *const names[] = {
+		[UKVM_PREFETCH_NONE] = "none",
+		[UKVM_PREFETCH_READAHEAD] = "readahead",
+		[UKVM_PREFETCH_BACKGROUND] = "background",
+		[UKVM_PREFETCH_REPLAY] = "replay",
+	};
+
+	return (unsigned)p < ARRAY_SIZE(names) ? names[p] : "?";
 }
 
 const char *ukvm_backing_name(enum ukvm_backing b)
@@ -141,9 +155,76 @@ const char *ukvm_resolver_name(enum ukvm_resolver r)
 	return (unsigned)r < ARRAY_SIZE(names) ? names[r] : "?";
 }
 
+#define BAD(...) do { ukvm_err_set(err, UKVM_ERR_CONFIG, 0, __VA_ARGS__); return -EINVAL; } while (0)
+
+/*
+ * Prefetch installs pages with data (UFFDIO_COPY) into missing pages, and
+ * replay's pages must be pages of the region, each once. Called once the
+ * region's size is known to be sound.
+ */
+static int config_check_prefetch(const struct ukvm_config *c, struct ukvm_error *err)
+{
+	uint64_t region = c->overlap ? c->mem_per_vcpu : c->mem_per_vcpu * c->vcpus;
+	uint64_t pages = region / ukvm_backing_page_size(c->backing), i, *seen;
+
+	if ((unsigned)c->prefetch >= UKVM_PREFETCH__COUNT)
+		BAD("prefetch: unknown value %d", c->prefetch);
+	if (c->prefetch == UKVM_PREFETCH_NONE) {
+		if (c->nr_replay)
+			BAD("replay_from: applies to prefetch replay only, not %s",
+			    ukvm_prefetch_name(c->prefetch));
+		return 0;
+	}
+	if (c->uffd_mode != UKVM_UFFD_MISSING || c->resolve != UKVM_RESOLVE_COPY)
+		BAD("prefetch: %s installs pages with their data (UFFDIO_COPY), so it needs "
+		    "uffd_mode missing and resolve copy, not uffd_mode %s with resolve %s",
+		    ukvm_prefetch_name(c->prefetch), ukvm_uffd_mode_name(c->uffd_mode),
+		    c->resolve == UKVM_RESOLVE_ZEROPAGE ? "zeropage" :
+		    c->resolve == UKVM_RESOLVE_MOVE ? "move" : "copy");
+	if (c->prefault)
+		BAD("prefetch: %s has nothing to install with prefault (every page is "
+		    "populated before the vCPUs start)", ukvm_prefetch_name(c->prefetch));
+	if (c->prefetch == UKVM_PREFETCH_READAHEAD && c->prefetch_pages < 1)
+		BAD("prefetch_pages: readahead needs a window of at least 1 page");
+	if (c->prefetch != UKVM_PREFETCH_REPLAY) {
+		if (c->nr_replay)
+			BAD("replay_from: applies to prefetch replay only, not %s",
+			    ukvm_prefetch_name(c->prefetch));
+		return 0;
+	}
+	if (!c->nr_replay || !c->replay)
+		BAD("replay_from: prefetch replay needs an order of pages to install (a "
+		    "touch_order saved by an earlier run)");
+	if (c->nr_replay > pages)
+		BAD("replay_from: %llu pages, more than the region's %llu",
+		    (unsigned long long)c->nr_replay, (unsigned long long)pages);
+	seen = calloc(pages / 64 + 1, sizeof(*seen));
+	if (!seen) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating replay's page set");
+		return -ENOMEM;
+	}
+	for (i = 0; i < c->nr_replay; i++) {
+		uint64_t page = c->replay[i];
+
+		if (page >= pages || (seen[page / 64] & (1ULL << (page % 64)))) {
+			free(seen);
+			if (page >= pages)
+				BAD("replay_from: entry %llu is page %llu, beyond the region's %llu "
+				    "pages", (unsigned long long)i, (unsigned long long)page,
+				    (unsigned long long)pages);
+			BAD("replay_from: entry %llu repeats page %llu", (unsigned long long)i,
+			    (unsigned long long)page);
+		}
+		seen[page / 64] |= 1ULL << (page % 64);
+	}
+	free(seen);
+	return 0;
+}
+
 int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 {
-#define BAD(...) do { ukvm_err_set(err, UKVM_ERR_CONFIG, 0, __VA_ARGS__); return -EINVAL; } while (0)
+	int ret;
+
 	if (c->vcpus < 1)
 		BAD("vcpus must be at least 1");
 	uint64_t unit;
@@ -277,6 +358,9 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		BAD("stats: unknown value %d", c->stats);
 	if (c->trace_faults && c->stats != UKVM_STATS_FULL)
 		BAD("trace_faults needs stats full: stats basic keeps no fault records");
+	ret = config_check_prefetch(c, err);
+	if (ret)
+		return ret;
 #ifdef UKVM_TEST_HOOKS
 	if ((unsigned)c->inject >= UKVM_INJECT__COUNT)
 		BAD("inject: unknown value %d", c->inject);
@@ -288,5 +372,5 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 	    ukvm_ring_built(err))
 		return -EOPNOTSUPP;
 	return 0;
-#undef BAD
 }
+#undef BAD

@@ -162,6 +162,7 @@ static void experiment_free(struct ukvm_experiment *exp)
 	ukvm_ctl_destroy(&exp->ctl);
 	free(exp->pin_vcpus);
 	free(exp->pin_readers);
+	free(exp->replay);
 	free(exp);
 }
 
@@ -408,24 +409,35 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 			memcpy(exp->pin_readers, cfg->pin_readers,
 			       cfg->nr_pin_readers * sizeof(int32_t));
 	}
-	if ((cfg->nr_pin_vcpus && !exp->pin_vcpus) || (cfg->nr_pin_readers && !exp->pin_readers)) {
+	if (cfg->nr_replay) {
+		exp->replay = malloc(cfg->nr_replay * sizeof(uint64_t));
+		if (exp->replay)
+			memcpy(exp->replay, cfg->replay, cfg->nr_replay * sizeof(uint64_t));
+	}
+	if ((cfg->nr_pin_vcpus && !exp->pin_vcpus) || (cfg->nr_pin_readers && !exp->pin_readers) ||
+	    (cfg->nr_replay && !exp->replay)) {
 		free(exp->pin_vcpus);
 		free(exp->pin_readers);
+		free(exp->replay);
 		free(exp);
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "copying the pin lists");
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "copying the pin and replay lists");
 		return -ENOMEM;
 	}
 	exp->cfg.pin_vcpus = exp->pin_vcpus;
 	exp->cfg.pin_readers = exp->pin_readers;
+	exp->cfg.replay = exp->replay;
 	ukvm_vm_init(&exp->vm);
 	ukvm_kvmstats_init(&exp->vm_stats);
 	ukvm_backing_init(&exp->mem);
 	ukvm_source_init(&exp->source);
+	ukvm_resident_init(&exp->resident);
+	ukvm_pusher_init(&exp->pusher);
 	ret = ukvm_ctl_init(&exp->ctl);
 	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_mutex_init/pthread_cond_init");
 		free(exp->pin_vcpus);
 		free(exp->pin_readers);
+		free(exp->replay);
 		free(exp);
 		return ret;
 	}
@@ -447,6 +459,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 		ukvm_ctl_destroy(&exp->ctl);
 		free(exp->pin_vcpus);
 		free(exp->pin_readers);
+		free(exp->replay);
 		free(exp);
 		return -ret;
 	}
@@ -624,9 +637,14 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 	exp->cfg = *cfg;
 	exp->cfg.nr_pin_vcpus = exp->cfg.nr_pin_readers = 0;
 	exp->probe = true;
+	exp->cfg.nr_replay = 0;		/* a probe starts no pusher: the list is not kept */
+	exp->cfg.replay = NULL;
+	exp->cfg.prefetch = UKVM_PREFETCH_NONE;
 	ukvm_vm_init(&exp->vm);
 	ukvm_backing_init(&exp->mem);
 	ukvm_source_init(&exp->source);
+	ukvm_resident_init(&exp->resident);
+	ukvm_pusher_init(&exp->pusher);
 	ukvm_kvmstats_init(&exp->vm_stats);
 	ret = ukvm_ctl_init(&exp->ctl);
 	if (ret) {
@@ -670,6 +688,9 @@ void ukvm_result_free(struct ukvm_result *res)
 	free(res->page_visits);
 	res->page_visits = NULL;
 	res->nr_page_visits = 0;
+	free(res->touch_order);
+	res->touch_order = NULL;
+	res->nr_touch_order = 0;
 	res->nr_trace = 0;
 	res->vm_stat_names = res->vcpu_stat_names = NULL;
 	res->vm_stats = NULL;

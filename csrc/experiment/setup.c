@@ -28,6 +28,8 @@
 #include "uffd/backing.h"
 #include "uffd/fill.h"
 #include "uffd/pool.h"
+#include "uffd/prefetch.h"
+#include "uffd/resident.h"
 #include "uffd/ring.h"
 #include "uffd/source.h"
 #include "uffd/uffd.h"
@@ -312,6 +314,43 @@ static void setup_vcpu_resolvers(struct ukvm_experiment *exp)
 	}
 }
 
+/*
+ * prefetch background or replay: the pusher, given every pool's range (in
+ * region order) and the run's resident map. It waits for the vCPUs' go.
+ */
+static int setup_pusher(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	struct ukvm_pusher *p = &exp->pusher;
+	uint32_t u;
+
+	if (cfg->prefetch != UKVM_PREFETCH_BACKGROUND && cfg->prefetch != UKVM_PREFETCH_REPLAY)
+		return 0;
+	p->ranges = calloc(exp->nr_pools, sizeof(*p->ranges));
+	if (!p->ranges) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the pusher's ranges");
+		return -ENOMEM;
+	}
+	p->nr_ranges = exp->nr_pools;
+	for (u = 0; u < exp->nr_pools; u++)
+		p->ranges[u] = (struct ukvm_pusher_range){
+			.uffd = exp->pools[u].uffd,
+			.hva = exp->pools[u].hva_base,
+			.gpa = exp->pools[u].gpa_base,
+			.size = exp->pools[u].region_size,
+		};
+	p->ctl = &exp->ctl;
+	p->resident = &exp->resident;
+	p->source = &exp->source;
+	p->page_size = exp->mem.page_size;
+	p->bandwidth_mbps = cfg->prefetch_bandwidth_mbps;
+	if (cfg->prefetch == UKVM_PREFETCH_REPLAY) {
+		p->order = cfg->replay;
+		p->nr_order = cfg->nr_replay;
+	}
+	return ukvm_pusher_start(p, err);
+}
+
 static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
@@ -398,6 +437,15 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 
 	exp->nr_pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
 	range = exp->region_size / exp->nr_pools;
+	/* Pages that arrive with data by UFFDIO_COPY: how each went in, for prefetch's counts. */
+	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY &&
+	    !cfg->prefault && !exp->probe) {
+		ret = ukvm_resident_create(&exp->resident, exp->region_size / exp->mem.page_size,
+					   err);
+		if (ret)
+			return ret;
+		exp->resident.timed = cfg->stats == UKVM_STATS_FULL;
+	}
 	exp->pools = calloc(exp->nr_pools, sizeof(*exp->pools));
 	if (!exp->pools) {
 		exp->nr_pools = 0;
@@ -431,6 +479,10 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		pool->nr_pins = cfg->nr_pin_readers;
 		pool->first_reader = u * cfg->readers;
 		pool->resolver = cfg->resolver;
+		pool->resident = exp->resident.state ? &exp->resident : NULL;
+		pool->resident_first = u * (range / exp->mem.page_size);
+		pool->prefetch = cfg->prefetch;
+		pool->prefetch_pages = cfg->prefetch_pages;
 		pool->snapshot = exp->snapshot ? exp->snapshot + u * range : NULL;
 		pool->wp_state = exp->wp_state ? exp->wp_state + u * range / UKVM_PAGE_SIZE : NULL;
 		/* Resolver vCPU: a resolver per vCPU this uffd serves, and no threads. */
@@ -461,7 +513,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	if (cfg->resolver == UKVM_RESOLVER_VCPU && !exp->probe)
 		setup_vcpu_resolvers(exp);
-	return 0;
+	return exp->probe ? 0 : setup_pusher(exp, err);
 }
 
 #ifdef UKVM_TEST_HOOKS
@@ -666,7 +718,9 @@ void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)
 {
 	uint32_t i;
 
-	ukvm_stop_pools(exp, true);
+	ukvm_stop_pools(exp, true);	/* the pusher with the readers, before their uffds go */
+	ukvm_pusher_destroy(&exp->pusher);
+	ukvm_resident_destroy(&exp->resident);
 	free(exp->pools);
 	exp->pools = NULL;
 	exp->nr_pools = 0;

@@ -33,6 +33,8 @@
 #include "uffd/backing.h"
 #include "uffd/pool.h"
 #include "uffd/source.h"
+#include "uffd/prefetch.h"
+#include "uffd/resident.h"
 #include "ukvm.h"
 
 struct ukvm_experiment {
@@ -70,6 +72,11 @@ struct ukvm_experiment {
 	_Atomic uint8_t *wp_state;
 	int32_t *pin_vcpus;		/* copies of the config's lists */
 	int32_t *pin_readers;
+	uint64_t *replay;
+	/* uffd_mode missing, resolve copy: how each page went in (resident.h) */
+	struct ukvm_resident resident;
+	/* prefetch background or replay: the pusher thread (prefetch.h) */
+	struct ukvm_pusher pusher;
 	struct ukvm_vcpu *vcpus;
 	struct ukvm_kvmstats *vcpu_stats;
 	struct ukvm_kvmstats vm_stats;

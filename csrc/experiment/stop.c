@@ -15,6 +15,7 @@
 #include "experiment/stop.h"
 #include "kvm/vcpu.h"
 #include "uffd/pool.h"
+#include "uffd/prefetch.h"
 
 #define STUCK_VCPU_NS		(500 * NSEC_PER_MSEC)
 /* A failed run verifies nothing, so its uffds may go at once (PVM, for one,
@@ -149,11 +150,13 @@ uint32_t ukvm_stop_wait_pools(struct ukvm_experiment *exp, uint64_t deadline_ns)
 	uint32_t u, running;
 	int rounds;
 
+	/* The pusher first: it installs into the pools' uffds. */
+	ukvm_pusher_request_stop(&exp->pusher);
 	for (u = 0; u < exp->nr_pools; u++)
 		ukvm_pool_request_stop(&exp->pools[u]);
 	/* Every pool at each look: readers blocked in read(2) need their kicks now. */
 	for (rounds = 0;; rounds++) {
-		running = 0;
+		running = ukvm_pusher_reap(&exp->pusher, rounds > 0);
 		for (u = 0; u < exp->nr_pools; u++)
 			running += ukvm_pool_reap(&exp->pools[u], rounds > 0);
 		if (!running || ukvm_now_ns() >= deadline_ns)
@@ -169,6 +172,11 @@ uint32_t ukvm_stop_pools(struct ukvm_experiment *exp, bool close_uffds)
 	char who[64];
 
 	running = ukvm_stop_wait_pools(exp, ukvm_now_ns() + STOP_WAIT_NS);
+	if (running && exp->pusher.thread_started) {
+		stop_report_stuck(exp, "the prefetch pusher", &exp->pusher.state, running - 1,
+				  "readers");
+		return running;
+	}
 	if (running) {
 		for (u = 0; u < exp->nr_pools; u++) {
 			r = ukvm_pool_running_reader(&exp->pools[u]);

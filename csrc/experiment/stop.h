@@ -26,12 +26,13 @@ uint32_t ukvm_stop_vcpus(struct ukvm_experiment *exp);
 uint32_t ukvm_stop_wait_vcpus(struct ukvm_experiment *exp, uint64_t deadline_ns,
 			      uint64_t poll_ns);
 /*
- * Stops every reader, STOP_WAIT_NS at most, and names any that would not
+ * Stops every reader and the prefetch pusher (which installs into the
+ * readers' uffds), STOP_WAIT_NS at most, and names any that would not
  * stop; with close_uffds and none left, releases the pools and their
- * uffds. Returns how many readers still run.
+ * uffds. Returns how many readers (and pusher) still run.
  */
 uint32_t ukvm_stop_pools(struct ukvm_experiment *exp, bool close_uffds);
-/* Joins the readers that left, kicking the rest until deadline_ns: how many still run. */
+/* Joins the readers (and pusher) that left, kicking the rest until deadline_ns: how many run. */
 uint32_t ukvm_stop_wait_pools(struct ukvm_experiment *exp, uint64_t deadline_ns);
 /* A vCPU is stuck on a fault: stop the readers (briefly) and let go of every uffd. */
 void ukvm_stop_release_uffds(struct ukvm_experiment *exp);

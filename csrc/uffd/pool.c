@@ -73,6 +73,7 @@
 #include "base/util.h"
 #include "uapi_compat.h"
 #include "uffd/pool.h"
+#include "uffd/resident.h"
 #include "uffd/ring.h"
 #include "uffd/uffd.h"
 
@@ -113,15 +114,17 @@ static uint64_t reader_delay_ns(struct ukvm_reader *r)
 
 /*
  * The bytes of the page at addr (guest physical gpa) from the page source
- * into dst: 0, or -errno after recording the failure as the run's.
+ * into dst; urgent: a fault waits for it (else readahead). 0, or -errno
+ * after recording the failure as the run's.
  */
-static int reader_fetch(struct ukvm_reader *r, uint64_t addr, uint64_t gpa, uint8_t *dst)
+static int reader_fetch(struct ukvm_reader *r, uint64_t addr, uint64_t gpa, uint8_t *dst,
+			bool urgent)
 {
 	struct ukvm_pool *pool = r->pool;
 	uint64_t off = pool->region_off + (addr - pool->hva_base);
 	int ret;
 
-	ret = ukvm_source_fetch(&r->conn, off, pool->page_size, gpa, dst, true);
+	ret = ukvm_source_fetch(&r->conn, off, pool->page_size, gpa, dst, urgent);
 	if (ret)
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
 			      "%s: fetching %llu bytes at offset %llu of source_path %s%s", r->who,
@@ -140,11 +143,11 @@ static int reader_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 
 	/* Up to 2 MiB pages: the reader's own buffer (struct ukvm_shared_buffer). */
 	if (r->src) {
-		ret = reader_fetch(r, addr, gpa, r->src);
+		ret = reader_fetch(r, addr, gpa, r->src, true);
 		return ret ?: ukvm_uffd_copy(pool->uffd, addr, r->src, pool->page_size);
 	}
 	pthread_mutex_lock(&shared->lock);
-	ret = reader_fetch(r, addr, gpa, shared->buffer);
+	ret = reader_fetch(r, addr, gpa, shared->buffer, true);
 	ret = ret ?: ukvm_uffd_copy(pool->uffd, addr, shared->buffer, pool->page_size);
 	pthread_mutex_unlock(&shared->lock);
 	return ret;
@@ -213,7 +216,7 @@ static int reader_move(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
 	if (r->stage_next == r->stage_pages)
 		stage_refill(r);
 	src = r->stage + (uint64_t)r->stage_next * page;
-	ret = reader_fetch(r, addr, gpa, src);
+	ret = reader_fetch(r, addr, gpa, src, true);
 	if (ret)
 		return ret;
 	ret = ukvm_uffd_move(r->pool->uffd, addr, src, page);
@@ -361,6 +364,99 @@ static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, ui
 }
 
 /*
+ * Prefetch: the page at addr with its data from the page source (not
+ * urgent: no fault waits for it), without waking anyone
+ * (UFFDIO_COPY_MODE_DONTWAKE): 0, -EEXIST, -EIO (a failed fetch, already
+ * recorded as the run's) or -errno. The reader's own buffer, or the uffd's
+ * shared one under its lock.
+ */
+static int reader_prefetch_copy(struct ukvm_reader *r, uint64_t addr, uint64_t gpa)
+{
+	struct ukvm_pool *pool = r->pool;
+	struct ukvm_shared_buffer *shared = &pool->shared;
+	uint8_t *buf = r->src ? r->src : shared->buffer;
+	int ret;
+
+	if (!r->src)
+		pthread_mutex_lock(&shared->lock);
+	ret = reader_fetch(r, addr, gpa, buf, false);
+	if (!ret)
+		ret = ukvm_uffd_copy_dontwake(pool->uffd, addr, buf, pool->page_size);
+	else
+		ret = -EIO;
+	if (!r->src)
+		pthread_mutex_unlock(&shared->lock);
+	return ret;
+}
+
+static bool reader_stopping(struct ukvm_reader *r);
+
+/*
+ * Prefetch readahead, after the fault at addr was resolved (and its vCPU
+ * woken): the next prefetch_pages pages of this uffd's range that are not
+ * resident yet. One that a fault got first is EEXIST, counted. 0, or
+ * -errno after recording the failure as the run's.
+ */
+static int reader_readahead(struct ukvm_reader *r, uint64_t addr)
+{
+	struct ukvm_pool *pool = r->pool;
+	uint64_t end = pool->hva_base + pool->region_size, a, page;
+	uint32_t i;
+	int ret;
+
+	for (i = 1, a = addr + pool->page_size; i <= pool->prefetch_pages && a < end;
+	     i++, a += pool->page_size) {
+		if (reader_stopping(r))
+			return 0;
+		page = pool->resident_first + (a - pool->hva_base) / pool->page_size;
+		if (!ukvm_resident_absent(pool->resident, page))
+			continue;
+		ret = reader_prefetch_copy(r, a, pool->gpa_base + (a - pool->hva_base));
+		if (!ret) {
+			ukvm_resident_mark(pool->resident, page, UKVM_PAGE_PREFETCHED);
+			r->stats.prefetched++;
+		} else if (ret == -EEXIST) {
+			r->stats.prefetch_eexist++;
+		} else {
+			if (ukvm_ctl_aborted(pool->ctl))
+				return ret;
+			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
+				      "%s: readahead UFFDIO_COPY(MODE_DONTWAKE, %llu bytes at gpa "
+				      "0x%llx)", r->who, (unsigned long long)pool->page_size,
+				      (unsigned long long)(pool->gpa_base + (a - pool->hva_base)));
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The page at addr was there already (EEXIST). Without prefetch the copy
+ * that put it there woke every waiter; a prefetched page came without a
+ * wake, and the vCPU of this message may be asleep on it: wake it. A vCPU
+ * that resolves its own faults never sleeps on one.
+ */
+static int reader_wake(struct ukvm_reader *r, uint64_t addr)
+{
+	struct ukvm_pool *pool = r->pool;
+	int ret;
+
+	if (pool->prefetch == UKVM_PREFETCH_NONE || pool->resolver == UKVM_RESOLVER_VCPU)
+		return 0;
+	ret = ukvm_uffd_wake(pool->uffd, addr, pool->page_size);
+	if (!ret) {
+		r->stats.wakes++;
+		return 0;
+	}
+	if (ukvm_ctl_aborted(pool->ctl))
+		return ret;
+	ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret, "%s: UFFDIO_WAKE(%llu bytes at gpa 0x%llx)",
+		      r->who, (unsigned long long)pool->page_size,
+		      (unsigned long long)(pool->gpa_base + (addr - pool->hva_base)));
+	return ret;
+}
+
+/*
  * Resolves one fault message: 0, or -errno after recording the failure as
  * the run's (an injected READER_EXIT records nothing: the reader just goes).
  */
@@ -443,15 +539,29 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		r->stats.eexist++;
 	else
 		r->stats.faults++;
+	if (pool->resident) {
+		uint64_t page = pool->resident_first + (addr - pool->hva_base) / pool->page_size;
+
+		if (!ret)
+			ukvm_resident_mark(pool->resident, page, UKVM_PAGE_FAULTED);
+		else if (reader_wake(r, addr))
+			return -EIO;
+	}
 	if (pool->full_stats) {
 		uint64_t t_done = ukvm_now_ns();
+		int logged;
 
 		r->stats.busy_ns += t_done - t_read;
 		ukvm_hist_add(&r->stats.service_latency, t_done - t_read);
-		return reader_record(r, t_read, t_done, pool->gpa_base + (fault - pool->hva_base),
-				     (int32_t)msg->arg.pagefault.feat.ptid, ret == -EEXIST,
-				     msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
+		logged = reader_record(r, t_read, t_done, pool->gpa_base + (fault - pool->hva_base),
+				       (int32_t)msg->arg.pagefault.feat.ptid, ret == -EEXIST,
+				       msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
+		if (logged)
+			return logged;
 	}
+	/* After the fault's own timing: its vCPU runs on meanwhile. */
+	if (!ret && pool->prefetch == UKVM_PREFETCH_READAHEAD)
+		return reader_readahead(r, addr) ? -EIO : 0;
 	return 0;
 }
 

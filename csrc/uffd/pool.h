@@ -12,6 +12,7 @@
 #include "base/thread.h"
 #include "base/util.h"
 #include "uffd/source.h"
+#include "uffd/resident.h"
 #include "ukvm.h"
 
 struct ukvm_pool;
@@ -111,6 +112,17 @@ struct ukvm_pool {
 	 */
 	uint8_t *snapshot;
 	_Atomic uint8_t *wp_state;
+	/*
+	 * uffd_mode missing with resolve copy: the run's resident map, in
+	 * which this pool's first page is resident_first (owned by the
+	 * experiment); prefetch readahead installs the prefetch_pages pages
+	 * after each fault's that are absent. With any prefetch, an EEXIST
+	 * may be a page prefetched without a wake: the resolver wakes it.
+	 */
+	struct ukvm_resident *resident;
+	uint64_t resident_first;
+	enum ukvm_prefetch prefetch;
+	uint32_t prefetch_pages;
 	uint32_t nr_readers;
 	uint32_t readers_made;		/* entries of readers[] to clean up */
 	struct ukvm_reader *readers;

@@ -188,6 +188,20 @@ static int try_copy(int uffd, uint64_t addr, uint64_t len, const uint8_t *src, i
 	return ret;
 }
 
+/* Prefetch: the page goes in, and whoever waits on it sleeps on (see ukvm_uffd_wake). */
+static int try_copy_dontwake(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
+			     int64_t *done)
+{
+	struct uffdio_copy copy = {
+		.dst = addr, .src = (uint64_t)(uintptr_t)src, .len = len,
+		.mode = UFFDIO_COPY_MODE_DONTWAKE,
+	};
+	int ret = ioctl(uffd, UFFDIO_COPY, &copy) ? -errno : 0;
+
+	*done = copy.copy;
+	return ret;
+}
+
 static int try_zeropage(int uffd, uint64_t addr, uint64_t len, const uint8_t *src,
 			int64_t *done)
 {
@@ -322,6 +336,19 @@ static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t add
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len)
 {
 	return resolve("UFFDIO_COPY", try_copy, uffd, dst, src, len);
+}
+
+int ukvm_uffd_copy_dontwake(int uffd, uint64_t dst, const void *src, uint64_t len)
+{
+	return resolve("UFFDIO_COPY(MODE_DONTWAKE)", try_copy_dontwake, uffd, dst, src, len);
+}
+
+int ukvm_uffd_wake(int uffd, uint64_t addr, uint64_t len)
+{
+	struct uffdio_range range = { .start = addr, .len = len };
+	int ret = ukvm_ioctl(uffd, UFFDIO_WAKE, &range);
+
+	return ret < 0 ? ret : 0;
 }
 
 int ukvm_uffd_move(int uffd, uint64_t dst, void *src, uint64_t len)

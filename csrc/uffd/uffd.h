@@ -29,6 +29,14 @@ void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who);
  * failure. EAGAIN and EINTR are retried with backoff, for 1 s at most.
  */
 int ukvm_uffd_copy(int uffd, uint64_t dst, const void *src, uint64_t len);
+/*
+ * Prefetch: UFFDIO_COPY with UFFDIO_COPY_MODE_DONTWAKE: a thread already
+ * waiting on the page is not woken (the reader of its fault message finds
+ * EEXIST and wakes it with ukvm_uffd_wake). Returns as ukvm_uffd_copy().
+ */
+int ukvm_uffd_copy_dontwake(int uffd, uint64_t dst, const void *src, uint64_t len);
+/* UFFDIO_WAKE of the threads waiting on [addr, addr + len): 0 or -errno. */
+int ukvm_uffd_wake(int uffd, uint64_t addr, uint64_t len);
 int ukvm_uffd_continue(int uffd, uint64_t addr, uint64_t len);
 int ukvm_uffd_zeropage(int uffd, uint64_t addr, uint64_t len);
 /*

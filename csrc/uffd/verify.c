@@ -86,7 +86,8 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 			     k += UKVM_PAGE_SIZE)
 				unit_touched = p->visits[(off + k) / UKVM_PAGE_SIZE];
 		/* The data a page holds unless the guest wrote it: resolved, or prefilled. */
-		filled = unit_touched ? p->filled : p->untouched_filled;
+		filled = unit_touched ? p->filled : p->untouched_filled ||
+			 (p->installed && p->installed[off / unit]);
 		from_file = filled && p->expect;
 		if (from_file) {
 			memcpy(file_ref, p->expect + off, UKVM_PAGE_SIZE);

@@ -35,11 +35,21 @@ struct ukvm_verify_params {
 	 * untouched page in a touched huge page was resolved with it. */
 	uint64_t unit_size;
 	/* What an untouched page holds: the resolver's data (it was filled
-	 * before the run), else zeros (nothing may have installed it). */
+	 * before the run), else zeros (nothing may have installed it)... */
 	bool untouched_filled;
+	/* ...unless it was installed: the resident map's byte (resident.h,
+	 * nonzero: installed) for each unit_size page from gpa, or NULL.
+	 * Only prefetch installs a page the guest never touches. */
+	const uint8_t *installed;
 };
 
 /* Does the guest touch the page at gpa (p->gpa <= gpa < p->gpa + p->size)? */
+bool ukvm_guest_touches(const struct ukvm_verify_params *p, uint64_t gpa);
+
+/*
+ * Does the guest touch the 4 KiB page at gpa (in p's region) at all? The
+ * guest's access set is deterministic (its pattern, seed and parameters).
+ */
 bool ukvm_guest_touches(const struct ukvm_verify_params *p, uint64_t gpa);
 
 /*

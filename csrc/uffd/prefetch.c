@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Prefetch's pusher: one thread per run (prefetch background or replay)
+ * that installs pages the guest has not asked for yet, QEMU's post-copy
+ * stream and REAP's recorded working set. Faults jump the queue: the
+ * readers never wait for the pusher, which skips pages already resident
+ * and meets EEXIST, counted, where a fault's copy won the race. Its copies
+ * do not wake anyone (UFFDIO_COPY_MODE_DONTWAKE): a vCPU already waiting on
+ * such a page is woken by the reader of its fault, which finds EEXIST.
+ *
+ * Each page is two steps: fetch its bytes from the page source through
+ * the pusher's own connection (source.h; not urgent: no fault waits for
+ * it), then install them.
+ *
+ * Its rate (bandwidth_mbps, 10^6 bits/s) is a token bucket kept by
+ * sleeping: the next page may go at next_ns, which advances a page's time
+ * per page; credit for idle time is capped at PACE_BURST_NS, and no sleep
+ * is longer than PACE_SLICE_NS, so a stop is seen within that.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/ctl.h"
+#include "base/errors.h"
+#include "base/kick.h"
+#include "base/thread.h"
+#include "base/util.h"
+#include "uffd/prefetch.h"
+#include "uffd/resident.h"
+#include "uffd/source.h"
+#include "uffd/uffd.h"
+
+#define PUSHER_STACK_BYTES	(256ULL << 10)
+#define PACE_SLICE_NS		(10 * NSEC_PER_MSEC)
+#define PACE_BURST_NS		(10 * NSEC_PER_MSEC)
+#define PUSHER_WHO		"prefetch pusher"
+
+void ukvm_pusher_init(struct ukvm_pusher *p)
+{
+	memset(p, 0, sizeof(*p));
+	atomic_init(&p->stop, false);
+	atomic_init(&p->exited, false);
+}
+
+static bool pusher_stopping(struct ukvm_pusher *p)
+{
+	return atomic_load_explicit(&p->stop, memory_order_relaxed) || ukvm_ctl_stopping(p->ctl);
+}
+
+/* Waits for the vCPUs' go: true to push, false to leave. */
+static bool pusher_wait_go(struct ukvm_pusher *p)
+{
+	struct ukvm_ctl *ctl = p->ctl;
+	struct timespec ts;
+	int go;
+
+	pthread_mutex_lock(&ctl->lock);
+	while (ctl->go == 0 && !pusher_stopping(p)) {
+		ukvm_timespec(&ts, ukvm_deadline_after(PACE_SLICE_NS));
+		pthread_cond_timedwait(&ctl->cond, &ctl->lock, &ts);
+	}
+	go = ctl->go;
+	pthread_mutex_unlock(&ctl->lock);
+	return go > 0 && !pusher_stopping(p);
+}
+
+/* The token bucket: waits until a page may go. False if told to stop meanwhile. */
+static bool pusher_pace(struct ukvm_pusher *p, uint64_t *next_ns)
+{
+	/* 8 bits a byte, mbps 10^6 bits a second: page_ns = bits * 1000 / mbps. */
+	uint64_t page_ns = p->page_size * 8 * 1000 / p->bandwidth_mbps;
+	uint64_t now = ukvm_now_ns(), left;
+
+	if (*next_ns + PACE_BURST_NS < now)
+		*next_ns = now - PACE_BURST_NS;
+	while (now < *next_ns) {
+		if (pusher_stopping(p))
+			return false;
+		left = *next_ns - now;
+		ukvm_sleep_ns(left < PACE_SLICE_NS ? left : PACE_SLICE_NS);
+		now = ukvm_now_ns();
+	}
+	*next_ns += page_ns;
+	return !pusher_stopping(p);
+}
+
+/* The range page (of the whole region) falls in, and its offset there. */
+static struct ukvm_pusher_range *pusher_range(struct ukvm_pusher *p, uint64_t page,
+					      uint64_t *off)
+{
+	uint64_t at = page * p->page_size;
+	uint32_t u;
+
+	for (u = 0; u < p->nr_ranges; u++) {
+		if (at < p->ranges[u].size) {
+			*off = at;
+			return &p->ranges[u];
+		}
+		at -= p->ranges[u].size;
+	}
+	return NULL;
+}
+
+/*
+ * Fetches the page's bytes, then installs them: 0 (installed, or found
+ * there: counted), or -errno with the failure recorded as the run's.
+ */
+static int pusher_install(struct ukvm_pusher *p, uint64_t page)
+{
+	struct ukvm_pusher_range *range;
+	uint64_t off;
+	int ret;
+
+	range = pusher_range(p, page, &off);
+	if (!range)
+		return 0;	/* replay was checked against the region: cannot happen */
+	ret = ukvm_source_fetch(&p->conn, page * p->page_size, p->page_size, range->gpa + off,
+				p->buf, false);
+	if (ret) {
+		if (pusher_stopping(p) || ukvm_ctl_aborted(p->ctl))
+			return ret;
+		ukvm_ctl_fail(p->ctl, UKVM_ERR_RUN, -ret, "%s: fetching %llu bytes at offset %llu "
+			      "of the page source (gpa 0x%llx)", PUSHER_WHO,
+			      (unsigned long long)p->page_size,
+			      (unsigned long long)(page * p->page_size),
+			      (unsigned long long)(range->gpa + off));
+		return ret;
+	}
+	ret = ukvm_uffd_copy_dontwake(range->uffd, range->hva + off, p->buf, p->page_size);
+	if (!ret) {
+		ukvm_resident_mark(p->resident, page, UKVM_PAGE_PREFETCHED);
+		p->pages++;
+		return 0;
+	}
+	if (ret == -EEXIST) {
+		p->eexist++;
+		return 0;
+	}
+	if (pusher_stopping(p) || ukvm_ctl_aborted(p->ctl))
+		return ret;	/* the run is over, its uffds going: nothing to report */
+	ukvm_ctl_fail(p->ctl, UKVM_ERR_RUN, -ret,
+		      "%s: UFFDIO_COPY(MODE_DONTWAKE, %llu bytes at gpa 0x%llx)", PUSHER_WHO,
+		      (unsigned long long)p->page_size, (unsigned long long)(range->gpa + off));
+	return ret;
+}
+
+static void *pusher_thread(void *arg)
+{
+	struct ukvm_pusher *p = arg;
+	uint64_t i, n, page, next_ns = 0;
+
+	ukvm_kick_thread_init();
+	p->tid = (int32_t)gettid();
+	ukvm_thread_start(&p->state);
+	ukvm_uffd_thread_init(p->ctl, PUSHER_WHO);
+	ukvm_thread_at(&p->state, "waiting for the vCPUs to start");
+	if (!pusher_wait_go(p))
+		goto out;
+	ukvm_thread_at(&p->state, "installing pages");
+	n = p->order ? p->nr_order : p->resident->pages;
+	for (i = 0; i < n && !pusher_stopping(p); i++) {
+		page = p->order ? p->order[i] : i;
+		if (!ukvm_resident_absent(p->resident, page))
+			continue;
+		if (p->bandwidth_mbps && !pusher_pace(p, &next_ns))
+			break;
+		if (pusher_install(p, page))
+			break;
+	}
+out:
+	ukvm_thread_at(&p->state, "leaving");
+	atomic_store(&p->exited, true);
+	return NULL;
+}
+
+int ukvm_pusher_start(struct ukvm_pusher *p, struct ukvm_error *err)
+{
+	int ret;
+
+	p->buf = mmap(NULL, p->page_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		      -1, 0);
+	if (p->buf == MAP_FAILED) {
+		p->buf = NULL;
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "%s: mmap(a page of %llu bytes)",
+			     PUSHER_WHO, (unsigned long long)p->page_size);
+		return -ENOMEM;
+	}
+	ret = ukvm_source_conn_open(&p->conn, p->source, false, err);
+	if (ret)
+		return ret;
+	p->conn_open = true;
+	ukvm_source_prepare(p->source, p->buf, p->page_size);
+	ret = ukvm_thread_create(p->ctl, &p->thread, PUSHER_STACK_BYTES, pusher_thread, p);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_create(%s)", PUSHER_WHO);
+		return ret;
+	}
+	p->thread_started = true;
+	return 0;
+}
+
+void ukvm_pusher_request_stop(struct ukvm_pusher *p)
+{
+	atomic_store(&p->stop, true);
+}
+
+uint32_t ukvm_pusher_reap(struct ukvm_pusher *p, bool kick)
+{
+	if (!p->thread_started)
+		return 0;
+	if (atomic_load(&p->exited)) {
+		pthread_join(p->thread, NULL);	/* it is returning: prompt */
+		p->thread_started = false;
+		return 0;
+	}
+	if (kick)
+		pthread_kill(p->thread, ukvm_kick_signal());
+	return 1;
+}
+
+int ukvm_pusher_destroy(struct ukvm_pusher *p)
+{
+	if (ukvm_pusher_reap(p, false))
+		return -EBUSY;
+	if (p->buf)
+		munmap(p->buf, p->page_size);
+	p->buf = NULL;
+	if (p->conn_open)
+		ukvm_source_conn_close(&p->conn);
+	p->conn_open = false;
+	free(p->ranges);
+	p->ranges = NULL;
+	p->nr_ranges = 0;
+	return 0;
+}

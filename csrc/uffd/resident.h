@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Which pages of the region are resident, and how each came (resident.c):
+ * shared by the readers, the vCPUs that resolve their own faults and the
+ * prefetch pusher of one run (uffd_mode missing, resolve copy).
+ */
+#ifndef UKVM_UFFD_RESIDENT_H
+#define UKVM_UFFD_RESIDENT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ukvm.h"
+
+/* A page's state: the byte the installer stores after its UFFDIO_COPY succeeded. */
+enum ukvm_page_state {
+	UKVM_PAGE_ABSENT = 0,
+	UKVM_PAGE_FAULTED,	/* a fault's resolver installed it */
+	UKVM_PAGE_PREFETCHED,	/* prefetch (readahead or the pusher) installed it */
+};
+
+/*
+ * Pages are of the backing's page size, numbered from the region's start.
+ * A page is marked after its copy succeeded, so a prefetcher that finds it
+ * absent may still meet EEXIST (a fault's copy got there first): that is a
+ * race to count, not an error. Only one UFFDIO_COPY of a page succeeds, so
+ * each page is marked once.
+ */
+struct ukvm_resident {
+	_Atomic uint8_t *state;		/* enum ukvm_page_state, a byte per page */
+	uint64_t pages;
+	uint64_t *order;		/* first touches: the pages faults installed, in order */
+	atomic_uint_fast64_t nr_order;
+	atomic_uint_fast64_t nr_resident;
+	atomic_uint_fast64_t all_ns;	/* CLOCK_MONOTONIC when the last page went in, or 0 */
+	bool timed;			/* stamp all_ns (stats basic reads no clock on the hot path) */
+};
+
+/* Empty, destroyable. */
+void ukvm_resident_init(struct ukvm_resident *rs);
+/* Every page absent: 0 or -ENOMEM with err set. */
+int ukvm_resident_create(struct ukvm_resident *rs, uint64_t pages, struct ukvm_error *err);
+void ukvm_resident_destroy(struct ukvm_resident *rs);
+
+static inline bool ukvm_resident_absent(struct ukvm_resident *rs, uint64_t page)
+{
+	return atomic_load_explicit(&rs->state[page], memory_order_relaxed) == UKVM_PAGE_ABSENT;
+}
+
+/* The page went in (its copy returned 0), by a fault or by prefetch. */
+void ukvm_resident_mark(struct ukvm_resident *rs, uint64_t page, enum ukvm_page_state how);
+
+#endif
