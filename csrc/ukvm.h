@@ -426,6 +426,66 @@ const char *ukvm_pattern_name(enum ukvm_pattern p);
 /* The page size faults on this backing are resolved at. */
 uint64_t ukvm_backing_page_size(enum ukvm_backing b);
 
+/*
+ * ---- The page server (csrc/remote/) ----
+ *
+ * A process of its own (uffdkvm/pageserver.py starts it) serves byte
+ * ranges of a snapshot file over a Unix or TCP socket, with a model of a
+ * remote source on its side: a latency per request, one link of a given
+ * bandwidth, a cap on requests in flight, faults (URGENT) ahead of
+ * background requests. The wire protocol: csrc/remote/protocol.h; the
+ * model: csrc/remote/server.c; the client readers use: csrc/remote/client.h.
+ */
+struct ukvm_pageserver_config {
+	const char *snapshot_path;	/* the file served, opened read-only */
+	const char *listen;		/* "unix:/path" or "tcp:HOST:PORT" (0: any free port) */
+	uint64_t latency_ns;		/* from a request taking its slot to its reply being ready */
+	uint64_t bandwidth_mbps;	/* megabits (10^6 bits) per second, 0 = unlimited */
+	uint32_t max_inflight;		/* requests served at once, 0 = no cap */
+};
+
+/*
+ * The server's counters since it started (a STATS reply carries them).
+ * Queue time is what a request waited beyond its latency: for an inflight
+ * slot, then for the link.
+ */
+struct ukvm_remote_stats {
+	uint64_t requests;		/* page requests read (STATS not counted) */
+	uint64_t urgent;		/* of those, URGENT (a fault waits) */
+	uint64_t background;		/* of those, not */
+	uint64_t served;		/* replies put on the link */
+	uint64_t errors;		/* requests refused (bad length, past the end) */
+	uint64_t bytes;			/* payload bytes served */
+	uint64_t queue_ns_total;	/* summed over served requests */
+	uint64_t queue_ns_max;
+	uint64_t connections;		/* accepted since the start */
+	uint64_t dropped;		/* requests whose connection closed before the reply */
+	uint64_t stats_requests;
+};
+
+/*
+ * Binds and listens, writes one line "ready ADDRESS\n" to ready_fd (if >= 0;
+ * a TCP port 0 replaced by the real one), then serves until SIGTERM or
+ * SIGINT (blocked in the calling thread meanwhile and taken through a
+ * signalfd: call it from the process's only thread) or until stop_fd (if
+ * >= 0: the server's stdin) polls readable or hung up, so that a server
+ * whose parent dies follows it. A Unix socket file it made is unlinked on
+ * the way out. stats (may be NULL) gets the final counters.
+ * 0 after a stop, or -errno with err set.
+ */
+int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd, int stop_fd,
+			  struct ukvm_remote_stats *stats, struct ukvm_error *err);
+
+#ifdef UKVM_TEST_HOOKS
+/*
+ * For the Python tests of the client (csrc/remote/client.h): connect to
+ * address, fetch len bytes at offset into dst, close. timeout_ns bounds
+ * the fetch; the return is the fetch's (0 or -errno, err set).
+ */
+int ukvm_remote_fetch_once(const char *address, uint64_t offset, uint64_t len, bool urgent,
+			   void *dst, uint64_t timeout_ns, struct ukvm_error *err);
+#endif
+
 #ifdef __cplusplus
 }
 #endif
