@@ -74,6 +74,10 @@ VALID = {
     "trace_faults": st.booleans(),
     "timeout_s": st.sampled_from([None, 30, 30.0, math.inf, 1e300, 1e-9]),
     "wp_async": st.booleans(),
+    "remote_transport": cased(("unix", "tcp")),
+    "remote_latency_us": st.sampled_from([0, 30, 10_000_000]),
+    "remote_bandwidth_mbps": st.sampled_from([0, 1, 10_000]),
+    "max_inflight": st.sampled_from([0, 1, 64]),
 }
 assert set(VALID) == set(FIELDS), "every Config field has a strategy"
 

@@ -99,6 +99,15 @@ BAD = [
     (dict(timeout_s=math.nan), "timeout_s", "a positive number of seconds"),
     (dict(timeout_s="60"), "timeout_s", "a positive number of seconds"),
     (dict(timeout_s=True), "timeout_s", "a positive number of seconds"),
+    (dict(remote_transport="udp"), "remote_transport", "'unix', 'tcp'"),
+    (dict(remote_transport=None), "remote_transport", "'unix', 'tcp'"),
+    (dict(remote_latency_us=-1), "remote_latency_us", "between 0 and 10000000"),
+    (dict(remote_latency_us=10_000_001), "remote_latency_us", "between 0 and 10000000"),
+    (dict(remote_latency_us=1.5), "remote_latency_us", "expected an int"),
+    (dict(remote_bandwidth_mbps=-1), "remote_bandwidth_mbps", "between 0 and 1000000000"),
+    (dict(remote_bandwidth_mbps="fast"), "remote_bandwidth_mbps", "expected an int"),
+    (dict(max_inflight=-1), "max_inflight", "between 0 and 1000000"),
+    (dict(max_inflight=True), "max_inflight", "expected an int"),
 ]
 
 # Values that are fine alone and wrong together.

@@ -39,6 +39,8 @@ PATTERNS = ("sequential", "reverse", "random")
 RESOLVES = ("copy", "zeropage", "move")
 DELAY_DISTS = ("fixed", "uniform", "exponential")
 STATS = ("full", "basic")
+# source="remote": how the readers reach the page server (uffdkvm/pageserver.py).
+REMOTE_TRANSPORTS = ("unix", "tcp")
 
 MAX_VCPUS = 4096          # KVM's own ceiling (KVM_MAX_VCPUS); the host may allow fewer
 # No guest here addresses more than 2^46 bytes of test memory (the core puts
@@ -50,6 +52,9 @@ MAX_DELAY_US = 10_000_000
 MAX_GUEST_WORK = 1_000_000
 MAX_PASSES = 1_000_000
 MAX_CPU = 1023
+MAX_REMOTE_LATENCY_US = 10_000_000
+MAX_REMOTE_BANDWIDTH_MBPS = 1_000_000_000   # 1 Pbit/s: past any real link
+MAX_INFLIGHT = 1_000_000
 
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
@@ -252,6 +257,18 @@ class Config:
                      un-protects each page on its first write, and after the
                      run PAGEMAP_SCAN collects the pages written
                      (Result.dirty_pages); no snapshot is saved
+
+    With source="remote" (a page server, uffdkvm/pageserver.py, serves the
+    snapshot from a process of its own; its model runs on its side):
+    remote_transport "unix" (a Unix socket) or "tcp" (loopback TCP)
+    remote_latency_us
+                     microseconds from a request being taken up by the server
+                     to its reply being ready (0-10_000_000)
+    remote_bandwidth_mbps
+                     the server's one link, in megabits per second: each reply
+                     occupies it for its length / bandwidth (0: unlimited)
+    max_inflight     requests the server serves at once (0: no cap); the rest
+                     queue, faults ahead of background (prefetch) requests
     """
 
     vcpus: int = 1
@@ -282,6 +299,10 @@ class Config:
     trace_faults: bool = False
     timeout_s: float | None = None
     wp_async: bool = False
+    remote_transport: str = "unix"
+    remote_latency_us: int = 0
+    remote_bandwidth_mbps: int = 0
+    max_inflight: int = 0
 
     if TYPE_CHECKING:
         # What the constructor takes, for type checkers; the annotations above
@@ -299,7 +320,10 @@ class Config:
                      pin_vcpus: CpuList | None = ..., pin_readers: CpuList | None = ...,
                      prefault: bool = ..., stats: str = ..., guest_timing: bool = ...,
                      trace_faults: bool = ..., timeout_s: float | None = ...,
-                     wp_async: bool = ...) -> None: ...
+                     wp_async: bool = ..., remote_transport: str = ...,
+                     remote_latency_us: SupportsIndex = ...,
+                     remote_bandwidth_mbps: SupportsIndex = ...,
+                     max_inflight: SupportsIndex = ...) -> None: ...
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
@@ -362,6 +386,13 @@ class Config:
         put(self, "guest_timing", _flag("guest_timing", self.guest_timing))
         put(self, "trace_faults", _flag("trace_faults", self.trace_faults))
         put(self, "wp_async", _flag("wp_async", self.wp_async))
+        put(self, "remote_transport", _choice("remote_transport", self.remote_transport,
+                                              REMOTE_TRANSPORTS))
+        put(self, "remote_latency_us", _integer("remote_latency_us", self.remote_latency_us,
+                                                0, MAX_REMOTE_LATENCY_US))
+        put(self, "remote_bandwidth_mbps", _integer(
+            "remote_bandwidth_mbps", self.remote_bandwidth_mbps, 0, MAX_REMOTE_BANDWIDTH_MBPS))
+        put(self, "max_inflight", _integer("max_inflight", self.max_inflight, 0, MAX_INFLIGHT))
         if self.trace_faults and self.stats != "full":
             raise ConfigError("trace_faults: needs stats='full' (stats='basic' keeps no "
                               "record of each fault)", field="trace_faults")

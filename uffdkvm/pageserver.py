@@ -41,10 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from .config import MAX_INFLIGHT, MAX_REMOTE_BANDWIDTH_MBPS, MAX_REMOTE_LATENCY_US
+from .config import REMOTE_TRANSPORTS as TRANSPORTS
 from .errors import ConfigError, RunError
-
-TRANSPORTS = ("unix", "tcp")
-LATENCY_US_MAX = 10_000_000
 
 # protocol.h
 URGENT = 1 << 0
@@ -188,7 +187,8 @@ class PageClient:
             got += k
         return bytes(buf)
 
-    def send(self, offset: int, length: int, urgent: bool = False, flags: int | None = None) -> None:
+    def send(self, offset: int, length: int, urgent: bool = False,
+             flags: int | None = None) -> None:
         """Send one request (no wait for its reply)."""
         f = (URGENT if urgent else 0) if flags is None else flags
         try:
@@ -227,7 +227,8 @@ class PageClient:
         reply = self.recv()
         if reply.flags != STATS or len(reply.data) != _STATS.size:
             raise PageServerError("page server client: the STATS reply is not one")
-        return PageServerStats.from_counters(dict(zip(_STATS_FIELDS, _STATS.unpack(reply.data))))
+        counters = _STATS.unpack(reply.data)
+        return PageServerStats.from_counters(dict(zip(_STATS_FIELDS, counters, strict=True)))
 
 
 # ---- the process ----
@@ -349,11 +350,11 @@ class PageServer:
         if transport not in TRANSPORTS:
             raise ConfigError(f"transport={transport!r}: expected one of {TRANSPORTS}",
                               field="transport")
-        _check_int("latency_us", latency_us, 0, LATENCY_US_MAX,
+        _check_int("latency_us", latency_us, 0, MAX_REMOTE_LATENCY_US,
                    "the server's latency per request, in microseconds")
-        _check_int("bandwidth_mbps", bandwidth_mbps, 0, None,
+        _check_int("bandwidth_mbps", bandwidth_mbps, 0, MAX_REMOTE_BANDWIDTH_MBPS,
                    "megabits per second, 0 for unlimited")
-        _check_int("max_inflight", max_inflight, 0, 2**32 - 1,
+        _check_int("max_inflight", max_inflight, 0, MAX_INFLIGHT,
                    "requests served at once, 0 for no cap")
         path = Path(snapshot_path)
         if not path.is_file():
@@ -468,9 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     from . import _core
 
     try:
-        _check_int("--latency-us", args.latency_us, 0, LATENCY_US_MAX, "microseconds")
-        _check_int("--bandwidth-mbps", args.bandwidth_mbps, 0, None, "0 for unlimited")
-        _check_int("--max-inflight", args.max_inflight, 0, 2**32 - 1, "0 for no cap")
+        _check_int("--latency-us", args.latency_us, 0, MAX_REMOTE_LATENCY_US, "microseconds")
+        _check_int("--bandwidth-mbps", args.bandwidth_mbps, 0, MAX_REMOTE_BANDWIDTH_MBPS,
+                   "0 for unlimited")
+        _check_int("--max-inflight", args.max_inflight, 0, MAX_INFLIGHT, "0 for no cap")
         _core.pageserver_serve(args.snapshot, args.listen, args.latency_us * 1000,
                                args.bandwidth_mbps, args.max_inflight, sys.stdout.fileno(),
                                sys.stdin.fileno())
