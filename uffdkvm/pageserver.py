@@ -309,9 +309,10 @@ class _Process:
             return status
 
 
-def _read_ready(proc: subprocess.Popen[bytes], timeout_s: float) -> str | None:
-    """The address from the server's "ready ADDRESS" line; None if it
-    exits or says nothing else first, or timeout_s passes."""
+def _read_ready(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[str | None, bool]:
+    """The address from the server's "ready ADDRESS" line (None if it says
+    something else, closes stdout first, or timeout_s passes), and whether
+    its stdout closed."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     deadline = time.monotonic() + timeout_s
@@ -321,13 +322,13 @@ def _read_ready(proc: subprocess.Popen[bytes], timeout_s: float) -> str | None:
         while b"\n" not in data:
             left = deadline - time.monotonic()
             if left <= 0 or not sel.select(left):
-                return None
+                return None, False
             chunk = os.read(fd, 4096)
             if not chunk:
-                return None
+                return None, True
             data += chunk
     line = data.split(b"\n", 1)[0].decode(errors="replace")
-    return line[len("ready "):] if line.startswith("ready ") else None
+    return (line[len("ready "):] if line.startswith("ready ") else None), False
 
 
 class PageServer:
@@ -380,9 +381,7 @@ class PageServer:
         p = self._process
         if self.transport == "unix":
             p.tmpdir = tempfile.mkdtemp(prefix="uffdkvm-pageserver-")
-            listen = f"unix:{os.path.join(p.tmpdir, 'sock')}"
-        else:
-            listen = "tcp:127.0.0.1:0"
+        listen = self._listen_address(p.tmpdir)
         cmd = [sys.executable, "-m", "uffdkvm.pageserver", "--snapshot", self.snapshot_path,
                "--listen", listen, "--latency-us", str(self.latency_us),
                "--bandwidth-mbps", str(self.bandwidth_mbps),
@@ -399,17 +398,28 @@ class PageServer:
             p.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=p.stderr, env=env, start_new_session=True)
         self.pid = p.proc.pid
-        address = _read_ready(p.proc, timeout_s)
+        address, closed = _read_ready(p.proc, timeout_s)
         if address is None:
-            running = p.proc.poll() is None
-            status = p.stop()
-            why = (f"did not say it was ready within {timeout_s:g} s" if running
+            if closed:   # it is on its way out: its exit status says why
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.proc.wait(STOP_TIMEOUT_S)
+            status = p.proc.poll()
+            why = (f"did not say it was ready within {timeout_s:g} s" if status is None
                    else f"exited with status {status}")
+            stderr = p.stderr_text()
+            p.stop()
             raise PageServerError(f"page server for {self.snapshot_path} ({listen}) {why}: "
-                                  f"{p.stderr_text() or 'no output on stderr'}")
+                                  f"{stderr or 'no output on stderr'}")
         assert p.proc.stdout is not None
         p.proc.stdout.close()
         self.address = address
+
+    def _listen_address(self, tmpdir: str | None) -> str:
+        """Where the server listens: a socket in our own directory, or any
+        free loopback port."""
+        if tmpdir is not None:
+            return f"unix:{os.path.join(tmpdir, 'sock')}"
+        return "tcp:127.0.0.1:0"
 
     def __enter__(self) -> PageServer:
         return self
