@@ -301,6 +301,8 @@ def test_server_killed_mid_fetch_fails_the_fetch_promptly(snapshot):
         assert gone(server.pid, 10)      # the kernel closes its fds before it is gone
         with pytest.raises(PageServerError):
             server.connect(timeout_s=2)
+    # Killed, it could not remove its socket: stop() did.
+    assert not os.path.exists(os.path.dirname(server.address[len("unix:"):]))
 
 
 def test_c_client_fails_promptly_when_the_server_is_killed(snapshot):
