@@ -260,7 +260,9 @@ class Config:
 
     With source="remote" (a page server, uffdkvm/pageserver.py, serves the
     snapshot from a process of its own; its model runs on its side):
-    remote_transport "unix" (a Unix socket) or "tcp" (loopback TCP)
+
+    remote_transport
+                     "unix" (a Unix socket) or "tcp" (loopback TCP)
     remote_latency_us
                      microseconds from a request being taken up by the server
                      to its reply being ready (0-10_000_000)

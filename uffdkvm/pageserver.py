@@ -211,6 +211,9 @@ class PageClient:
 
     def fetch(self, offset: int, length: int, urgent: bool = False) -> bytes:
         """``length`` bytes of the snapshot at ``offset``."""
+        if self.outstanding:
+            raise PageServerError(f"page server client: fetch() with {self.outstanding} "
+                                  "pipelined replies still to recv(): take them first")
         self.send(offset, length, urgent)
         reply = self.recv()
         if reply.status:
@@ -223,6 +226,9 @@ class PageClient:
 
     def stats(self) -> PageServerStats:
         """The server's counters now."""
+        if self.outstanding:
+            raise PageServerError(f"page server client: stats() with {self.outstanding} "
+                                  "pipelined replies still to recv(): take them first")
         self.send(0, 0, flags=STATS)
         reply = self.recv()
         if reply.flags != STATS or len(reply.data) != _STATS.size:
