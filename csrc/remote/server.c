@@ -802,8 +802,17 @@ out:
 		close(s.lfd);
 	if (s.tfd >= 0)
 		close(s.tfd);
-	if (s.sfd >= 0)
+	if (s.sfd >= 0) {
+		struct signalfd_siginfo si;
+
+		/*
+		 * A SIGTERM that came with the stop fd's hang-up is still
+		 * pending: take it, or restoring the mask would deliver it.
+		 */
+		while (read(s.sfd, &si, sizeof(si)) == sizeof(si))
+			;
 		close(s.sfd);
+	}
 	if (s.epfd >= 0)
 		close(s.epfd);
 	if (s.map)
