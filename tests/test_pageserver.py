@@ -294,6 +294,53 @@ def test_stats_count_what_was_sent(snapshot):
     assert 0 <= stats.queue_seconds_max <= stats.queue_seconds_total
 
 
+def test_many_connections_each_get_their_own_bytes(snapshot, data):
+    conns, each = 32, 16
+    with PageServer(snapshot) as server:
+        clients = [server.connect() for _ in range(conns)]
+        rng = random.Random(3)
+        asked = [[rng.randrange(SNAPSHOT_BYTES // 4096) * 4096 for _ in range(each)]
+                 for _ in clients]
+        for client, offsets in zip(clients, asked, strict=True):
+            for offset in offsets:
+                client.send(offset, 4096, urgent=offset % 3 == 0)
+        for client, offsets in zip(clients, asked, strict=True):
+            got = sorted((r.offset, r.data) for r in (client.recv() for _ in offsets))
+            assert got == sorted((o, data[o:o + 4096]) for o in offsets)
+            client.close()
+        stats = server.stats()
+    assert stats.connections == conns + 1
+    assert stats.requests == stats.served == conns * each
+
+
+def test_a_client_far_ahead_of_its_replies_is_served_whole(snapshot, data):
+    # More requests than the server reads ahead for one connection (4096):
+    # it stops reading that connection and starts again as replies drain.
+    n = 6000
+    with PageServer(snapshot) as server, server.connect(timeout_s=20) as client:
+        # 96 KiB of requests: one write, within the socket's buffer.
+        client.send_many([((i % 2048) * 4096, 4096) for i in range(n)])
+        offsets = [client.recv().offset for _ in range(n)]
+    assert offsets == [(i % 2048) * 4096 for i in range(n)]
+
+
+def test_a_client_that_leaves_drops_its_queue_and_others_go_on(snapshot, data):
+    with PageServer(snapshot, latency_us=20_000, max_inflight=1) as server:
+        leaver = server.connect()
+        for i in range(10):
+            leaver.send(i * 4096, 4096)
+        deadline = time.monotonic() + 10
+        while server.stats().requests < 10:
+            assert time.monotonic() < deadline, "does not hang"
+            time.sleep(0.001)
+        leaver.close()
+        with server.connect() as client:
+            assert client.fetch(_2M, 4096) == data[_2M:_2M + 4096]
+        stats = server.stats()
+    assert stats.dropped >= 8, stats          # at most one in flight, one on the link
+    assert stats.served <= 3, stats
+
+
 # ---- lifetime ----
 
 def test_server_killed_mid_fetch_fails_the_fetch_promptly(snapshot):

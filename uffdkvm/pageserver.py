@@ -199,6 +199,17 @@ class PageClient:
             raise self._gone(e) from e
         self.outstanding += 1
 
+    def send_many(self, ranges: list[tuple[int, int]], urgent: bool = False) -> None:
+        """Send a request for each (offset, length), in one write."""
+        f = URGENT if urgent else 0
+        try:
+            self._sock.sendall(b"".join(_REQUEST.pack(o, n, f) for o, n in ranges))
+        except OSError as e:
+            if isinstance(e, TimeoutError):
+                raise
+            raise self._gone(e) from e
+        self.outstanding += len(ranges)
+
     def recv(self) -> Reply:
         """The next reply, whole."""
         offset, length, status, flags, _ = _REPLY.unpack(self._recv_exact(_REPLY.size))
