@@ -419,6 +419,19 @@ def test_a_forgotten_server_dies_with_its_object(snapshot):
     assert fd_targets() == fds
 
 
+def test_a_forked_child_does_not_stop_its_parents_server(snapshot, data):
+    with PageServer(snapshot) as server:
+        pid = os.fork()
+        if pid == 0:                     # the child: its copy stops, and exits
+            try:
+                server.stop()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        with server.connect() as client:
+            assert client.fetch(0, 4096) == data[:4096]
+
+
 PARENT = """
 import sys, time
 from uffdkvm.pageserver import PageServer

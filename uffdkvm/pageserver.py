@@ -279,6 +279,7 @@ class _Process:
     finalizer can stop it after the PageServer is gone."""
 
     def __init__(self) -> None:
+        self.owner = os.getpid()   # a forked child's copy must not stop its parent's server
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr: IO[bytes] | None = None
         self.tmpdir: str | None = None
@@ -301,6 +302,10 @@ class _Process:
                 self.stats_client.close()
                 self.stats_client = None
             proc = self.proc
+            if proc is not None and os.getpid() != self.owner:
+                proc = None     # not ours to stop: fork() copied it from the parent
+                self.proc = None
+                self.tmpdir = None
             if proc is not None:
                 if proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):

@@ -317,6 +317,23 @@ int ukvm_remote_stats(struct ukvm_remote_conn *c, struct ukvm_remote_stats *stat
 	return 0;
 }
 
+const char *ukvm_remote_strerror(int ret)
+{
+	switch (ret) {
+	case 0:			return "done";
+	case -ECANCELED:	return "cancelled: the run is stopping";
+	case -ETIMEDOUT:	return "no reply before the deadline";
+	case -ECONNRESET:
+	case -EPIPE:		return "page server closed the connection";
+	case -EPROTO:		return "a reply that does not answer the request";
+	case -EINVAL:		return "a length of 0 or above the maximum";
+	case -EBUSY:		return "pipelined replies still to take";
+	case -ERANGE:		return "the range ends past the snapshot's end";
+	case -ENOTCONN:		return "the connection was given up after an earlier error";
+	default:		return "the page server connection failed";
+	}
+}
+
 #ifdef UKVM_TEST_HOOKS
 int ukvm_remote_fetch_once(const char *address, uint64_t offset, uint64_t len, bool urgent,
 			   void *dst, uint64_t timeout_ns, struct ukvm_error *err)
@@ -329,10 +346,9 @@ int ukvm_remote_fetch_once(const char *address, uint64_t offset, uint64_t len, b
 	ret = ukvm_remote_fetch(c, offset, len, urgent, dst, -1, ukvm_deadline_after(timeout_ns));
 	if (ret)
 		ukvm_err_set(err, ret == -ETIMEDOUT ? UKVM_ERR_TIMEOUT : UKVM_ERR_RUN, -ret,
-			     "page server client: fetch of %llu bytes at %llu from %s%s",
+			     "page server client: fetch of %llu bytes at %llu from %s: %s",
 			     (unsigned long long)len, (unsigned long long)offset, address,
-			     ret == -ECONNRESET || ret == -EPIPE ?
-			     ": page server closed the connection" : "");
+			     ukvm_remote_strerror(ret));
 	ukvm_remote_close(c);
 	return ret;
 }

@@ -57,6 +57,12 @@ int ukvm_remote_recv(struct ukvm_remote_conn *c, struct ukvm_remote_reply *reply
 /* Replies sent for and not yet taken by recv(). */
 uint32_t ukvm_remote_outstanding(const struct ukvm_remote_conn *c);
 
+/*
+ * What a return of the calls above means, for an error message: "page
+ * server closed the connection" for -ECONNRESET and -EPIPE, and so on.
+ */
+const char *ukvm_remote_strerror(int ret);
+
 /* The server's counters (a STATS request). */
 int ukvm_remote_stats(struct ukvm_remote_conn *c, struct ukvm_remote_stats *stats, int stop_fd,
 		      uint64_t deadline_ns);
