@@ -181,10 +181,13 @@ static void config_free(struct ukvm_config *cfg)
 	cfg->replay = NULL;
 }
 
-/* source_path: a str or bytes path, in the filesystem's encoding, into cfg->source_path. */
-static int config_source_path(PyObject *dict, struct ukvm_config *cfg)
+/*
+ * A string field (source_path, source_address): a str or bytes, in the
+ * filesystem's encoding, into buf of size bytes, NUL-terminated.
+ */
+static int config_string(PyObject *dict, const char *name, char *buf, size_t size)
 {
-	PyObject *item = PyDict_GetItemString(dict, "source_path"), *bytes;
+	PyObject *item = PyDict_GetItemString(dict, name), *bytes;
 	Py_ssize_t len;
 	char *p;
 
@@ -195,20 +198,20 @@ static int config_source_path(PyObject *dict, struct ukvm_config *cfg)
 	} else if (PyBytes_Check(item)) {
 		bytes = Py_NewRef(item);
 	} else {
-		PyErr_SetString(PyExc_TypeError, "source_path: expected a str or bytes path");
+		PyErr_Format(PyExc_TypeError, "%s: expected a str or bytes", name);
 		return -1;
 	}
 	if (!bytes || PyBytes_AsStringAndSize(bytes, &p, &len)) {
 		Py_XDECREF(bytes);
 		return -1;
 	}
-	if ((size_t)len >= sizeof(cfg->source_path) || strlen(p) != (size_t)len) {
+	if ((size_t)len >= size || strlen(p) != (size_t)len) {
 		Py_DECREF(bytes);
-		PyErr_Format(PyExc_ValueError, "source_path: a path of at most %d bytes without "
-			     "NUL characters", UKVM_SOURCE_PATH_MAX - 1);
+		PyErr_Format(PyExc_ValueError, "%s: at most %zu bytes without NUL characters",
+			     name, size - 1);
 		return -1;
 	}
-	memcpy(cfg->source_path, p, (size_t)len + 1);
+	memcpy(buf, p, (size_t)len + 1);
 	Py_DECREF(bytes);
 	return 0;
 }
@@ -277,7 +280,9 @@ static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 			break;	/* above */
 		}
 	}
-	if (config_source_path(dict, cfg))
+	if (config_string(dict, "source_path", cfg->source_path, sizeof(cfg->source_path)) ||
+	    config_string(dict, "source_address", cfg->source_address,
+			  sizeof(cfg->source_address)))
 		return -1;
 	if (cpu_list(dict, "pin_vcpus", &cfg->nr_pin_vcpus, &pins))
 		return -1;
@@ -811,6 +816,88 @@ static PyObject *core_make_snapshot(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* ---- the page server (csrc/remote/): run by uffdkvm/pageserver.py's child ---- */
+
+static PyObject *remote_stats_to_dict(const struct ukvm_remote_stats *st)
+{
+	PyObject *d = PyDict_New();
+
+	if (d && (set_u64(d, "requests", st->requests) || set_u64(d, "urgent", st->urgent) ||
+		  set_u64(d, "background", st->background) || set_u64(d, "served", st->served) ||
+		  set_u64(d, "errors", st->errors) || set_u64(d, "bytes", st->bytes) ||
+		  set_u64(d, "queue_ns_total", st->queue_ns_total) ||
+		  set_u64(d, "queue_ns_max", st->queue_ns_max) ||
+		  set_u64(d, "connections", st->connections) ||
+		  set_u64(d, "dropped", st->dropped) ||
+		  set_u64(d, "stats_requests", st->stats_requests)))
+		Py_CLEAR(d);
+	return d;
+}
+
+static PyObject *core_pageserver_serve(PyObject *self, PyObject *args)
+{
+	struct ukvm_pageserver_config cfg = { 0 };
+	unsigned long long latency_ns, bandwidth_mbps;
+	unsigned int max_inflight;
+	struct ukvm_remote_stats st;
+	struct ukvm_error err;
+	int ready_fd, stop_fd, ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "ssKKIii:pageserver_serve", &cfg.snapshot_path, &cfg.listen,
+			      &latency_ns, &bandwidth_mbps, &max_inflight, &ready_fd, &stop_fd))
+		return NULL;
+	cfg.latency_ns = latency_ns;
+	cfg.bandwidth_mbps = bandwidth_mbps;
+	cfg.max_inflight = max_inflight;
+	Py_BEGIN_ALLOW_THREADS
+	ret = ukvm_pageserver_serve(&cfg, ready_fd, stop_fd, &st, &err);
+	Py_END_ALLOW_THREADS
+	if (ret) {
+		raise_core_error(&err);
+		return NULL;
+	}
+	return remote_stats_to_dict(&st);
+}
+
+#ifdef UKVM_TEST_HOOKS
+static PyObject *core_remote_fetch(PyObject *self, PyObject *args)
+{
+	unsigned long long offset, length;
+	double timeout_s;
+	struct ukvm_error err;
+	const char *address;
+	PyObject *out;
+	void *buf;
+	int urgent, ret;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "sKKpd:remote_fetch", &address, &offset, &length, &urgent,
+			      &timeout_s))
+		return NULL;
+	if (!(timeout_s >= 0 && timeout_s < 1e6) || length > (1ULL << 30)) {
+		PyErr_SetString(PyExc_ValueError, "remote_fetch: timeout_s must be in [0, 1e6) "
+				"and length at most 1 GiB");
+		return NULL;
+	}
+	buf = PyMem_Malloc(length ? length : 1);
+	if (!buf)
+		return PyErr_NoMemory();
+	Py_BEGIN_ALLOW_THREADS
+	ret = ukvm_remote_fetch_once(address, offset, length, urgent, buf,
+				     (uint64_t)(timeout_s * 1e9), &err);
+	Py_END_ALLOW_THREADS
+	if (ret) {
+		PyMem_Free(buf);
+		raise_core_error(&err);
+		return NULL;
+	}
+	out = PyBytes_FromStringAndSize(buf, (Py_ssize_t)length);
+	PyMem_Free(buf);
+	return out;
+}
+#endif
+
 static PyMethodDef core_methods[] = {
 	{ "make_snapshot", core_make_snapshot, METH_VARARGS,
 	  "make_snapshot(path, size: int, seed: int) -> None\n\nWrite a snapshot file of size "
@@ -829,6 +916,17 @@ static PyMethodDef core_methods[] = {
 	  "released while it runs. progress(phase, pages_done, pages_total), if given, is "
 	  "called every 50 ms with a list per vCPU; if it raises, the run is cancelled and "
 	  "the exception propagates. Raises CoreError(kind, errno, message) on failure." },
+	{ "pageserver_serve", core_pageserver_serve, METH_VARARGS,
+	  "pageserver_serve(snapshot_path, listen, latency_ns, bandwidth_mbps, max_inflight, "
+	  "ready_fd, stop_fd) -> dict\n\nServe the snapshot (the page server process's "
+	  "body: uffdkvm/pageserver.py), the GIL released, until SIGTERM or SIGINT or "
+	  "stop_fd polls readable; writes \"ready ADDRESS\" to ready_fd once listening. "
+	  "Returns the final counters. Raises CoreError on failure." },
+#ifdef UKVM_TEST_HOOKS
+	{ "remote_fetch", core_remote_fetch, METH_VARARGS,
+	  "remote_fetch(address, offset, length, urgent, timeout_s) -> bytes\n\nTest hook: "
+	  "the C client (csrc/remote/client.c) fetches one range from a page server." },
+#endif
 	{ NULL, NULL, 0, NULL },
 };
 

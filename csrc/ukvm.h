@@ -134,9 +134,10 @@ enum ukvm_clock_sync {
 
 /*
  * Where a resolved page's bytes come from (uffd_mode missing, resolve copy
- * or move): the synthetic fill, or a snapshot file that maps onto the
- * region byte for byte (region offset o is file offset o; see
- * ukvm_snapshot_write). REMOTE, a page server, is not built yet.
+ * or move): the synthetic fill, a snapshot file that maps onto the region
+ * byte for byte (region offset o is file offset o; see
+ * ukvm_snapshot_write), or a page server serving such a file
+ * (source_address; the caller starts it: uffdkvm/pageserver.py).
  */
 enum ukvm_source_kind {
 	UKVM_SOURCE_SYNTHETIC = 0,
@@ -160,6 +161,7 @@ enum ukvm_source_cache {
 };
 
 #define UKVM_SOURCE_PATH_MAX	4096	/* bytes of source_path, its NUL included */
+#define UKVM_SOURCE_ADDRESS_MAX	256	/* bytes of source_address, its NUL included */
 
 /*
  * Prefetch (uffd_mode missing, resolve copy): pages installed before the
@@ -269,7 +271,9 @@ struct ukvm_config {
 	uint64_t timeout_ns;		/* 0: no limit */
 	/* Page source (enum ukvm_source_kind): the path is copied with the config. */
 	enum ukvm_source_kind source;
-	char source_path[UKVM_SOURCE_PATH_MAX];
+	char source_path[UKVM_SOURCE_PATH_MAX];	/* file, remote: the snapshot */
+	/* remote: the page server's address, "unix:/path" or "tcp:HOST:PORT" */
+	char source_address[UKVM_SOURCE_ADDRESS_MAX];
 	enum ukvm_source_read source_read;
 	enum ukvm_source_cache source_cache;
 	/* Prefetch (enum ukvm_prefetch); pages are of the backing's page size. */
@@ -532,6 +536,66 @@ const char *ukvm_pattern_name(enum ukvm_pattern p);
 const char *ukvm_prefetch_name(enum ukvm_prefetch p);
 /* The page size faults on this backing are resolved at. */
 uint64_t ukvm_backing_page_size(enum ukvm_backing b);
+
+/*
+ * ---- The page server (csrc/remote/) ----
+ *
+ * A process of its own (uffdkvm/pageserver.py starts it) serves byte
+ * ranges of a snapshot file over a Unix or TCP socket, with a model of a
+ * remote source on its side: a latency per request, one link of a given
+ * bandwidth, a cap on requests in flight, faults (URGENT) ahead of
+ * background requests. The wire protocol: csrc/remote/protocol.h; the
+ * model: csrc/remote/server.c; the client readers use: csrc/remote/client.h.
+ */
+struct ukvm_pageserver_config {
+	const char *snapshot_path;	/* the file served, opened read-only */
+	const char *listen;		/* "unix:/path" or "tcp:HOST:PORT" (0: any free port) */
+	uint64_t latency_ns;		/* from a request taking its slot to its reply being ready */
+	uint64_t bandwidth_mbps;	/* megabits (10^6 bits) per second, 0 = unlimited */
+	uint32_t max_inflight;		/* requests served at once, 0 = no cap */
+};
+
+/*
+ * The server's counters since it started (a STATS reply carries them).
+ * Queue time is what a request waited beyond its latency: for an inflight
+ * slot, then for the link.
+ */
+struct ukvm_remote_stats {
+	uint64_t requests;		/* page requests read (STATS not counted) */
+	uint64_t urgent;		/* of those, URGENT (a fault waits) */
+	uint64_t background;		/* of those, not */
+	uint64_t served;		/* replies put on the link */
+	uint64_t errors;		/* requests refused (bad length, past the end) */
+	uint64_t bytes;			/* payload bytes served */
+	uint64_t queue_ns_total;	/* summed over served requests */
+	uint64_t queue_ns_max;
+	uint64_t connections;		/* accepted since the start */
+	uint64_t dropped;		/* requests whose connection closed before the reply */
+	uint64_t stats_requests;
+};
+
+/*
+ * Binds and listens, writes one line "ready ADDRESS\n" to ready_fd (if >= 0;
+ * a TCP port 0 replaced by the real one), then serves until SIGTERM or
+ * SIGINT (blocked in the calling thread meanwhile and taken through a
+ * signalfd: call it from the process's only thread) or until stop_fd (if
+ * >= 0: the server's stdin) polls readable or hung up, so that a server
+ * whose parent dies follows it. A Unix socket file it made is unlinked on
+ * the way out. stats (may be NULL) gets the final counters.
+ * 0 after a stop, or -errno with err set.
+ */
+int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd, int stop_fd,
+			  struct ukvm_remote_stats *stats, struct ukvm_error *err);
+
+#ifdef UKVM_TEST_HOOKS
+/*
+ * For the Python tests of the client (csrc/remote/client.h): connect to
+ * address, fetch len bytes at offset into dst, close. timeout_ns bounds
+ * the fetch; the return is the fetch's (0 or -errno, err set).
+ */
+int ukvm_remote_fetch_once(const char *address, uint64_t offset, uint64_t len, bool urgent,
+			   void *dst, uint64_t timeout_ns, struct ukvm_error *err);
+#endif
 
 #ifdef __cplusplus
 }

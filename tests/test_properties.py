@@ -88,6 +88,10 @@ VALID = {
     "prefetch_pages": st.integers(1, 16),
     "prefetch_bandwidth_mbps": st.sampled_from([0, 0, 1, 1000]),
     "replay_from": st.sampled_from([None, [0], [1, 0], (0,), range(2)]),
+    "remote_transport": cased(("unix", "tcp")),
+    "remote_latency_us": st.sampled_from([0, 30, 10_000_000]),
+    "remote_bandwidth_mbps": st.sampled_from([0, 1, 10_000]),
+    "max_inflight": st.sampled_from([0, 1, 64]),
 }
 assert set(VALID) == set(FIELDS), "every Config field has a strategy"
 
@@ -132,7 +136,9 @@ def coherent_fields(draw):
         pin_readers=draw(st.sampled_from([None, [0], "0"])),
         timeout_s=draw(st.sampled_from([None, 30.0, math.inf])),
         wp_async=False,  # uffd_mode "wp" only: tests/test_wp.py
-        source_read="pread", source_cache="warm")  # source "file" only
+        source_read="pread", source_cache="warm",  # source "file" only
+        # source "remote" only (a page server per run: tests/test_source_remote.py)
+        remote_transport="unix", remote_latency_us=0, remote_bandwidth_mbps=0, max_inflight=0)
     if fields["access"].lower() == "zipf":  # needs a skew and the sequential pattern
         fields.update(zipf_theta=draw(st.sampled_from([0.5, 0.99, 2.0])), pattern="sequential")
     else:  # the Zipf knobs only with access="zipf"

@@ -260,9 +260,13 @@ def test_a_source_where_nothing_is_fetched_is_refused(fields, why):
 
 @pytest.mark.parametrize("fields,fix", [
     (dict(resolve=uffdkvm._core.RESOLVE_ZEROPAGE), "source: file applies where"),
-    (dict(source=uffdkvm._core.SOURCE_REMOTE), "source: remote is not built yet"),
+    (dict(source=uffdkvm._core.SOURCE_REMOTE), "source_address: source remote needs"),
+    (dict(source_address="unix:/x"), "source_address applies to source remote only"),
     (dict(source=uffdkvm._core.SOURCE_SYNTHETIC, source_path="/x"),
-     "source_path, source_read and source_cache apply to source file only"),
+     "source_path applies to source file or remote only"),
+    (dict(source=uffdkvm._core.SOURCE_REMOTE, source_address="unix:/x",
+          source_cache=uffdkvm._core.SOURCE_CACHE_COLD),
+     "source_read and source_cache apply to source file only"),
     (dict(source_path=""), "source_path: source file needs"),
 ])
 def test_the_core_refuses_a_bad_source_on_its_own(kvm, snapshot, fields, fix):

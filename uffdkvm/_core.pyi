@@ -25,6 +25,15 @@ def make_snapshot(path: str, size: int, seed: int, /) -> None:
 def wait_idle(timeout_s: float = 10.0, /) -> None:
     """Wait until failed runs have released their threads, fds and memory."""
 
+def pageserver_serve(snapshot_path: str, listen: str, latency_ns: int, bandwidth_mbps: int,
+                     max_inflight: int, ready_fd: int, stop_fd: int, /) -> dict[str, int]:
+    """Serve the snapshot until SIGTERM, SIGINT or stop_fd polls readable
+    (uffdkvm/pageserver.py's child); returns the final counters."""
+
+def remote_fetch(address: str, offset: int, length: int, urgent: bool, timeout_s: float,
+                 /) -> bytes:
+    """Test hooks only: the C client fetches one range from a page server."""
+
 # Bucket b of the core's latency histograms holds [HIST_BOUNDS[b],
 # HIST_BOUNDS[b + 1]) nanoseconds.
 HIST_BOUNDS: list[int]

@@ -25,6 +25,7 @@ from .config import (
     PATTERNS,
     PIN_WITH_VCPUS,
     PREFETCHES,
+    REMOTE_TRANSPORTS,
     RESOLVERS,
     RESOLVES,
     SOURCE_CACHES,
@@ -337,6 +338,22 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     p.add_argument("--replay-from", dest="replay_from", default=None, metavar="PATH",
                    help="with --prefetch replay: a touch order file (Result.save_touch_order: "
                    "one page index a line)")
+    p.add_argument("--remote-transport", dest="remote_transport",
+                   type=listed(choice(REMOTE_TRANSPORTS)), default=d.remote_transport,
+                   metavar="HOW", help="with a remote source: how readers reach the page "
+                   "server, unix (a Unix socket, the default) or tcp (loopback TCP)")
+    p.add_argument("--remote-latency-us", dest="remote_latency_us", type=listed(int),
+                   default=d.remote_latency_us, metavar="USEC",
+                   help="with a remote source: the page server's latency per request, in "
+                   "microseconds (default 0)")
+    p.add_argument("--remote-bandwidth-mbps", dest="remote_bandwidth_mbps", type=listed(int),
+                   default=d.remote_bandwidth_mbps, metavar="MBPS",
+                   help="with a remote source: the page server's link, in megabits per "
+                   "second (default 0: unlimited)")
+    p.add_argument("--max-inflight", dest="max_inflight", type=listed(int),
+                   default=d.max_inflight, metavar="N",
+                   help="with a remote source: requests the page server serves at once, "
+                   "the rest queue, faults first (default 0: no cap)")
     p.add_argument("--guest-work", dest="guest_work", type=listed(int), default=d.guest_work,
                    metavar="N", help="guest busy-loop iterations after each page access "
                    "(4 instructions each; default 0)")

@@ -44,13 +44,15 @@ MAX_ACCESSES = 1 << 24  # per pass per vCPU: csrc/experiment/config.c MAX_ACCESS
 RESOLVES = ("copy", "zeropage", "move")
 DELAY_DISTS = ("fixed", "uniform", "exponential")
 STATS = ("full", "basic")
-#: Where a resolved page's bytes come from ("remote": the page server, not built yet).
+#: Where a resolved page's bytes come from.
 SOURCES = ("synthetic", "file", "remote")
 SOURCE_READS = ("pread", "mmap")
 SOURCE_CACHES = ("warm", "cold")
 #: Prefetch policies (uffd_mode="missing" with resolve="copy" only).
 PREFETCHES = ("none", "readahead", "background", "replay")
 MAX_PREFETCH_PAGES = 1 << 20
+# source="remote": how the readers reach the page server (uffdkvm/pageserver.py).
+REMOTE_TRANSPORTS = ("unix", "tcp")
 
 MAX_VCPUS = 4096          # KVM's own ceiling (KVM_MAX_VCPUS); the host may allow fewer
 # No guest here addresses more than 2^46 bytes of test memory (the core puts
@@ -62,6 +64,9 @@ MAX_DELAY_US = 10_000_000
 MAX_GUEST_WORK = 1_000_000
 MAX_PASSES = 1_000_000
 MAX_CPU = 1023
+MAX_REMOTE_LATENCY_US = 10_000_000
+MAX_REMOTE_BANDWIDTH_MBPS = 1_000_000_000   # 1 Pbit/s: past any real link
+MAX_INFLIGHT = 1_000_000
 
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
@@ -321,11 +326,14 @@ class Config:
                      up by the resolver, stamped with the page's address) or
                      "file" (a snapshot file, source_path, mapped onto the
                      region byte for byte: region offset o comes from file
-                     offset o; uffdkvm.make_snapshot writes one). Applies to
+                     offset o; uffdkvm.make_snapshot writes one) or "remote"
+                     (a page server process that run() starts for the run
+                     and stops after it, serving source_path over a socket:
+                     the remote_* fields below). Applies to
                      uffd_mode="missing" with resolve="copy" or "move" (no
-                     prefault); "remote" (a page server) is not built yet
-    source_path      source="file": the snapshot file, at least region_bytes
-                     long (a str or os.PathLike, stored as a str)
+                     prefault)
+    source_path      source="file" or "remote": the snapshot file, at least
+                     region_bytes long (a str or os.PathLike, stored as a str)
     source_read      source="file": "pread" (pread(2) from an fd) or "mmap"
                      (memcpy from a read-only MAP_SHARED mapping of the file)
     source_cache     source="file": the file's page cache as the vCPUs start:
@@ -361,6 +369,20 @@ class Config:
                      wrote (read when the Config is made), or a sequence of
                      page indices (pages of the backing's page size from the
                      region's start, each once); stored as a tuple
+
+    With source="remote" (a page server, uffdkvm/pageserver.py, serves the
+    snapshot from a process of its own; its model runs on its side):
+
+    remote_transport
+                     "unix" (a Unix socket) or "tcp" (loopback TCP)
+    remote_latency_us
+                     microseconds from a request being taken up by the server
+                     to its reply being ready (0-10_000_000)
+    remote_bandwidth_mbps
+                     the server's one link, in megabits per second: each reply
+                     occupies it for its length / bandwidth (0: unlimited)
+    max_inflight     requests the server serves at once (0: no cap); the rest
+                     queue, faults ahead of background (prefetch) requests
     """
 
     vcpus: int = 1
@@ -403,6 +425,10 @@ class Config:
     prefetch_pages: int = 8
     prefetch_bandwidth_mbps: int = 0
     replay_from: tuple[int, ...] | None = None
+    remote_transport: str = "unix"
+    remote_latency_us: int = 0
+    remote_bandwidth_mbps: int = 0
+    max_inflight: int = 0
 
     if TYPE_CHECKING:
         # What the constructor takes, for type checkers; the annotations above
@@ -428,8 +454,11 @@ class Config:
                      accesses: SupportsIndex | None = ..., prefetch: str = ...,
                      prefetch_pages: SupportsIndex = ...,
                      prefetch_bandwidth_mbps: SupportsIndex = ...,
-                     replay_from: str | os.PathLike[str] | Iterable[SupportsIndex] | None = ...
-                     ) -> None: ...
+                     replay_from: str | os.PathLike[str] | Iterable[SupportsIndex] | None = ...,
+                     remote_transport: str = ...,
+                     remote_latency_us: SupportsIndex = ...,
+                     remote_bandwidth_mbps: SupportsIndex = ...,
+                     max_inflight: SupportsIndex = ...) -> None: ...
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalise through the back door
@@ -493,6 +522,13 @@ class Config:
         put(self, "trace_faults", _flag("trace_faults", self.trace_faults))
         put(self, "wp_async", _flag("wp_async", self.wp_async))
         self._check_access()
+        put(self, "remote_transport", _choice("remote_transport", self.remote_transport,
+                                              REMOTE_TRANSPORTS))
+        put(self, "remote_latency_us", _integer("remote_latency_us", self.remote_latency_us,
+                                                0, MAX_REMOTE_LATENCY_US))
+        put(self, "remote_bandwidth_mbps", _integer(
+            "remote_bandwidth_mbps", self.remote_bandwidth_mbps, 0, MAX_REMOTE_BANDWIDTH_MBPS))
+        put(self, "max_inflight", _integer("max_inflight", self.max_inflight, 0, MAX_INFLIGHT))
         if self.trace_faults and self.stats != "full":
             raise ConfigError("trace_faults: needs stats='full' (stats='basic' keeps no "
                               "record of each fault)", field="trace_faults")
@@ -601,32 +637,41 @@ class Config:
                                   f"or os.PathLike), not {self.source_path!r}",
                                   field="source_path")
             put(self, "source_path", path)
-        if self.source == "remote":
-            raise ConfigError("source: 'remote' (a page server) is not built yet; use "
-                              "source='file' with a snapshot (uffdkvm.make_snapshot) or "
-                              "'synthetic'", field="source")
-        if self.source == "file":
+        remote_fields = ("remote_transport", "remote_latency_us", "remote_bandwidth_mbps",
+                         "max_inflight")
+        if self.source != "remote":
+            self._defaults_only(remote_fields, "source='remote'", f"source={self.source!r}")
+        if self.source in ("file", "remote"):
             if self.source_path is None:
-                raise ConfigError("source_path: source='file' needs the path of a snapshot "
-                                  "file; write one with uffdkvm.make_snapshot(path, "
-                                  "config.region_bytes)", field="source_path")
+                raise ConfigError(f"source_path: source={self.source!r} needs the path of a "
+                                  f"snapshot file; write one with uffdkvm.make_snapshot(path, "
+                                  f"config.region_bytes)", field="source_path")
             if self.uffd_mode != "missing" or self.resolve not in ("copy", "move") \
                     or self.prefault:
                 why = ("prefault populates every page before the vCPUs start, so nothing "
                        "is fetched" if self.prefault else
                        f"uffd_mode={self.uffd_mode!r} with resolve={self.resolve!r} installs "
                        f"no data fetched for the fault")
-                raise ConfigError(f"source: 'file' supplies the data of missing faults "
-                                  f"resolved with data (uffd_mode='missing' with "
+                raise ConfigError(f"source: {self.source!r} supplies the data of missing "
+                                  f"faults resolved with data (uffd_mode='missing' with "
                                   f"resolve='copy' or 'move', no prefault); {why}",
                                   field="source")
-            return
-        for name in ("source_path", "source_read", "source_cache"):
+        if self.source != "file":
+            # A page server reads its file itself: its cache is the server's.
+            self._defaults_only(("source_read", "source_cache"), "source='file'",
+                                f"source={self.source!r}")
+        if self.source == "synthetic":
+            self._defaults_only(("source_path",), "source='file' or 'remote'",
+                                "source='synthetic'")
+
+    def _defaults_only(self, names: tuple[str, ...], applies: str, here: str) -> None:
+        """Each field of names at its default: it applies to `applies` only."""
+        for name in names:
             default = next(f.default for f in dataclasses.fields(self) if f.name == name)
             if getattr(self, name) != default:
-                raise ConfigError(f"{name}: applies to source='file' only, not "
-                                  f"source={self.source!r}; set source='file' or leave "
-                                  f"{name} at its default ({default!r})", field=name)
+                raise ConfigError(f"{name}: applies to {applies} only, not {here}; set "
+                                  f"{applies} or leave {name} at its default ({default!r})",
+                                  field=name)
     def _check_access(self) -> None:
         """touch_percent, access, zipf_theta, accesses: the guest's access model."""
         put = object.__setattr__

@@ -15,6 +15,7 @@ from .config import Config, format_size
 from .errors import ResultError
 from .histogram import Histogram
 from .host import HostInfo
+from .pageserver import PageServerStats
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -321,6 +322,9 @@ class Result:
     verified       every page of the region held what it must after the run,
                    and every vCPU touched and read what it should have
     bad_pages      pages that did not (0 when verified)
+    page_server    source="remote": the page server's own counters after the
+                   run (requests, urgent and background, bytes, queue time
+                   beyond its latency), else None
     dirty_pages    wp_async: the pages PAGEMAP_SCAN found written (their
                    uffd-wp bit cleared by the kernel on the first write);
                    verification checks they are exactly the pages the guest
@@ -392,6 +396,7 @@ class Result:
     clock_error_ns: float | None = None
     misordered_faults: int | None = None
     dirty_pages: int | None = None
+    page_server: PageServerStats | None = None
     source: str = "synthetic"
     source_cached_pages_at_start: int | None = None
 

@@ -1,10 +1,11 @@
 """run(): one experiment, from a Config to a Result."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from . import _core
@@ -23,6 +24,7 @@ from .config import (
 )
 from .errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError, UffdkvmError
 from .host import HostInfo, usable_cpus_at_import
+from .pageserver import PageServer, PageServerError
 from .progress import ProgressCallback, _Reporter, make_callback
 from .result import Result
 
@@ -274,6 +276,56 @@ def _raise_from_core(e: _core.CoreError) -> None:
     raise _ERRORS.get(kind, UffdkvmError)(message, errnum) from None
 
 
+def _check_snapshot(config: Config) -> None:
+    """source="remote": the snapshot is there and covers the region (the
+    core checks a file source's itself; a server would only refuse the
+    first fetch past its end)."""
+    path = config.source_path or ""
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        raise ConfigError(f"source_path: {path}: {e.strerror}; write a snapshot there with "
+                          f"uffdkvm.make_snapshot(path, {config.region_bytes})",
+                          field="source_path") from None
+    if size < config.region_bytes:
+        raise ConfigError(f"source_path: {path} is {size} bytes, smaller than the test region "
+                          f"({config.region_bytes} bytes), which it maps onto byte for byte; "
+                          f"write a large enough one with uffdkvm.make_snapshot(path, "
+                          f"{config.region_bytes})", field="source_path")
+
+
+@contextlib.contextmanager
+def _page_server(config: Config) -> Iterator[PageServer | None]:
+    """source="remote": a page server process for this run, stopped after it
+    on every way out (its socket and directory removed); else None."""
+    if config.source != "remote":
+        yield None
+        return
+    _check_snapshot(config)
+    assert config.source_path is not None
+    server = PageServer(config.source_path, transport=config.remote_transport,
+                        latency_us=config.remote_latency_us,
+                        bandwidth_mbps=config.remote_bandwidth_mbps,
+                        max_inflight=config.max_inflight)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _server_fields(server: PageServer | None) -> dict[str, Any]:
+    return {"source_address": server.address} if server else {}
+
+
+def _server_fate(server: PageServer | None) -> str:
+    """Why a remote run failed, if its server is gone: to add to the error."""
+    status = server.returncode() if server else None
+    if status is None:
+        return ""
+    how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+    return f"; the page server (pid {server.pid}) {how} during the run"  # type: ignore[union-attr]
+
+
 def probe(config: Config | None = None, **fields: Any) -> None:
     """Checks that this host can run the config without running it.
 
@@ -284,10 +336,11 @@ def probe(config: Config | None = None, **fields: Any) -> None:
     config = _config_of(config, fields)
     _check_pins(config)
     _check_spinners(config)
-    try:
-        _core.probe(_core_config(config))
-    except _core.CoreError as e:
-        _raise_from_core(e)
+    with _page_server(config) as server:
+        try:
+            _core.probe({**_core_config(config), **_server_fields(server)})
+        except _core.CoreError as e:
+            _raise_from_core(e)
 
 
 def run(config: Config | None = None, *, progress: bool | ProgressCallback | None = None,
@@ -322,16 +375,25 @@ def _run(config: Config, progress: ProgressCallback | None = None,
     reporter = _Reporter(progress, config.vcpus) if progress else None
     host = HostInfo.current()  # before: free huge pages as the run found them
     try:
-        try:
-            core_config = {**_core_config(config), **core_fields}
-            raw = _core.run(core_config, reporter) if reporter else _core.run(core_config)
-        except _core.CoreError as e:
-            _raise_from_core(e)
+        with _page_server(config) as server:
+            try:
+                core_config = {**_core_config(config), **_server_fields(server), **core_fields}
+                raw = _core.run(core_config, reporter) if reporter else _core.run(core_config)
+            except _core.CoreError as e:
+                if server:  # a failure it caused says what became of it
+                    e.args = (*e.args[:2], e.args[2] + _server_fate(server))
+                _raise_from_core(e)
+            try:
+                server_stats = server.stats() if server else None
+            except (PageServerError, OSError) as e:
+                raise RunError(f"the page server's counters after the run: {e}"
+                               f"{_server_fate(server)}") from None
     except BaseException:
         if reporter:
             reporter.fail()  # a display clears its line or closes its bar
         raise
-    result = dataclasses.replace(Result._from_core(config, raw), host=host)
+    result = dataclasses.replace(Result._from_core(config, raw), host=host,
+                                 page_server=server_stats)
     if reporter:
         reporter.finish([v.pages for v in result.vcpus])
     return result

@@ -325,22 +325,27 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 		BAD("source_read: unknown value %d", c->source_read);
 	if ((unsigned)c->source_cache >= UKVM_SOURCE_CACHE__COUNT)
 		BAD("source_cache: unknown value %d", c->source_cache);
-	if (c->source == UKVM_SOURCE_REMOTE)
-		BAD("source: remote is not built yet; use source synthetic or file");
+	if (c->source == UKVM_SOURCE_REMOTE && !c->source_address[0])
+		BAD("source_address: source remote needs the page server's address "
+		    "(uffdkvm.run starts the server and gives it)");
+	if (c->source != UKVM_SOURCE_REMOTE && c->source_address[0])
+		BAD("source_address applies to source remote only");
 	/* A source supplies the data of a fault resolved with data; nothing else fetches. */
 	if (c->source != UKVM_SOURCE_SYNTHETIC &&
 	    (c->uffd_mode != UKVM_UFFD_MISSING || c->prefault ||
 	     (c->resolve != UKVM_RESOLVE_COPY && c->resolve != UKVM_RESOLVE_MOVE)))
 		BAD("source: %s applies where a missing fault is resolved with data (uffd_mode "
 		    "missing with resolve copy or move, no prefault), not uffd_mode %s, resolve "
-		    "%s%s", c->source == UKVM_SOURCE_FILE ? "file" : "?",
+		    "%s%s", c->source == UKVM_SOURCE_FILE ? "file" : "remote",
 		    ukvm_uffd_mode_name(c->uffd_mode),
 		    c->resolve == UKVM_RESOLVE_ZEROPAGE ? "zeropage" :
 		    c->resolve == UKVM_RESOLVE_MOVE ? "move" : "copy",
 		    c->prefault ? " with prefault" : "");
-	if (c->source != UKVM_SOURCE_FILE &&
-	    (c->source_path[0] || c->source_read || c->source_cache))
-		BAD("source_path, source_read and source_cache apply to source file only");
+	if (c->source == UKVM_SOURCE_SYNTHETIC && c->source_path[0])
+		BAD("source_path applies to source file or remote only");
+	if (c->source != UKVM_SOURCE_FILE && (c->source_read || c->source_cache))
+		BAD("source_read and source_cache apply to source file only (a page server "
+		    "reads its file itself)");
 	/* Before the lists are read: a count with a NULL list is the caller's bug. */
 	if (c->nr_pin_vcpus && !c->pin_vcpus)
 		BAD("pin_vcpus: nr_pin_vcpus is %u but the list is NULL", c->nr_pin_vcpus);

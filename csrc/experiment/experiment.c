@@ -28,6 +28,7 @@
 #include "kvm/kvmstats.h"
 #include "kvm/vm.h"
 #include "uffd/backing.h"
+#include "uffd/pool.h"
 #include "uffd/source.h"
 #include "ukvm.h"
 
@@ -332,6 +333,10 @@ static void *experiment_controller(void *arg)
 	if (ret)
 		exp_fail(exp, &err);
 	experiment_set_phase(exp, "stopping the vCPUs");
+	/* A vCPU resolving its own fault may wait on the page server: its pool's stop ends that. */
+	if (exp_aborted(exp) && exp->cfg.resolver == UKVM_RESOLVER_VCPU)
+		for (uint32_t u = 0; u < exp->nr_pools; u++)
+			ukvm_pool_request_stop(&exp->pools[u]);
 	running = ukvm_stop_vcpus(exp);
 	experiment_set_phase(exp, "stopping the readers");
 	running += ukvm_stop_pools(exp, false);

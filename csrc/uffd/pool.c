@@ -125,12 +125,15 @@ static int reader_fetch(struct ukvm_reader *r, uint64_t addr, uint64_t gpa, uint
 	int ret;
 
 	ret = ukvm_source_fetch(&r->conn, off, pool->page_size, gpa, dst, urgent);
-	if (ret)
+	/* Cancelled: the run is stopping (its end, or another thread's failure). */
+	if (ret && ret != -ECANCELED && !ukvm_ctl_aborted(pool->ctl))
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
-			      "%s: fetching %llu bytes at offset %llu of source_path %s%s", r->who,
+			      "%s: fetching %llu bytes at offset %llu of %s %s: %s", r->who,
 			      (unsigned long long)pool->page_size, (unsigned long long)off,
-			      pool->source->path, ret == -EIO ? " (the file ended early: was "
-			      "it truncated during the run?)" : "");
+			      pool->source->kind == UKVM_SOURCE_REMOTE ? "the page server at" :
+			      "source_path", pool->source->kind == UKVM_SOURCE_REMOTE ?
+			      pool->source->address : pool->source->path,
+			      ukvm_source_strerror(pool->source, ret));
 	return ret;
 }
 
@@ -382,8 +385,8 @@ static int reader_prefetch_copy(struct ukvm_reader *r, uint64_t addr, uint64_t g
 	ret = reader_fetch(r, addr, gpa, buf, false);
 	if (!ret)
 		ret = ukvm_uffd_copy_dontwake(pool->uffd, addr, buf, pool->page_size);
-	else
-		ret = -EIO;
+	else if (ret != -ECANCELED)
+		ret = -EIO;	/* recorded as the run's failure by reader_fetch() */
 	if (!r->src)
 		pthread_mutex_unlock(&shared->lock);
 	return ret;
@@ -412,6 +415,8 @@ static int reader_readahead(struct ukvm_reader *r, uint64_t addr)
 		if (!ukvm_resident_absent(pool->resident, page))
 			continue;
 		ret = reader_prefetch_copy(r, a, pool->gpa_base + (a - pool->hva_base));
+		if (ret == -ECANCELED)
+			return 0;	/* stopping: the pages ahead can wait */
 		if (!ret) {
 			ukvm_resident_mark(pool->resident, page, UKVM_PAGE_PREFETCHED);
 			r->stats.prefetched++;
@@ -524,6 +529,11 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 	} else if (pool->resolve == UKVM_RESOLVE_MOVE) {
 		ret = reader_move(r, addr, gpa);
 		r->stats.moves++;
+	} else if (pool->prefetch != UKVM_PREFETCH_NONE &&
+		   !ukvm_resident_absent(pool->resident, pool->resident_first +
+					 (addr - pool->hva_base) / pool->page_size)) {
+		/* Prefetch installed it already: no fetch, no copy, only the wake below. */
+		ret = -EEXIST;
 	} else {
 		ret = reader_copy(r, addr, gpa);
 		r->stats.copies++;
@@ -945,7 +955,7 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 	struct epoll_event ev;
 	int ret;
 
-	ret = ukvm_source_conn_open(&r->conn, pool->source, pool->full_stats, err);
+	ret = ukvm_source_conn_open(&r->conn, pool->source, pool->full_stats, pool->stop_fd, err);
 	if (ret)
 		return ret;
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_COPY &&

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -42,6 +43,7 @@
 void ukvm_pusher_init(struct ukvm_pusher *p)
 {
 	memset(p, 0, sizeof(*p));
+	p->stop_fd = -1;
 	atomic_init(&p->stop, false);
 	atomic_init(&p->exited, false);
 }
@@ -124,10 +126,11 @@ static int pusher_install(struct ukvm_pusher *p, uint64_t page)
 		if (pusher_stopping(p) || ukvm_ctl_aborted(p->ctl))
 			return ret;
 		ukvm_ctl_fail(p->ctl, UKVM_ERR_RUN, -ret, "%s: fetching %llu bytes at offset %llu "
-			      "of the page source (gpa 0x%llx)", PUSHER_WHO,
+			      "of the page source (gpa 0x%llx): %s", PUSHER_WHO,
 			      (unsigned long long)p->page_size,
 			      (unsigned long long)(page * p->page_size),
-			      (unsigned long long)(range->gpa + off));
+			      (unsigned long long)(range->gpa + off),
+			      ukvm_source_strerror(p->source, ret));
 		return ret;
 	}
 	ret = ukvm_uffd_copy_dontwake(range->uffd, range->hva + off, p->buf, p->page_size);
@@ -189,7 +192,12 @@ int ukvm_pusher_start(struct ukvm_pusher *p, struct ukvm_error *err)
 			     PUSHER_WHO, (unsigned long long)p->page_size);
 		return -ENOMEM;
 	}
-	ret = ukvm_source_conn_open(&p->conn, p->source, false, err);
+	p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (p->stop_fd < 0) {
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "%s: eventfd", PUSHER_WHO);
+		return -EINVAL;
+	}
+	ret = ukvm_source_conn_open(&p->conn, p->source, false, p->stop_fd, err);
 	if (ret)
 		return ret;
 	p->conn_open = true;
@@ -205,7 +213,13 @@ int ukvm_pusher_start(struct ukvm_pusher *p, struct ukvm_error *err)
 
 void ukvm_pusher_request_stop(struct ukvm_pusher *p)
 {
-	atomic_store(&p->stop, true);
+	uint64_t one = 1;
+
+	if (atomic_exchange(&p->stop, true) || p->stop_fd < 0)
+		return;
+	/* A fetch from a page server waits on it. One write cannot overflow the counter. */
+	if (write(p->stop_fd, &one, sizeof(one)) < 0) {
+	}
 }
 
 uint32_t ukvm_pusher_reap(struct ukvm_pusher *p, bool kick)
@@ -232,6 +246,9 @@ int ukvm_pusher_destroy(struct ukvm_pusher *p)
 	if (p->conn_open)
 		ukvm_source_conn_close(&p->conn);
 	p->conn_open = false;
+	if (p->stop_fd >= 0)
+		close(p->stop_fd);
+	p->stop_fd = -1;
 	free(p->ranges);
 	p->ranges = NULL;
 	p->nr_ranges = 0;

@@ -38,6 +38,7 @@ struct ukvm_pusher {
 	uint64_t bandwidth_mbps;	/* 0: as fast as it goes */
 	const struct ukvm_source *source; /* where the pages' bytes come from */
 	struct ukvm_source_conn conn;	/* the pusher's own connection to it */
+	int stop_fd;			/* eventfd: readable once it must leave (a fetch waits on it) */
 	bool conn_open;
 	uint8_t *buf;			/* a page, prepared for the source's fetches */
 	pthread_t thread;

@@ -12,7 +12,12 @@
  *              back with fdatasync, then dropped with POSIX_FADV_DONTNEED),
  *              or warm (read through once); mincore() on the mapping then
  *              counts what is cached, so a cold run can prove it was cold.
- *   remote     a page server: refused until it is built.
+ *   remote     a page server process (remote/, uffdkvm/pageserver.py) that
+ *              serves such a file over a socket, with its own latency and
+ *              bandwidth model: each installing thread has a connection
+ *              of its own, and a fault's request is marked urgent. The
+ *              file itself is mapped here too, read-only and never
+ *              fetched from: verification compares every page with it.
  *
  * A fetch touches only its conn and the source's read-only state, so any
  * thread with a conn of its own may fetch at any time.
@@ -27,6 +32,7 @@
 
 #include "base/errors.h"
 #include "base/util.h"
+#include "remote/client.h"
 #include "uffd/fill.h"
 #include "uffd/source.h"
 
@@ -162,8 +168,10 @@ static int source_open_file(struct ukvm_source *src, const struct ukvm_config *c
 			     (unsigned long long)size, (unsigned long long)size);
 		return -EINVAL;
 	}
-	ret = cfg->source_cache == UKVM_SOURCE_CACHE_COLD ? source_drop(src, err)
-							  : source_warm(src, err);
+	/* remote: the server reads the file; it is mapped here for verification only. */
+	ret = cfg->source != UKVM_SOURCE_FILE ? 0 :
+	      cfg->source_cache == UKVM_SOURCE_CACHE_COLD ? source_drop(src, err) :
+	      source_warm(src, err);
 	if (ret)
 		return ret;
 	/* After the drop: pages a mapping holds could not have been dropped. */
@@ -207,9 +215,8 @@ int ukvm_source_open(struct ukvm_source *src, const struct ukvm_config *cfg, uin
 	case UKVM_SOURCE_FILE:
 		return source_open_file(src, cfg, size, err);
 	default:
-		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "source: remote is not built yet; use "
-			     "source synthetic or file");
-		return -EINVAL;
+		memcpy(src->address, cfg->source_address, sizeof(src->address));
+		return source_open_file(src, cfg, size, err);
 	}
 }
 
@@ -232,18 +239,31 @@ const struct ukvm_source *ukvm_source_synthetic(void)
 }
 
 int ukvm_source_conn_open(struct ukvm_source_conn *conn, const struct ukvm_source *src,
-			  bool timed, struct ukvm_error *err)
+			  bool timed, int stop_fd, struct ukvm_error *err)
 {
-	(void)err;	/* a remote conn will connect here, and can fail */
 	memset(conn, 0, sizeof(*conn));
 	conn->source = src;
 	conn->timed = timed && src->kind != UKVM_SOURCE_SYNTHETIC;
-	return 0;
+	conn->stop_fd = stop_fd;
+	if (src->kind != UKVM_SOURCE_REMOTE)
+		return 0;
+	return ukvm_remote_connect(src->address, &conn->remote, err);
 }
 
 void ukvm_source_conn_close(struct ukvm_source_conn *conn)
 {
+	if (conn->remote)
+		ukvm_remote_close(conn->remote);
+	conn->remote = NULL;
 	conn->source = NULL;
+}
+
+const char *ukvm_source_strerror(const struct ukvm_source *src, int ret)
+{
+	if (src->kind == UKVM_SOURCE_REMOTE)
+		return ukvm_remote_strerror(ret);
+	return ret == -EIO ? "the file ended early: was it truncated during the run?" :
+	       ret == -ERANGE ? "past the end of the source" : "";
 }
 
 void ukvm_source_prepare(const struct ukvm_source *src, uint8_t *dst, uint64_t len)
@@ -278,7 +298,6 @@ int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64
 	uint64_t t0 = conn->timed ? ukvm_now_ns() : 0;
 	int ret = 0;
 
-	(void)urgent;	/* a file serves every request alike */
 	if (region_off > src->size || len > src->size - region_off)
 		return -ERANGE;
 #ifdef UKVM_TEST_HOOKS
@@ -298,7 +317,8 @@ int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64
 			ret = source_pread(src, region_off, len, dst);
 		break;
 	default:
-		ret = -EOPNOTSUPP;
+		ret = ukvm_remote_fetch(conn->remote, region_off, len, urgent, dst, conn->stop_fd,
+					ukvm_now_ns() + UKVM_SOURCE_REMOTE_WAIT_NS);
 		break;
 	}
 	if (ret)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Where a resolved page's bytes come from (source.c): the synthetic fill,
- * a snapshot file, or (later) a page server. One struct ukvm_source per
+ * a snapshot file, or a page server (remote/client.h) serving one. One struct ukvm_source per
  * experiment, opened before the vCPUs start; each thread that installs
  * pages (a reader, a resolving vCPU, a prefetch pusher) holds a
  * struct ukvm_source_conn of its own and fetches through it, so that a
@@ -16,6 +16,8 @@
 
 #include "ukvm.h"
 
+struct ukvm_remote_conn;
+
 struct ukvm_source {
 	enum ukvm_source_kind kind;
 	enum ukvm_source_read read;
@@ -23,6 +25,7 @@ struct ukvm_source {
 	int fd;				/* file: the snapshot, read-only, or -1 */
 	const uint8_t *map;		/* file: a read-only MAP_SHARED mapping of size bytes */
 	char path[UKVM_SOURCE_PATH_MAX];
+	char address[UKVM_SOURCE_ADDRESS_MAX];	/* remote: the page server */
 	uint64_t cached_pages_at_start;	/* file: page-cache pages of it when the run began */
 #ifdef UKVM_TEST_HOOKS
 	uint64_t wrong_offset_at;	/* UKVM_INJECT_SOURCE_WRONG_OFFSET: that byte's fetch */
@@ -32,6 +35,8 @@ struct ukvm_source {
 
 struct ukvm_source_conn {
 	const struct ukvm_source *source;
+	struct ukvm_remote_conn *remote;	/* remote: the thread's own connection */
+	int stop_fd;			/* remote: readable once the thread must leave */
 	bool timed;			/* count fetch time (stats full; not for synthetic) */
 	uint64_t bytes;			/* fetched through this conn */
 	uint64_t ns;			/* spent fetching, when timed */
@@ -52,9 +57,14 @@ void ukvm_source_close(struct ukvm_source *src);
 /* A synthetic source of any size, shared and read-only: for pools made without one. */
 const struct ukvm_source *ukvm_source_synthetic(void);
 
-/* A thread's connection to src; timed: count the time fetches take. */
+/*
+ * A thread's connection to src; timed: count the time fetches take. A
+ * remote source connects to the page server here; a fetch through it
+ * gives up with -ECANCELED once stop_fd (an eventfd the thread's stop
+ * writes) is readable. 0, or -errno with err set.
+ */
 int ukvm_source_conn_open(struct ukvm_source_conn *conn, const struct ukvm_source *src,
-			  bool timed, struct ukvm_error *err);
+			  bool timed, int stop_fd, struct ukvm_error *err);
 void ukvm_source_conn_close(struct ukvm_source_conn *conn);
 /*
  * Readies a buffer that fetches from src go into, len bytes: the synthetic fill
@@ -66,9 +76,17 @@ void ukvm_source_prepare(const struct ukvm_source *src, uint8_t *dst, uint64_t l
  * The len bytes at region_off of the test region (the whole region, across
  * every uffd) into dst, which the thread has prepared; gpa is the guest
  * physical address of region_off, for the synthetic stamp. urgent: a fault
- * waits for it (a prefetch does not). 0, or -errno (-EIO: the file ended
- * early).
+ * waits for it (a prefetch does not; a page server serves faults first).
+ * 0, or -errno: -EIO, the file ended early; remote, those of
+ * remote/client.h (-ECANCELED: the thread's stop; -ECONNRESET or -EPIPE:
+ * the server went away; -ETIMEDOUT: no answer in UKVM_SOURCE_REMOTE_WAIT_NS).
  */
 int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64_t len,
 		      uint64_t gpa, uint8_t *dst, bool urgent);
+
+/* remote: the longest a fetch waits for the server's answer, queueing included. */
+#define UKVM_SOURCE_REMOTE_WAIT_NS	(60ULL * 1000 * 1000 * 1000)
+
+/* What a failed fetch's return means, for the run's error message. */
+const char *ukvm_source_strerror(const struct ukvm_source *src, int ret);
 #endif

@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: MIT */
+/* A page server's client (client.h). */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/errors.h"
+#include "base/util.h"
+#include "remote/address.h"
+#include "remote/client.h"
+
+/* The longest single poll: a deadline of "never" still wakes up to look again. */
+#define CLIENT_SLICE_NS		NSEC_PER_SEC
+
+struct ukvm_remote_conn {
+	int fd;
+	int spent;		/* -errno every later call returns, 0 while usable */
+	uint32_t outstanding;	/* requests sent whose replies are not yet taken */
+};
+
+/*
+ * Waits until fd polls for events (or has an error: the next call on it
+ * reports it). 0, -ECANCELED (stop_fd readable, looked at first: the run
+ * is stopping) or -ETIMEDOUT.
+ */
+static int client_wait(int fd, short events, int stop_fd, uint64_t deadline_ns)
+{
+	struct pollfd p[2] = { { .fd = fd, .events = events }, { .fd = stop_fd, .events = POLLIN } };
+	nfds_t n = stop_fd >= 0 ? 2 : 1;
+
+	for (;;) {
+		uint64_t now = ukvm_now_ns(), left;
+		struct timespec ts;
+		int ret;
+
+		if (now >= deadline_ns)
+			return -ETIMEDOUT;
+		left = deadline_ns - now;
+		if (left > CLIENT_SLICE_NS)
+			left = CLIENT_SLICE_NS;
+		ts.tv_sec = (time_t)(left / NSEC_PER_SEC);
+		ts.tv_nsec = (long)(left % NSEC_PER_SEC);
+		ret = ppoll(p, n, &ts, NULL);
+		if (ret < 0 && errno == EINTR)
+			continue;	/* a kick: the stop fd says whether to stop */
+		if (ret < 0)
+			return -errno;
+		if (n == 2 && p[1].revents)
+			return -ECANCELED;
+		if (p[0].revents)
+			return 0;
+	}
+}
+
+/* The error that spends c; a server gone stays itself, the rest are -ENOTCONN after. */
+static int client_spend(struct ukvm_remote_conn *c, int ret)
+{
+	if (ret == -ECONNRESET || ret == -EPIPE)
+		c->spent = ret;
+	else
+		c->spent = -ENOTCONN;
+	return ret;
+}
+
+static int client_send_all(struct ukvm_remote_conn *c, const void *buf, size_t len, int stop_fd,
+			   uint64_t deadline_ns)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int ret;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			ret = client_wait(c->fd, POLLOUT, stop_fd, deadline_ns);
+			if (ret)
+				return ret;
+			continue;
+		}
+		if (n < 0)
+			return errno == ENOTCONN ? -ECONNRESET : -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int client_recv_all(struct ukvm_remote_conn *c, void *buf, size_t len, int stop_fd,
+			   uint64_t deadline_ns)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = recv(c->fd, p, len, MSG_DONTWAIT);
+		int ret;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			ret = client_wait(c->fd, POLLIN, stop_fd, deadline_ns);
+			if (ret)
+				return ret;
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET;	/* the server closed the connection */
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int client_connect_wait(int fd, const struct ukvm_remote_address *addr)
+{
+	uint64_t deadline = ukvm_deadline_after(UKVM_REMOTE_CONNECT_TIMEOUT_NS);
+	socklen_t len = sizeof(int);
+	int ret, soerr = 0;
+
+	for (;;) {
+		if (!connect(fd, (const struct sockaddr *)&addr->sa, addr->len))
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN && addr->sa.ss_family == AF_UNIX) {
+			/* The listen backlog is full: wait for the server to accept. */
+			if (ukvm_now_ns() >= deadline)
+				return -ETIMEDOUT;
+			ukvm_sleep_ns(NSEC_PER_MSEC);
+			continue;
+		}
+		if (errno != EINPROGRESS)
+			return -errno;
+		ret = client_wait(fd, POLLOUT, -1, deadline);
+		if (ret)
+			return ret;
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len))
+			return -errno;
+		return -soerr;
+	}
+}
+
+int ukvm_remote_connect(const char *address, struct ukvm_remote_conn **out,
+			struct ukvm_error *err)
+{
+	struct ukvm_remote_address addr;
+	struct ukvm_remote_conn *c = NULL;
+	int one = 1, fd = -1, ret;
+
+	memset(err, 0, sizeof(*err));
+	*out = NULL;
+	ret = ukvm_remote_address_parse(address, &addr, err);
+	if (ret)
+		return ret;
+	fd = socket(addr.sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		ret = -errno;
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server client: socket");
+		goto error;
+	}
+	ret = client_connect_wait(fd, &addr);
+	if (ret) {
+		char call[UKVM_REMOTE_ADDRESS_MAX + 64];
+
+		snprintf(call, sizeof(call), "page server client: connect(\"%s\")", address);
+		ukvm_err_set_hint(err, UKVM_ERR_RUN, -ret, call,
+				  "Is the page server running and listening there?");
+		goto error;
+	}
+	if (addr.sa.ss_family != AF_UNIX)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		ret = -ENOMEM;
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "page server client: allocating");
+		goto error;
+	}
+	c->fd = fd;
+	*out = c;
+	return 0;
+error:
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+void ukvm_remote_close(struct ukvm_remote_conn *c)
+{
+	if (!c)
+		return;
+	close(c->fd);
+	free(c);
+}
+
+uint32_t ukvm_remote_outstanding(const struct ukvm_remote_conn *c)
+{
+	return c->outstanding;
+}
+
+static int client_request(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
+			  uint32_t flags, int stop_fd, uint64_t deadline_ns)
+{
+	struct ukvm_remote_request req = { .offset = offset, .length = (uint32_t)len,
+					   .flags = flags };
+	int ret;
+
+	if (c->spent)
+		return c->spent;
+	if (!(flags & UKVM_REMOTE_STATS) && (!len || len > UKVM_REMOTE_MAX_LENGTH))
+		return -EINVAL;
+	ret = client_send_all(c, &req, sizeof(req), stop_fd, deadline_ns);
+	if (ret)
+		return client_spend(c, ret);
+	c->outstanding++;
+	return 0;
+}
+
+/* The next reply's header, checked for what any reply must hold. */
+static int client_header(struct ukvm_remote_conn *c, struct ukvm_remote_reply *reply,
+			 int stop_fd, uint64_t deadline_ns)
+{
+	int ret = client_recv_all(c, reply, sizeof(*reply), stop_fd, deadline_ns);
+
+	if (ret)
+		return client_spend(c, ret);
+	if (reply->status > 0 || reply->status < -4095 || (reply->status && reply->length) ||
+	    reply->length > UKVM_REMOTE_MAX_LENGTH || reply->flags & ~UKVM_REMOTE_FLAGS)
+		return client_spend(c, -EPROTO);
+	return 0;
+}
+
+int ukvm_remote_send(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len, bool urgent,
+		     int stop_fd, uint64_t deadline_ns)
+{
+	return client_request(c, offset, len, urgent ? UKVM_REMOTE_URGENT : 0, stop_fd,
+			      deadline_ns);
+}
+
+int ukvm_remote_recv(struct ukvm_remote_conn *c, struct ukvm_remote_reply *reply, void *dst,
+		     uint64_t dst_len, int stop_fd, uint64_t deadline_ns)
+{
+	int ret;
+
+	if (c->spent)
+		return c->spent;
+	if (!c->outstanding)
+		return -EINVAL;
+	ret = client_header(c, reply, stop_fd, deadline_ns);
+	if (ret)
+		return ret;
+	if (reply->length > dst_len || reply->flags & UKVM_REMOTE_STATS)
+		return client_spend(c, -EPROTO);
+	ret = client_recv_all(c, dst, reply->length, stop_fd, deadline_ns);
+	if (ret)
+		return client_spend(c, ret);
+	c->outstanding--;
+	return 0;
+}
+
+int ukvm_remote_fetch(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len, bool urgent,
+		      void *dst, int stop_fd, uint64_t deadline_ns)
+{
+	uint32_t flags = urgent ? UKVM_REMOTE_URGENT : 0;
+	struct ukvm_remote_reply reply;
+	int ret;
+
+	if (c->spent)
+		return c->spent;
+	if (c->outstanding)
+		return -EBUSY;
+	ret = client_request(c, offset, len, flags, stop_fd, deadline_ns);
+	if (!ret)
+		ret = client_header(c, &reply, stop_fd, deadline_ns);
+	if (ret)
+		return ret;
+	if (reply.offset != offset || reply.flags != flags ||
+	    (!reply.status && reply.length != len))
+		return client_spend(c, -EPROTO);
+	if (!reply.status)
+		ret = client_recv_all(c, dst, len, stop_fd, deadline_ns);
+	if (ret)
+		return client_spend(c, ret);
+	c->outstanding--;
+	return reply.status;
+}
+
+int ukvm_remote_stats(struct ukvm_remote_conn *c, struct ukvm_remote_stats *stats, int stop_fd,
+		      uint64_t deadline_ns)
+{
+	struct ukvm_remote_reply reply;
+	int ret;
+
+	if (c->spent)
+		return c->spent;
+	if (c->outstanding)
+		return -EBUSY;
+	ret = client_request(c, 0, 0, UKVM_REMOTE_STATS, stop_fd, deadline_ns);
+	if (!ret)
+		ret = client_header(c, &reply, stop_fd, deadline_ns);
+	if (ret)
+		return ret;
+	if (reply.status || reply.flags != UKVM_REMOTE_STATS || reply.length != sizeof(*stats))
+		return client_spend(c, -EPROTO);
+	ret = client_recv_all(c, stats, sizeof(*stats), stop_fd, deadline_ns);
+	if (ret)
+		return client_spend(c, ret);
+	c->outstanding--;
+	return 0;
+}
+
+const char *ukvm_remote_strerror(int ret)
+{
+	switch (ret) {
+	case 0:			return "done";
+	case -ECANCELED:	return "cancelled: the run is stopping";
+	case -ETIMEDOUT:	return "no reply before the deadline";
+	case -ECONNRESET:
+	case -EPIPE:		return "page server closed the connection";
+	case -EPROTO:		return "a reply that does not answer the request";
+	case -EINVAL:		return "a length of 0 or above the maximum";
+	case -EBUSY:		return "pipelined replies still to take";
+	case -ERANGE:		return "the range ends past the snapshot's end";
+	case -ENOTCONN:		return "the connection was given up after an earlier error";
+	default:		return "the page server connection failed";
+	}
+}
+
+#ifdef UKVM_TEST_HOOKS
+int ukvm_remote_fetch_once(const char *address, uint64_t offset, uint64_t len, bool urgent,
+			   void *dst, uint64_t timeout_ns, struct ukvm_error *err)
+{
+	struct ukvm_remote_conn *c;
+	int ret = ukvm_remote_connect(address, &c, err);
+
+	if (ret)
+		return ret;
+	ret = ukvm_remote_fetch(c, offset, len, urgent, dst, -1, ukvm_deadline_after(timeout_ns));
+	if (ret)
+		ukvm_err_set(err, ret == -ETIMEDOUT ? UKVM_ERR_TIMEOUT : UKVM_ERR_RUN, -ret,
+			     "page server client: fetch of %llu bytes at %llu from %s: %s",
+			     (unsigned long long)len, (unsigned long long)offset, address,
+			     ukvm_remote_strerror(ret));
+	ukvm_remote_close(c);
+	return ret;
+}
+#endif

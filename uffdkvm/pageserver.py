@@ -1,0 +1,486 @@
+"""The page server: a separate process serving a snapshot file's bytes over a socket.
+
+For ``source="remote"``: the readers fetch each faulted page from a server
+that uffdkvm starts and stops, as QEMU's post-copy destination asks the
+migration source. The server is C (csrc/remote/server.c) run inside
+``python -m uffdkvm.serve_pages``; it models a remote source on its side:
+a latency per request, one link of a given bandwidth, a cap on the
+requests in flight, and faults (URGENT requests) served ahead of queued
+background ones. The wire protocol is in csrc/remote/protocol.h.
+
+    >>> with PageServer("snap.img", latency_us=30) as server:
+    ...     with server.connect() as client:
+    ...         page = client.fetch(0, 4096, urgent=True)
+    ...     server.stats().requests
+    1
+
+The server never outlives the process that started it: :meth:`PageServer.stop`
+(or leaving the ``with`` block, or the interpreter exiting, or the object
+being collected) sends SIGTERM and, after a bounded wait, SIGKILL; and the
+server exits by itself when its stdin (a pipe from its parent) closes, which
+happens when the parent dies however it dies.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+from .config import MAX_INFLIGHT, MAX_REMOTE_BANDWIDTH_MBPS, MAX_REMOTE_LATENCY_US
+from .config import REMOTE_TRANSPORTS as TRANSPORTS
+from .errors import ConfigError, RunError
+
+# protocol.h
+URGENT = 1 << 0
+STATS = 1 << 1
+MAX_LENGTH = 1 << 30
+_REQUEST = struct.Struct("<QII")     # offset, length, flags
+_REPLY = struct.Struct("<QIiII")     # offset, length, status, flags, reserved
+_STATS_FIELDS = ("requests", "urgent", "background", "served", "errors", "bytes",
+                 "queue_ns_total", "queue_ns_max", "connections", "dropped", "stats_requests")
+_STATS = struct.Struct("<" + "Q" * len(_STATS_FIELDS))
+
+START_TIMEOUT_S = 30.0   # Python's start and the import of uffdkvm, on a loaded host
+STOP_TIMEOUT_S = 5.0     # after SIGTERM, before SIGKILL
+REPLY_TIMEOUT_S = 30.0
+
+
+class PageServerError(RunError):
+    """The page server could not start, refused a request, or answered
+    something that is not a reply."""
+
+
+class PageServerGone(PageServerError, ConnectionError):  # type: ignore[misc]
+    """The page server closed the connection (it stopped, or died)."""
+
+
+@dataclass(frozen=True)
+class PageServerStats:
+    """The server's counters since it started (:meth:`PageServer.stats`).
+
+    Queue time is what a request waited beyond its modelled latency: for an
+    inflight slot (``max_inflight``), then for the link (``bandwidth_mbps``).
+    """
+
+    requests: int              # page requests read (stats queries not counted)
+    urgent: int                # of those, URGENT: a fault waited for them
+    background: int            # of those, prefetch / background
+    served: int                # replies put on the link
+    errors: int                # requests refused (bad length, past the end)
+    bytes: int                 # payload bytes served
+    queue_seconds_total: float
+    queue_seconds_max: float
+    connections: int           # accepted since the start (stats() holds one)
+    dropped: int               # requests whose connection closed before the reply
+    stats_requests: int
+
+    @classmethod
+    def from_counters(cls, c: dict[str, int]) -> PageServerStats:
+        return cls(requests=c["requests"], urgent=c["urgent"], background=c["background"],
+                   served=c["served"], errors=c["errors"], bytes=c["bytes"],
+                   queue_seconds_total=c["queue_ns_total"] / 1e9,
+                   queue_seconds_max=c["queue_ns_max"] / 1e9,
+                   connections=c["connections"], dropped=c["dropped"],
+                   stats_requests=c["stats_requests"])
+
+
+class Reply(NamedTuple):
+    """One reply taken by :meth:`PageClient.recv`."""
+
+    offset: int
+    flags: int
+    status: int     # 0, or -errno: the server refused the request
+    data: bytes
+
+
+def _check_int(field: str, value: object, low: int, high: int | None, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+            high is not None and value > high):
+        bound = f"{low}..{high:_}" if high is not None else f">= {low}"
+        raise ConfigError(f"{field}={value!r}: expected an integer {bound}; {fix}", field=field)
+    return value
+
+
+def _socket_for(address: str) -> tuple[socket.socket, Any]:
+    if address.startswith("unix:"):
+        return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), address[5:]
+    if address.startswith("tcp:"):
+        host, _, port = address[4:].rpartition(":")
+        host = host.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock, (host, int(port))
+    raise ConfigError(f"address={address!r}: expected \"unix:/path\" or \"tcp:HOST:PORT\"",
+                      field="address")
+
+
+class PageClient:
+    """A Python client of a page server: one connection, one thread at a time.
+
+    :meth:`fetch` asks for one range and waits for it; :meth:`send` and
+    :meth:`recv` pipeline (replies come in the order the server served them:
+    an URGENT request can overtake background ones, so match by offset).
+    A server that goes away raises :class:`PageServerGone`; a reply not
+    there within ``timeout_s`` raises TimeoutError (the connection is then
+    spent, as a half-read reply may follow).
+    """
+
+    def __init__(self, address: str, timeout_s: float = REPLY_TIMEOUT_S) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self.outstanding = 0
+        self._sock, target = _socket_for(address)
+        self._sock.settimeout(timeout_s)
+        try:
+            self._sock.connect(target)
+        except OSError as e:
+            self._sock.close()
+            raise PageServerError(f"page server client: connect({address}): {e}; is the "
+                                  "page server running?", e.errno or 0) from e
+
+    def __enter__(self) -> PageClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._sock.fileno() < 0
+
+    def _gone(self, e: OSError | None = None) -> PageServerGone:
+        return PageServerGone(f"page server closed the connection ({self.address})"
+                              + (f": {e}" if e else ""), (e.errno or 0) if e else 0)
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            try:
+                k = self._sock.recv_into(view[got:], n - got)
+            except TimeoutError:
+                raise
+            except OSError as e:
+                raise self._gone(e) from e
+            if k == 0:
+                raise self._gone()
+            got += k
+        return bytes(buf)
+
+    def send(self, offset: int, length: int, urgent: bool = False,
+             flags: int | None = None) -> None:
+        """Send one request (no wait for its reply)."""
+        f = (URGENT if urgent else 0) if flags is None else flags
+        try:
+            self._sock.sendall(_REQUEST.pack(offset, length, f))
+        except OSError as e:
+            if isinstance(e, TimeoutError):
+                raise
+            raise self._gone(e) from e
+        self.outstanding += 1
+
+    def send_many(self, ranges: list[tuple[int, int]], urgent: bool = False) -> None:
+        """Send a request for each (offset, length), in one write."""
+        f = URGENT if urgent else 0
+        try:
+            self._sock.sendall(b"".join(_REQUEST.pack(o, n, f) for o, n in ranges))
+        except OSError as e:
+            if isinstance(e, TimeoutError):
+                raise
+            raise self._gone(e) from e
+        self.outstanding += len(ranges)
+
+    def recv(self) -> Reply:
+        """The next reply, whole."""
+        offset, length, status, flags, _ = _REPLY.unpack(self._recv_exact(_REPLY.size))
+        if length > MAX_LENGTH or (status and length):
+            raise PageServerError(f"page server client: a bad reply header (offset {offset}, "
+                                  f"length {length}, status {status})")
+        data = self._recv_exact(length) if length else b""
+        self.outstanding -= 1
+        return Reply(offset, flags, status, data)
+
+    def fetch(self, offset: int, length: int, urgent: bool = False) -> bytes:
+        """``length`` bytes of the snapshot at ``offset``."""
+        if self.outstanding:
+            raise PageServerError(f"page server client: fetch() with {self.outstanding} "
+                                  "pipelined replies still to recv(): take them first")
+        self.send(offset, length, urgent)
+        reply = self.recv()
+        if reply.status:
+            raise PageServerError(f"page server refused {length} bytes at {offset}: "
+                                  f"{os.strerror(-reply.status)}", -reply.status)
+        if reply.offset != offset or len(reply.data) != length:
+            raise PageServerError(f"page server client: asked for {length} bytes at {offset}, "
+                                  f"got {len(reply.data)} at {reply.offset}")
+        return reply.data
+
+    def stats(self) -> PageServerStats:
+        """The server's counters now."""
+        if self.outstanding:
+            raise PageServerError(f"page server client: stats() with {self.outstanding} "
+                                  "pipelined replies still to recv(): take them first")
+        self.send(0, 0, flags=STATS)
+        reply = self.recv()
+        if reply.flags != STATS or len(reply.data) != _STATS.size:
+            raise PageServerError("page server client: the STATS reply is not one")
+        counters = _STATS.unpack(reply.data)
+        return PageServerStats.from_counters(dict(zip(_STATS_FIELDS, counters, strict=True)))
+
+
+# ---- the process ----
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """A Ctrl-C inside the block takes effect at its end, so that a process
+    is never left started but unrecorded, or half stopped. Only the main
+    thread receives Python's signals; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    try:
+        old = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    except ValueError:   # not the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
+        if caught and callable(old):
+            old(signal.SIGINT, None)
+        elif caught and old is not signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+
+class _Process:
+    """What a PageServer owns, apart from the PageServer itself, so that its
+    finalizer can stop it after the PageServer is gone."""
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()   # a forked child's copy must not stop its parent's server
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr: IO[bytes] | None = None
+        self.tmpdir: str | None = None
+        self.stats_client: PageClient | None = None
+
+    def stderr_text(self) -> str:
+        if self.stderr is None:
+            return ""
+        with contextlib.suppress(OSError, ValueError):
+            self.stderr.seek(0)
+            return self.stderr.read().decode(errors="replace").strip()
+        return ""
+
+    def stop(self) -> int | None:
+        """SIGTERM, a bounded wait, then SIGKILL; closes and removes what
+        it made. Returns the exit status (None if it never started)."""
+        with _sigint_deferred():
+            status = None
+            if self.stats_client is not None:
+                self.stats_client.close()
+                self.stats_client = None
+            proc = self.proc
+            if proc is not None and os.getpid() != self.owner:
+                proc = None     # not ours to stop: fork() copied it from the parent
+                self.proc = None
+                self.tmpdir = None
+            if proc is not None:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGTERM)
+                    try:
+                        proc.wait(STOP_TIMEOUT_S)
+                    except subprocess.TimeoutExpired:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(proc.pid, signal.SIGKILL)  # its own group: start_new_session
+                        proc.wait(STOP_TIMEOUT_S)
+                status = proc.returncode
+                for f in (proc.stdin, proc.stdout):
+                    if f is not None:
+                        with contextlib.suppress(OSError):
+                            f.close()
+                self.proc = None
+            if self.stderr is not None:
+                self.stderr.close()
+                self.stderr = None
+            if self.tmpdir is not None:
+                shutil.rmtree(self.tmpdir, ignore_errors=True)
+                self.tmpdir = None
+            return status
+
+
+def _read_ready(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[str | None, bool]:
+    """The address from the server's "ready ADDRESS" line (None if it says
+    something else, closes stdout first, or timeout_s passes), and whether
+    its stdout closed."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while b"\n" not in data:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                return None, False
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return None, True
+            data += chunk
+    line = data.split(b"\n", 1)[0].decode(errors="replace")
+    return (line[len("ready "):] if line.startswith("ready ") else None), False
+
+
+class PageServer:
+    """A page server process serving ``snapshot_path``; started at once.
+
+    ``transport`` is ``"unix"`` (a socket in a private temporary directory)
+    or ``"tcp"`` (127.0.0.1, a free port). The model, on the server's side:
+    each request is ready ``latency_us`` after it takes an inflight slot;
+    at most ``max_inflight`` are served at once (0: no cap), the rest
+    queue, faults (URGENT) ahead of background requests; replies share one
+    link of ``bandwidth_mbps`` megabits per second (0: unlimited).
+
+    ``address`` is what clients connect to (``"unix:/path"`` or
+    ``"tcp:127.0.0.1:PORT"``), ``pid`` the server's process id.
+    """
+
+    def __init__(self, snapshot_path: str | os.PathLike[str], transport: str = "unix",
+                 latency_us: int = 0, bandwidth_mbps: int = 0, max_inflight: int = 0,
+                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+        if transport not in TRANSPORTS:
+            raise ConfigError(f"transport={transport!r}: expected one of {TRANSPORTS}",
+                              field="transport")
+        _check_int("latency_us", latency_us, 0, MAX_REMOTE_LATENCY_US,
+                   "the server's latency per request, in microseconds")
+        _check_int("bandwidth_mbps", bandwidth_mbps, 0, MAX_REMOTE_BANDWIDTH_MBPS,
+                   "megabits per second, 0 for unlimited")
+        _check_int("max_inflight", max_inflight, 0, MAX_INFLIGHT,
+                   "requests served at once, 0 for no cap")
+        path = Path(snapshot_path)
+        if not path.is_file():
+            raise ConfigError(f"snapshot_path={str(snapshot_path)!r}: no such file; give the "
+                              "snapshot to serve (uffdkvm.make_snapshot writes one)",
+                              field="snapshot_path")
+        self.snapshot_path = str(path.resolve())
+        self.transport = transport
+        self.latency_us = latency_us
+        self.bandwidth_mbps = bandwidth_mbps
+        self.max_inflight = max_inflight
+        self.address = ""
+        self.pid = 0
+        self._process = _Process()
+        self._finalizer = weakref.finalize(self, self._process.stop)
+        try:
+            self._start(start_timeout_s)
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def _start(self, timeout_s: float) -> None:
+        p = self._process
+        if self.transport == "unix":
+            p.tmpdir = tempfile.mkdtemp(prefix="uffdkvm-pageserver-")
+        listen = self._listen_address(p.tmpdir)
+        cmd = [sys.executable, "-m", "uffdkvm.serve_pages", "--snapshot", self.snapshot_path,
+               "--listen", listen, "--latency-us", str(self.latency_us),
+               "--bandwidth-mbps", str(self.bandwidth_mbps),
+               "--max-inflight", str(self.max_inflight)]
+        if p.tmpdir:
+            cmd += ["--remove-dir", p.tmpdir]
+        env = dict(os.environ)
+        # The child imports this uffdkvm, wherever it was imported from.
+        here = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+        p.stderr = tempfile.TemporaryFile()
+        with _sigint_deferred():
+            # stdin: a pipe that only closes, so that the server dies with us.
+            p.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=p.stderr, env=env, start_new_session=True)
+        self.pid = p.proc.pid
+        address, closed = _read_ready(p.proc, timeout_s)
+        if address is None:
+            if closed:   # it is on its way out: its exit status says why
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.proc.wait(STOP_TIMEOUT_S)
+            status = p.proc.poll()
+            why = (f"did not say it was ready within {timeout_s:g} s" if status is None
+                   else f"exited with status {status}")
+            stderr = p.stderr_text()
+            p.stop()
+            raise PageServerError(f"page server for {self.snapshot_path} ({listen}) {why}: "
+                                  f"{stderr or 'no output on stderr'}")
+        assert p.proc.stdout is not None
+        p.proc.stdout.close()
+        self.address = address
+
+    def _listen_address(self, tmpdir: str | None) -> str:
+        """Where the server listens: a socket in our own directory, or any
+        free loopback port."""
+        if tmpdir is not None:
+            return f"unix:{os.path.join(tmpdir, 'sock')}"
+        return "tcp:127.0.0.1:0"
+
+    def __enter__(self) -> PageServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "stopped" if self.stopped else f"pid {self.pid}"
+        return f"<PageServer {self.address} {state}>"
+
+    @property
+    def stopped(self) -> bool:
+        return not self._finalizer.alive
+
+    def returncode(self) -> int | None:
+        """The server process's exit status once it has exited (a signal's
+        number negated), else None."""
+        proc = self._process.proc
+        return None if proc is None else proc.poll()
+
+    def connect(self, timeout_s: float = REPLY_TIMEOUT_S) -> PageClient:
+        """A new Python client connection to this server."""
+        return PageClient(self.address, timeout_s)
+
+    def stats(self) -> PageServerStats:
+        """The server's counters now (over a connection it keeps for this)."""
+        if self.stopped:
+            raise PageServerError(f"page server {self.address}: stopped; its stats are gone")
+        p = self._process
+        if p.stats_client is None:
+            p.stats_client = self.connect()
+        try:
+            return p.stats_client.stats()
+        except (PageServerError, TimeoutError):
+            p.stats_client.close()
+            p.stats_client = None
+            raise
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after a bounded wait) and
+        remove its socket and directory. Idempotent."""
+        self._finalizer()
