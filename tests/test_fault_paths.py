@@ -1,13 +1,15 @@
-"""fault_path_support(): every wait mode and resolver, by a real run."""
+"""fault_path_support(): every wait mode, resolver, resolve, page source and
+prefetch policy, by a real run; source_support(): the page sources."""
 from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 import uffdkvm
-from uffdkvm.config import RESOLVERS, WAITS
+from uffdkvm.config import PREFETCHES, RESOLVERS, WAITS
 
 pytestmark = pytest.mark.kvm
 
@@ -31,6 +33,10 @@ def test_the_cli_lists_them(kvm):
     assert any(line.startswith("wait: ") and "epoll_exclusive" in line
                for line in p.stdout.splitlines())
     assert any(line.startswith("resolver: ") for line in p.stdout.splitlines())
+    assert any(line.startswith("source: ") and "remote (tcp)" in line
+               for line in p.stdout.splitlines())
+    assert any(line.startswith("prefetch: ") and "replay" in line
+               for line in p.stdout.splitlines())
 
 
 def test_a_mode_the_kernel_refuses_is_reported_with_the_reason(kvm):
@@ -52,3 +58,29 @@ def test_a_mode_the_kernel_refuses_is_reported_with_the_reason(kvm):
     assert {w: why for w, why in support["wait"].items() if w != "io_uring"} == \
         {w: None for w in WAITS if w != "io_uring"}
     assert support["resolver"] == {"readers": None, "vcpu": None}
+
+
+def test_source_support_runs_every_source_here(kvm):
+    """Each page source verified a real run here, from a snapshot written for it
+    (the temporary directory of this host is on a disk filesystem)."""
+    assert uffdkvm.source_support() == {"synthetic": None, "file": None,
+                                        "file, cold cache": None, "remote (unix)": None,
+                                        "remote (tcp)": None}
+
+
+def test_source_support_says_why_a_cold_cache_cannot_be_had(kvm, monkeypatch):
+    """A snapshot on tmpfs has nowhere to drop its page cache to: the probe
+    of a cold file source says so, while a warm one still runs."""
+    monkeypatch.setattr(tempfile, "tempdir", "/dev/shm")
+    support = uffdkvm.source_support()
+    assert support["file"] is None
+    assert "stayed in the page cache" in support["file, cold cache"]
+    assert support["remote (unix)"] is None
+
+
+def test_fault_path_support_covers_sources_and_prefetch(kvm):
+    support = uffdkvm.fault_path_support()
+    assert set(support["prefetch"]) == set(PREFETCHES)
+    assert support["prefetch"] == {p: None for p in PREFETCHES}
+    assert set(support["source"]) == {"synthetic", "file", "file, cold cache",
+                                      "remote (unix)", "remote (tcp)"}

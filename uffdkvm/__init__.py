@@ -28,7 +28,7 @@ from .result import FaultTrace, ReaderStats, Result, VcpuStats
 from .run import probe, run
 from .snapshot import make_snapshot
 from .spread import Ratio, Spread, ratio_of, spread_of, summarize
-from .support import backing_support, fault_path_support
+from .support import backing_support, fault_path_support, source_support
 from .sweep import SweepWarning, read_results, sweep
 
 __all__ = [
@@ -37,5 +37,6 @@ __all__ = [
     "RunError", "RunTimeoutError", "Spread", "SweepWarning",
     "UffdkvmError", "VcpuStats", "__version__", "backing_support", "fault_path_support",
     "make_snapshot", "parse_size", "probe",
-    "ratio_of", "read_results", "read_touch_order", "run", "spread_of", "summarize", "sweep",
+    "ratio_of", "read_results", "read_touch_order", "run", "source_support", "spread_of",
+    "summarize", "sweep",
 ]
