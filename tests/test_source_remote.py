@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 
 import pytest
+from children import ENV as CHILD_ENV
 from conftest import assert_released, host_skip, resources, run_or_skip, run_with_fault
 from hostfacts import NO_UFFD_MOVE
 
@@ -217,7 +219,8 @@ def test_a_partial_working_set_fetches_what_it_installs(kvm, snapshot, prefetch)
     r = remote_run(snapshot, touch_percent=40, write_percent=50, prefetch=prefetch,
                    pattern="random")
     assert_from_server(r)
-    assert r.page_server.urgent < REGION // PAGE * 0.6
+    assert r.touched_pages < REGION // PAGE * 0.6
+    assert r.page_server.urgent <= r.touched_pages
 
 
 def test_a_page_from_the_wrong_offset_fails_verification(kvm, snapshot):
@@ -407,3 +410,42 @@ def test_a_missing_or_short_snapshot_names_source_path_and_make_snapshot(
         assert info.value.field == "source_path"
         assert str(path) in str(info.value) and "make_snapshot" in str(info.value)
     assert not servers and not server_children()
+
+
+# ---- the CLI ----
+
+def test_cli_runs_the_remote_source_and_reports_the_servers_counters(kvm, snapshot):
+    out = subprocess.run(
+        [sys.executable, "-m", "uffdkvm", "-v", "2", "-b", "1M", "--source", "remote",
+         "--source-path", str(snapshot), "--remote-transport", "tcp",
+         "--remote-latency-us", "20", "--remote-bandwidth-mbps", "8000", "--max-inflight", "1",
+         "--prefetch", "background", "--json"],
+        capture_output=True, text=True, timeout=120, cwd="/", env=CHILD_ENV)
+    assert out.returncode == 0, out.stderr
+    r = uffdkvm.Result.from_json(out.stdout)
+    c = r.config
+    assert (c.source, c.source_path, c.remote_transport, c.remote_latency_us,
+            c.remote_bandwidth_mbps, c.max_inflight) == ("remote", str(snapshot), "tcp", 20,
+                                                         8000, 1)
+    assert_from_server(r)
+    assert r.page_server.background > 0
+
+    text = subprocess.run(
+        [sys.executable, "-m", "uffdkvm", "-v", "2", "-b", "1M", "--source", "remote",
+         "--source-path", str(snapshot), "--remote-latency-us", "20", "--max-inflight", "2"],
+        capture_output=True, text=True, timeout=120, cwd="/", env=CHILD_ENV)
+    assert text.returncode == 0, text.stderr
+    line = next(x for x in text.stdout.splitlines() if x.startswith("Page source:"))
+    assert f"remote page server for {snapshot} (unix, latency 20 us, bandwidth unlimited, " \
+           f"max in flight 2), {2 << 20} bytes fetched" in line, line
+    assert f"the server: {2 << 20 >> 12} requests ({2 << 20 >> 12} urgent, 0 background), " \
+           f"{2 << 20} bytes, queued " in line, line
+
+
+def test_cli_remote_without_a_snapshot_names_source_path(kvm, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "uffdkvm", "-v", "1", "-b", "1M", "--source", "remote",
+         "--source-path", str(tmp_path / "none.img")],
+        capture_output=True, text=True, timeout=120, cwd="/", env=CHILD_ENV)
+    assert out.returncode != 0
+    assert "source_path" in out.stderr and "make_snapshot" in out.stderr, out.stderr
