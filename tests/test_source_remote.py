@@ -273,14 +273,17 @@ def test_faults_are_served_ahead_of_the_pushers_requests(kvm, snapshot):
     """One request served at a time, two vCPUs faulting through two
     readers, and the pusher asking all along: a fault (URGENT) is nearly
     always waiting when the slot frees, and goes first, so the pusher gets
-    the slot only now and then. Served in arrival order, the pusher (one
-    request of three waiting) would get about a third of the slots."""
-    r = remote_run(snapshot, prefetch="background", remote_latency_us=300, max_inflight=1,
-                   readers=2)
+    the slot only when both readers are slower to ask again than a request
+    takes (2 ms: rare, even on a loaded host; a few percent of the slots
+    with two CPU hogs on this 2-CPU host). Served in arrival order, the
+    pusher (one request of three waiting) would get about a third of them
+    (taking turns between the kinds, half)."""
+    r = remote_run(snapshot, mem_per_vcpu="512K", prefetch="background",
+                   remote_latency_us=2000, max_inflight=1, readers=2)
     assert_from_server(r)
     s = r.page_server
     assert s.urgent > 0, s
-    assert s.background < s.requests / 8, s
+    assert s.background < s.requests / 4, s
 
 
 # ---- a server that dies or hangs ----
