@@ -364,6 +364,22 @@ def test_an_interrupted_run_leaves_no_server(kvm, snapshot, servers):
     assert_released(before, within_s=5)
 
 
+def test_ctrl_c_leaves_no_server(kvm, snapshot, servers):
+    """SIGINT to this process mid-run: KeyboardInterrupt, promptly, with
+    the server stopped and reaped."""
+    before = resources()
+    timer = threading.Timer(0.4, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        uffdkvm.run(vcpus=1, mem_per_vcpu=REGION, source="remote", source_path=snapshot,
+                    remote_latency_us=5000)     # 5 s of run
+    assert time.monotonic() - t0 < 3.0
+    timer.join()
+    assert_server_gone(servers[0])
+    assert_released(before, within_s=5)
+
+
 def test_a_server_that_cannot_start_fails_the_run(kvm, snapshot, servers, monkeypatch):
     monkeypatch.setattr(sys, "executable", "/bin/false")   # the server's interpreter
     before = resources()
