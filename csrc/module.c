@@ -608,6 +608,7 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	    set_u64(d, "resident_ns", res->resident_ns) ||
 	    set_u64(d, "pusher_pages", res->pusher_pages) ||
 	    set_u64(d, "pusher_eexist", res->pusher_eexist) ||
+	    set_u64(d, "pusher_source_bytes", res->pusher_source_bytes) ||
 	    set_obj(d, "touch_order", u64_list(res->touch_order, (uint32_t)res->nr_touch_order)) ||
 	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
 	    set_obj(d, "vcpus", list_of(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus),

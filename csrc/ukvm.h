@@ -439,6 +439,8 @@ struct ukvm_result {
 					 * stats basic (no clock read on the hot path) */
 	uint64_t pusher_pages;		/* of prefetched_pages, the pusher's */
 	uint64_t pusher_eexist;		/* the pusher's installs that found the page there */
+	uint64_t pusher_source_bytes;	/* bytes the pusher fetched from the page source
+					 * (its own connection; not in readers[]) */
 	uint64_t nr_touch_order;
 	uint64_t *touch_order;
 	bool verified;		/* every page holds what it must */

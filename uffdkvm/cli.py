@@ -73,6 +73,24 @@ def _cell(v: object) -> str:
     return str(v)
 
 
+def remote_line(r: Result) -> str:
+    """source="remote": the server's model and what it served (its own
+    counters, Result.page_server)."""
+    c = r.config
+    fetch = "" if r.source_seconds is None else f" in {r.source_seconds:.6f}s"
+    bandwidth = f"{c.remote_bandwidth_mbps} Mbit/s" if c.remote_bandwidth_mbps else "unlimited"
+    inflight = str(c.max_inflight) if c.max_inflight else "no cap"
+    line = (f"Page source:\tremote page server for {c.source_path} ({c.remote_transport}, "
+            f"latency {c.remote_latency_us} us, bandwidth {bandwidth}, max in flight "
+            f"{inflight}), {r.source_bytes} bytes fetched{fetch}")
+    s = r.page_server
+    if s is not None:
+        line += (f"; the server: {s.requests} requests ({s.urgent} urgent, {s.background} "
+                 f"background), {s.bytes} bytes, queued {s.queue_seconds_total:.6f}s in all "
+                 f"(max {s.queue_seconds_max:.6f}s)")
+    return line
+
+
 def prefetch_line(r: Result) -> str:
     """What prefetch did: pages, waste, faults avoided, races, time to resident."""
     resident = "never" if r.resident_seconds is None else f"{r.resident_seconds:.6f}s"
@@ -107,6 +125,8 @@ def format_text(r: Result) -> str:
         lines.append(f"Page source:\tfile {r.config.source_path} ({r.config.source_read}, "
                      f"cache {r.config.source_cache}: {r.source_cached_pages_at_start} pages "
                      f"cached at start), {r.source_bytes} bytes fetched{fetch}")
+    if r.source == "remote":
+        lines.append(remote_line(r))
     if r.config.prefetch != "none" and r.prefetched_pages is not None:
         lines.append(prefetch_line(r))
     timed = r.config.guest_timing and r.config.stats == "full"

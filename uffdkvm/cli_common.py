@@ -311,11 +311,13 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    help="with -u WP: UFFD_FEATURE_WP_ASYNC (Linux 6.7+), no faults; the "
                    "pages written are collected with PAGEMAP_SCAN after the run")
     p.add_argument("--source", type=listed(choice(SOURCES)), default=d.source, metavar="SRC",
-                   help="where a resolved page's bytes come from: synthetic (default) or "
-                   "file (--source-path; -u MISSING with --resolve copy or move)")
+                   help="where a resolved page's bytes come from: synthetic (default), "
+                   "file (--source-path; -u MISSING with --resolve copy or move) or remote "
+                   "(a page server process serving --source-path over a socket, with the "
+                   "--remote-* model and --max-inflight)")
     p.add_argument("--source-path", dest="source_path", default=d.source_path, metavar="PATH",
-                   help="--source file: the snapshot file, at least the region's size "
-                   "(uffdkvm.make_snapshot writes one)")
+                   help="--source file or remote: the snapshot file, at least the region's "
+                   "size (uffdkvm.make_snapshot writes one)")
     p.add_argument("--source-read", dest="source_read", type=listed(choice(SOURCE_READS)),
                    default=d.source_read, metavar="HOW",
                    help="--source file: pread (default) or mmap (memcpy from a mapping)")

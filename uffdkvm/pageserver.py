@@ -309,6 +309,9 @@ class _Process:
                 if proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
                         proc.send_signal(signal.SIGTERM)
+                        # A stopped (SIGSTOPped, hung) server takes its
+                        # SIGTERM only once it runs again.
+                        proc.send_signal(signal.SIGCONT)
                     try:
                         proc.wait(STOP_TIMEOUT_S)
                     except subprocess.TimeoutExpired:
@@ -461,6 +464,19 @@ class PageServer:
         number negated), else None."""
         proc = self._process.proc
         return None if proc is None else proc.poll()
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The exit status once the server has exited, waiting timeout_s at
+        most (None if it is still running then, or was never started). A
+        killed server's sockets close before its parent can reap it: a
+        client that saw them close may wait here for the status."""
+        proc = self._process.proc
+        if proc is None:
+            return None
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
 
     def connect(self, timeout_s: float = REPLY_TIMEOUT_S) -> PageClient:
         """A new Python client connection to this server."""

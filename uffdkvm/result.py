@@ -350,6 +350,10 @@ class Result:
                    None where pages are not tracked (uffd_mode other than
                    "missing", resolve other than "copy", prefault)
     pushed_pages   of those, the ones the pusher installed (background, replay)
+    pusher_source_bytes  prefetch background or replay: bytes the pusher
+                   fetched from the page source, over a connection of its
+                   own (counted in source_bytes, not in any reader's); 0
+                   otherwise and in older JSON
     wasted_prefetch_pages  prefetched pages the guest never touches
     resident_seconds  from the first vCPU's start until every page of the
                    region was resident (faulted or prefetched); None if that
@@ -400,10 +404,13 @@ class Result:
     source: str = "synthetic"
     source_cached_pages_at_start: int | None = None
 
+    pusher_source_bytes: int = 0
+
     @property
     def source_bytes(self) -> int:
-        """Bytes fetched from the page source, over every reader."""
-        return sum(r.source_bytes for r in self.readers)
+        """Bytes fetched from the page source: every reader's, and the
+        prefetch pusher's (pusher_source_bytes)."""
+        return sum(r.source_bytes for r in self.readers) + self.pusher_source_bytes
 
     @property
     def source_seconds(self) -> float | None:
@@ -670,6 +677,7 @@ class Result:
             touch_order=tuple(raw["touch_order"]),
             prefetched_pages=raw["prefetched_pages"] if tracked else None,
             pushed_pages=raw["pusher_pages"] if tracked else None,
+            pusher_source_bytes=raw["pusher_source_bytes"],
             wasted_prefetch_pages=raw["wasted_prefetch_pages"] if tracked else None,
             resident_seconds=max(resident_ns - raw["start_ns"], 0) * NS
             if tracked and resident_ns else None,

@@ -317,13 +317,25 @@ def _server_fields(server: PageServer | None) -> dict[str, Any]:
     return {"source_address": server.address} if server else {}
 
 
-def _server_fate(server: PageServer | None) -> str:
-    """Why a remote run failed, if its server is gone: to add to the error."""
-    status = server.returncode() if server else None
+# How long a run whose fetch from the server failed waits for the server's
+# exit status: a killed server's sockets close as it dies, a moment before
+# it can be reaped.
+_SERVER_EXIT_WAIT_S = 1.0
+
+
+def _server_fate(server: PageServer | None, message: str = "") -> str:
+    """Why a remote run failed, if its server is gone: to add to the error.
+    message: the core's, which names the server's address if a fetch from
+    it failed (the server then may be on its way out)."""
+    if server is None:
+        return ""
+    status = server.returncode()
+    if status is None and server.address in message:
+        status = server.wait(_SERVER_EXIT_WAIT_S)
     if status is None:
         return ""
     how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
-    return f"; the page server (pid {server.pid}) {how} during the run"  # type: ignore[union-attr]
+    return f"; the page server (pid {server.pid}) {how} during the run"
 
 
 def probe(config: Config | None = None, **fields: Any) -> None:
@@ -381,7 +393,7 @@ def _run(config: Config, progress: ProgressCallback | None = None,
                 raw = _core.run(core_config, reporter) if reporter else _core.run(core_config)
             except _core.CoreError as e:
                 if server:  # a failure it caused says what became of it
-                    e.args = (*e.args[:2], e.args[2] + _server_fate(server))
+                    e.args = (*e.args[:2], e.args[2] + _server_fate(server, e.args[2]))
                 _raise_from_core(e)
             try:
                 server_stats = server.stats() if server else None

@@ -393,6 +393,8 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			n++;
 		}
 	res->nr_readers = n;
+	/* The pusher fetches over a connection of its own (prefetch.h). */
+	res->pusher_source_bytes = exp->pusher.conn.bytes;
 	res->stats_full = cfg->stats == UKVM_STATS_FULL;
 	if (res->stats_full) {
 		ret = collect_faultlog(exp, &log);

@@ -125,10 +125,14 @@ static int pusher_install(struct ukvm_pusher *p, uint64_t page)
 	if (ret) {
 		if (pusher_stopping(p) || ukvm_ctl_aborted(p->ctl))
 			return ret;
+		/* Named as the readers name it (pool.c): the server's address. */
 		ukvm_ctl_fail(p->ctl, UKVM_ERR_RUN, -ret, "%s: fetching %llu bytes at offset %llu "
-			      "of the page source (gpa 0x%llx): %s", PUSHER_WHO,
+			      "of %s %s (gpa 0x%llx): %s", PUSHER_WHO,
 			      (unsigned long long)p->page_size,
 			      (unsigned long long)(page * p->page_size),
+			      p->source->kind == UKVM_SOURCE_REMOTE ? "the page server at" :
+			      "source_path", p->source->kind == UKVM_SOURCE_REMOTE ?
+			      p->source->address : p->source->path,
 			      (unsigned long long)(range->gpa + off),
 			      ukvm_source_strerror(p->source, ret));
 		return ret;
