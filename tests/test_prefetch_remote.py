@@ -128,6 +128,24 @@ def test_a_paced_pipelined_pusher_keeps_its_rate(kvm, snapshot):
     assert r.page_server.background <= r.pushed_pages + r.prefetch_eexist + 1
 
 
+@pytest.mark.parametrize("prefetch", [dict(prefetch="background"),
+                                      dict(prefetch="readahead", prefetch_pages=16)],
+                         ids=["background", "readahead"])
+def test_faults_racing_pages_in_flight_are_counted_not_failed(kvm, snapshot, prefetch):
+    """Three vCPUs on the same pages, two readers: a fault brings a page
+    while its prefetch is on the wire. The prefetch then finds it resident
+    (or its copy meets EEXIST): counted, skipped, and every page verifies."""
+    r = remote(snapshot, 300, vcpus=3, overlap=True, readers=2, mem_per_vcpu="2M",
+               **prefetch)
+    pages = (2 << 20) // PAGE
+    assert r.faults + r.prefetched_pages == pages
+    assert r.prefetched_pages > 0 and r.prefetch_wakes == r.eexist
+    # each page fetched was installed, or counted as lost to another's copy
+    fetched = r.page_server.bytes // PAGE
+    assert r.faults + r.prefetched_pages <= fetched, (fetched, r.faults, r.prefetched_pages)
+    assert fetched <= r.faults + r.eexist + r.prefetched_pages + r.prefetch_eexist
+
+
 # ---- a stop with requests in flight ----
 
 SLOW_US = 5_000_000  # every reply 5 s away: the run ends long before any arrives

@@ -601,6 +601,8 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		ret = -EEXIST;
 	} else {
 		ret = reader_copy(r, addr, gpa);
+		if (ret == -ECANCELED)
+			return ret;	/* a fetch given up on the stop: the run is over */
 		r->stats.copies++;
 	}
 	if (ret < 0 && ret != -EEXIST) {
