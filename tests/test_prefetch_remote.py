@@ -128,22 +128,24 @@ def test_a_paced_pipelined_pusher_keeps_its_rate(kvm, snapshot):
     assert r.page_server.background <= r.pushed_pages + r.prefetch_eexist + 1
 
 
-@pytest.mark.parametrize("prefetch", [dict(prefetch="background"),
+@pytest.mark.parametrize("prefetch", [dict(prefetch="background", prefetch_bandwidth_mbps=20),
                                       dict(prefetch="readahead", prefetch_pages=16)],
-                         ids=["background", "readahead"])
+                         ids=["background-paced", "readahead"])
 def test_faults_racing_pages_in_flight_are_counted_not_failed(kvm, snapshot, prefetch):
     """Three vCPUs on the same pages, two readers: a fault brings a page
     while its prefetch is on the wire. The prefetch then finds it resident
-    (or its copy meets EEXIST): counted, skipped, and every page verifies."""
+    (or its copy meets EEXIST): counted, skipped, and every page verifies.
+    The paced pusher asks for the lowest absent pages, which the guest,
+    faster than it, is faulting."""
     r = remote(snapshot, 300, vcpus=3, overlap=True, readers=2, mem_per_vcpu="2M",
                **prefetch)
     pages = (2 << 20) // PAGE
     assert r.faults + r.prefetched_pages == pages
     assert r.prefetched_pages > 0 and r.prefetch_wakes == r.eexist
-    # each page fetched was installed, or counted as lost to another's copy
+    assert r.prefetch_eexist > 0  # the races happened
+    # each page installed was fetched (a reply still in flight at the end is served too)
     fetched = r.page_server.bytes // PAGE
     assert r.faults + r.prefetched_pages <= fetched, (fetched, r.faults, r.prefetched_pages)
-    assert fetched <= r.faults + r.eexist + r.prefetched_pages + r.prefetch_eexist
 
 
 # ---- a stop with requests in flight ----
