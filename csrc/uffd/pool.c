@@ -488,8 +488,9 @@ static int reader_readahead(struct ukvm_reader *r, uint64_t addr)
 		if (r->ra) {
 			ret = reader_readahead_run(r, a, k);
 		} else {
+			/* A failed fetch, recorded, aborted the run: done() adds nothing. */
 			ret = reader_prefetch_copy(r, a, pool->gpa_base + (a - pool->hva_base));
-			if (ret != -ECANCELED && ret != -EIO)
+			if (ret != -ECANCELED)
 				ret = reader_readahead_done(r, a, ret);
 		}
 		if (ret == -ECANCELED)
