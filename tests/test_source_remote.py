@@ -69,14 +69,22 @@ def fetches(r):
     return readers - readahead, readahead + r.pusher_source_bytes // page
 
 
-def prefetchers(r):
-    """The threads that prefetch, each of which may have had a fetch in
-    flight when the run ended: asked for and served (the server counts
-    it), given up by the thread (not in source_bytes)."""
+# The pusher's pipeline from a page server (csrc/uffd/prefetch.c): requests
+# in flight, and pages per request at most.
+PUSHER_DEPTH, PUSHER_CHUNK = 16, 16
+
+
+def in_flight_at_end(r):
+    """(requests, pages) the prefetching threads may have had in flight
+    when the run ended: asked for and counted by the server, given up by
+    the thread (not in source_bytes): a readahead request per reader, of up
+    to its window, or the pusher's pipeline."""
     c = r.config
     if c.prefetch == "readahead":
-        return len(r.readers)
-    return 1 if c.prefetch in ("background", "replay") else 0
+        return len(r.readers), len(r.readers) * c.prefetch_pages
+    if c.prefetch in ("background", "replay"):
+        return PUSHER_DEPTH, PUSHER_DEPTH * PUSHER_CHUNK
+    return 0, 0
 
 
 def assert_from_server(r):
@@ -87,16 +95,19 @@ def assert_from_server(r):
     assert r.source == "remote"
     s = r.page_server
     assert s is not None
-    fault_fetches, prefetch_fetches = fetches(r)
-    cut_short = s.background - prefetch_fetches
+    fault_fetches, prefetch_pages = fetches(r)
+    slack_requests, slack_pages = in_flight_at_end(r)
     assert s.errors == 0, s
     assert s.requests == s.urgent + s.background, s
     assert s.served <= s.requests, s
     assert s.urgent == fault_fetches, (s, fault_fetches)
-    assert 0 <= cut_short <= prefetchers(r), (s, prefetch_fetches)
-    # The ones cut short were served, or dropped unserved (their
-    # connection closed first).
-    assert r.source_bytes <= s.bytes <= r.source_bytes + cut_short * r.page_size, s
+    # Prefetch asks for runs of pages: a request per run, at most one per page.
+    assert s.background <= prefetch_pages + slack_requests, (s, prefetch_pages)
+    if prefetch_pages:
+        assert s.background > 0, s
+    # Those cut short were served, or dropped unserved (their connection
+    # closed first).
+    assert r.source_bytes <= s.bytes <= r.source_bytes + slack_pages * r.page_size, s
     # Each resolved fault fetched its page; a message whose page prefetch
     # had installed needs no fetch.
     messages = sum(x.faults + x.eexist for x in r.readers)
@@ -187,11 +198,11 @@ def test_prefetch_fetches_are_background_and_counted(kvm, snapshot, prefetch, fi
     assert r.page_server.background > 0
     if prefetch != "readahead":
         # The pusher's connection is counted in source_bytes (its own field).
-        # What it installed or found there, and at most one fetch more:
-        # the page it had in hand when the run ended.
+        # What it installed or found there, and at most the chunk it had in
+        # hand when the run ended.
         pusher = r.pusher_source_bytes // PAGE
         assert 0 < r.pushed_pages + r.prefetch_eexist <= pusher
-        assert pusher <= r.pushed_pages + r.prefetch_eexist + 1
+        assert pusher <= r.pushed_pages + r.prefetch_eexist + PUSHER_CHUNK
     else:
         assert r.pusher_source_bytes == 0
 
@@ -203,9 +214,10 @@ def test_the_pushers_bytes_are_in_source_bytes(kvm, snapshot):
     readers = sum(x.source_bytes for x in r.readers)
     assert r.pusher_source_bytes >= r.pushed_pages * PAGE > 0
     assert r.source_bytes == readers + r.pusher_source_bytes
-    # The server served them all, and at most the page the pusher had in
+    # The server served them all, and at most the pusher's pipeline in
     # flight as the run ended, which it gave up.
-    assert r.source_bytes <= r.page_server.bytes <= r.source_bytes + PAGE
+    assert r.source_bytes <= r.page_server.bytes <= \
+        r.source_bytes + PUSHER_DEPTH * PUSHER_CHUNK * PAGE
 
 
 def test_background_prefetch_with_the_vcpus_resolving(kvm, snapshot):
@@ -294,7 +306,8 @@ DEATH_BOUND_S = 20.0     # the run must end within this of the kill: no hang
 @pytest.mark.parametrize("fields", [
     {},
     {"resolver": "vcpu"},
-    {"prefetch": "background"},
+    # Paced (3 ms a page), so that the pusher is still fetching at the kill.
+    {"prefetch": "background", "prefetch_bandwidth_mbps": 10},
 ], ids=["readers", "vcpu", "pusher"])
 def test_a_server_killed_mid_run_fails_the_run(kvm, snapshot, servers, fields):
     # 1024 pages at 2 ms each: seconds of run, killed after 0.3 s of it.

@@ -117,24 +117,30 @@ static uint64_t reader_delay_ns(struct ukvm_reader *r)
  * into dst; urgent: a fault waits for it (else readahead). 0, or -errno
  * after recording the failure as the run's.
  */
-static int reader_fetch(struct ukvm_reader *r, uint64_t addr, uint64_t gpa, uint8_t *dst,
-			bool urgent)
+static int reader_fetch_len(struct ukvm_reader *r, uint64_t addr, uint64_t len, uint64_t gpa,
+			    uint8_t *dst, bool urgent)
 {
 	struct ukvm_pool *pool = r->pool;
 	uint64_t off = pool->region_off + (addr - pool->hva_base);
 	int ret;
 
-	ret = ukvm_source_fetch(&r->conn, off, pool->page_size, gpa, dst, urgent);
+	ret = ukvm_source_fetch(&r->conn, off, len, gpa, dst, urgent);
 	/* Cancelled: the run is stopping (its end, or another thread's failure). */
 	if (ret && ret != -ECANCELED && !ukvm_ctl_aborted(pool->ctl))
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
 			      "%s: fetching %llu bytes at offset %llu of %s %s: %s", r->who,
-			      (unsigned long long)pool->page_size, (unsigned long long)off,
+			      (unsigned long long)len, (unsigned long long)off,
 			      pool->source->kind == UKVM_SOURCE_REMOTE ? "the page server at" :
 			      "source_path", pool->source->kind == UKVM_SOURCE_REMOTE ?
 			      pool->source->address : pool->source->path,
 			      ukvm_source_strerror(pool->source, ret));
 	return ret;
+}
+
+static int reader_fetch(struct ukvm_reader *r, uint64_t addr, uint64_t gpa, uint8_t *dst,
+			bool urgent)
+{
+	return reader_fetch_len(r, addr, r->pool->page_size, gpa, dst, urgent);
 }
 
 /* UFFDIO_COPY of the page at addr with its data: 0, -EEXIST (resolved already) or -errno. */
@@ -395,42 +401,102 @@ static int reader_prefetch_copy(struct ukvm_reader *r, uint64_t addr, uint64_t g
 static bool reader_stopping(struct ukvm_reader *r);
 
 /*
+ * A readahead copy's outcome for the page at addr: counted (installed, or
+ * EEXIST: a fault got it first), 0; or -errno after recording the failure
+ * as the run's.
+ */
+static int reader_readahead_done(struct ukvm_reader *r, uint64_t addr, int ret)
+{
+	struct ukvm_pool *pool = r->pool;
+	uint64_t page = pool->resident_first + (addr - pool->hva_base) / pool->page_size;
+
+	if (!ret) {
+		ukvm_resident_mark(pool->resident, page, UKVM_PAGE_PREFETCHED);
+		r->stats.prefetched++;
+		return 0;
+	}
+	if (ret == -EEXIST) {
+		r->stats.prefetch_eexist++;
+		return 0;
+	}
+	if (ukvm_ctl_aborted(pool->ctl))
+		return ret;
+	ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
+		      "%s: readahead UFFDIO_COPY(MODE_DONTWAKE, %llu bytes at gpa 0x%llx)",
+		      r->who, (unsigned long long)pool->page_size,
+		      (unsigned long long)(pool->gpa_base + (addr - pool->hva_base)));
+	return ret;
+}
+
+/*
+ * Readahead of the run of pages pages from addr, absent when asked for, in
+ * one fetch into the reader's readahead buffer (one request to a page
+ * server: one round trip, not one per page), then a DONTWAKE copy per page
+ * not resident by then (a fault on it may have won meanwhile: EEXIST,
+ * counted). 0, -ECANCELED (stopping) or -errno after recording the
+ * failure as the run's.
+ */
+static int reader_readahead_run(struct ukvm_reader *r, uint64_t addr, uint32_t pages)
+{
+	struct ukvm_pool *pool = r->pool;
+	uint64_t ps = pool->page_size, page, a;
+	uint32_t k;
+	int ret;
+
+	ret = reader_fetch_len(r, addr, pages * ps, pool->gpa_base + (addr - pool->hva_base),
+			       r->ra, false);
+	if (ret)
+		return ret == -ECANCELED ? ret : -EIO;	/* a failure: recorded */
+	for (k = 0, a = addr; k < pages; k++, a += ps) {
+		page = pool->resident_first + (a - pool->hva_base) / ps;
+		ret = !ukvm_resident_absent(pool->resident, page) ? -EEXIST :
+		      ukvm_uffd_copy_dontwake(pool->uffd, a, r->ra + k * ps, ps);
+		ret = reader_readahead_done(r, a, ret);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/*
  * Prefetch readahead, after the fault at addr was resolved (and its vCPU
  * woken): the next prefetch_pages pages of this uffd's range that are not
- * resident yet. One that a fault got first is EEXIST, counted. 0, or
- * -errno after recording the failure as the run's.
+ * resident yet, each run of them in a row fetched at once (up to the
+ * readahead buffer's ra_pages; without one, a page at a time). One that a
+ * fault got first is EEXIST, counted. 0, or -errno after recording the
+ * failure as the run's.
  */
 static int reader_readahead(struct ukvm_reader *r, uint64_t addr)
 {
 	struct ukvm_pool *pool = r->pool;
-	uint64_t end = pool->hva_base + pool->region_size, a, page;
-	uint32_t i;
+	uint64_t ps = pool->page_size, end = pool->hva_base + pool->region_size, a, page;
+	uint32_t k, max = r->ra ? r->ra_pages : 1;
 	int ret;
 
-	for (i = 1, a = addr + pool->page_size; i <= pool->prefetch_pages && a < end;
-	     i++, a += pool->page_size) {
+	if (end - addr > ((uint64_t)pool->prefetch_pages + 1) * ps)
+		end = addr + ((uint64_t)pool->prefetch_pages + 1) * ps;
+	for (a = addr + ps; a < end; a += (uint64_t)k * ps) {
 		if (reader_stopping(r))
 			return 0;
-		page = pool->resident_first + (a - pool->hva_base) / pool->page_size;
+		page = pool->resident_first + (a - pool->hva_base) / ps;
+		k = 1;
 		if (!ukvm_resident_absent(pool->resident, page))
 			continue;
-		ret = reader_prefetch_copy(r, a, pool->gpa_base + (a - pool->hva_base));
+		while (k < max && a + (uint64_t)k * ps < end &&
+		       ukvm_resident_absent(pool->resident, page + k))
+			k++;
+		if (r->ra) {
+			ret = reader_readahead_run(r, a, k);
+		} else {
+			/* A failed fetch, recorded, aborted the run: done() adds nothing. */
+			ret = reader_prefetch_copy(r, a, pool->gpa_base + (a - pool->hva_base));
+			if (ret != -ECANCELED)
+				ret = reader_readahead_done(r, a, ret);
+		}
 		if (ret == -ECANCELED)
 			return 0;	/* stopping: the pages ahead can wait */
-		if (!ret) {
-			ukvm_resident_mark(pool->resident, page, UKVM_PAGE_PREFETCHED);
-			r->stats.prefetched++;
-		} else if (ret == -EEXIST) {
-			r->stats.prefetch_eexist++;
-		} else {
-			if (ukvm_ctl_aborted(pool->ctl))
-				return ret;
-			ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, -ret,
-				      "%s: readahead UFFDIO_COPY(MODE_DONTWAKE, %llu bytes at gpa "
-				      "0x%llx)", r->who, (unsigned long long)pool->page_size,
-				      (unsigned long long)(pool->gpa_base + (a - pool->hva_base)));
+		if (ret)
 			return ret;
-		}
 	}
 	return 0;
 }
@@ -536,6 +602,8 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		ret = -EEXIST;
 	} else {
 		ret = reader_copy(r, addr, gpa);
+		if (ret == -ECANCELED)
+			return ret;	/* a fetch given up on the stop: the run is over */
 		r->stats.copies++;
 	}
 	if (ret < 0 && ret != -EEXIST) {
@@ -977,6 +1045,24 @@ static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 		}
 		ukvm_source_prepare(pool->source, r->src, pool->page_size);
 	}
+	if (pool->prefetch == UKVM_PREFETCH_READAHEAD && pool->mode == UKVM_UFFD_MISSING &&
+	    pool->resolve == UKVM_RESOLVE_COPY && pool->page_size < UKVM_READAHEAD_BUF_MAX) {
+		r->ra_pages = (uint32_t)(UKVM_READAHEAD_BUF_MAX / pool->page_size);
+		if (r->ra_pages > pool->prefetch_pages)
+			r->ra_pages = pool->prefetch_pages;
+	}
+	if (r->ra_pages > 1) {
+		r->ra = mmap(NULL, (uint64_t)r->ra_pages * pool->page_size,
+			     PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (r->ra == MAP_FAILED) {
+			r->ra = NULL;
+			ukvm_err_set(err, UKVM_ERR_RUN, errno,
+				     "uffd %u reader %u: mmap(readahead buffer of %u pages)",
+				     pool->uffd_index, r->index, r->ra_pages);
+			return -ENOMEM;
+		}
+		ukvm_source_prepare(pool->source, r->ra, (uint64_t)r->ra_pages * pool->page_size);
+	}
 	if (pool->mode == UKVM_UFFD_MISSING && pool->resolve == UKVM_RESOLVE_MOVE) {
 		ret = stage_create(r, err);
 		if (ret)
@@ -1238,6 +1324,8 @@ int ukvm_pool_destroy(struct ukvm_pool *pool)
 		r->ring = NULL;
 		if (r->src)
 			munmap(r->src, pool->page_size);
+		if (r->ra)
+			munmap(r->ra, (uint64_t)r->ra_pages * pool->page_size);
 		if (r->stage)
 			munmap(r->stage, (uint64_t)r->stage_pages * pool->page_size);
 		ukvm_source_conn_close(&r->conn);

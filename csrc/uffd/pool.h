@@ -41,6 +41,13 @@ struct ukvm_ring;
  * memory check.
  */
 #define UKVM_READER_SRC_MAX	(2ULL << 20)
+/*
+ * Prefetch readahead: each reader's buffer for a run of pages fetched in
+ * one request, at most this many bytes (anonymous memory, pages smaller
+ * than it only: larger pages are read ahead one at a time through the
+ * buffers above).
+ */
+#define UKVM_READAHEAD_BUF_MAX	(1ULL << 20)
 
 struct ukvm_shared_buffer {
 	uint64_t page_size;
@@ -61,6 +68,9 @@ struct ukvm_reader {
 	struct ukvm_ring *ring;		/* wait io_uring: the reader's own ring (ring.h) */
 	uint8_t *src;			/* up to 2 MiB pages: UFFDIO_COPY source, fetched per fault */
 	struct ukvm_source_conn conn;	/* the thread's own connection to the page source */
+	/* prefetch readahead: a run of up to ra_pages absent pages is fetched at once into ra */
+	uint8_t *ra;
+	uint32_t ra_pages;
 	/* resolve move: the staging area (pool.c), stage_pages pages, the next at stage_next */
 	uint8_t *stage;
 	uint32_t stage_pages;

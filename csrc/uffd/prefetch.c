@@ -10,7 +10,14 @@
  *
  * Each page is two steps: fetch its bytes from the page source through
  * the pusher's own connection (source.h; not urgent: no fault waits for
- * it), then install them.
+ * it), then install them. From a file or the synthetic fill a fetch costs
+ * no round trip: one page at a time. From a page server (the only source
+ * that pipelines) one page per round trip would cap the pusher at
+ * 1/latency pages a second, so it keeps up to PUSHER_DEPTH requests in
+ * flight, each for a run of up to PUSHER_CHUNK_PAGES absent pages in a row
+ * (in install order, within one uffd's range), and installs a reply's
+ * pages as it arrives, each re-checked for residency first: a fault may
+ * have brought it meanwhile (counted as EEXIST, like a copy that lost).
  *
  * Its rate (bandwidth_mbps, 10^6 bits/s) is a token bucket kept by
  * sleeping: the next page may go at next_ns, which advances a page's time
@@ -39,6 +46,22 @@
 #define PACE_SLICE_NS		(10 * NSEC_PER_MSEC)
 #define PACE_BURST_NS		(10 * NSEC_PER_MSEC)
 #define PUSHER_WHO		"prefetch pusher"
+/*
+ * A page server: requests kept in flight on the pusher's connection
+ * (docs/config.md, docs/postcopy.md), each for at most PUSHER_CHUNK_PAGES
+ * pages and PUSHER_CHUNK_BYTES bytes (one page if a page is larger), and
+ * with a rate at most what PACE_BURST_NS of credit allows, so that a
+ * chunk is no burst the token bucket would not allow.
+ */
+#define PUSHER_DEPTH		16
+#define PUSHER_CHUNK_PAGES	16
+#define PUSHER_CHUNK_BYTES	(64ULL << 10)
+
+/* A request in flight: pages [page, page + pages), numbered over the region. */
+struct pusher_request {
+	uint64_t page;
+	uint32_t pages;
+};
 
 void ukvm_pusher_init(struct ukvm_pusher *p)
 {
@@ -70,8 +93,11 @@ static bool pusher_wait_go(struct ukvm_pusher *p)
 	return go > 0 && !pusher_stopping(p);
 }
 
-/* The token bucket: waits until a page may go. False if told to stop meanwhile. */
-static bool pusher_pace(struct ukvm_pusher *p, uint64_t *next_ns)
+/*
+ * The token bucket: charges pages once they may go. 0 then; -EAGAIN if
+ * not yet and !wait; -ECANCELED if told to stop (meanwhile).
+ */
+static int pusher_pace(struct ukvm_pusher *p, uint64_t *next_ns, uint32_t pages, bool wait)
 {
 	/* 8 bits a byte, mbps 10^6 bits a second: page_ns = bits * 1000 / mbps. */
 	uint64_t page_ns = p->page_size * 8 * 1000 / p->bandwidth_mbps;
@@ -81,13 +107,15 @@ static bool pusher_pace(struct ukvm_pusher *p, uint64_t *next_ns)
 		*next_ns = now - PACE_BURST_NS;
 	while (now < *next_ns) {
 		if (pusher_stopping(p))
-			return false;
+			return -ECANCELED;
+		if (!wait)
+			return -EAGAIN;
 		left = *next_ns - now;
 		ukvm_sleep_ns(left < PACE_SLICE_NS ? left : PACE_SLICE_NS);
 		now = ukvm_now_ns();
 	}
-	*next_ns += page_ns;
-	return !pusher_stopping(p);
+	*next_ns += page_ns * pages;
+	return pusher_stopping(p) ? -ECANCELED : 0;
 }
 
 /* The range page (of the whole region) falls in, and its offset there. */
@@ -107,11 +135,26 @@ static struct ukvm_pusher_range *pusher_range(struct ukvm_pusher *p, uint64_t pa
 	return NULL;
 }
 
+/* A failed fetch of pages from page: the run's failure, unless it is over anyway. */
+static int pusher_fetch_failed(struct ukvm_pusher *p, int ret, uint64_t page, uint64_t pages)
+{
+	if (pusher_stopping(p) || ukvm_ctl_aborted(p->ctl))
+		return ret;
+	/* Named as the readers name it (pool.c): the file, or the server's address. */
+	ukvm_ctl_fail(p->ctl, UKVM_ERR_RUN, -ret, "%s: fetching %llu bytes at offset %llu of "
+		      "%s %s: %s", PUSHER_WHO, (unsigned long long)(pages * p->page_size),
+		      (unsigned long long)(page * p->page_size),
+		      p->source->kind == UKVM_SOURCE_REMOTE ? "the page server at" : "source_path",
+		      p->source->kind == UKVM_SOURCE_REMOTE ? p->source->address : p->source->path,
+		      ukvm_source_strerror(p->source, ret));
+	return ret;
+}
+
 /*
- * Fetches the page's bytes, then installs them: 0 (installed, or found
- * there: counted), or -errno with the failure recorded as the run's.
+ * Installs page from src unless it is resident by now: 0 (installed, or
+ * found there: counted), or -errno with the failure recorded as the run's.
  */
-static int pusher_install(struct ukvm_pusher *p, uint64_t page)
+static int pusher_copy(struct ukvm_pusher *p, uint64_t page, const uint8_t *src)
 {
 	struct ukvm_pusher_range *range;
 	uint64_t off;
@@ -120,24 +163,11 @@ static int pusher_install(struct ukvm_pusher *p, uint64_t page)
 	range = pusher_range(p, page, &off);
 	if (!range)
 		return 0;	/* replay was checked against the region: cannot happen */
-	ret = ukvm_source_fetch(&p->conn, page * p->page_size, p->page_size, range->gpa + off,
-				p->buf, false);
-	if (ret) {
-		if (pusher_stopping(p) || ukvm_ctl_aborted(p->ctl))
-			return ret;
-		/* Named as the readers name it (pool.c): the server's address. */
-		ukvm_ctl_fail(p->ctl, UKVM_ERR_RUN, -ret, "%s: fetching %llu bytes at offset %llu "
-			      "of %s %s (gpa 0x%llx): %s", PUSHER_WHO,
-			      (unsigned long long)p->page_size,
-			      (unsigned long long)(page * p->page_size),
-			      p->source->kind == UKVM_SOURCE_REMOTE ? "the page server at" :
-			      "source_path", p->source->kind == UKVM_SOURCE_REMOTE ?
-			      p->source->address : p->source->path,
-			      (unsigned long long)(range->gpa + off),
-			      ukvm_source_strerror(p->source, ret));
-		return ret;
+	if (!ukvm_resident_absent(p->resident, page)) {
+		p->eexist++;	/* a fault won while the bytes were on their way */
+		return 0;
 	}
-	ret = ukvm_uffd_copy_dontwake(range->uffd, range->hva + off, p->buf, p->page_size);
+	ret = ukvm_uffd_copy_dontwake(range->uffd, range->hva + off, src, p->page_size);
 	if (!ret) {
 		ukvm_resident_mark(p->resident, page, UKVM_PAGE_PREFETCHED);
 		p->pages++;
@@ -155,6 +185,125 @@ static int pusher_install(struct ukvm_pusher *p, uint64_t page)
 	return ret;
 }
 
+/* Fetches the page's bytes, then installs them: as pusher_copy(). */
+static int pusher_install(struct ukvm_pusher *p, uint64_t page)
+{
+	struct ukvm_pusher_range *range;
+	uint64_t off;
+	int ret;
+
+	range = pusher_range(p, page, &off);
+	if (!range)
+		return 0;
+	ret = ukvm_source_fetch(&p->conn, page * p->page_size, p->page_size, range->gpa + off,
+				p->buf, false);
+	if (ret)
+		return pusher_fetch_failed(p, ret, page, 1);
+	return pusher_copy(p, page, p->buf);
+}
+
+static uint64_t pusher_page(const struct ukvm_pusher *p, uint64_t i)
+{
+	return p->order ? p->order[i] : i;
+}
+
+/*
+ * The next run to ask for from the *i-th page to install on: up to max
+ * absent pages in a row, within one range. Its length (*i past it, *first
+ * its first page), or 0 when no absent page is left.
+ */
+static uint32_t pusher_next_run(struct ukvm_pusher *p, uint64_t *i, uint64_t n, uint32_t max,
+				uint64_t *first)
+{
+	struct ukvm_pusher_range *range = NULL;
+	uint64_t page = 0, off = 0, next;
+	uint32_t k;
+
+	for (; *i < n; (*i)++) {
+		page = pusher_page(p, *i);
+		if (ukvm_resident_absent(p->resident, page)) {
+			range = pusher_range(p, page, &off);
+			if (range)
+				break;
+		}
+	}
+	if (!range)
+		return 0;
+	*first = page;
+	for (k = 1, (*i)++; k < max && *i < n; k++, (*i)++) {
+		next = pusher_page(p, *i);
+		if (next != page + k || off + (k + 1) * p->page_size > range->size ||
+		    !ukvm_resident_absent(p->resident, next))
+			break;
+	}
+	return k;
+}
+
+/*
+ * A page server: up to PUSHER_DEPTH requests in flight, a reply's pages
+ * installed as it comes. Leaves at the end, on a stop (a wait for a reply
+ * gives up on the stop eventfd; the requests still in flight go with the
+ * connection, closed by ukvm_pusher_destroy()) or on a failure.
+ */
+static void pusher_pipeline(struct ukvm_pusher *p, uint64_t n)
+{
+	struct pusher_request req[PUSHER_DEPTH], run = { 0 };
+	uint64_t ps = p->page_size, i = 0, next_ns = 0, off, len;
+	uint32_t inflight = 0, max = p->chunk_pages, j, k;
+	int ret;
+
+	if (p->bandwidth_mbps) {
+		uint64_t page_ns = ps * 8 * 1000 / p->bandwidth_mbps;
+		uint64_t burst = page_ns ? PACE_BURST_NS / page_ns : max;
+
+		max = burst < 1 ? 1 : burst < max ? (uint32_t)burst : max;
+	}
+	while (!pusher_stopping(p)) {
+		while (inflight < PUSHER_DEPTH) {
+			if (!run.pages)
+				run.pages = pusher_next_run(p, &i, n, max, &run.page);
+			if (!run.pages)
+				break;
+			if (p->bandwidth_mbps) {
+				/* Replies to take meanwhile: do not sleep for the bucket. */
+				ret = pusher_pace(p, &next_ns, run.pages, inflight == 0);
+				if (ret == -EAGAIN)
+					break;
+				if (ret)
+					return;
+			}
+			ret = ukvm_source_send(&p->conn, run.page * ps, run.pages * ps);
+			if (ret) {
+				pusher_fetch_failed(p, ret, run.page, run.pages);
+				return;
+			}
+			req[inflight++] = run;
+			run.pages = 0;
+		}
+		if (!inflight)
+			return;		/* every page asked for and installed */
+		ret = ukvm_source_recv(&p->conn, &off, &len, p->buf, p->buf_bytes);
+		if (ret) {
+			pusher_fetch_failed(p, ret, req[0].page, req[0].pages);
+			return;
+		}
+		for (j = 0; j < inflight; j++)
+			if (req[j].page * ps == off && req[j].pages * ps == len)
+				break;
+		if (j == inflight) {
+			pusher_fetch_failed(p, -EPROTO, off / ps, len / ps);
+			return;
+		}
+		run = req[j];
+		memmove(&req[j], &req[j + 1], (inflight - j - 1) * sizeof(req[0]));
+		inflight--;
+		for (k = 0; k < run.pages; k++)
+			if (pusher_copy(p, run.page + k, p->buf + k * ps))
+				return;
+		run.pages = 0;
+	}
+}
+
 static void *pusher_thread(void *arg)
 {
 	struct ukvm_pusher *p = arg;
@@ -169,11 +318,15 @@ static void *pusher_thread(void *arg)
 		goto out;
 	ukvm_thread_at(&p->state, "installing pages");
 	n = p->order ? p->nr_order : p->resident->pages;
+	if (ukvm_source_pipelined(&p->conn)) {
+		pusher_pipeline(p, n);
+		goto out;
+	}
 	for (i = 0; i < n && !pusher_stopping(p); i++) {
-		page = p->order ? p->order[i] : i;
+		page = pusher_page(p, i);
 		if (!ukvm_resident_absent(p->resident, page))
 			continue;
-		if (p->bandwidth_mbps && !pusher_pace(p, &next_ns))
+		if (p->bandwidth_mbps && pusher_pace(p, &next_ns, 1, true))
 			break;
 		if (pusher_install(p, page))
 			break;
@@ -188,14 +341,6 @@ int ukvm_pusher_start(struct ukvm_pusher *p, struct ukvm_error *err)
 {
 	int ret;
 
-	p->buf = mmap(NULL, p->page_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		      -1, 0);
-	if (p->buf == MAP_FAILED) {
-		p->buf = NULL;
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "%s: mmap(a page of %llu bytes)",
-			     PUSHER_WHO, (unsigned long long)p->page_size);
-		return -ENOMEM;
-	}
 	p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (p->stop_fd < 0) {
 		ukvm_err_set(err, UKVM_ERR_RUN, errno, "%s: eventfd", PUSHER_WHO);
@@ -205,7 +350,22 @@ int ukvm_pusher_start(struct ukvm_pusher *p, struct ukvm_error *err)
 	if (ret)
 		return ret;
 	p->conn_open = true;
-	ukvm_source_prepare(p->source, p->buf, p->page_size);
+	p->chunk_pages = 1;
+	if (ukvm_source_pipelined(&p->conn) && p->page_size < PUSHER_CHUNK_BYTES) {
+		p->chunk_pages = (uint32_t)(PUSHER_CHUNK_BYTES / p->page_size);
+		if (p->chunk_pages > PUSHER_CHUNK_PAGES)
+			p->chunk_pages = PUSHER_CHUNK_PAGES;
+	}
+	p->buf_bytes = p->chunk_pages * p->page_size;
+	p->buf = mmap(NULL, p->buf_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		      -1, 0);
+	if (p->buf == MAP_FAILED) {
+		p->buf = NULL;
+		ukvm_err_set(err, UKVM_ERR_RUN, errno, "%s: mmap(a buffer of %llu bytes)",
+			     PUSHER_WHO, (unsigned long long)p->buf_bytes);
+		return -ENOMEM;
+	}
+	ukvm_source_prepare(p->source, p->buf, p->buf_bytes);
 	ret = ukvm_thread_create(p->ctl, &p->thread, PUSHER_STACK_BYTES, pusher_thread, p);
 	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_create(%s)", PUSHER_WHO);
@@ -245,7 +405,7 @@ int ukvm_pusher_destroy(struct ukvm_pusher *p)
 	if (ukvm_pusher_reap(p, false))
 		return -EBUSY;
 	if (p->buf)
-		munmap(p->buf, p->page_size);
+		munmap(p->buf, p->buf_bytes);
 	p->buf = NULL;
 	if (p->conn_open)
 		ukvm_source_conn_close(&p->conn);

@@ -40,7 +40,9 @@ struct ukvm_pusher {
 	struct ukvm_source_conn conn;	/* the pusher's own connection to it */
 	int stop_fd;			/* eventfd: readable once it must leave (a fetch waits on it) */
 	bool conn_open;
-	uint8_t *buf;			/* a page, prepared for the source's fetches */
+	uint8_t *buf;			/* a chunk, prepared for the source's fetches */
+	uint64_t buf_bytes;		/* chunk_pages pages */
+	uint32_t chunk_pages;		/* pipelined: most pages in one request */
 	pthread_t thread;
 	bool thread_started;
 	atomic_bool stop;

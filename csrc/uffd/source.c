@@ -291,6 +291,18 @@ static int source_pread(const struct ukvm_source *src, uint64_t off, uint64_t le
 	return 0;
 }
 
+#ifdef UKVM_TEST_HOOKS
+/* UKVM_INJECT_SOURCE_WRONG_OFFSET: the range asked for instead, when it holds the chosen byte. */
+static uint64_t source_wrong_offset(const struct ukvm_source *src, uint64_t region_off,
+				    uint64_t len)
+{
+	if (src->wrong_offset && src->wrong_offset_at >= region_off &&
+	    src->wrong_offset_at - region_off < len)
+		return region_off + len <= src->size - len ? region_off + len : 0;
+	return region_off;
+}
+#endif
+
 int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64_t len,
 		      uint64_t gpa, uint8_t *dst, bool urgent)
 {
@@ -302,9 +314,7 @@ int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64
 		return -ERANGE;
 #ifdef UKVM_TEST_HOOKS
 	/* The page that holds the chosen byte comes from the next page's place. */
-	if (src->wrong_offset && src->wrong_offset_at >= region_off &&
-	    src->wrong_offset_at - region_off < len)
-		region_off = region_off + len <= src->size - len ? region_off + len : 0;
+	region_off = source_wrong_offset(src, region_off, len);
 #endif
 	switch (src->kind) {
 	case UKVM_SOURCE_SYNTHETIC:
@@ -324,6 +334,71 @@ int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64
 	if (ret)
 		return ret;
 	conn->bytes += len;
+	if (conn->timed)
+		conn->ns += ukvm_now_ns() - t0;
+	return 0;
+}
+
+bool ukvm_source_pipelined(const struct ukvm_source_conn *conn)
+{
+	return conn->source->kind == UKVM_SOURCE_REMOTE && conn->remote;
+}
+
+uint32_t ukvm_source_outstanding(const struct ukvm_source_conn *conn)
+{
+	return conn->remote ? ukvm_remote_outstanding(conn->remote) : 0;
+}
+
+int ukvm_source_send(struct ukvm_source_conn *conn, uint64_t region_off, uint64_t len)
+{
+	const struct ukvm_source *src = conn->source;
+
+	if (!ukvm_source_pipelined(conn))
+		return -EOPNOTSUPP;
+	if (region_off > src->size || len > src->size - region_off)
+		return -ERANGE;
+#ifdef UKVM_TEST_HOOKS
+	{
+		uint64_t asked = source_wrong_offset(src, region_off, len);
+
+		/* One request at a time goes astray: its reply is matched back below. */
+		if (asked != region_off && !conn->wrong_pending) {
+			conn->wrong_sent = asked;
+			conn->wrong_meant = region_off;
+			conn->wrong_pending = true;
+			region_off = asked;
+		}
+	}
+#endif
+	return ukvm_remote_send(conn->remote, region_off, len, false, conn->stop_fd,
+				ukvm_now_ns() + UKVM_SOURCE_REMOTE_WAIT_NS);
+}
+
+int ukvm_source_recv(struct ukvm_source_conn *conn, uint64_t *region_off, uint64_t *len,
+		     uint8_t *dst, uint64_t dst_len)
+{
+	struct ukvm_remote_reply reply;
+	uint64_t t0 = conn->timed ? ukvm_now_ns() : 0;
+	int ret;
+
+	if (!ukvm_source_pipelined(conn))
+		return -EOPNOTSUPP;
+	/* The wait counts from here: a reply may have been in flight for long already. */
+	ret = ukvm_remote_recv(conn->remote, &reply, dst, dst_len, conn->stop_fd,
+			       ukvm_now_ns() + UKVM_SOURCE_REMOTE_WAIT_NS);
+	if (ret)
+		return ret;
+	if (reply.status)
+		return reply.status;	/* the server refused it (-ERANGE: past the end) */
+	*region_off = reply.offset;
+	*len = reply.length;
+#ifdef UKVM_TEST_HOOKS
+	if (conn->wrong_pending && reply.offset == conn->wrong_sent) {
+		*region_off = conn->wrong_meant;
+		conn->wrong_pending = false;
+	}
+#endif
+	conn->bytes += reply.length;
 	if (conn->timed)
 		conn->ns += ukvm_now_ns() - t0;
 	return 0;

@@ -40,6 +40,11 @@ struct ukvm_source_conn {
 	bool timed;			/* count fetch time (stats full; not for synthetic) */
 	uint64_t bytes;			/* fetched through this conn */
 	uint64_t ns;			/* spent fetching, when timed */
+#ifdef UKVM_TEST_HOOKS
+	uint64_t wrong_sent;		/* pipelined: the offset asked in the wrong place of... */
+	uint64_t wrong_meant;		/* ...this one, so that its reply is matched */
+	bool wrong_pending;
+#endif
 };
 
 /* Empty, closable state. */
@@ -83,6 +88,24 @@ void ukvm_source_prepare(const struct ukvm_source *src, uint8_t *dst, uint64_t l
  */
 int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64_t len,
 		      uint64_t gpa, uint8_t *dst, bool urgent);
+
+/*
+ * Pipelined fetches, for a prefetcher that keeps several requests in
+ * flight: only a remote source pipelines (a fetch from a file or the
+ * synthetic fill costs no round trip: fetch those one at a time). send()
+ * asks for len bytes at region_off (not urgent); recv() takes the next
+ * reply whole into dst (dst_len at least the longest asked) and says which
+ * range it answers in *region_off and *len: replies come in the order the
+ * server serves them, so match them by region_off. Returns as for fetch;
+ * -EOPNOTSUPP from a source that does not pipeline. A stop (-ECANCELED)
+ * with requests still in flight spends the connection: close it.
+ */
+bool ukvm_source_pipelined(const struct ukvm_source_conn *conn);
+int ukvm_source_send(struct ukvm_source_conn *conn, uint64_t region_off, uint64_t len);
+int ukvm_source_recv(struct ukvm_source_conn *conn, uint64_t *region_off, uint64_t *len,
+		     uint8_t *dst, uint64_t dst_len);
+/* Requests sent through conn whose replies recv() has not taken yet. */
+uint32_t ukvm_source_outstanding(const struct ukvm_source_conn *conn);
 
 /* remote: the longest a fetch waits for the server's answer, queueing included. */
 #define UKVM_SOURCE_REMOTE_WAIT_NS	(60ULL * 1000 * 1000 * 1000)
