@@ -312,3 +312,21 @@ def test_the_pusher_leaves_no_thread_when_the_run_ends_early(kvm, ending):
     assert_released(before, maps_slack=4)
     # and the process runs the next experiment
     assert run(mem_per_vcpu="64K", prefetch="background").verified
+
+
+def test_a_bad_prefetched_page_the_guest_never_touches_is_named_as_prefetched(kvm, tmp_path):
+    """A page prefetch installed that the guest never touches must hold the
+    source's bytes; when it does not, the message says prefetch put it
+    there (not that it should hold what it held before the run)."""
+    snap = uffdkvm.make_snapshot(tmp_path / "mem.img", MEM, seed=5)
+    fields = dict(mem_per_vcpu=MEM, source="file", source_path=snap, touch_percent=50,
+                  prefetch="readahead", prefetch_pages=64, timeout_s=60)
+    visits = run(**fields, trace_faults=True).page_visits
+    first = next(i for i, v in enumerate(visits) if v)
+    # Readahead after the first fault installs every page of the next 64
+    # the guest has not faulted: an untouched one among them for certain.
+    page = next(i for i in range(first + 1, first + 65) if not visits[i])
+    r = run_with_fault(**fields, fault="source_wrong_offset", after=page)
+    assert not r.verified and r.bad_pages == 1, r.verify_message
+    assert "untouched by the guest, installed by prefetch: the source file's bytes" \
+        in r.verify_message, r.verify_message
