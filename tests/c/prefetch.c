@@ -36,7 +36,7 @@ static void run_prefetch(const struct ukvm_config *cfg, uint64_t *faults, uint64
 	*faults = faults_of(&res);
 	*pushed = res.pusher_pages;
 	CHECK_EQ(*faults + res.prefetched_pages, pages);
-	CHECK_EQ(res.touched_pages, pages);
+	CHECK_EQ(res.touched_units, pages);
 	CHECK_EQ(res.wasted_prefetch_pages, 0);
 	/* the pusher may finish before a vCPU's first KVM_RUN: after the threads start */
 	CHECK(res.resident_ns >= res.threads_start_ns);

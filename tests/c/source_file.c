@@ -117,10 +117,11 @@ int main(void)
 		snprintf(cfg.source_path, sizeof(cfg.source_path), "%s.none", snap_path);
 		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, -1, "does not exist", NULL);
 	}
-	UKT_CASE("remote is refused") {
+	UKT_CASE("remote without a page server's address is the config's error") {
 		cfg = ukt_small();
 		cfg.source = UKVM_SOURCE_REMOTE;
-		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, -1, "remote is not built yet", NULL);
+		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, -1,
+			      "source_address: source remote needs the page server's address", NULL);
 	}
 	unlink(snap_path);
 	return ukt_exit();
