@@ -13,6 +13,7 @@ earlier than its latency; n replies never beat the link) plus generous
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import signal
@@ -541,3 +542,43 @@ def test_config_fields_for_the_remote_source():
     d = uffdkvm.Config()
     assert (d.remote_transport, d.remote_latency_us, d.remote_bandwidth_mbps,
             d.max_inflight) == ("unix", 0, 0, 0)
+
+
+REMOTE_FD_CHILD = """
+import errno, json, os, re, resource, sys, uffdkvm
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+kw = dict(vcpus=2, mem_per_vcpu="1M", readers=8, allow_oversubscribe=True, wait="poll",
+          source="remote", source_path=sys.argv[1], prefetch="background")
+out = {}
+def attempt(extra):
+    opened = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (opened + extra, hard))
+    try:
+        return {"verified": uffdkvm.run(**kw).verified}
+    except uffdkvm.UffdkvmError as e:
+        return {"type": type(e).__name__, "emfile": e.errno == errno.EMFILE, "error": str(e)}
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+out["short"] = attempt(14)  # enough to start the page server, not for the run
+m = re.search(r"needs (\\d+) more", out["short"].get("error", ""))
+if m:
+    out["enough"] = attempt(int(m.group(1)) + 8)  # + the page server's own pipes here
+print(json.dumps(out))
+"""
+
+
+def test_a_remote_runs_fd_budget_counts_its_connections(kvm, snapshot):
+    """The fd check before a run counts a page server connection per
+    installing thread (16 readers here), the snapshot kept open to verify
+    against, and the pusher's eventfd and connection: with the fds it says
+    it needs, the run goes through instead of meeting EMFILE halfway."""
+    p = subprocess.run([sys.executable, "-c", REMOTE_FD_CHILD, str(snapshot)],
+                       capture_output=True, text=True, timeout=120, cwd="/", env=CHILD_ENV)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    short = out["short"]
+    assert short.get("type") == "HostUnsupportedError" and short["emfile"], short
+    assert "16 for page server connections" in short["error"], short
+    assert "1 for the source file" in short["error"], short
+    assert "2 for the prefetch pusher" in short["error"], short
+    assert out.get("enough") == {"verified": True}, out

@@ -9,11 +9,15 @@ as 0) turns these red. Runs are small (a few MiB of 4 KiB pages).
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
+from children import ENV as CHILD_ENV
 from conftest import assert_released, resources, run_or_skip, run_with_fault
+from hostfacts import NO_THP, host_skip
 
 import uffdkvm
 from uffdkvm import Result
@@ -312,3 +316,50 @@ def test_the_pusher_leaves_no_thread_when_the_run_ends_early(kvm, ending):
     assert_released(before, maps_slack=4)
     # and the process runs the next experiment
     assert run(mem_per_vcpu="64K", prefetch="background").verified
+
+
+def test_a_bad_prefetched_page_the_guest_never_touches_is_named_as_prefetched(kvm, tmp_path):
+    """A page prefetch installed that the guest never touches must hold the
+    source's bytes; when it does not, the message says prefetch put it
+    there (not that it should hold what it held before the run)."""
+    snap = uffdkvm.make_snapshot(tmp_path / "mem.img", MEM, seed=5)
+    fields = dict(mem_per_vcpu=MEM, source="file", source_path=snap, touch_percent=50,
+                  prefetch="readahead", prefetch_pages=64, timeout_s=60)
+    visits = run(**fields, trace_faults=True).page_visits
+    first = next(i for i, v in enumerate(visits) if v)
+    # Readahead after the first fault installs every page of the next 64
+    # the guest has not faulted: an untouched one among them for certain.
+    page = next(i for i in range(first + 1, first + 65) if not visits[i])
+    r = run_with_fault(**fields, fault="source_wrong_offset", after=page)
+    assert not r.verified and r.bad_pages == 1, r.verify_message
+    assert "untouched by the guest, installed by prefetch: the source file's bytes" \
+        in r.verify_message, r.verify_message
+
+
+THP_RESOLVER_CHILD = """
+import uffdkvm
+try:
+    for i in range(40):
+        r = uffdkvm.run(vcpus=2, mem_per_vcpu="16M", backing="anonymous_thp", resolver="vcpu",
+                        timeout_s=60, **(dict(prefetch="background") if i % 2 else
+                                         dict(overlap=True)))
+        assert r.verified, r.verify_message
+except uffdkvm.HostUnsupportedError as e:
+    print("unsupported:", e)
+else:
+    print("ok")
+"""
+
+
+def test_a_vcpu_resolver_never_touches_a_thp_page_another_copy_has_not_reached(kvm):
+    """anonymous_thp units go in 4 KiB at a time: a vCPU resolving its own
+    fault whose copy meets the pusher's (or, with overlap, another vCPU's)
+    copy of the same unit half done gets EEXIST before its page is there.
+    It must wait for the page before touching it (the MMIO completion's
+    memcpy): on its SIGBUS uffd, the process would die of SIGBUS. Without
+    the wait some 1 run in 4 died here."""
+    p = subprocess.run([sys.executable, "-c", THP_RESOLVER_CHILD], capture_output=True,
+                       text=True, timeout=300, cwd="/", env=CHILD_ENV)
+    if p.stdout.startswith("unsupported:"):
+        host_skip(NO_THP, p.stdout.strip())
+    assert p.returncode == 0 and p.stdout.strip() == "ok", (p.returncode, p.stderr[-2000:])

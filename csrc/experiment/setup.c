@@ -676,6 +676,12 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 {
 	uint64_t vcpus = probe ? 0 : cfg->vcpus, pools = 0, per_pool = 0, epolls = 0;
 	uint64_t memfd = ukvm_backing_is_shared(cfg->backing) ? 1 : 0;
+	/* source file or remote: the snapshot stays open (remote: mapped to verify against). */
+	uint64_t source = cfg->source != UKVM_SOURCE_SYNTHETIC ? 1 : 0, conns = 0;
+	/* prefetch background or replay: the pusher's stop eventfd, and its own connection. */
+	uint64_t pusher = !probe && (cfg->prefetch == UKVM_PREFETCH_BACKGROUND ||
+				     cfg->prefetch == UKVM_PREFETCH_REPLAY) ?
+			  1 + (cfg->source == UKVM_SOURCE_REMOTE) : 0;
 	bool epoll = cfg->wait == UKVM_WAIT_EPOLL || cfg->wait == UKVM_WAIT_EPOLL_EXCLUSIVE;
 	bool ring = cfg->wait == UKVM_WAIT_IO_URING;
 	size_t n;
@@ -684,6 +690,10 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 		pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
 		epolls = !probe && (epoll || ring) ? cfg->readers : 0;
 		per_pool = 1 + !probe + epolls;	/* the uffd, its stop eventfd, epoll sets or rings */
+		/* source remote: a connection to the page server per installing thread. */
+		if (!probe && cfg->source == UKVM_SOURCE_REMOTE)
+			conns = cfg->resolver == UKVM_RESOLVER_VCPU ? cfg->vcpus :
+				pools * cfg->readers;
 	}
 	/*
 	 * /dev/kvm, the VM and its statistics; each vCPU and its statistics;
@@ -707,11 +717,17 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 				      probe ? "" : " with their stop eventfds",
 				      !epolls ? "" : ring ? " and an io_uring per reader" :
 				      " and an epoll set per reader");
-	if (cfg->source == UKVM_SOURCE_FILE && n < why_len)
+	if (source && n < why_len)
 		n += (size_t)snprintf(why + n, why_len - n, ", 1 for the source file");
+	if (conns && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu for page server connections",
+				      (unsigned long long)conns);
+	if (pusher && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu for the prefetch pusher",
+				      (unsigned long long)pusher);
 	if (n < why_len)
 		snprintf(why + n, why_len - n, ", 1 while setting up");
-	return 3 + 2 * vcpus + memfd + pools * per_pool + (cfg->source == UKVM_SOURCE_FILE) + 1;
+	return 3 + 2 * vcpus + memfd + pools * per_pool + source + conns + pusher + 1;
 }
 
 void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)

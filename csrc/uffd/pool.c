@@ -84,6 +84,8 @@
 #define RING_CANCEL_NS		(100 * NSEC_PER_MSEC)
 /* resolve move: a reader's staging area for 4 KiB pages (64 pages, refilled in one call). */
 #define MOVE_STAGE_BYTES	(256ULL << 10)
+/* Resolver vCPU: the longest wait for another thread's copy of a unit to reach a page. */
+#define RESOLVER_UNIT_WAIT_NS	(10ULL * NSEC_PER_SEC)
 
 static const char *resolve_name(const struct ukvm_pool *pool)
 {
@@ -656,6 +658,40 @@ void ukvm_pool_bind_vcpu(struct ukvm_reader *r, uint32_t vcpu)
 		 r->pool->uffd_index);
 }
 
+/*
+ * Resolver vCPU, missing units above 4 KiB: waits until the 4 KiB page at
+ * addr is mapped. A unit of anonymous memory (anonymous_thp) goes in 4 KiB
+ * at a time, so a copy that met another thread's copy of the same unit
+ * half done (a prefetch, or another vCPU with overlap) returns EEXIST
+ * before the page this vCPU touches is there; its next access (the MMIO
+ * completion's memcpy, KVM's retry) must not come first: on a uffd opened
+ * with SIGBUS it would raise SIGBUS. 0, -ECANCELED (the run is over), or
+ * -ETIMEDOUT after RESOLVER_UNIT_WAIT_NS (the other copy is one ioctl).
+ */
+static int resolver_wait_mapped(struct ukvm_reader *r, uint64_t addr)
+{
+	uint64_t start = ukvm_now_ns();
+	unsigned char vec = 0;
+
+	for (;;) {
+		if (mincore((void *)(uintptr_t)addr, UKVM_PAGE_SIZE, &vec))
+			return 0;	/* cannot tell: the access will */
+		if (vec & 1)
+			return 0;
+		if (ukvm_ctl_aborted(r->pool->ctl))
+			return -ECANCELED;
+		if (ukvm_now_ns() - start > RESOLVER_UNIT_WAIT_NS) {
+			ukvm_ctl_fail(r->pool->ctl, UKVM_ERR_RUN, ETIMEDOUT,
+				      "%s: the page at 0x%llx was still missing %.1f s after "
+				      "another thread's copy of its unit began", r->who,
+				      (unsigned long long)addr,
+				      (double)RESOLVER_UNIT_WAIT_NS / NSEC_PER_SEC);
+			return -ETIMEDOUT;
+		}
+		sched_yield();
+	}
+}
+
 int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **hva)
 {
 	struct ukvm_reader *r = resolver;
@@ -684,6 +720,8 @@ int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **
 	if (ret == -ECANCELED)	/* an injected READER_EXIT: a vCPU cannot just go */
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, ECANCELED,
 			      "%s: left its fault unresolved (injected)", r->who);
+	if (!ret && pool->mode == UKVM_UFFD_MISSING && pool->page_size > UKVM_PAGE_SIZE)
+		ret = resolver_wait_mapped(r, addr & ~(UKVM_PAGE_SIZE - 1));
 	if (ret)
 		return ret;
 	*hva = (uint8_t *)(uintptr_t)addr;

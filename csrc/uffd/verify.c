@@ -95,9 +95,19 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 		} else {
 			ref = filled ? fill_ref : zero_ref;
 		}
-		data = !touched ? "untouched by the guest: the data it held before the run"
-		       : from_file ? "the source file's bytes at the page's offset"
-		       : filled ? "the resolver's data" : "zero";
+		data = touched ? (from_file ? "the source file's bytes at the page's offset"
+				  : filled ? "the resolver's data" : "zero")
+		       /* untouched: the huge page around it, or prefetch, may have installed it */
+		       : unit_touched ? (from_file ? "untouched by the guest, resolved with the page "
+						   "around it: the source file's bytes"
+				       : filled ? "untouched by the guest, resolved with the page "
+						  "around it: the resolver's data"
+				       : "untouched by the guest, resolved with the page around it: zero")
+		       : p->untouched_filled ? "untouched by the guest: the data it held before the run"
+		       : !filled ? "untouched by the guest and never installed: zero"
+		       : from_file ? "untouched by the guest, installed by prefetch: the source "
+				     "file's bytes at the page's offset"
+		       : "untouched by the guest, installed by prefetch: the resolver's data";
 
 		if (ctl && off % VERIFY_CHECK_EVERY == 0 && ukvm_ctl_aborted(ctl))
 			return bad;
