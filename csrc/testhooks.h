@@ -46,8 +46,9 @@ enum ukvm_inject {
 	UKVM_INJECT_WP_NO_SAVE,		/* uffd_mode wp: pages are un-protected without saving */
 	/* No UFFD_FEATURE_PAGEFAULT_FLAG_WP nor WP_HUGETLBFS_SHMEM, as on a kernel without uffd-wp */
 	UKVM_INJECT_NO_WP_FEATURES,
-	/* source file: the fetch of the page holding byte inject_after * 4 KiB of the
-	 * region reads the next page's bytes of the file (the first page's, at the end) */
+	/* source file or remote: the page (of the backing's size) holding byte
+	 * inject_after * 4 KiB of the region gets the next page's bytes of the file
+	 * (the first page's, at the end), in whichever fetch brings it */
 	UKVM_INJECT_SOURCE_WRONG_OFFSET,
 	/*
 	 * touch_percent, access zipf: the host's record drops the first page

@@ -363,3 +363,17 @@ def test_a_vcpu_resolver_never_touches_a_thp_page_another_copy_has_not_reached(k
     if p.stdout.startswith("unsupported:"):
         host_skip(NO_THP, p.stdout.strip())
     assert p.returncode == 0 and p.stdout.strip() == "ok", (p.returncode, p.stderr[-2000:])
+
+
+def test_replay_refuses_an_order_recorded_with_another_page_size(kvm, tmp_path):
+    """Indices count pages of the backing's size: a THP run's order names
+    2 MiB pages, which on 4 KiB pages would be other memory."""
+    thp = run_or_skip(vcpus=1, mem_per_vcpu="4M", backing="anonymous_thp")
+    path = tmp_path / "thp.txt"
+    thp.save_touch_order(path)
+    with pytest.raises(uffdkvm.ConfigError, match="counts 2097152-byte pages") as info:
+        uffdkvm.Config(vcpus=1, mem_per_vcpu="4M", prefetch="replay", replay_from=path)
+    assert info.value.field == "replay_from"
+    again = uffdkvm.Config(vcpus=1, mem_per_vcpu="4M", backing="anonymous_thp",
+                           prefetch="replay", replay_from=path)
+    assert again.replay_from == thp.touch_order

@@ -481,3 +481,17 @@ def test_cli_remote_without_a_snapshot_names_source_path(kvm, tmp_path):
         capture_output=True, text=True, timeout=120, cwd="/", env=CHILD_ENV)
     assert out.returncode != 0
     assert "source_path" in out.stderr and "make_snapshot" in out.stderr, out.stderr
+
+
+def test_the_default_time_limit_makes_room_for_the_servers_latency(kvm):
+    """Without timeout_s, a slow page server's run gets the time it needs:
+    twice its latency (and link) per page on top of the usual limit."""
+    base = uffdkvm.Config(vcpus=1, mem_per_vcpu="64K")
+    slow = base.replace(source="remote", source_path="/var/tmp/x.img",
+                        remote_latency_us=5_000_000)
+    fast = base.replace(source="remote", source_path="/var/tmp/x.img")
+    assert fast.effective_timeout_s == base.effective_timeout_s
+    assert slow.effective_timeout_s >= base.effective_timeout_s + 2 * 16 * 5.0
+    link = base.replace(source="remote", source_path="/var/tmp/x.img",
+                        remote_bandwidth_mbps=1)
+    assert link.effective_timeout_s >= base.effective_timeout_s + 2 * 16 * 4096 * 8 / 1e6

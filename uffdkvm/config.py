@@ -162,16 +162,30 @@ def _cpus(field: str, value: Any) -> tuple[int, ...] | None:
     return tuple(_integer(field, cpu, 0, MAX_CPU) for cpu in value)
 
 
+# What save_touch_order's comment line says the pages are.
+_TOUCH_ORDER_PAGE_RE = re.compile(r"\((\d+)-byte pages")
+
+
 def read_touch_order(path: str | os.PathLike[str]) -> tuple[int, ...]:
     """The page indices a file that :meth:`Result.save_touch_order` wrote
     holds: one non-negative integer a line, blank lines and lines starting
     with ``#`` skipped. Raises ConfigError (field ``replay_from``) naming
     the line that is not one."""
+    return _read_touch_order(path)[0]
+
+
+def _read_touch_order(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], int | None]:
+    """read_touch_order(), and the page size the file's comment line says
+    its indices count in (None: it says none)."""
     pages = []
+    page_size = None
     try:
         with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 text = line.strip()
+                if text.startswith("#") and page_size is None:
+                    m = _TOUCH_ORDER_PAGE_RE.search(text)
+                    page_size = int(m.group(1)) if m else None
                 if not text or text.startswith("#"):
                     continue
                 if not text.isdigit():
@@ -186,14 +200,20 @@ def read_touch_order(path: str | os.PathLike[str]) -> tuple[int, ...]:
         why = e.strerror if isinstance(e, OSError) else str(e)
         raise ConfigError(f"replay_from: cannot read {os.fspath(path)!r}: {why}",
                           field="replay_from") from None
-    return tuple(pages)
+    return tuple(pages), page_size
 
 
-def _replay(value: Any, pages: int) -> tuple[int, ...]:
+def _replay(value: Any, pages: int, page_size: int) -> tuple[int, ...]:
     """replay_from as a tuple of page indices: read from a path, or from any
-    sequence of integers; each below pages, none twice, at least one."""
+    sequence of integers; each below pages, none twice, at least one. A file
+    recorded with pages of another size than page_size is refused: its
+    indices would name other memory."""
     if isinstance(value, (str, os.PathLike)):
-        order = read_touch_order(value)
+        order, recorded = _read_touch_order(value)
+        if recorded is not None and recorded != page_size:
+            raise ConfigError(f"replay_from: {os.fspath(value)!r} counts {recorded}-byte "
+                              f"pages, and this run's backing has {page_size}-byte pages; "
+                              f"record the order with the same backing", field="replay_from")
     elif isinstance(value, Iterable) and not isinstance(value, (bytes, dict, set, frozenset)):
         order = tuple(_integer("replay_from", v, 0) for v in value)
     else:
@@ -614,7 +634,8 @@ class Config:
                                   "pages in: a file Result.save_touch_order wrote, or a "
                                   "sequence of page indices", field="replay_from")
             put(self, "replay_from",
-                _replay(self.replay_from, self.region_bytes // self.page_size))
+                _replay(self.replay_from, self.region_bytes // self.page_size,
+                        self.page_size))
         elif self.replay_from is not None:
             raise ConfigError(f"replay_from: applies to prefetch='replay' only, not "
                               f"{self.prefetch!r}; set prefetch='replay' or leave replay_from "
@@ -718,12 +739,20 @@ class Config:
     def effective_timeout_s(self) -> float:
         """The time limit a run of this Config gets: timeout_s, or when None a
         generous one: 60 s, plus 2 ms per page touched, plus twice the
-        configured delay for every fault (as if no two delays overlapped)."""
+        configured delay for every fault (as if no two delays overlapped),
+        and with source="remote" twice the page server's time for every page
+        (its latency and the page's time on its link, as if nothing
+        overlapped: the faults' fetches and a prefetcher's, one by one)."""
         if self.timeout_s is not None:
             return self.timeout_s
         touched = max(self.pages_per_vcpu, self.accesses or 0) * self.vcpus * self.passes
         faults = self.region_bytes // self.page_size
-        return 60.0 + 0.002 * touched + 2 * self.delay_us * 1e-6 * faults
+        limit = 60.0 + 0.002 * touched + 2 * self.delay_us * 1e-6 * faults
+        if self.source == "remote":
+            link_s = self.page_size * 8 / (self.remote_bandwidth_mbps * 1e6) \
+                if self.remote_bandwidth_mbps else 0.0
+            limit += 2 * 2 * faults * (self.remote_latency_us * 1e-6 + link_s)
+        return limit
 
     @property
     def uffds(self) -> int:

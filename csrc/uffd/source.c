@@ -207,6 +207,7 @@ int ukvm_source_open(struct ukvm_source *src, const struct ukvm_config *cfg, uin
 #ifdef UKVM_TEST_HOOKS
 	src->wrong_offset = cfg->inject == UKVM_INJECT_SOURCE_WRONG_OFFSET;
 	src->wrong_offset_at = cfg->inject_after * UKVM_PAGE_SIZE;
+	src->wrong_unit = ukvm_backing_page_size(cfg->backing);
 #endif
 	switch (cfg->source) {
 	case UKVM_SOURCE_SYNTHETIC:
@@ -216,6 +217,8 @@ int ukvm_source_open(struct ukvm_source *src, const struct ukvm_config *cfg, uin
 		return source_open_file(src, cfg, size, err);
 	default:
 		memcpy(src->address, cfg->source_address, sizeof(src->address));
+		src->wait_ns = cfg->timeout_ns > UKVM_SOURCE_REMOTE_WAIT_NS ? cfg->timeout_ns :
+			       UKVM_SOURCE_REMOTE_WAIT_NS;
 		return source_open_file(src, cfg, size, err);
 	}
 }
@@ -292,14 +295,25 @@ static int source_pread(const struct ukvm_source *src, uint64_t off, uint64_t le
 }
 
 #ifdef UKVM_TEST_HOOKS
-/* UKVM_INJECT_SOURCE_WRONG_OFFSET: the range asked for instead, when it holds the chosen byte. */
-static uint64_t source_wrong_offset(const struct ukvm_source *src, uint64_t region_off,
-				    uint64_t len)
+/*
+ * UKVM_INJECT_SOURCE_WRONG_OFFSET: in the bytes fetched for region_off, len
+ * (into dst), the page (of the backing's size) that holds the chosen byte
+ * gets the source's next page (its first, at the end): what reading that
+ * page from the wrong place would bring, and that page alone, however many
+ * pages the fetch asked for. File and remote sources keep the file's
+ * mapping; the synthetic one has no bytes to misplace.
+ */
+static void source_wrong_page(const struct ukvm_source *src, uint64_t region_off,
+			      uint64_t len, uint8_t *dst)
 {
-	if (src->wrong_offset && src->wrong_offset_at >= region_off &&
-	    src->wrong_offset_at - region_off < len)
-		return region_off + len <= src->size - len ? region_off + len : 0;
-	return region_off;
+	uint64_t unit = src->wrong_unit, page, from;
+
+	if (!src->wrong_offset || !src->map || src->wrong_offset_at < region_off ||
+	    src->wrong_offset_at - region_off >= len)
+		return;
+	page = src->wrong_offset_at / unit * unit;
+	from = page + unit < src->size ? page + unit : 0;
+	memcpy(dst + (page - region_off), src->map + from, unit);
 }
 #endif
 
@@ -312,10 +326,6 @@ int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64
 
 	if (region_off > src->size || len > src->size - region_off)
 		return -ERANGE;
-#ifdef UKVM_TEST_HOOKS
-	/* The page that holds the chosen byte comes from the next page's place. */
-	region_off = source_wrong_offset(src, region_off, len);
-#endif
 	switch (src->kind) {
 	case UKVM_SOURCE_SYNTHETIC:
 		ukvm_fill_stamp(dst, len, gpa);
@@ -328,11 +338,14 @@ int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64
 		break;
 	default:
 		ret = ukvm_remote_fetch(conn->remote, region_off, len, urgent, dst, conn->stop_fd,
-					ukvm_now_ns() + UKVM_SOURCE_REMOTE_WAIT_NS);
+					ukvm_now_ns() + conn->source->wait_ns);
 		break;
 	}
 	if (ret)
 		return ret;
+#ifdef UKVM_TEST_HOOKS
+	source_wrong_page(src, region_off, len, dst);
+#endif
 	conn->bytes += len;
 	if (conn->timed)
 		conn->ns += ukvm_now_ns() - t0;
@@ -357,21 +370,8 @@ int ukvm_source_send(struct ukvm_source_conn *conn, uint64_t region_off, uint64_
 		return -EOPNOTSUPP;
 	if (region_off > src->size || len > src->size - region_off)
 		return -ERANGE;
-#ifdef UKVM_TEST_HOOKS
-	{
-		uint64_t asked = source_wrong_offset(src, region_off, len);
-
-		/* One request at a time goes astray: its reply is matched back below. */
-		if (asked != region_off && !conn->wrong_pending) {
-			conn->wrong_sent = asked;
-			conn->wrong_meant = region_off;
-			conn->wrong_pending = true;
-			region_off = asked;
-		}
-	}
-#endif
 	return ukvm_remote_send(conn->remote, region_off, len, false, conn->stop_fd,
-				ukvm_now_ns() + UKVM_SOURCE_REMOTE_WAIT_NS);
+				ukvm_now_ns() + conn->source->wait_ns);
 }
 
 int ukvm_source_recv(struct ukvm_source_conn *conn, uint64_t *region_off, uint64_t *len,
@@ -385,7 +385,7 @@ int ukvm_source_recv(struct ukvm_source_conn *conn, uint64_t *region_off, uint64
 		return -EOPNOTSUPP;
 	/* The wait counts from here: a reply may have been in flight for long already. */
 	ret = ukvm_remote_recv(conn->remote, &reply, dst, dst_len, conn->stop_fd,
-			       ukvm_now_ns() + UKVM_SOURCE_REMOTE_WAIT_NS);
+			       ukvm_now_ns() + conn->source->wait_ns);
 	if (ret)
 		return ret;
 	if (reply.status)
@@ -393,10 +393,7 @@ int ukvm_source_recv(struct ukvm_source_conn *conn, uint64_t *region_off, uint64
 	*region_off = reply.offset;
 	*len = reply.length;
 #ifdef UKVM_TEST_HOOKS
-	if (conn->wrong_pending && reply.offset == conn->wrong_sent) {
-		*region_off = conn->wrong_meant;
-		conn->wrong_pending = false;
-	}
+	source_wrong_page(conn->source, reply.offset, reply.length, dst);
 #endif
 	conn->bytes += reply.length;
 	if (conn->timed)

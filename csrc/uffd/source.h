@@ -26,9 +26,11 @@ struct ukvm_source {
 	const uint8_t *map;		/* file: a read-only MAP_SHARED mapping of size bytes */
 	char path[UKVM_SOURCE_PATH_MAX];
 	char address[UKVM_SOURCE_ADDRESS_MAX];	/* remote: the page server */
+	uint64_t wait_ns;		/* remote: the longest a fetch waits for its answer */
 	uint64_t cached_pages_at_start;	/* file: page-cache pages of it when the run began */
 #ifdef UKVM_TEST_HOOKS
-	uint64_t wrong_offset_at;	/* UKVM_INJECT_SOURCE_WRONG_OFFSET: that byte's fetch */
+	uint64_t wrong_offset_at;	/* UKVM_INJECT_SOURCE_WRONG_OFFSET: that byte's page */
+	uint64_t wrong_unit;		/* the pages fetched: the backing's page size */
 	bool wrong_offset;
 #endif
 };
@@ -40,11 +42,6 @@ struct ukvm_source_conn {
 	bool timed;			/* count fetch time (stats full; not for synthetic) */
 	uint64_t bytes;			/* fetched through this conn */
 	uint64_t ns;			/* spent fetching, when timed */
-#ifdef UKVM_TEST_HOOKS
-	uint64_t wrong_sent;		/* pipelined: the offset asked in the wrong place of... */
-	uint64_t wrong_meant;		/* ...this one, so that its reply is matched */
-	bool wrong_pending;
-#endif
 };
 
 /* Empty, closable state. */
@@ -84,7 +81,7 @@ void ukvm_source_prepare(const struct ukvm_source *src, uint8_t *dst, uint64_t l
  * waits for it (a prefetch does not; a page server serves faults first).
  * 0, or -errno: -EIO, the file ended early; remote, those of
  * remote/client.h (-ECANCELED: the thread's stop; -ECONNRESET or -EPIPE:
- * the server went away; -ETIMEDOUT: no answer in UKVM_SOURCE_REMOTE_WAIT_NS).
+ * the server went away; -ETIMEDOUT: no answer in src->wait_ns).
  */
 int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64_t len,
 		      uint64_t gpa, uint8_t *dst, bool urgent);
@@ -107,7 +104,11 @@ int ukvm_source_recv(struct ukvm_source_conn *conn, uint64_t *region_off, uint64
 /* Requests sent through conn whose replies recv() has not taken yet. */
 uint32_t ukvm_source_outstanding(const struct ukvm_source_conn *conn);
 
-/* remote: the longest a fetch waits for the server's answer, queueing included. */
+/*
+ * remote: the longest a fetch waits for the server's answer, queueing
+ * included: this, or the run's time limit when that is longer (a run that
+ * asks for a slow server and gives it the time must not fail here first).
+ */
 #define UKVM_SOURCE_REMOTE_WAIT_NS	(60ULL * 1000 * 1000 * 1000)
 
 /* What a failed fetch's return means, for the run's error message. */

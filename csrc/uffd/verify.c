@@ -18,6 +18,7 @@
 #include "base/util.h"
 #include "kvm/guest_abi.h"
 #include "uffd/fill.h"
+#include "uffd/resident.h"
 #include "uffd/verify.h"
 
 #define WORDS_PER_PAGE		(UKVM_PAGE_SIZE / sizeof(uint64_t))
@@ -87,7 +88,7 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 				unit_touched = p->visits[(off + k) / UKVM_PAGE_SIZE];
 		/* The data a page holds unless the guest wrote it: resolved, or prefilled. */
 		filled = unit_touched ? p->filled : p->untouched_filled ||
-			 (p->installed && p->installed[off / unit]);
+			 (p->installed && p->installed[off / unit] == UKVM_PAGE_PREFETCHED);
 		from_file = filled && p->expect;
 		if (from_file) {
 			memcpy(file_ref, p->expect + off, UKVM_PAGE_SIZE);

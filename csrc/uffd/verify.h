@@ -37,9 +37,10 @@ struct ukvm_verify_params {
 	/* What an untouched page holds: the resolver's data (it was filled
 	 * before the run), else zeros (nothing may have installed it)... */
 	bool untouched_filled;
-	/* ...unless it was installed: the resident map's byte (resident.h,
-	 * nonzero: installed) for each unit_size page from gpa, or NULL.
-	 * Only prefetch installs a page the guest never touches. */
+	/* ...unless prefetch installed it: the resident map's byte (enum
+	 * ukvm_page_state, resident.h) for each unit_size page from gpa, or
+	 * NULL. Only prefetch may install a page the guest never touches: one
+	 * a fault installed is not counted as filled, and fails. */
 	const uint8_t *installed;
 };
 
