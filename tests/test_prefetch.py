@@ -336,6 +336,18 @@ def test_a_bad_prefetched_page_the_guest_never_touches_is_named_as_prefetched(kv
         in r.verify_message, r.verify_message
 
 
+def test_a_page_a_fault_installed_is_not_counted_as_prefetched(kvm):
+    """With prefetch on, verification knows which pages a fault installed.
+    The host's record of visits drops the guest's first page (test hook),
+    which its fault installed: it must not pass as prefetch's (holding the
+    resolver's data, it would), and the message says a fault installed it."""
+    r = run_with_fault(mem_per_vcpu="2M", touch_percent=25, write_percent=0,
+                       prefetch="readahead", fault="untouched_page", after=0)
+    assert not r.verified and r.bad_pages == 1, r.verify_message
+    assert "untouched by the guest, yet a fault installed it" in r.verify_message, \
+        r.verify_message
+
+
 THP_RESOLVER_CHILD = """
 import uffdkvm
 try:

@@ -105,6 +105,9 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 						  "around it: the resolver's data"
 				       : "untouched by the guest, resolved with the page around it: zero")
 		       : p->untouched_filled ? "untouched by the guest: the data it held before the run"
+		       /* prefetch's map knows a fault installed it: the record of visits is wrong */
+		       : p->installed && p->installed[off / unit] == UKVM_PAGE_FAULTED ?
+			 "untouched by the guest, yet a fault installed it: zero expected"
 		       : !filled ? "untouched by the guest and never installed: zero"
 		       : from_file ? "untouched by the guest, installed by prefetch: the source "
 				     "file's bytes at the page's offset"
