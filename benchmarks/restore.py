@@ -15,8 +15,9 @@ every prefetch policy:
   readahead   each fault also installs the next 8 pages (prefetch_pages=8)
   background  a pusher installs every page in address order while the
               readers serve faults (QEMU's post-copy stream)
-  replay      the pusher installs the pages in the order the first trial's
-              "none" run faulted them (Result.touch_order: REAP/FaaSnap)
+  replay      the pusher installs the pages in the order a run before the
+              trials (the cold file, no prefetch) faulted them
+              (Result.touch_order: REAP/FaaSnap)
 
 Runs alternate configuration by configuration within a trial. Per policy
 and source the table gives medians over the trials of: faults, faults
