@@ -10,8 +10,10 @@ a worktree's own uffdkvm, not whichever one is installed.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -105,9 +107,9 @@ def script(path):
     return "\n\n".join(c.source for c in nb.cells if c.cell_type == "code") + "\n"
 
 
-def run_script(path, where):
+def run_script(path, where, **extra_env):
     (where / f"{path.stem}.py").write_text(script(path))
-    env = {**os.environ, "UFFDKVM_NB_SCALE": "small", "MPLBACKEND": "Agg",
+    env = {**os.environ, **extra_env, "UFFDKVM_NB_SCALE": "small", "MPLBACKEND": "Agg",
            "PYTHONPATH": os.pathsep.join(filter(None, [
                str(Path(uffdkvm.__file__).resolve().parent.parent),
                os.environ.get("PYTHONPATH")]))}
@@ -148,3 +150,20 @@ def test_runs_as_plain_python(kvm, hugepages, tmp_path, path):
         for name in ("file", "remote 30 us", "remote 200 us", "readahead", "background",
                      "replay"):
             assert name in table, name
+
+
+@pytest.mark.kvm
+def test_restore_runs_where_the_temporary_directory_is_tmpfs(kvm, tmp_path):
+    """On tmpfs a snapshot's page cache cannot be dropped, so the cold file
+    is not a source there: the notebook goes on with the page server."""
+    pytest.importorskip("matplotlib")
+    if not os.path.isdir("/dev/shm") or os.statvfs("/dev/shm").f_blocks == 0:
+        pytest.skip("no /dev/shm")
+    shm = Path(tempfile.mkdtemp(prefix="uffdkvm-nb-", dir="/dev/shm"))
+    try:
+        out = run_script(Path(__file__).resolve().parent.parent / "notebooks" / "restore.ipynb",
+                         tmp_path, TMPDIR=str(shm))
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+    assert "stayed in the page cache" in out  # the cold file was refused, as on any tmpfs
+    assert "remote 30 us" in out and "every one verified" in out
