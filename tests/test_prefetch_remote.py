@@ -151,6 +151,23 @@ def test_faults_racing_pages_in_flight_are_counted_not_failed(kvm, snapshot, pre
     assert r.faults + r.prefetched_pages <= fetched, (fetched, r.faults, r.prefetched_pages)
 
 
+def test_a_wrong_page_in_a_pipelined_reply_fails_verification(kvm, snapshot):
+    """The pusher's replies arrive pipelined, each a run of pages: one page
+    holding the wrong bytes (test hook: the next page's), which the guest
+    never touches, is found and named as prefetch's."""
+    fields = {"mem_per_vcpu": "4M", "timeout_s": 60, "source": "remote",
+              "source_path": snapshot, "touch_percent": 50, "prefetch": "background"}
+    traced = remote(snapshot, 0, **{**fields, "prefetch": "none", "trace_faults": True})
+    visits = traced.page_visits
+    page = max(i for i, v in enumerate(visits) if not v)  # only the pusher installs it
+    base = min(traced.fault_trace.gpa) - next(i for i, v in enumerate(visits) if v) * PAGE
+    r = run_with_fault(**fields, fault="source_wrong_offset", after=page)
+    assert not r.verified and r.bad_pages == 1, r.verify_message
+    assert f"page at gpa 0x{base + page * PAGE:x}:" in r.verify_message, r.verify_message
+    assert "untouched by the guest, installed by prefetch: the source file's bytes" \
+        in r.verify_message, r.verify_message
+
+
 # ---- a stop with requests in flight ----
 
 SLOW_US = 5_000_000  # every reply 5 s away: the run ends long before any arrives
