@@ -359,9 +359,11 @@ class Result:
                    region was resident (faulted or prefetched); None if that
                    never happened, where pages are not tracked, or with
                    stats="basic" (which reads no clock per fault)
-    faults_avoided  the pages the guest touches less the faults resolved: the
-                   faults prefetch spared (the same run without prefetch
-                   faults once per page touched)
+    faults_avoided  the pages the guest touches less the faults resolved
+                   (faults: a reader's own copies); the same run without
+                   prefetch faults once per page touched. A fault whose page
+                   prefetch installed while the guest waited (eexist) counts
+                   as avoided, though the guest stalled on it
     prefetch_eexist  prefetch copies that found the page there already (the
                    readers' readahead and the pusher's): races counted, not
                    errors
