@@ -20,8 +20,9 @@ every prefetch policy:
               (Result.touch_order: REAP/FaaSnap)
 
 Runs alternate configuration by configuration within a trial. Per policy
-and source the table gives medians over the trials of: faults, faults
-avoided (pages touched minus faults), pages prefetched and wasted (installed,
+and source the table gives medians over the trials of: the pages the vCPUs
+faulted on and waited for, whoever installed them (faulted_pages), faults
+avoided (pages touched less those), pages prefetched and wasted (installed,
 never touched), seconds until every page of the region was resident (the
 policies that install all of it), the run's time, and the guest's stall on
 its own clock (guest_timing=True): stall_seconds, each vCPU's time with a
@@ -47,7 +48,7 @@ POLICIES: dict[str, dict[str, Any]] = {
     "background": {"prefetch": "background"},
     "replay": {"prefetch": "replay"},
 }
-METRICS = ("faults", "faults_avoided", "prefetched_pages", "wasted_prefetch_pages",
+METRICS = ("faulted_pages", "faults_avoided", "prefetched_pages", "wasted_prefetch_pages",
            "resident_seconds", "seconds", "stall_seconds", "blocktime_seconds")
 
 

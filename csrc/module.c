@@ -605,6 +605,7 @@ static PyObject *result_to_dict(const struct ukvm_result *res)
 	    set_u64(d, "prefetched_pages", res->prefetched_pages) ||
 	    set_u64(d, "wasted_prefetch_pages", res->wasted_prefetch_pages) ||
 	    set_u64(d, "touched_units", res->touched_units) ||
+	    set_u64(d, "faulted_pages", res->waited_units) ||
 	    set_u64(d, "resident_ns", res->resident_ns) ||
 	    set_u64(d, "pusher_pages", res->pusher_pages) ||
 	    set_u64(d, "pusher_eexist", res->pusher_eexist) ||

@@ -435,6 +435,8 @@ struct ukvm_result {
 	uint64_t prefetched_pages;	/* installed by prefetch (readahead and pusher) */
 	uint64_t wasted_prefetch_pages;	/* of those, pages the guest never touches */
 	uint64_t touched_units;		/* pages of page_size the guest touches (any 4 KiB) */
+	uint64_t waited_units;		/* of those, pages a vCPU faulted on and waited for,
+					 * whoever installed them (EEXIST included) */
 	uint64_t resident_ns;		/* the last page of the region went in; 0: never, or
 					 * stats basic (no clock read on the hot path) */
 	uint64_t pusher_pages;		/* of prefetched_pages, the pusher's */

@@ -55,7 +55,11 @@ def test_readahead_cuts_sequential_faults_by_its_window(kvm, window, how):
     assert abs(r.faults - expected) <= 0.25 * expected + 2, (r.faults, expected)
     # Every page came once, by a fault or by readahead; the guest touches all.
     assert r.faults + r.prefetched_pages == pages
-    assert r.faults_avoided == r.prefetched_pages and r.wasted_prefetch_pages == 0
+    # A vCPU that faulted on a page readahead was installing waited for it:
+    # a fault (EEXIST), not one avoided.
+    assert r.faults <= r.faulted_pages <= r.faults + r.eexist
+    assert r.faults_avoided == pages - r.faulted_pages <= r.prefetched_pages
+    assert r.wasted_prefetch_pages == 0
     assert sum(x.prefetched for x in r.readers) == r.prefetched_pages
     assert r.pushed_pages == 0 and r.resident_seconds is not None
 

@@ -359,11 +359,15 @@ class Result:
                    region was resident (faulted or prefetched); None if that
                    never happened, where pages are not tracked, or with
                    stats="basic" (which reads no clock per fault)
-    faults_avoided  the pages the guest touches less the faults resolved
-                   (faults: a reader's own copies); the same run without
-                   prefetch faults once per page touched. A fault whose page
-                   prefetch installed while the guest waited (eexist) counts
-                   as avoided, though the guest stalled on it
+    faulted_pages  pages (of page_size) a vCPU faulted on and waited for,
+                   whoever installed them: a fault whose page prefetch
+                   installed while the vCPU waited (counted in eexist, not in
+                   faults) is one, as it is a stall; None where pages are not
+                   tracked
+    faults_avoided  the pages the guest touches less faulted_pages: those no
+                   vCPU waited for, since prefetch had installed them before
+                   the guest touched them (the same run without prefetch
+                   faults once per page touched)
     prefetch_eexist  prefetch copies that found the page there already (the
                    readers' readahead and the pusher's): races counted, not
                    errors
@@ -428,6 +432,7 @@ class Result:
     pushed_pages: int | None = None
     wasted_prefetch_pages: int | None = None
     resident_seconds: float | None = None
+    faulted_pages: int | None = None
     faults_avoided: int | None = None
     prefetch_eexist: int | None = None
     prefetch_wakes: int | None = None
@@ -683,7 +688,8 @@ class Result:
             wasted_prefetch_pages=raw["wasted_prefetch_pages"] if tracked else None,
             resident_seconds=max(resident_ns - raw["start_ns"], 0) * NS
             if tracked and resident_ns else None,
-            faults_avoided=raw["touched_units"] - faults if tracked else None,
+            faulted_pages=raw["faulted_pages"] if tracked else None,
+            faults_avoided=raw["touched_units"] - raw["faulted_pages"] if tracked else None,
             prefetch_eexist=raw["pusher_eexist"] + sum(r.prefetch_eexist for r in readers)
             if tracked else None,
             prefetch_wakes=sum(r.wakes for r in readers) if tracked else None,

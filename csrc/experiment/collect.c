@@ -227,6 +227,7 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 		for (sub = 0; sub < exp->mem.page_size && !touched; sub += UKVM_PAGE_SIZE)
 			touched = ukvm_guest_touches(&vp, gpa + sub);
 		res->touched_units += touched;
+		res->waited_units += atomic_load(&rs->waited[page]);
 		res->prefetched_pages += prefetched;
 		res->wasted_prefetch_pages += prefetched && !touched;
 		*prefetched_touched += prefetched && touched;

@@ -622,6 +622,7 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 	if (pool->resident) {
 		uint64_t page = pool->resident_first + (addr - pool->hva_base) / pool->page_size;
 
+		ukvm_resident_waited(pool->resident, page);
 		if (!ret)
 			ukvm_resident_mark(pool->resident, page, UKVM_PAGE_FAULTED);
 		else if (reader_wake(r, addr))

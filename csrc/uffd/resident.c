@@ -33,8 +33,9 @@ int ukvm_resident_create(struct ukvm_resident *rs, uint64_t pages, struct ukvm_e
 	ukvm_resident_init(rs);
 	rs->pages = pages;
 	rs->state = resident_map(pages);
+	rs->waited = resident_map(pages);
 	rs->order = resident_map(pages * sizeof(*rs->order));
-	if (!rs->state || !rs->order) {
+	if (!rs->state || !rs->waited || !rs->order) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "mmap(resident map of %llu pages)",
 			     (unsigned long long)pages);
 		return -ENOMEM;
@@ -46,6 +47,8 @@ void ukvm_resident_destroy(struct ukvm_resident *rs)
 {
 	if (rs->state)
 		munmap((void *)rs->state, rs->pages ?: 1);
+	if (rs->waited)
+		munmap((void *)rs->waited, rs->pages ?: 1);
 	if (rs->order)
 		munmap(rs->order, (rs->pages * sizeof(*rs->order)) ?: 1);
 	ukvm_resident_init(rs);

@@ -29,6 +29,12 @@ enum ukvm_page_state {
  */
 struct ukvm_resident {
 	_Atomic uint8_t *state;		/* enum ukvm_page_state, a byte per page */
+	/*
+	 * 1 for each page a vCPU faulted on (a message was resolved for it,
+	 * EEXIST included: the vCPU waited, whoever installed the page), so
+	 * that the faults prefetch avoided are the pages no vCPU waited for.
+	 */
+	_Atomic uint8_t *waited;
 	uint64_t pages;
 	uint64_t *order;		/* first touches: the pages faults installed, in order */
 	atomic_uint_fast64_t nr_order;
@@ -46,6 +52,12 @@ void ukvm_resident_destroy(struct ukvm_resident *rs);
 static inline bool ukvm_resident_absent(struct ukvm_resident *rs, uint64_t page)
 {
 	return atomic_load_explicit(&rs->state[page], memory_order_relaxed) == UKVM_PAGE_ABSENT;
+}
+
+/* A vCPU faulted on the page (and waited for it, whoever installed it). */
+static inline void ukvm_resident_waited(struct ukvm_resident *rs, uint64_t page)
+{
+	atomic_store_explicit(&rs->waited[page], 1, memory_order_relaxed);
 }
 
 /* The page went in (its copy returned 0), by a fault or by prefetch. */
