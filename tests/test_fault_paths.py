@@ -84,3 +84,21 @@ def test_fault_path_support_covers_sources_and_prefetch(kvm):
     assert support["prefetch"] == {p: None for p in PREFETCHES}
     assert set(support["source"]) == {"synthetic", "file", "file, cold cache",
                                       "remote (unix)", "remote (tcp)"}
+
+
+def test_source_support_says_why_when_no_snapshot_can_be_written(kvm, monkeypatch):
+    """A temporary directory with no room (ENOSPC from make_snapshot, forced
+    here): every source that needs the snapshot says so, and the synthetic
+    one still runs."""
+    import errno
+
+    from uffdkvm import support
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(support, "make_snapshot", full)
+    result = uffdkvm.source_support()
+    assert result["synthetic"] is None
+    for name in ("file", "file, cold cache", "remote (unix)", "remote (tcp)"):
+        assert "could not write a snapshot" in result[name] and "No space" in result[name]

@@ -317,7 +317,10 @@ class _Process:
                     except subprocess.TimeoutExpired:
                         with contextlib.suppress(ProcessLookupError):
                             os.killpg(proc.pid, signal.SIGKILL)  # its own group: start_new_session
-                        proc.wait(STOP_TIMEOUT_S)
+                        # Not reaped even then (stuck in the kernel): clean up
+                        # the rest anyway; the exit status stays unknown.
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            proc.wait(STOP_TIMEOUT_S)
                 status = proc.returncode
                 for f in (proc.stdin, proc.stdout):
                     if f is not None:

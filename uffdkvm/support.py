@@ -84,7 +84,12 @@ def source_support() -> dict[str, str | None]:
     written for it and removed after.
     """
     with tempfile.TemporaryDirectory(prefix="uffdkvm-probe-") as tmp:
-        snapshot = make_snapshot(Path(tmp) / "snapshot.img", _PROBE_MEM, seed=1)
+        try:
+            snapshot = make_snapshot(Path(tmp) / "snapshot.img", _PROBE_MEM, seed=1)
+        except (UffdkvmError, OSError) as e:  # no room in the temporary directory, say
+            why = f"could not write a snapshot to probe with in {tmp}: {e}"
+            return {"synthetic": _attempt(), "file": why, "file, cold cache": why,
+                    "remote (unix)": why, "remote (tcp)": why}
         return {"synthetic": _attempt(),
                 "file": _attempt(source="file", source_path=snapshot),
                 "file, cold cache": _attempt(source="file", source_path=snapshot,
