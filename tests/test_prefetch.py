@@ -104,7 +104,10 @@ def test_background_reaches_full_residency_with_fewer_faults_than_none(kvm, how)
     assert r.faults < base.faults, (r.faults, base.faults)
     assert r.pushed_pages > 0 and r.pushed_pages == r.prefetched_pages
     assert r.faults + r.prefetched_pages == pages
-    assert r.faults_avoided == base.faults - r.faults
+    # A vCPU may have faulted on a page the pusher was installing: it waited
+    # (an EEXIST message), so that page counts as faulted, not avoided.
+    assert r.faults <= r.faulted_pages <= r.faults + r.eexist
+    assert r.faults_avoided == base.faults - r.faulted_pages
 
 
 def test_a_low_bandwidth_pusher_installs_fewer_pages(kvm):
