@@ -374,6 +374,12 @@ static int reader_record(struct ukvm_reader *r, uint64_t start, uint64_t end, ui
 	return 0;
 }
 
+/* The resident map's number (resident.h) of the pool's page at addr. */
+static uint64_t pool_page(const struct ukvm_pool *pool, uint64_t addr)
+{
+	return pool->resident_first + (addr - pool->hva_base) / pool->page_size;
+}
+
 /*
  * Prefetch: the page at addr with its data from the page source (not
  * urgent: no fault waits for it), without waking anyone
@@ -410,7 +416,7 @@ static bool reader_stopping(struct ukvm_reader *r);
 static int reader_readahead_done(struct ukvm_reader *r, uint64_t addr, int ret)
 {
 	struct ukvm_pool *pool = r->pool;
-	uint64_t page = pool->resident_first + (addr - pool->hva_base) / pool->page_size;
+	uint64_t page = pool_page(pool, addr);
 
 	if (!ret) {
 		ukvm_resident_mark(pool->resident, page, UKVM_PAGE_PREFETCHED);
@@ -450,7 +456,7 @@ static int reader_readahead_run(struct ukvm_reader *r, uint64_t addr, uint32_t p
 	if (ret)
 		return ret == -ECANCELED ? ret : -EIO;	/* a failure: recorded */
 	for (k = 0, a = addr; k < pages; k++, a += ps) {
-		page = pool->resident_first + (a - pool->hva_base) / ps;
+		page = pool_page(pool, a);
 		ret = !ukvm_resident_absent(pool->resident, page) ? -EEXIST :
 		      ukvm_uffd_copy_dontwake(pool->uffd, a, r->ra + k * ps, ps);
 		ret = reader_readahead_done(r, a, ret);
@@ -480,7 +486,7 @@ static int reader_readahead(struct ukvm_reader *r, uint64_t addr)
 	for (a = addr + ps; a < end; a += (uint64_t)k * ps) {
 		if (reader_stopping(r))
 			return 0;
-		page = pool->resident_first + (a - pool->hva_base) / ps;
+		page = pool_page(pool, a);
 		k = 1;
 		if (!ukvm_resident_absent(pool->resident, page))
 			continue;
@@ -598,8 +604,7 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 		ret = reader_move(r, addr, gpa);
 		r->stats.moves++;
 	} else if (pool->prefetch != UKVM_PREFETCH_NONE &&
-		   !ukvm_resident_absent(pool->resident, pool->resident_first +
-					 (addr - pool->hva_base) / pool->page_size)) {
+		   !ukvm_resident_absent(pool->resident, pool_page(pool, addr))) {
 		/* Prefetch installed it already: no fetch, no copy, only the wake below. */
 		ret = -EEXIST;
 	} else {
@@ -620,7 +625,7 @@ static int reader_resolve(struct ukvm_reader *r, const struct uffd_msg *msg, uin
 	else
 		r->stats.faults++;
 	if (pool->resident) {
-		uint64_t page = pool->resident_first + (addr - pool->hva_base) / pool->page_size;
+		uint64_t page = pool_page(pool, addr);
 
 		ukvm_resident_waited(pool->resident, page);
 		if (!ret)
@@ -698,7 +703,7 @@ int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **
 	struct ukvm_reader *r = resolver;
 	struct ukvm_pool *pool = r->pool;
 	struct uffd_msg msg;
-	uint64_t addr;
+	uint64_t addr, eexist;
 	int ret;
 
 	if (gpa < pool->gpa_base || gpa >= pool->gpa_base + pool->region_size)
@@ -717,11 +722,14 @@ int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **
 	if (pool->mode == UKVM_UFFD_WP)	/* only writes fault on a WP-only range */
 		msg.arg.pagefault.flags |= UFFD_PAGEFAULT_FLAG_WP | UFFD_PAGEFAULT_FLAG_WRITE;
 	msg.arg.pagefault.feat.ptid = (uint32_t)r->stats.tid;
+	eexist = r->stats.eexist;
 	ret = reader_resolve(r, &msg, reader_clock(r));
 	if (ret == -ECANCELED)	/* an injected READER_EXIT: a vCPU cannot just go */
 		ukvm_ctl_fail(pool->ctl, UKVM_ERR_RUN, ECANCELED,
 			      "%s: left its fault unresolved (injected)", r->who);
-	if (!ret && pool->mode == UKVM_UFFD_MISSING && pool->page_size > UKVM_PAGE_SIZE)
+	/* Its own copy put the whole unit in; only another's (EEXIST) may be half done. */
+	if (!ret && r->stats.eexist != eexist && pool->mode == UKVM_UFFD_MISSING &&
+	    pool->page_size > UKVM_PAGE_SIZE)
 		ret = resolver_wait_mapped(r, addr & ~(UKVM_PAGE_SIZE - 1));
 	if (ret)
 		return ret;
