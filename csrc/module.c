@@ -491,6 +491,7 @@ static PyObject *vcpu_to_dict(const struct ukvm_vcpu_result *v, const struct ukv
 						      : PyLong_FromUnsignedLongLong(v->exits)) ||
 	    set_u64(d, "userspace_exits", v->userspace_exits) ||
 	    set_u64(d, "fault_exits", v->fault_exits) ||
+	    set_u64(d, "regs_fault_exits", v->regs_fault_exits) ||
 	    set_u64(d, "cpu_ns", v->cpu_ns) ||
 	    set_obj(d, "cpus", cpus_list(v->affinity)) ||
 	    set_obj(d, "pass_end_ns", u64_list(v->pass_end_ns, res->passes)) ||

@@ -313,6 +313,7 @@ struct ukvm_vcpu_result {
 	uint64_t exits;		/* VM exits, from KVM's own "exits" stat */
 	uint64_t userspace_exits; /* returns from KVM_RUN */
 	uint64_t fault_exits;	/* resolver vCPU: of those, faults it resolved itself */
+	uint64_t regs_fault_exits; /* of those, bare EFAULTs whose page the guest's registers named */
 	uint64_t *kvm_stats;	/* ukvm_result.nr_vcpu_stats values, or NULL */
 	uint64_t *pass_end_ns;	/* when each of ukvm_result.passes ended */
 	uint64_t cpu_ns;	/* CPU time of the thread (getrusage) */

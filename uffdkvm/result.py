@@ -59,6 +59,10 @@ class VcpuStats:
                      guest_timing, 32 of them are the clock-sync exits)
     fault_exits      with resolver="vcpu": those returns that were a fault
                      this vCPU's own thread resolved (0 with readers)
+    regs_fault_exits of fault_exits, those where KVM_RUN's EFAULT did not
+                     name the page (stock x86 KVM) and the thread found it
+                     from the guest's registers (KVM_GET_REGS: the walk's
+                     access at %rip, its page in %rax)
     kvm_stats        KVM's own statistics for this vCPU over the run, by the
                      kernel's names: counters as deltas, the rest as they
                      stood at the end (empty without KVM_GET_STATS_FD)
@@ -121,6 +125,7 @@ class VcpuStats:
     blocked_seconds: float | None = None
     access_latency: Histogram | None = None
     fault_exits: int = 0
+    regs_fault_exits: int = 0
 
     @property
     def all_passes_pages_per_s(self) -> float:
@@ -603,6 +608,7 @@ class Result:
                                              v["pass_end_ns"], strict=False)),
                       cpus=tuple(v["cpus"]), cpu_seconds=v["cpu_ns"] * NS,
                       fault_exits=v["fault_exits"],
+                      regs_fault_exits=v["regs_fault_exits"],
                       # The core counts every message of the vCPU; faults
                       # here are resolved ones, as everywhere else.
                       faults=v["faults"] - v["eexist"] if full else None,

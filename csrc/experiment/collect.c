@@ -448,6 +448,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		vr->pages = guest_arg(a, GA_ACCESSES);
 		vr->userspace_exits = vcpu->userspace_exits;
 		vr->fault_exits = vcpu->fault_exits;
+		vr->regs_fault_exits = vcpu->regs_fault_exits;
 		vr->cpu_ns = vcpu->cpu_ns;
 		memcpy(vr->affinity, vcpu->affinity, sizeof(vr->affinity));
 		vr->pass_end_ns = calloc(exp->passes, sizeof(uint64_t));

@@ -132,6 +132,7 @@
 	.if \timed
 	TSC_BEGIN
 	.endif
+.Lread_site\s:
 	add	8(%rax), %r14
 	.if \timed
 	TSC_END
@@ -144,7 +145,9 @@
 	.endif
 	movabs	$GUEST_WRITE_MAGIC, %rcx
 	xor	%rax, %rcx
+.Lwrite_site\s:
 	mov	%rcx, (%rax)
+.Lcount_site\s:
 	lock incq 16(%rax)
 	.if \timed
 	TSC_END
@@ -252,6 +255,8 @@
 	.hidden	ukvm_guest_code_end
 	.globl	ukvm_guest_exception_offsets
 	.hidden	ukvm_guest_exception_offsets
+	.globl	ukvm_guest_access_sites
+	.hidden	ukvm_guest_access_sites
 
 /*
  * Registers for the whole walk:
@@ -356,6 +361,21 @@ ukvm_guest_code_end:
 ukvm_guest_exception_offsets:
 	.irp	vec, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
 	.quad	exc_\vec - ukvm_guest_code_start
+	.endr
+
+/*
+ * Every instruction of the walk that touches the test region, as {offset
+ * from ukvm_guest_code_start, 1 if it writes}: each takes the page's address
+ * in %rax (the walk's invariant at an access, timed or not). A vCPU thread
+ * that resolves its own faults (resolver vcpu) on a KVM that returns a bare
+ * EFAULT finds the page from the vCPU's %rip and %rax (vcpu.c).
+ */
+	.p2align 3
+ukvm_guest_access_sites:
+	.irp	walk, _plain, _timed
+	.quad	.Lread_site\walk - ukvm_guest_code_start, 0
+	.quad	.Lwrite_site\walk - ukvm_guest_code_start, 1
+	.quad	.Lcount_site\walk - ukvm_guest_code_start, 1
 	.endr
 
 	.section .note.GNU-stack, "", @progbits

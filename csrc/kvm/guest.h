@@ -10,4 +10,16 @@ extern const uint8_t ukvm_guest_code_end[];
 /* Where each exception vector's stub starts, from ukvm_guest_code_start. */
 extern const uint64_t ukvm_guest_exception_offsets[32];
 
+/*
+ * The walk's accesses to the test region: where each instruction is (from
+ * ukvm_guest_code_start) and whether it writes. At each the page's address
+ * is in %rax.
+ */
+struct ukvm_guest_access_site {
+	uint64_t offset;
+	uint64_t write;
+};
+#define UKVM_GUEST_ACCESS_SITES 6
+extern const struct ukvm_guest_access_site ukvm_guest_access_sites[UKVM_GUEST_ACCESS_SITES];
+
 #endif

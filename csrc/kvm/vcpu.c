@@ -21,6 +21,7 @@
 #include "base/thread.h"
 #include "base/tsc.h"
 #include "base/util.h"
+#include "kvm/guest.h"
 #include "kvm/guest_abi.h"
 #include "kvm/vcpu.h"
 #include "kvm/vm.h"
@@ -318,36 +319,80 @@ static int vcpu_complete_fault_mmio(struct ukvm_vcpu *vcpu)
 }
 
 /*
+ * Resolver vCPU, a bare EFAULT (no KVM_EXIT_MEMORY_FAULT: x86 KVM annotates
+ * only faults on private memory, up to 6.12 at least): KVM has not moved the
+ * guest past the access, so %rip is the instruction that faulted. The guest
+ * is ours: if %rip is one of the walk's accesses (guest.S's access sites),
+ * the page is in %rax (guest virtual = guest physical) and the site says
+ * whether it writes. 0 with *gpa and *write, -ENOENT (not an access of the
+ * walk: the caller reports the EFAULT), or -errno from KVM_GET_REGS.
+ */
+static int vcpu_efault_site(struct ukvm_vcpu *vcpu, uint64_t *gpa, bool *write)
+{
+	struct kvm_regs regs;
+	uint64_t offset;
+	int ret, i;
+
+	ret = ukvm_ioctl(vcpu->fd, KVM_GET_REGS, &regs);
+	if (ret)
+		return ret;
+	vcpu->efault_rip = regs.rip;
+	offset = regs.rip - vcpu->vm->code_gpa;
+	for (i = 0; i < UKVM_GUEST_ACCESS_SITES; i++) {
+		if (ukvm_guest_access_sites[i].offset == offset) {
+			*gpa = regs.rax;
+			*write = ukvm_guest_access_sites[i].write != 0;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/*
  * Resolver vCPU, where KVM_RUN failed with EFAULT: KVM could not fault the
- * page in (the uffd answered SIGBUS) and, with KVM_EXIT_MEMORY_FAULT, says
- * which. Resolve it; KVM_RUN then retries the access. 0 (resolved), -ENOENT
- * (not such a fault: the caller reports the EFAULT), or -errno.
+ * page in (the uffd answered SIGBUS). KVM says which page with
+ * KVM_EXIT_MEMORY_FAULT where it annotates the exit; otherwise the guest's
+ * registers do (vcpu_efault_site). Resolve it; KVM_RUN then retries the
+ * access. 0 (resolved), -ENOENT (not such a fault: the caller reports the
+ * EFAULT), or -errno.
  */
 static int vcpu_resolve_efault(struct ukvm_vcpu *vcpu)
 {
 	const struct ukvm_memory_fault_exit *fault =
 		(const struct ukvm_memory_fault_exit *)(const void *)&vcpu->run->mmio;
+	uint64_t gpa;
 	uint8_t *page;
+	bool write;
 	int ret;
 
-	if (!vcpu->resolve_fault || vcpu->run->exit_reason != KVM_EXIT_MEMORY_FAULT)
+	if (!vcpu->resolve_fault)
 		return -ENOENT;
+	if (vcpu->run->exit_reason == KVM_EXIT_MEMORY_FAULT) {
+		gpa = fault->gpa;
+		write = true;	/* KVM does not say whether it was a write: recorded as one */
+		vcpu->efault_named = UKVM_EFAULT_BY_KVM;
+	} else {
+		ret = vcpu_efault_site(vcpu, &gpa, &write);
+		if (ret)
+			return ret;
+		vcpu->efault_named = UKVM_EFAULT_BY_REGS;
+		vcpu->regs_fault_exits++;
+	}
 	/*
 	 * The same page again, right after it was resolved: KVM cannot use
 	 * what was installed, and another round would only repeat this.
 	 */
-	if (vcpu->efault_pending && vcpu->efault_gpa == fault->gpa) {
+	if (vcpu->efault_pending && vcpu->efault_gpa == gpa) {
 		ukvm_ctl_fail(vcpu->ctl, UKVM_ERR_RUN, EFAULT,
 			      "vCPU %u: KVM_RUN reported gpa 0x%llx missing again after the "
-			      "vCPU resolved it", vcpu->index, (unsigned long long)fault->gpa);
+			      "vCPU resolved it", vcpu->index, (unsigned long long)gpa);
 		return -EFAULT;
 	}
-	/* KVM does not say whether it was a write: recorded as one. */
-	ret = vcpu->resolve_fault(vcpu->resolve_ctx, fault->gpa, true, &page);
+	vcpu->efault_gpa = gpa;
+	ret = vcpu->resolve_fault(vcpu->resolve_ctx, gpa, write, &page);
 	if (!ret) {
 		vcpu->fault_exits++;
 		vcpu->efault_pending = true;
-		vcpu->efault_gpa = fault->gpa;
 	}
 	return ret;
 }
@@ -442,6 +487,14 @@ void *ukvm_vcpu_thread(void *arg)
 
 		if (ukvm_ctl_stopping(ctl))
 			break;
+		if (vcpu->resolve_fault) {
+			/*
+			 * KVM leaves exit_reason as it was on an error it does not
+			 * annotate: a stale KVM_EXIT_MEMORY_FAULT must not name a page.
+			 */
+			vcpu->run->exit_reason = KVM_EXIT_UNKNOWN;
+			vcpu->efault_named = UKVM_EFAULT_UNNAMED;
+		}
 		if (vcpu->timing)
 			tsc_before = ukvm_tsc_read();
 		ret = ioctl(vcpu->fd, KVM_RUN, 0);
@@ -466,21 +519,20 @@ void *ukvm_vcpu_thread(void *arg)
 				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
 					      "vCPU %u: KVM_RUN: KVM killed the VM", vcpu->index);
 			else if (e == EFAULT && vcpu->resolve_fault &&
-				 vcpu->run->exit_reason == KVM_EXIT_MEMORY_FAULT)
+				 vcpu->efault_named != UKVM_EFAULT_UNNAMED)
 				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
-					      "vCPU %u: KVM_RUN: EFAULT at gpa 0x%llx, outside "
-					      "the memory this vCPU resolves", vcpu->index,
-					      (unsigned long long)((const struct
-						ukvm_memory_fault_exit *)(const void *)
-						&vcpu->run->mmio)->gpa);
+					      "vCPU %u: KVM_RUN: EFAULT at gpa 0x%llx (named by %s), "
+					      "outside the memory this vCPU resolves", vcpu->index,
+					      (unsigned long long)vcpu->efault_gpa,
+					      vcpu->efault_named == UKVM_EFAULT_BY_KVM ?
+					      "KVM_EXIT_MEMORY_FAULT" : "the guest's %rax");
 			else if (e == EFAULT && vcpu->resolve_fault)
-				ukvm_ctl_fail(ctl, UKVM_ERR_HOST, e,
-					      "vCPU %u: KVM_RUN: EFAULT without saying which page "
-					      "(exit reason %u, not KVM_EXIT_MEMORY_FAULT): "
-					      "resolver vcpu needs a KVM that annotates this "
-					      "EFAULT with the page (x86 KVM up to Linux 6.12 at "
-					      "least does so only for private memory) or hands an "
-					      "emulated access back as MMIO", vcpu->index,
+				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
+					      "vCPU %u: KVM_RUN: EFAULT at guest rip 0x%llx, not one "
+					      "of the walk's accesses and not KVM_EXIT_MEMORY_FAULT "
+					      "(exit reason %u): the guest touched memory the host "
+					      "could not provide", vcpu->index,
+					      (unsigned long long)vcpu->efault_rip,
 					      vcpu->run->exit_reason);
 			else if (e == EFAULT)
 				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,

@@ -43,8 +43,16 @@ struct ukvm_vcpu {
 	int (*resolve_fault)(void *ctx, uint64_t gpa, bool write, uint8_t **hva);
 	void *resolve_ctx;
 	uint64_t fault_exits;		/* faults resolved through resolve_fault */
+	/* of those, the bare EFAULTs whose page the guest's registers named (KVM_GET_REGS) */
+	uint64_t regs_fault_exits;
 	bool efault_pending;		/* the last KVM_RUN's EFAULT, resolved: at efault_gpa */
-	uint64_t efault_gpa;
+	uint64_t efault_gpa;		/* the last EFAULT's page, however it was named */
+	uint64_t efault_rip;		/* the guest's %rip at the last bare EFAULT */
+	enum ukvm_efault_named {
+		UKVM_EFAULT_UNNAMED,	/* no page: not an access of the walk */
+		UKVM_EFAULT_BY_KVM,	/* KVM_EXIT_MEMORY_FAULT's gpa */
+		UKVM_EFAULT_BY_REGS,	/* the walk's access at %rip, its page in %rax */
+	} efault_named;
 	bool done;
 	uint64_t *pass_end_ns;		/* one per pass, freed by destroy */
 	uint64_t passes;
