@@ -1,0 +1,118 @@
+"""One matrix target's job, run inside the guest (or on the host itself).
+
+It records what the kernel and its KVM are (HostInfo), which backings and
+fault paths run (uffdkvm's own probes: backing_support, fault_path_support),
+and the outcome of the part's tests, run from the repository root as the
+README runs them, into OUT/result.json:
+
+    {"target", "kernel_release", "kvm_module", "host": {...HostInfo},
+     "backings": {backing: {uffd_mode: null | why not}},
+     "fault_paths": {group: {choice: null | why not}},
+     "pytest": {"exit_status", "passed", "failed", "skipped", "errors",
+                "skips": [{"test", "reason"}], "failures": [{"test", "message"}],
+                "seconds"},
+     "seconds"}
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+import parts
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+
+
+def _keyed(support: dict) -> dict:
+    """JSON has no None keys: uffd_mode None is "none"."""
+    return {str(k).lower() if k is not None else "none":
+            _keyed(v) if isinstance(v, dict) else v for k, v in support.items()}
+
+
+def probe() -> dict:
+    import uffdkvm
+    from uffdkvm import host
+
+    info = dataclasses.asdict(host.capture())
+    return {"kernel_release": info["kernel_release"], "kvm_module": info["kvm_module"],
+            "host": info, "backings": _keyed(uffdkvm.backing_support()),
+            "fault_paths": _keyed(uffdkvm.fault_path_support())}
+
+
+def junit_outcomes(path: pathlib.Path) -> dict:
+    out: dict = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0,
+                 "skips": [], "failures": []}
+    if not path.exists():
+        return out
+    for case in ET.parse(path).iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        kinds = {child.tag: child for child in case}
+        if "failure" in kinds or "error" in kinds:
+            tag = "failure" if "failure" in kinds else "error"
+            out["failed" if tag == "failure" else "errors"] += 1
+            out["failures"].append({"test": name,
+                                    "message": (kinds[tag].get("message") or "")[:2000]})
+        elif "skipped" in kinds:
+            out["skipped"] += 1
+            out["skips"].append({"test": name, "reason": kinds["skipped"].get("message", "")})
+        else:
+            out["passed"] += 1
+    return out
+
+
+def run_tests(part: str, out: pathlib.Path, timeout_s: float) -> dict:
+    junit = out / "junit.xml"
+    junit.unlink(missing_ok=True)
+    # The README's `pytest`: its entry point beside this interpreter, which
+    # (unlike `python -m pytest`) does not put the root's source tree on sys.path.
+    script = pathlib.Path(sys.executable).with_name("pytest")
+    runner = [str(script)] if script.exists() else [sys.executable, "-P", "-m", "pytest"]
+    argv = [*runner, "-p", "no:cacheprovider", "-q", "-rfEs",
+            f"--junitxml={junit}", *parts.PARTS[part]]
+    start = time.monotonic()
+    with open(out / "pytest.log", "w") as log:
+        try:
+            status = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            status = None
+    return {"exit_status": status, "argv": argv[1:], "seconds": time.monotonic() - start,
+            **junit_outcomes(junit)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--part", choices=sorted(parts.PARTS), default="smoke")
+    ap.add_argument("--out", type=pathlib.Path, required=True)
+    ap.add_argument("--hugepages", type=int, default=0,
+                    help="2 MiB huge pages to reserve for the probes and tests, given back after")
+    ap.add_argument("--timeout", type=float, default=3600)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    before = pathlib.Path(HUGEPAGES).read_text().strip()
+    try:
+        if args.hugepages:
+            pathlib.Path(HUGEPAGES).write_text(str(args.hugepages))
+        result = {"target": args.target, "part": args.part, **probe()}
+        result["pytest"] = run_tests(args.part, args.out, args.timeout)
+    finally:
+        if args.hugepages:
+            pathlib.Path(HUGEPAGES).write_text(before)
+    result["seconds"] = time.monotonic() - start
+    (args.out / "result.json").write_text(json.dumps(result, indent=1, default=str))
+    return 0 if result["pytest"]["exit_status"] == 0 else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    sys.exit(main())
