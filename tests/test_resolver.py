@@ -139,3 +139,27 @@ def test_a_resolution_that_fails_fails_the_run_at_once_naming_the_vcpu(kvm, rele
         testing.run_with_fault(vcpus=2, mem_per_vcpu="4M", resolver="vcpu", fault=fault,
                                after=after, timeout_s=30)
     assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("write_percent", [0, 100])
+def test_each_fault_is_found_where_this_kvm_says_it_and_as_the_access_it_was(
+        kvm, write_percent):
+    """How the vCPU thread learns the page depends on the KVM: stock x86 KVM
+    (kvm_intel, kvm_amd) returns a bare EFAULT and the thread reads the
+    guest's registers, counted in regs_fault_exits; kvm_pvm hands the
+    emulated access back as MMIO, and a KVM with memory-fault exits names the
+    page. Whichever it is, every page verifies and the fault trace records
+    each fault as the access the guest made (write_percent 0: all reads;
+    100: all writes), which only the registers' access site and the MMIO
+    exit know (a memory-fault exit does not say, and is recorded as a write).
+    """
+    from uffdkvm import host
+
+    r = run_or_skip(vcpus=2, mem_per_vcpu="2M", resolver="vcpu", write_percent=write_percent,
+                    trace_faults=True)
+    _resolved_by_the_vcpus(r)
+    stock = host.capture().kvm_module in ("kvm_intel", "kvm_amd")
+    for v in r.vcpus:
+        assert v.regs_fault_exits == (v.fault_exits if stock else 0), (host.capture(), v)
+    if stock or host.capture().kvm_module == "kvm_pvm":
+        assert set(r.fault_trace.write) == {bool(write_percent)}
