@@ -257,6 +257,7 @@ USERFAULTFD_IOC_NEW = _io(UFFDIO, 0x00)
 UFFDIO_REGISTER_MODE_MISSING = 1
 UFFD_FEATURE_MINOR_HUGETLBFS = 1 << 9
 UFFD_FEATURE_MINOR_SHMEM = 1 << 10
+UFFD_FEATURE_WP_ASYNC = 1 << 15
 UFFD_FEATURE_MOVE = 1 << 16
 SYS_userfaultfd = 323  # x86_64, the only architecture uffdkvm builds a guest for
 
@@ -393,6 +394,26 @@ def NO_UFFD_MINOR_HUGETLBFS():
 @fact("no-uffd-move", "this kernel's userfaultfd has no UFFDIO_MOVE (Linux 6.8+)")
 def NO_UFFD_MOVE():
     return _missing_uffd_feature(UFFD_FEATURE_MOVE, "UFFD_FEATURE_MOVE")
+
+
+@fact("no-uffd-wp-async", "this kernel's userfaultfd has no asynchronous write-protect "
+      "(UFFD_FEATURE_WP_ASYNC, Linux 6.7+)")
+def NO_UFFD_WP_ASYNC():
+    return _missing_uffd_feature(UFFD_FEATURE_WP_ASYNC, "UFFD_FEATURE_WP_ASYNC")
+
+
+TMPFS_MAGIC = 0x01021994
+
+
+@fact("tmpdir-on-tmpfs", "the temporary directory (where tmp_path and tempfile put files) is "
+      "on tmpfs, which has no disk to drop a file's page cache to: source_cache cold is refused")
+def TMPDIR_ON_TMPFS():
+    where = tempfile.gettempdir()
+    buf = ctypes.create_string_buffer(120)  # struct statfs: f_type first
+    if _libc.statfs(os.fsencode(where), buf) != 0:
+        return False, _err(f"statfs({where})", ctypes.get_errno())
+    f_type = struct.unpack_from("q", buf, 0)[0]
+    return f_type == TMPFS_MAGIC, f"statfs({where}).f_type = 0x{f_type:x}"
 
 
 # io_uring (include/uapi/linux/io_uring.h), x86-64
@@ -877,4 +898,8 @@ def facts_for_run(**fields):
         facts.append(NO_1G_GUEST_PAGES)
     if fields.get("wait") == "io_uring" and mode is not None:
         facts += [BUILT_WITHOUT_LIBURING, NO_IO_URING_UFFD]
+    if fields.get("wp_async"):
+        facts.append(NO_UFFD_WP_ASYNC)
+    if fields.get("source_cache") == "cold":
+        facts.append(TMPDIR_ON_TMPFS)
     return tuple(facts)
