@@ -11,6 +11,7 @@ host path.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import shutil
 import signal
@@ -21,6 +22,7 @@ import initramfs
 from kernels import Kernel
 
 QEMU = "qemu-system-x86_64"
+CPU = os.environ.get("UFFDKVM_MATRIX_CPU", "max")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +34,7 @@ class Boot:
 
 def qemu_argv(kernel: Kernel, initrd: pathlib.Path, out: pathlib.Path,
               memory_mib: int, cpus: int) -> list[str]:
-    return [QEMU, "-accel", "tcg,thread=single", "-cpu", "max", "-smp", str(cpus),
+    return [QEMU, "-accel", "tcg,thread=single", "-cpu", CPU, "-smp", str(cpus),
             "-m", str(memory_mib), "-kernel", str(kernel.vmlinuz), "-initrd", str(initrd),
             "-append", "console=ttyS0 panic=-1 quiet loglevel=4",
             "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",

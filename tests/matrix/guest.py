@@ -68,7 +68,7 @@ def junit_outcomes(path: pathlib.Path) -> dict:
     return out
 
 
-def run_tests(part: str, out: pathlib.Path, timeout_s: float) -> dict:
+def run_tests(part: str, out: pathlib.Path, timeout_s: float, emulated: bool) -> dict:
     junit = out / "junit.xml"
     junit.unlink(missing_ok=True)
     # The README's `pytest`: its entry point beside this interpreter, which
@@ -76,7 +76,7 @@ def run_tests(part: str, out: pathlib.Path, timeout_s: float) -> dict:
     script = pathlib.Path(sys.executable).with_name("pytest")
     runner = [str(script)] if script.exists() else [sys.executable, "-P", "-m", "pytest"]
     argv = [*runner, "-p", "no:cacheprovider", "-q", "-rfEs",
-            f"--junitxml={junit}", *parts.PARTS[part]]
+            f"--junitxml={junit}", *parts.pytest_args(part, emulated)]
     start = time.monotonic()
     with open(out / "pytest.log", "w") as log:
         try:
@@ -104,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.hugepages:
             pathlib.Path(HUGEPAGES).write_text(str(args.hugepages))
         result = {"target": args.target, "part": args.part, **probe()}
-        result["pytest"] = run_tests(args.part, args.out, args.timeout)
+        result["pytest"] = run_tests(args.part, args.out, args.timeout,
+                                     emulated=args.target != "host")
+        if args.target != "host" and args.part == "full":
+            result["deselected"] = parts.DESELECTED
     finally:
         if args.hugepages:
             pathlib.Path(HUGEPAGES).write_text(before)

@@ -1,11 +1,13 @@
 """What the matrix runs on each target: the parts of the suite.
 
-smoke: what .ci/run runs on every kernel for every submission. It covers the
-paths that differ between KVMs (resolver vcpu and its bare EFAULT, MINOR,
-WP, MOVE, prefetch with vCPU resolvers, io_uring readers, the page server
-over loopback) in a few minutes of TCG time a kernel.
-full: the whole suite, as the README runs it (a developer's command: about
-five times the host's time under TCG).
+smoke: what .ci/run runs on both kernels for every submission. It covers
+the paths that differ between KVMs and kernels (resolver vcpu and its bare
+EFAULT, MINOR, WP, MOVE, readahead with vCPU resolvers, io_uring readers,
+the page server over loopback, the host facts) in a few minutes a kernel.
+full: the whole suite, as the README runs it, less (on the emulated kernels
+only) the tests that DESELECTED names: each holds this host's timing to a
+bound that TCG, 5 to 20 times slower and with its own scheduling, cannot
+keep. They are deselected, not skipped, and where-it-runs.md lists them.
 """
 SMOKE = [
     "tests/test_resolver.py",
@@ -15,9 +17,28 @@ SMOKE = [
     "tests/test_prefetch.py::test_readahead_cuts_sequential_faults_by_its_window",
     "tests/test_fault_paths.py",
     "tests/test_host_facts.py",
+    "tests/test_working_directory.py",
 ]
+
+DESELECTED = {
+    "tests/test_notebooks.py::test_runs_small":
+        "each notebook must run in under 60 s at its small scale",
+    "tests/test_effects_guest.py::test_guest_work_adds_guest_instructions_and_time_per_page":
+        "guest work must cost more than 4 times a fault's time per page, as on a host "
+        "that emulates every guest instruction",
+    "tests/test_effects_resolution.py::test_pinned_threads_ran_only_where_they_were_pinned":
+        "samples /proc for a fixed time and needs 20 samples of each thread",
+}
 
 PARTS = {
     "smoke": SMOKE,
     "full": [],       # no arguments: pytest's testpaths, the whole suite
 }
+
+
+def pytest_args(part: str, emulated: bool) -> list[str]:
+    """The arguments after `pytest` for a part, on an emulated kernel or not."""
+    args = list(PARTS[part])
+    if part == "full" and emulated:
+        args += [f"--deselect={node}" for node in DESELECTED]
+    return args

@@ -109,6 +109,13 @@ def render(results: list[dict]) -> str:
         head.append(f"| {group} | {feature} | " +
                     " | ".join(cell(f.get((group, feature), "not probed")) for f in feats)
                     + " |")
+    deselected = {node: why for r in results for node, why in r.get("deselected", {}).items()}
+    if deselected:
+        head += ["", "## Left out under TCG", "",
+                 "The full part leaves these out on the emulated kernels (they run on the "
+                 "host): each holds this host's timing to a bound that TCG cannot keep.", "",
+                 "| test | its bound |", "|---|---|"]
+        head += [f"| `{node}` | {why} |" for node, why in deselected.items()]
     skips = sorted({(s["reason"], r["target"]) for r in results
                     for s in r.get("pytest", {}).get("skips", [])})
     head += ["", "## Why not", ""]
