@@ -56,6 +56,19 @@ enum ukvm_inject {
 	 * touches it), as a host-side subset that disagreed with the guest's.
 	 */
 	UKVM_INJECT_UNTOUCHED_PAGE,
+	/*
+	 * wait io_uring: the setup's check reads the uffd with RWF_NOWAIT, so
+	 * the kernel completes the read of the empty uffd at once with EAGAIN,
+	 * as a kernel whose io_uring does not retry reads of O_NONBLOCK files
+	 * (before Linux 5.15) does.
+	 */
+	UKVM_INJECT_RING_NOWAIT,
+	/*
+	 * backing guest_memfd: the VM's KVM_CAP_GUEST_MEMFD is taken as 0, as a
+	 * KVM_X86_DEFAULT_VM's is from Linux 6.8 to 6.17 (/dev/kvm's answer is
+	 * still asked of /dev/kvm).
+	 */
+	UKVM_INJECT_NO_VM_GUEST_MEMFD,
 	UKVM_INJECT__COUNT
 };
 

@@ -466,8 +466,9 @@ def _uring_read_waits(uffd):
 
 
 @fact("no-io-uring-uffd", "the kernel cannot wait for a userfaultfd through io_uring: no "
-      "io_uring, io_uring refused to this process (kernel.io_uring_disabled, seccomp), or a "
-      "userfaultfd without FMODE_NOWAIT (before Linux 6.10), whose read completes at once")
+      "io_uring, io_uring refused to this process (kernel.io_uring_disabled, seccomp), or an "
+      "io_uring that completes a read of a non-blocking file at once (no retry of O_NONBLOCK "
+      "files, before Linux 5.15)")
 def NO_IO_URING_UFFD():
     with _Fds() as fds:
         fd, why = _uffd_open(fds)

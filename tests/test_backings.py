@@ -1,8 +1,12 @@
 """Every backing x uffd_mode runs and verifies, or says exactly why not."""
+import fcntl
+
 import pytest
 
+import hostfacts
 import uffdkvm
-from conftest import run_or_skip
+import uffdkvm.host
+from conftest import NO_GUEST_MEMFD, run_or_skip, run_with_fault
 from uffdkvm.config import BACKING_PAGE_SIZES
 from uffdkvm.support import modes_for
 
@@ -36,6 +40,73 @@ def test_guest_memfd_with_userfaultfd_says_what_is_missing(kvm):
         assert "guest_memfd" in str(e)
     else:  # a kernel with userfaultfd on guest_memfd
         assert r.verified
+
+
+def guest_memfd_answers():
+    """KVM_CHECK_EXTENSION(KVM_CAP_GUEST_MEMFD) asked of /dev/kvm and of a
+    fresh VM of type 0 (KVM_X86_DEFAULT_VM, as uffdkvm makes), by the tests'
+    own probe."""
+    with hostfacts._Fds() as fds:
+        kvm, vm, why = hostfacts._create_vm(fds)
+        assert vm is not None, why
+        cap = hostfacts.KVM_CAP_GUEST_MEMFD
+        return (fcntl.ioctl(kvm, hostfacts.KVM_CHECK_EXTENSION, cap),
+                fcntl.ioctl(vm, hostfacts.KVM_CHECK_EXTENSION, cap))
+
+
+def test_host_info_asks_guest_memfd_of_dev_kvm_and_of_the_vm_type_uffdkvm_creates(kvm):
+    """kvm_caps is /dev/kvm's answer, vm_caps a default VM's; only the VM's
+    says whether backing="guest_memfd" can work (with the host's mmap of it)."""
+    h = uffdkvm.HostInfo.current()
+    on_dev_kvm, on_vm = guest_memfd_answers()
+    assert (h.kvm_caps["guest_memfd"], h.vm_caps["guest_memfd"]) == (on_dev_kvm, on_vm)
+    mmapable = h.vm_caps["guest_memfd"] > 0 and h.vm_caps.get("guest_memfd_flags", 0) & 1
+    assert bool(mmapable) is not NO_GUEST_MEMFD.holds, (h.vm_caps, NO_GUEST_MEMFD.evidence)
+
+
+def test_host_info_keeps_dev_kvm_and_vm_answers_apart(kvm, monkeypatch):
+    """As Linux 6.12 answers (x86, a KVM with private memory): 1 on /dev/kvm,
+    0 on a default VM. The kernel's own answers, but the VM's turned to 0 on
+    the VM's fd only: a HostInfo that asked one fd for both fails this."""
+    real_ioctl, vm_fds = fcntl.ioctl, set()
+
+    def ioctl(fd, request, arg=0, *rest):
+        answer = real_ioctl(fd, request, arg, *rest)
+        if request == hostfacts.KVM_CREATE_VM:
+            vm_fds.add(answer)
+        elif (request, arg) == (hostfacts.KVM_CHECK_EXTENSION, hostfacts.KVM_CAP_GUEST_MEMFD):
+            return 0 if fd in vm_fds else 1
+        return answer
+
+    monkeypatch.setattr(uffdkvm.host.fcntl, "ioctl", ioctl)
+    h = uffdkvm.HostInfo.current()
+    assert vm_fds, "HostInfo made no VM to ask"
+    assert (h.kvm_caps["guest_memfd"], h.vm_caps["guest_memfd"]) == (1, 0)
+
+
+def test_guest_memfd_refused_by_the_vm_types_answer_names_both(kvm):
+    """The VM's KVM_CAP_GUEST_MEMFD taken as 0 (test hook), /dev/kvm's asked
+    of the kernel: the refusal gives each, under its own name."""
+    on_dev_kvm, _ = guest_memfd_answers()
+    with pytest.raises(uffdkvm.HostUnsupportedError) as info:
+        run_with_fault(mem_per_vcpu="64K", backing="guest_memfd", uffd_mode=None,
+                       fault="no_vm_guest_memfd")
+    if on_dev_kvm > 0:
+        assert str(info.value) == (
+            f"backing guest_memfd: KVM_CAP_GUEST_MEMFD is {on_dev_kvm} on /dev/kvm but 0 on "
+            "the VM type uffdkvm creates (KVM_X86_DEFAULT_VM): this KVM offers guest_memfd "
+            "only to VM types with private memory (KVM_X86_SW_PROTECTED_VM, SEV-SNP, TDX), "
+            "as x86 KVM does from Linux 6.8 to 6.17; a default VM has an mmap-able "
+            "guest_memfd from Linux 6.18")
+    else:
+        assert str(info.value) == (
+            "backing guest_memfd: KVM_CAP_GUEST_MEMFD is 0 on /dev/kvm and 0 on the VM type "
+            "uffdkvm creates (KVM_X86_DEFAULT_VM): this KVM has no guest_memfd (Linux 6.8+ "
+            "built with CONFIG_KVM_PRIVATE_MEM); a default VM has an mmap-able guest_memfd "
+            "from Linux 6.18")
+    # Without the hook the VM's own answer decides.
+    if not NO_GUEST_MEMFD.holds:
+        assert uffdkvm.run(mem_per_vcpu="64K", backing="guest_memfd", uffd_mode=None).verified
 
 
 def test_backing_support_probes_every_combination(kvm):

@@ -50,13 +50,15 @@ def test_every_fault_kind_is_tested():
     tested here; the clock shifts in test_timeline.py, the unfaulted page in
     test_accounting.py, the kernel without UFFDIO_MOVE in test_move.py, the
     write-protect ones in test_wp.py, the wrong source offset in
-    test_source_file.py, the forgotten touched page in test_access.py."""
+    test_source_file.py, the forgotten touched page in test_access.py, the
+    ring that does not wait in test_io_uring.py, the VM without guest_memfd
+    in test_backings.py."""
     assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
                            "thread_create", "corrupt_page", "reader_stall", "vcpu_stall",
                            "resolve_eagain", "reader_crash", "tsc_offset", "no_kvm_tsc_offset",
                            "unfaulted_page", "tsc_jump", "no_exact_address", "no_move",
                            "wp_no_save", "no_wp_features", "source_wrong_offset",
-                           "untouched_page"}
+                           "untouched_page", "ring_nowait", "no_vm_guest_memfd"}
 
 
 def test_an_unknown_fault_is_refused():

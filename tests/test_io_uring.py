@@ -5,8 +5,11 @@ Checked against the kernel's own count of the process's read(2) calls
 (/proc/self/io syscr, which counts read(2) and its kin but not io_uring's
 reads): an io_uring run makes none for its faults where an epoll one makes
 one a read. Refusals are real: a seccomp filter makes the kernel refuse
-io_uring_setup to a child process, and a build made with
-UFFDKVM_NO_LIBURING=1 has no io_uring at all.
+io_uring_setup to a child process, RWF_NOWAIT on the check's read makes the
+kernel complete it at once with EAGAIN (as an io_uring that does not retry
+O_NONBLOCK files, before Linux 5.15, completes every such read), and a build
+made with UFFDKVM_NO_LIBURING=1 has no io_uring at all. Support is what the
+kernel answers, whatever its release says.
 """
 import json
 import os
@@ -20,7 +23,9 @@ import pytest
 
 import uffdkvm
 from children import PACKAGE_ROOT
-from conftest import NO_CC, NO_IO_URING_UFFD, assert_released, host_skip, needs_io_uring, small
+import uffdkvm.host
+from conftest import (NO_CC, NO_IO_URING_UFFD, assert_released, host_skip, needs_io_uring,
+                      run_with_fault, small)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,12 +115,55 @@ def test_a_cancelled_run_ends_promptly_and_gives_back_every_thread_and_fd(io_uri
     assert r.faults == 256
 
 
-def test_host_info_says_whether_the_kernel_allows_io_uring():
-    # The fact's own probe sets up a ring by hand: its evidence names
-    # io_uring_setup where the kernel refused that.
-    refused = NO_IO_URING_UFFD.holds and NO_IO_URING_UFFD.evidence.startswith("io_uring_setup")
+def test_host_info_says_whether_a_ring_can_wait_for_a_uffd():
+    # The fact's own probe sets up a ring by hand and reads an empty uffd
+    # through it; where it found no usable userfaultfd, HostInfo asks the
+    # ring alone.
+    no_uffd = NO_IO_URING_UFFD.evidence.startswith(("no userfaultfd", "UFFDIO_API"))
+    refused = NO_IO_URING_UFFD.holds and not no_uffd
     h = uffdkvm.HostInfo.current()
     assert (h.io_uring == "allowed") is not refused, (h.io_uring, NO_IO_URING_UFFD.evidence)
+
+
+RWF_NOWAIT = 0x8
+# What the kernel says to the read with RWF_NOWAIT: what an io_uring that
+# does not retry O_NONBLOCK files says to every read of the non-blocking uffd.
+NO_RETRY = ("IORING_OP_READ of an empty non-blocking uffd completed at once: Resource "
+            "temporarily unavailable (EAGAIN). This kernel's io_uring does not wait for a "
+            "non-blocking file to become readable: it completes the read with EAGAIN instead "
+            "of polling (io_uring retries O_NONBLOCK files from Linux 5.15)")
+
+
+def test_a_ring_that_does_not_wait_for_the_uffd_is_refused_saying_so(io_uring, monkeypatch):
+    monkeypatch.setattr(uffdkvm.host, "_RING_READ_RW_FLAGS", RWF_NOWAIT)
+    assert uffdkvm.HostInfo.current().io_uring == NO_RETRY
+    with pytest.raises(uffdkvm.HostUnsupportedError) as info:
+        run_with_fault(vcpus=1, mem_per_vcpu="64K", wait="io_uring", fault="ring_nowait")
+    assert str(info.value) == f"wait io_uring: {NO_RETRY}; use another wait mode"
+    # the same hook leaves the other wait modes alone
+    r = run_with_fault(vcpus=1, mem_per_vcpu="64K", wait="epoll", fault="ring_nowait")
+    assert r.verified and r.faults == 16
+
+
+def fake_release(monkeypatch, release):
+    real = os.uname()
+    fake = os.uname_result((real.sysname, real.nodename, release, real.version, real.machine))
+    monkeypatch.setattr(os, "uname", lambda: fake)
+
+
+def test_io_uring_support_is_the_kernels_answer_not_its_release(io_uring, monkeypatch):
+    """Issue 17: readers verify on 6.1.192, where the docs said 6.10+. No
+    release is consulted: an old one whose ring waits is allowed, a new one
+    whose ring does not wait (RWF_NOWAIT) is refused."""
+    fake_release(monkeypatch, "6.1.0")
+    h = uffdkvm.HostInfo.current()
+    assert (h.kernel_release, h.io_uring) == ("6.1.0", "allowed")
+    uffdkvm.probe(vcpus=1, mem_per_vcpu="64K", wait="io_uring")
+    assert small(vcpus=1, mem_per_vcpu="1M", wait="io_uring").readers[0].ring_completions == 256
+    fake_release(monkeypatch, "6.18.0")
+    monkeypatch.setattr(uffdkvm.host, "_RING_READ_RW_FLAGS", RWF_NOWAIT)
+    h = uffdkvm.HostInfo.current()
+    assert (h.kernel_release, h.io_uring) == ("6.18.0", NO_RETRY)
 
 
 # A child whose threads the kernel refuses io_uring_setup (seccomp, EPERM).

@@ -55,6 +55,11 @@ FAULTS = {
     "source_wrong_offset": _core.INJECT_SOURCE_WRONG_OFFSET,
     # touch_percent/zipf: the host's record forgets a page the guest touches (from page `after`)
     "untouched_page": _core.INJECT_UNTOUCHED_PAGE,
+    # wait="io_uring": the setup's check reads the uffd with RWF_NOWAIT, so the kernel
+    # completes it at once with EAGAIN, as an io_uring without retry of O_NONBLOCK files
+    "ring_nowait": _core.INJECT_RING_NOWAIT,
+    # backing="guest_memfd": the VM's KVM_CAP_GUEST_MEMFD is taken as 0 (/dev/kvm's is asked)
+    "no_vm_guest_memfd": _core.INJECT_NO_VM_GUEST_MEMFD,
 }
 
 

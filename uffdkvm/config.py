@@ -290,7 +290,9 @@ class Config:
                      readers with CPUs of their own; see allow_oversubscribe),
                      or "io_uring" (each reader keeps a read of the uffd in
                      flight in an io_uring of its own and sleeps in the ring;
-                     needs a build with liburing and Linux 6.10+)
+                     needs a build with liburing and an io_uring that
+                     waits for a read of a non-blocking file, Linux 5.15+,
+                     which the setup checks by asking the kernel)
     allow_oversubscribe
                      let wait="spin" run more spinning readers than the CPUs
                      left beside the vCPUs (spinning on a shared CPU measures

@@ -7,8 +7,9 @@ beside what moves it: transparent huge pages, KVM's MMU, huge page pools,
 userfaultfd's features, nesting.
 
 The facts are read from /proc and /sys, and asked of the kernel itself
-(KVM_CHECK_EXTENSION on /dev/kvm, UFFDIO_API on a fresh userfaultfd), in
-Python: nothing here needs the C core.
+(KVM_CHECK_EXTENSION on /dev/kvm and on a fresh VM, UFFDIO_API on a fresh
+userfaultfd, an io_uring read of one), in Python: nothing here needs the C
+core, and nothing is decided by the kernel's version.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import mmap
 import os
 import platform
 import socket
@@ -34,6 +36,16 @@ KVM_CAPS = {
     "vm_tsc_control": 214, "user_memory2": 231, "memory_fault_info": 232,
     "guest_memfd": 234, "vm_types": 235, "pre_fault_memory": 236,
 }
+# Capabilities whose answer depends on the VM type, asked again of a VM of
+# the type uffdkvm creates (KVM_X86_DEFAULT_VM): /dev/kvm answers for the
+# KVM as a whole (virt/kvm/kvm_main.c: "!kvm || ..."). KVM_CAP_GUEST_MEMFD is
+# 1 on /dev/kvm wherever KVM has private memory, and on a default VM only
+# from Linux 6.18.
+VM_CAPS = {
+    "guest_memfd": 234, "guest_memfd_flags": 244, "memory_attributes": 233,
+    "readonly_mem": 81, "multi_address_space": 118,
+}
+_KVM_X86_DEFAULT_VM = 0           # the VM type uffdkvm creates (KVM_CREATE_VM's argument)
 # The modules that provide /dev/kvm: the generic one and a vendor one.
 KVM_MODULES = ("kvm", "kvm_intel", "kvm_amd", "kvm_pvm")
 # UFFD_FEATURE_* bits (include/uapi/linux/userfaultfd.h), by name.
@@ -46,13 +58,22 @@ UFFD_FEATURES = {
     "wp_async": 1 << 15, "move": 1 << 16,
 }
 
+_KVM_CREATE_VM = 0xAE01
 _KVM_CHECK_EXTENSION = 0xAE03
 _UFFD_API = 0xAA
 _UFFDIO_API = 0xC018AA3F          # _IOWR(0xAA, 0x3F, struct uffdio_api)
 _USERFAULTFD_IOC_NEW = 0xAA00     # _IO(0xAA, 0x00) on /dev/userfaultfd
 _SYS_USERFAULTFD = 323            # x86-64, the only architecture uffdkvm builds on
 _SYS_IO_URING_SETUP = 425         # x86-64
+_SYS_IO_URING_ENTER = 426
 _IO_URING_PARAMS_BYTES = 120      # sizeof(struct io_uring_params)
+_IORING_OFF_SQ_RING, _IORING_OFF_CQ_RING, _IORING_OFF_SQES = 0, 0x8000000, 0x10000000
+_IORING_OP_READ = 22
+_UFFD_MSG_BYTES = 32              # sizeof(struct uffd_msg)
+# The RWF_* flags of the probe's read: none, as the core's readers. A test
+# sets RWF_NOWAIT (8) to have the kernel answer as one whose io_uring does not
+# retry reads of O_NONBLOCK files (before Linux 5.15) does.
+_RING_READ_RW_FLAGS = 0
 
 
 @dataclass(frozen=True)
@@ -82,18 +103,31 @@ class HostInfo:
                       "kvm_amd", "kvm_pvm"), "" if none is loaded
     kvm_params        module parameters by "module.name" (``kvm.tdp_mmu``,
                       ``kvm_intel.ept``, ...) as the kernel prints them
-    kvm_caps          KVM_CHECK_EXTENSION's answers for the capabilities in
-                      :data:`KVM_CAPS` (empty without /dev/kvm)
+    kvm_caps          KVM_CHECK_EXTENSION's answers asked of /dev/kvm, for
+                      the capabilities in :data:`KVM_CAPS` (empty without
+                      /dev/kvm): what this KVM offers some VM type
+    vm_caps           KVM_CHECK_EXTENSION's answers asked of a VM of the type
+                      uffdkvm creates (KVM_X86_DEFAULT_VM), for the
+                      capabilities in :data:`VM_CAPS`, whose answer depends on
+                      the VM type: what uffdkvm's VMs have. ``guest_memfd`` is
+                      1 in ``kvm_caps`` on a KVM that offers guest_memfd only
+                      to confidential VM types (x86, Linux 6.8 to 6.17), and 1
+                      here only where backing="guest_memfd" can work (Linux
+                      6.18+); empty without /dev/kvm, and in older JSON
     uffd_features     UFFDIO_API's feature mask: what this kernel's
                       userfaultfd offers (0 where no userfaultfd could be
                       opened); ``uffd_feature_names`` spells it out
     io_uring          "allowed" where this process could set up an io_uring
-                      (wait="io_uring"), else why not (the kernel has none,
-                      /proc/sys/kernel/io_uring_disabled, a seccomp filter);
-                      "" in older JSON. Whether the kernel can wait for a uffd
-                      through one (Linux 6.10+), and whether this uffdkvm was
-                      built with liburing (``_core.HAVE_IO_URING``), a run
-                      finds out when it sets up
+                      and an IORING_OP_READ of an empty non-blocking
+                      userfaultfd waits in it (wait="io_uring"), as the
+                      kernel answered when asked; else why not (the kernel has
+                      none, /proc/sys/kernel/io_uring_disabled, a seccomp
+                      filter, an io_uring that completes the read at once
+                      because it does not retry O_NONBLOCK files, as before
+                      Linux 5.15). Where no userfaultfd could be opened, only
+                      io_uring_setup is asked. "" in older JSON. Whether this
+                      uffdkvm was built with liburing is
+                      ``_core.HAVE_IO_URING``
 
     The three dicts do not take part in the hash: a HostInfo hashes by its
     other fields and compares by all.
@@ -119,6 +153,7 @@ class HostInfo:
     kvm_module: str = ""
     kvm_params: dict[str, str] = field(default_factory=dict, hash=False)
     kvm_caps: dict[str, int] = field(default_factory=dict, hash=False)
+    vm_caps: dict[str, int] = field(default_factory=dict, hash=False)
     uffd_features: int = 0
     io_uring: str = ""
 
@@ -204,19 +239,32 @@ def _kvm_params() -> tuple[str, dict[str, str]]:
     return vendor, params
 
 
-def _kvm_caps() -> dict[str, int]:
+def _check_extensions(fd: int, caps: dict[str, int]) -> dict[str, int]:
+    answers = {}
+    for name, cap in caps.items():
+        with contextlib.suppress(OSError):
+            answers[name] = fcntl.ioctl(fd, _KVM_CHECK_EXTENSION, cap)
+    return answers
+
+
+def _kvm_caps() -> tuple[dict[str, int], dict[str, int]]:
+    """(/dev/kvm's answers for KVM_CAPS, a fresh default VM's for VM_CAPS)."""
     try:
-        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+        kvm = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
     except OSError:
-        return {}
+        return {}, {}
     try:
-        caps = {}
-        for name, cap in KVM_CAPS.items():
-            with contextlib.suppress(OSError):
-                caps[name] = fcntl.ioctl(fd, _KVM_CHECK_EXTENSION, cap)
-        return caps
+        dev_kvm = _check_extensions(kvm, KVM_CAPS)
+        try:
+            vm = fcntl.ioctl(kvm, _KVM_CREATE_VM, _KVM_X86_DEFAULT_VM)
+        except OSError:
+            return dev_kvm, {}
+        try:
+            return dev_kvm, _check_extensions(vm, VM_CAPS)
+        finally:
+            os.close(vm)
     finally:
-        os.close(fd)
+        os.close(kvm)
 
 
 def _userfaultfd() -> int:
@@ -240,33 +288,107 @@ def _userfaultfd() -> int:
         os.close(dev)
 
 
+def _uffd_api(fd: int) -> int:
+    """UFFDIO_API on a fresh uffd, asking for no feature: those it offers."""
+    api = bytearray(struct.pack("=QQQ", _UFFD_API, 0, 0))
+    fcntl.ioctl(fd, _UFFDIO_API, api, True)
+    return int(struct.unpack("=QQQ", api)[1])
+
+
 def _uffd_features() -> int:
     """UFFDIO_API's answer: every feature this kernel's userfaultfd offers."""
     fd = _userfaultfd()
     if fd < 0:
         return 0
     try:
-        api = bytearray(struct.pack("=QQQ", _UFFD_API, 0, 0))
-        fcntl.ioctl(fd, _UFFDIO_API, api, True)
-        return int(struct.unpack("=QQQ", api)[1])
+        return _uffd_api(fd)
     except OSError:
         return 0
     finally:
         os.close(fd)
 
 
+def _errno_text(call: str, errnum: int) -> str:
+    return f"{call}: {os.strerror(errnum)} ({errno.errorcode.get(errnum, errnum)})"
+
+
+def _ring_read_refusal(ring: int, params: bytes, uffd: int) -> str | None:
+    """Submits one IORING_OP_READ of the empty non-blocking uffd to the fresh
+    one-entry ring and looks at its completion queue: None where the read
+    waits (the ring is closed next, and the kernel cancels it), else why not."""
+    sq_entries, cq_entries = struct.unpack_from("II", params, 0)
+    # struct io_sqring_offsets at 40, struct io_cqring_offsets at 80
+    _, sq_tail, sq_mask, _, _, _, sq_array = struct.unpack_from("7I", params, 40)
+    cq_head, cq_tail, cq_mask, _, _, cqes = struct.unpack_from("6I", params, 80)
+    buf = ctypes.create_string_buffer(_UFFD_MSG_BYTES)
+    maps = []
+    try:
+        sq = mmap.mmap(ring, sq_array + 4 * sq_entries, offset=_IORING_OFF_SQ_RING)
+        maps.append(sq)
+        cq = mmap.mmap(ring, cqes + 16 * cq_entries, offset=_IORING_OFF_CQ_RING)
+        maps.append(cq)
+        sqes = mmap.mmap(ring, 64 * sq_entries, offset=_IORING_OFF_SQES)
+        maps.append(sqes)
+        # struct io_uring_sqe: opcode, flags, ioprio, fd, off, addr, len, rw_flags, user_data
+        struct.pack_into("=BBHiQQIIQ", sqes, 0, _IORING_OP_READ, 0, 0, uffd, 0,
+                         ctypes.addressof(buf), _UFFD_MSG_BYTES, _RING_READ_RW_FLAGS, 1)
+        tail = struct.unpack_from("I", sq, sq_tail)[0]
+        mask = struct.unpack_from("I", sq, sq_mask)[0]
+        struct.pack_into("I", sq, sq_array + 4 * (tail & mask), 0)
+        struct.pack_into("I", sq, sq_tail, tail + 1)
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syscall(_SYS_IO_URING_ENTER, ring, 1, 0, 0, None, 0) < 0:
+            return _errno_text("io_uring_enter", ctypes.get_errno())
+        head = struct.unpack_from("I", cq, cq_head)[0]
+        if head == struct.unpack_from("I", cq, cq_tail)[0]:
+            return None     # no completion: the read waits for a message
+        at = cqes + 16 * (head & struct.unpack_from("I", cq, cq_mask)[0])
+        res = struct.unpack_from("i", cq, at + 8)[0]
+        what = "IORING_OP_READ of an empty non-blocking uffd completed at once"
+        if res == -errno.EAGAIN:
+            return (f"{_errno_text(what, errno.EAGAIN)}. This kernel's io_uring does not "
+                    "wait for a non-blocking file to become readable: it completes the "
+                    "read with EAGAIN instead of polling (io_uring retries O_NONBLOCK "
+                    "files from Linux 5.15)")
+        if res == -errno.EINVAL:
+            return (f"{_errno_text(what, errno.EINVAL)}. This kernel's io_uring has no "
+                    "IORING_OP_READ (Linux 5.6+; io_uring retries O_NONBLOCK files from "
+                    "Linux 5.15)")
+        return _errno_text(what, -res) if res < 0 else f"{what}, with {res} bytes"
+    except OSError as e:
+        return _errno_text("mmap(io_uring)", e.errno or 0)
+    finally:
+        for m in maps:
+            m.close()
+
+
 def io_uring_refusal() -> str | None:
-    """Why the kernel refuses this process an io_uring, or None: asks it
-    (io_uring_setup for a one-entry ring, closed at once) and, where it
-    says no, names /proc/sys/kernel/io_uring_disabled's setting."""
+    """Why a reader could not wait for a uffd through io_uring here, or None:
+    asks the kernel, never its version. io_uring_setup for a one-entry ring
+    (where it says no, naming /proc/sys/kernel/io_uring_disabled's setting),
+    then an IORING_OP_READ of an empty non-blocking userfaultfd, which must
+    wait rather than complete at once (where no userfaultfd can be opened,
+    the ring alone is asked). Everything is closed before it returns."""
     libc = ctypes.CDLL(None, use_errno=True)
     params = ctypes.create_string_buffer(_IO_URING_PARAMS_BYTES)
     fd = int(libc.syscall(_SYS_IO_URING_SETUP, 1, params))
     if fd >= 0:
-        os.close(fd)
-        return None
+        try:
+            uffd = _userfaultfd()
+            if uffd < 0:
+                return None
+            try:
+                _uffd_api(uffd)
+            except OSError:
+                return None     # an unusable userfaultfd is uffd_features' to report
+            try:
+                return _ring_read_refusal(fd, params.raw, uffd)
+            finally:
+                os.close(uffd)
+        finally:
+            os.close(fd)
     errnum = ctypes.get_errno()
-    failed = f"io_uring_setup: {os.strerror(errnum)} ({errno.errorcode.get(errnum, errnum)})"
+    failed = _errno_text("io_uring_setup", errnum)
     if errnum == errno.ENOSYS:
         return f"{failed}. This kernel has no io_uring (CONFIG_IO_URING)"
     if errnum in (errno.EPERM, errno.EACCES):
@@ -286,6 +408,7 @@ def capture() -> HostInfo:
     model, hypervisor = _cpuinfo()
     vendor, params = _kvm_params()
     pools = "/sys/kernel/mm/hugepages/hugepages-"
+    dev_kvm_caps, vm_caps = _kvm_caps()
     return HostInfo(
         name=uname.nodename or socket.gethostname(),
         kernel_release=uname.release,
@@ -306,7 +429,8 @@ def capture() -> HostInfo:
         hugepages_1g_free=_int(f"{pools}1048576kB/free_hugepages"),
         kvm_module=vendor,
         kvm_params=params,
-        kvm_caps=_kvm_caps(),
+        kvm_caps=dev_kvm_caps,
+        vm_caps=vm_caps,
         uffd_features=_uffd_features(),
         io_uring=io_uring_refusal() or "allowed",
     )

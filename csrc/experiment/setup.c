@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 
 #include "base/errors.h"
 #include "base/util.h"
@@ -318,6 +319,33 @@ static void setup_vcpu_resolvers(struct ukvm_experiment *exp)
  * prefetch background or replay: the pusher, given every pool's range (in
  * region order) and the run's resident map. It waits for the vCPUs' go.
  */
+/* backing guest_memfd: whether the VM has it, by /dev/kvm's and the VM's own answers. */
+static int setup_gmem_check(const struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	int on_dev_kvm, on_vm;
+
+	ukvm_vm_check_cap(&exp->vm, UKVM_CAP_GUEST_MEMFD, &on_dev_kvm, &on_vm);
+#ifdef UKVM_TEST_HOOKS
+	if (exp->cfg.inject == UKVM_INJECT_NO_VM_GUEST_MEMFD)
+		on_vm = 0;	/* as a KVM_X86_DEFAULT_VM from Linux 6.8 to 6.17 */
+#endif
+	return ukvm_backing_gmem_check(on_dev_kvm, on_vm, err);
+}
+
+/*
+ * wait io_uring: the RWF_* flags of the setup's check read (ukvm_ring_check):
+ * 0, or in a test build RWF_NOWAIT for UKVM_INJECT_RING_NOWAIT.
+ */
+static int setup_ring_rw_flags(const struct ukvm_config *cfg)
+{
+#ifdef UKVM_TEST_HOOKS
+	if (cfg->inject == UKVM_INJECT_RING_NOWAIT)
+		return RWF_NOWAIT;
+#endif
+	(void)cfg;
+	return 0;
+}
+
 static int setup_pusher(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
@@ -505,7 +533,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		}
 		/* Whether a ring can wait on a uffd at all: once, before any reader (ring.h). */
 		if (!ret && !u && cfg->wait == UKVM_WAIT_IO_URING)
-			ret = ukvm_ring_check(pool->uffd, err);
+			ret = ukvm_ring_check(pool->uffd, setup_ring_rw_flags(cfg), err);
 		if (!ret && !exp->probe)
 			ret = ukvm_pool_start(pool, err);
 		if (ret)
@@ -604,6 +632,8 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (exp->region_gpa < REGION_MIN_GPA)
 		exp->region_gpa = REGION_MIN_GPA;
 	ret = ukvm_vm_map(&exp->vm, exp->region_gpa, exp->region_size, cfg->guest_page_size, err);
+	if (!ret && cfg->backing == UKVM_BACKING_GUEST_MEMFD)
+		ret = setup_gmem_check(exp, err);
 	ret = ret ?: ukvm_backing_create(&exp->mem, cfg->backing, exp->region_size, exp->vm.vm_fd, err);
 	if (ret)
 		return ret;

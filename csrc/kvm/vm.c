@@ -392,6 +392,16 @@ int ukvm_vm_open(struct ukvm_vm *vm, struct ukvm_error *err)
 	return 0;
 }
 
+void ukvm_vm_check_cap(const struct ukvm_vm *vm, long cap, int *on_dev_kvm, int *on_vm)
+{
+	int r;
+
+	r = vm->kvm_fd < 0 ? -1 : ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, cap);
+	*on_dev_kvm = r < 0 ? 0 : r;
+	r = vm->vm_fd < 0 ? -1 : ioctl(vm->vm_fd, KVM_CHECK_EXTENSION, cap);
+	*on_vm = r < 0 ? 0 : r;
+}
+
 int ukvm_vm_create(struct ukvm_vm *vm, uint64_t sys_size, struct ukvm_error *err)
 {
 	int ret;

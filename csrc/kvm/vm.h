@@ -48,6 +48,13 @@ int ukvm_vm_open(struct ukvm_vm *vm, struct ukvm_error *err);
 /* sys_size: bytes for the system memslot, from ukvm_vm_sys_size(); opens /dev/kvm if needed. */
 int ukvm_vm_create(struct ukvm_vm *vm, uint64_t sys_size, struct ukvm_error *err);
 void ukvm_vm_destroy(struct ukvm_vm *vm);
+/*
+ * KVM_CHECK_EXTENSION(cap) as /dev/kvm answers it (*on_dev_kvm: what this KVM
+ * offers some VM type) and as the VM answers it (*on_vm: what the VM type
+ * uffdkvm creates, KVM_X86_DEFAULT_VM, has); a failed ask gives 0. The two
+ * differ for capabilities KVM offers only to some VM types (guest_memfd).
+ */
+void ukvm_vm_check_cap(const struct ukvm_vm *vm, long cap, int *on_dev_kvm, int *on_vm);
 /* extra_bytes: more for ukvm_vm_alloc() (the guest's access logs, say). */
 uint64_t ukvm_vm_sys_size(uint32_t vcpus, uint64_t region_bytes, uint64_t extra_bytes);
 int ukvm_vm_alloc(struct ukvm_vm *vm, uint64_t bytes, uint64_t *gpa, struct ukvm_error *err);

@@ -173,17 +173,43 @@ static int backing_map_thp(struct ukvm_backing_mem *b, struct ukvm_error *err)
 	return 0;
 }
 
+/*
+ * KVM_CAP_GUEST_MEMFD (virt/kvm/kvm_main.c, kvm_vm_ioctl_check_extension_generic):
+ * from Linux 6.8 to 6.17 it is "!kvm || kvm_arch_has_private_mem(kvm)", so
+ * /dev/kvm (no VM) says 1 wherever KVM was built with private memory, and a
+ * VM says 1 only if its type has private memory: on x86
+ * KVM_X86_SW_PROTECTED_VM and the vendors' confidential types (SEV-SNP;
+ * TDX from 6.16), never KVM_X86_DEFAULT_VM, the type uffdkvm creates (and
+ * the only one whose memory the host may read and userfaultfd may page).
+ * From Linux 6.18 it is 1 for every VM, and KVM_CAP_GUEST_MEMFD_FLAGS says
+ * what a default VM's guest_memfd can do (GUEST_MEMFD_FLAG_MMAP).
+ */
+int ukvm_backing_gmem_check(int on_dev_kvm, int on_vm, struct ukvm_error *err)
+{
+	if (on_vm > 0)
+		return 0;
+	if (on_dev_kvm > 0)
+		ukvm_err_set(err, UKVM_ERR_HOST, 0,
+			     "backing guest_memfd: KVM_CAP_GUEST_MEMFD is %d on /dev/kvm but %d on "
+			     "the VM type uffdkvm creates (KVM_X86_DEFAULT_VM): this KVM offers "
+			     "guest_memfd only to VM types with private memory "
+			     "(KVM_X86_SW_PROTECTED_VM, SEV-SNP, TDX), as x86 KVM does from Linux "
+			     "6.8 to 6.17; a default VM has an mmap-able guest_memfd from Linux "
+			     "6.18", on_dev_kvm, on_vm);
+	else
+		ukvm_err_set(err, UKVM_ERR_HOST, 0,
+			     "backing guest_memfd: KVM_CAP_GUEST_MEMFD is %d on /dev/kvm and %d on "
+			     "the VM type uffdkvm creates (KVM_X86_DEFAULT_VM): this KVM has no "
+			     "guest_memfd (Linux 6.8+ built with CONFIG_KVM_PRIVATE_MEM); a default "
+			     "VM has an mmap-able guest_memfd from Linux 6.18", on_dev_kvm, on_vm);
+	return -EOPNOTSUPP;
+}
+
 static int backing_create_gmem(struct ukvm_backing_mem *b, int vm_fd, struct ukvm_error *err)
 {
 	struct ukvm_create_guest_memfd gmem = { .size = b->size };
 	int caps, e;
 
-	if (ioctl(vm_fd, KVM_CHECK_EXTENSION, UKVM_CAP_GUEST_MEMFD) <= 0) {
-		ukvm_err_set(err, UKVM_ERR_HOST, 0,
-			     "backing guest_memfd: this KVM lacks KVM_CAP_GUEST_MEMFD (Linux "
-			     "6.8+, x86 VM types with guest_memfd)");
-		return -EOPNOTSUPP;
-	}
 	caps = ioctl(vm_fd, KVM_CHECK_EXTENSION, UKVM_CAP_GUEST_MEMFD_FLAGS);
 	if (caps <= 0 || !(caps & UKVM_GUEST_MEMFD_FLAG_MMAP)) {
 		ukvm_err_set(err, UKVM_ERR_HOST, 0,

@@ -22,7 +22,17 @@ struct ukvm_backing_mem {
 void ukvm_backing_init(struct ukvm_backing_mem *b);
 /* Before anything is built: are there enough huge pages for size bytes? */
 int ukvm_backing_check_host(enum ukvm_backing kind, uint64_t size, struct ukvm_error *err);
-/* vm_fd: the VM a guest_memfd belongs to (ignored for other kinds). */
+/*
+ * backing guest_memfd: can the VM have one? From KVM_CAP_GUEST_MEMFD as
+ * /dev/kvm answers it and as the VM answers it (ukvm_vm_check_cap()): 0
+ * where the VM's answer is positive, else -EOPNOTSUPP with err (UKVM_ERR_HOST)
+ * giving both answers and what they mean. Only the VM's answer decides.
+ */
+int ukvm_backing_gmem_check(int on_dev_kvm, int on_vm, struct ukvm_error *err);
+/*
+ * vm_fd: the VM a guest_memfd belongs to (ignored for other kinds), which
+ * ukvm_backing_gmem_check() found has guest_memfd.
+ */
 int ukvm_backing_create(struct ukvm_backing_mem *b, enum ukvm_backing kind, uint64_t size,
 			int vm_fd, struct ukvm_error *err);
 void ukvm_backing_destroy(struct ukvm_backing_mem *b);

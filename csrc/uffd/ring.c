@@ -15,14 +15,21 @@
  * its own read is also the one woken for it.
  *
  * How the kernel reads a uffd through io_uring (fs/userfaultfd.c,
- * io_uring/rw.c and poll.c): since Linux 6.10 the uffd has read_iter and
- * FMODE_NOWAIT, so io_uring first tries the read without blocking; on an
- * empty uffd that fails with EAGAIN, and because the uffd can be polled,
- * io_uring arms a one-shot internal poll on the uffd's wait queue (fd_wqh)
- * and issues the read again when it fires; no CQE until a message is
- * there. (Before 6.10 the read of an O_NONBLOCK uffd completes at once
- * with EAGAIN, so a ring cannot wait on it; ukvm_ring_check() finds that
- * out before the run.)
+ * io_uring/rw.c and poll.c): io_uring first tries the read without
+ * blocking; on an empty uffd that fails with EAGAIN, and because the uffd
+ * can be polled, io_uring arms a one-shot internal poll on the uffd's wait
+ * queue (fd_wqh) and issues the read again when it fires; no CQE until a
+ * message is there. What this takes of the kernel: IORING_OP_READ (Linux
+ * 5.6), poll-driven retry of a read that would block (5.7), and retry of a
+ * file opened O_NONBLOCK at all: until Linux 5.15 (commit 5d329e1286b0,
+ * "io_uring: allow retry for O_NONBLOCK if async is supported", also in
+ * 5.14's stable releases) io_uring completed such a read at once with
+ * EAGAIN. The uffd's own FMODE_NOWAIT and read_iter (Linux 6.10) are not
+ * needed: io_uring counts an O_NONBLOCK file as one it may try without
+ * blocking (io_file_get_flags), and reads a file that has only ->read
+ * through loop_rw_iter(). Readers verify on 6.1, 6.12 and 6.18. No
+ * setup flags, registered files or buffers are used. Rather than trust a
+ * version, ukvm_ring_check() asks the kernel before the run.
  *
  * The herd: that internal poll joins fd_wqh as poll(2) does, not
  * exclusively (io_uring asks for EPOLLEXCLUSIVE for accept only), and a
@@ -143,8 +150,8 @@ int ukvm_ring_create(struct ukvm_ring **out, int uffd, int stop_fd, uint32_t bat
 	return 0;
 }
 
-/* Queues the read of the uffd into the ring's buffer. */
-static int ring_arm_read(struct ukvm_ring *ring)
+/* Queues the read of the uffd into the ring's buffer, with the RWF_* flags rw_flags. */
+static int ring_arm_read(struct ukvm_ring *ring, int rw_flags)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring);
 
@@ -152,6 +159,7 @@ static int ring_arm_read(struct ukvm_ring *ring)
 		return -EBUSY;	/* cannot happen: RING_DEPTH covers all */
 	/* The uffd has no position; 0 keeps io_uring from using the file's. */
 	io_uring_prep_read(sqe, ring->uffd, ring->msgs, ring->batch * sizeof(ring->msgs[0]), 0);
+	sqe->rw_flags = rw_flags;
 	io_uring_sqe_set_data64(sqe, RING_READ);
 	ring->read_armed = true;
 	return 0;
@@ -178,7 +186,7 @@ ssize_t ukvm_ring_next(struct ukvm_ring *ring, const struct uffd_msg **msgs, con
 
 	ret = ring->stop_armed ? 0 : ring_arm_stop(ring);
 	if (!ret && !ring->read_armed)
-		ret = ring_arm_read(ring);
+		ret = ring_arm_read(ring, 0);
 	if (ret) {
 		*what = "io_uring_get_sqe";
 		return ret;
@@ -277,9 +285,10 @@ void ukvm_ring_destroy(struct ukvm_ring *ring)
 	free(ring);
 }
 
-int ukvm_ring_check(int uffd, struct ukvm_error *err)
+int ukvm_ring_check(int uffd, int rw_flags, struct ukvm_error *err)
 {
-	const char *call = "wait io_uring: IORING_OP_READ of the empty uffd completed at once";
+	const char *call = "wait io_uring: IORING_OP_READ of an empty non-blocking uffd "
+			   "completed at once";
 	struct ukvm_ring *ring;
 	struct io_uring_cqe *cqe;
 	int ret, res;
@@ -288,7 +297,7 @@ int ukvm_ring_check(int uffd, struct ukvm_error *err)
 	if (ret)
 		return ret;
 	/* The read alone: nothing is queued on the uffd while setting up. */
-	ret = ring_arm_read(ring);
+	ret = ring_arm_read(ring, rw_flags);
 	if (!ret)
 		ret = io_uring_submit(&ring->ring);
 	if (ret < 0) {
@@ -307,9 +316,11 @@ int ukvm_ring_check(int uffd, struct ukvm_error *err)
 		ring->read_armed = false;
 		ret = -EOPNOTSUPP;
 		if (res == -EAGAIN)
-			ukvm_err_set_hint(err, UKVM_ERR_HOST, EAGAIN, call, "This kernel cannot wait "
-					  "for a userfaultfd through io_uring (its uffd can from Linux "
-					  "6.10); use another wait mode");
+			ukvm_err_set_hint(err, UKVM_ERR_HOST, EAGAIN, call, UKVM_RING_NO_RETRY
+					  "; use another wait mode");
+		else if (res == -EINVAL)
+			ukvm_err_set_hint(err, UKVM_ERR_HOST, EINVAL, call, UKVM_RING_NO_READ
+					  "; use another wait mode");
 		else if (res < 0)
 			ukvm_err_set_hint(err, UKVM_ERR_HOST, -res, call, "A ring cannot wait for "
 					  "this uffd; use another wait mode");
@@ -375,7 +386,7 @@ void ukvm_ring_destroy(struct ukvm_ring *ring)
 {
 }
 
-int ukvm_ring_check(int uffd, struct ukvm_error *err)
+int ukvm_ring_check(int uffd, int rw_flags, struct ukvm_error *err)
 {
 	return ring_not_built(err);
 }

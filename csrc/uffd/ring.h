@@ -54,10 +54,23 @@ void ukvm_ring_cancel(struct ukvm_ring *ring, uint64_t timeout_ns);
 void ukvm_ring_destroy(struct ukvm_ring *ring);
 /*
  * Can a reader wait for this (empty, non-blocking) uffd through io_uring?
- * Makes a ring, submits a read and checks that it waits rather than
+ * Makes a ring, submits a read (with the RWF_* flags rw_flags: 0, as the
+ * readers' own; a test build passes RWF_NOWAIT to get the answer of a kernel
+ * that does not retry O_NONBLOCK files) and checks that it waits rather than
  * completing at once, then cancels it: 0, or -errno with err (kind
- * UKVM_ERR_HOST) saying what the kernel or the build refused.
+ * UKVM_ERR_HOST) saying what the kernel or the build refused. The kernel's
+ * answer decides, never its version.
  */
-int ukvm_ring_check(int uffd, struct ukvm_error *err);
+int ukvm_ring_check(int uffd, int rw_flags, struct ukvm_error *err);
+
+/* Why a read of an empty O_NONBLOCK uffd completed at once (EAGAIN, EINVAL). */
+#define UKVM_RING_NO_RETRY						\
+	"This kernel's io_uring does not wait for a non-blocking file to become "	\
+	"readable: it completes the read with EAGAIN instead of polling (io_uring "	\
+	"retries O_NONBLOCK files from Linux 5.15)"
+#define UKVM_RING_NO_READ						\
+	"This kernel's io_uring has no IORING_OP_READ (Linux 5.6+; io_uring "		\
+	"retries O_NONBLOCK files from Linux 5.15)"
+
 
 #endif

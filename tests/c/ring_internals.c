@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -195,7 +196,27 @@ int main(void)
 
 	UKT_CASE("check: a ring can wait on an empty uffd") {
 		if (fixture_start(&f))
-			CHECK(ukvm_ring_check(f.uffd, &err) == 0, "%s", err.message);
+			CHECK(ukvm_ring_check(f.uffd, 0, &err) == 0, "%s", err.message);
+		fixture_end(&f);
+	}
+
+	UKT_CASE("check: refused, saying why, where the kernel does not retry the read") {
+		/*
+		 * RWF_NOWAIT makes the kernel's io_uring complete the read of the
+		 * empty O_NONBLOCK uffd at once with EAGAIN (REQ_F_NOWAIT), as it
+		 * did for every O_NONBLOCK file before Linux 5.15.
+		 */
+		if (fixture_start(&f)) {
+			err = (struct ukvm_error){ 0 };
+			CHECK_EQ(ukvm_ring_check(f.uffd, RWF_NOWAIT, &err), -EOPNOTSUPP);
+			CHECK(err.kind == UKVM_ERR_HOST, "kind %s", ukt_kind_name(err.kind));
+			CHECK(strstr(err.message, "completed at once: Resource temporarily "
+				     "unavailable (EAGAIN)") &&
+			      strstr(err.message, "retries O_NONBLOCK files from Linux 5.15"),
+			      "%s", err.message);
+			/* and the readers' own read (no flags) still waits on it */
+			CHECK(ukvm_ring_check(f.uffd, 0, &err) == 0, "%s", err.message);
+		}
 		fixture_end(&f);
 	}
 
@@ -205,7 +226,7 @@ int main(void)
 		/* A pipe's write end: its read fails at once (EBADF), as an old kernel's uffd read does (EAGAIN). */
 		if (CHECK(pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0)) {
 			err = (struct ukvm_error){ 0 };
-			CHECK_EQ(ukvm_ring_check(fds[1], &err), -EOPNOTSUPP);
+			CHECK_EQ(ukvm_ring_check(fds[1], 0, &err), -EOPNOTSUPP);
 			CHECK(err.kind == UKVM_ERR_HOST, "kind %s", ukt_kind_name(err.kind));
 			CHECK(strstr(err.message, "completed at once"), "%s", err.message);
 			close(fds[0]);
@@ -221,7 +242,7 @@ int main(void)
 		CHECK(err.kind == UKVM_ERR_HOST && strstr(err.message, "apt-get install liburing-dev"),
 		      "%s", err.message);
 		err = (struct ukvm_error){ 0 };
-		CHECK_EQ(ukvm_ring_check(0, &err), -EOPNOTSUPP);
+		CHECK_EQ(ukvm_ring_check(0, 0, &err), -EOPNOTSUPP);
 		CHECK(err.kind == UKVM_ERR_HOST, "kind %s", ukt_kind_name(err.kind));
 	}
 #endif
