@@ -119,9 +119,10 @@ def run(e: Example) -> str:
         if i is not None:
             argv[i + 1] = "1"
         argv.append("--no-progress")
-    from children import ENV  # the uffdkvm under test, first on the child's path
-    done = subprocess.run([sys.executable, "-m", "uffdkvm", *argv[1:]], capture_output=True,
-                          text=True, timeout=RUN_S, cwd="/", env=ENV)
+    # The uffdkvm under test, first on the child's path.
+    from children import ENV, uffdkvm_command
+    done = subprocess.run(uffdkvm_command(*argv[1:]), capture_output=True,
+                          text=True, timeout=RUN_S, env=ENV)
     assert done.returncode == 0, f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr}"
     return done.stdout
 

@@ -3,13 +3,14 @@ prefetch policy, by a real run; source_support(): the page sources."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 
 import pytest
 
 import uffdkvm
 from uffdkvm.config import PREFETCHES, RESOLVERS, WAITS
+from children import ENV, python, uffdkvm_command
+from conftest import BUILT_WITHOUT_LIBURING, host_skip
 
 pytestmark = pytest.mark.kvm
 
@@ -27,8 +28,8 @@ def test_every_mode_is_tried_and_the_defaults_run(kvm):
 
 
 def test_the_cli_lists_them(kvm):
-    p = subprocess.run([sys.executable, "-m", "uffdkvm", "--list-backings"],
-                       capture_output=True, text=True)
+    p = subprocess.run(uffdkvm_command("--list-backings"), capture_output=True, text=True,
+                       env=ENV)
     assert p.returncode == 0, p.stderr
     assert any(line.startswith("wait: ") and "epoll_exclusive" in line
                for line in p.stdout.splitlines())
@@ -47,11 +48,11 @@ def test_a_mode_the_kernel_refuses_is_reported_with_the_reason(kvm):
 
     from test_io_uring import PACKAGE_ROOT, SECCOMP_CHILD
     if not uffdkvm._core.HAVE_IO_URING:
-        pytest.skip("this build has no io_uring mode to refuse")
+        host_skip(BUILT_WITHOUT_LIBURING, "this build has no io_uring mode to refuse")
     child = SECCOMP_CHILD.split("out = {")[0] + (
         "print(json.dumps(uffdkvm.fault_path_support()))\n")
-    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
-                       timeout=120, cwd="/", env={**os.environ, "PYTHONPATH": PACKAGE_ROOT})
+    p = subprocess.run(python(code=child), capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": PACKAGE_ROOT})
     assert p.returncode == 0, p.stderr
     support = json.loads(p.stdout)
     assert "io_uring_setup" in support["wait"]["io_uring"]

@@ -48,8 +48,7 @@ def python_command(*, module: str | None = None, code: str | None = None,
     `flags` go to the interpreter (``-S``, ``-X faulthandler``); `safe_path`
     (default: where the interpreter has it) picks ``-P`` or the bootstrap,
     for the tests of both."""
-    if (module is None) == (code is None):
-        raise TypeError("python_command() takes one of module= or code=")
+    assert (module is None) != (code is None), "one of module= or code="
     if safe_path is None:
         safe_path = HAVE_SAFE_PATH
     if module is not None:
