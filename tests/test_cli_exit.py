@@ -20,6 +20,7 @@ import uffdkvm
 from broken_host import Stage, skip_unless_namespaces
 from children import ENV as CHILD_ENV
 from children import python, uffdkvm_command
+from conftest import needs_test_hooks
 from uffdkvm import cli
 
 pytestmark = pytest.mark.kvm
@@ -65,6 +66,7 @@ def test_0_when_memory_verifies(kvm):
 
 
 def test_1_when_memory_does_not_verify(kvm):
+    needs_test_hooks("the child corrupts a page with uffdkvm._testing")
     p = child(CORRUPT_PAGE, "-b", "1M")
     assert p.returncode == cli.EXIT_FAILED == 1, p.stderr
     assert "MEMORY VERIFICATION FAILED:\t1 bad pages" in p.stdout
