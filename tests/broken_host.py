@@ -66,7 +66,8 @@ class Stage:
     any extra files, and the mounts that show this interpreter to NOBODY."""
 
     def __init__(self, extra_files=()):
-        self.dir = Path(tempfile.mkdtemp(prefix="uffdkvm-stage-", dir="/tmp"))
+        # The temporary directory ($TMPDIR, else /tmp), not pytest's (mode 0700).
+        self.dir = Path(tempfile.mkdtemp(prefix="uffdkvm-stage-"))
         self.pythonpath = self.dir / "pkg"
         package = Path(uffdkvm.__file__).resolve().parent
         shutil.copytree(package, self.pythonpath / "uffdkvm",

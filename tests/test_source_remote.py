@@ -16,7 +16,8 @@ import time
 import pytest
 from children import ENV as CHILD_ENV
 from children import uffdkvm_command
-from conftest import assert_released, host_skip, resources, run_or_skip, run_with_fault
+from conftest import (assert_released, host_skip, needs_loopback, resources, run_or_skip,
+                      run_with_fault)
 from hostfacts import NO_UFFD_MOVE
 
 import uffdkvm
@@ -448,6 +449,7 @@ def test_a_missing_or_short_snapshot_names_source_path_and_make_snapshot(
 # ---- the CLI ----
 
 def test_cli_runs_the_remote_source_and_reports_the_servers_counters(kvm, snapshot):
+    needs_loopback("--remote-transport tcp")
     out = subprocess.run(
         uffdkvm_command("-v", "2", "-b", "1M", "--source", "remote",
                         "--source-path", str(snapshot), "--remote-transport", "tcp",
