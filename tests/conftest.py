@@ -10,6 +10,7 @@ anything else skips with ``host_skip(FACT, detail)``::
     from conftest import host_skip, NO_HUGEPAGES_2M
 """
 import os
+import signal
 import time
 
 import pytest
@@ -29,6 +30,14 @@ from hostfacts import (  # noqa: F401 - re-exported for the tests
 from hostfacts import BUILT_WITHOUT_LIBURING, NO_IO_URING_UFFD  # noqa: F401, E402
 
 pytest_plugins = ("pytester", "hostfacts")
+
+# A session started with SIGINT ignored (a background job of a shell without
+# job control, nohup) would see every Ctrl-C test fail, or hang in a run
+# that only Ctrl-C ends; and its children would inherit the ignore. Python's
+# own handler back, here in the main thread: the children then start with
+# the default, and install theirs.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # What stops every experiment: the kvm fixture cites these.
 KVM_FACTS = (NO_KVM, NO_USERFAULTFD)
