@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import uffdkvm
+from uffdkvm._spawn import HAVE_SAFE_PATH
 from hostfacts import NOT_ROOT, host_skip, missing_tool
 
 NOBODY = 65534
@@ -114,8 +115,10 @@ class Stage:
 
     def python(self, *args):
         """This interpreter on the staged uffdkvm only (-S: no site-packages,
-        where an editable install might point elsewhere)."""
-        return [sys.executable, "-S", *args]
+        where an editable install might point elsewhere; -P where it has it:
+        nothing from the working directory, as uffdkvm._spawn says, though
+        run() starts it in /)."""
+        return [sys.executable, "-S", *(["-P"] if HAVE_SAFE_PATH else []), *args]
 
     def env(self, **extra):
         env = dict(os.environ, PYTHONPATH=str(self.pythonpath))
