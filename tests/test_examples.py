@@ -128,7 +128,9 @@ def run(e: Example) -> str:
 
 
 def mask(line: str) -> str:
-    return " ".join(NUMBER.sub("#", line).split())
+    # A lone "-" is the CLI's cell for a number that has no value (a reader
+    # that resolved no fault has no percentiles): a number's place too.
+    return " ".join("#" if word == "-" else word for word in NUMBER.sub("#", line).split())
 
 
 def shape(lines: list[str]) -> re.Pattern[str]:
