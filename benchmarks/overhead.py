@@ -44,6 +44,7 @@ import sys
 from typing import Any
 
 import uffdkvm
+from uffdkvm._spawn import child_env, python_command
 
 RATE = re.compile(r"Overall demand paging rate:\s+([\d.]+) pgs/sec")
 CONFIGS = {
@@ -56,7 +57,8 @@ CONFIGS = {
 def rate_of(cmd: list[str]) -> float | None:
     """The command's paging rate, or None (said on stderr) if it failed: the
     trial then counts as failed on that side, and the others stand."""
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    # The uffdkvm this script imported, never a uffdkvm/ in the working directory.
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=child_env())
     m = RATE.search(p.stdout)
     if p.returncode != 0 or not m:
         print(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}",
@@ -80,7 +82,7 @@ def vcpus_of(flags: list[str]) -> int:
 
 def commands(flags: list[str], ours: list[str], variants: dict[str, list[str]],
              upstream: str | None) -> dict[str, list[str]]:
-    me = [sys.executable, "-m", "uffdkvm"]
+    me = python_command(module="uffdkvm")
     cmds = {f"{label} uffd": me + flags + ours + extra for label, extra in variants.items()}
     cmds["uffdkvm none"] = me + without_uffd(flags) + ["-u", "NONE"] + ours
     if upstream:

@@ -21,12 +21,14 @@ import subprocess
 import sys
 
 import uffdkvm
+from uffdkvm._spawn import child_env, python_command
 
 RATE = re.compile(r"Overall demand paging rate:\s+([\d.]+) pgs/sec")
 
 
 def rate_of(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    # The uffdkvm this script imported, never a uffdkvm/ in the working directory.
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=child_env())
     m = RATE.search(p.stdout)
     if p.returncode != 0 or not m:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
@@ -49,7 +51,7 @@ def main():
     ours, theirs = [], []
     for _ in range(a.trials):
         theirs.append(rate_of([a.upstream] + upstream_flags))
-        ours.append(rate_of([sys.executable, "-m", "uffdkvm"] + flags + a.ours.split()))
+        ours.append(rate_of(python_command(module="uffdkvm", args=flags + a.ours.split())))
     mu, mt = statistics.median(ours), statistics.median(theirs)
     print(f"settings:  {' '.join(flags)}" + (f"  (uffdkvm also: {a.ours})" if a.ours else ""))
     print(f"upstream:  median {mt:10.0f} pgs/s  runs {' '.join(f'{x:.0f}' for x in theirs)}")

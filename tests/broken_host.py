@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import uffdkvm
+from uffdkvm._spawn import HAVE_SAFE_PATH
 from hostfacts import NOT_ROOT, host_skip, missing_tool
 
 NOBODY = 65534
@@ -66,7 +67,8 @@ class Stage:
     any extra files, and the mounts that show this interpreter to NOBODY."""
 
     def __init__(self, extra_files=()):
-        self.dir = Path(tempfile.mkdtemp(prefix="uffdkvm-stage-", dir="/tmp"))
+        # The temporary directory ($TMPDIR, else /tmp), not pytest's (mode 0700).
+        self.dir = Path(tempfile.mkdtemp(prefix="uffdkvm-stage-"))
         self.pythonpath = self.dir / "pkg"
         package = Path(uffdkvm.__file__).resolve().parent
         shutil.copytree(package, self.pythonpath / "uffdkvm",
@@ -113,8 +115,10 @@ class Stage:
 
     def python(self, *args):
         """This interpreter on the staged uffdkvm only (-S: no site-packages,
-        where an editable install might point elsewhere)."""
-        return [sys.executable, "-S", *args]
+        where an editable install might point elsewhere; -P where it has it:
+        nothing from the working directory, as uffdkvm._spawn says, though
+        run() starts it in /)."""
+        return [sys.executable, "-S", *(["-P"] if HAVE_SAFE_PATH else []), *args]
 
     def env(self, **extra):
         env = dict(os.environ, PYTHONPATH=str(self.pythonpath))

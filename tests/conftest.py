@@ -10,6 +10,7 @@ anything else skips with ``host_skip(FACT, detail)``::
     from conftest import host_skip, NO_HUGEPAGES_2M
 """
 import os
+import signal
 import time
 
 import pytest
@@ -19,7 +20,8 @@ pytest.register_assert_rewrite("hostfacts", "broken_host")
 import uffdkvm  # noqa: E402
 from hostfacts import (  # noqa: F401 - re-exported for the tests
     ALL_CPU_NUMBERS_USABLE, BUILT_WITHOUT_TEST_HOOKS, FACTS, HUGEPAGE_POOLS,
-    KVM_TAKES_EVERY_CONFIG_VCPUS, NO_1G_GUEST_PAGES, NOT_A_GIT_CHECKOUT, NO_ASAN_RUNTIME, NO_CC,
+    KVM_TAKES_EVERY_CONFIG_VCPUS, LOOPBACK_DOWN, NO_1G_GUEST_PAGES, NOT_A_GIT_CHECKOUT,
+    NO_ASAN_RUNTIME, NO_CC,
     NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD, NO_HUGEPAGES_1G, NO_HUGEPAGES_2M, NO_KVM,
     NO_KVM_STATS, NO_MEMAVAILABLE, NO_THP, NO_TSAN_RUNTIME, NO_UFFD_MINOR_HUGETLBFS,
     NO_UFFD_MINOR_SHMEM, NO_USERFAULTFD, NOT_ROOT, UNPRIVILEGED_USERFAULTFD, Fact,
@@ -28,6 +30,14 @@ from hostfacts import (  # noqa: F401 - re-exported for the tests
 from hostfacts import BUILT_WITHOUT_LIBURING, NO_IO_URING_UFFD  # noqa: F401, E402
 
 pytest_plugins = ("pytester", "hostfacts")
+
+# A session started with SIGINT ignored (a background job of a shell without
+# job control, nohup) would see every Ctrl-C test fail, or hang in a run
+# that only Ctrl-C ends; and its children would inherit the ignore. Python's
+# own handler back, here in the main thread: the children then start with
+# the default, and install theirs.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # What stops every experiment: the kvm fixture cites these.
 KVM_FACTS = (NO_KVM, NO_USERFAULTFD)
@@ -63,15 +73,25 @@ def needs_io_uring(detail='wait="io_uring"'):
         host_skip(NO_IO_URING_UFFD, f"{detail}: {NO_IO_URING_UFFD.evidence}")
 
 
+def needs_loopback(detail="talks TCP on 127.0.0.1"):
+    """Skips, citing LOOPBACK_DOWN, where lo is not up (a page server over
+    transport="tcp" listens on 127.0.0.1)."""
+    __tracebackhide__ = True
+    if LOOPBACK_DOWN.holds:
+        host_skip(LOOPBACK_DOWN, f"{detail}: {LOOPBACK_DOWN.evidence}")
+
+
 @pytest.fixture(autouse=True)
 def _io_uring_cases(request):
     """A parametrized test's io_uring case (wait="io_uring", or an id that
     names io_uring) runs only where io_uring can, and skips elsewhere, citing
-    the fact."""
+    the fact; its TCP case (transport="tcp") only where loopback is up."""
     callspec = getattr(request.node, "callspec", None)
     if callspec is not None and (callspec.params.get("wait") == "io_uring" or
                                  "io_uring" in callspec.id):
         needs_io_uring()
+    if callspec is not None and callspec.params.get("transport") == "tcp":
+        needs_loopback('transport="tcp"')
 
 
 def run_with_fault(*args, **kwargs):

@@ -53,6 +53,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import struct
 import subprocess
 import tempfile
@@ -595,7 +596,7 @@ HUGEPAGE_POOLS = {2048: 16, 1048576: 1}
 # pools under this lock, and by counts, never to absolute sizes: a session
 # that set the pool back to what it saw at its start would take away the
 # pages another session had added meanwhile.
-HUGEPAGES_LOCK = "/tmp/uffdkvm-hugepages.lock"
+HUGEPAGES_LOCK = os.path.join(tempfile.gettempdir(), "uffdkvm-hugepages.lock")
 
 
 def _read_int(path):
@@ -751,6 +752,35 @@ def NOT_A_GIT_CHECKOUT():
         return True, f"git rev-parse in {ROOT}: {p.stderr.strip()}"
     top = Path(p.stdout.strip()).resolve()
     return top != ROOT, f"git's top level is {top}, the project's {ROOT}"
+
+
+# ---- the network ----
+
+IFF_UP = 0x1
+SIOCGIFFLAGS = 0x8913
+
+
+@fact("loopback-down", "the loopback interface (lo) is not up here, so nothing can listen "
+      "on 127.0.0.1 (a VM or container started without networking, say)")
+def LOOPBACK_DOWN():
+    # SIOCGIFFLAGS asks this network namespace (/sys/class/net may show another's).
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            ifreq = ioctl(s.fileno(), SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0))
+        flags = struct.unpack("16sH22x", ifreq)[1]
+    except OSError as e:
+        return True, _err("SIOCGIFFLAGS(lo)", e.errno)
+    if not flags & IFF_UP:
+        return True, f"SIOCGIFFLAGS(lo) = {flags:#x}: IFF_UP is clear"
+    # Up by its flags: a TCP connection to ourselves on 127.0.0.1 must work too.
+    try:
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            port = server.getsockname()[1]
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                pass
+    except OSError as e:
+        return True, f"lo is up ({flags:#x}) but TCP on 127.0.0.1 failed: {e}"
+    return False, f"lo is up ({flags:#x}) and a TCP connection to 127.0.0.1:{port} worked"
 
 
 # ---- privileges, CPUs, tools ----

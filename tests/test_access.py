@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 import uffdkvm
 from children import ENV as CHILD_ENV
+from children import uffdkvm_command
 from conftest import run_or_skip, run_with_fault
 from uffdkvm import ConfigError
 
@@ -222,8 +222,8 @@ def test_bad_access_config_names_the_field(fields, field, words):
 
 def test_cli_flags_reach_the_run(kvm):
     out = subprocess.run(
-        [sys.executable, "-m", "uffdkvm", "-b", MEM, "--touch-percent", "25", "--access",
-         "zipf", "--zipf-theta", "1.2", "--accesses", "3000", "--json", "-q"],
+        uffdkvm_command("-b", MEM, "--touch-percent", "25", "--access",
+                        "zipf", "--zipf-theta", "1.2", "--accesses", "3000", "--json", "-q"),
         capture_output=True, text=True, env=CHILD_ENV, timeout=120)
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)

@@ -7,8 +7,12 @@ namespace without /dev/kvm, an unprivileged user without access to it, a
 root without the capability userfaultfd() needs. The preflight and .ci/run
 run there on a copy of the uffdkvm this session imported.
 """
+import json
 import os
+import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,17 +109,91 @@ def test_ci_run_with_allow_no_kvm_starts_pytest(kvm, stage):
     assert f"pytest {pytest.__version__}" in p.stdout + p.stderr
 
 
-def test_ci_run_installs_a_build_with_test_hooks(tmp_path):
-    """.ci/run's pip install builds the test hooks in (UFFDKVM_TEST_HOOKS=1):
-    without them the fault-injection tests would all skip. The interpreter
-    it is given records how it was called, and fails, which stops .ci/run
-    there (set -e)."""
+README = ROOT / "README.md"
+
+
+def readme_test_command():
+    """The command under README.md's "Run the test suite", the one line of
+    the sh block that follows it."""
+    text = README.read_text()
+    at = text.index("\nRun the test suite")
+    block = re.search(r"```sh\n(.*?)\n```", text[at:], re.S)
+    assert block, "no sh block after 'Run the test suite' in README.md"
+    lines = block.group(1).splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_ci_run_holds_the_readme_test_command_as_written():
+    """Character for character: a change to either side alone fails here."""
+    command = readme_test_command()
+    held = re.findall(r"^README_TEST_COMMAND=(.*)$", CI_RUN.read_text(), re.M)
+    assert len(held) == 1, held
+    assert shlex.split(held[0]) == [command], (held[0], command)
+    # and runs that text (with its own arguments for pytest), not a copy
+    runs = re.findall(r"^eval .*$", CI_RUN.read_text(), re.M)
+    assert runs == ["""eval "$README_TEST_COMMAND"' "$@"'"""], runs
+
+
+STUB = """#!{python}
+import json, os, sys
+with open({log!r}, "a") as f:
+    f.write(json.dumps([os.path.basename(sys.argv[0]), os.getcwd(),
+                        os.environ.get("UFFDKVM_TEST_HOOKS"), sys.argv[1:]]) + "\\n")
+"""
+
+FAKE_PYTHON = """#!{python}
+# `python -m venv DIR` makes a venv whose pip, pytest and python only record
+# how they were called.
+import os, sys
+assert sys.argv[1:3] == ["-m", "venv"], sys.argv
+bin = os.path.join(sys.argv[3], "bin")
+os.makedirs(bin)
+with open(os.path.join(bin, "activate"), "w") as f:
+    f.write(f'PATH="{{bin}}:$PATH"; export PATH\\n')
+for name in ("pip", "pytest", "python"):
+    path = os.path.join(bin, name)
+    with open(path, "w") as f:
+        f.write({stub!r})
+    os.chmod(path, 0o755)
+"""
+
+
+def expected_calls(command, extra_args):
+    """What running `command` (`VAR=value program args && ...`) then
+    `extra_args` to its last program records: per program, its name, the
+    root as its directory, UFFDKVM_TEST_HOOKS as it sees it, and its
+    arguments."""
+    calls = []
+    steps = [shlex.split(step) for step in command.split("&&")]
+    for i, words in enumerate(steps):
+        env = {}
+        while "=" in words[0]:
+            k, v = words.pop(0).split("=", 1)
+            env[k] = v
+        args = words[1:] + (extra_args if i == len(steps) - 1 else [])
+        calls.append([words[0], str(ROOT), env.get("UFFDKVM_TEST_HOOKS"), args])
+    return calls
+
+
+def test_ci_run_runs_the_readme_test_command_from_the_root_in_a_new_venv(tmp_path):
+    """.ci/run makes a venv with $PYTHON, outside the tree, and runs README.md's
+    command in it from the root (started from elsewhere), the preflight just
+    before pytest, and its own arguments after pytest's. The venv's programs
+    record how they were called; what they must record is read from the
+    README, so a change to the README alone fails here too."""
     log = tmp_path / "calls"
+    stub = STUB.format(python=sys.executable, log=str(log))
     python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\necho "UFFDKVM_TEST_HOOKS=${{UFFDKVM_TEST_HOOKS-unset}} $*" '
-                      f'>> {log}\nexit 3\n')
+    python.write_text(FAKE_PYTHON.format(python=sys.executable, stub=stub))
     python.chmod(0o755)
-    p = subprocess.run(["sh", str(CI_RUN)], capture_output=True, text=True, timeout=120,
-                       env={"PATH": os.environ["PATH"], "PYTHON": str(python)})
-    assert p.returncode == 3, (p.stdout, p.stderr)
-    assert log.read_text() == "UFFDKVM_TEST_HOOKS=1 -m pip install .[test]\n"
+    env = {"PATH": os.environ["PATH"], "PYTHON": str(python), "TMPDIR": str(tmp_path)}
+    p = subprocess.run(["sh", str(CI_RUN), "-x", "tests/test_ci.py"], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=tmp_path)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    preflight = ["python", str(ROOT), None, [".ci/preflight"]]
+    want = expected_calls(readme_test_command(), ["-x", "tests/test_ci.py"])
+    assert calls == want[:-1] + [preflight, want[-1]]
+    assert [c[0] for c in calls] == ["pip", "python", "pytest"]  # the command as it is today
+    assert not list(tmp_path.glob("uffdkvm-ci-venv.*")), "the venv is left behind"

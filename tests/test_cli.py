@@ -3,12 +3,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 import uffdkvm
 from children import ENV as CHILD_ENV
+from children import uffdkvm_command
 from conftest import cpus_unavailable, host_skip
 from uffdkvm import cli
 
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.kvm
 
 def uffdkvm_cli(*args):
     # Run from / so that the installed package is imported, not the source tree.
-    return subprocess.run([sys.executable, "-m", "uffdkvm", *args], capture_output=True,
-                          text=True, timeout=120, cwd="/", env=CHILD_ENV)
+    return subprocess.run(uffdkvm_command(*args), capture_output=True,
+                          text=True, timeout=120, env=CHILD_ENV)
 
 
 def test_text_output_starts_with_upstreams_three_lines(kvm):

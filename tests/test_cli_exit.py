@@ -11,7 +11,6 @@ raises; everything else about the command is the real one.
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pandas
@@ -20,18 +19,20 @@ import pytest
 import uffdkvm
 from broken_host import Stage, skip_unless_namespaces
 from children import ENV as CHILD_ENV
+from children import python, uffdkvm_command
+from conftest import needs_test_hooks
 from uffdkvm import cli
 
 pytestmark = pytest.mark.kvm
 
 
 def command(*args, **popen):
-    return [sys.executable, "-m", "uffdkvm", *args]
+    return uffdkvm_command(*args)
 
 
 def uffdkvm_cli(*args, env=CHILD_ENV, **kwargs):
     return subprocess.run(command(*args), capture_output=True, text=True, timeout=120,
-                          cwd="/", env=env, **kwargs)
+                          env=env, **kwargs)
 
 
 # The command, with run() replaced (see the module docstring).
@@ -54,8 +55,8 @@ def run(config, progress=None):
 
 
 def child(replacement, *args, env=CHILD_ENV):
-    return subprocess.run([sys.executable, "-c", CHILD.format(replacement=replacement), *args],
-                          capture_output=True, text=True, timeout=120, cwd="/", env=env)
+    return subprocess.run(python(*args, code=CHILD.format(replacement=replacement)),
+                          capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_0_when_memory_verifies(kvm):
@@ -65,6 +66,7 @@ def test_0_when_memory_verifies(kvm):
 
 
 def test_1_when_memory_does_not_verify(kvm):
+    needs_test_hooks("the child corrupts a page with uffdkvm._testing")
     p = child(CORRUPT_PAGE, "-b", "1M")
     assert p.returncode == cli.EXIT_FAILED == 1, p.stderr
     assert "MEMORY VERIFICATION FAILED:\t1 bad pages" in p.stdout
@@ -145,7 +147,7 @@ def ctrl_c(args):
     """The command, SIGINT 1.5 s in (past the imports, into a run): its
     exit status, output and the seconds it took to stop."""
     proc = subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd="/", env=CHILD_ENV)
+                            text=True, env=CHILD_ENV)
     time.sleep(1.5)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
@@ -179,7 +181,7 @@ def without_reader(*args):
     os.close(read_end)
     try:
         return subprocess.run(command(*args), stdout=write_end, stderr=subprocess.PIPE,
-                              text=True, timeout=120, cwd="/", env=CHILD_ENV)
+                              text=True, timeout=120, env=CHILD_ENV)
     finally:
         os.close(write_end)
 

@@ -8,13 +8,13 @@ import fcntl
 import os
 import struct
 import subprocess
-import sys
 import termios
 import threading
 
 import pytest
 
 from children import ENV as CHILD_ENV
+from children import uffdkvm_command
 
 pytestmark = pytest.mark.kvm
 
@@ -34,8 +34,8 @@ class Child:
             # 24 rows of 100 columns, as a terminal has (a new pty says 0x0).
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
             stderr = slave
-        self.proc = subprocess.Popen([sys.executable, "-m", "uffdkvm", *args],
-                                     stdout=subprocess.PIPE, stderr=stderr, cwd="/",
+        self.proc = subprocess.Popen(uffdkvm_command(*args),
+                                     stdout=subprocess.PIPE, stderr=stderr,
                                      env=CHILD_ENV)
         self.chunks = []
         if tty:

@@ -3,12 +3,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from children import ENV as CHILD_ENV
+from children import uffdkvm_command
 from conftest import cpus_unavailable, host_skip
 from uffdkvm import cli, cli_sweep, read_results, spread_of
 
@@ -245,8 +245,8 @@ def test_the_command_dispatches_sweep_and_keeps_flat_usage(kvm):
          *filter(None, [os.environ.get("PYTHONPATH")])]))
 
     def uffdkvm(*args):
-        return subprocess.run([sys.executable, "-m", "uffdkvm", *args], capture_output=True,
-                              text=True, timeout=120, cwd="/", env=env)
+        return subprocess.run(uffdkvm_command(*args), capture_output=True,
+                              text=True, timeout=120, env=env)
     p = uffdkvm("sweep", "-b", "1M", "-r", "1,2")
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("| readers | pages_per_s |\n|---|---|\n| 1 | ")
@@ -282,9 +282,10 @@ def test_c_in_a_sweep_pins_the_main_thread_with_the_extra_cpu(kvm, tmp_path):
     if cpus_unavailable(0, 1).holds:
         host_skip(cpus_unavailable(0, 1), "needs CPUs 0 and 1")
     out = tmp_path / "runs.jsonl"
-    p = subprocess.run([sys.executable, "-m", "uffdkvm", "sweep", "-b", "1M", "-v", "1",
-                        "-r", "1,2", "-c", "0,1", "--out", str(out)], capture_output=True,
-                       text=True, timeout=120, cwd="/", env=CHILD_ENV)
+    p = subprocess.run(uffdkvm_command("sweep", "-b", "1M", "-v", "1",
+                                       "-r", "1,2", "-c", "0,1", "--out", str(out)),
+                       capture_output=True,
+                       text=True, timeout=120, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     runs = read_results(out)
     assert sorted(r.config.readers for r in runs) == [1, 2]

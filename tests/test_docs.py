@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 import uffdkvm
-from children import ENV
+from children import ENV, python
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -31,10 +30,9 @@ def site(tmp_path_factory):
     pytest.importorskip("sphinx")
     pytest.importorskip("myst_parser")
     out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q",
-                           "-b", "html", "-d", str(out / ".doctrees"), str(ROOT / "docs"),
-                           str(out)], capture_output=True, text=True, timeout=BUILD_S, cwd="/",
-                          env=ENV)
+    done = subprocess.run(python("-W", "--keep-going", "-q", "-b", "html",
+                                 "-d", out / ".doctrees", ROOT / "docs", out, module="sphinx"),
+                          capture_output=True, text=True, timeout=BUILD_S, env=ENV)
     return out, done
 
 

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import typing
 
 import numpy as np
@@ -18,6 +17,7 @@ import pytest
 
 import uffdkvm
 from children import ENV as CHILD_ENV
+from children import python
 from conftest import small
 from evidence import Trace, intersect, length, union
 from uffdkvm.result import LATENCY_BOUNDS, ReaderStats, VcpuStats
@@ -177,7 +177,7 @@ def test_basic_stats_read_no_clock_and_keep_no_log_per_fault(kvm, callcount):
     with "basic" none, however many faults. Neither allocates per fault: the
     fault log is reserved before the run (a reader claims a chunk of 1024
     records from it now and then), not grown as faults come."""
-    out = subprocess.run([sys.executable, "-c", COUNTED_RUN], cwd="/", check=True,
+    out = subprocess.run(python(code=COUNTED_RUN), check=True,
                          env={**CHILD_ENV, "LD_PRELOAD": str(callcount)},
                          capture_output=True, text=True, timeout=120)
     counts = json.loads(out.stdout)

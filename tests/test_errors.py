@@ -81,11 +81,10 @@ except uffdkvm.MissingDependencyError as e:
 
 def test_a_missing_pandas_is_a_uffdkvm_error_and_an_import_error(kvm):
     import subprocess
-    import sys
 
-    from children import ENV
-    p = subprocess.run([sys.executable, "-c", NO_PANDAS], capture_output=True, text=True,
-                       timeout=120, cwd="/", env=ENV)
+    from children import ENV, python
+    p = subprocess.run(python(code=NO_PANDAS), capture_output=True, text=True,
+                       timeout=120, env=ENV)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("MissingDependencyError True DataFrames need pandas"), p.stdout
 

@@ -7,7 +7,6 @@ import math
 import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Dict, List
 
@@ -15,6 +14,7 @@ import pytest
 
 import uffdkvm
 from children import ENV as CHILD_ENV
+from children import python
 from conftest import skip_without_kvm
 from uffdkvm import frames
 
@@ -36,8 +36,8 @@ def test_import_uffdkvm_loads_no_analysis_package():
     code = ("import sys, uffdkvm; "
             "print(sorted(m for m in ('pandas', 'numpy', 'tqdm', 'dask', 'distributed') "
             "if m in sys.modules))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       cwd="/", env=CHILD_ENV, timeout=60)
+    p = subprocess.run(python(code=code), capture_output=True, text=True,
+                       env=CHILD_ENV, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
 

@@ -8,12 +8,12 @@ a working one, so they agree with what a run says on hosts built for real.
 """
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 import hostfacts
+from children import python
 from broken_host import KVM, Stage, skip_unless_namespaces
 from conftest import NO_KVM, NO_USERFAULTFD
 
@@ -209,7 +209,7 @@ def test_kvm_facts_see_what_a_run_meets(kvm, devices, drop_caps, lacking):
     try:
         # Site-packages too: hostfacts imports pytest. The staged uffdkvm comes first.
         env = stage.env(PYTHONPATH=os.pathsep.join([str(stage.pythonpath), str(TESTS)]))
-        p = stage.run(devices, [sys.executable, "-c", FACTS_PROBE], drop_caps=drop_caps,
+        p = stage.run(devices, python(code=FACTS_PROBE), drop_caps=drop_caps,
                       env=env)
     finally:
         stage.remove()

@@ -24,6 +24,7 @@ import pytest
 import uffdkvm
 from children import PACKAGE_ROOT
 import uffdkvm.host
+from children import python
 from conftest import (NO_CC, NO_IO_URING_UFFD, assert_released, host_skip, needs_io_uring,
                       run_with_fault, small)
 
@@ -191,7 +192,7 @@ print(json.dumps(out))
 
 def test_a_kernel_that_refuses_io_uring_is_host_unsupported_in_probe_and_run(io_uring):
     env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
-    p = subprocess.run([sys.executable, "-c", SECCOMP_CHILD], capture_output=True, text=True,
+    p = subprocess.run(python(code=SECCOMP_CHILD), capture_output=True, text=True,
                        timeout=120, cwd="/", env=env)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
@@ -242,7 +243,7 @@ def test_a_build_without_liburing_refuses_io_uring_saying_how_and_runs_epoll(kvm
     shutil.copytree(ROOT / "uffdkvm", package,
                     ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     shutil.copy(tmp_path / "lib" / "uffdkvm" / "_core.abi3.so", package)
-    p = subprocess.run([sys.executable, "-c", NO_LIBURING_CHILD], capture_output=True,
+    p = subprocess.run(python(code=NO_LIBURING_CHILD), capture_output=True,
                        text=True, timeout=120, cwd="/",
                        env={**env, "PYTHONPATH": str(package.parent)})
     assert p.returncode == 0, p.stderr

@@ -12,6 +12,7 @@ import pytest
 
 import uffdkvm
 from children import ENV as CHILD_ENV
+from children import uffdkvm_command
 from conftest import facts_for_run, host_skip, run_or_skip, run_with_fault
 from hostfacts import NO_UFFD_MOVE
 from uffdkvm import ConfigError, HostUnsupportedError
@@ -157,9 +158,9 @@ def test_moves_reach_json_and_frames_and_old_json_reads_zero(kvm):
 
 def test_the_cli_takes_resolve_move(kvm):
     needs_move()
-    p = subprocess.run([sys.executable, "-m", "uffdkvm", "--resolve", "move", "-v", "1",
-                        "-b", "256K", "--json"], capture_output=True, text=True,
-                       timeout=120, cwd="/", env=CHILD_ENV)
+    p = subprocess.run(uffdkvm_command("--resolve", "move", "-v", "1", "-b", "256K", "--json"),
+                       capture_output=True, text=True,
+                       timeout=120, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     r = uffdkvm.Result.from_json(p.stdout)
     assert r.config.resolve == "move" and r.verified

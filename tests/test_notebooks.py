@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import uffdkvm
+from children import python
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 KERNEL = "uffdkvm-tests"  # a kernel spec of our own, so no other "python3" is picked up
@@ -56,7 +57,7 @@ def kernel_env(tmp_path_factory, monkeypatch_module):
     spec = data / "kernels" / KERNEL
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": python("-f", "{connection_file}", module="ipykernel_launcher"),
         "display_name": f"uffdkvm tests ({sys.executable})",
         "language": "python",
     }))

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NO_CC, NOT_A_GIT_CHECKOUT, host_skip, missing_tool
+from children import python
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tracked files the sdist leaves out on purpose.
@@ -170,8 +171,8 @@ try:
 except ImportError as e:
     print(type(e).__name__)
 """
-    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
-                       timeout=60, cwd="/", env={**os.environ, "PYTHONPATH": str(wheel_tree)})
+    p = subprocess.run(python(code=child), capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": str(wheel_tree)})
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0] == str(wheel_tree / "uffdkvm" / "_core.abi3.so")

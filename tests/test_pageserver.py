@@ -18,13 +18,13 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from children import ENV as CHILD_ENV
+from children import python
 from conftest import needs_test_hooks
 
 import uffdkvm
@@ -443,7 +443,7 @@ time.sleep(600)
 
 
 def test_server_whose_parent_dies_exits_by_itself(snapshot, tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(snapshot)], env=CHILD_ENV,
+    parent = subprocess.Popen(python(str(snapshot), code=PARENT), env=CHILD_ENV,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout is not None
@@ -495,7 +495,7 @@ def test_ctrl_c_while_starting_leaves_no_process(snapshot, tmp_path, after_s):
     # Its own copy of the snapshot: the process list is searched for its path.
     snap = tmp_path / f"interrupted-{after_s}.img"
     snap.write_bytes(snapshot.read_bytes()[:65536])
-    out = subprocess.run([sys.executable, "-c", INTERRUPTED, str(snap), str(after_s)],
+    out = subprocess.run(python(str(snap), str(after_s), code=INTERRUPTED),
                          env=CHILD_ENV, capture_output=True, text=True, timeout=60)
     words = out.stdout.split()
     assert words[:1] == ["interrupted"], out
@@ -524,8 +524,8 @@ def test_bad_arguments_name_the_field(snapshot, tmp_path):
 
 
 def test_server_command_reports_a_missing_snapshot(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "uffdkvm.serve_pages", "--snapshot",
-                          str(tmp_path / "none.img"), "--listen", f"unix:{tmp_path}/s"],
+    out = subprocess.run(python("--snapshot", tmp_path / "none.img",
+                                "--listen", f"unix:{tmp_path}/s", module="uffdkvm.serve_pages"),
                          env=CHILD_ENV, capture_output=True, text=True, timeout=60,
                          stdin=subprocess.DEVNULL)
     assert out.returncode == 1
@@ -572,8 +572,8 @@ def test_a_remote_runs_fd_budget_counts_its_connections(kvm, snapshot):
     installing thread (16 readers here), the snapshot kept open to verify
     against, and the pusher's eventfd and connection: with the fds it says
     it needs, the run goes through instead of meeting EMFILE halfway."""
-    p = subprocess.run([sys.executable, "-c", REMOTE_FD_CHILD, str(snapshot)],
-                       capture_output=True, text=True, timeout=120, cwd="/", env=CHILD_ENV)
+    p = subprocess.run(python(str(snapshot), code=REMOTE_FD_CHILD),
+                       capture_output=True, text=True, timeout=120, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     short = out["short"]

@@ -13,6 +13,8 @@ import pytest
 
 import uffdkvm
 from uffdkvm import Config, ConfigError, HostUnsupportedError
+from children import ENV as CHILD_ENV
+from children import uffdkvm_command
 
 CPUS = sorted(os.sched_getaffinity(0))
 needs_two = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs this process may use")
@@ -76,10 +78,10 @@ def test_the_placement_survives_json() -> None:
 @needs_two
 def test_cli_takes_vcpus() -> None:
     import subprocess
-    import sys
-    p = subprocess.run([sys.executable, "-m", "uffdkvm", "-q", "-v", "2", "-b", "4M",
-                        "-c", f"{CPUS[1]},{CPUS[0]}", "--pin-readers", "vcpus", "--json"],
-                       capture_output=True, text=True)
+    p = subprocess.run(uffdkvm_command("-q", "-v", "2", "-b", "4M",
+                                       "-c", f"{CPUS[1]},{CPUS[0]}", "--pin-readers", "vcpus",
+                                       "--json"),
+                       capture_output=True, text=True, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     r = uffdkvm.Result.from_json(p.stdout)
     assert r.config.pin_readers == "vcpus"

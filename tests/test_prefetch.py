@@ -10,12 +10,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 from children import ENV as CHILD_ENV
+from children import python
 from conftest import assert_released, resources, run_or_skip, run_with_fault
 from hostfacts import NO_THP, host_skip
 
@@ -377,8 +377,8 @@ def test_a_vcpu_resolver_never_touches_a_thp_page_another_copy_has_not_reached(k
     It must wait for the page before touching it (the MMIO completion's
     memcpy): on its SIGBUS uffd, the process would die of SIGBUS. Without
     the wait some 1 run in 4 died here."""
-    p = subprocess.run([sys.executable, "-c", THP_RESOLVER_CHILD], capture_output=True,
-                       text=True, timeout=300, cwd="/", env=CHILD_ENV)
+    p = subprocess.run(python(code=THP_RESOLVER_CHILD), capture_output=True,
+                       text=True, timeout=300, env=CHILD_ENV)
     if p.stdout.startswith("unsupported:"):
         host_skip(NO_THP, p.stdout.strip())
     assert p.returncode == 0 and p.stdout.strip() == "ok", (p.returncode, p.stderr[-2000:])

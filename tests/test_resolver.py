@@ -16,6 +16,8 @@ from conftest import resources, run_or_skip
 
 import uffdkvm
 from uffdkvm import Config, ConfigError
+from children import ENV as CHILD_ENV
+from children import uffdkvm_command
 
 pytestmark = pytest.mark.kvm
 
@@ -110,12 +112,11 @@ def test_a_stopped_run_leaves_nothing(kvm, released):
 
 def test_cli(kvm):
     import subprocess
-    import sys
-    base = [sys.executable, "-m", "uffdkvm", "-v", "2", "-b", "2M", "--resolver", "vcpu"]
-    p = subprocess.run(base, capture_output=True, text=True)
+    base = uffdkvm_command("-v", "2", "-b", "2M", "--resolver", "vcpu")
+    p = subprocess.run(base, capture_output=True, text=True, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     assert "Resolvers (each vCPU's own thread, 2 uffd(s))" in p.stdout
-    p = subprocess.run(base + ["--json"], capture_output=True, text=True)
+    p = subprocess.run(base + ["--json"], capture_output=True, text=True, env=CHILD_ENV)
     _resolved_by_the_vcpus(uffdkvm.Result.from_json(p.stdout))
 
 

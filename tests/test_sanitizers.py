@@ -51,7 +51,14 @@ def programs(variant):
 
 
 @pytest.fixture(scope="module")
-def sanitizer_runs(hugepages):
+def c_build(tmp_path_factory):
+    """Where make builds the programs and keeps their logs (its BUILD): a
+    temporary directory, never the source tree, which may be read-only."""
+    return tmp_path_factory.mktemp("c-build")
+
+
+@pytest.fixture(scope="module")
+def sanitizer_runs(hugepages, c_build):
     """variant -> (make's output, {program: (status, why)}), each set built
     and run once, on first use."""
     runs = {}
@@ -63,7 +70,7 @@ def sanitizer_runs(hugepages):
                 runs[variant] = facts
             else:
                 cmd = ["make", "-s", "--no-print-directory", "-C", str(C_TESTS),
-                       f"-j{os.cpu_count() or 1}", f"check-{variant}"]
+                       f"BUILD={c_build}", f"-j{os.cpu_count() or 1}", f"check-{variant}"]
                 p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, timeout=900)
                 print(p.stdout)  # the PASS/SKIP lines, for pytest -rP or -s
@@ -76,7 +83,7 @@ def sanitizer_runs(hugepages):
 
 @pytest.mark.parametrize("variant,program",
                          [(v, p) for v in VARIANTS for p in programs(v)])
-def test_c_program_under_sanitizer(kvm, sanitizer_runs, variant, program):
+def test_c_program_under_sanitizer(kvm, sanitizer_runs, c_build, variant, program):
     run = sanitizer_runs(variant)
     if all(hasattr(f, "holds") for f in run):  # the toolchain facts
         host_skip(run, f"cannot build the {variant} programs")
@@ -84,7 +91,7 @@ def test_c_program_under_sanitizer(kvm, sanitizer_runs, variant, program):
     if program not in status:
         pytest.fail(f"{cmd} did not run {program}:\n{output[-5000:]}", pytrace=False)
     result, why = status[program]
-    log = C_TESTS / "build" / variant / f"{program}.log"
+    log = c_build / variant / f"{program}.log"
     if result == "FAIL":
         text = log.read_text() if log.exists() else output
         pytest.fail(f"{program} [{variant}] failed ({why}):\n{text[-20000:]}", pytrace=False)

@@ -15,7 +15,9 @@ import time
 
 import pytest
 from children import ENV as CHILD_ENV
-from conftest import assert_released, host_skip, resources, run_or_skip, run_with_fault
+from children import uffdkvm_command
+from conftest import (assert_released, host_skip, needs_loopback, resources, run_or_skip,
+                      run_with_fault)
 from hostfacts import NO_UFFD_MOVE
 
 import uffdkvm
@@ -447,12 +449,14 @@ def test_a_missing_or_short_snapshot_names_source_path_and_make_snapshot(
 # ---- the CLI ----
 
 def test_cli_runs_the_remote_source_and_reports_the_servers_counters(kvm, snapshot):
+    needs_loopback("--remote-transport tcp")
     out = subprocess.run(
-        [sys.executable, "-m", "uffdkvm", "-v", "2", "-b", "1M", "--source", "remote",
-         "--source-path", str(snapshot), "--remote-transport", "tcp",
-         "--remote-latency-us", "20", "--remote-bandwidth-mbps", "8000", "--max-inflight", "1",
-         "--prefetch", "background", "--json"],
-        capture_output=True, text=True, timeout=120, cwd="/", env=CHILD_ENV)
+        uffdkvm_command("-v", "2", "-b", "1M", "--source", "remote",
+                        "--source-path", str(snapshot), "--remote-transport", "tcp",
+                        "--remote-latency-us", "20", "--remote-bandwidth-mbps", "8000",
+                        "--max-inflight", "1",
+                        "--prefetch", "background", "--json"),
+        capture_output=True, text=True, timeout=120, env=CHILD_ENV)
     assert out.returncode == 0, out.stderr
     r = uffdkvm.Result.from_json(out.stdout)
     c = r.config
@@ -463,9 +467,10 @@ def test_cli_runs_the_remote_source_and_reports_the_servers_counters(kvm, snapsh
     assert r.page_server.background > 0
 
     text = subprocess.run(
-        [sys.executable, "-m", "uffdkvm", "-v", "2", "-b", "1M", "--source", "remote",
-         "--source-path", str(snapshot), "--remote-latency-us", "20", "--max-inflight", "2"],
-        capture_output=True, text=True, timeout=120, cwd="/", env=CHILD_ENV)
+        uffdkvm_command("-v", "2", "-b", "1M", "--source", "remote",
+                        "--source-path", str(snapshot), "--remote-latency-us", "20",
+                        "--max-inflight", "2"),
+        capture_output=True, text=True, timeout=120, env=CHILD_ENV)
     assert text.returncode == 0, text.stderr
     line = next(x for x in text.stdout.splitlines() if x.startswith("Page source:"))
     assert f"remote page server for {snapshot} (unix, latency 20 us, bandwidth unlimited, " \
@@ -476,9 +481,9 @@ def test_cli_runs_the_remote_source_and_reports_the_servers_counters(kvm, snapsh
 
 def test_cli_remote_without_a_snapshot_names_source_path(kvm, tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "uffdkvm", "-v", "1", "-b", "1M", "--source", "remote",
-         "--source-path", str(tmp_path / "none.img")],
-        capture_output=True, text=True, timeout=120, cwd="/", env=CHILD_ENV)
+        uffdkvm_command("-v", "1", "-b", "1M", "--source", "remote",
+                        "--source-path", str(tmp_path / "none.img")),
+        capture_output=True, text=True, timeout=120, env=CHILD_ENV)
     assert out.returncode != 0
     assert "source_path" in out.stderr and "make_snapshot" in out.stderr, out.stderr
 

@@ -4,13 +4,13 @@ against its promise (about 95% of intervals hold the true median), small n
 and failed runs, and summarize() on a real sweep."""
 import math
 import subprocess
-import sys
 import warnings
 
 import pytest
 
 import uffdkvm
 from children import ENV as CHILD_ENV
+from children import python
 from uffdkvm import Ratio, SweepWarning, ratio_of, spread_of, summarize
 
 np = pytest.importorskip("numpy")
@@ -145,8 +145,8 @@ def test_same_interval_without_numpy():
             f"s = uffdkvm.spread_of({x!r}, seed=5)\n"
             "r = uffdkvm.ratio_of(" + repr(x) + ", " + repr(x[::-1]) + ", seed=5)\n"
             "print(repr((s.ci_low, s.ci_high, r.ci_low, r.ci_high)))\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=60, cwd="/", env=CHILD_ENV)
+    p = subprocess.run(python(code=code), capture_output=True, text=True,
+                       timeout=60, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     s, r = spread_of(x, seed=5), ratio_of(x, x[::-1], seed=5)
     assert p.stdout.strip() == repr((s.ci_low, s.ci_high, r.ci_low, r.ci_high))

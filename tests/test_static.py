@@ -3,20 +3,19 @@ check uffdkvm benchmarks``, with the settings in pyproject.toml. Each runs as
 a subprocess of this interpreter (``python -m``), from the repository root
 so that it reads pyproject.toml and checks this tree; any finding fails."""
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from children import ENV as CHILD_ENV
-from children import PACKAGE_ROOT
+from children import PACKAGE_ROOT, python
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def check(tool, *args):
     pytest.importorskip(tool)
-    p = subprocess.run([sys.executable, "-m", tool, *args], cwd=ROOT, capture_output=True,
+    p = subprocess.run(python(*args, module=tool), cwd=ROOT, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, f"{tool} found problems:\n{p.stdout}{p.stderr}"
 
@@ -45,9 +44,8 @@ def test_the_core_stub_matches_the_built_module(tmp_path):
     env = dict(CHILD_ENV)
     if "site-packages" not in PACKAGE_ROOT:  # mypy refuses site-packages in MYPYPATH
         env["MYPYPATH"] = PACKAGE_ROOT
-    p = subprocess.run([sys.executable, "-m", "mypy.stubtest", "uffdkvm._core",
-                        "--allowlist", str(allow)],
-                       cwd="/", env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(python("uffdkvm._core", "--allowlist", allow, module="mypy.stubtest"),
+                       env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"stubtest found differences:\n{p.stdout}{p.stderr}"
 
 

@@ -13,12 +13,12 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
 import uffdkvm
 from children import ENV as CHILD_ENV
+from children import python
 from conftest import (ALL_CPU_NUMBERS_USABLE, KVM_TAKES_EVERY_CONFIG_VCPUS, NO_HUGEPAGES_1G,
                       NO_HUGEPAGES_2M, NO_MEMAVAILABLE, assert_released, cpus_unavailable, host_skip, mem_info, missing_tool,
                       nofile_hard_limit_below, resources)
@@ -297,8 +297,8 @@ def test_vcpus_beyond_kvms_limit_fail_before_anything_is_sized_for_them(kvm):
     if vcpus <= limit:
         host_skip(KVM_TAKES_EVERY_CONFIG_VCPUS,
                   f"this host's KVM allows {limit} vCPUs: a Config cannot ask for more")
-    p = subprocess.run([sys.executable, "-c", ADDRESS_SPACE_CHILD.replace("VCPUS", str(vcpus))],
-                       capture_output=True, text=True, timeout=120, cwd="/",
+    p = subprocess.run(python(code=ADDRESS_SPACE_CHILD.replace("VCPUS", str(vcpus))),
+                       capture_output=True, text=True, timeout=120,
                        env={**CHILD_ENV, "MALLOC_ARENA_MAX": "1"})
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -329,8 +329,8 @@ def test_more_fds_than_the_soft_limit_allows_fail_before_anything_is_built(kvm):
     """64 vCPUs x 16 readers need some 1300 fds; under the common soft limit
     of 1024 the run says so at once, with the numbers and the fix, instead
     of meeting EMFILE halfway through building them."""
-    p = subprocess.run([sys.executable, "-c", FD_CHILD], capture_output=True, text=True,
-                       timeout=120, cwd="/", env=CHILD_ENV)
+    p = subprocess.run(python(code=FD_CHILD), capture_output=True, text=True,
+                       timeout=120, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     if out["hard"] != -1 and out["hard"] < 2048:
@@ -421,9 +421,9 @@ def test_pinning_to_a_cpu_outside_the_process_affinity(kvm, field):
         host_skip(cpus_unavailable(0, 1), "needs CPUs 0 and 1")
     if not shutil.which("taskset"):
         host_skip(missing_tool("taskset"), "needs taskset (util-linux)")
-    p = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
-                        PINNED_CHILD.replace("FIELD", field)],
-                       capture_output=True, text=True, timeout=60, cwd="/", env=CHILD_ENV)
+    p = subprocess.run(["taskset", "-c", "0",
+                        *python(code=PINNED_CHILD.replace("FIELD", field))],
+                       capture_output=True, text=True, timeout=60, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out.get("error", "").startswith(

@@ -4,7 +4,6 @@ and hash; short reprs and full tables; the host facts a Result records."""
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -12,6 +11,7 @@ import pytest
 
 import uffdkvm
 from children import ENV as CHILD_ENV
+from children import python
 from conftest import cpus_unavailable, host_skip, skip_without_kvm
 from uffdkvm import Config, HostInfo, Result
 from uffdkvm.host import UFFD_FEATURES
@@ -202,8 +202,8 @@ print(json.dumps({"before": before, "usable": uffdkvm.HostInfo.current().usable_
 def test_usable_cpus_are_read_before_anything_pins_the_process():
     if len(os.sched_getaffinity(0)) < 2:
         host_skip(cpus_unavailable(0, 1), "needs two usable CPUs")
-    p = subprocess.run([sys.executable, "-c", PINNED_CHILD], capture_output=True, text=True,
-                       timeout=60, cwd="/", env=CHILD_ENV)
+    p = subprocess.run(python(code=PINNED_CHILD), capture_output=True, text=True,
+                       timeout=60, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["usable"] == out["before"] >= 2

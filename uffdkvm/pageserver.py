@@ -30,7 +30,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from ._spawn import child_env, python_command
 from .config import MAX_INFLIGHT, MAX_REMOTE_BANDWIDTH_MBPS, MAX_REMOTE_LATENCY_US
 from .config import REMOTE_TRANSPORTS as TRANSPORTS
 from .errors import ConfigError, RunError
@@ -409,16 +409,16 @@ class PageServer:
         if self.transport == "unix":
             p.tmpdir = tempfile.mkdtemp(prefix="uffdkvm-pageserver-")
         listen = self._listen_address(p.tmpdir)
-        cmd = [sys.executable, "-m", "uffdkvm.serve_pages", "--snapshot", self.snapshot_path,
-               "--listen", listen, "--latency-us", str(self.latency_us),
-               "--bandwidth-mbps", str(self.bandwidth_mbps),
-               "--max-inflight", str(self.max_inflight)]
+        args = ["--snapshot", self.snapshot_path, "--listen", listen,
+                "--latency-us", str(self.latency_us),
+                "--bandwidth-mbps", str(self.bandwidth_mbps),
+                "--max-inflight", str(self.max_inflight)]
         if p.tmpdir:
-            cmd += ["--remove-dir", p.tmpdir]
-        env = dict(os.environ)
-        # The child imports this uffdkvm, wherever it was imported from.
-        here = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+            args += ["--remove-dir", p.tmpdir]
+        # The child imports this uffdkvm, wherever it was imported from, and
+        # never a uffdkvm/ in our working directory (_spawn says why).
+        cmd = python_command(module="uffdkvm.serve_pages", args=args)
+        env = child_env()
         p.stderr = tempfile.TemporaryFile()
         with _sigint_deferred():
             # stdin: a pipe that only closes, so that the server dies with us.
