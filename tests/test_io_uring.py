@@ -22,9 +22,8 @@ from pathlib import Path
 import pytest
 
 import uffdkvm
-from children import PACKAGE_ROOT
 import uffdkvm.host
-from children import python
+from children import PACKAGE_ROOT, python
 from conftest import (NO_CC, NO_IO_URING_UFFD, assert_released, host_skip, needs_io_uring,
                       run_with_fault, small)
 
