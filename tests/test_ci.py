@@ -193,7 +193,10 @@ def test_ci_run_runs_the_readme_test_command_from_the_root_in_a_new_venv(tmp_pat
     assert p.returncode == 0, (p.stdout, p.stderr)
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     preflight = ["python", str(ROOT), None, [".ci/preflight"]]
+    # After the suite, the kernel matrix's smoke part on both kernels, with the venv's Python.
+    matrix = ["python", str(ROOT), None, ["tests/matrix/matrix.py", "--target", "6.1",
+                                          "--target", "6.12", "--part", "smoke", "--jobs", "2"]]
     want = expected_calls(readme_test_command(), ["-x", "tests/test_ci.py"])
-    assert calls == want[:-1] + [preflight, want[-1]]
-    assert [c[0] for c in calls] == ["pip", "python", "pytest"]  # the command as it is today
+    assert calls == want[:-1] + [preflight, want[-1], matrix]
+    assert [c[0] for c in calls] == ["pip", "python", "pytest", "python"]
     assert not list(tmp_path.glob("uffdkvm-ci-venv.*")), "the venv is left behind"
