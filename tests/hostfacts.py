@@ -371,6 +371,30 @@ def NO_USERFAULTFD():
     return features is None, why or "userfaultfd and UFFDIO_API succeeded"
 
 
+MISC_MAJOR = 10  # include/uapi/linux/major.h
+
+
+def misc_device(name):
+    """(major, minor) of the misc device of that name, as the kernel lists it
+    in /proc/misc, or None. Most misc minors are dynamic (userfaultfd's is
+    MISC_DYNAMIC_MINOR: 257 on Linux 6.18, 126 in Debian's 6.1), so a node made by hand
+    needs this number."""
+    with open("/proc/misc") as f:
+        for line in f:
+            minor, _, dev = line.strip().partition(" ")
+            if dev == name:
+                return MISC_MAJOR, int(minor)
+    return None
+
+
+@fact("no-dev-userfaultfd", "this kernel has no /dev/userfaultfd (Linux 6.1+): /proc/misc "
+      "lists no userfaultfd device")
+def NO_DEV_USERFAULTFD():
+    dev = misc_device("userfaultfd")
+    return dev is None, (f"/proc/misc lists userfaultfd at minor {dev[1]}" if dev
+                         else "/proc/misc lists no userfaultfd")
+
+
 def _missing_uffd_feature(bit, name):
     features, why = _uffd_features()
     if features is None:
