@@ -23,16 +23,20 @@ from pathlib import Path
 
 import uffdkvm
 from uffdkvm._spawn import HAVE_SAFE_PATH
-from hostfacts import NOT_ROOT, host_skip, missing_tool
+from hostfacts import NO_DEV_USERFAULTFD, NOT_ROOT, host_skip, misc_device, missing_tool
 
 NOBODY = 65534
 
-# Device nodes: (name, (major, minor), mode[, "uid:gid" owning it]).
-KVM = ("kvm", (10, 232), "666")
-USERFAULTFD = ("userfaultfd", (10, 257), "666")
-KVM_GROUP = ("kvm", (10, 232), "660", f"0:{NOBODY}")     # rw for the user's group
-KVM_ROOT_ONLY = ("kvm", (10, 232), "600", "0:0")
-USERFAULTFD_OWNED = ("userfaultfd", (10, 257), "600", f"{NOBODY}:0")
+# Device nodes: (name, (major, minor), mode[, "uid:gid" owning it]). KVM's
+# minor is fixed (KVM_MINOR, include/linux/miscdevice.h); userfaultfd's is
+# dynamic, whatever this kernel gave it (None where it has no such device).
+KVM_DEV = (10, 232)
+USERFAULTFD_DEV = misc_device("userfaultfd")
+KVM = ("kvm", KVM_DEV, "666")
+USERFAULTFD = ("userfaultfd", USERFAULTFD_DEV, "666")
+KVM_GROUP = ("kvm", KVM_DEV, "660", f"0:{NOBODY}")     # rw for the user's group
+KVM_ROOT_ONLY = ("kvm", KVM_DEV, "600", "0:0")
+USERFAULTFD_OWNED = ("userfaultfd", USERFAULTFD_DEV, "600", f"{NOBODY}:0")
 
 NAMESPACE_FACTS = (NOT_ROOT, missing_tool("unshare"), missing_tool("setpriv"))
 
@@ -129,6 +133,9 @@ class Stage:
         """Runs argv in a broken host: only `devices` in /dev, without
         `drop_caps`, or as the unprivileged `user` (a uid, no supplementary
         groups). Returns the CompletedProcess."""
+        __tracebackhide__ = True
+        if any(name == "userfaultfd" for name, *_ in devices) and USERFAULTFD_DEV is None:
+            host_skip(NO_DEV_USERFAULTFD, "the case gives the process /dev/userfaultfd")
         setup = list(self._expose) if user is not None else []
         setup.append("mount -t tmpfs none /dev")
         for name, (major, minor), mode, *owner in devices:

@@ -57,6 +57,7 @@ import socket
 import struct
 import subprocess
 import tempfile
+import time
 from fcntl import ioctl
 from pathlib import Path
 
@@ -373,6 +374,30 @@ def NO_USERFAULTFD():
     return features is None, why or "userfaultfd and UFFDIO_API succeeded"
 
 
+MISC_MAJOR = 10  # include/uapi/linux/major.h
+
+
+def misc_device(name):
+    """(major, minor) of the misc device of that name, as the kernel lists it
+    in /proc/misc, or None. Most misc minors are dynamic (userfaultfd's is
+    MISC_DYNAMIC_MINOR: 257 on Linux 6.18, 126 in Debian's 6.1), so a node made by hand
+    needs this number."""
+    with open("/proc/misc") as f:
+        for line in f:
+            minor, _, dev = line.strip().partition(" ")
+            if dev == name:
+                return MISC_MAJOR, int(minor)
+    return None
+
+
+@fact("no-dev-userfaultfd", "this kernel has no /dev/userfaultfd (Linux 6.1+): /proc/misc "
+      "lists no userfaultfd device")
+def NO_DEV_USERFAULTFD():
+    dev = misc_device("userfaultfd")
+    return dev is None, (f"/proc/misc lists userfaultfd at minor {dev[1]}" if dev
+                         else "/proc/misc lists no userfaultfd")
+
+
 def _missing_uffd_feature(bit, name):
     features, why = _uffd_features()
     if features is None:
@@ -491,6 +516,40 @@ def NO_KVM_STATS():
             return True, why
         cap = ioctl(kvm, KVM_CHECK_EXTENSION, KVM_CAP_BINARY_STATS_FD)
         return cap <= 0, f"KVM_CHECK_EXTENSION(KVM_CAP_BINARY_STATS_FD) = {cap}"
+
+
+KVM_CREATE_VCPU = _io(KVMIO, 0x41)
+KVM_GET_DEVICE_ATTR = (1 << 30) | (24 << 16) | (KVMIO << 8) | 0xE2  # _IOW, struct kvm_device_attr
+KVM_VCPU_TSC_CTRL = 0  # the attribute group, and KVM_VCPU_TSC_OFFSET in it (Linux 5.16+)
+KVM_VCPU_TSC_OFFSET = 0
+
+
+def _kvm_tsc_offset(vcpu):
+    value = ctypes.c_uint64()
+    attr = bytearray(struct.pack("IIQQ", 0, KVM_VCPU_TSC_CTRL, KVM_VCPU_TSC_OFFSET,
+                                 ctypes.addressof(value)))
+    ioctl(vcpu, KVM_GET_DEVICE_ATTR, attr)
+    return ctypes.c_int64(value.value).value
+
+
+@fact("no-steady-kvm-tsc-offset", "KVM gives a vCPU no one TSC offset to convert its guest's "
+      "stamps by: no KVM_VCPU_TSC_OFFSET (Linux 5.16+), or the host kernel marked its TSC "
+      "unstable, so KVM rewrites the offset each time a vCPU thread is scheduled in (the "
+      "guest's TSC stands still while the thread is out)")
+def NO_STEADY_KVM_TSC_OFFSET():
+    with _Fds() as fds:
+        _, vm, why = _create_vm(fds)
+        if vm is None:
+            return True, why
+        try:
+            vcpu = fds.add(ioctl(vm, KVM_CREATE_VCPU, 0))
+            first = _kvm_tsc_offset(vcpu)
+            time.sleep(0.02)  # each ioctl loads the vCPU: an unstable TSC moves the offset
+            second = _kvm_tsc_offset(vcpu)
+        except OSError as e:
+            return True, _err("KVM_GET_DEVICE_ATTR(KVM_VCPU_TSC_OFFSET)", e.errno)
+        return first != second, (f"KVM_VCPU_TSC_OFFSET read 20 ms apart on an idle vCPU: "
+                                 f"{first}, then {second}")
 
 
 KVM_CAP_MAX_VCPUS = 66

@@ -8,14 +8,15 @@ The process inside imports a copy of the uffdkvm this session imported, so
 these run wherever the package is installed. Needs root and util-linux.
 """
 import json
+import os
 import re
 import sys
 
 import pytest
 
-from broken_host import (KVM, KVM_GROUP, KVM_ROOT_ONLY, NOBODY, USERFAULTFD, USERFAULTFD_OWNED,
-                         Stage, skip_unless_namespaces)
-from conftest import NO_HUGEPAGES_2M, UNPRIVILEGED_USERFAULTFD, host_skip
+from broken_host import (KVM, KVM_DEV, KVM_GROUP, KVM_ROOT_ONLY, NOBODY, USERFAULTFD,
+                         USERFAULTFD_DEV, USERFAULTFD_OWNED, Stage, skip_unless_namespaces)
+from conftest import NO_DEV_USERFAULTFD, NO_HUGEPAGES_2M, UNPRIVILEGED_USERFAULTFD, host_skip
 
 pytestmark = pytest.mark.kvm
 
@@ -48,6 +49,17 @@ def broken_host(kvm, stage):
     return run
 
 
+def test_the_staged_device_numbers_are_the_kernels():
+    """The nodes a broken host gets carry the numbers of the kernel's own
+    /dev/kvm and /dev/userfaultfd (userfaultfd's minor is dynamic: a node
+    with another number opens as ENXIO, and the cases granting it fail)."""
+    if USERFAULTFD_DEV is None:
+        host_skip(NO_DEV_USERFAULTFD, "compares the staged /dev/userfaultfd with the kernel's")
+    for name, dev in [("kvm", KVM_DEV), ("userfaultfd", USERFAULTFD_DEV)]:
+        rdev = os.stat(f"/dev/{name}").st_rdev
+        assert (os.major(rdev), os.minor(rdev)) == dev, name
+
+
 def test_no_dev_kvm(broken_host):
     out = broken_host([])
     assert out["error"] == "HostUnsupportedError"
@@ -57,7 +69,7 @@ def test_no_dev_kvm(broken_host):
 
 
 def test_dev_kvm_not_permitted(broken_host):
-    out = broken_host([("kvm", (10, 232), "000")],
+    out = broken_host([("kvm", KVM_DEV, "000")],
                       drop_caps=("dac_override", "dac_read_search"))
     assert out["error"] == "HostUnsupportedError"
     assert out["errno"] == 13

@@ -12,7 +12,7 @@ their own resolve.
 from __future__ import annotations
 
 import pytest
-from conftest import resources, run_or_skip
+from conftest import NO_STEADY_KVM_TSC_OFFSET, host_skip, resources, run_or_skip
 
 import uffdkvm
 from uffdkvm import Config, ConfigError
@@ -69,6 +69,8 @@ def test_readers_take_no_fault_exits(kvm):
 
 
 def test_stages_are_timed_from_the_vcpus_own_exit(kvm):
+    if NO_STEADY_KVM_TSC_OFFSET.holds:
+        host_skip(NO_STEADY_KVM_TSC_OFFSET, "needs a guest TSC one offset from the host's")
     r = run_or_skip(vcpus=1, mem_per_vcpu="2M", resolver="vcpu", guest_timing=True,
                     trace_faults=True)
     _resolved_by_the_vcpus(r)

@@ -202,9 +202,11 @@ class ReaderStats:
     prefetch_eexist   of its readahead copies, those that found the page there
                       already (a fault or another prefetch got it first): races,
                       not errors
-    wakes             with prefetch: UFFDIO_WAKEs it made after a fault found its
-                      page there (EEXIST), since a prefetched page comes without
-                      a wake and the faulting vCPU may be asleep on it
+    wakes             UFFDIO_WAKEs it made after a fault found its page there
+                      (EEXIST): the failed ioctl wakes nobody, a prefetched page
+                      comes without a wake, and the faulting vCPU may be asleep
+                      on it (one per EEXIST of a 4 KiB page, of a huge page only
+                      with prefetch; none with resolver "vcpu")
     """
 
     uffd: int
