@@ -187,15 +187,27 @@ def test_ci_run_runs_the_readme_test_command_from_the_root_in_a_new_venv(tmp_pat
     python = tmp_path / "python"
     python.write_text(FAKE_PYTHON.format(python=sys.executable, stub=stub))
     python.chmod(0o755)
-    env = {"PATH": os.environ["PATH"], "PYTHON": str(python), "TMPDIR": str(tmp_path)}
+    # An apt-get that does nothing: where a matrix tool is missing, .ci/run
+    # would install it, which is not this test's to do.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apt-get").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "apt-get").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(python),
+           "TMPDIR": str(tmp_path)}
     p = subprocess.run(["sh", str(CI_RUN), "-x", "tests/test_ci.py"], capture_output=True,
                        text=True, timeout=120, env=env, cwd=tmp_path)
     assert p.returncode == 0, (p.stdout, p.stderr)
     calls = [json.loads(line) for line in log.read_text().splitlines()]
+    # The matrix's output goes into the venv's directory, whose name is random.
+    out = calls[-1][3][-1]
+    assert out.startswith(f"{tmp_path}/uffdkvm-ci-venv.") and out.endswith("/matrix"), out
+    calls[-1][3][-1] = "<venv>/matrix"
     preflight = ["python", str(ROOT), None, [".ci/preflight"]]
     # After the suite, the kernel matrix's smoke part on both kernels, with the venv's Python.
     matrix = ["python", str(ROOT), None, ["tests/matrix/matrix.py", "--target", "6.1",
-                                          "--target", "6.12", "--part", "smoke", "--jobs", "2"]]
+                                          "--target", "6.12", "--part", "smoke", "--jobs", "2",
+                                          "--timeout", "900", "--out", "<venv>/matrix"]]
     want = expected_calls(readme_test_command(), ["-x", "tests/test_ci.py"])
     assert calls == want[:-1] + [preflight, want[-1], matrix]
     assert [c[0] for c in calls] == ["pip", "python", "pytest", "python"]

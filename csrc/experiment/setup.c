@@ -315,10 +315,6 @@ static void setup_vcpu_resolvers(struct ukvm_experiment *exp)
 	}
 }
 
-/*
- * prefetch background or replay: the pusher, given every pool's range (in
- * region order) and the run's resident map. It waits for the vCPUs' go.
- */
 /* backing guest_memfd: whether the VM has it, by /dev/kvm's and the VM's own answers. */
 static int setup_gmem_check(const struct ukvm_experiment *exp, struct ukvm_error *err)
 {
@@ -346,6 +342,10 @@ static int setup_ring_rw_flags(const struct ukvm_config *cfg)
 	return 0;
 }
 
+/*
+ * prefetch background or replay: the pusher, given every pool's range (in
+ * region order) and the run's resident map. It waits for the vCPUs' go.
+ */
 static int setup_pusher(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;

@@ -377,5 +377,8 @@ ukvm_guest_access_sites:
 	.quad	.Lwrite_site\walk - ukvm_guest_code_start, 1
 	.quad	.Lcount_site\walk - ukvm_guest_code_start, 1
 	.endr
+	.if	(. - ukvm_guest_access_sites) != UKVM_GUEST_ACCESS_SITES * 16
+	.error	"ukvm_guest_access_sites does not hold UKVM_GUEST_ACCESS_SITES entries"
+	.endif
 
 	.section .note.GNU-stack, "", @progbits

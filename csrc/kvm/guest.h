@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "kvm/guest_abi.h"
+
 extern const uint8_t ukvm_guest_code_start[];
 extern const uint8_t ukvm_guest_code_end[];
 /* Where each exception vector's stub starts, from ukvm_guest_code_start. */
@@ -19,7 +21,6 @@ struct ukvm_guest_access_site {
 	uint64_t offset;
 	uint64_t write;
 };
-#define UKVM_GUEST_ACCESS_SITES 6
 extern const struct ukvm_guest_access_site ukvm_guest_access_sites[UKVM_GUEST_ACCESS_SITES];
 
 #endif

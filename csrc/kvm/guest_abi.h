@@ -92,4 +92,11 @@
 #define guest_arg(args, off)	((args)[(off) / sizeof(uint64_t)])
 #endif
 
+/*
+ * The walk's accesses to the test region (guest.S's ukvm_guest_access_sites,
+ * guest.h): three per walk (read, write, the visit count's increment), two
+ * walks (plain and timed). guest.S checks that its table has this many.
+ */
+#define UKVM_GUEST_ACCESS_SITES	6
+
 #endif

@@ -373,10 +373,14 @@ static int vcpu_resolve_efault(struct ukvm_vcpu *vcpu)
 		vcpu->efault_named = UKVM_EFAULT_BY_KVM;
 	} else {
 		ret = vcpu_efault_site(vcpu, &gpa, &write);
-		if (ret)
+		if (ret == -ENOENT)
 			return ret;
+		if (ret) {
+			ukvm_ctl_fail(vcpu->ctl, UKVM_ERR_RUN, -ret,
+				      "vCPU %u: KVM_GET_REGS (after KVM_RUN's EFAULT)", vcpu->index);
+			return ret;
+		}
 		vcpu->efault_named = UKVM_EFAULT_BY_REGS;
-		vcpu->regs_fault_exits++;
 	}
 	/*
 	 * The same page again, right after it was resolved: KVM cannot use
@@ -392,6 +396,8 @@ static int vcpu_resolve_efault(struct ukvm_vcpu *vcpu)
 	ret = vcpu->resolve_fault(vcpu->resolve_ctx, gpa, write, &page);
 	if (!ret) {
 		vcpu->fault_exits++;
+		if (vcpu->efault_named == UKVM_EFAULT_BY_REGS)
+			vcpu->regs_fault_exits++;
 		vcpu->efault_pending = true;
 	}
 	return ret;

@@ -1,7 +1,8 @@
 """Boot one matrix kernel under QEMU and run a job in it.
 
 TCG with `-cpu max` emulates an AMD CPU with SVM and nested paging, so the
-guest's kvm_amd loads and its KVM is stock x86 KVM. thread=single: with
+guest's kvm_amd loads and its KVM is stock x86 KVM (AVX2 is taken out: CPU
+below). thread=single: with
 multi-threaded TCG and two vCPUs the 6.12 guest panicked on a stale int3 in
 __schedule, twice in two boots. The host's / is shared read-only over 9p
 (the guest runs the host's Python, packages and checkout as they are); the
@@ -22,7 +23,23 @@ import initramfs
 from kernels import Kernel
 
 QEMU = "qemu-system-x86_64"
-CPU = os.environ.get("UFFDKVM_MATRIX_CPU", "max")
+# Without AVX2: QEMU 7.2's TCG (Debian 12's) faults on a vector load that
+# ends at the last mapped byte before an unmapped page, which real CPUs do
+# not: numpy's AVX2 sort of a float64 array placed there dies of SIGSEGV in
+# the guest (tests/matrix found it: pandas, inside cli_sweep, in both guests
+# at the same test), and runs on the host. numpy then takes its X86_V2 code.
+CPU = os.environ.get("UFFDKVM_MATRIX_CPU", "max,-avx2")
+
+
+# Every QEMU still running, for kill_all(): a worker thread's own handler
+# never sees the main thread's KeyboardInterrupt or SIGTERM.
+RUNNING: set[subprocess.Popen[bytes]] = set()
+
+
+def kill_all() -> None:
+    """Kills every QEMU this process started that is still running."""
+    for proc in list(RUNNING):
+        proc.kill()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +76,8 @@ def run(kernel: Kernel, job: str, out: pathlib.Path, timeout_s: float,
     with open(out / "console.log", "w") as console:
         proc = subprocess.Popen(qemu_argv(kernel, initrd, out, memory_mib, cpus),
                                 stdin=subprocess.DEVNULL, stdout=console,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        RUNNING.add(proc)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -73,6 +91,8 @@ def run(kernel: Kernel, job: str, out: pathlib.Path, timeout_s: float,
             proc.kill()
             proc.wait()
             raise
+        finally:
+            RUNNING.discard(proc)
     seconds = time.monotonic() - start
     status_file = out / "job.exit"
     status = int(status_file.read_text()) if status_file.exists() else None

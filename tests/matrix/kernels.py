@@ -14,6 +14,7 @@ import dataclasses
 import os
 import pathlib
 import subprocess
+import tempfile
 
 # The matrix's kernels: a short name, and the metapackage that tracks it.
 KERNELS = {
@@ -66,7 +67,16 @@ def fetch(name: str) -> Kernel:
     if not (root / ".unpacked").exists():
         debs.mkdir(parents=True, exist_ok=True)
         if not any(debs.glob(f"{package}_*.deb")):
-            _run(["apt-get", "download", "-q", package], cwd=debs)
+            # Into a directory of its own first: an interrupted download must
+            # not leave a .deb that later runs take for whole.
+            with tempfile.TemporaryDirectory(dir=debs) as part:
+                try:
+                    _run(["apt-get", "download", "-q", package], cwd=pathlib.Path(part))
+                except RuntimeError:  # lists older than the archive: once more, updated
+                    _run(["apt-get", "update", "-qq"])
+                    _run(["apt-get", "download", "-q", package], cwd=pathlib.Path(part))
+                for done in pathlib.Path(part).glob("*.deb"):
+                    done.rename(debs / done.name)
         (deb,) = debs.glob(f"{package}_*.deb")
         root.mkdir(parents=True, exist_ok=True)
         _run(["dpkg-deb", "-x", str(deb), str(root)])

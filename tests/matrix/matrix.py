@@ -24,6 +24,7 @@ import json
 import os
 import pathlib
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -114,8 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         print(report.line(r), flush=True)
         return r
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    def terminated(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    try:
         results = list(pool.map(one, targets))
+    finally:
+        boot.kill_all()  # a Ctrl-C or SIGTERM leaves no guest running
+        pool.shutdown(wait=True, cancel_futures=True)
     (args.out / "matrix.json").write_text(json.dumps(results, indent=1))
     print()
     print(report.table(results))
