@@ -41,11 +41,13 @@ def test_the_core_stub_matches_the_built_module(tmp_path):
     allow.write_text("" if _core.TEST_HOOKS else "uffdkvm._core.INJECT_.*\n")
     # The built extension is what is checked: from /, with the package under
     # test first on the path (an installed one, or this tree built in place).
-    env = dict(CHILD_ENV)
+    # No cache (MYPY_CACHE_DIR): from its working directory mypy would write
+    # .mypy_cache into the tree, which may be read-only, and into the sdist.
+    env = {**CHILD_ENV, "MYPY_CACHE_DIR": "/dev/null"}
     if "site-packages" not in PACKAGE_ROOT:  # mypy refuses site-packages in MYPYPATH
         env["MYPYPATH"] = PACKAGE_ROOT
     p = subprocess.run(python("uffdkvm._core", "--allowlist", allow, module="mypy.stubtest"),
-                       env=env, capture_output=True, text=True, timeout=600)
+                       cwd="/", env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"stubtest found differences:\n{p.stdout}{p.stderr}"
 
 
