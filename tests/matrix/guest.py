@@ -68,7 +68,20 @@ def junit_outcomes(path: pathlib.Path) -> dict:
     return out
 
 
-def run_tests(part: str, out: pathlib.Path, timeout_s: float, emulated: bool) -> dict:
+def node_id(test: str) -> str:
+    """pytest's node id for a junit test name ("tests.test_x::name",
+    "tests.test_x.TestY::name"): the module is the longest prefix that is a file."""
+    classname, _, name = test.partition("::")
+    words = classname.split(".")
+    for n in range(len(words), 0, -1):
+        path = "/".join(words[:n]) + ".py"
+        if (ROOT / path).exists():
+            return "::".join([path, *words[n:], name])
+    return test
+
+
+def run_tests(part: str, out: pathlib.Path, timeout_s: float, emulated: bool,
+              nodes: list[str] | None = None) -> dict:
     junit = out / "junit.xml"
     junit.unlink(missing_ok=True)
     # The README's `pytest`: its entry point beside this interpreter, which
@@ -76,7 +89,7 @@ def run_tests(part: str, out: pathlib.Path, timeout_s: float, emulated: bool) ->
     script = pathlib.Path(sys.executable).with_name("pytest")
     runner = [str(script)] if script.exists() else [sys.executable, "-P", "-m", "pytest"]
     argv = [*runner, "-p", "no:cacheprovider", "-q", "-rfEs",
-            f"--junitxml={junit}", *parts.pytest_args(part, emulated)]
+            f"--junitxml={junit}", *(nodes or parts.pytest_args(part, emulated))]
     start = time.monotonic()
     with open(out / "pytest.log", "w") as log:
         try:
@@ -96,8 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hugepages", type=int, default=0,
                     help="2 MiB huge pages to reserve for the probes and tests, given back after")
     ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--rerun", type=pathlib.Path, metavar="JSON",
+                    help="run only these tests again (a JSON list of junit names), "
+                         "no probes; the outcome goes to rerun.json")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.rerun:
+        nodes = [node_id(t) for t in json.loads(args.rerun.read_text())]
+        again = run_tests(args.part, args.out, args.timeout, emulated=args.target != "host",
+                          nodes=nodes)
+        (args.out / "rerun.json").write_text(json.dumps(again, indent=1))
+        return 0 if again["exit_status"] == 0 else 1
     start = time.monotonic()
     before = pathlib.Path(HUGEPAGES).read_text().strip()
     try:

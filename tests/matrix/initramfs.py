@@ -35,7 +35,9 @@ def _decompressed(path: pathlib.Path) -> tuple[str, bytes]:
 
 def build(kernel: Kernel, out_path: str, dest: pathlib.Path) -> pathlib.Path:
     """Writes the initramfs for `kernel` whose job lives in `out_path`; returns its path."""
-    if not BUSYBOX.exists() or subprocess.run(["ldd", str(BUSYBOX)], capture_output=True).returncode == 0:
+    dynamic = BUSYBOX.exists() and subprocess.run(["ldd", str(BUSYBOX)],
+                                                  capture_output=True).returncode == 0
+    if not BUSYBOX.exists() or dynamic:
         raise RuntimeError("the matrix needs a static busybox (the guest's /init is busybox "
                            "itself): apt-get install busybox-static")
     moddir = kernel.root / "lib" / "modules" / kernel.release

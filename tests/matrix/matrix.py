@@ -40,7 +40,7 @@ TARGETS = ["host", *kernels.KERNELS]
 
 
 def job_script(target: str, part: str, out: pathlib.Path, hugepages: int,
-               timeout_s: float) -> str:
+               timeout_s: float, extra: list[str]) -> str:
     """job.sh: what the guest's init runs in its chroot of the host's /."""
     env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
            "HOME": "/run/home", "TMPDIR": "/run/tmp", "PYTHONDONTWRITEBYTECODE": "1",
@@ -53,32 +53,42 @@ def job_script(target: str, part: str, out: pathlib.Path, hugepages: int,
               "echo \"matrix: $(uname -r), $(cat /proc/cpuinfo | grep -c ^processor) CPUs\"",
               shlex.join([sys.executable, str(HERE / "guest.py"), "--target", target,
                           "--part", part, "--out", str(out), "--hugepages", str(hugepages),
-                          "--timeout", str(timeout_s)])]
+                          "--timeout", str(timeout_s), *extra])]
     return "\n".join(lines) + "\n"
 
 
 def run_target(target: str, part: str, out: pathlib.Path, hugepages: int,
-               timeout_s: float, memory_mib: int) -> dict:
+               timeout_s: float, memory_mib: int, rerun: list[str] | None = None) -> dict:
+    """Runs guest.py for target (on the host, or booted); its result.json, or,
+    with rerun (junit names), the earlier result with those tests run again."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").unlink(missing_ok=True)
+    (out / "rerun.json").unlink(missing_ok=True)
+    extra: list[str] = []
+    if rerun is not None:
+        (out / "rerun-tests.json").write_text(json.dumps(rerun))
+        extra = ["--rerun", str(out / "rerun-tests.json")]
     start = time.monotonic()
     problem = None
     if target == "host":
         p = subprocess.run([sys.executable, str(HERE / "guest.py"), "--target", "host",
                             "--part", part, "--out", str(out), "--hugepages", str(hugepages),
-                            "--timeout", str(timeout_s)], cwd=ROOT)
+                            "--timeout", str(timeout_s), *extra], cwd=ROOT)
         if p.returncode not in (0, 1):
             problem = f"guest.py exited {p.returncode}"
     else:
         kernel = kernels.fetch(target)
-        b = boot.run(kernel, job_script(target, part, out, hugepages, timeout_s), out,
+        b = boot.run(kernel, job_script(target, part, out, hugepages, timeout_s, extra), out,
                      timeout_s + 600, memory_mib=memory_mib)
         if b.exit_status not in (0, 1):
             tail = "\n".join(b.console.splitlines()[-15:])
             problem = (f"the {kernel.package} guest's job did not finish "
                        f"(status {b.exit_status}, {b.seconds:.0f} s); its console ended:\n{tail}")
     try:
-        result = json.loads((out / "result.json").read_text())
+        if rerun is not None:
+            result = report.with_rerun(target, json.loads((out / "rerun.json").read_text()))
+        else:
+            result = json.loads((out / "result.json").read_text())
     except (OSError, ValueError) as e:
         result = {"target": target, "part": part, "problem": problem or f"no result: {e}"}
     result["wall_seconds"] = time.monotonic() - start
@@ -103,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record", action="store_true",
                     help="keep the results in tests/matrix/recorded/ and regenerate "
                          "docs/where-it-runs.md")
+    ap.add_argument("--rerun-failed", action="store_true",
+                    help="run again only the tests that failed in each target's recorded "
+                         "result, and record the result with their new outcomes (kept "
+                         "under 'rerun')")
     ap.add_argument("--jobs", type=int, default=1,
                     help="targets run at once (each guest's TCG takes one host CPU)")
     args = ap.parse_args(argv)
@@ -110,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def one(target: str) -> dict:
         print(f"matrix: {target}: {args.part} part ...", flush=True)
+        rerun = None
+        if args.rerun_failed:
+            rerun = [f["test"] for f in report.recorded_of(target)["pytest"]["failures"]]
         r = run_target(target, args.part, args.out / target, args.hugepages,
-                       args.timeout, args.memory)
+                       args.timeout, args.memory, rerun)
         print(report.line(r), flush=True)
         return r
 

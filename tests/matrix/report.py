@@ -50,6 +50,30 @@ def record(r: dict) -> None:
                                                   + "\n")
 
 
+def recorded_of(target: str) -> dict:
+    return json.loads((RECORDED / f"{target}.json").read_text())
+
+
+def with_rerun(target: str, again: dict) -> dict:
+    """The target's recorded result, with the tests of `again` (a rerun's
+    pytest outcome) taking their new outcomes; the rerun is kept under
+    "rerun" (which tests, and how they came out), as the page says."""
+    r = recorded_of(target)
+    p = r["pytest"]
+    names = [f["test"] for f in p["failures"]]
+    p["passed"] += again["passed"]
+    p["skipped"] += again["skipped"]
+    p["skips"] += again["skips"]
+    p["failures"] = again["failures"]
+    p["failed"], p["errors"] = again["failed"], again["errors"]
+    if again["exit_status"] == 0 and not again["failures"]:
+        p["exit_status"] = 0
+    r.setdefault("reruns", []).append({"tests": names, "passed": again["passed"],
+                                       "failed": again["failed"] + again["errors"],
+                                       "skipped": again["skipped"]})
+    return r
+
+
 def recorded() -> list[dict]:
     found = {p.stem: json.loads(p.read_text()) for p in RECORDED.glob("*.json")}
     return [found[t] for t in sorted(found, key=lambda t: (t not in ORDER,
@@ -109,6 +133,13 @@ def render(results: list[dict]) -> str:
         head.append(f"| {group} | {feature} | " +
                     " | ".join(cell(f.get((group, feature), "not probed")) for f in feats)
                     + " |")
+    for r in results:
+        for again in r.get("reruns", []):
+            head += ["", f"On {r['target']}, {len(again['tests'])} tests that failed in the "
+                     f"recorded run were run again ({again['passed']} passed, "
+                     f"{again['failed']} failed, {again['skipped']} skipped); the counts "
+                     "above hold their second outcome: " +
+                     ", ".join(f"`{t}`" for t in again["tests"]) + "."]
     deselected = {node: why for r in results for node, why in r.get("deselected", {}).items()}
     if deselected:
         head += ["", "## Left out under TCG", "",
