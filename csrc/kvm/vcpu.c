@@ -365,12 +365,18 @@ static int vcpu_resolve_efault(struct ukvm_vcpu *vcpu)
 	bool write;
 	int ret;
 
+	vcpu->efault_named = UKVM_EFAULT_UNNAMED;
 	if (!vcpu->resolve_fault)
 		return -ENOENT;
 	if (vcpu->run->exit_reason == KVM_EXIT_MEMORY_FAULT) {
 		gpa = fault->gpa;
 		write = true;	/* KVM does not say whether it was a write: recorded as one */
 		vcpu->efault_named = UKVM_EFAULT_BY_KVM;
+		/*
+		 * Consumed: KVM leaves exit_reason as it was on an error it does
+		 * not annotate, and a stale annotation must not name a page.
+		 */
+		vcpu->run->exit_reason = KVM_EXIT_UNKNOWN;
 	} else {
 		ret = vcpu_efault_site(vcpu, &gpa, &write);
 		if (ret == -ENOENT)
@@ -493,14 +499,6 @@ void *ukvm_vcpu_thread(void *arg)
 
 		if (ukvm_ctl_stopping(ctl))
 			break;
-		if (vcpu->resolve_fault) {
-			/*
-			 * KVM leaves exit_reason as it was on an error it does not
-			 * annotate: a stale KVM_EXIT_MEMORY_FAULT must not name a page.
-			 */
-			vcpu->run->exit_reason = KVM_EXIT_UNKNOWN;
-			vcpu->efault_named = UKVM_EFAULT_UNNAMED;
-		}
 		if (vcpu->timing)
 			tsc_before = ukvm_tsc_read();
 		ret = ioctl(vcpu->fd, KVM_RUN, 0);
