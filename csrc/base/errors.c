@@ -6,13 +6,27 @@
 
 #include "base/errors.h"
 
-void ukvm_err_vset(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
-		   const char *fmt, va_list ap)
+/* The -errno that kind and errnum stand for (see ukvm_err_code). */
+static int errors_code(enum ukvm_error_kind kind, int errnum)
+{
+	if (errnum > 0)
+		return -errnum;
+	switch (kind) {
+	case UKVM_ERR_CONFIG: return -EINVAL;
+	case UKVM_ERR_HOST: return -EOPNOTSUPP;
+	case UKVM_ERR_TIMEOUT: return -ETIMEDOUT;
+	case UKVM_ERR_CANCELLED: return -ECANCELED;
+	default: return -EIO;
+	}
+}
+
+int ukvm_err_vset(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
+		  const char *fmt, va_list ap)
 {
 	size_t n;
 
 	if (!err || err->kind != UKVM_ERR_NONE)
-		return;
+		return errors_code(kind, errnum);
 	err->kind = kind;
 	err->errnum = errnum;
 	vsnprintf(err->message, sizeof(err->message), fmt, ap);
@@ -21,26 +35,29 @@ void ukvm_err_vset(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum
 		snprintf(err->message + n, sizeof(err->message) - n, ": %s (%s)",
 			 strerror(errnum), strerrorname_np(errnum) ?: "unknown errno");
 	}
+	return errors_code(kind, errnum);
 }
 
-void ukvm_err_set(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
-		  const char *fmt, ...)
+int ukvm_err_set(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
+		 const char *fmt, ...)
 {
 	va_list ap;
+	int ret;
 
 	va_start(ap, fmt);
-	ukvm_err_vset(err, kind, errnum, fmt, ap);
+	ret = ukvm_err_vset(err, kind, errnum, fmt, ap);
 	va_end(ap);
+	return ret;
 }
 
-void ukvm_err_set_hint(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
-		       const char *call, const char *hint_fmt, ...)
+int ukvm_err_set_hint(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
+		      const char *call, const char *hint_fmt, ...)
 {
 	size_t n;
 	va_list ap;
 
 	if (!err || err->kind != UKVM_ERR_NONE)
-		return;
+		return errors_code(kind, errnum);
 	ukvm_err_set(err, kind, errnum, "%s", call);
 	n = strlen(err->message);
 	if (n + 2 < sizeof(err->message)) {
@@ -49,17 +66,10 @@ void ukvm_err_set_hint(struct ukvm_error *err, enum ukvm_error_kind kind, int er
 		vsnprintf(err->message + n + 2, sizeof(err->message) - n - 2, hint_fmt, ap);
 		va_end(ap);
 	}
+	return errors_code(kind, errnum);
 }
 
 int ukvm_err_code(const struct ukvm_error *err)
 {
-	if (err->errnum > 0)
-		return -err->errnum;
-	switch (err->kind) {
-	case UKVM_ERR_CONFIG: return -EINVAL;
-	case UKVM_ERR_HOST: return -EOPNOTSUPP;
-	case UKVM_ERR_TIMEOUT: return -ETIMEDOUT;
-	case UKVM_ERR_CANCELLED: return -ECANCELED;
-	default: return -EIO;
-	}
+	return errors_code(err->kind, err->errnum);
 }

@@ -11,14 +11,20 @@
 
 #include "ukvm.h"
 
+/*
+ * Each setter returns the -errno that kind and errnum stand for (as
+ * ukvm_err_code() gives it), whether or not err already held an error, so
+ * a failing function ends with `return ukvm_err_set(...)` and never reads
+ * errno a second time after a call that may have changed it.
+ */
 /* "message: strerror (ENAME)" when errnum is set; nothing if err already holds an error. */
-void ukvm_err_set(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
-		  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-void ukvm_err_vset(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
-		   const char *fmt, va_list ap);
+int ukvm_err_set(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
+		 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int ukvm_err_vset(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
+		  const char *fmt, va_list ap);
 /* "call: strerror (ENAME). hint": for failures the user can act on. */
-void ukvm_err_set_hint(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
-		       const char *call, const char *hint_fmt, ...)
+int ukvm_err_set_hint(struct ukvm_error *err, enum ukvm_error_kind kind, int errnum,
+		      const char *call, const char *hint_fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 /*
  * The -errno a public function returns for err: its errnum, or for an
