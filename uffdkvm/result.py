@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _core, frames, serial, tables
 from .config import Config, format_size
@@ -26,6 +27,7 @@ _SOURCE_NAMES = {_core.SOURCE_SYNTHETIC: "synthetic", _core.SOURCE_FILE: "file",
                  _core.SOURCE_REMOTE: "remote"}
 _CLOCK_SYNC = {_core.CLOCK_SYNC_KVM_OFFSET: "kvm_tsc_offset",
                _core.CLOCK_SYNC_EXITS: "sync_exits"}
+_T = TypeVar("_T")
 # The core's latency buckets, in nanoseconds (see Histogram).
 LATENCY_BOUNDS = tuple(_core.HIST_BOUNDS)
 
@@ -634,8 +636,8 @@ class Result:
             clock_error_ns=float(raw["clock_error_ns"]) if staged else None)
 
 
-def _from_raw(cls: type, raw: dict[str, Any], unmeasured: Sequence[str] = (),
-              **given: Any) -> Any:
+def _from_raw(cls: type[_T], raw: dict[str, Any], unmeasured: Sequence[str] = (),
+              **given: Any) -> _T:
     """A cls (VcpuStats, ReaderStats, Result) from one of the core's dicts.
 
     Every field the core counts has the core's own name (csrc/ukvm.h), so
@@ -649,7 +651,7 @@ def _from_raw(cls: type, raw: dict[str, Any], unmeasured: Sequence[str] = (),
     reporting cannot pass unnoticed.
     """
     kwargs = dict(given)
-    for f in dataclasses.fields(cls):
+    for f in dataclasses.fields(typing.cast(Any, cls)):
         name = f.name
         if name in kwargs:
             continue
