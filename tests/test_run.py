@@ -201,3 +201,59 @@ def test_seconds_is_upstreams_window_from_thread_creation_to_join(kvm):
     assert r.paging_rate < r.pages_per_vcpu * 32 / r.kvm_run_seconds
     for v in r.vcpus:
         assert v.seconds <= r.kvm_run_seconds
+
+
+# The core's keys that Python combines rather than keeps (_times, the shaping
+# in Result._from_core), and the fields that come from nowhere else.
+RAW_ONLY = {
+    "result": {"threads_start_ns", "threads_joined_ns", "start_ns", "end_ns", "passes",
+               "stats_full", "tsc_khz", "region_bytes", "region_gpa", "resident_tracked",
+               "touched_units", "pusher_eexist"},
+    "vcpu": {"start_ns", "end_ns", "pass_end_ns", "access_cycles", "access_hist"},
+    "reader": set(),
+}
+PYTHON_ONLY = {
+    "result": {"config", "seconds", "kvm_run_seconds", "pass_seconds", "paging_rate", "host",
+               "page_server"},
+    "vcpu": {"seconds", "pass_seconds", "access_latency"},
+    "reader": set(),
+}
+
+
+def test_one_name_per_counter_from_the_core_to_the_result(kvm, monkeypatch):
+    """Every counter of the core's result structs is a field of the same name
+    (a duration X_ns the field X_seconds), and every field such a counter: a
+    counter renamed, or added to the core and left behind, fails here."""
+    import dataclasses
+    import importlib
+
+    run_module = importlib.import_module("uffdkvm.run")
+    raws = []
+    real_run = run_module._core.run
+
+    def run_and_keep(*args):
+        raws.append(real_run(*args))
+        return raws[-1]
+
+    monkeypatch.setattr(run_module._core, "run", run_and_keep)
+    small(vcpus=1, mem_per_vcpu="1M", trace_faults=True)
+    raw = raws[0]
+
+    def names(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+
+    def core_names(cls, keys):
+        """The fields a dict of the core's keys gives, by the naming rule."""
+        return {k for k in keys if k in names(cls)} | {
+            k.removesuffix("_ns") + "_seconds" for k in keys
+            if k.removesuffix("_ns") + "_seconds" in names(cls)}
+
+    for level, cls, keys in (("result", uffdkvm.Result, set(raw)),
+                             ("vcpu", uffdkvm.VcpuStats, set(raw["vcpus"][0])),
+                             ("reader", uffdkvm.ReaderStats, set(raw["readers"][0]))):
+        given = core_names(cls, keys)
+        unused = {k for k in keys if k not in names(cls)
+                  and k.removesuffix("_ns") + "_seconds" not in names(cls)}
+        assert unused == RAW_ONLY[level], level
+        assert names(cls) - given == PYTHON_ONLY[level], level
+    assert set(raw["fault_trace"]) == names(uffdkvm.FaultTrace) - {"start_ns"}
