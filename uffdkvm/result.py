@@ -604,36 +604,44 @@ class Result:
         timed_source = full and raw["source"] != _core.SOURCE_SYNTHETIC
         tracked = raw["resident_tracked"]
         times = _times(raw)
-        unstaged = () if staged else ("queue_latency", "resume_latency", "fault_latency")
-        unfull = () if full else ("faults", "eexist", "service_latency", "blocked_seconds")
+        # What this run did not measure, by level: None rather than a 0.
+        unmeasured_vcpu = [*_unless(staged, "queue_latency", "resume_latency", "fault_latency"),
+                           *_unless(full, "faults", "eexist", "service_latency",
+                                    "blocked_seconds")]
+        unmeasured_reader = [*_unless(full, "busy_seconds", "service_latency"),
+                             *_unless(staged, "queue_latency"),
+                             *_unless(timed_source, "source_seconds")]
+        unmeasured = [*_unless(full, "blocktime_seconds"),
+                      *_unless(staged, "misordered_faults"),
+                      *_unless(config.wp_async, "dirty_pages"),
+                      *_unless(raw["source"] == _core.SOURCE_FILE,
+                               "source_cached_pages_at_start"),
+                      *_unless(tracked, "prefetched_pages", "pushed_pages",
+                               "wasted_prefetch_pages", "resident_seconds", "faulted_pages",
+                               "faults_avoided", "prefetch_eexist", "prefetch_wakes")]
         vcpus = tuple(
-            _from_raw(VcpuStats, v, (*unstaged, *unfull), **vcpu_times,
+            _from_raw(VcpuStats, v, unmeasured_vcpu, **vcpu_times,
                       access_latency=_access_latency(v["access_hist"], v["access_cycles"],
                                                      raw["tsc_khz"]) if timing else None)
             for v, vcpu_times in zip(raw["vcpus"], times.pop("vcpus"), strict=True))
         readers = tuple(
-            _from_raw(ReaderStats, r,
-                      ("busy_seconds", "service_latency") * (not full) +
-                      ("queue_latency",) * (not staged) +
-                      ("source_seconds",) * (not timed_source),
+            _from_raw(ReaderStats, r, unmeasured_reader,
                       read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]))
             for r in raw["readers"])
         trace = raw["fault_trace"]
-        prefetch = ("prefetched_pages", "pushed_pages", "wasted_prefetch_pages",
-                    "resident_seconds", "faulted_pages", "faults_avoided", "prefetch_eexist",
-                    "prefetch_wakes")
         return _from_raw(
-            cls, raw,
-            ("blocktime_seconds",) * (not full) + ("misordered_faults",) * (not staged) +
-            ("dirty_pages",) * (not config.wp_async) + prefetch * (not tracked) +
-            ("source_cached_pages_at_start",) * (raw["source"] != _core.SOURCE_FILE),
-            **times, config=config, vcpus=vcpus, readers=readers, host=None,
-            page_server=None, source=_SOURCE_NAMES[raw["source"]],
+            cls, raw, unmeasured, **times, config=config, vcpus=vcpus, readers=readers,
+            host=None, page_server=None, source=_SOURCE_NAMES[raw["source"]],
             fault_trace=None if trace is None else FaultTrace(
                 **{name: tuple(column) for name, column in trace.items()},
                 start_ns=raw["threads_start_ns"]),
             clock_sync=_CLOCK_SYNC.get(raw["clock_sync"]) if staged else None,
             clock_error_ns=float(raw["clock_error_ns"]) if staged else None)
+
+
+def _unless(measured: bool, *names: str) -> tuple[str, ...]:
+    """names, where they were not measured (for _from_raw's unmeasured)."""
+    return () if measured else names
 
 
 def _from_raw(cls: type[_T], raw: dict[str, Any], unmeasured: Sequence[str] = (),
