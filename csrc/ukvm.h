@@ -418,6 +418,7 @@ struct ukvm_result {
 	struct ukvm_fault_record *fault_trace;
 	uint32_t uffds;
 	uint64_t faults;	/* every reader's faults (collect.c sums them) */
+	uint64_t wakes;		/* every reader's wakes */
 	uint32_t nr_vcpus;
 	struct ukvm_vcpu_result *vcpus;
 	uint32_t nr_readers;
@@ -462,7 +463,6 @@ struct ukvm_result {
 	uint64_t pushed_pages;		/* of prefetched_pages, the pusher's */
 	uint64_t pusher_eexist;		/* the pusher's installs that found the page there */
 	uint64_t prefetch_eexist;	/* pusher_eexist + every reader's prefetch_eexist */
-	uint64_t prefetch_wakes;	/* every reader's wakes */
 	uint64_t pusher_source_bytes;	/* bytes the pusher fetched from the page source
 					 * (its own connection; not in readers[]) */
 	uint64_t nr_touch_order;

@@ -36,7 +36,7 @@ def test_round_trip_is_equal_config_and_host_included(result):
 def test_json_is_one_line_with_the_schema_first(result):
     text = result.to_json()
     assert "\n" not in text
-    assert text.startswith('{"schema": 3, "config": {')
+    assert text.startswith('{"schema": 4, "config": {')
     d = json.loads(text)
     assert d["config"]["timeout_s"] == 60.0 and d["faults"] == 512
     assert Result.from_json(result.to_json(indent=2)) == result
@@ -185,6 +185,22 @@ def test_schema_2_files_with_eexist_leave_the_vcpu_split_unknown(kvm, marked):
     assert back.faults == r.faults and back.eexist == r.eexist  # the readers' counts hold
     # read as schema 2, not 1: no stage renamed onto another
     assert [v.service_latency for v in back.vcpus] == [v.service_latency for v in r.vcpus]
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["schema-3", "unmarked"])
+def test_schema_3_files_load_their_prefetch_wakes_as_wakes(kvm, marked):
+    """Schema 3 named every reader's wakes after EEXIST prefetch_wakes at the
+    Result's level (ReaderStats' wakes): they load under the one name."""
+    r = uffdkvm.run(OVERLAP_RACE)
+    assert r.wakes == sum(x.wakes for x in r.readers) == r.eexist > 0
+    old = json.loads(r.to_json())
+    old["prefetch_wakes"] = old.pop("wakes")
+    if marked:
+        old["schema"] = 3
+    else:
+        del old["schema"]
+    back = Result.from_json(json.dumps(old))
+    assert back == r
 
 
 def test_to_dict_says_its_schema(kvm):

@@ -86,7 +86,7 @@ def test_prefetch_on_hugetlb(kvm, hugepages):
 def test_without_prefetch_every_page_faults_and_nothing_is_prefetched(kvm):
     r = run()
     assert r.faults == PAGES and r.prefetched_pages == 0 and r.faults_avoided == 0
-    assert r.pushed_pages == 0 and r.prefetch_wakes == 0 and r.prefetch_eexist == 0
+    assert r.pushed_pages == 0 and r.wakes == 0 and r.prefetch_eexist == 0
     assert r.resident_seconds is not None and r.resident_seconds > 0
 
 
@@ -194,9 +194,9 @@ def test_races_between_prefetch_and_faults_are_counted_not_failed(kvm, how):
     assert r.prefetched_pages > 0
     assert r.faults + r.prefetched_pages == PAGES
     if r.config.resolver == "readers":
-        assert r.prefetch_wakes == r.eexist
+        assert r.wakes == r.eexist
     else:
-        assert r.prefetch_wakes == 0  # a vCPU resolving its own fault never sleeps on it
+        assert r.wakes == 0  # a vCPU resolving its own fault never sleeps on it
     if how["prefetch"] == "background":
         # the pusher paces itself while the vCPUs fault the page it picked
         assert r.prefetch_eexist > 0

@@ -381,7 +381,10 @@ class Result:
     prefetch_eexist  prefetch copies that found the page there already (the
                    readers' readahead and the pusher's): races counted, not
                    errors
-    prefetch_wakes  UFFDIO_WAKEs after EEXIST (see ReaderStats.wakes)
+    wakes          UFFDIO_WAKEs after EEXIST, every reader's (ReaderStats.wakes):
+                   a failed ioctl wakes nobody, and a prefetched page comes
+                   without a wake; in JSON of schema 3, which named it
+                   prefetch_wakes, None where pages were not tracked
     verify_message the first problem found, or "" when verified
     source         the page source that ran, as the core reports it
                    ("synthetic" in older JSON)
@@ -445,7 +448,7 @@ class Result:
     faulted_pages: int | None = None
     faults_avoided: int | None = None
     prefetch_eexist: int | None = None
-    prefetch_wakes: int | None = None
+    wakes: int | None = None
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -618,7 +621,7 @@ class Result:
                                "source_cached_pages_at_start"),
                       *_unless(tracked, "prefetched_pages", "pushed_pages",
                                "wasted_prefetch_pages", "resident_seconds", "faulted_pages",
-                               "faults_avoided", "prefetch_eexist", "prefetch_wakes")]
+                               "faults_avoided", "prefetch_eexist")]
         vcpus = tuple(
             _from_raw(VcpuStats, v, unmeasured_vcpu, **vcpu_times,
                       access_latency=_access_latency(v["access_hist"], v["access_cycles"],

@@ -3,7 +3,7 @@
 The JSON of a Result is its fields, recursively, as plain JSON values, with a
 ``"schema"`` number in front::
 
-    {"schema": 3, "config": {"vcpus": 2, ..., "timeout_s": "inf"}, "seconds": 0.54,
+    {"schema": 4, "config": {"vcpus": 2, ..., "timeout_s": "inf"}, "seconds": 0.54,
      ..., "vcpus": [{"index": 0, ...}], "readers": [...], "host": {...}}
 
 It is strict JSON that jq and every other reader accepts: a float that is not
@@ -41,6 +41,11 @@ schema 2 counted both in ``faults``. A schema 2 file whose readers met no
 EEXIST is read exactly (``eexist`` 0); otherwise its per-vCPU split is
 unknown and read as None. Non-finite floats are strings (schema 2 wrote
 ``Infinity``, which is still read).
+
+Schema 4: one name per counter from the core to the Result. Result's
+``prefetch_wakes`` (every reader's UFFDIO_WAKEs after EEXIST, which happen
+with or without prefetch) is ``wakes``, as ReaderStats names the same
+count.
 """
 from __future__ import annotations
 
@@ -54,7 +59,7 @@ from typing import Any
 
 from .errors import ResultError
 
-SCHEMA = 3
+SCHEMA = 4
 
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
@@ -106,9 +111,12 @@ def from_json(cls: type, text: str | bytes) -> Any:
 def _schema_of_unmarked(data: dict[str, Any]) -> int:
     """The schema of a dict with no "schema" key (older ``to_dict()`` output
     and ``uffdkvm --json`` of before schema 3), told by its shape: schema 3
-    gave every vCPU an eexist count, schema 2 renamed the latency fields."""
+    gave every vCPU an eexist count, schema 2 renamed the latency fields;
+    schema 4 renamed prefetch_wakes."""
     vcpus = [v for v in data.get("vcpus") or [] if isinstance(v, dict)]
     readers = [r for r in data.get("readers") or [] if isinstance(r, dict)]
+    if "prefetch_wakes" in data:
+        return 3
     if not vcpus or all("eexist" in v for v in vcpus):
         return SCHEMA
     # Schema 2 has fault_latency too (raised -> resumed); schema 1 had it
@@ -164,8 +172,13 @@ def _migrate_2_to_3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _migrate_3_to_4(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 -> 4: Result's prefetch_wakes is wakes (see the module docstring)."""
+    return {"wakes" if k == "prefetch_wakes" else k: v for k, v in data.items()}
+
+
 # MIGRATIONS[n]: JSON data of schema n -> schema n + 1.
-MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
 
 
 @functools.cache

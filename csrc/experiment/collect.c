@@ -234,10 +234,8 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 	res->pushed_pages = exp->pusher.pages;
 	res->pusher_eexist = exp->pusher.eexist;
 	res->prefetch_eexist = res->pusher_eexist;
-	for (i = 0; i < res->nr_readers; i++) {
+	for (i = 0; i < res->nr_readers; i++)
 		res->prefetch_eexist += res->readers[i].prefetch_eexist;
-		res->prefetch_wakes += res->readers[i].wakes;
-	}
 	/* From the first vCPU's start (a page the pusher put in before it: 0). */
 	all_ns = atomic_load(&rs->all_ns);
 	res->resident_ns = !all_ns ? UKVM_RESULT_NONE :
@@ -403,6 +401,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			if (x->vcpu >= 0)	/* resolver vCPU: the vCPU's own thread */
 				collect_vcpu_resolver(&res->readers[n], &exp->vcpus[x->vcpu]);
 			res->faults += res->readers[n].faults;
+			res->wakes += res->readers[n].wakes;
 			n++;
 		}
 	res->nr_readers = n;
