@@ -417,8 +417,13 @@ struct ukvm_result {
 	uint64_t nr_fault_trace;	/* trace_faults: every fault, by start time */
 	struct ukvm_fault_record *fault_trace;
 	uint32_t uffds;
-	uint64_t faults;	/* every reader's faults (collect.c sums them) */
-	uint64_t wakes;		/* every reader's wakes */
+	/* Every reader's, summed (collect.c): as ukvm_reader_result's */
+	uint64_t faults;
+	uint64_t eexist;
+	uint64_t spurious_wakeups;
+	uint64_t wakes;
+	uint64_t source_bytes;	/* and the pusher's, pusher_source_bytes */
+	uint64_t source_ns;
 	uint32_t nr_vcpus;
 	struct ukvm_vcpu_result *vcpus;
 	uint32_t nr_readers;

@@ -360,6 +360,10 @@ class Result:
                    None where pages are not tracked (uffd_mode other than
                    "missing", resolve other than "copy", prefault)
     pushed_pages   of those, the ones the pusher installed (background, replay)
+    source_bytes   bytes fetched from the page source: every reader's, and the
+                   prefetch pusher's (pusher_source_bytes)
+    source_seconds time spent fetching from the page source, over every reader
+                   (stats="full", a source other than "synthetic"), else None
     pusher_source_bytes  prefetch background or replay: bytes the pusher
                    fetched from the page source, over a connection of its
                    own (counted in source_bytes, not in any reader's); 0
@@ -381,6 +385,9 @@ class Result:
     prefetch_eexist  prefetch copies that found the page there already (the
                    readers' readahead and the pusher's): races counted, not
                    errors
+    eexist         fault messages the readers found already resolved (not in
+                   faults), every reader's
+    spurious_wakeups  every reader's wakeups that found nothing to read
     wakes          UFFDIO_WAKEs after EEXIST, every reader's (ReaderStats.wakes):
                    a failed ioctl wakes nobody, and a prefetched page comes
                    without a wake; in JSON of schema 3, which named it
@@ -424,19 +431,8 @@ class Result:
     source_cached_pages_at_start: int | None = None
 
     pusher_source_bytes: int = 0
-
-    @property
-    def source_bytes(self) -> int:
-        """Bytes fetched from the page source: every reader's, and the
-        prefetch pusher's (pusher_source_bytes)."""
-        return sum(r.source_bytes for r in self.readers) + self.pusher_source_bytes
-
-    @property
-    def source_seconds(self) -> float | None:
-        """Time spent fetching from the page source, over every reader
-        (stats="full", a source other than "synthetic"), else None."""
-        times = [r.source_seconds for r in self.readers if r.source_seconds is not None]
-        return sum(times) if times else None
+    source_bytes: int = 0
+    source_seconds: float | None = None
     touched_pages: int | None = None
     guest_accesses: int | None = None
     page_visits: tuple[int, ...] | None = field(default=None, repr=False)
@@ -449,6 +445,8 @@ class Result:
     faults_avoided: int | None = None
     prefetch_eexist: int | None = None
     wakes: int | None = None
+    eexist: int = 0
+    spurious_wakeups: int = 0
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -483,15 +481,6 @@ class Result:
     def access_latency(self) -> Histogram | None:
         """Every vCPU's guest-timed accesses merged (guest_timing), else None."""
         return self._merged("access_latency")
-
-    @property
-    def eexist(self) -> int:
-        """Fault messages the readers found already resolved (not in faults)."""
-        return sum(r.eexist for r in self.readers)
-
-    @property
-    def spurious_wakeups(self) -> int:
-        return sum(r.spurious_wakeups for r in self.readers)
 
     def save_touch_order(self, path: str | os.PathLike[str]) -> None:
         """Writes touch_order to path as text: a ``#`` comment line saying
@@ -615,6 +604,7 @@ class Result:
                              *_unless(staged, "queue_latency"),
                              *_unless(timed_source, "source_seconds")]
         unmeasured = [*_unless(full, "blocktime_seconds"),
+                      *_unless(timed_source and bool(raw["readers"]), "source_seconds"),
                       *_unless(staged, "misordered_faults"),
                       *_unless(config.wp_async, "dirty_pages"),
                       *_unless(raw["source"] == _core.SOURCE_FILE,

@@ -42,10 +42,14 @@ EEXIST is read exactly (``eexist`` 0); otherwise its per-vCPU split is
 unknown and read as None. Non-finite floats are strings (schema 2 wrote
 ``Infinity``, which is still read).
 
-Schema 4: one name per counter from the core to the Result. Result's
+Schema 4: one name per counter from the core to the Result, and the
+run's sums of its readers' counters counted by the core. Result's
 ``prefetch_wakes`` (every reader's UFFDIO_WAKEs after EEXIST, which happen
 with or without prefetch) is ``wakes``, as ReaderStats names the same
-count.
+count; ``eexist``, ``spurious_wakeups``, ``source_bytes`` and
+``source_seconds``, which schema 3 left for Python to sum from the
+readers, are fields, and a schema 3 file gets them summed from its
+readers.
 """
 from __future__ import annotations
 
@@ -112,13 +116,11 @@ def _schema_of_unmarked(data: dict[str, Any]) -> int:
     """The schema of a dict with no "schema" key (older ``to_dict()`` output
     and ``uffdkvm --json`` of before schema 3), told by its shape: schema 3
     gave every vCPU an eexist count, schema 2 renamed the latency fields;
-    schema 4 renamed prefetch_wakes."""
+    schema 4 gave the run an eexist count of its own."""
     vcpus = [v for v in data.get("vcpus") or [] if isinstance(v, dict)]
     readers = [r for r in data.get("readers") or [] if isinstance(r, dict)]
-    if "prefetch_wakes" in data:
-        return 3
     if not vcpus or all("eexist" in v for v in vcpus):
-        return SCHEMA
+        return SCHEMA if "eexist" in data and "prefetch_wakes" not in data else 3
     # Schema 2 has fault_latency too (raised -> resumed); schema 1 had it
     # where service_latency is now, and readers' latency.
     if any("fault_latency" in v and "service_latency" not in v for v in vcpus) or \
@@ -173,8 +175,22 @@ def _migrate_2_to_3(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _migrate_3_to_4(data: dict[str, Any]) -> dict[str, Any]:
-    """Schema 3 -> 4: Result's prefetch_wakes is wakes (see the module docstring)."""
-    return {"wakes" if k == "prefetch_wakes" else k: v for k, v in data.items()}
+    """Schema 3 -> 4: Result's prefetch_wakes is wakes, and the readers'
+    sums are fields (see the module docstring)."""
+    data = {"wakes" if k == "prefetch_wakes" else k: v for k, v in data.items()}
+    readers = [r for r in data.get("readers") or [] if isinstance(r, dict)]
+
+    def total(name: str) -> Any:
+        values = [r[name] for r in readers if isinstance(r.get(name), (int, float))]
+        return sum(values) if values else None
+
+    data.setdefault("eexist", total("eexist") or 0)
+    data.setdefault("spurious_wakeups", total("spurious_wakeups") or 0)
+    pusher = data.get("pusher_source_bytes")
+    data.setdefault("source_bytes", (total("source_bytes") or 0) +
+                    (pusher if isinstance(pusher, int) else 0))
+    data.setdefault("source_seconds", total("source_seconds"))
+    return data
 
 
 # MIGRATIONS[n]: JSON data of schema n -> schema n + 1.

@@ -263,12 +263,8 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
-	uint64_t resolved = res->faults, messages = res->faults, expected = 0;
+	uint64_t resolved = res->faults, messages = res->faults + res->eexist, expected = 0;
 	const char *how = "";
-	uint32_t i;
-
-	for (i = 0; i < res->nr_readers; i++)
-		messages += res->readers[i].eexist;
 	if (cfg->wp_async) {
 		how = " (wp_async: the kernel un-protects written pages itself)";
 	} else if (cfg->uffd_mode == UKVM_UFFD_WP) {
@@ -333,6 +329,17 @@ static void collect_vcpu_resolver(struct ukvm_reader_result *x, const struct ukv
 	x->context_switches = vcpu->context_switches;
 	x->voluntary_context_switches = vcpu->voluntary_context_switches;
 	memcpy(x->cpus, vcpu->affinity, sizeof(x->cpus));
+}
+
+/* The run's counters that are its readers' summed. */
+static void collect_reader_sums(struct ukvm_result *res, const struct ukvm_reader_result *x)
+{
+	res->faults += x->faults;
+	res->eexist += x->eexist;
+	res->spurious_wakeups += x->spurious_wakeups;
+	res->wakes += x->wakes;
+	res->source_bytes += x->source_bytes;
+	res->source_ns += x->source_ns;
 }
 
 /* Verifies memory and what each vCPU's guest reported; fills the result. */
@@ -400,13 +407,13 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			res->readers[n].source_ns = x->conn.ns;
 			if (x->vcpu >= 0)	/* resolver vCPU: the vCPU's own thread */
 				collect_vcpu_resolver(&res->readers[n], &exp->vcpus[x->vcpu]);
-			res->faults += res->readers[n].faults;
-			res->wakes += res->readers[n].wakes;
+			collect_reader_sums(res, &res->readers[n]);
 			n++;
 		}
 	res->nr_readers = n;
 	/* The pusher fetches over a connection of its own (prefetch.h). */
 	res->pusher_source_bytes = exp->pusher.conn.bytes;
+	res->source_bytes += res->pusher_source_bytes;
 	res->stats_full = cfg->stats == UKVM_STATS_FULL;
 	if (res->stats_full) {
 		ret = collect_faultlog(exp, &log);
