@@ -269,8 +269,18 @@ static inline void ukt_check_reader_layout(const struct ukvm_result *r, uint32_t
 static inline void ukt_check_reader_counters(const struct ukvm_result *r,
 					     const struct ukvm_config *cfg)
 {
+	uint64_t spurious = 0, wakes = 0, source_bytes = r->pusher_source_bytes;
 	uint32_t i, n;
 
+	for (i = 0; i < r->nr_readers; i++) {
+		spurious += r->readers[i].spurious_wakeups;
+		wakes += r->readers[i].wakes;
+		source_bytes += r->readers[i].source_bytes;
+	}
+	/* The run's sums, from collect.c: its readers' (and the pusher's) */
+	CHECK_EQ(r->spurious_wakeups, spurious);
+	CHECK_EQ(r->wakes, wakes);
+	CHECK_EQ(r->source_bytes, source_bytes);
 	for (i = 0; i < r->nr_readers; i++) {
 		const struct ukvm_reader_result *x = &r->readers[i];
 		uint64_t messages = 0, reads = 0;
@@ -399,7 +409,9 @@ static inline void ukt_check_result(const struct ukvm_config *cfg, const struct 
 		eexist += r->readers[i].eexist;
 	}
 	CHECK_EQ(faults, expected);
-	CHECK_EQ(r->faults, faults);	/* the run's faults: its readers' */
+	/* the run's counts: its readers' */
+	CHECK_EQ(r->faults, faults);
+	CHECK_EQ(r->eexist, eexist);
 	if (cfg->stats == UKVM_STATS_FULL && cfg->uffd_mode != UKVM_UFFD_NONE) {
 		uint64_t vcpu_faults = 0, vcpu_eexist = 0;
 
