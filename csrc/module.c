@@ -302,6 +302,175 @@ static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 
 /* ---- result: struct -> dict ---- */
 
+/*
+ * The result side is tables too: one per result struct, each entry a
+ * counter's name (the struct member's, which is the Python field's: ukvm.h),
+ * how to convert it, and where it is, walked to build the dicts (as KVM's
+ * KVM_STATS_DESC tables describe its binary stats). The fault trace's
+ * columns are the entries of trace_fields.
+ */
+enum result_type {
+	R_U64,		/* uint64_t; UKVM_RESULT_NONE: None */
+	R_U32,
+	R_I32,
+	R_U16,
+	R_ENUM,		/* an enum of ukvm.h, as its int */
+	R_BOOL,		/* bool */
+	R_FLAG,		/* uint32_t 0 or 1, as a bool */
+	R_STAMP,	/* uint64_t CLOCK_MONOTONIC ns; 0 (the guest's stamp unknown): None */
+	R_STRING,	/* char[], NUL-terminated */
+	R_HIST,		/* struct ukvm_hist: {count, sum, min, max, buckets} */
+	R_CPUS,		/* uint64_t[16] bitmap: the list of CPUs set in it */
+	R_U64_ARRAY,	/* uint64_t[len] */
+	/* Pointers, with their counts elsewhere (each type says where) */
+	R_VCPU_KVM_STATS, /* uint64_t *, ukvm_result.nr_vcpu_stats named vcpu_stat_names */
+	R_PASS_END,	/* uint64_t *, ukvm_result.passes of them */
+	R_KVM_STATS,	/* ukvm_result.kvm_stats, nr_kvm_stats named kvm_stat_names */
+	R_TOUCH_ORDER,	/* ukvm_result.touch_order, nr_touch_order */
+	R_PAGE_VISITS,	/* ukvm_result.page_visits (NULL: None), nr_page_visits */
+	R_FAULT_TRACE,	/* ukvm_result.fault_trace (NULL: None), nr_fault_trace: columns */
+	R_VCPUS,	/* ukvm_result.vcpus, nr_vcpus */
+	R_READERS,	/* ukvm_result.readers, nr_readers */
+};
+
+struct result_field {
+	const char *name;
+	enum result_type type;
+	size_t offset;
+	size_t len;		/* R_U64_ARRAY: its elements */
+};
+
+_Static_assert(sizeof(enum ukvm_clock_sync) == sizeof(int) &&
+	       sizeof(enum ukvm_source_kind) == sizeof(int), "R_ENUM reads an int");
+
+#define RES(name, type)	  { #name, type, offsetof(struct ukvm_result, name), 0 }
+#define VCPU(name, type)  { #name, type, offsetof(struct ukvm_vcpu_result, name), 0 }
+#define READER(name, type) { #name, type, offsetof(struct ukvm_reader_result, name), 0 }
+#define TRACE(name, type) { #name, type, offsetof(struct ukvm_fault_record, name), 0 }
+#define ARRAY(s, name)	  { #name, R_U64_ARRAY, offsetof(struct s, name), \
+			    sizeof(((struct s *)0)->name) / sizeof(uint64_t) }
+
+static const struct result_field result_fields[] = {
+	RES(threads_start_ns, R_U64),
+	RES(threads_joined_ns, R_U64),
+	RES(start_ns, R_U64),
+	RES(end_ns, R_U64),
+	RES(pages_per_vcpu, R_U64),
+	RES(region_bytes, R_U64),
+	RES(page_size, R_U64),
+	RES(region_gpa, R_U64),
+	RES(passes, R_U32),
+	RES(stats_full, R_BOOL),
+	RES(blocktime_ns, R_U64),
+	RES(tsc_khz, R_U64),
+	RES(clock_sync, R_ENUM),
+	RES(clock_error_ns, R_U64),
+	RES(misordered_faults, R_U64),
+	RES(fault_trace, R_FAULT_TRACE),
+	RES(uffds, R_U32),
+	RES(faults, R_U64),
+	RES(eexist, R_U64),
+	RES(spurious_wakeups, R_U64),
+	RES(wakes, R_U64),
+	RES(source_bytes, R_U64),
+	RES(source_ns, R_U64),
+	RES(vcpus, R_VCPUS),
+	RES(readers, R_READERS),
+	RES(kvm_stats, R_KVM_STATS),
+	RES(dirty_pages, R_U64),
+	RES(source, R_ENUM),
+	RES(source_cached_pages_at_start, R_U64),
+	RES(touched_pages, R_U64),
+	RES(guest_accesses, R_U64),
+	RES(page_visits, R_PAGE_VISITS),
+	RES(resident_tracked, R_BOOL),
+	RES(prefetched_pages, R_U64),
+	RES(wasted_prefetch_pages, R_U64),
+	RES(touched_units, R_U64),
+	RES(faulted_pages, R_U64),
+	RES(faults_avoided, R_U64),
+	RES(resident_ns, R_U64),
+	RES(pushed_pages, R_U64),
+	RES(pusher_eexist, R_U64),
+	RES(prefetch_eexist, R_U64),
+	RES(pusher_source_bytes, R_U64),
+	RES(touch_order, R_TOUCH_ORDER),
+	RES(verified, R_BOOL),
+	RES(bad_pages, R_U64),
+	RES(verify_message, R_STRING),
+};
+
+static const struct result_field vcpu_fields[] = {
+	VCPU(index, R_U32),
+	VCPU(tid, R_I32),
+	VCPU(start_ns, R_U64),
+	VCPU(end_ns, R_U64),
+	VCPU(pages, R_U64),
+	VCPU(exits, R_U64),
+	VCPU(userspace_exits, R_U64),
+	VCPU(fault_exits, R_U64),
+	VCPU(regs_fault_exits, R_U64),
+	VCPU(kvm_stats, R_VCPU_KVM_STATS),
+	VCPU(pass_end_ns, R_PASS_END),
+	VCPU(cpu_ns, R_U64),
+	VCPU(cpus, R_CPUS),
+	VCPU(faults, R_U64),
+	VCPU(eexist, R_U64),
+	VCPU(blocked_ns, R_U64),
+	VCPU(service_latency, R_HIST),
+	VCPU(queue_latency, R_HIST),
+	VCPU(resume_latency, R_HIST),
+	VCPU(fault_latency, R_HIST),
+	VCPU(access_cycles, R_U64),
+	ARRAY(ukvm_vcpu_result, access_hist),
+};
+
+static const struct result_field reader_fields[] = {
+	READER(uffd, R_U32),
+	READER(index, R_U32),
+	READER(faults, R_U64),
+	READER(wakeups, R_U64),
+	READER(spurious_wakeups, R_U64),
+	READER(eexist, R_U64),
+	READER(tid, R_I32),
+	READER(busy_ns, R_U64),
+	READER(copies, R_U64),
+	READER(zeropages, R_U64),
+	READER(continues, R_U64),
+	READER(moves, R_U64),
+	READER(unprotects, R_U64),
+	READER(reads, R_U64),
+	ARRAY(ukvm_reader_result, read_sizes),
+	READER(ring_completions, R_U64),
+	READER(prefetched, R_U64),
+	READER(prefetch_eexist, R_U64),
+	READER(wakes, R_U64),
+	READER(context_switches, R_U64),
+	READER(voluntary_context_switches, R_U64),
+	READER(cpu_ns, R_U64),
+	READER(cpus, R_CPUS),
+	READER(service_latency, R_HIST),
+	READER(queue_latency, R_HIST),
+	READER(source_bytes, R_U64),
+	READER(source_ns, R_U64),
+};
+
+/* The fault trace's columns, one list each, in ukvm_fault_record's order. */
+static const struct result_field trace_fields[] = {
+	TRACE(raised_ns, R_STAMP),
+	TRACE(read_ns, R_U64),
+	TRACE(resolved_ns, R_U64),
+	TRACE(resumed_ns, R_STAMP),
+	TRACE(gpa, R_U64),
+	TRACE(vcpu, R_I32),
+	TRACE(uffd, R_U16),
+	TRACE(reader, R_U16),
+	TRACE(eexist, R_FLAG),
+	TRACE(write, R_FLAG),
+};
+
+#define NR_TRACE_FIELDS	(sizeof(trace_fields) / sizeof(trace_fields[0]))
+
 static int set_u64(PyObject *d, const char *key, uint64_t v)
 {
 	PyObject *o = PyLong_FromUnsignedLongLong(v);
@@ -314,15 +483,28 @@ static int set_u64(PyObject *d, const char *key, uint64_t v)
 	return ret;
 }
 
-static int set_obj(PyObject *d, const char *key, PyObject *o)
+/* A new list of n items, or NULL with MemoryError where n cannot be one. */
+static PyObject *list_new(uint64_t n)
 {
-	int ret;
+	if (n > (uint64_t)PY_SSIZE_T_MAX)
+		return PyErr_NoMemory();
+	return PyList_New((Py_ssize_t)n);
+}
 
-	if (!o)
-		return -1;
-	ret = PyDict_SetItemString(d, key, o);
-	Py_DECREF(o);
-	return ret;
+static PyObject *u64_list(const uint64_t *values, uint64_t n)
+{
+	PyObject *list = list_new(values ? n : 0);
+	uint64_t i;
+
+	for (i = 0; list && values && i < n; i++) {
+		PyObject *o = PyLong_FromUnsignedLongLong(values[i]);
+
+		if (!o || PyList_SetItem(list, (Py_ssize_t)i, o)) {	/* steals o, even on failure */
+			Py_CLEAR(list);
+			break;
+		}
+	}
+	return list;
 }
 
 /* {name: value} for KVM's statistics, or an empty dict without them. */
@@ -340,13 +522,13 @@ static PyObject *stats_dict(char *const *names, const uint64_t *values, uint32_t
 }
 
 /* The CPUs a thread could run on, from its affinity bitmap. */
-static PyObject *cpus_list(const uint64_t affinity[16])
+static PyObject *cpus_list(const uint64_t cpus[16])
 {
 	PyObject *list = PyList_New(0);
 	int cpu;
 
 	for (cpu = 0; list && cpu < 1024; cpu++) {
-		if (affinity[cpu / 64] & (1ULL << (cpu % 64))) {
+		if (cpus[cpu / 64] & (1ULL << (cpu % 64))) {
 			PyObject *o = PyLong_FromLong(cpu);
 
 			if (!o || PyList_Append(list, o)) {
@@ -360,41 +542,19 @@ static PyObject *cpus_list(const uint64_t affinity[16])
 	return list;
 }
 
-static PyObject *u64_list(const uint64_t *values, uint32_t n)
-{
-	PyObject *list = PyList_New(values ? n : 0);
-	uint32_t i;
-
-	for (i = 0; list && values && i < n; i++) {
-		PyObject *o = PyLong_FromUnsignedLongLong(values[i]);
-
-		if (!o || PyList_SetItem(list, i, o)) {	/* steals o, even on failure */
-			Py_CLEAR(list);
-			break;
-		}
-	}
-	return list;
-}
-
 static PyObject *hist_to_dict(const struct ukvm_hist *h)
 {
 	PyObject *d = PyDict_New();
+	PyObject *buckets = u64_list(h->buckets, UKVM_HIST_BUCKETS);
 
-	if (!d)
-		return NULL;
-	if (set_u64(d, "count", h->count) || set_u64(d, "sum", h->sum) ||
+	if (!d || !buckets || set_u64(d, "count", h->count) || set_u64(d, "sum", h->sum) ||
 	    set_u64(d, "min", h->min) || set_u64(d, "max", h->max) ||
-	    set_obj(d, "buckets", u64_list(h->buckets, UKVM_HIST_BUCKETS))) {
-		Py_DECREF(d);
-		return NULL;
+	    PyDict_SetItemString(d, "buckets", buckets)) {
+		Py_XDECREF(d);
+		d = NULL;
 	}
+	Py_XDECREF(buckets);
 	return d;
-}
-
-/* A guest-stamped time: 0 means the guest's stamp is unknown. */
-static PyObject *stamp_or_none(uint64_t ns)
-{
-	return ns ? PyLong_FromUnsignedLongLong(ns) : Py_NewRef(Py_None);
 }
 
 /* Result.page_visits: a list of counts, or None. */
@@ -405,7 +565,7 @@ static PyObject *visits_to_list(const uint32_t *v, uint64_t n)
 
 	if (!v)
 		return Py_NewRef(Py_None);
-	list = PyList_New((Py_ssize_t)n);
+	list = list_new(n);
 	for (i = 0; list && i < n; i++) {
 		item = PyLong_FromUnsignedLong(v[i]);
 		if (!item || PyList_SetItem(list, (Py_ssize_t)i, item))	/* steals item */
@@ -414,213 +574,134 @@ static PyObject *visits_to_list(const uint32_t *v, uint64_t n)
 	return list;
 }
 
-#define TRACE_COLUMNS 10
+static PyObject *trace_to_dict(const struct ukvm_fault_record *t, uint64_t n);
+static PyObject *table_list(const void *items, uint64_t n, size_t size,
+			    const struct result_field *fields, size_t nr_fields,
+			    const struct ukvm_result *res);
 
-/* The fault records as columns: one list per field. */
-static PyObject *trace_to_dict(const struct ukvm_fault_record *t, uint64_t n)
+#define AT(base, f, type)	((const type *)((const char *)(base) + (f)->offset))
+
+/* One field of the struct at base as a new reference (res: where its counts are). */
+static PyObject *field_value(const void *base, const struct result_field *f,
+			     const struct ukvm_result *res)
 {
-	static const char *const names[TRACE_COLUMNS] = {
-		"raised_ns", "read_ns", "resolved_ns", "resumed_ns", "gpa", "vcpu", "uffd",
-		"reader", "eexist", "write",
-	};
-	PyObject *d = PyDict_New(), *cols[TRACE_COLUMNS] = { NULL };
-	uint64_t i;
-	int c;
+	uint64_t u;
 
-	if (!d)
-		return NULL;
-	for (c = 0; c < TRACE_COLUMNS; c++) {
-		cols[c] = PyList_New((Py_ssize_t)n);
-		if (!cols[c] || PyDict_SetItemString(d, names[c], cols[c]))
-			goto error;
-		Py_DECREF(cols[c]);	/* d holds it */
+	switch (f->type) {
+	case R_U64:
+		u = *AT(base, f, uint64_t);
+		return u == UKVM_RESULT_NONE ? Py_NewRef(Py_None) : PyLong_FromUnsignedLongLong(u);
+	case R_U32:
+		return PyLong_FromUnsignedLong(*AT(base, f, uint32_t));
+	case R_I32:
+		return PyLong_FromLong(*AT(base, f, int32_t));
+	case R_U16:
+		return PyLong_FromLong(*AT(base, f, uint16_t));
+	case R_ENUM:
+		return PyLong_FromLong(*AT(base, f, int));
+	case R_BOOL:
+		return PyBool_FromLong(*AT(base, f, bool));
+	case R_FLAG:
+		return PyBool_FromLong(*AT(base, f, uint32_t) != 0);
+	case R_STAMP:
+		u = *AT(base, f, uint64_t);
+		return u ? PyLong_FromUnsignedLongLong(u) : Py_NewRef(Py_None);
+	case R_STRING:
+		return PyUnicode_FromString(AT(base, f, char));
+	case R_HIST:
+		return hist_to_dict(AT(base, f, struct ukvm_hist));
+	case R_CPUS:
+		return cpus_list(AT(base, f, uint64_t));
+	case R_U64_ARRAY:
+		return u64_list(AT(base, f, uint64_t), f->len);
+	case R_VCPU_KVM_STATS:
+		/* Every vCPU has the same statistics; their names are kept once, in res. */
+		return stats_dict(res->vcpu_stat_names, *AT(base, f, uint64_t *),
+				  res->nr_vcpu_stats);
+	case R_PASS_END:
+		return u64_list(*AT(base, f, uint64_t *), res->passes);
+	case R_KVM_STATS:
+		return stats_dict(res->kvm_stat_names, res->kvm_stats, res->nr_kvm_stats);
+	case R_TOUCH_ORDER:
+		return u64_list(res->touch_order, res->nr_touch_order);
+	case R_PAGE_VISITS:
+		return visits_to_list(res->page_visits, res->nr_page_visits);
+	case R_FAULT_TRACE:
+		return res->fault_trace ? trace_to_dict(res->fault_trace, res->nr_fault_trace)
+					: Py_NewRef(Py_None);
+	case R_VCPUS:
+		return table_list(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus), vcpu_fields,
+				  sizeof(vcpu_fields) / sizeof(vcpu_fields[0]), res);
+	case R_READERS:
+		return table_list(res->readers, res->nr_readers, sizeof(*res->readers),
+				  reader_fields, sizeof(reader_fields) / sizeof(reader_fields[0]),
+				  res);
 	}
-	for (i = 0; i < n; i++) {
-		PyObject *v[TRACE_COLUMNS] = {
-			stamp_or_none(t[i].raised_ns),
-			PyLong_FromUnsignedLongLong(t[i].read_ns),
-			PyLong_FromUnsignedLongLong(t[i].resolved_ns),
-			stamp_or_none(t[i].resumed_ns),
-			PyLong_FromUnsignedLongLong(t[i].gpa),
-			PyLong_FromLong(t[i].vcpu),
-			PyLong_FromLong(t[i].uffd),
-			PyLong_FromLong(t[i].reader),
-			PyBool_FromLong(t[i].eexist),
-			PyBool_FromLong(t[i].write),
-		};
-		for (c = 0; c < TRACE_COLUMNS; c++) {
-			if (!v[c]) {
-				for (c = 0; c < TRACE_COLUMNS; c++)
-					Py_XDECREF(v[c]);
-				goto error_cols_owned;
-			}
-		}
-		for (c = 0; c < TRACE_COLUMNS; c++) {
-			/* Steals v[c], even on failure; the ones after it are still ours. */
-			if (PyList_SetItem(cols[c], (Py_ssize_t)i, v[c])) {
-				while (++c < TRACE_COLUMNS)
-					Py_DECREF(v[c]);
-				goto error_cols_owned;
-			}
-		}
-	}
-	return d;
-error:
-	Py_XDECREF(cols[c]);
-error_cols_owned:
-	Py_DECREF(d);
+	PyErr_Format(PyExc_SystemError, "result field %s: no conversion", f->name);
 	return NULL;
 }
 
-static PyObject *vcpu_to_dict(const struct ukvm_vcpu_result *v, const struct ukvm_result *res)
+/* {name: value} for every entry of fields, read from the struct at base. */
+static PyObject *table_dict(const void *base, const struct result_field *fields,
+			    size_t nr_fields, const struct ukvm_result *res)
 {
 	PyObject *d = PyDict_New();
+	size_t i;
 
-	if (!d)
-		return NULL;
-	/* Every vCPU has the same statistics; their names are kept once, in res. */
-	if (set_obj(d, "kvm_stats", stats_dict(res->vcpu_stat_names, v->kvm_stats,
-						res->nr_vcpu_stats))) {
-		Py_DECREF(d);
-		return NULL;
-	}
-	if (set_u64(d, "index", v->index) || set_u64(d, "tid", (uint64_t)v->tid) ||
-	    set_u64(d, "start_ns", v->start_ns) || set_u64(d, "end_ns", v->end_ns) ||
-	    set_u64(d, "pages", v->pages) ||
-	    set_obj(d, "exits", v->exits == UINT64_MAX ? Py_NewRef(Py_None)
-						      : PyLong_FromUnsignedLongLong(v->exits)) ||
-	    set_u64(d, "userspace_exits", v->userspace_exits) ||
-	    set_u64(d, "fault_exits", v->fault_exits) ||
-	    set_u64(d, "regs_fault_exits", v->regs_fault_exits) ||
-	    set_u64(d, "cpu_ns", v->cpu_ns) ||
-	    set_obj(d, "cpus", cpus_list(v->affinity)) ||
-	    set_obj(d, "pass_end_ns", u64_list(v->pass_end_ns, res->passes)) ||
-	    set_u64(d, "faults", v->faults) || set_u64(d, "eexist", v->eexist) ||
-	    set_u64(d, "blocked_ns", v->blocked_ns) ||
-	    set_obj(d, "service_latency", hist_to_dict(&v->service_latency)) ||
-	    set_obj(d, "queue_latency", hist_to_dict(&v->queue_latency)) ||
-	    set_obj(d, "resume_latency", hist_to_dict(&v->resume_latency)) ||
-	    set_obj(d, "fault_latency", hist_to_dict(&v->fault_latency)) ||
-	    set_u64(d, "access_cycles", v->access_cycles) ||
-	    set_obj(d, "access_hist", u64_list(v->access_hist, 64))) {
-		Py_DECREF(d);
-		return NULL;
+	for (i = 0; d && i < nr_fields; i++) {
+		PyObject *o = field_value(base, &fields[i], res);
+
+		if (!o || PyDict_SetItemString(d, fields[i].name, o))
+			Py_CLEAR(d);
+		Py_XDECREF(o);
 	}
 	return d;
 }
 
-static PyObject *reader_to_dict(const struct ukvm_reader_result *r)
+/* A dict per item of an array of structs. */
+static PyObject *table_list(const void *items, uint64_t n, size_t size,
+			    const struct result_field *fields, size_t nr_fields,
+			    const struct ukvm_result *res)
 {
-	PyObject *d = PyDict_New();
+	PyObject *list = list_new(n);
+	uint64_t i;
 
-	if (!d)
-		return NULL;
-	if (set_u64(d, "uffd", r->uffd) || set_u64(d, "index", r->index) ||
-	    set_u64(d, "faults", r->faults) || set_u64(d, "wakeups", r->wakeups) ||
-	    set_u64(d, "spurious_wakeups", r->spurious_wakeups) ||
-	    set_u64(d, "eexist", r->eexist) || set_u64(d, "busy_ns", r->busy_ns) ||
-	    set_u64(d, "tid", (uint64_t)r->tid) || set_u64(d, "copies", r->copies) ||
-	    set_u64(d, "zeropages", r->zeropages) || set_u64(d, "continues", r->continues) ||
-	    set_u64(d, "moves", r->moves) ||
-	    set_u64(d, "unprotects", r->unprotects) ||
-	    set_u64(d, "context_switches", r->context_switches) ||
-	    set_u64(d, "voluntary_context_switches", r->voluntary_context_switches) ||
-	    set_u64(d, "cpu_ns", r->cpu_ns) || set_u64(d, "reads", r->reads) ||
-	    set_u64(d, "ring_completions", r->ring_completions) ||
-	    set_u64(d, "prefetched", r->prefetched) ||
-	    set_u64(d, "prefetch_eexist", r->prefetch_eexist) || set_u64(d, "wakes", r->wakes) ||
-	    set_obj(d, "read_sizes", u64_list(r->read_sizes, UKVM_MAX_READ_BATCH + 1)) ||
-	    set_obj(d, "cpus", cpus_list(r->affinity)) ||
-	    set_obj(d, "service_latency", hist_to_dict(&r->service_latency)) ||
-	    set_obj(d, "queue_latency", hist_to_dict(&r->queue_latency)) ||
-	    set_u64(d, "source_bytes", r->source_bytes) ||
-	    set_u64(d, "source_ns", r->source_ns)) {
-		Py_DECREF(d);
-		return NULL;
-	}
-	return d;
-}
+	for (i = 0; list && i < n; i++) {
+		PyObject *o = table_dict((const char *)items + i * size, fields, nr_fields, res);
 
-static PyObject *list_of(const void *items, uint32_t n, size_t size,
-			 PyObject *(*convert)(const void *, const struct ukvm_result *),
-			 const struct ukvm_result *res)
-{
-	PyObject *list = PyList_New(n);
-	uint32_t i;
-
-	if (!list)
-		return NULL;
-	for (i = 0; i < n; i++) {
-		PyObject *o = convert((const char *)items + i * size, res);
-
-		if (!o || PyList_SetItem(list, i, o)) {	/* steals o */
-			Py_DECREF(list);
-			return NULL;
-		}
+		if (!o || PyList_SetItem(list, (Py_ssize_t)i, o))	/* steals o */
+			Py_CLEAR(list);
 	}
 	return list;
 }
 
-static PyObject *vcpu_item(const void *p, const struct ukvm_result *res)
+/* The fault records as columns: one list per entry of trace_fields. */
+static PyObject *trace_to_dict(const struct ukvm_fault_record *t, uint64_t n)
 {
-	return vcpu_to_dict(p, res);
-}
+	PyObject *d = PyDict_New();
+	size_t c;
+	uint64_t i;
 
-static PyObject *reader_item(const void *p, const struct ukvm_result *res)
-{
-	(void)res;
-	return reader_to_dict(p);
+	for (c = 0; d && c < NR_TRACE_FIELDS; c++) {
+		PyObject *col = list_new(n);
+
+		for (i = 0; col && i < n; i++) {
+			PyObject *v = field_value(&t[i], &trace_fields[c], NULL);
+
+			if (!v || PyList_SetItem(col, (Py_ssize_t)i, v))	/* steals v */
+				Py_CLEAR(col);
+		}
+		if (!col || PyDict_SetItemString(d, trace_fields[c].name, col))
+			Py_CLEAR(d);
+		Py_XDECREF(col);
+	}
+	return d;
 }
 
 static PyObject *result_to_dict(const struct ukvm_result *res)
 {
-	PyObject *d = PyDict_New();
-
-	if (!d)
-		return NULL;
-	if (set_obj(d, "kvm_stats", stats_dict(res->vm_stat_names, res->vm_stats,
-						res->nr_vm_stats)) ||
-	    set_u64(d, "start_ns", res->start_ns) || set_u64(d, "end_ns", res->end_ns) ||
-	    set_u64(d, "threads_start_ns", res->threads_start_ns) ||
-	    set_u64(d, "threads_joined_ns", res->threads_joined_ns) ||
-	    set_u64(d, "pages_per_vcpu", res->pages_per_vcpu) ||
-	    set_u64(d, "region_bytes", res->region_bytes) ||
-	    set_u64(d, "page_size", res->page_size) || set_u64(d, "uffds", res->nr_uffds) ||
-	    set_u64(d, "region_gpa", res->region_gpa) || set_u64(d, "passes", res->passes) ||
-	    set_obj(d, "stats_full", PyBool_FromLong(res->stats_full)) ||
-	    set_u64(d, "blocktime_ns", res->blocktime_ns) || set_u64(d, "tsc_khz", res->tsc_khz) ||
-	    set_u64(d, "clock_sync", res->clock_sync) ||
-	    set_u64(d, "clock_error_ns", res->clock_error_ns) ||
-	    set_u64(d, "misordered", res->misordered) ||
-	    set_obj(d, "trace", res->trace ? trace_to_dict(res->trace, res->nr_trace)
-					   : Py_NewRef(Py_None)) ||
-	    set_obj(d, "verified", PyBool_FromLong(res->verified)) ||
-	    set_u64(d, "bad_pages", res->bad_pages) ||
-	    set_u64(d, "dirty_pages", res->dirty_pages) ||
-	    set_u64(d, "source", res->source) ||
-	    set_u64(d, "source_cached_pages_at_start", res->source_cached_pages_at_start) ||
-	    set_u64(d, "touched_pages", res->touched_pages) ||
-	    set_u64(d, "guest_accesses", res->accesses) ||
-	    set_obj(d, "page_visits", visits_to_list(res->page_visits, res->nr_page_visits)) ||
-	    set_obj(d, "resident_tracked", PyBool_FromLong(res->resident_tracked)) ||
-	    set_u64(d, "prefetched_pages", res->prefetched_pages) ||
-	    set_u64(d, "wasted_prefetch_pages", res->wasted_prefetch_pages) ||
-	    set_u64(d, "touched_units", res->touched_units) ||
-	    set_u64(d, "faulted_pages", res->waited_units) ||
-	    set_u64(d, "resident_ns", res->resident_ns) ||
-	    set_u64(d, "pusher_pages", res->pusher_pages) ||
-	    set_u64(d, "pusher_eexist", res->pusher_eexist) ||
-	    set_u64(d, "pusher_source_bytes", res->pusher_source_bytes) ||
-	    set_obj(d, "touch_order", u64_list(res->touch_order, (uint32_t)res->nr_touch_order)) ||
-	    set_obj(d, "verify_message", PyUnicode_FromString(res->verify_message)) ||
-	    set_obj(d, "vcpus", list_of(res->vcpus, res->nr_vcpus, sizeof(*res->vcpus),
-					 vcpu_item, res)) ||
-	    set_obj(d, "readers", list_of(res->readers, res->nr_readers,
-					   sizeof(*res->readers), reader_item, res))) {
-		Py_DECREF(d);
-		return NULL;
-	}
-	return d;
+	return table_dict(res, result_fields, sizeof(result_fields) / sizeof(result_fields[0]),
+			  res);
 }
 
 /* ---- run ---- */

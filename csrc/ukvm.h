@@ -304,23 +304,38 @@ struct ukvm_error {
 	char message[1024];
 };
 
+/*
+ * The result: every counter has the name its Python field has (uffdkvm/result.py),
+ * and module.c's tables (result_fields and the ones beside it) hand each
+ * one over by that name. The one conversion is a unit: a duration X_ns
+ * here is X_seconds in Python (X_ns / 1e9); a time stamp (CLOCK_MONOTONIC)
+ * keeps its _ns. UKVM_RESULT_NONE marks a counter the run could not
+ * measure: None in Python.
+ */
+#define UKVM_RESULT_NONE	UINT64_MAX
+
 struct ukvm_vcpu_result {
 	uint32_t index;
 	int32_t tid;		/* host thread that ran the vCPU */
 	uint64_t start_ns;	/* CLOCK_MONOTONIC, first KVM_RUN */
 	uint64_t end_ns;	/* the guest reported it was done */
 	uint64_t pages;		/* pages the guest says it touched */
-	uint64_t exits;		/* VM exits, from KVM's own "exits" stat */
+	uint64_t exits;		/* VM exits, from KVM's own "exits" stat (or UKVM_RESULT_NONE) */
 	uint64_t userspace_exits; /* returns from KVM_RUN */
 	uint64_t fault_exits;	/* resolver vCPU: of those, faults it resolved itself */
 	uint64_t regs_fault_exits; /* of those, bare EFAULTs whose page the guest's registers named */
 	uint64_t *kvm_stats;	/* ukvm_result.nr_vcpu_stats values, or NULL */
 	uint64_t *pass_end_ns;	/* when each of ukvm_result.passes ended */
 	uint64_t cpu_ns;	/* CPU time of the thread (getrusage) */
-	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
-	/* stats full: the faults this vCPU took (UFFD_FEATURE_THREAD_ID) */
-	uint64_t faults;	/* fault messages from this vCPU (EEXIST ones included) */
-	uint64_t eexist;	/* of those, ones another reader had resolved first */
+	uint64_t cpus[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
+	/*
+	 * stats full: the faults this vCPU took (UFFD_FEATURE_THREAD_ID).
+	 * faults counts what it does at every level (this vCPU, a reader, the
+	 * run): faults resolved, EEXIST ones not included; faults + eexist are
+	 * the messages.
+	 */
+	uint64_t faults;	/* fault messages from this vCPU that were resolved */
+	uint64_t eexist;	/* its messages another reader had resolved first */
 	uint64_t blocked_ns;	/* time with a fault of this vCPU outstanding */
 	struct ukvm_hist service_latency; /* read -> the page's arrival (see the fault record) */
 	/* stats full + guest_timing: the stages the readers cannot see alone */
@@ -374,7 +389,7 @@ struct ukvm_reader_result {
 	uint64_t context_switches;
 	uint64_t voluntary_context_switches; /* of those, the thread's own sleeps */
 	uint64_t cpu_ns;	/* user + system CPU time of the thread, all its life */
-	uint64_t affinity[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
+	uint64_t cpus[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
 	struct ukvm_hist service_latency; /* stats full: message read to ioctl done */
 	struct ukvm_hist queue_latency;	/* stats full + guest_timing: raised -> read */
 	uint64_t source_bytes;	/* bytes it fetched from the page source */
@@ -398,10 +413,17 @@ struct ukvm_result {
 	/* guest_timing: how the guest's TSC stamps were put on CLOCK_MONOTONIC */
 	enum ukvm_clock_sync clock_sync;
 	uint64_t clock_error_ns;	/* a bound on that conversion's error */
-	uint64_t misordered;	/* faults whose stamps contradict the readers' (clock error) */
-	uint64_t nr_trace;	/* trace_faults: every fault, by start time */
-	struct ukvm_fault_record *trace;
-	uint32_t nr_uffds;
+	uint64_t misordered_faults; /* faults whose stamps contradict the readers' (clock error) */
+	uint64_t nr_fault_trace;	/* trace_faults: every fault, by start time */
+	struct ukvm_fault_record *fault_trace;
+	uint32_t uffds;
+	/* Every reader's, summed (collect.c): as ukvm_reader_result's */
+	uint64_t faults;
+	uint64_t eexist;
+	uint64_t spurious_wakeups;
+	uint64_t wakes;
+	uint64_t source_bytes;	/* and the pusher's, pusher_source_bytes */
+	uint64_t source_ns;
 	uint32_t nr_vcpus;
 	struct ukvm_vcpu_result *vcpus;
 	uint32_t nr_readers;
@@ -411,9 +433,9 @@ struct ukvm_result {
 	 * cumulative ones as deltas, instant and peak ones at the end. Empty
 	 * where the kernel has no KVM_GET_STATS_FD.
 	 */
-	uint32_t nr_vm_stats;
-	char **vm_stat_names;
-	uint64_t *vm_stats;
+	uint32_t nr_kvm_stats;
+	char **kvm_stat_names;
+	uint64_t *kvm_stats;
 	uint32_t nr_vcpu_stats;
 	char **vcpu_stat_names;	/* values in each ukvm_vcpu_result.kvm_stats */
 	uint64_t dirty_pages;	/* wp_async: pages PAGEMAP_SCAN found written */
@@ -421,7 +443,7 @@ struct ukvm_result {
 	uint64_t source_cached_pages_at_start; /* source file: its pages in the page cache
 						* as the vCPUs started (mincore) */
 	uint64_t touched_pages;	/* distinct 4 KiB pages the guest touched (touch_percent) */
-	uint64_t accesses;	/* the guest's accesses, all vCPUs and passes */
+	uint64_t guest_accesses;	/* the guest's accesses, all vCPUs and passes */
 	/* trace_faults with touch_percent or access zipf: accesses per pass to
 	 * each 4 KiB page of the region, all vCPUs (verified against the
 	 * guest's own write counts); else NULL */
@@ -436,12 +458,16 @@ struct ukvm_result {
 	uint64_t prefetched_pages;	/* installed by prefetch (readahead and pusher) */
 	uint64_t wasted_prefetch_pages;	/* of those, pages the guest never touches */
 	uint64_t touched_units;		/* pages of page_size the guest touches (any 4 KiB) */
-	uint64_t waited_units;		/* of those, pages a vCPU faulted on and waited for,
+	uint64_t faulted_pages;		/* of those, pages a vCPU faulted on and waited for,
 					 * whoever installed them (EEXIST included) */
-	uint64_t resident_ns;		/* the last page of the region went in; 0: never, or
-					 * stats basic (no clock read on the hot path) */
-	uint64_t pusher_pages;		/* of prefetched_pages, the pusher's */
+	uint64_t faults_avoided;	/* touched_units - faulted_pages: touched pages no
+					 * vCPU waited for (prefetch came first) */
+	uint64_t resident_ns;		/* start_ns until the last page of the region went
+					 * in; UKVM_RESULT_NONE: never, or stats basic (no
+					 * clock read on the hot path) */
+	uint64_t pushed_pages;		/* of prefetched_pages, the pusher's */
 	uint64_t pusher_eexist;		/* the pusher's installs that found the page there */
+	uint64_t prefetch_eexist;	/* pusher_eexist + every reader's prefetch_eexist */
 	uint64_t pusher_source_bytes;	/* bytes the pusher fetched from the page source
 					 * (its own connection; not in readers[]) */
 	uint64_t nr_touch_order;

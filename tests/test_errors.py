@@ -123,7 +123,7 @@ def bad_calls(result):
         "from_json not JSON": lambda: Result.from_json("nope"),
         "from_json not an object": lambda: Result.from_json("[]"),
         "from_json schema": lambda: Result.from_json('{"schema": 99}'),
-        "from_json missing": lambda: Result.from_json('{"schema": 3}'),
+        "from_json missing": lambda: Result.from_json('{"schema": 4}'),
         "spread_of string": lambda: uffdkvm.spread_of("123"),
         "spread_of confidence": lambda: uffdkvm.spread_of([1, 2], confidence=2),
         "ratio_of zero": lambda: uffdkvm.ratio_of([1, 2], [0, 0]),

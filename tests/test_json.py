@@ -36,7 +36,7 @@ def test_round_trip_is_equal_config_and_host_included(result):
 def test_json_is_one_line_with_the_schema_first(result):
     text = result.to_json()
     assert "\n" not in text
-    assert text.startswith('{"schema": 3, "config": {')
+    assert text.startswith('{"schema": 4, "config": {')
     d = json.loads(text)
     assert d["config"]["timeout_s"] == 60.0 and d["faults"] == 512
     assert Result.from_json(result.to_json(indent=2)) == result
@@ -185,6 +185,39 @@ def test_schema_2_files_with_eexist_leave_the_vcpu_split_unknown(kvm, marked):
     assert back.faults == r.faults and back.eexist == r.eexist  # the readers' counts hold
     # read as schema 2, not 1: no stage renamed onto another
     assert [v.service_latency for v in back.vcpus] == [v.service_latency for v in r.vcpus]
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["schema-3", "unmarked"])
+@pytest.mark.parametrize("source", ["synthetic", "file"])
+def test_schema_3_files_load_with_the_readers_sums(kvm, marked, source, tmp_path):
+    """Schema 3 named every reader's wakes after EEXIST prefetch_wakes at the
+    Result's level (ReaderStats' wakes), and had no eexist, spurious_wakeups,
+    source_bytes or source_seconds of the run's own (Python summed them):
+    they load under the one name, summed from the readers."""
+    if source == "file":
+        uffdkvm.make_snapshot(tmp_path / "snap", 2 << 20)
+        r = uffdkvm.run(OVERLAP_RACE, source="file", source_path=str(tmp_path / "snap"))
+        assert r.source_bytes > 0 and r.source_seconds > 0
+    else:
+        r = uffdkvm.run(OVERLAP_RACE)
+    assert r.wakes == sum(x.wakes for x in r.readers) == r.eexist > 0
+    assert r.spurious_wakeups == sum(x.spurious_wakeups for x in r.readers)
+    old = json.loads(r.to_json())
+    old["prefetch_wakes"] = old.pop("wakes")
+    for name in ("eexist", "spurious_wakeups", "source_bytes", "source_seconds"):
+        del old[name]
+    if marked:
+        old["schema"] = 3
+    else:
+        del old["schema"]
+    back = Result.from_json(json.dumps(old))
+    # The readers' seconds summed, as the core's nanoseconds summed then
+    # converted: equal but for rounding.
+    if r.source_seconds is None:
+        assert back.source_seconds is None
+    else:
+        assert back.source_seconds == pytest.approx(r.source_seconds, rel=1e-12)
+    assert dataclasses.replace(back, source_seconds=r.source_seconds) == r
 
 
 def test_to_dict_says_its_schema(kvm):

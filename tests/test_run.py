@@ -52,11 +52,43 @@ def test_every_page_faults_once_and_verifies(kvm, mode, backing, wait, single_uf
         assert v.exits is None or v.exits >= 1
 
 
+def resolved_pages(r):
+    """The pages the fault trace (every fault record, written by the readers
+    apart from their counters) says were resolved, one per resolved record."""
+    t = r.fault_trace
+    return [gpa for gpa, eexist in zip(t.gpa, t.eexist, strict=True) if not eexist]
+
+
+def check_faults_against_kvm(r, slack=0.05):
+    """KVM's own count of each vCPU's exits: a fault that sleeps in KVM_RUN is
+    an exit (KVM may map a few pages without one, and exits for other
+    reasons), so a vCPU's resolved faults are its exits within a few per cent,
+    never far above or below them."""
+    for v in r.vcpus:
+        if v.exits is None:  # no KVM binary stats on this kernel
+            continue
+        base = v.userspace_exits + 32  # exits that are not faults: I/O, sync, the odd one
+        assert (1 - slack) * v.faults <= v.exits <= v.faults * (1 + slack) + base, v
+
+
 def test_the_issue_example_resolves_exactly_32768_faults_through_8_readers(kvm):
-    r = uffdkvm.run(vcpus=2, mem_per_vcpu="64M", uffd_mode="missing", readers=4)
+    r = uffdkvm.run(vcpus=2, mem_per_vcpu="64M", uffd_mode="missing", readers=4,
+                    trace_faults=True)
     assert r.verified
-    assert r.faults == 32768
     assert len(r.readers) == 8 and r.uffds == 2
+    # The fault trace, recorded apart from the counters: one resolved record
+    # per page of the 128 MiB region, every page once.
+    pages = resolved_pages(r)
+    region = range(min(r.fault_trace.gpa), min(r.fault_trace.gpa) + (128 << 20), 4096)
+    assert sorted(pages) == list(region)
+    assert r.faults == len(pages) == 32768
+    # Each vCPU's share, by the thread the kernel named, and by KVM's exits.
+    t = r.fault_trace
+    if min(t.vcpu) >= 0:
+        for v in r.vcpus:
+            assert v.faults == sum(1 for vcpu, e in zip(t.vcpu, t.eexist, strict=True)
+                                   if vcpu == v.index and not e) == 16384
+    check_faults_against_kvm(r)
 
 
 @pytest.mark.parametrize("mode,backing", MODES, ids=[f"{m}-{b}" for m, b in MODES])
@@ -112,7 +144,12 @@ def test_results_are_plain_data(kvm):
     d = r.to_dict()
     assert json.loads(json.dumps(d)) == d
     assert d["config"]["mem_per_vcpu"] == 16 << 20
-    assert d["faults"] == SMALL_PAGES and d["verified"] is True
+    assert d["verified"] is True
+    # The faults the readers resolved against the guest's own count of the
+    # pages it touched (one pass over partitioned memory: each page faults
+    # once) and KVM's count of the exits they cost.
+    assert d["faults"] == sum(v["pages"] for v in d["vcpus"]) == SMALL_PAGES
+    check_faults_against_kvm(r)
     assert len(d["vcpus"]) == 2 and len(d["readers"]) == 4
     assert set(d["readers"][0]) >= {"uffd", "index", "faults", "wakeups", "spurious_wakeups",
                                     "eexist", "busy_seconds"}
@@ -128,9 +165,15 @@ def test_run_overrides_fields_of_a_config(kvm):
 
 def test_guest_work_runs_between_accesses_and_still_verifies(kvm):
     # What the work costs the guest: test_effects_guest.py.
-    plain = small(vcpus=1, mem_per_vcpu="4M")
-    worked = small(vcpus=1, mem_per_vcpu="4M", guest_work=50)
-    assert worked.faults == plain.faults == 1024
+    plain = small(vcpus=1, mem_per_vcpu="4M", trace_faults=True)
+    worked = small(vcpus=1, mem_per_vcpu="4M", guest_work=50, trace_faults=True)
+    for r in (plain, worked):
+        # Each of the 1024 pages faulted once, as the fault trace recorded
+        # it and KVM's exits show, work or none.
+        pages = resolved_pages(r)
+        assert len(set(pages)) == len(pages) == r.vcpus[0].pages == 1024
+        assert r.faults == len(pages)
+        check_faults_against_kvm(r)
 
 
 def test_kvm_statistics_come_back_by_name(kvm):
@@ -158,3 +201,59 @@ def test_seconds_is_upstreams_window_from_thread_creation_to_join(kvm):
     assert r.paging_rate < r.pages_per_vcpu * 32 / r.kvm_run_seconds
     for v in r.vcpus:
         assert v.seconds <= r.kvm_run_seconds
+
+
+# The core's keys that Python combines rather than keeps (_times, the shaping
+# in Result._from_core), and the fields that come from nowhere else.
+RAW_ONLY = {
+    "result": {"threads_start_ns", "threads_joined_ns", "start_ns", "end_ns", "passes",
+               "stats_full", "tsc_khz", "region_bytes", "region_gpa", "resident_tracked",
+               "touched_units", "pusher_eexist"},
+    "vcpu": {"start_ns", "end_ns", "pass_end_ns", "access_cycles", "access_hist"},
+    "reader": set(),
+}
+PYTHON_ONLY = {
+    "result": {"config", "seconds", "kvm_run_seconds", "pass_seconds", "paging_rate", "host",
+               "page_server"},
+    "vcpu": {"seconds", "pass_seconds", "access_latency"},
+    "reader": set(),
+}
+
+
+def test_one_name_per_counter_from_the_core_to_the_result(kvm, monkeypatch):
+    """Every counter of the core's result structs is a field of the same name
+    (a duration X_ns the field X_seconds), and every field such a counter: a
+    counter renamed, or added to the core and left behind, fails here."""
+    import dataclasses
+    import importlib
+
+    run_module = importlib.import_module("uffdkvm.run")
+    raws = []
+    real_run = run_module._core.run
+
+    def run_and_keep(*args):
+        raws.append(real_run(*args))
+        return raws[-1]
+
+    monkeypatch.setattr(run_module._core, "run", run_and_keep)
+    small(vcpus=1, mem_per_vcpu="1M", trace_faults=True)
+    raw = raws[0]
+
+    def names(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+
+    def core_names(cls, keys):
+        """The fields a dict of the core's keys gives, by the naming rule."""
+        return {k for k in keys if k in names(cls)} | {
+            k.removesuffix("_ns") + "_seconds" for k in keys
+            if k.removesuffix("_ns") + "_seconds" in names(cls)}
+
+    for level, cls, keys in (("result", uffdkvm.Result, set(raw)),
+                             ("vcpu", uffdkvm.VcpuStats, set(raw["vcpus"][0])),
+                             ("reader", uffdkvm.ReaderStats, set(raw["readers"][0]))):
+        given = core_names(cls, keys)
+        unused = {k for k in keys if k not in names(cls)
+                  and k.removesuffix("_ns") + "_seconds" not in names(cls)}
+        assert unused == RAW_ONLY[level], level
+        assert names(cls) - given == PYTHON_ONLY[level], level
+    assert set(raw["fault_trace"]) == names(uffdkvm.FaultTrace) - {"start_ns"}

@@ -97,7 +97,7 @@ def prefetch_line(r: Result) -> str:
     return (f"Prefetch ({r.config.prefetch}):\t{r.prefetched_pages} pages prefetched "
             f"({r.pushed_pages} by the pusher), {r.wasted_prefetch_pages} never touched; "
             f"{r.faults_avoided} faults avoided; {r.prefetch_eexist} prefetch races, "
-            f"{r.prefetch_wakes} wakes after EEXIST; all resident after {resident}")
+            f"{r.wakes} wakes after EEXIST; all resident after {resident}")
 
 
 def format_text(r: Result) -> str:

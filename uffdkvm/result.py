@@ -5,10 +5,12 @@ Units are in the names where a name alone would leave them open.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _core, frames, serial, tables
 from .config import Config, format_size
@@ -25,6 +27,7 @@ _SOURCE_NAMES = {_core.SOURCE_SYNTHETIC: "synthetic", _core.SOURCE_FILE: "file",
                  _core.SOURCE_REMOTE: "remote"}
 _CLOCK_SYNC = {_core.CLOCK_SYNC_KVM_OFFSET: "kvm_tsc_offset",
                _core.CLOCK_SYNC_EXITS: "sync_exits"}
+_T = TypeVar("_T")
 # The core's latency buckets, in nanoseconds (see Histogram).
 LATENCY_BOUNDS = tuple(_core.HIST_BOUNDS)
 
@@ -357,6 +360,10 @@ class Result:
                    None where pages are not tracked (uffd_mode other than
                    "missing", resolve other than "copy", prefault)
     pushed_pages   of those, the ones the pusher installed (background, replay)
+    source_bytes   bytes fetched from the page source: every reader's, and the
+                   prefetch pusher's (pusher_source_bytes)
+    source_seconds time spent fetching from the page source, over every reader
+                   (stats="full", a source other than "synthetic"), else None
     pusher_source_bytes  prefetch background or replay: bytes the pusher
                    fetched from the page source, over a connection of its
                    own (counted in source_bytes, not in any reader's); 0
@@ -378,7 +385,13 @@ class Result:
     prefetch_eexist  prefetch copies that found the page there already (the
                    readers' readahead and the pusher's): races counted, not
                    errors
-    prefetch_wakes  UFFDIO_WAKEs after EEXIST (see ReaderStats.wakes)
+    eexist         fault messages the readers found already resolved (not in
+                   faults), every reader's
+    spurious_wakeups  every reader's wakeups that found nothing to read
+    wakes          UFFDIO_WAKEs after EEXIST, every reader's (ReaderStats.wakes):
+                   a failed ioctl wakes nobody, and a prefetched page comes
+                   without a wake; in JSON of schema 3, which named it
+                   prefetch_wakes, None where pages were not tracked
     verify_message the first problem found, or "" when verified
     source         the page source that ran, as the core reports it
                    ("synthetic" in older JSON)
@@ -418,19 +431,8 @@ class Result:
     source_cached_pages_at_start: int | None = None
 
     pusher_source_bytes: int = 0
-
-    @property
-    def source_bytes(self) -> int:
-        """Bytes fetched from the page source: every reader's, and the
-        prefetch pusher's (pusher_source_bytes)."""
-        return sum(r.source_bytes for r in self.readers) + self.pusher_source_bytes
-
-    @property
-    def source_seconds(self) -> float | None:
-        """Time spent fetching from the page source, over every reader
-        (stats="full", a source other than "synthetic"), else None."""
-        times = [r.source_seconds for r in self.readers if r.source_seconds is not None]
-        return sum(times) if times else None
+    source_bytes: int = 0
+    source_seconds: float | None = None
     touched_pages: int | None = None
     guest_accesses: int | None = None
     page_visits: tuple[int, ...] | None = field(default=None, repr=False)
@@ -442,7 +444,9 @@ class Result:
     faulted_pages: int | None = None
     faults_avoided: int | None = None
     prefetch_eexist: int | None = None
-    prefetch_wakes: int | None = None
+    wakes: int | None = None
+    eexist: int = 0
+    spurious_wakeups: int = 0
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -477,15 +481,6 @@ class Result:
     def access_latency(self) -> Histogram | None:
         """Every vCPU's guest-timed accesses merged (guest_timing), else None."""
         return self._merged("access_latency")
-
-    @property
-    def eexist(self) -> int:
-        """Fault messages the readers found already resolved (not in faults)."""
-        return sum(r.eexist for r in self.readers)
-
-    @property
-    def spurious_wakeups(self) -> int:
-        return sum(r.spurious_wakeups for r in self.readers)
 
     def save_touch_order(self, path: str | os.PathLike[str]) -> None:
         """Writes touch_order to path as text: a ``#`` comment line saying
@@ -590,115 +585,121 @@ class Result:
 
     @classmethod
     def _from_core(cls, config: Config, raw: dict[str, Any]) -> Result:
+        """The Result of the core's dict (csrc/module.c's tables): each field
+        by its own name (see _from_raw), None where this run did not measure
+        it, and the times of _times."""
         full = raw["stats_full"]
         timing = config.guest_timing
         # The guest's stamps give the stages around service, where its clock
         # could be put on the readers'.
         staged = full and timing and raw["clock_sync"] != _core.CLOCK_SYNC_NONE
         timed_source = full and raw["source"] != _core.SOURCE_SYNTHETIC
-
-        def stage(h: dict[str, Any], present: bool) -> Histogram | None:
-            return _latency(h) if present else None
-
+        tracked = raw["resident_tracked"]
+        times = _times(raw)
+        # What this run did not measure, by level: None rather than a 0.
+        unmeasured_vcpu = [*_unless(staged, "queue_latency", "resume_latency", "fault_latency"),
+                           *_unless(full, "faults", "eexist", "service_latency",
+                                    "blocked_seconds")]
+        unmeasured_reader = [*_unless(full, "busy_seconds", "service_latency"),
+                             *_unless(staged, "queue_latency"),
+                             *_unless(timed_source, "source_seconds")]
+        unmeasured = [*_unless(full, "blocktime_seconds"),
+                      *_unless(timed_source and bool(raw["readers"]), "source_seconds"),
+                      *_unless(staged, "misordered_faults"),
+                      *_unless(config.wp_async, "dirty_pages"),
+                      *_unless(raw["source"] == _core.SOURCE_FILE,
+                               "source_cached_pages_at_start"),
+                      *_unless(tracked, "prefetched_pages", "pushed_pages",
+                               "wasted_prefetch_pages", "resident_seconds", "faulted_pages",
+                               "faults_avoided", "prefetch_eexist")]
         vcpus = tuple(
-            VcpuStats(index=v["index"], seconds=(v["end_ns"] - v["start_ns"]) * NS,
-                      pages=v["pages"], exits=v["exits"],
-                      userspace_exits=v["userspace_exits"], tid=v["tid"],
-                      kvm_stats=v["kvm_stats"],
-                      pass_seconds=tuple((b - a) * NS for a, b in
-                                         zip([v["start_ns"], *v["pass_end_ns"]],
-                                             v["pass_end_ns"], strict=False)),
-                      cpus=tuple(v["cpus"]), cpu_seconds=v["cpu_ns"] * NS,
-                      fault_exits=v["fault_exits"],
-                      regs_fault_exits=v["regs_fault_exits"],
-                      # The core counts every message of the vCPU; faults
-                      # here are resolved ones, as everywhere else.
-                      faults=v["faults"] - v["eexist"] if full else None,
-                      eexist=v["eexist"] if full else None,
-                      queue_latency=stage(v["queue_latency"], staged),
-                      service_latency=stage(v["service_latency"], full),
-                      resume_latency=stage(v["resume_latency"], staged),
-                      fault_latency=stage(v["fault_latency"], staged),
-                      blocked_seconds=v["blocked_ns"] * NS if full else None,
+            _from_raw(VcpuStats, v, unmeasured_vcpu, **vcpu_times,
                       access_latency=_access_latency(v["access_hist"], v["access_cycles"],
                                                      raw["tsc_khz"]) if timing else None)
-            for v in raw["vcpus"])
+            for v, vcpu_times in zip(raw["vcpus"], times.pop("vcpus"), strict=True))
         readers = tuple(
-            ReaderStats(uffd=r["uffd"], index=r["index"], faults=r["faults"],
-                        wakeups=r["wakeups"], spurious_wakeups=r["spurious_wakeups"],
-                        eexist=r["eexist"],
-                        busy_seconds=r["busy_ns"] * NS if full else None,
-                        context_switches=r["context_switches"],
-                        cpu_seconds=r["cpu_ns"] * NS, cpus=tuple(r["cpus"]),
-                        service_latency=stage(r["service_latency"], full),
-                        queue_latency=stage(r["queue_latency"], staged),
-                        tid=r["tid"], copies=r["copies"], zeropages=r["zeropages"],
-                        continues=r["continues"], moves=r["moves"], reads=r["reads"],
-                        voluntary_context_switches=r["voluntary_context_switches"],
-                        read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]),
-                        ring_completions=r["ring_completions"],
-                        unprotects=r["unprotects"], source_bytes=r["source_bytes"],
-                        source_seconds=r["source_ns"] * NS if timed_source else None,
-                        prefetched=r["prefetched"],
-                        prefetch_eexist=r["prefetch_eexist"], wakes=r["wakes"])
+            _from_raw(ReaderStats, r, unmeasured_reader,
+                      read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]))
             for r in raw["readers"])
-        # demand_paging_test's window: the vCPU threads' creation to their join.
-        seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS
-        pages = raw["pages_per_vcpu"]
-        # Pass p runs from the first vCPU starting it to the last one ending it.
-        starts = [[v["start_ns"], *v["pass_end_ns"][:-1]] for v in raw["vcpus"]]
-        ends = [v["pass_end_ns"] for v in raw["vcpus"]]
-        pass_seconds = tuple((max(e[p] for e in ends) - min(s[p] for s in starts)) * NS
-                             for p in range(raw["passes"]))
-        # With several passes the rate covers the one that demand-pages: from
-        # the threads' creation (upstream's start) to the last vCPU ending it.
-        paging_seconds = seconds
-        if raw["passes"] > 1 and ends:
-            paging_seconds = (max(e[0] for e in ends) - raw["threads_start_ns"]) * NS
-        trace = raw["trace"]
-        tracked = raw["resident_tracked"]
-        faults = sum(r.faults for r in readers)
-        resident_ns = raw["resident_ns"]
-        return cls(
-            config=config,
-            seconds=seconds,
-            pages_per_vcpu=pages,
-            faults=faults,
-            paging_rate=pages * len(vcpus) / paging_seconds if paging_seconds > 0 else 0.0,
-            vcpus=vcpus,
-            readers=readers,
-            verified=raw["verified"],
-            bad_pages=raw["bad_pages"],
-            dirty_pages=raw["dirty_pages"] if config.wp_async else None,
-            source=_SOURCE_NAMES[raw["source"]],
-            source_cached_pages_at_start=raw["source_cached_pages_at_start"]
-            if raw["source"] == _core.SOURCE_FILE else None,
-            touched_pages=raw["touched_pages"],
-            guest_accesses=raw["guest_accesses"],
-            page_visits=None if raw["page_visits"] is None else tuple(raw["page_visits"]),
-            verify_message=raw["verify_message"],
-            page_size=raw["page_size"],
-            uffds=raw["uffds"],
-            kvm_stats=raw["kvm_stats"],
-            pass_seconds=pass_seconds,
-            blocktime_seconds=raw["blocktime_ns"] * NS if full else None,
+        trace = raw["fault_trace"]
+        return _from_raw(
+            cls, raw, unmeasured, **times, config=config, vcpus=vcpus, readers=readers,
+            host=None, page_server=None, source=_SOURCE_NAMES[raw["source"]],
             fault_trace=None if trace is None else FaultTrace(
                 **{name: tuple(column) for name, column in trace.items()},
                 start_ns=raw["threads_start_ns"]),
-            kvm_run_seconds=(raw["end_ns"] - raw["start_ns"]) * NS,
             clock_sync=_CLOCK_SYNC.get(raw["clock_sync"]) if staged else None,
-            clock_error_ns=float(raw["clock_error_ns"]) if staged else None,
-            misordered_faults=raw["misordered"] if staged else None,
-            touch_order=tuple(raw["touch_order"]),
-            prefetched_pages=raw["prefetched_pages"] if tracked else None,
-            pushed_pages=raw["pusher_pages"] if tracked else None,
-            pusher_source_bytes=raw["pusher_source_bytes"],
-            wasted_prefetch_pages=raw["wasted_prefetch_pages"] if tracked else None,
-            resident_seconds=max(resident_ns - raw["start_ns"], 0) * NS
-            if tracked and resident_ns else None,
-            faulted_pages=raw["faulted_pages"] if tracked else None,
-            faults_avoided=raw["touched_units"] - raw["faulted_pages"] if tracked else None,
-            prefetch_eexist=raw["pusher_eexist"] + sum(r.prefetch_eexist for r in readers)
-            if tracked else None,
-            prefetch_wakes=sum(r.wakes for r in readers) if tracked else None,
-        )
+            clock_error_ns=float(raw["clock_error_ns"]) if staged else None)
+
+
+def _unless(measured: bool, *names: str) -> tuple[str, ...]:
+    """names, where they were not measured (for _from_raw's unmeasured)."""
+    return () if measured else names
+
+
+def _from_raw(cls: type[_T], raw: dict[str, Any], unmeasured: Sequence[str] = (),
+              **given: Any) -> _T:
+    """A cls (VcpuStats, ReaderStats, Result) from one of the core's dicts.
+
+    Every field the core counts has the core's own name (csrc/ukvm.h), so
+    this is mechanical: field X is raw["X"], and the one conversion is a
+    unit, field X_seconds being the core's duration raw["X_ns"] / 1e9 (None
+    stays None: the core could not measure it). A list is a tuple, a
+    histogram's dict a Histogram. Fields in ``unmeasured`` are None (this run
+    did not measure them, e.g. latencies with stats="basic"); ``given`` are
+    what the core has no counter for (names, times, the Config). A field
+    found in none of these is a KeyError: a counter the core stopped
+    reporting cannot pass unnoticed.
+    """
+    kwargs = dict(given)
+    for f in dataclasses.fields(typing.cast(Any, cls)):
+        name = f.name
+        if name in kwargs:
+            continue
+        if name in unmeasured:
+            kwargs[name] = None
+            continue
+        if name in raw:
+            value = raw[name]
+        else:
+            value = raw[name.removesuffix("_seconds") + "_ns"] \
+                if name.endswith("_seconds") else raw[name]
+            value = None if value is None else value * NS
+        if isinstance(value, dict) and "buckets" in value:
+            value = _latency(value)
+        kwargs[name] = tuple(value) if isinstance(value, list) else value
+    return cls(**kwargs)
+
+
+def _times(raw: dict[str, Any]) -> dict[str, Any]:
+    """The one place Python derives a measurement: the durations between the
+    core's time stamps, and the rate over them (docs/results.md).
+
+    seconds          demand_paging_test's window: the vCPU threads' creation
+                     to their join
+    kvm_run_seconds  the first KVM_RUN of any vCPU to the last vCPU done
+    pass_seconds     pass p: the first vCPU starting it to the last ending it
+    paging_rate      pages_per_vcpu * vcpus / seconds; with several passes over
+                     the one that demand-pages, from the threads' creation to
+                     the last vCPU ending the first pass
+    vcpus            each vCPU's seconds and pass_seconds
+    """
+    seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS
+    starts = [[v["start_ns"], *v["pass_end_ns"][:-1]] for v in raw["vcpus"]]
+    ends = [v["pass_end_ns"] for v in raw["vcpus"]]
+    paging_seconds = seconds
+    if raw["passes"] > 1 and ends:
+        paging_seconds = (max(e[0] for e in ends) - raw["threads_start_ns"]) * NS
+    pages = raw["pages_per_vcpu"] * len(raw["vcpus"])
+    return {
+        "seconds": seconds,
+        "kvm_run_seconds": (raw["end_ns"] - raw["start_ns"]) * NS,
+        "pass_seconds": tuple((max(e[p] for e in ends) - min(s[p] for s in starts)) * NS
+                              for p in range(raw["passes"])),
+        "paging_rate": pages / paging_seconds if paging_seconds > 0 else 0.0,
+        "vcpus": [{"seconds": (v["end_ns"] - v["start_ns"]) * NS,
+                   "pass_seconds": tuple((b - a) * NS for a, b in
+                                         zip([v["start_ns"], *v["pass_end_ns"]],
+                                             v["pass_end_ns"], strict=False))}
+                  for v in raw["vcpus"]],
+    }

@@ -3,7 +3,7 @@
 The JSON of a Result is its fields, recursively, as plain JSON values, with a
 ``"schema"`` number in front::
 
-    {"schema": 3, "config": {"vcpus": 2, ..., "timeout_s": "inf"}, "seconds": 0.54,
+    {"schema": 4, "config": {"vcpus": 2, ..., "timeout_s": "inf"}, "seconds": 0.54,
      ..., "vcpus": [{"index": 0, ...}], "readers": [...], "host": {...}}
 
 It is strict JSON that jq and every other reader accepts: a float that is not
@@ -41,6 +41,15 @@ schema 2 counted both in ``faults``. A schema 2 file whose readers met no
 EEXIST is read exactly (``eexist`` 0); otherwise its per-vCPU split is
 unknown and read as None. Non-finite floats are strings (schema 2 wrote
 ``Infinity``, which is still read).
+
+Schema 4: one name per counter from the core to the Result, and the
+run's sums of its readers' counters counted by the core. Result's
+``prefetch_wakes`` (every reader's UFFDIO_WAKEs after EEXIST, which happen
+with or without prefetch) is ``wakes``, as ReaderStats names the same
+count; ``eexist``, ``spurious_wakeups``, ``source_bytes`` and
+``source_seconds``, which schema 3 left for Python to sum from the
+readers, are fields, and a schema 3 file gets them summed from its
+readers.
 """
 from __future__ import annotations
 
@@ -54,7 +63,7 @@ from typing import Any
 
 from .errors import ResultError
 
-SCHEMA = 3
+SCHEMA = 4
 
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
@@ -106,11 +115,12 @@ def from_json(cls: type, text: str | bytes) -> Any:
 def _schema_of_unmarked(data: dict[str, Any]) -> int:
     """The schema of a dict with no "schema" key (older ``to_dict()`` output
     and ``uffdkvm --json`` of before schema 3), told by its shape: schema 3
-    gave every vCPU an eexist count, schema 2 renamed the latency fields."""
+    gave every vCPU an eexist count, schema 2 renamed the latency fields;
+    schema 4 gave the run an eexist count of its own."""
     vcpus = [v for v in data.get("vcpus") or [] if isinstance(v, dict)]
     readers = [r for r in data.get("readers") or [] if isinstance(r, dict)]
     if not vcpus or all("eexist" in v for v in vcpus):
-        return SCHEMA
+        return SCHEMA if "eexist" in data and "prefetch_wakes" not in data else 3
     # Schema 2 has fault_latency too (raised -> resumed); schema 1 had it
     # where service_latency is now, and readers' latency.
     if any("fault_latency" in v and "service_latency" not in v for v in vcpus) or \
@@ -164,8 +174,27 @@ def _migrate_2_to_3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _migrate_3_to_4(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 -> 4: Result's prefetch_wakes is wakes, and the readers'
+    sums are fields (see the module docstring)."""
+    data = {"wakes" if k == "prefetch_wakes" else k: v for k, v in data.items()}
+    readers = [r for r in data.get("readers") or [] if isinstance(r, dict)]
+
+    def total(name: str) -> Any:
+        values = [r[name] for r in readers if isinstance(r.get(name), (int, float))]
+        return sum(values) if values else None
+
+    data.setdefault("eexist", total("eexist") or 0)
+    data.setdefault("spurious_wakeups", total("spurious_wakeups") or 0)
+    pusher = data.get("pusher_source_bytes")
+    data.setdefault("source_bytes", (total("source_bytes") or 0) +
+                    (pusher if isinstance(pusher, int) else 0))
+    data.setdefault("source_seconds", total("source_seconds"))
+    return data
+
+
 # MIGRATIONS[n]: JSON data of schema n -> schema n + 1.
-MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
 
 
 @functools.cache

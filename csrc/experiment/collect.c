@@ -25,9 +25,6 @@
 #include "uffd/resident.h"
 #include "uffd/verify.h"
 
-/* A statistic KVM did not give. */
-#define NO_STAT			UINT64_MAX
-
 /* KVM's VM-wide statistics into the result; absent stats are not an error. */
 static int collect_vm_stats(struct ukvm_experiment *exp)
 {
@@ -36,17 +33,17 @@ static int collect_vm_stats(struct ukvm_experiment *exp)
 
 	if (s->fd < 0 || !s->have_before)
 		return 0;
-	res->vm_stats = calloc(s->nr_scalars ?: 1, sizeof(uint64_t));
-	res->vm_stat_names = ukvm_kvmstats_scalar_names(s);
-	if (!res->vm_stats || !res->vm_stat_names)
+	res->kvm_stats = calloc(s->nr_scalars ?: 1, sizeof(uint64_t));
+	res->kvm_stat_names = ukvm_kvmstats_scalar_names(s);
+	if (!res->kvm_stats || !res->kvm_stat_names)
 		return -ENOMEM;
-	res->nr_vm_stats = s->nr_scalars;
-	if (ukvm_kvmstats_deltas(s, res->vm_stats)) {
-		ukvm_kvmstats_free_names(res->vm_stat_names, res->nr_vm_stats);
-		free(res->vm_stats);
-		res->vm_stat_names = NULL;
-		res->vm_stats = NULL;
-		res->nr_vm_stats = 0;
+	res->nr_kvm_stats = s->nr_scalars;
+	if (ukvm_kvmstats_deltas(s, res->kvm_stats)) {
+		ukvm_kvmstats_free_names(res->kvm_stat_names, res->nr_kvm_stats);
+		free(res->kvm_stats);
+		res->kvm_stat_names = NULL;
+		res->kvm_stats = NULL;
+		res->nr_kvm_stats = 0;
 	}
 	return 0;
 }
@@ -182,10 +179,10 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 	if (ret)
 		goto out;
 	res->blocktime_ns = log->blocktime_ns;
-	res->misordered = log->misordered;
+	res->misordered_faults = log->misordered;
 	if (cfg->trace_faults) {
-		res->trace = log->all;
-		res->nr_trace = log->nr_all;
+		res->fault_trace = log->all;
+		res->nr_fault_trace = log->nr_all;
 		log->all = NULL;
 	}
 out:
@@ -209,7 +206,8 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 	struct ukvm_result *res = &exp->result;
 	struct ukvm_resident *rs = &exp->resident;
 	struct ukvm_verify_params vp = *vp0;
-	uint64_t page, sub, n;
+	uint64_t page, sub, n, all_ns;
+	uint32_t i;
 
 	*prefetched_touched = 0;
 	if (!rs->state)
@@ -227,14 +225,21 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 		for (sub = 0; sub < exp->mem.page_size && !touched; sub += UKVM_PAGE_SIZE)
 			touched = ukvm_guest_touches(&vp, gpa + sub);
 		res->touched_units += touched;
-		res->waited_units += atomic_load(&rs->waited[page]);
+		res->faulted_pages += atomic_load(&rs->waited[page]);
 		res->prefetched_pages += prefetched;
 		res->wasted_prefetch_pages += prefetched && !touched;
 		*prefetched_touched += prefetched && touched;
 	}
-	res->pusher_pages = exp->pusher.pages;
+	res->faults_avoided = res->touched_units - res->faulted_pages;
+	res->pushed_pages = exp->pusher.pages;
 	res->pusher_eexist = exp->pusher.eexist;
-	res->resident_ns = atomic_load(&rs->all_ns);
+	res->prefetch_eexist = res->pusher_eexist;
+	for (i = 0; i < res->nr_readers; i++)
+		res->prefetch_eexist += res->readers[i].prefetch_eexist;
+	/* From the first vCPU's start (a page the pusher put in before it: 0). */
+	all_ns = atomic_load(&rs->all_ns);
+	res->resident_ns = !all_ns ? UKVM_RESULT_NONE :
+			   all_ns > res->start_ns ? all_ns - res->start_ns : 0;
 	n = atomic_load(&rs->nr_order);
 	n = n < rs->pages ? n : rs->pages;
 	res->touch_order = malloc((n ?: 1) * sizeof(*res->touch_order));
@@ -258,14 +263,8 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
-	uint64_t resolved = 0, messages = 0, expected = 0;
+	uint64_t resolved = res->faults, messages = res->faults + res->eexist, expected = 0;
 	const char *how = "";
-	uint32_t i;
-
-	for (i = 0; i < res->nr_readers; i++) {
-		resolved += res->readers[i].faults;
-		messages += res->readers[i].faults + res->readers[i].eexist;
-	}
 	if (cfg->wp_async) {
 		how = " (wp_async: the kernel un-protects written pages itself)";
 	} else if (cfg->uffd_mode == UKVM_UFFD_WP) {
@@ -329,7 +328,18 @@ static void collect_vcpu_resolver(struct ukvm_reader_result *x, const struct ukv
 	x->cpu_ns = vcpu->cpu_ns;
 	x->context_switches = vcpu->context_switches;
 	x->voluntary_context_switches = vcpu->voluntary_context_switches;
-	memcpy(x->affinity, vcpu->affinity, sizeof(x->affinity));
+	memcpy(x->cpus, vcpu->affinity, sizeof(x->cpus));
+}
+
+/* The run's counters that are its readers' summed. */
+static void collect_reader_sums(struct ukvm_result *res, const struct ukvm_reader_result *x)
+{
+	res->faults += x->faults;
+	res->eexist += x->eexist;
+	res->spurious_wakeups += x->spurious_wakeups;
+	res->wakes += x->wakes;
+	res->source_bytes += x->source_bytes;
+	res->source_ns += x->source_ns;
 }
 
 /* Verifies memory and what each vCPU's guest reported; fills the result. */
@@ -359,7 +369,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 
 	res->nr_vcpus = cfg->vcpus;
 	res->vcpus = calloc(cfg->vcpus, sizeof(*res->vcpus));
-	res->nr_uffds = exp->nr_pools;
+	res->uffds = exp->nr_pools;
 	for (u = 0, res->nr_readers = 0; u < exp->nr_pools; u++)
 		res->nr_readers += exp->pools[u].nr_readers;
 	res->readers = calloc(res->nr_readers ?: 1, sizeof(*res->readers));
@@ -381,6 +391,12 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	res->page_size = exp->mem.page_size;
 	res->source = exp->source.kind;
 	res->source_cached_pages_at_start = exp->source.cached_pages_at_start;
+	for (i = 0; i < cfg->vcpus; i++) {
+		if (i == 0 || exp->vcpus[i].start_ns < res->start_ns)
+			res->start_ns = exp->vcpus[i].start_ns;
+		if (exp->vcpus[i].end_ns > res->end_ns)
+			res->end_ns = exp->vcpus[i].end_ns;
+	}
 
 	for (u = 0, n = 0; u < exp->nr_pools; u++)
 		for (r = 0; exp->pools[u].readers && r < exp->pools[u].nr_readers; r++) {
@@ -391,11 +407,13 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			res->readers[n].source_ns = x->conn.ns;
 			if (x->vcpu >= 0)	/* resolver vCPU: the vCPU's own thread */
 				collect_vcpu_resolver(&res->readers[n], &exp->vcpus[x->vcpu]);
+			collect_reader_sums(res, &res->readers[n]);
 			n++;
 		}
 	res->nr_readers = n;
 	/* The pusher fetches over a connection of its own (prefetch.h). */
 	res->pusher_source_bytes = exp->pusher.conn.bytes;
+	res->source_bytes += res->pusher_source_bytes;
 	res->stats_full = cfg->stats == UKVM_STATS_FULL;
 	if (res->stats_full) {
 		ret = collect_faultlog(exp, &log);
@@ -450,7 +468,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		vr->fault_exits = vcpu->fault_exits;
 		vr->regs_fault_exits = vcpu->regs_fault_exits;
 		vr->cpu_ns = vcpu->cpu_ns;
-		memcpy(vr->affinity, vcpu->affinity, sizeof(vr->affinity));
+		memcpy(vr->cpus, vcpu->affinity, sizeof(vr->cpus));
 		vr->pass_end_ns = calloc(exp->passes, sizeof(uint64_t));
 		if (!vr->pass_end_ns) {
 			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the result");
@@ -461,16 +479,12 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			vr->access_cycles = guest_arg(a, GA_TSC_SUM);
 			memcpy(vr->access_hist, &guest_arg(a, GA_TSC_HIST), sizeof(vr->access_hist));
 		}
-		vr->exits = NO_STAT;
+		vr->exits = UKVM_RESULT_NONE;
 		ret = collect_vcpu_stats(exp, i, vr);
 		if (ret) {
 			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "collecting KVM statistics");
 			return ret;
 		}
-		if (i == 0 || vr->start_ns < res->start_ns)
-			res->start_ns = vr->start_ns;
-		if (vr->end_ns > res->end_ns)
-			res->end_ns = vr->end_ns;
 
 		/* Partitioned: verify this vCPU's slice. Overlapped: the region, once. */
 		if (!cfg->overlap || i == 0) {
@@ -501,7 +515,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 				 (unsigned long long)(guest_arg(a, GA_PAGES) * exp->passes));
 			res->verified = false;
 		}
-		res->accesses += vr->pages;
+		res->guest_accesses += vr->pages;
 		/* Overlapped lists: each vCPU reads its own draws; their sum is checked below. */
 		checksums += guest_arg(a, GA_CHECKSUM);
 		if (cfg->overlap && exp->visits)

@@ -685,20 +685,20 @@ void ukvm_result_free(struct ukvm_result *res)
 		free(res->vcpus[i].kvm_stats);
 		free(res->vcpus[i].pass_end_ns);
 	}
-	ukvm_kvmstats_free_names(res->vm_stat_names, res->nr_vm_stats);
+	ukvm_kvmstats_free_names(res->kvm_stat_names, res->nr_kvm_stats);
 	ukvm_kvmstats_free_names(res->vcpu_stat_names, res->nr_vcpu_stats);
-	free(res->vm_stats);
-	free(res->trace);
-	res->trace = NULL;
+	free(res->kvm_stats);
+	free(res->fault_trace);
+	res->fault_trace = NULL;
 	free(res->page_visits);
 	res->page_visits = NULL;
 	res->nr_page_visits = 0;
 	free(res->touch_order);
 	res->touch_order = NULL;
 	res->nr_touch_order = 0;
-	res->nr_trace = 0;
-	res->vm_stat_names = res->vcpu_stat_names = NULL;
-	res->vm_stats = NULL;
+	res->nr_fault_trace = 0;
+	res->kvm_stat_names = res->vcpu_stat_names = NULL;
+	res->kvm_stats = NULL;
 	free(res->vcpus);
 	free(res->readers);
 	res->vcpus = NULL;

@@ -342,7 +342,7 @@ static void account(struct ukvm_faultlog *log, const struct ukvm_fault_record *r
 	uint64_t start = rec->read_ns, end = rec->resolved_ns, arrived;
 	uint64_t r = (uint64_t)rec->uffd * log->readers_per_uffd + rec->reader;
 
-	v->faults++;
+	v->faults += !rec->eexist;	/* resolved, as a reader's faults count */
 	v->eexist += rec->eexist;
 	if (!rec->raised_ns || !rec->resumed_ns) {
 		ukvm_hist_add(&v->service_latency, rec->resolved_ns - rec->read_ns);

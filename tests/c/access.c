@@ -14,8 +14,8 @@ static uint64_t write_faults(const struct ukvm_result *r)
 {
 	uint64_t i, n = 0;
 
-	for (i = 0; i < r->nr_trace; i++)
-		n += !r->trace[i].eexist && r->trace[i].write;
+	for (i = 0; i < r->nr_fault_trace; i++)
+		n += !r->fault_trace[i].eexist && r->fault_trace[i].write;
 	return n;
 }
 

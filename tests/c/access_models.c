@@ -31,9 +31,9 @@ static void run_model(const struct ukvm_config *cfg)
 			touched += res.page_visits[i] != 0;
 		}
 		CHECK_EQ(touched, res.touched_pages);
-		CHECK_EQ(visits * cfg->passes, res.accesses);
-		for (i = 0; i < res.nr_trace; i++)
-			seen += !res.trace[i].eexist;
+		CHECK_EQ(visits * cfg->passes, res.guest_accesses);
+		for (i = 0; i < res.nr_fault_trace; i++)
+			seen += !res.fault_trace[i].eexist;
 		if (cfg->uffd_mode != UKVM_UFFD_NONE && ukvm_backing_page_size(cfg->backing) == PAGE)
 			CHECK_EQ(seen, res.touched_pages);
 	}

@@ -237,7 +237,7 @@ static inline bool ukt_run_fails(const struct ukvm_config *cfg, enum ukvm_error_
 		      ukt_cfg_str(cfg), needle, err.message);
 	CHECK(err.message[0] != '\0', "an error with an empty message");
 	/* A failed run hands back an empty result that is safe to free. */
-	CHECK(res.vcpus == NULL && res.readers == NULL && res.vm_stats == NULL);
+	CHECK(res.vcpus == NULL && res.readers == NULL && res.kvm_stats == NULL);
 	ukvm_result_free(&res);
 	return true;
 }
@@ -256,7 +256,7 @@ static inline void ukt_check_reader_layout(const struct ukvm_result *r, uint32_t
 {
 	uint32_t i;
 
-	CHECK_EQ(r->nr_uffds, uffds);
+	CHECK_EQ(r->uffds, uffds);
 	if (!CHECK_EQ(r->nr_readers, uffds * readers))
 		return;
 	for (i = 0; i < r->nr_readers; i++) {
@@ -269,8 +269,18 @@ static inline void ukt_check_reader_layout(const struct ukvm_result *r, uint32_t
 static inline void ukt_check_reader_counters(const struct ukvm_result *r,
 					     const struct ukvm_config *cfg)
 {
+	uint64_t spurious = 0, wakes = 0, source_bytes = r->pusher_source_bytes;
 	uint32_t i, n;
 
+	for (i = 0; i < r->nr_readers; i++) {
+		spurious += r->readers[i].spurious_wakeups;
+		wakes += r->readers[i].wakes;
+		source_bytes += r->readers[i].source_bytes;
+	}
+	/* The run's sums, from collect.c: its readers' (and the pusher's) */
+	CHECK_EQ(r->spurious_wakeups, spurious);
+	CHECK_EQ(r->wakes, wakes);
+	CHECK_EQ(r->source_bytes, source_bytes);
 	for (i = 0; i < r->nr_readers; i++) {
 		const struct ukvm_reader_result *x = &r->readers[i];
 		uint64_t messages = 0, reads = 0;
@@ -384,7 +394,7 @@ static inline void ukt_check_result(const struct ukvm_config *cfg, const struct 
 	uffds = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
 	ukt_check_reader_layout(r, uffds, ukt_resolvers_per_uffd(cfg));
 	ukt_check_reader_counters(r, cfg);
-	for (u = 0; u < r->nr_uffds; u++) {
+	for (u = 0; u < r->uffds; u++) {
 		uint64_t sum = 0;
 
 		for (i = 0; i < r->nr_readers; i++)
@@ -399,6 +409,22 @@ static inline void ukt_check_result(const struct ukvm_config *cfg, const struct 
 		eexist += r->readers[i].eexist;
 	}
 	CHECK_EQ(faults, expected);
+	/* the run's counts: its readers' */
+	CHECK_EQ(r->faults, faults);
+	CHECK_EQ(r->eexist, eexist);
+	if (cfg->stats == UKVM_STATS_FULL && cfg->uffd_mode != UKVM_UFFD_NONE) {
+		uint64_t vcpu_faults = 0, vcpu_eexist = 0;
+
+		/* faults and eexist mean the same for the vCPUs as for the readers */
+		for (i = 0; i < r->nr_vcpus; i++) {
+			vcpu_faults += r->vcpus[i].faults;
+			vcpu_eexist += r->vcpus[i].eexist;
+		}
+		if (r->vcpus[0].faults + r->vcpus[0].eexist)	/* UFFD_FEATURE_THREAD_ID named them */
+			CHECK(vcpu_faults == faults && vcpu_eexist == eexist,
+			      "the vCPUs' faults %" PRIu64 " + eexist %" PRIu64 ", the readers' %"
+			      PRIu64 " + %" PRIu64, vcpu_faults, vcpu_eexist, faults, eexist);
+	}
 	if (cfg->overlap)
 		/* The other vCPUs' faults on a page already being resolved. */
 		CHECK_LE(eexist, (uint64_t)(cfg->vcpus - 1) * expected);
@@ -425,20 +451,21 @@ static inline void ukt_check_trace(const struct ukvm_config *cfg, const struct u
 		free(seen);
 		return;
 	}
-	CHECK(r->nr_trace == 0 || r->trace, "nr_trace %" PRIu64 " without a trace", r->nr_trace);
-	for (i = 0; i < r->nr_trace && bad < 5; i++) {
-		const struct ukvm_fault_record *t = &r->trace[i];
+	CHECK(r->nr_fault_trace == 0 || r->fault_trace, "nr_fault_trace %" PRIu64 " without a trace",
+	      r->nr_fault_trace);
+	for (i = 0; i < r->nr_fault_trace && bad < 5; i++) {
+		const struct ukvm_fault_record *t = &r->fault_trace[i];
 		uint64_t off = t->gpa - r->region_gpa;
 		uint32_t owner = cfg->overlap ? 0 : (uint32_t)(off / cfg->mem_per_vcpu);
 		uint32_t k = t->uffd * ukt_resolvers_per_uffd(cfg) + t->reader;
 		bool ok = true;
 
-		ok &= CHECK(i == 0 || r->trace[i - 1].read_ns <= t->read_ns,
+		ok &= CHECK(i == 0 || r->fault_trace[i - 1].read_ns <= t->read_ns,
 			    "record %" PRIu64 " was read before the one ahead of it", i);
 		ok &= CHECK(t->read_ns <= t->resolved_ns, "record %" PRIu64 ": resolved before read", i);
 		ok &= CHECK(t->gpa >= r->region_gpa && off < r->region_bytes,
 			    "record %" PRIu64 ": gpa 0x%" PRIx64 " outside the region", i, t->gpa);
-		ok &= CHECK(t->uffd < r->nr_uffds && t->reader < ukt_resolvers_per_uffd(cfg) &&
+		ok &= CHECK(t->uffd < r->uffds && t->reader < ukt_resolvers_per_uffd(cfg) &&
 			    k < r->nr_readers,
 			    "record %" PRIu64 ": uffd %u reader %u", i, t->uffd, t->reader);
 		if (!ok) {
@@ -453,7 +480,7 @@ static inline void ukt_check_trace(const struct ukvm_config *cfg, const struct u
 			bad += !CHECK(t->vcpu == (int32_t)owner, "record %" PRIu64 ": gpa 0x%"
 				      PRIx64 " is vCPU %u's, the record says vCPU %d", i, t->gpa,
 				      owner, t->vcpu);
-			if (r->nr_uffds == cfg->vcpus)
+			if (r->uffds == cfg->vcpus)
 				bad += !CHECK_EQ(t->uffd, owner);
 		}
 		if (!t->eexist) {

@@ -15,7 +15,7 @@ static void run_overlapped(const struct ukvm_config *cfg)
 		return;
 	ukt_check_result(cfg, &res);
 	if (cfg->uffd_mode != UKVM_UFFD_NONE)
-		CHECK_EQ(res.nr_uffds, 1);
+		CHECK_EQ(res.uffds, 1);
 	ukvm_result_free(&res);
 }
 

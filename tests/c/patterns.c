@@ -28,9 +28,9 @@ static uint64_t walk(const struct ukvm_config *cfg, const struct ukvm_result *r,
 {
 	uint64_t i, n = 0;
 
-	for (i = 0; i < r->nr_trace && n < max; i++)
-		if (r->trace[i].vcpu == (int32_t)vcpu)
-			order[n++] = (r->trace[i].gpa - r->region_gpa) / PAGE -
+	for (i = 0; i < r->nr_fault_trace && n < max; i++)
+		if (r->fault_trace[i].vcpu == (int32_t)vcpu)
+			order[n++] = (r->fault_trace[i].gpa - r->region_gpa) / PAGE -
 				     (uint64_t)vcpu * (cfg->mem_per_vcpu / PAGE);
 	return n;
 }

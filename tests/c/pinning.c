@@ -112,7 +112,7 @@ static void run_pinned(const struct ukvm_config *cfg, const cpu_set_t *process,
 		int cpu = cfg->nr_pin_vcpus ? cfg->pin_vcpus[i % cfg->nr_pin_vcpus] : -1;
 		char want[16];
 
-		CHECK(affinity_is(v->affinity, cpu, process), "vCPU %u reported another affinity "
+		CHECK(affinity_is(v->cpus, cpu, process), "vCPU %u reported another affinity "
 		      "than CPU %d", i, cpu);
 		snprintf(want, sizeof(want), "%d", cpu);
 		CHECK(strcmp(cpus_of(v->tid), cpu >= 0 ? want : process_cpus) == 0,
@@ -124,7 +124,7 @@ static void run_pinned(const struct ukvm_config *cfg, const cpu_set_t *process,
 		int cpu = cfg->nr_pin_readers ? cfg->pin_readers[x->index % cfg->nr_pin_readers] : -1;
 		char want[16];
 
-		CHECK(affinity_is(x->affinity, cpu, process), "reader %u of uffd %u reported "
+		CHECK(affinity_is(x->cpus, cpu, process), "reader %u of uffd %u reported "
 		      "another affinity than CPU %d", x->index, x->uffd, cpu);
 		snprintf(want, sizeof(want), "%d", cpu);
 		CHECK(strcmp(cpus_of(x->tid), cpu >= 0 ? want : process_cpus) == 0,

@@ -142,7 +142,7 @@ int main(void)
 				/* Each waited for the ctl lock to report its failure. */
 				CHECK(s->context_switches >= 1, "reader %u: %" PRIu64 " context "
 				      "switches", i, s->context_switches);
-				CHECK(s->affinity[0] || s->affinity[1], "reader %u: no affinity", i);
+				CHECK(s->cpus[0] || s->cpus[1], "reader %u: no affinity", i);
 			}
 		}
 		fixture_end(&f);

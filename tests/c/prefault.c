@@ -15,7 +15,7 @@ static void run_prefaulted(const struct ukvm_config *cfg)
 	if (!ukt_run_ok(cfg, &res))
 		return;
 	ukt_check_result(cfg, &res);	/* expects 0 faults: cfg->prefault */
-	CHECK_EQ(res.nr_trace, 0);
+	CHECK_EQ(res.nr_fault_trace, 0);
 	for (i = 0; i < res.nr_readers; i++) {
 		CHECK_EQ(res.readers[i].faults, 0);
 		CHECK_EQ(res.readers[i].eexist, 0);

@@ -34,12 +34,15 @@ static void run_prefetch(const struct ukvm_config *cfg, uint64_t *faults, uint64
 	CHECK(res.verified, "%s: %s", ukt_cfg_str(cfg), res.verify_message);
 	CHECK(res.resident_tracked);
 	*faults = faults_of(&res);
-	*pushed = res.pusher_pages;
+	*pushed = res.pushed_pages;
 	CHECK_EQ(*faults + res.prefetched_pages, pages);
 	CHECK_EQ(res.touched_units, pages);
 	CHECK_EQ(res.wasted_prefetch_pages, 0);
-	/* the pusher may finish before a vCPU's first KVM_RUN: after the threads start */
-	CHECK(res.resident_ns >= res.threads_start_ns);
+	/* from the first KVM_RUN (0 if the pusher finished before it), within the run */
+	CHECK(res.resident_ns != UKVM_RESULT_NONE);
+	CHECK_LE(res.resident_ns, res.threads_joined_ns - res.start_ns);
+	CHECK_EQ(res.faults_avoided, res.touched_units - res.faulted_pages);
+	CHECK_EQ(res.faults, *faults);
 	CHECK_EQ(res.nr_touch_order, *faults);
 	seen = calloc(pages, 1);
 	for (i = 0; seen && i < res.nr_touch_order; i++) {

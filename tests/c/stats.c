@@ -13,8 +13,8 @@ static void check_basic(const struct ukvm_result *r)
 	uint32_t i;
 
 	CHECK(!r->stats_full);
-	CHECK_EQ(r->nr_trace, 0);
-	CHECK(r->trace == NULL);
+	CHECK_EQ(r->nr_fault_trace, 0);
+	CHECK(r->fault_trace == NULL);
 	CHECK_EQ(r->blocktime_ns, 0);
 	for (i = 0; i < r->nr_vcpus; i++) {
 		CHECK_EQ(r->vcpus[i].faults, 0);
@@ -44,7 +44,7 @@ int main(void)
 			ukt_check_result(&cfg, &res);
 			ukt_check_trace(&cfg, &res);
 			CHECK(res.stats_full);
-			CHECK_EQ(res.nr_trace, 2 * MiB / PAGE);
+			CHECK_EQ(res.nr_fault_trace, 2 * MiB / PAGE);
 			for (i = 0; i < res.nr_readers; i++)
 				CHECK_EQ(res.readers[i].service_latency.count,
 					 res.readers[i].faults + res.readers[i].eexist);
@@ -73,8 +73,8 @@ int main(void)
 		cfg.readers = 2;
 		if (ukt_run_ok(&cfg, &res)) {
 			ukt_check_result(&cfg, &res);
-			CHECK_EQ(res.nr_trace, 0);
-			CHECK(res.trace == NULL);
+			CHECK_EQ(res.nr_fault_trace, 0);
+			CHECK(res.fault_trace == NULL);
 			for (i = 0; i < res.nr_vcpus; i++)
 				CHECK_EQ(res.vcpus[i].faults, MiB / PAGE);
 			ukvm_result_free(&res);

@@ -81,9 +81,9 @@ int main(void)
 			CHECK(faults > 2 * pages / 4 && faults < 2 * pages * 3 / 4,
 			      "%" PRIu64 " faults for %" PRIu64 " pages at write_percent 50",
 			      faults, 2 * pages);
-			CHECK_EQ(res.nr_trace, faults);
-			for (i = 0; i < res.nr_trace; i++)
-				CHECK_EQ(res.trace[i].write, 1);
+			CHECK_EQ(res.nr_fault_trace, faults);
+			for (i = 0; i < res.nr_fault_trace; i++)
+				CHECK_EQ(res.fault_trace[i].write, 1);
 			ukvm_result_free(&res);
 		}
 	}
