@@ -124,11 +124,11 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
     return cpus
 
 
-def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
+def _choice(field: str, value: Any, choices: tuple[str, ...], none: str = "") -> str:
     if isinstance(value, str) and value.lower() in choices:
         return value.lower()
-    raise ConfigError(f"{field}: {value!r} is not one of {', '.join(map(repr, choices))}",
-                      field=field)
+    raise ConfigError(f"{field}: {value!r} is not one of {', '.join(map(repr, choices))}"
+                      f"{none}", field=field)
 
 
 def _range_text(f: schema.Field, kind_max: int) -> str:
@@ -185,7 +185,8 @@ def _cpus(field: str, value: Any) -> tuple[int, ...] | None:
     for cpu in value:
         number = _as_int(cpu)
         if number is None or not 0 <= number < 1 << 31:
-            raise ConfigError(f"{field}: {cpu!r} is not a CPU number", field=field)
+            raise ConfigError(f"{field}: {cpu!r} is not a CPU number: expected an int "
+                              f"between 0 and {MAX_CPU}", field=field)
         out.append(number)
     return tuple(out)
 
@@ -297,7 +298,8 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
     if f.kind == "bool":
         return _flag(f.name, value)
     if f.kind == "enum":
-        return _choice(f.name, value, schema.choices(f.name))
+        none = " or None" if f.form == "none_choice" else ""
+        return _choice(f.name, value, schema.choices(f.name), none)
     if f.kind == "double":
         if _is_bool(value) or not isinstance(value, numbers.Real):
             raise ConfigError(f"{f.name}: expected a number, not {value!r}", field=f.name)

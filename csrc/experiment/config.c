@@ -65,13 +65,9 @@ static int config_range(const char *name, uint64_t v, uint64_t lo, uint64_t hi,
 {
 	if (!lo && !hi)
 		return 0;
-	if (v < lo || v > hi) {
-		if (!lo)
-			BAD("%s: must be at most %llu, not %llu", name, (unsigned long long)hi,
-			    (unsigned long long)v);
+	if (v < lo || v > hi)
 		BAD("%s: must be between %llu and %llu, not %llu", name, (unsigned long long)lo,
 		    (unsigned long long)hi, (unsigned long long)v);
-	}
 	return 0;
 }
 
@@ -102,7 +98,8 @@ static int config_cpus(const char *name, const int32_t *cpus, uint32_t n, int32_
 		BAD("%s: %u CPUs, but the list is NULL", name, n);
 	for (i = 0; i < n; i++)
 		if (cpus[i] < lo || cpus[i] > hi)
-			BAD("%s: %d is not a CPU number (%d to %d)", name, cpus[i], lo, hi);
+			BAD("%s: CPU %d is not a CPU number between %d and %d", name, cpus[i], lo,
+			    hi);
 	return 0;
 }
 
