@@ -18,23 +18,55 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from . import _core, schema, touchorder
 from .errors import ConfigError
-from .schema import (  # noqa: F401  (re-exported: the limits, from the schema)
-    BACKING_PAGE_SIZES,
-    GUEST_PAGE_SIZES,
-    MAX_ACCESSES,
-    MAX_CPU,
-    MAX_DELAY_US,
-    MAX_GUEST_WORK,
-    MAX_INFLIGHT,
-    MAX_PASSES,
-    MAX_PREFETCH_PAGES,
-    MAX_READ_BATCH,
-    MAX_READERS,
-    MAX_REGION_BYTES,
-    MAX_REMOTE_BANDWIDTH_MBPS,
-    MAX_REMOTE_LATENCY_US,
-    MAX_VCPUS,
-    MAX_ZIPF_THETA,
+
+# The limits, from the schema (re-exported: `X as X`).
+from .schema import (
+    BACKING_PAGE_SIZES as BACKING_PAGE_SIZES,
+)
+from .schema import (
+    GUEST_PAGE_SIZES as GUEST_PAGE_SIZES,
+)
+from .schema import (
+    MAX_ACCESSES as MAX_ACCESSES,
+)
+from .schema import (
+    MAX_CPU as MAX_CPU,
+)
+from .schema import (
+    MAX_DELAY_US as MAX_DELAY_US,
+)
+from .schema import (
+    MAX_GUEST_WORK as MAX_GUEST_WORK,
+)
+from .schema import (
+    MAX_INFLIGHT as MAX_INFLIGHT,
+)
+from .schema import (
+    MAX_PASSES as MAX_PASSES,
+)
+from .schema import (
+    MAX_PREFETCH_PAGES as MAX_PREFETCH_PAGES,
+)
+from .schema import (
+    MAX_READ_BATCH as MAX_READ_BATCH,
+)
+from .schema import (
+    MAX_READERS as MAX_READERS,
+)
+from .schema import (
+    MAX_REGION_BYTES as MAX_REGION_BYTES,
+)
+from .schema import (
+    MAX_REMOTE_BANDWIDTH_MBPS as MAX_REMOTE_BANDWIDTH_MBPS,
+)
+from .schema import (
+    MAX_REMOTE_LATENCY_US as MAX_REMOTE_LATENCY_US,
+)
+from .schema import (
+    MAX_VCPUS as MAX_VCPUS,
+)
+from .schema import (
+    MAX_ZIPF_THETA as MAX_ZIPF_THETA,
 )
 
 PAGE_SIZE = 4096
@@ -147,8 +179,8 @@ def _integer(f: schema.Field, value: Any, *, python_side: bool = False) -> int:
     kind_max = _KIND_MAX[f.kind]
     low, high = 0, kind_max
     if python_side or f.form == "optional":
-        low = f.min if f.min is not None else 0
-        high = f.max if f.max is not None else kind_max
+        low = int(f.min) if f.min is not None else 0
+        high = int(f.max) if f.max is not None else kind_max
     if not low <= number <= high:
         raise ConfigError(f"{f.name}: must be {_range_text(f, kind_max)}, not {number}",
                           field=f.name)
@@ -218,14 +250,14 @@ def _replay(value: Any, page_size: int) -> tuple[int, ...]:
                               f"pages, and this run's backing has {page_size}-byte pages; "
                               f"record the order with the same backing", field="replay_from")
     elif isinstance(value, Iterable) and not isinstance(value, (bytes, dict, set, frozenset)):
-        order = []
+        pages = []
         for v in value:
             number = _as_int(v)
             if number is None or number < 0 or number >= 1 << 64:
                 raise ConfigError(f"replay_from: {v!r} is not a page index (a non-negative "
                                   f"int)", field="replay_from")
-            order.append(number)
-        order = tuple(order)
+            pages.append(number)
+        order = tuple(pages)
     else:
         raise ConfigError(f"replay_from: expected a path to a touch order file or a sequence "
                           f"of page indices, not {value!r}", field="replay_from")
@@ -266,7 +298,7 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
     if f.form == "seconds":
         if value is None:
             return None
-        if _is_bool(value) or not isinstance(value, numbers.Real) or not value > 0:
+        if _is_bool(value) or not isinstance(value, numbers.Real) or not float(value) > 0:
             raise ConfigError(f"{f.name}: expected a positive number of seconds, math.inf "
                               f"or None, not {value!r}", field=f.name)
         return float(value)
@@ -336,8 +368,9 @@ def core_config(c: Config, source_address: str | None = None) -> dict[str, Any]:
     """The dict the core takes: every core field of the schema, by its
     struct member's name, as the core holds it. pin_readers goes as
     Config.reader_cpus, timeout_s as Config.effective_timeout_s."""
-    out = {}
+    out: dict[str, Any] = {}
     for f in schema.CORE_FIELDS:
+        value: Any
         if f.name == "source_address":
             value = source_address if source_address is not None else \
                 (_SERVER_PENDING if c.source == "remote" else None)
@@ -347,7 +380,7 @@ def core_config(c: Config, source_address: str | None = None) -> dict[str, Any]:
             value = c.effective_timeout_s
         else:
             value = getattr(c, f.name)
-        out[f.core_name] = schema.to_core_value(f, value)
+        out[f.core_name or f.name] = schema.to_core_value(f, value)
     return out
 
 
