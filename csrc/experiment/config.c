@@ -312,13 +312,13 @@ static int config_check_resolve(const struct ukvm_config *c, struct ukvm_error *
 		    "uffd_mode=%s with resolve=%s%s", config_py_source_kind(c->source),
 		    config_py_uffd_mode(c->uffd_mode), config_py_resolve(c->resolve),
 		    c->prefault ? " and prefault=True" : "");
+	if (c->source == UKVM_SOURCE_REMOTE && !c->source_address[0])
+		BAD("source_address: source='remote' needs the page server's address "
+		    "(uffdkvm.run starts the server and gives it)");
 	if (c->source != UKVM_SOURCE_SYNTHETIC && !c->source_path[0])
 		BAD("source_path: source=%s needs the path of a snapshot file; write one with "
 		    "uffdkvm.make_snapshot(path, config.region_bytes)",
 		    config_py_source_kind(c->source));
-	if (c->source == UKVM_SOURCE_REMOTE && !c->source_address[0])
-		BAD("source_address: source='remote' needs the page server's address "
-		    "(uffdkvm.run starts the server and gives it)");
 	return 0;
 }
 
