@@ -144,15 +144,16 @@ def format_size(n: int) -> str:
 
 def parse_cpu_list(text: str) -> tuple[int, ...]:
     """CPU numbers from a string like "0,2,3" (the one parser: Config and
-    the CLI's -c and --pin-* both use it). Raises ValueError saying why."""
+    the CLI's -c and --pin-* both use it). Raises ConfigError (a ValueError,
+    its field the caller's to name) saying why."""
     try:
         cpus = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ValueError(f"{text!r} is not a list of CPU numbers like '0,1'") from None
+        raise ConfigError(f"{text!r} is not a list of CPU numbers like '0,1'") from None
     if not cpus:
-        raise ValueError(f"{text!r} names no CPU; give a list of CPU numbers like '0,1'")
+        raise ConfigError(f"{text!r} names no CPU; give a list of CPU numbers like '0,1'")
     if any(cpu < 0 for cpu in cpus):
-        raise ValueError(f"{text!r}: CPU numbers are 0 or more")
+        raise ConfigError(f"{text!r}: CPU numbers are 0 or more")
     return cpus
 
 
@@ -201,7 +202,7 @@ def _cpus(field: str, value: Any) -> tuple[int, ...] | None:
     if isinstance(value, str):
         try:
             return parse_cpu_list(value)
-        except ValueError as e:
+        except ConfigError as e:
             raise ConfigError(f"{field}: {e}", field=field) from None
     if _as_int(value) is not None:
         value = [value]
