@@ -31,6 +31,7 @@ Python-side ones; the message is the same.
 from __future__ import annotations
 
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,6 @@ class Field:
     applies: tuple[tuple[str, tuple[str, ...]], ...] = ()
     form: str | None = None     # one of FORMS, or None: Python holds what the core does
     size: str = ""              # string: the buffer size constant (its NUL included)
-    ctype_doc: str = ""         # the struct member's comment, where it says more than doc
 
     @property
     def core_name(self) -> str | None:
@@ -381,7 +381,6 @@ def _member(f: Field) -> list[str]:
 
 
 def _wrap(text: str, width: int, indent: str) -> list[str]:
-    import textwrap
     return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent) or [indent]
 
 
