@@ -31,75 +31,61 @@
 
 static PyObject *CoreError;
 
-/* ---- config: dict -> struct ---- */
+/* ---- config: dict -> struct, and back ---- */
 
-enum field_type { F_U32, F_U64, F_BOOL, F_ENUM, F_DOUBLE };
+/*
+ * The field table is the schema's (config_schema.h, generated from
+ * uffdkvm/schema.py): every key a core field by its struct member's name,
+ * each required, none unknown. Each kind converts one way in and one way out.
+ */
+enum field_type { F_U32, F_U64, F_BOOL, F_ENUM, F_DOUBLE, F_STRING, F_CPUS, F_PAGES };
 
 struct field {
 	const char *name;
 	enum field_type type;
-	size_t offset;
+	size_t offset;		/* of the member; CPUS, PAGES: of the pointer */
+	size_t count;		/* CPUS, PAGES: of the count; STRING: the buffer's size */
 };
 
-#define FIELD(name, type) { #name, type, offsetof(struct ukvm_config, name) }
+#define COUNT_U32(m)	0
+#define COUNT_U64(m)	0
+#define COUNT_BOOL(m)	0
+#define COUNT_ENUM(m)	0
+#define COUNT_DOUBLE(m)	0
+#define COUNT_STRING(m)	sizeof(((struct ukvm_config *)0)->m)
+#define COUNT_CPUS(m)	offsetof(struct ukvm_config, nr_##m)
+#define COUNT_PAGES(m)	offsetof(struct ukvm_config, nr_##m)
+#define FIELD(kind, m, name, d, lo, hi, pyd) \
+	{ #m, F_##kind, offsetof(struct ukvm_config, m), COUNT_##kind(m) },
 static const struct field config_fields[] = {
-	FIELD(vcpus, F_U32),
-	FIELD(mem_per_vcpu, F_U64),
-	FIELD(backing, F_ENUM),
-	FIELD(uffd_mode, F_ENUM),
-	FIELD(wp_async, F_BOOL),
-	FIELD(single_uffd, F_BOOL),
-	FIELD(readers, F_U32),
-	FIELD(resolver, F_ENUM),
-	FIELD(wait, F_ENUM),
-	FIELD(read_batch, F_U32),
-	FIELD(delay_us, F_U32),
-	FIELD(overlap, F_BOOL),
-	FIELD(guest_work, F_U32),
-	FIELD(guest_page_size, F_U64),
-	FIELD(pattern, F_ENUM),
-	FIELD(seed, F_U64),
-	FIELD(write_percent, F_U32),
-	FIELD(passes, F_U32),
-	FIELD(touch_percent, F_U32),
-	FIELD(access, F_ENUM),
-	FIELD(zipf_theta, F_DOUBLE),
-	FIELD(accesses, F_U64),
-	FIELD(resolve, F_ENUM),
-	FIELD(delay_dist, F_ENUM),
-	FIELD(prefault, F_BOOL),
-	FIELD(stats, F_ENUM),
-	FIELD(guest_timing, F_BOOL),
-	FIELD(trace_faults, F_BOOL),
-	FIELD(timeout_ns, F_U64),
-	FIELD(source, F_ENUM),
-	FIELD(source_read, F_ENUM),
-	FIELD(source_cache, F_ENUM),
-	FIELD(prefetch, F_ENUM),
-	FIELD(prefetch_pages, F_U32),
-	FIELD(prefetch_bandwidth_mbps, F_U64),
-#ifdef UKVM_TEST_HOOKS
-	FIELD(inject, F_ENUM),
-	FIELD(inject_after, F_U64),
-#endif
+	UKVM_CONFIG_FIELDS(FIELD)
 };
 #undef FIELD
 
-#ifndef UKVM_TEST_HOOKS
+#ifdef UKVM_TEST_HOOKS
+/* testhooks.h's fields: optional keys, for the tests' fault injection only. */
+static const struct field test_fields[] = {
+	{ "inject", F_ENUM, offsetof(struct ukvm_config, inject), 0 },
+	{ "inject_after", F_U64, offsetof(struct ukvm_config, inject_after), 0 },
+};
+#else
 /* Config keys only a build with test hooks reads: here they are refused, so
  * that a test asking for a failure cannot pass because none was made. */
 static const char *const test_hook_fields[] = { "inject", "inject_after" };
 #endif
 
+#define NFIELDS(t) (sizeof(t) / sizeof((t)[0]))
+
 /* A list of CPU numbers, into an int32 array the caller frees. */
-static int cpu_list(PyObject *dict, const char *key, uint32_t *nr, int32_t **out)
+static int cpu_list(PyObject *item, const char *key, uint32_t *nr, const int32_t **out)
 {
-	PyObject *item = PyDict_GetItemString(dict, key), *seq;
+	PyObject *seq;
+	int32_t *cpus;
 	Py_ssize_t i, n;
 
 	*nr = 0;
 	*out = NULL;
-	if (!item || item == Py_None)
+	if (item == Py_None)
 		return 0;
 	seq = PySequence_List(item);	/* any iterable, copied into a list */
 	if (!seq) {
@@ -110,8 +96,8 @@ static int cpu_list(PyObject *dict, const char *key, uint32_t *nr, int32_t **out
 		return -1;
 	}
 	n = PyList_Size(seq);
-	*out = PyMem_Calloc(n ? (size_t)n : 1, sizeof(int32_t));
-	if (!*out) {
+	cpus = PyMem_Calloc(n ? (size_t)n : 1, sizeof(int32_t));
+	if (!cpus) {
 		Py_DECREF(seq);
 		PyErr_NoMemory();
 		return -1;
@@ -123,33 +109,34 @@ static int cpu_list(PyObject *dict, const char *key, uint32_t *nr, int32_t **out
 			PyErr_Clear();
 			PyErr_Format(PyExc_ValueError, "%s: expected CPU numbers", key);
 			Py_DECREF(seq);
-			PyMem_Free(*out);
-			*out = NULL;
+			PyMem_Free(cpus);
 			return -1;
 		}
-		(*out)[i] = (int32_t)v;
+		cpus[i] = (int32_t)v;
 	}
 	Py_DECREF(seq);
 	*nr = (uint32_t)n;
+	*out = cpus;
 	return 0;
 }
 
-/* prefetch replay: the page indices of key, into a uint64 array the caller frees. */
-static int page_list(PyObject *dict, const char *key, uint64_t *nr, uint64_t **out)
+/* Page indices (prefetch replay), into a uint64 array the caller frees. */
+static int page_list(PyObject *item, const char *key, uint64_t *nr, const uint64_t **out)
 {
-	PyObject *item = PyDict_GetItemString(dict, key), *seq;
+	PyObject *seq;
+	uint64_t *pages;
 	Py_ssize_t i, n;
 
 	*nr = 0;
 	*out = NULL;
-	if (!item || item == Py_None)
+	if (item == Py_None)
 		return 0;
 	seq = PySequence_List(item);
 	if (!seq)
 		return -1;
 	n = PyList_Size(seq);
-	*out = PyMem_Calloc(n ? (size_t)n : 1, sizeof(uint64_t));
-	if (!*out) {
+	pages = PyMem_Calloc(n ? (size_t)n : 1, sizeof(uint64_t));
+	if (!pages) {
 		Py_DECREF(seq);
 		PyErr_NoMemory();
 		return -1;
@@ -161,14 +148,14 @@ static int page_list(PyObject *dict, const char *key, uint64_t *nr, uint64_t **o
 			PyErr_Clear();
 			PyErr_Format(PyExc_ValueError, "%s: expected page indices", key);
 			Py_DECREF(seq);
-			PyMem_Free(*out);
-			*out = NULL;
+			PyMem_Free(pages);
 			return -1;
 		}
-		(*out)[i] = v;
+		pages[i] = v;
 	}
 	Py_DECREF(seq);
 	*nr = (uint64_t)n;
+	*out = pages;
 	return 0;
 }
 
@@ -182,16 +169,17 @@ static void config_free(struct ukvm_config *cfg)
 }
 
 /*
- * A string field (source_path, source_address): a str or bytes, in the
- * filesystem's encoding, into buf of size bytes, NUL-terminated.
+ * A string field (source_path, source_address): None (""), or a str or
+ * bytes in the filesystem's encoding, into buf of size bytes, NUL-terminated.
  */
-static int config_string(PyObject *dict, const char *name, char *buf, size_t size)
+static int config_string(PyObject *item, const char *name, char *buf, size_t size)
 {
-	PyObject *item = PyDict_GetItemString(dict, name), *bytes;
+	PyObject *bytes;
 	Py_ssize_t len;
 	char *p;
 
-	if (!item || item == Py_None)
+	buf[0] = 0;
+	if (item == Py_None)
 		return 0;
 	if (PyUnicode_Check(item)) {
 		bytes = PyUnicode_EncodeFSDefault(item);
@@ -216,88 +204,180 @@ static int config_string(PyObject *dict, const char *name, char *buf, size_t siz
 	return 0;
 }
 
+/* One field's value from item into cfg: 0, or -1 with an exception set. */
+static int config_field(const struct field *f, PyObject *item, struct ukvm_config *cfg)
+{
+	char *dst = (char *)cfg + f->offset;
+	unsigned long long v;
+
+	switch (f->type) {
+	case F_DOUBLE: {
+		double x = PyFloat_AsDouble(item);
+
+		if (x == -1.0 && PyErr_Occurred()) {
+			PyErr_Format(PyExc_ValueError, "%s: expected a number", f->name);
+			return -1;
+		}
+		*(double *)dst = x;
+		return 0;
+	}
+	case F_STRING:
+		return config_string(item, f->name, dst, f->count);
+	case F_CPUS:
+		return cpu_list(item, f->name, (uint32_t *)((char *)cfg + f->count),
+				(const int32_t **)dst);
+	case F_PAGES:
+		return page_list(item, f->name, (uint64_t *)((char *)cfg + f->count),
+				 (const uint64_t **)dst);
+	default:
+		break;
+	}
+	v = PyLong_AsUnsignedLongLong(item);
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		PyErr_Format(PyExc_ValueError, "%s: expected a non-negative integer", f->name);
+		return -1;
+	}
+	if ((f->type == F_U32 || f->type == F_ENUM) && v > UINT32_MAX) {
+		PyErr_Format(PyExc_ValueError, "%s: %llu is too large", f->name, v);
+		return -1;
+	}
+	if (f->type == F_U32)
+		*(uint32_t *)dst = (uint32_t)v;
+	else if (f->type == F_ENUM)
+		*(int *)dst = (int)v;
+	else if (f->type == F_U64)
+		*(uint64_t *)dst = v;
+	else
+		*(bool *)dst = v != 0;
+	return 0;
+}
+
+static const struct field *field_named(const struct field *t, size_t n, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (!strcmp(t[i].name, name))
+			return &t[i];
+	return NULL;
+}
+
+/*
+ * The dict, which must hold every core field and nothing else (a test
+ * build's inject keys may be there too), into cfg: 0, or -1 with an
+ * exception set and nothing left to free.
+ */
 static int config_from_dict(PyObject *dict, struct ukvm_config *cfg)
 {
-	uint64_t *replay;
-	int32_t *pins;
+	PyObject *key, *item;
+	Py_ssize_t pos = 0;
 	size_t i;
 
 	ukvm_config_init(cfg);
-#ifndef UKVM_TEST_HOOKS
-	for (i = 0; i < sizeof(test_hook_fields) / sizeof(test_hook_fields[0]); i++) {
-		if (PyDict_GetItemString(dict, test_hook_fields[i])) {
-			PyErr_Format(PyExc_ValueError,
-				     "%s: this uffdkvm._core was built without test hooks (fault "
-				     "injection); build it with UFFDKVM_TEST_HOOKS=1 in the "
-				     "environment", test_hook_fields[i]);
+	while (PyDict_Next(dict, &pos, &key, &item)) {
+		const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, NULL) : NULL;
+
+		if (!name) {
+			PyErr_Clear();
+			PyErr_SetString(PyExc_TypeError, "config keys must be field names (str)");
+			return -1;
+		}
+		if (field_named(config_fields, NFIELDS(config_fields), name))
+			continue;
+#ifdef UKVM_TEST_HOOKS
+		if (field_named(test_fields, NFIELDS(test_fields), name))
+			continue;
+#else
+		for (i = 0; i < NFIELDS(test_hook_fields); i++) {
+			if (!strcmp(name, test_hook_fields[i])) {
+				PyErr_Format(PyExc_ValueError,
+					     "%s: this uffdkvm._core was built without test hooks "
+					     "(fault injection); build it with UFFDKVM_TEST_HOOKS=1 in "
+					     "the environment", name);
+				return -1;
+			}
+		}
+#endif
+		PyErr_Format(PyExc_KeyError, "%s: not a field of the core's config (fields: "
+			     "uffdkvm/schema.py)", name);
+		return -1;
+	}
+	for (i = 0; i < NFIELDS(config_fields); i++) {
+		const struct field *f = &config_fields[i];
+
+		item = PyDict_GetItemString(dict, f->name);	/* borrowed */
+		if (!item) {
+			config_free(cfg);
+			PyErr_Format(PyExc_KeyError, "%s: missing; the core takes every field of "
+				     "its config (uffdkvm/schema.py)", f->name);
+			return -1;
+		}
+		if (config_field(f, item, cfg)) {
+			config_free(cfg);
+			return -1;
+		}
+	}
+#ifdef UKVM_TEST_HOOKS
+	for (i = 0; i < NFIELDS(test_fields); i++) {
+		item = PyDict_GetItemString(dict, test_fields[i].name);
+		if (item && config_field(&test_fields[i], item, cfg)) {
+			config_free(cfg);
 			return -1;
 		}
 	}
 #endif
-	for (i = 0; i < sizeof(config_fields) / sizeof(config_fields[0]); i++) {
-		const struct field *f = &config_fields[i];
-		char *dst = (char *)cfg + f->offset;
-		unsigned long long v;
-		PyObject *item = PyDict_GetItemString(dict, f->name);
-
-		if (!item)
-			continue;	/* the core's default */
-		if (f->type == F_DOUBLE) {
-			double x = PyFloat_AsDouble(item);
-
-			if (x == -1.0 && PyErr_Occurred()) {
-				PyErr_Format(PyExc_ValueError, "%s: expected a number", f->name);
-				return -1;
-			}
-			*(double *)dst = x;
-			continue;
-		}
-		v = PyLong_AsUnsignedLongLong(item);
-		if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-			PyErr_Format(PyExc_ValueError, "%s: expected a non-negative integer",
-				     f->name);
-			return -1;
-		}
-		switch (f->type) {
-		case F_U32:
-		case F_ENUM:
-			if (v > UINT32_MAX) {
-				PyErr_Format(PyExc_ValueError, "%s: %llu is too large", f->name, v);
-				return -1;
-			}
-			if (f->type == F_U32)
-				*(uint32_t *)dst = (uint32_t)v;
-			else
-				*(int *)dst = (int)v;
-			break;
-		case F_U64:
-			*(uint64_t *)dst = v;
-			break;
-		case F_BOOL:
-			*(bool *)dst = v != 0;
-			break;
-		case F_DOUBLE:
-			break;	/* above */
-		}
-	}
-	if (config_string(dict, "source_path", cfg->source_path, sizeof(cfg->source_path)) ||
-	    config_string(dict, "source_address", cfg->source_address,
-			  sizeof(cfg->source_address)))
-		return -1;
-	if (cpu_list(dict, "pin_vcpus", &cfg->nr_pin_vcpus, &pins))
-		return -1;
-	cfg->pin_vcpus = pins;
-	if (cpu_list(dict, "pin_readers", &cfg->nr_pin_readers, &pins)) {
-		config_free(cfg);
-		return -1;
-	}
-	cfg->pin_readers = pins;
-	if (page_list(dict, "replay", &cfg->nr_replay, &replay)) {
-		config_free(cfg);
-		return -1;
-	}
-	cfg->replay = replay;
 	return 0;
+}
+
+/* A field's value as the core's struct holds it, as a Python object. */
+static PyObject *config_value(const struct field *f, const struct ukvm_config *cfg)
+{
+	const char *src = (const char *)cfg + f->offset;
+	PyObject *list, *o;
+	uint64_t i, n;
+
+	switch (f->type) {
+	case F_U32:
+		return PyLong_FromUnsignedLong(*(const uint32_t *)src);
+	case F_ENUM:
+		return PyLong_FromLong(*(const int *)src);
+	case F_U64:
+		return PyLong_FromUnsignedLongLong(*(const uint64_t *)src);
+	case F_BOOL:
+		return PyBool_FromLong(*(const bool *)src);
+	case F_DOUBLE:
+		return PyFloat_FromDouble(*(const double *)src);
+	case F_STRING:
+		return PyUnicode_DecodeFSDefault(src);
+	case F_CPUS:
+	case F_PAGES:
+		break;
+	}
+	n = f->type == F_CPUS ? *(const uint32_t *)((const char *)cfg + f->count) :
+		*(const uint64_t *)((const char *)cfg + f->count);
+	list = PyList_New((Py_ssize_t)n);
+	for (i = 0; list && i < n; i++) {
+		o = f->type == F_CPUS ? PyLong_FromLong((*(const int32_t *const *)src)[i]) :
+			PyLong_FromUnsignedLongLong((*(const uint64_t *const *)src)[i]);
+		if (!o || PyList_SetItem(list, (Py_ssize_t)i, o))	/* steals o */
+			Py_CLEAR(list);
+	}
+	return list;
+}
+
+/* Every core field of cfg, by the struct member's name: run()'s raw["config"]. */
+static PyObject *config_to_dict(const struct ukvm_config *cfg)
+{
+	PyObject *d = PyDict_New(), *o;
+	size_t i;
+
+	for (i = 0; d && i < NFIELDS(config_fields); i++) {
+		o = config_value(&config_fields[i], cfg);
+		if (!o || PyDict_SetItemString(d, config_fields[i].name, o))
+			Py_CLEAR(d);
+		Py_XDECREF(o);
+	}
+	return d;
 }
 
 /* ---- result: struct -> dict ---- */
@@ -745,7 +825,7 @@ static PyObject *core_run(PyObject *self, PyObject *args)
 	struct ukvm_config cfg;
 	struct ukvm_result res;
 	struct ukvm_error err;
-	PyObject *arg, *progress = Py_None;
+	PyObject *arg, *progress = Py_None, *ran;
 	uint64_t *done = NULL, *total = NULL;
 	bool interrupted = false;
 	uint32_t vcpus;
@@ -787,8 +867,14 @@ static PyObject *core_run(PyObject *self, PyObject *args)
 		raise_core_error(&err);
 		return NULL;
 	}
+	/* The config the core runs, from its own copy: raw["config"]. */
+	ran = config_to_dict(ukvm_experiment_config(exp));
+	if (!ran)
+		interrupted = true;	/* out of memory: cancel, clean up, raise */
 
-	for (;;) {
+	if (interrupted)
+		ukvm_experiment_cancel(exp);
+	while (!interrupted) {
 		Py_BEGIN_ALLOW_THREADS
 		ret = ukvm_experiment_wait(exp, WAIT_SLICE_NS);
 		Py_END_ALLOW_THREADS
@@ -814,15 +900,43 @@ static PyObject *core_run(PyObject *self, PyObject *args)
 	if (interrupted) {
 		if (!ret)
 			ukvm_result_free(&res);
+		Py_XDECREF(ran);
 		return NULL;	/* the signal handler's exception is still set */
 	}
 	if (ret) {
+		Py_DECREF(ran);
 		raise_core_error(&err);
 		return NULL;
 	}
 	out = result_to_dict(&res);
 	ukvm_result_free(&res);
+	if (out && PyDict_SetItemString(out, "config", ran))
+		Py_CLEAR(out);
+	Py_DECREF(ran);
 	return out;
+}
+
+static PyObject *core_validate(PyObject *self, PyObject *arg)
+{
+	struct ukvm_config cfg;
+	struct ukvm_error err;
+	int ret;
+
+	(void)self;
+	if (!PyDict_Check(arg)) {
+		PyErr_SetString(PyExc_TypeError, "validate() takes a dict of config fields");
+		return NULL;
+	}
+	if (config_from_dict(arg, &cfg))
+		return NULL;
+	memset(&err, 0, sizeof(err));
+	ret = ukvm_config_validate(&cfg, &err);	/* pure, quick: the GIL is kept */
+	config_free(&cfg);
+	if (ret) {
+		raise_core_error(&err);
+		return NULL;
+	}
+	Py_RETURN_NONE;
 }
 
 static PyObject *core_probe(PyObject *self, PyObject *arg)
@@ -992,6 +1106,10 @@ static PyMethodDef core_methods[] = {
 	  "threads, fds and memory (a failed or interrupted run returns first and frees its "
 	  "memory after; one with a thread that would not stop keeps everything until it "
 	  "leaves). Raises CoreError naming what still holds on after timeout_s." },
+	{ "validate", core_validate, METH_O,
+	  "validate(config: dict) -> None\n\nRun the core's validator alone (the one "
+	  "validator: uffdkvm.Config calls it). Raises CoreError(ERR_CONFIG, 0, message), the "
+	  "message starting with the field's name, for a config the core refuses." },
 	{ "probe", core_probe, METH_O,
 	  "probe(config: dict) -> None\n\nBuild what the config needs and register it, "
 	  "run nothing. Raises CoreError(kind, errno, message) if the host cannot." },
@@ -1046,53 +1164,17 @@ static int add_hist_bounds(PyObject *m)
 
 static int add_constants(PyObject *m)
 {
-	static const struct { const char *name; long value; } constants[] = {
-		{ "BACKING_ANONYMOUS", UKVM_BACKING_ANONYMOUS },
-		{ "BACKING_SHMEM", UKVM_BACKING_SHMEM },
-		{ "BACKING_ANONYMOUS_THP", UKVM_BACKING_ANONYMOUS_THP },
-		{ "BACKING_ANONYMOUS_HUGETLB", UKVM_BACKING_ANONYMOUS_HUGETLB },
-		{ "BACKING_ANONYMOUS_HUGETLB_1GB", UKVM_BACKING_ANONYMOUS_HUGETLB_1GB },
-		{ "BACKING_SHARED_HUGETLB", UKVM_BACKING_SHARED_HUGETLB },
-		{ "BACKING_GUEST_MEMFD", UKVM_BACKING_GUEST_MEMFD },
-		{ "PATTERN_SEQUENTIAL", UKVM_PATTERN_SEQUENTIAL },
-		{ "PATTERN_REVERSE", UKVM_PATTERN_REVERSE },
-		{ "PATTERN_RANDOM", UKVM_PATTERN_RANDOM },
-		{ "ACCESS_UNIFORM", UKVM_ACCESS_UNIFORM },
-		{ "ACCESS_ZIPF", UKVM_ACCESS_ZIPF },
-		{ "RESOLVE_COPY", UKVM_RESOLVE_COPY },
-		{ "RESOLVE_ZEROPAGE", UKVM_RESOLVE_ZEROPAGE },
-		{ "RESOLVE_MOVE", UKVM_RESOLVE_MOVE },
-		{ "PREFETCH_NONE", UKVM_PREFETCH_NONE },
-		{ "PREFETCH_READAHEAD", UKVM_PREFETCH_READAHEAD },
-		{ "PREFETCH_BACKGROUND", UKVM_PREFETCH_BACKGROUND },
-		{ "PREFETCH_REPLAY", UKVM_PREFETCH_REPLAY },
-		{ "DELAY_FIXED", UKVM_DELAY_FIXED },
-		{ "DELAY_UNIFORM", UKVM_DELAY_UNIFORM },
-		{ "DELAY_EXPONENTIAL", UKVM_DELAY_EXPONENTIAL },
-		{ "STATS_FULL", UKVM_STATS_FULL },
+	/* The config's enums and limits come from the schema (config_schema.h). */
+#define ENUM_CONSTANT(id, name, py)	{ #id + 5, id },
+#define ENUM_CONSTANTS(type, field, prefix)	UKVM_##prefix##_NAMES(ENUM_CONSTANT)
+	static const struct { const char *name; long long value; } constants[] = {
+		UKVM_CONFIG_ENUMS(ENUM_CONSTANTS)
+#define LIMIT(name, value)	{ #name, (long long)(UKVM_##name) },
+		UKVM_CONFIG_CONSTANTS(LIMIT)
+#undef LIMIT
 		{ "CLOCK_SYNC_NONE", UKVM_CLOCK_SYNC_NONE },
 		{ "CLOCK_SYNC_KVM_OFFSET", UKVM_CLOCK_SYNC_KVM_OFFSET },
 		{ "CLOCK_SYNC_EXITS", UKVM_CLOCK_SYNC_EXITS },
-		{ "STATS_BASIC", UKVM_STATS_BASIC },
-		{ "UFFD_NONE", UKVM_UFFD_NONE },
-		{ "UFFD_MISSING", UKVM_UFFD_MISSING },
-		{ "UFFD_MINOR", UKVM_UFFD_MINOR },
-		{ "UFFD_WP", UKVM_UFFD_WP },
-		{ "WAIT_POLL", UKVM_WAIT_POLL },
-		{ "WAIT_EPOLL", UKVM_WAIT_EPOLL },
-		{ "WAIT_EPOLL_EXCLUSIVE", UKVM_WAIT_EPOLL_EXCLUSIVE },
-		{ "WAIT_READ", UKVM_WAIT_READ },
-		{ "WAIT_SPIN", UKVM_WAIT_SPIN },
-		{ "WAIT_IO_URING", UKVM_WAIT_IO_URING },
-		{ "RESOLVER_READERS", UKVM_RESOLVER_READERS },
-		{ "RESOLVER_VCPU", UKVM_RESOLVER_VCPU },
-		{ "SOURCE_SYNTHETIC", UKVM_SOURCE_SYNTHETIC },
-		{ "SOURCE_FILE", UKVM_SOURCE_FILE },
-		{ "SOURCE_REMOTE", UKVM_SOURCE_REMOTE },
-		{ "SOURCE_READ_PREAD", UKVM_SOURCE_READ_PREAD },
-		{ "SOURCE_READ_MMAP", UKVM_SOURCE_READ_MMAP },
-		{ "SOURCE_CACHE_WARM", UKVM_SOURCE_CACHE_WARM },
-		{ "SOURCE_CACHE_COLD", UKVM_SOURCE_CACHE_COLD },
 		{ "ERR_CONFIG", UKVM_ERR_CONFIG },
 		{ "ERR_HOST", UKVM_ERR_HOST },
 		{ "ERR_RUN", UKVM_ERR_RUN },
@@ -1125,9 +1207,25 @@ static int add_constants(PyObject *m)
 	};
 	size_t i;
 
-	for (i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
-		if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value))
+#undef ENUM_CONSTANTS
+#undef ENUM_CONSTANT
+	PyObject *theta;
+
+	for (i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {
+		PyObject *o = PyLong_FromLongLong(constants[i].value);
+
+		if (!o || PyModule_AddObjectRef(m, constants[i].name, o)) {
+			Py_XDECREF(o);
 			return -1;
+		}
+		Py_DECREF(o);
+	}
+	theta = PyFloat_FromDouble(UKVM_MAX_ZIPF_THETA);
+	if (!theta || PyModule_AddObjectRef(m, "MAX_ZIPF_THETA", theta)) {
+		Py_XDECREF(theta);
+		return -1;
+	}
+	Py_DECREF(theta);
 	/* wait io_uring: whether setup.py found liburing (it defines UKVM_HAVE_LIBURING). */
 #ifdef UKVM_HAVE_LIBURING
 	if (PyModule_AddObjectRef(m, "HAVE_IO_URING", Py_True))

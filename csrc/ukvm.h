@@ -39,149 +39,68 @@
 extern "C" {
 #endif
 
-/* Memory behind the test region; faults are resolved at its page size. */
-enum ukvm_backing {
-	UKVM_BACKING_ANONYMOUS = 0,	/* private anonymous, THP off: 4 KiB */
-	UKVM_BACKING_SHMEM,		/* memfd, mapped twice (guest + alias): 4 KiB */
-	UKVM_BACKING_ANONYMOUS_THP,	/* private anonymous, MADV_HUGEPAGE: 2 MiB */
-	UKVM_BACKING_ANONYMOUS_HUGETLB,	/* private hugetlb: 2 MiB */
-	UKVM_BACKING_ANONYMOUS_HUGETLB_1GB, /* private hugetlb: 1 GiB */
-	UKVM_BACKING_SHARED_HUGETLB,	/* hugetlbfs memfd, mapped twice: 2 MiB */
-	UKVM_BACKING_GUEST_MEMFD,	/* KVM_CREATE_GUEST_MEMFD, mmap'ed: 4 KiB */
-	UKVM_BACKING__COUNT
-};
-
-enum ukvm_pattern {
-	UKVM_PATTERN_SEQUENTIAL = 0,
-	UKVM_PATTERN_REVERSE,
-	UKVM_PATTERN_RANDOM,		/* a seeded permutation: every page once a pass */
-	UKVM_PATTERN__COUNT
-};
-
-/* How often the guest visits each page it touches, in one pass. */
-enum ukvm_access {
-	UKVM_ACCESS_UNIFORM = 0,	/* every touched page once */
-	UKVM_ACCESS_ZIPF,		/* `accesses` Zipf(zipf_theta) draws over the touched pages */
-	UKVM_ACCESS__COUNT
-};
-
-/* How a MISSING fault is resolved. */
-enum ukvm_resolve {
-	UKVM_RESOLVE_COPY = 0,		/* UFFDIO_COPY of a page of known data */
-	UKVM_RESOLVE_ZEROPAGE,		/* UFFDIO_ZEROPAGE */
-	UKVM_RESOLVE_MOVE,		/* UFFDIO_MOVE of a staged page (Linux 6.8+, anonymous) */
-	UKVM_RESOLVE__COUNT
-};
-
-/* The distribution of the per-fault delay, around delay_us. */
-enum ukvm_delay_dist {
-	UKVM_DELAY_FIXED = 0,		/* exactly delay_us */
-	UKVM_DELAY_UNIFORM,		/* uniform on [0, 2 * delay_us] */
-	UKVM_DELAY_EXPONENTIAL,		/* exponential with mean delay_us */
-	UKVM_DELAY__COUNT
-};
-
-enum ukvm_uffd_mode {
-	UKVM_UFFD_NONE = 0,	/* no userfaultfd: the kernel pages memory in */
-	UKVM_UFFD_MISSING,	/* resolve with UFFDIO_COPY */
-	UKVM_UFFD_MINOR,	/* page cache prefilled; resolve with UFFDIO_CONTINUE */
-	/*
-	 * Write-protect (QEMU's background snapshot): the region is filled and
-	 * write-protected before the vCPUs start; the guest's first write to a
-	 * page faults (UFFD_PAGEFAULT_FLAG_WP), the resolver copies the page's
-	 * old contents into the snapshot and un-protects it (UFFDIO_WRITEPROTECT
-	 * mode 0, which wakes the vCPU). Reads never fault. 4 KiB backings only
-	 * (anonymous, shmem).
-	 */
-	UKVM_UFFD_WP,
-	UKVM_UFFD__COUNT
-};
-
 /*
- * Who resolves a fault. Readers: threads that read the uffd's messages,
- * while the faulting vCPU thread sleeps in the kernel until one of them
- * resolves it. vCPU: the uffd is opened with UFFD_FEATURE_SIGBUS, so a
- * fault is not queued at all: the access fails, KVM_RUN returns to the
- * vCPU's own thread, which resolves the page and runs on: no message, no
- * wakeup, no other thread. (KVM reports it as KVM_EXIT_MEMORY_FAULT, or,
- * where KVM emulated the access, as an MMIO exit at the page's address,
- * which the thread then completes from the resolved page.)
+ * The config's enums (enum ukvm_backing, ukvm_uffd_mode, ukvm_resolver,
+ * ukvm_wait, ukvm_pattern, ukvm_resolve, ukvm_delay_dist, ukvm_stats,
+ * ukvm_source_kind, ukvm_source_read, ukvm_source_cache, ukvm_access,
+ * ukvm_prefetch), struct ukvm_config's members, their defaults, ranges and
+ * the rules of which field applies when, and the limits the core and Python
+ * share (UKVM_MAX_READ_BATCH, UKVM_SOURCE_PATH_MAX, ...) are declared once,
+ * in uffdkvm/schema.py, and generated into config_schema.h
+ * (python -m uffdkvm.schema --write). What the values mean:
+ *
+ * backing: anonymous (private, THP off: 4 KiB), shmem (memfd, mapped twice:
+ *   guest + alias), anonymous_thp (MADV_HUGEPAGE: 2 MiB), anonymous_hugetlb
+ *   (2 MiB), anonymous_hugetlb_1gb, shared_hugetlb (hugetlbfs memfd, mapped
+ *   twice: 2 MiB), guest_memfd (KVM_CREATE_GUEST_MEMFD, mmap'ed: 4 KiB).
+ * uffd_mode: none (the kernel pages memory in), missing (UFFDIO_COPY),
+ *   minor (page cache prefilled; UFFDIO_CONTINUE), wp (write-protect,
+ *   QEMU's background snapshot: the region is filled and write-protected
+ *   before the vCPUs start; the guest's first write to a page faults
+ *   (UFFD_PAGEFAULT_FLAG_WP), the resolver copies the page's old contents
+ *   into the snapshot and un-protects it (UFFDIO_WRITEPROTECT mode 0, which
+ *   wakes the vCPU); reads never fault; 4 KiB backings only).
+ * resolver: readers (threads that read the uffd's messages while the
+ *   faulting vCPU thread sleeps in the kernel) or vcpu (the uffd is opened
+ *   with UFFD_FEATURE_SIGBUS, so a fault is not queued: KVM_RUN returns to
+ *   the vCPU's own thread, as KVM_EXIT_MEMORY_FAULT or, where KVM emulated
+ *   the access, an MMIO exit at the page's address, and the thread resolves
+ *   the page and runs on).
+ * wait: poll(2) on the shared uffd; own epoll set, plain EPOLLIN; own epoll
+ *   set, EPOLLIN|EPOLLEXCLUSIVE; blocking read(2); spin (non-blocking read(2)
+ *   in a loop: never sleeps); io_uring (a read of the uffd in flight in the
+ *   reader's own ring; needs a build with liburing).
+ * pattern random: a seeded permutation, every page once a pass.
+ * access: uniform (every touched page once), zipf (`accesses` Zipf(zipf_theta)
+ *   draws over the touched pages).
+ * resolve: copy (UFFDIO_COPY of known data), zeropage, move (UFFDIO_MOVE of
+ *   a staged page: Linux 6.8+, anonymous).
+ * delay_dist: fixed (delay_us), uniform on [0, 2 * delay_us], exponential
+ *   with mean delay_us.
+ * source (uffd_mode missing, resolve copy or move): the synthetic fill, a
+ *   snapshot file that maps onto the region byte for byte (region offset o
+ *   is file offset o; see ukvm_snapshot_write), or a page server serving
+ *   such a file (source_address; the caller starts it:
+ *   uffdkvm/pageserver.py). source_read: pread(2) from an fd, or memcpy from
+ *   a read-only MAP_SHARED mapping; source_cache: warm (read through once)
+ *   or cold (written back and dropped, POSIX_FADV_DONTNEED).
+ * prefetch (uffd_mode missing, resolve copy): pages installed before the
+ *   guest asks, with UFFDIO_COPY_MODE_DONTWAKE (a vCPU already waiting on
+ *   such a page is woken by the reader that then reads its fault and finds
+ *   the page there: EEXIST, then UFFDIO_WAKE): readahead (after each fault,
+ *   the next prefetch_pages of its uffd), background (a pusher thread
+ *   installs the region in address order), replay (the pusher installs
+ *   replay[] in that order).
+ * stats: full (timestamps per fault: latency, attribution, blocktime) or
+ *   basic (counters only: nothing on the hot path but increments).
  */
-enum ukvm_resolver {
-	UKVM_RESOLVER_READERS = 0,
-	UKVM_RESOLVER_VCPU,
-	UKVM_RESOLVER__COUNT
-};
-
-/* How a reader thread waits for fault messages. */
-enum ukvm_wait {
-	UKVM_WAIT_POLL = 0,		/* poll(2) on the shared uffd */
-	UKVM_WAIT_EPOLL,		/* own epoll set, plain EPOLLIN */
-	UKVM_WAIT_EPOLL_EXCLUSIVE,	/* own epoll set, EPOLLIN|EPOLLEXCLUSIVE */
-	UKVM_WAIT_READ,			/* blocking read(2), no poll at all */
-	UKVM_WAIT_SPIN,			/* non-blocking read(2) in a loop: never sleeps */
-	UKVM_WAIT_IO_URING,		/* a read of the uffd in flight in the reader's own
-					 * io_uring (needs a build with liburing) */
-	UKVM_WAIT__COUNT
-};
+#include "config_schema.h"
 
 /* How guest TSC stamps became host CLOCK_MONOTONIC times (guest_timing). */
 enum ukvm_clock_sync {
 	UKVM_CLOCK_SYNC_NONE = 0,	/* not converted: the stages are unknown */
 	UKVM_CLOCK_SYNC_KVM_OFFSET,	/* KVM's TSC offset, confirmed by the sync exits */
 	UKVM_CLOCK_SYNC_EXITS,		/* the offset bracketed by sync exits alone */
-};
-
-/*
- * Where a resolved page's bytes come from (uffd_mode missing, resolve copy
- * or move): the synthetic fill, a snapshot file that maps onto the region
- * byte for byte (region offset o is file offset o; see
- * ukvm_snapshot_write), or a page server serving such a file
- * (source_address; the caller starts it: uffdkvm/pageserver.py).
- */
-enum ukvm_source_kind {
-	UKVM_SOURCE_SYNTHETIC = 0,
-	UKVM_SOURCE_FILE,
-	UKVM_SOURCE_REMOTE,
-	UKVM_SOURCE__COUNT
-};
-
-/* source file: how a page is read from it. */
-enum ukvm_source_read {
-	UKVM_SOURCE_READ_PREAD = 0,	/* pread(2) from an fd */
-	UKVM_SOURCE_READ_MMAP,		/* memcpy from a read-only MAP_SHARED mapping */
-	UKVM_SOURCE_READ__COUNT
-};
-
-/* source file: the file's page cache when the vCPUs start. */
-enum ukvm_source_cache {
-	UKVM_SOURCE_CACHE_WARM = 0,	/* read through once: every page cached */
-	UKVM_SOURCE_CACHE_COLD,		/* written back and dropped (POSIX_FADV_DONTNEED) */
-	UKVM_SOURCE_CACHE__COUNT
-};
-
-#define UKVM_SOURCE_PATH_MAX	4096	/* bytes of source_path, its NUL included */
-#define UKVM_SOURCE_ADDRESS_MAX	256	/* bytes of source_address, its NUL included */
-
-/*
- * Prefetch (uffd_mode missing, resolve copy): pages installed before the
- * guest asks for them, with UFFDIO_COPY_MODE_DONTWAKE (a vCPU already
- * waiting on such a page is woken by the reader that then reads its fault
- * and finds the page there: EEXIST, then UFFDIO_WAKE).
- */
-enum ukvm_prefetch {
-	UKVM_PREFETCH_NONE = 0,
-	UKVM_PREFETCH_READAHEAD,	/* after each fault, the next prefetch_pages of its uffd */
-	UKVM_PREFETCH_BACKGROUND,	/* a pusher thread installs the region in address order */
-	UKVM_PREFETCH_REPLAY,		/* the pusher installs replay[] in that order */
-	UKVM_PREFETCH__COUNT
-};
-
-/* What the readers measure beyond counters. */
-enum ukvm_stats {
-	UKVM_STATS_FULL = 0,	/* timestamps per fault: latency, attribution, blocktime */
-	UKVM_STATS_BASIC,	/* counters only: nothing on the hot path but increments */
-	UKVM_STATS__COUNT
 };
 
 /*
@@ -224,70 +143,40 @@ struct ukvm_fault_record {
 	uint32_t write;		/* 1 if the kernel reported a write fault (UFFD_PAGEFAULT_FLAG_WRITE) */
 };
 
+/*
+ * One experiment's config. Its members are declared in uffdkvm/schema.py (a
+ * field's kind, default, range, what it means and when it applies) and
+ * generated into config_schema.h's UKVM_CONFIG_MEMBERS; ukvm_config_init()
+ * sets the schema's defaults. The ones that need a word more:
+ * mem_per_vcpu is bytes, a multiple of the backing's and the guest's page
+ * size; guest_page_size how the guest maps the region (4 KiB, 2 MiB, 1 GiB);
+ * pins: host CPUs for vCPU i and reader k, pins[i % nr] (copied at start);
+ * timeout_ns 0: no limit; zipf_theta and accesses 0: unset (accesses 0:
+ * the touched pages' count); replay: page indices from the region's start
+ * in install order, no repeats (copied at start); source_path and
+ * source_address are copied with the config; read_batch above 1 makes a
+ * reader read again while reads come back full (UKVM_READS_PER_WAKEUP at
+ * most); wp_async: UFFD_FEATURE_WP_ASYNC (Linux 6.7+), no fault delivered,
+ * PAGEMAP_SCAN collects the pages written (ukvm_result.dirty_pages).
+ */
 struct ukvm_config {
-	uint32_t vcpus;
-	uint64_t mem_per_vcpu;		/* bytes, a multiple of 4 KiB */
-	enum ukvm_backing backing;
-	enum ukvm_uffd_mode uffd_mode;
-	/*
-	 * uffd_mode wp: UFFD_FEATURE_WP_ASYNC (Linux 6.7+). No fault is
-	 * delivered: the kernel un-protects a page as the guest first writes
-	 * it, and after the run PAGEMAP_SCAN collects the pages written
-	 * (ukvm_result.dirty_pages): dirty tracking, with no snapshot.
-	 */
-	bool wp_async;
-	bool single_uffd;		/* one uffd for the whole region */
-	enum ukvm_resolver resolver;
-	uint32_t readers;		/* reader threads per uffd (resolver readers) */
-	enum ukvm_wait wait;
-	/* Messages one read(2) of the uffd may return, 1..UKVM_MAX_READ_BATCH.
-	 * Above 1, while reads come back full a reader reads again before it
-	 * waits (UKVM_READS_PER_WAKEUP reads at most). */
-	uint32_t read_batch;
-	uint32_t delay_us;		/* sleep per fault before resolving it */
-	bool overlap;			/* every vCPU walks the same region */
-	uint32_t guest_work;		/* guest busy-loop iterations per access */
-	uint64_t guest_page_size;	/* how the guest maps the region: 4K, 2M, 1G */
-	enum ukvm_pattern pattern;
-	uint64_t seed;			/* for everything random */
-	uint32_t write_percent;		/* 0..100: pages written rather than read */
-	uint32_t passes;		/* walks of the region per vCPU; only the first faults */
-	/* Guest access models (experiment/access.c): the defaults walk every page once a pass. */
-	uint32_t touch_percent;		/* 1..100: the seeded share of pages the guest touches */
-	enum ukvm_access access;
-	double zipf_theta;		/* access zipf: the skew, > 0 */
-	uint64_t accesses;		/* access zipf: draws per pass per vCPU; 0: its touched pages */
-	enum ukvm_resolve resolve;
-	enum ukvm_delay_dist delay_dist;
-	bool prefault;			/* populate the region before the vCPUs start */
-	/* Host CPUs for vCPU i and reader k: pins[i % nr] (copied at start). */
-	uint32_t nr_pin_vcpus;
-	const int32_t *pin_vcpus;
-	uint32_t nr_pin_readers;
-	const int32_t *pin_readers;
-	enum ukvm_stats stats;
-	bool guest_timing;		/* the guest times every access with rdtsc */
-	bool trace_faults;		/* return every fault record */
-	uint64_t timeout_ns;		/* 0: no limit */
-	/* Page source (enum ukvm_source_kind): the path is copied with the config. */
-	enum ukvm_source_kind source;
-	char source_path[UKVM_SOURCE_PATH_MAX];	/* file, remote: the snapshot */
-	/* remote: the page server's address, "unix:/path" or "tcp:HOST:PORT" */
-	char source_address[UKVM_SOURCE_ADDRESS_MAX];
-	enum ukvm_source_read source_read;
-	enum ukvm_source_cache source_cache;
-	/* Prefetch (enum ukvm_prefetch); pages are of the backing's page size. */
-	enum ukvm_prefetch prefetch;
-	uint32_t prefetch_pages;	/* readahead: the window after each fault (default 8) */
-	uint64_t prefetch_bandwidth_mbps; /* the pusher's rate, 10^6 bits/s; 0: unlimited */
-	uint64_t nr_replay;		/* replay: page indices from the region's start, */
-	const uint64_t *replay;		/* in install order, no repeats (copied at start) */
+	UKVM_CONFIG_MEMBERS
 #ifdef UKVM_TEST_HOOKS
 	UKVM_TEST_CONFIG_FIELDS		/* testhooks.h: fault injection, test builds only */
 #endif
 };
 
+struct ukvm_error;
+
+/* The schema's defaults (config_schema.h). */
 void ukvm_config_init(struct ukvm_config *cfg);
+/*
+ * The one validator (experiment/config.c), pure: 0, or -EINVAL with a
+ * UKVM_ERR_CONFIG error whose message starts with the field's name as
+ * Python spells it ("readers: ..."). ukvm_experiment_start() and
+ * ukvm_probe() call it first; what the host or build lacks they say after.
+ */
+int ukvm_config_validate(const struct ukvm_config *cfg, struct ukvm_error *err);
 
 enum ukvm_error_kind {
 	UKVM_ERR_NONE = 0,
@@ -349,8 +238,6 @@ struct ukvm_vcpu_result {
 };
 
 /* Every counter is kept by the reader thread itself and kept on every exit. */
-#define UKVM_MAX_READ_BATCH	64
-#define UKVM_READS_PER_WAKEUP	16	/* a bound, so that one reader cannot starve the rest */
 
 struct ukvm_reader_result {
 	uint32_t uffd;		/* which uffd of the experiment */
@@ -526,6 +413,13 @@ void ukvm_experiment_cancel(struct ukvm_experiment *exp);
  * kept in the background until the thread leaves; after a cancel this
  * returns within half a second whatever the threads do.
  */
+/*
+ * The config the experiment runs, as the core holds it (its own copy, the
+ * lists included): valid from ukvm_experiment_start() until
+ * ukvm_experiment_finish().
+ */
+const struct ukvm_config *ukvm_experiment_config(const struct ukvm_experiment *exp);
+
 int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 			   struct ukvm_error *err);
 
@@ -559,12 +453,10 @@ int ukvm_snapshot_write(const char *path, uint64_t size, uint64_t seed, struct u
 int ukvm_run(const struct ukvm_config *cfg, struct ukvm_result *res,
 	     struct ukvm_error *err);
 
-const char *ukvm_backing_name(enum ukvm_backing b);
-const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m);
-const char *ukvm_wait_name(enum ukvm_wait w);
-const char *ukvm_resolver_name(enum ukvm_resolver r);
-const char *ukvm_pattern_name(enum ukvm_pattern p);
-const char *ukvm_prefetch_name(enum ukvm_prefetch p);
+/* ukvm_backing_name() ...: each config enum's value by name ("?" if none). */
+#define UKVM_NAME_DECL(type, field, prefix) const char *ukvm_##type##_name(enum ukvm_##type v);
+UKVM_CONFIG_ENUMS(UKVM_NAME_DECL)
+#undef UKVM_NAME_DECL
 /* The page size faults on this backing are resolved at. */
 uint64_t ukvm_backing_page_size(enum ukvm_backing b);
 

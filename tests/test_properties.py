@@ -220,7 +220,7 @@ def test_run_verifies_or_raises_a_documented_error(kvm, fields):
     except ValueError as e:
         event("ValueError")
         # The binding's own range check (values past 32/64 bits on hugetlb
-        # backings, which skip the MemAvailable check); see test_validation.
+        # backings, which skip the MemAvailable check); see test_config.
         assert field_named_first(str(e)), str(e)
     else:
         event("ran")

@@ -249,7 +249,7 @@ def test_a_larger_file_serves_its_first_bytes(kvm, snapshot):
     (dict(uffd_mode="minor", backing="shmem"), "uffd_mode='minor'"),
     (dict(uffd_mode="wp"), "uffd_mode='wp'"),
     (dict(uffd_mode=None), "uffd_mode=None"),
-    (dict(prefault=True), "prefault populates every page"),
+    (dict(prefault=True), "prefault=True"),
 ])
 def test_a_source_where_nothing_is_fetched_is_refused(fields, why):
     with pytest.raises(ConfigError) as info:
@@ -260,20 +260,20 @@ def test_a_source_where_nothing_is_fetched_is_refused(fields, why):
 
 
 @pytest.mark.parametrize("fields,fix", [
-    (dict(resolve=uffdkvm._core.RESOLVE_ZEROPAGE), "source: file applies where"),
-    (dict(source=uffdkvm._core.SOURCE_REMOTE), "source_address: source remote needs"),
-    (dict(source_address="unix:/x"), "source_address applies to source remote only"),
+    (dict(resolve=uffdkvm._core.RESOLVE_ZEROPAGE), "source: 'file' supplies the data of missing faults"),
+    (dict(source=uffdkvm._core.SOURCE_REMOTE), "source_address: source='remote' needs"),
+    (dict(source_address="unix:/x"), "source_address: applies to source='remote' only"),
     (dict(source=uffdkvm._core.SOURCE_SYNTHETIC, source_path="/x"),
-     "source_path applies to source file or remote only"),
+     "source_path: applies to source='file' or source='remote' only"),
     (dict(source=uffdkvm._core.SOURCE_REMOTE, source_address="unix:/x",
           source_cache=uffdkvm._core.SOURCE_CACHE_COLD),
-     "source_read and source_cache apply to source file only"),
-    (dict(source_path=""), "source_path: source file needs"),
+     "source_cache: applies to source='file' only"),
+    (dict(source_path=""), "source_path: source='file' needs"),
 ])
 def test_the_core_refuses_a_bad_source_on_its_own(kvm, snapshot, fields, fix):
     """The C core's own guard, for callers that skip Config."""
-    from uffdkvm.run import _core_config
-    raw = {**_core_config(uffdkvm.Config(vcpus=1, mem_per_vcpu="64K", source="file",
+    from uffdkvm.config import core_config
+    raw = {**core_config(uffdkvm.Config(vcpus=1, mem_per_vcpu="64K", source="file",
                                          source_path=snapshot)), **fields}
     with pytest.raises(uffdkvm._core.CoreError) as info:
         uffdkvm._core.run(raw)

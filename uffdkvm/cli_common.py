@@ -34,6 +34,7 @@ from .config import (
     STATS,
     WAITS,
     Config,
+    parse_cpu_list,
 )
 from .errors import ConfigError, HostUnsupportedError, UffdkvmError
 from .progress import ConsoleProgress
@@ -174,14 +175,11 @@ def choice(choices: Sequence[str], normalize: Convert = str.lower) -> Convert:
 
 
 def cpu_list(value: str) -> tuple[int, ...]:
+    """-c and --pin-*: Config's own parser (config.parse_cpu_list)."""
     try:
-        cpus = tuple(int(x) for x in value.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a list of CPU numbers like 0,1") from None
-    if any(cpu < 0 for cpu in cpus):
-        raise argparse.ArgumentTypeError(f"{value!r}: CPU numbers are 0 or more")
-    return cpus
+        return parse_cpu_list(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def reader_pins(value: str) -> tuple[int, ...] | str:

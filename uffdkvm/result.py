@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _core, frames, serial, tables
+from . import _core, frames, serial, tables, touchorder
 from .config import Config, format_size
 from .errors import ResultError
 from .histogram import Histogram
@@ -489,11 +489,7 @@ class Result:
         if not self.touch_order:
             raise ResultError("touch_order: this run recorded none (it needs "
                               "uffd_mode='missing' with resolve='copy' and faults)")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(f"# uffdkvm touch_order: {len(self.touch_order)} page indices "
-                    f"({self.page_size}-byte pages from the region's start), in the order "
-                    f"faults installed them\n")
-            f.write("".join(f"{page}\n" for page in self.touch_order))
+        touchorder.write(path, self.touch_order, self.page_size)
 
     def to_dict(self) -> dict[str, Any]:
         """Everything as plain JSON values, as :meth:`to_json` writes them (the

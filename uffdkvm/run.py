@@ -8,18 +8,13 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from . import _core
+from . import _core, schema
 from .config import (
     BACKING_PAGE_SIZES,
-    BACKINGS,
-    DELAY_DISTS,
-    GUEST_PAGE_SIZES,
     HUGETLB_BACKINGS,
     PAGE_SIZE,
-    PATTERNS,
-    PREFETCHES,
-    RESOLVES,
     Config,
+    core_config,
     format_size,
 )
 from .errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError, UffdkvmError
@@ -28,74 +23,9 @@ from .pageserver import PageServer, PageServerError
 from .progress import ProgressCallback, _Reporter, make_callback
 from .result import Result
 
-_BACKINGS = {name: getattr(_core, "BACKING_" + name.upper()) for name in BACKINGS}
-_PATTERNS = {name: getattr(_core, "PATTERN_" + name.upper()) for name in PATTERNS}
-_RESOLVES = {name: getattr(_core, "RESOLVE_" + name.upper()) for name in RESOLVES}
-_DELAY_DISTS = {name: getattr(_core, "DELAY_" + name.upper()) for name in DELAY_DISTS}
-_PREFETCHES = {name: getattr(_core, "PREFETCH_" + name.upper()) for name in PREFETCHES}
-_UFFD_MODES = {None: _core.UFFD_NONE, "missing": _core.UFFD_MISSING,
-               "minor": _core.UFFD_MINOR, "wp": _core.UFFD_WP}
-_WAITS = {"poll": _core.WAIT_POLL, "epoll": _core.WAIT_EPOLL,
-          "epoll_exclusive": _core.WAIT_EPOLL_EXCLUSIVE, "read": _core.WAIT_READ,
-          "spin": _core.WAIT_SPIN, "io_uring": _core.WAIT_IO_URING}
-_SOURCES = {"synthetic": _core.SOURCE_SYNTHETIC, "file": _core.SOURCE_FILE,
-            "remote": _core.SOURCE_REMOTE}
-_SOURCE_READS = {"pread": _core.SOURCE_READ_PREAD, "mmap": _core.SOURCE_READ_MMAP}
-_SOURCE_CACHES = {"warm": _core.SOURCE_CACHE_WARM, "cold": _core.SOURCE_CACHE_COLD}
-_FIELDS = frozenset(f.name for f in dataclasses.fields(Config))
 _ERRORS: dict[int, type[UffdkvmError]] = {
     _core.ERR_HOST: HostUnsupportedError, _core.ERR_RUN: RunError,
     _core.ERR_TIMEOUT: RunTimeoutError}
-
-
-def _core_config(c: Config) -> dict[str, Any]:
-    return {
-        "vcpus": c.vcpus,
-        "mem_per_vcpu": c.mem_per_vcpu,
-        "backing": _BACKINGS[c.backing],
-        "uffd_mode": _UFFD_MODES[c.uffd_mode],
-        "single_uffd": int(c.single_uffd),
-        "wp_async": int(c.wp_async),
-        "readers": c.readers,
-        "wait": _WAITS[c.wait],
-        "resolver": _core.RESOLVER_VCPU if c.resolver == "vcpu" else _core.RESOLVER_READERS,
-        "read_batch": c.read_batch,
-        "delay_us": c.delay_us,
-        "overlap": int(c.overlap),
-        "guest_work": c.guest_work,
-        "guest_page_size": GUEST_PAGE_SIZES[c.guest_page_size],
-        "pattern": _PATTERNS[c.pattern],
-        "seed": c.seed,
-        "write_percent": c.write_percent,
-        "passes": c.passes,
-        "resolve": _RESOLVES[c.resolve],
-        "delay_dist": _DELAY_DISTS[c.delay_dist],
-        "prefault": int(c.prefault),
-        "stats": _core.STATS_FULL if c.stats == "full" else _core.STATS_BASIC,
-        "guest_timing": int(c.guest_timing),
-        "trace_faults": int(c.trace_faults),
-        "pin_vcpus": list(c.pin_vcpus or ()),
-        "pin_readers": list(c.reader_cpus or ()),
-        "timeout_ns": _timeout_ns(c.effective_timeout_s),
-        "source": _SOURCES[c.source],
-        "source_path": c.source_path,
-        "source_read": _SOURCE_READS[c.source_read],
-        "source_cache": _SOURCE_CACHES[c.source_cache],
-        "touch_percent": c.touch_percent,
-        "access": _core.ACCESS_ZIPF if c.access == "zipf" else _core.ACCESS_UNIFORM,
-        "zipf_theta": c.zipf_theta or 0.0,
-        "accesses": c.accesses or 0,
-        "prefetch": _PREFETCHES[c.prefetch],
-        "prefetch_pages": c.prefetch_pages,
-        "prefetch_bandwidth_mbps": c.prefetch_bandwidth_mbps,
-        "replay": list(c.replay_from or ()),
-    }
-
-
-def _timeout_ns(seconds: float) -> int:
-    if seconds == float("inf") or seconds * 1e9 >= 2**64 - 1:
-        return 0  # the core's "no limit"
-    return max(1, int(seconds * 1e9))
 
 
 def _meminfo(key: str) -> int | None:
@@ -166,13 +96,10 @@ def _cpu_ranges(cpus: Iterable[int]) -> str:
 
 
 # Pages up to this size are copied from a source of each reader's own; larger
-# ones from one source per uffd (csrc/uffd/pool.h, struct ukvm_shared_buffer).
-_READER_SOURCE_MAX = 2 << 20
-
-
-# resolve="move": each resolver stages this much of 4 KiB pages, or one larger
-# page (csrc/uffd/pool.c, MOVE_STAGE_BYTES).
-_MOVE_STAGE_BYTES = 256 << 10
+# ones from one source per uffd; resolve="move" stages this much per resolver
+# (csrc/uffd/pool.h and pool.c use the same constants, from the schema).
+_READER_SOURCE_MAX = schema.READER_SRC_MAX
+_MOVE_STAGE_BYTES = schema.MOVE_STAGE_BYTES
 
 
 def _copy_source_bytes(c: Config) -> int:
@@ -272,7 +199,8 @@ def _raise_from_core(e: _core.CoreError) -> None:
     if kind == _core.ERR_CONFIG:
         # The core names the field first, as Config does: "vcpus: ...".
         name = message.partition(":")[0]
-        raise ConfigError(message, errnum, field=name if name in _FIELDS else None) from None
+        raise ConfigError(message, errnum,
+                          field=name if name in schema.BY_NAME else None) from None
     raise _ERRORS.get(kind, UffdkvmError)(message, errnum) from None
 
 
@@ -313,8 +241,9 @@ def _page_server(config: Config) -> Iterator[PageServer | None]:
         server.stop()
 
 
-def _server_fields(server: PageServer | None) -> dict[str, Any]:
-    return {"source_address": server.address} if server else {}
+def _core_config(config: Config, server: PageServer | None) -> dict[str, Any]:
+    """Every core field, from the schema; source="remote": the server's address."""
+    return core_config(config, server.address if server else None)
 
 
 # How long a run whose fetch from the server failed waits for the server's
@@ -350,7 +279,7 @@ def probe(config: Config | None = None, **fields: Any) -> None:
     _check_spinners(config)
     with _page_server(config) as server:
         try:
-            _core.probe({**_core_config(config), **_server_fields(server)})
+            _core.probe(_core_config(config, server))
         except _core.CoreError as e:
             _raise_from_core(e)
 
@@ -389,7 +318,7 @@ def _run(config: Config, progress: ProgressCallback | None = None,
     try:
         with _page_server(config) as server:
             try:
-                core_config = {**_core_config(config), **_server_fields(server), **core_fields}
+                core_config = {**_core_config(config, server), **core_fields}
                 raw = _core.run(core_config, reporter) if reporter else _core.run(core_config)
             except _core.CoreError as e:
                 if server:  # a failure it caused says what became of it

@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Config defaults, names and validation. The Python layer validates first
- * and explains in Python terms; this is the core's own guard, so a C caller
- * with a bad config gets an error rather than undefined behaviour.
+ * Config defaults, names and validation: the one validator. uffdkvm.Config
+ * calls it (uffdkvm._core.validate) before any run, so Python and C cannot
+ * disagree; every message starts with the field's name as Python spells it
+ * ("readers: ...") and spells values as the Python user writes them.
+ *
+ * The fields, their defaults, ranges and the rules of which field applies
+ * when come from config_schema.h (generated from uffdkvm/schema.py): a
+ * generic pass over that table first, then the rules between fields that a
+ * table does not say. Validating is pure: what this host or build lacks is
+ * the setup's and the probe's to say (experiment.c).
  */
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,101 +19,152 @@
 #include "base/util.h"
 #include "experiment/config.h"
 #include "uffd/backing.h"
-#include "uffd/ring.h"
-
-#define MAX_READERS	4096
-#define MAX_DELAY_US	(10U * 1000 * 1000)
-#define MAX_GUEST_WORK	1000000U
-#define MAX_PASSES	1000000U
-/* The largest test region: uffdkvm/config.py MAX_REGION_BYTES. */
-#define MAX_REGION_BYTES	(1ULL << 46)
-/*
- * Access lists (experiment/access.c) live in the guest's system memory, 4
- * bytes an entry: 2^24 entries (64 MiB, a 64 GiB vCPU's pages) at most.
- */
-#define MAX_ACCESSES		(1ULL << 24)
-#define MAX_ZIPF_THETA		100.0
 
 void ukvm_config_init(struct ukvm_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
-	cfg->vcpus = 1;
-	cfg->mem_per_vcpu = 1ULL << 30;
-	cfg->backing = UKVM_BACKING_ANONYMOUS;
-	cfg->uffd_mode = UKVM_UFFD_MISSING;
-	cfg->readers = 1;
-	cfg->wait = UKVM_WAIT_EPOLL_EXCLUSIVE;
-	cfg->read_batch = 1;
-	cfg->guest_page_size = UKVM_PAGE_SIZE;
-	cfg->write_percent = 100;
-	cfg->passes = 1;
-	cfg->touch_percent = 100;
-	cfg->prefetch_pages = 8;
+#define INIT_U32(m, d)		cfg->m = d;
+#define INIT_U64(m, d)		cfg->m = d;
+#define INIT_BOOL(m, d)		cfg->m = d;
+#define INIT_ENUM(m, d)		cfg->m = d;
+#define INIT_DOUBLE(m, d)	cfg->m = d;
+#define INIT_STRING(m, d)
+#define INIT_CPUS(m, d)
+#define INIT_PAGES(m, d)
+#define INIT(kind, m, name, d, lo, hi, pyd)	INIT_##kind(m, d)
+	UKVM_CONFIG_FIELDS(INIT)
+#undef INIT
 }
 
-const char *ukvm_prefetch_name(enum ukvm_prefetch p)
-{
-	static const char *const names[] = {
-		[UKVM_PREFETCH_NONE] = "none",
-		[UKVM_PREFETCH_READAHEAD] = "readahead",
-		[UKVM_PREFETCH_BACKGROUND] = "background",
-		[UKVM_PREFETCH_REPLAY] = "replay",
-	};
+/* ukvm_<type>_name(): the core's names; config_py_<type>(): Python's spellings. */
+#define NAME_ENTRY(id, name, py)	[id] = name,
+#define PY_ENTRY(id, name, py)		[id] = py,
+#define NAME_FUNCTIONS(type, field, prefix)						\
+	const char *ukvm_##type##_name(enum ukvm_##type v)				\
+	{										\
+		static const char *const names[] = { UKVM_##prefix##_NAMES(NAME_ENTRY) };	\
+											\
+		return (unsigned)v < ARRAY_SIZE(names) ? names[v] : "?";		\
+	}										\
+	static inline const char *config_py_##type(enum ukvm_##type v)			\
+	{										\
+		static const char *const names[] = { UKVM_##prefix##_NAMES(PY_ENTRY) };	\
+											\
+		return (unsigned)v < ARRAY_SIZE(names) ? names[v] : "?";		\
+	}
+UKVM_CONFIG_ENUMS(NAME_FUNCTIONS)
+#undef NAME_FUNCTIONS
+#undef PY_ENTRY
+#undef NAME_ENTRY
 
-	return (unsigned)p < ARRAY_SIZE(names) ? names[p] : "?";
+#define BAD(...) return ukvm_err_set(err, UKVM_ERR_CONFIG, 0, __VA_ARGS__)
+
+/* A number's range, lo..hi (lo and hi 0: none). */
+static int config_range(const char *name, uint64_t v, uint64_t lo, uint64_t hi,
+			struct ukvm_error *err)
+{
+	if (!lo && !hi)
+		return 0;
+	if (v < lo || v > hi)
+		BAD("%s: must be between %llu and %llu, not %llu", name, (unsigned long long)lo,
+		    (unsigned long long)hi, (unsigned long long)v);
+	return 0;
 }
 
-const char *ukvm_backing_name(enum ukvm_backing b)
+/* An enum's value, one of its names. */
+static int config_enum(const char *name, int v, int hi, struct ukvm_error *err)
 {
-	static const char *const names[] = {
-		[UKVM_BACKING_ANONYMOUS] = "anonymous",
-		[UKVM_BACKING_SHMEM] = "shmem",
-		[UKVM_BACKING_ANONYMOUS_THP] = "anonymous_thp",
-		[UKVM_BACKING_ANONYMOUS_HUGETLB] = "anonymous_hugetlb",
-		[UKVM_BACKING_ANONYMOUS_HUGETLB_1GB] = "anonymous_hugetlb_1gb",
-		[UKVM_BACKING_SHARED_HUGETLB] = "shared_hugetlb",
-		[UKVM_BACKING_GUEST_MEMFD] = "guest_memfd",
-	};
-
-	return (unsigned)b < ARRAY_SIZE(names) ? names[b] : "?";
+	if (v < 0 || v > hi)
+		BAD("%s: %d is not one of its %d values", name, v, hi + 1);
+	return 0;
 }
 
-const char *ukvm_uffd_mode_name(enum ukvm_uffd_mode m)
+/* A double away from its default: above lo, at most hi. */
+static int config_double(const char *name, double v, double d, double lo, double hi,
+			 struct ukvm_error *err)
 {
-	static const char *const names[] = {
-		[UKVM_UFFD_NONE] = "none",
-		[UKVM_UFFD_MISSING] = "missing",
-		[UKVM_UFFD_MINOR] = "minor",
-		[UKVM_UFFD_WP] = "wp",
-	};
+	if (v != d && !(v > lo && v <= hi))
+		BAD("%s: must be above %g and at most %g, not %g", name, lo, hi, v);
+	return 0;
+}
 
-	return (unsigned)m < ARRAY_SIZE(names) ? names[m] : "?";
+/* A CPU list: the pointer with its count, each entry in lo..hi. */
+static int config_cpus(const char *name, const int32_t *cpus, uint32_t n, int32_t lo, int32_t hi,
+		       struct ukvm_error *err)
+{
+	uint32_t i;
+
+	if (n && !cpus)
+		BAD("%s: %u CPUs, but the list is NULL", name, n);
+	for (i = 0; i < n; i++)
+		if (cpus[i] < lo || cpus[i] > hi)
+			BAD("%s: CPU %d is not a CPU number between %d and %d", name, cpus[i], lo,
+			    hi);
+	return 0;
+}
+
+/* A string member: NUL-terminated inside its buffer. */
+static int config_string(const char *name, const char *s, size_t size, struct ukvm_error *err)
+{
+	if (!memchr(s, 0, size))
+		BAD("%s: longer than %zu bytes", name, size - 1);
+	return 0;
+}
+
+/*
+ * The generic pass: each field's range (an enum's values), then each
+ * applies rule: a field away from its default where it does not apply is
+ * refused, not ignored.
+ */
+static int config_check_fields(const struct ukvm_config *c, struct ukvm_error *err)
+{
+	int ret = 0;
+
+#define CHECK_U32(m, name, d, lo, hi)	config_range(name, c->m, lo, hi, err)
+#define CHECK_U64(m, name, d, lo, hi)	config_range(name, c->m, lo, hi, err)
+#define CHECK_BOOL(m, name, d, lo, hi)	0
+#define CHECK_ENUM(m, name, d, lo, hi)	config_enum(name, (int)c->m, hi, err)
+#define CHECK_DOUBLE(m, name, d, lo, hi) config_double(name, c->m, d, lo, hi, err)
+#define CHECK_STRING(m, name, d, lo, hi) config_string(name, c->m, sizeof(c->m), err)
+#define CHECK_CPUS(m, name, d, lo, hi)	config_cpus(name, c->m, c->nr_##m, lo, hi, err)
+#define CHECK_PAGES(m, name, d, lo, hi)	(c->nr_##m && !c->m ?				\
+	ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "%s: %llu pages, but the list is NULL", name,	\
+		     (unsigned long long)c->nr_##m) : 0)
+#define CHECK(kind, m, name, d, lo, hi, pyd)				\
+	ret = CHECK_##kind(m, name, d, lo, hi);				\
+	if (ret)							\
+		return ret;
+	UKVM_CONFIG_FIELDS(CHECK)
+#undef CHECK
+
+#define DEFAULT_U32(m, d)	(c->m == (d))
+#define DEFAULT_U64(m, d)	(c->m == (d))
+#define DEFAULT_BOOL(m, d)	(c->m == (d))
+#define DEFAULT_ENUM(m, d)	(c->m == (d))
+#define DEFAULT_DOUBLE(m, d)	(c->m == (d))
+#define DEFAULT_STRING(m, d)	(!c->m[0])
+#define DEFAULT_CPUS(m, d)	(!c->nr_##m)
+#define DEFAULT_PAGES(m, d)	(!c->nr_##m)
+#define APPLIES(kind, m, name, d, on, on_type, applies, text, pyd)			\
+	if (!(applies) && !DEFAULT_##kind(m, d))					\
+		BAD("%s: applies to %s only, not %s=%s; set %s or leave %s at its "	\
+		    "default (%s)", name, text, #on, config_py_##on_type(c->on), text,	\
+		    name, pyd);
+	UKVM_CONFIG_APPLIES(APPLIES)
+#undef APPLIES
+	return 0;
 }
 
 /* The guest's access model (experiment/access.c): touch_percent, access, zipf_theta, accesses. */
-#define BAD(...) do { ukvm_err_set(err, UKVM_ERR_CONFIG, 0, __VA_ARGS__); return -EINVAL; } while (0)
 static int config_check_access(const struct ukvm_config *c, struct ukvm_error *err)
 {
-	if (c->touch_percent < 1 || c->touch_percent > 100)
-		BAD("touch_percent must be between 1 and 100, not %u", c->touch_percent);
-	if ((unsigned)c->access >= UKVM_ACCESS__COUNT)
-		BAD("access: unknown value %d", c->access);
-	if (c->access != UKVM_ACCESS_ZIPF && c->zipf_theta != 0)
-		BAD("zipf_theta applies to access zipf only: set access=\"zipf\" or leave "
-		    "zipf_theta unset");
-	if (c->access != UKVM_ACCESS_ZIPF && c->accesses)
-		BAD("accesses applies to access zipf only (with access uniform every touched "
-		    "page is visited once a pass): set access=\"zipf\" or leave accesses unset");
-	if (c->access == UKVM_ACCESS_ZIPF && !(c->zipf_theta > 0 && c->zipf_theta <= MAX_ZIPF_THETA))
-		BAD("zipf_theta must be a number above 0 and at most %g with access zipf "
-		    "(0.99 is the usual skew), not %g", MAX_ZIPF_THETA, c->zipf_theta);
+	if (c->access == UKVM_ACCESS_ZIPF && c->zipf_theta == 0)
+		BAD("zipf_theta: access='zipf' needs a skew above 0 and at most %g (0.99 is the "
+		    "usual one)", UKVM_MAX_ZIPF_THETA);
 	if (c->access == UKVM_ACCESS_ZIPF && c->pattern != UKVM_PATTERN_SEQUENTIAL)
-		BAD("pattern %s has no meaning with access zipf: its accesses are random draws "
-		    "from the Zipf distribution; leave pattern sequential",
-		    ukvm_pattern_name(c->pattern));
-	if (c->accesses > MAX_ACCESSES)
-		BAD("accesses must be at most %llu a pass per vCPU, not %llu",
-		    (unsigned long long)MAX_ACCESSES, (unsigned long long)c->accesses);
+		BAD("pattern: %s has no meaning with access='zipf' (its accesses are random draws "
+		    "from the Zipf distribution); leave pattern='sequential'",
+		    config_py_pattern(c->pattern));
 	/* A page's visits per pass, all vCPUs together, are counted in 32 bits. */
 	if (c->overlap && c->accesses * c->vcpus > UINT32_MAX)
 		BAD("accesses: with overlap, vcpus x accesses (%u x %llu) must stay below 2^32 "
@@ -115,47 +172,14 @@ static int config_check_access(const struct ukvm_config *c, struct ukvm_error *e
 		    c->vcpus, (unsigned long long)c->accesses);
 	/* The access lists hold 32-bit page indices. */
 	if ((c->touch_percent < 100 || c->access != UKVM_ACCESS_UNIFORM) &&
-	    c->mem_per_vcpu / UKVM_PAGE_SIZE > MAX_ACCESSES)
-		BAD("mem_per_vcpu: touch_percent and access zipf take at most %llu pages "
+	    c->mem_per_vcpu / UKVM_PAGE_SIZE > UKVM_MAX_ACCESSES)
+		BAD("mem_per_vcpu: touch_percent and access='zipf' take at most %llu pages "
 		    "(%llu GiB) per vCPU, not %llu bytes; use less memory per vCPU",
-		    (unsigned long long)MAX_ACCESSES, (unsigned long long)(MAX_ACCESSES >> 18),
+		    (unsigned long long)UKVM_MAX_ACCESSES,
+		    (unsigned long long)(UKVM_MAX_ACCESSES >> 18),
 		    (unsigned long long)c->mem_per_vcpu);
 	return 0;
 }
-#undef BAD
-
-const char *ukvm_pattern_name(enum ukvm_pattern p)
-{
-	static const char *const names[] = { "sequential", "reverse", "random" };
-
-	return (unsigned)p < ARRAY_SIZE(names) ? names[p] : "?";
-}
-
-const char *ukvm_wait_name(enum ukvm_wait w)
-{
-	static const char *const names[] = {
-		[UKVM_WAIT_POLL] = "poll",
-		[UKVM_WAIT_EPOLL] = "epoll",
-		[UKVM_WAIT_EPOLL_EXCLUSIVE] = "epoll_exclusive",
-		[UKVM_WAIT_READ] = "read",
-		[UKVM_WAIT_SPIN] = "spin",
-		[UKVM_WAIT_IO_URING] = "io_uring",
-	};
-
-	return (unsigned)w < ARRAY_SIZE(names) ? names[w] : "?";
-}
-
-const char *ukvm_resolver_name(enum ukvm_resolver r)
-{
-	static const char *const names[] = {
-		[UKVM_RESOLVER_READERS] = "readers",
-		[UKVM_RESOLVER_VCPU] = "vcpu",
-	};
-
-	return (unsigned)r < ARRAY_SIZE(names) ? names[r] : "?";
-}
-
-#define BAD(...) do { ukvm_err_set(err, UKVM_ERR_CONFIG, 0, __VA_ARGS__); return -EINVAL; } while (0)
 
 /*
  * Prefetch installs pages with data (UFFDIO_COPY) into missing pages, and
@@ -167,42 +191,27 @@ static int config_check_prefetch(const struct ukvm_config *c, struct ukvm_error 
 	uint64_t region = c->overlap ? c->mem_per_vcpu : c->mem_per_vcpu * c->vcpus;
 	uint64_t pages = region / ukvm_backing_page_size(c->backing), i, *seen;
 
-	if ((unsigned)c->prefetch >= UKVM_PREFETCH__COUNT)
-		BAD("prefetch: unknown value %d", c->prefetch);
-	if (c->prefetch == UKVM_PREFETCH_NONE) {
-		if (c->nr_replay)
-			BAD("replay_from: applies to prefetch replay only, not %s",
-			    ukvm_prefetch_name(c->prefetch));
+	if (c->prefetch == UKVM_PREFETCH_NONE)
 		return 0;
-	}
 	if (c->uffd_mode != UKVM_UFFD_MISSING || c->resolve != UKVM_RESOLVE_COPY)
-		BAD("prefetch: %s installs pages with their data (UFFDIO_COPY), so it needs "
-		    "uffd_mode missing and resolve copy, not uffd_mode %s with resolve %s",
-		    ukvm_prefetch_name(c->prefetch), ukvm_uffd_mode_name(c->uffd_mode),
-		    c->resolve == UKVM_RESOLVE_ZEROPAGE ? "zeropage" :
-		    c->resolve == UKVM_RESOLVE_MOVE ? "move" : "copy");
+		BAD("prefetch: %s installs pages with their data (UFFDIO_COPY) into missing "
+		    "pages, so it needs uffd_mode='missing' and resolve='copy', not uffd_mode=%s "
+		    "with resolve=%s", config_py_prefetch(c->prefetch),
+		    config_py_uffd_mode(c->uffd_mode), config_py_resolve(c->resolve));
 	if (c->prefault)
-		BAD("prefetch: %s has nothing to install with prefault (every page is "
-		    "populated before the vCPUs start)", ukvm_prefetch_name(c->prefetch));
-	if (c->prefetch == UKVM_PREFETCH_READAHEAD && c->prefetch_pages < 1)
-		BAD("prefetch_pages: readahead needs a window of at least 1 page");
-	if (c->prefetch != UKVM_PREFETCH_REPLAY) {
-		if (c->nr_replay)
-			BAD("replay_from: applies to prefetch replay only, not %s",
-			    ukvm_prefetch_name(c->prefetch));
+		BAD("prefetch: %s has nothing to install with prefault=True (every page is "
+		    "there before the vCPUs start)", config_py_prefetch(c->prefetch));
+	if (c->prefetch != UKVM_PREFETCH_REPLAY)
 		return 0;
-	}
-	if (!c->nr_replay || !c->replay)
-		BAD("replay_from: prefetch replay needs an order of pages to install (a "
-		    "touch_order saved by an earlier run)");
+	if (!c->nr_replay)
+		BAD("replay_from: prefetch='replay' needs the order to install pages in: a file "
+		    "Result.save_touch_order wrote, or a sequence of page indices");
 	if (c->nr_replay > pages)
 		BAD("replay_from: %llu pages, more than the region's %llu",
 		    (unsigned long long)c->nr_replay, (unsigned long long)pages);
 	seen = calloc(pages / 64 + 1, sizeof(*seen));
-	if (!seen) {
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating replay's page set");
-		return -ENOMEM;
-	}
+	if (!seen)
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating replay's page set");
 	for (i = 0; i < c->nr_replay; i++) {
 		uint64_t page = c->replay[i];
 
@@ -210,10 +219,11 @@ static int config_check_prefetch(const struct ukvm_config *c, struct ukvm_error 
 			free(seen);
 			if (page >= pages)
 				BAD("replay_from: entry %llu is page %llu, beyond the region's %llu "
-				    "pages", (unsigned long long)i, (unsigned long long)page,
-				    (unsigned long long)pages);
-			BAD("replay_from: entry %llu repeats page %llu", (unsigned long long)i,
-			    (unsigned long long)page);
+				    "pages (indices count pages of the backing's page size from the "
+				    "region's start)", (unsigned long long)i,
+				    (unsigned long long)page, (unsigned long long)pages);
+			BAD("replay_from: entry %llu repeats page %llu; each page is installed once",
+			    (unsigned long long)i, (unsigned long long)page);
 		}
 		seen[page / 64] |= 1ULL << (page % 64);
 	}
@@ -221,58 +231,37 @@ static int config_check_prefetch(const struct ukvm_config *c, struct ukvm_error 
 	return 0;
 }
 
-int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
+/* The memory: the guest's page size, the region's size, what each uffd mode runs on. */
+static int config_check_memory(const struct ukvm_config *c, struct ukvm_error *err)
 {
-	int ret;
-
-	if (c->vcpus < 1)
-		BAD("vcpus must be at least 1");
 	uint64_t unit;
-	uint32_t i;
 
-	if ((unsigned)c->backing >= UKVM_BACKING__COUNT)
-		BAD("backing: unknown value %d", c->backing);
 	if (c->guest_page_size != UKVM_PAGE_SIZE && c->guest_page_size != (2ULL << 20) &&
 	    c->guest_page_size != (1ULL << 30))
-		BAD("guest_page_size must be 4 KiB, 2 MiB or 1 GiB, not %llu",
+		BAD("guest_page_size: must be '4K', '2M' or '1G', not %llu bytes",
 		    (unsigned long long)c->guest_page_size);
 	unit = ukvm_backing_page_size(c->backing);
 	if (c->guest_page_size > unit)
 		unit = c->guest_page_size;
-	if (c->mem_per_vcpu < unit || c->mem_per_vcpu % unit)
-		BAD("mem_per_vcpu must be a positive multiple of %llu KiB (the page size of "
-		    "the backing and of the guest's mappings), not %llu",
-		    (unsigned long long)(unit >> 10), (unsigned long long)c->mem_per_vcpu);
+	if (c->mem_per_vcpu % unit)
+		BAD("mem_per_vcpu: must be a positive multiple of %llu (%llu KiB: the page size "
+		    "of backing=%s and of the guest's mappings), not %llu",
+		    (unsigned long long)unit, (unsigned long long)(unit >> 10),
+		    config_py_backing(c->backing), (unsigned long long)c->mem_per_vcpu);
 	/*
 	 * The region, not just its factors: vm.c sizes page tables and adds
-	 * guest addresses from it, and the Python layer has the same limit
-	 * (uffdkvm/config.py MAX_REGION_BYTES). Divided, so nothing overflows.
+	 * guest addresses from it. Divided, so nothing overflows.
 	 */
-	if (c->overlap && c->mem_per_vcpu > MAX_REGION_BYTES)
-		BAD("mem_per_vcpu: %llu bytes is more guest memory than a test region may have "
-		    "(%llu, 64 TiB); use less memory per vCPU",
-		    (unsigned long long)c->mem_per_vcpu, MAX_REGION_BYTES);
-	if (!c->overlap && c->mem_per_vcpu > MAX_REGION_BYTES / c->vcpus)
+	if (!c->overlap && c->mem_per_vcpu > UKVM_MAX_REGION_BYTES / c->vcpus)
 		BAD("mem_per_vcpu: vcpus x mem_per_vcpu (%u x %llu bytes) is more guest memory "
 		    "than a test region may have (%llu, 64 TiB); use less memory per vCPU or "
 		    "fewer vCPUs", c->vcpus, (unsigned long long)c->mem_per_vcpu,
-		    MAX_REGION_BYTES);
-	if ((unsigned)c->uffd_mode >= UKVM_UFFD__COUNT)
-		BAD("uffd_mode: unknown value %d", c->uffd_mode);
-	if ((unsigned)c->resolver >= UKVM_RESOLVER__COUNT)
-		BAD("resolver: unknown value %d", c->resolver);
-	if ((unsigned)c->wait >= UKVM_WAIT__COUNT)
-		BAD("wait: unknown value %d", c->wait);
-	if (c->read_batch < 1 || c->read_batch > UKVM_MAX_READ_BATCH)
-		BAD("read_batch must be between 1 and %d, not %u", UKVM_MAX_READ_BATCH,
-		    c->read_batch);
-	if (c->uffd_mode != UKVM_UFFD_NONE && (c->readers < 1 || c->readers > MAX_READERS))
-		BAD("readers must be between 1 and %d, not %u", MAX_READERS, c->readers);
+		    UKVM_MAX_REGION_BYTES);
 	if (c->uffd_mode == UKVM_UFFD_MINOR && !ukvm_backing_is_shared(c->backing))
-		BAD("uffd_mode minor needs a shared backing (shmem, shared_hugetlb, "
-		    "guest_memfd): MINOR faults happen when the page cache has the page but "
-		    "the mapping does not, and %s memory has no page cache",
-		    ukvm_backing_name(c->backing));
+		BAD("uffd_mode: 'minor' needs a shared backing ('shmem', 'shared_hugetlb', "
+		    "'guest_memfd'); MINOR faults come from pages that are in the page cache but "
+		    "not mapped, and %s memory has no page cache. Use backing='shmem' or "
+		    "uffd_mode='missing'", config_py_backing(c->backing));
 	/*
 	 * The snapshot keeps one 4 KiB slot per page and verification checks it
 	 * per 4 KiB page; a huge page's first write would save 2 MiB at once,
@@ -280,31 +269,26 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 	 */
 	if (c->uffd_mode == UKVM_UFFD_WP && c->backing != UKVM_BACKING_ANONYMOUS &&
 	    c->backing != UKVM_BACKING_SHMEM)
-		BAD("uffd_mode wp needs a 4 KiB backing (anonymous or shmem), not %s: the "
-		    "snapshot is saved and verified a 4 KiB page at a time",
-		    ukvm_backing_name(c->backing));
-	if (c->wp_async && c->uffd_mode != UKVM_UFFD_WP)
-		BAD("wp_async applies to uffd_mode wp only");
+		BAD("uffd_mode: 'wp' runs on 'anonymous' or 'shmem' memory, not %s: the snapshot "
+		    "is saved and verified a 4 KiB page at a time (a huge page's first write "
+		    "would save it whole), and guest_memfd cannot be registered with "
+		    "userfaultfd. Use backing='anonymous' or 'shmem'",
+		    config_py_backing(c->backing));
 	if (c->wp_async && c->resolver == UKVM_RESOLVER_VCPU)
-		BAD("wp_async delivers no faults, so a vCPU has nothing to resolve: use "
-		    "resolver readers");
-	if ((unsigned)c->pattern >= UKVM_PATTERN__COUNT)
-		BAD("pattern: unknown value %d", c->pattern);
-	if ((unsigned)c->resolve >= UKVM_RESOLVE__COUNT)
-		BAD("resolve: unknown value %d", c->resolve);
-	if ((unsigned)c->delay_dist >= UKVM_DELAY__COUNT)
-		BAD("delay_dist: unknown value %d", c->delay_dist);
-	if (c->write_percent > 100)
-		BAD("write_percent must be between 0 and 100, not %u", c->write_percent);
-	if (c->passes < 1 || c->passes > MAX_PASSES)
-		BAD("passes must be between 1 and %u, not %u", MAX_PASSES, c->passes);
-	if (config_check_access(c, err))
-		return -EINVAL;
+		BAD("wp_async: delivers no faults (the kernel un-protects each written page "
+		    "itself), so resolver='vcpu' would resolve nothing; use resolver='readers'");
+	return 0;
+}
+
+/* How a missing fault is resolved, and where its bytes come from. */
+static int config_check_resolve(const struct ukvm_config *c, struct ukvm_error *err)
+{
 	if (c->resolve == UKVM_RESOLVE_ZEROPAGE && c->uffd_mode != UKVM_UFFD_MISSING)
-		BAD("resolve zeropage applies to uffd_mode missing only");
+		BAD("resolve: 'zeropage' resolves missing faults only; use uffd_mode='missing' or "
+		    "resolve='copy'");
 	if (c->resolve == UKVM_RESOLVE_ZEROPAGE && ukvm_backing_is_hugetlb(c->backing))
-		BAD("resolve zeropage does not work on hugetlb memory (no UFFDIO_ZEROPAGE "
-		    "there): use resolve copy");
+		BAD("resolve: 'zeropage' does not work on hugetlb memory (%s has no "
+		    "UFFDIO_ZEROPAGE); use resolve='copy'", config_py_backing(c->backing));
 	/*
 	 * UFFDIO_MOVE takes a private anonymous page out of one mapping and
 	 * puts it in another (mm/userfaultfd.c validate_move_areas): both
@@ -312,70 +296,47 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 	 * guest_memfd) is refused by the kernel with EINVAL.
 	 */
 	if (c->resolve == UKVM_RESOLVE_MOVE && c->uffd_mode != UKVM_UFFD_MISSING)
-		BAD("resolve move applies to uffd_mode missing only (a MINOR fault's page "
-		    "is in the page cache already: nothing to move)");
+		BAD("resolve: 'move' resolves missing faults only (a MINOR fault's page is in "
+		    "the page cache already); use uffd_mode='missing' or resolve='copy'");
 	if (c->resolve == UKVM_RESOLVE_MOVE && c->backing != UKVM_BACKING_ANONYMOUS &&
 	    c->backing != UKVM_BACKING_ANONYMOUS_THP)
-		BAD("resolve move needs private anonymous memory (backing anonymous or "
-		    "anonymous_thp): UFFDIO_MOVE cannot move pages of %s memory; use resolve "
-		    "copy", ukvm_backing_name(c->backing));
-	if ((unsigned)c->source >= UKVM_SOURCE__COUNT)
-		BAD("source: unknown value %d", c->source);
-	if ((unsigned)c->source_read >= UKVM_SOURCE_READ__COUNT)
-		BAD("source_read: unknown value %d", c->source_read);
-	if ((unsigned)c->source_cache >= UKVM_SOURCE_CACHE__COUNT)
-		BAD("source_cache: unknown value %d", c->source_cache);
-	if (c->source == UKVM_SOURCE_REMOTE && !c->source_address[0])
-		BAD("source_address: source remote needs the page server's address "
-		    "(uffdkvm.run starts the server and gives it)");
-	if (c->source != UKVM_SOURCE_REMOTE && c->source_address[0])
-		BAD("source_address applies to source remote only");
+		BAD("resolve: 'move' needs private anonymous memory ('anonymous', "
+		    "'anonymous_thp'): UFFDIO_MOVE cannot move pages of %s memory; use "
+		    "resolve='copy' or backing='anonymous'", config_py_backing(c->backing));
 	/* A source supplies the data of a fault resolved with data; nothing else fetches. */
 	if (c->source != UKVM_SOURCE_SYNTHETIC &&
 	    (c->uffd_mode != UKVM_UFFD_MISSING || c->prefault ||
 	     (c->resolve != UKVM_RESOLVE_COPY && c->resolve != UKVM_RESOLVE_MOVE)))
-		BAD("source: %s applies where a missing fault is resolved with data (uffd_mode "
-		    "missing with resolve copy or move, no prefault), not uffd_mode %s, resolve "
-		    "%s%s", c->source == UKVM_SOURCE_FILE ? "file" : "remote",
-		    ukvm_uffd_mode_name(c->uffd_mode),
-		    c->resolve == UKVM_RESOLVE_ZEROPAGE ? "zeropage" :
-		    c->resolve == UKVM_RESOLVE_MOVE ? "move" : "copy",
-		    c->prefault ? " with prefault" : "");
-	if (c->source == UKVM_SOURCE_SYNTHETIC && c->source_path[0])
-		BAD("source_path applies to source file or remote only");
-	if (c->source != UKVM_SOURCE_FILE && (c->source_read || c->source_cache))
-		BAD("source_read and source_cache apply to source file only (a page server "
-		    "reads its file itself)");
-	/* Before the lists are read: a count with a NULL list is the caller's bug. */
-	if (c->nr_pin_vcpus && !c->pin_vcpus)
-		BAD("pin_vcpus: nr_pin_vcpus is %u but the list is NULL", c->nr_pin_vcpus);
-	if (c->nr_pin_readers && !c->pin_readers)
-		BAD("pin_readers: nr_pin_readers is %u but the list is NULL", c->nr_pin_readers);
-	for (i = 0; i < c->nr_pin_vcpus; i++)
-		if (c->pin_vcpus[i] < 0 || c->pin_vcpus[i] >= CPU_SETSIZE)
-			BAD("pin_vcpus: %d is not a CPU number", c->pin_vcpus[i]);
-	for (i = 0; i < c->nr_pin_readers; i++)
-		if (c->pin_readers[i] < 0 || c->pin_readers[i] >= CPU_SETSIZE)
-			BAD("pin_readers: %d is not a CPU number", c->pin_readers[i]);
-	if (c->delay_us > MAX_DELAY_US)
-		BAD("delay_us must be at most %u (10 s), not %u", MAX_DELAY_US, c->delay_us);
-	if ((unsigned)c->stats >= UKVM_STATS__COUNT)
-		BAD("stats: unknown value %d", c->stats);
-	if (c->trace_faults && c->stats != UKVM_STATS_FULL)
-		BAD("trace_faults needs stats full: stats basic keeps no fault records");
-	ret = config_check_prefetch(c, err);
+		BAD("source: %s supplies the data of missing faults resolved with data "
+		    "(uffd_mode='missing' with resolve='copy' or 'move', no prefault), not "
+		    "uffd_mode=%s with resolve=%s%s", config_py_source_kind(c->source),
+		    config_py_uffd_mode(c->uffd_mode), config_py_resolve(c->resolve),
+		    c->prefault ? " and prefault=True" : "");
+	if (c->source == UKVM_SOURCE_REMOTE && !c->source_address[0])
+		BAD("source_address: source='remote' needs the page server's address "
+		    "(uffdkvm.run starts the server and gives it)");
+	if (c->source != UKVM_SOURCE_SYNTHETIC && !c->source_path[0])
+		BAD("source_path: source=%s needs the path of a snapshot file; write one with "
+		    "uffdkvm.make_snapshot(path, config.region_bytes)",
+		    config_py_source_kind(c->source));
+	return 0;
+}
+
+int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
+{
+	int ret;
+
+	ret = config_check_fields(c, err);
+	ret = ret ?: config_check_memory(c, err);
+	ret = ret ?: config_check_access(c, err);
+	ret = ret ?: config_check_resolve(c, err);
+	ret = ret ?: config_check_prefetch(c, err);
 	if (ret)
 		return ret;
 #ifdef UKVM_TEST_HOOKS
 	if ((unsigned)c->inject >= UKVM_INJECT__COUNT)
 		BAD("inject: unknown value %d", c->inject);
 #endif
-	if (c->guest_work > MAX_GUEST_WORK)
-		BAD("guest_work must be at most %u, not %u", MAX_GUEST_WORK, c->guest_work);
-	/* Last, once the config is sound: a build without liburing is the host's lack. */
-	if (c->wait == UKVM_WAIT_IO_URING && c->uffd_mode != UKVM_UFFD_NONE &&
-	    ukvm_ring_built(err))
-		return -EOPNOTSUPP;
 	return 0;
 }
 #undef BAD

@@ -6,9 +6,8 @@
 #include "ukvm.h"
 
 /*
- * 0, or -EINVAL with a UKVM_ERR_CONFIG error naming the field; or, for a
- * sound config this build cannot run (wait io_uring without liburing),
- * -EOPNOTSUPP with a UKVM_ERR_HOST error that says so.
+ * 0, or -EINVAL with a UKVM_ERR_CONFIG error whose message starts with the
+ * field's name (ukvm.h declares it too: the binding calls it alone).
  */
 int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err);
 

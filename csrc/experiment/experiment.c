@@ -29,6 +29,7 @@
 #include "kvm/vm.h"
 #include "uffd/backing.h"
 #include "uffd/pool.h"
+#include "uffd/ring.h"
 #include "uffd/source.h"
 #include "ukvm.h"
 
@@ -373,6 +374,23 @@ static void *experiment_controller(void *arg)
 	return NULL;
 }
 
+/*
+ * What this build lacks for a sound config (wait io_uring without liburing):
+ * the host's lack, kept out of validation so that validating stays pure.
+ */
+static int experiment_check_build(const struct ukvm_config *cfg, struct ukvm_error *err)
+{
+	if (cfg->wait == UKVM_WAIT_IO_URING && cfg->uffd_mode != UKVM_UFFD_NONE &&
+	    cfg->resolver == UKVM_RESOLVER_READERS)
+		return ukvm_ring_built(err);
+	return 0;
+}
+
+const struct ukvm_config *ukvm_experiment_config(const struct ukvm_experiment *exp)
+{
+	return &exp->cfg;
+}
+
 int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment **out,
 			  struct ukvm_error *err)
 {
@@ -383,6 +401,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	memset(err, 0, sizeof(*err));
 	ret = ukvm_config_validate(cfg, err);
 	ret = ret ?: ukvm_kick_init(err);
+	ret = ret ?: experiment_check_build(cfg, err);
 	ret = ret ?: ukvm_setup_check_vcpus(cfg, err);
 	if (!ret) {
 		/*
@@ -624,6 +643,7 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 
 	memset(err, 0, sizeof(*err));
 	ret = ukvm_config_validate(cfg, err);
+	ret = ret ?: experiment_check_build(cfg, err);
 	ret = ret ?: ukvm_setup_check_vcpus(cfg, err);
 	if (!ret) {
 		/* As a run's start: an earlier failed run's memory first, a bounded while. */

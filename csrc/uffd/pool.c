@@ -36,7 +36,7 @@
  * present and not shared with another process (EBUSY: a fork's copy-on-
  * write page). So each reader stages pages in a private anonymous area
  * (MADV_DONTFORK: a fork of this process leaves its pages exclusive),
- * MOVE_STAGE_BYTES of 4 KiB pages or one 2 MiB page (anonymous_thp,
+ * UKVM_MOVE_STAGE_BYTES (config_schema.h, from uffdkvm/schema.py) of 4 KiB pages or one 2 MiB page (anonymous_thp,
  * 2 MiB aligned, MADV_HUGEPAGE, so that a whole huge page moves at once),
  * takes the next page per fault, fetches its bytes into it and moves it,
  * and refills the area once it is used up: one MADV_POPULATE_WRITE faults
@@ -81,8 +81,10 @@
 #define EV_STOP			1
 /* A leaving io_uring reader waits this long at most for its ring to let go of the uffd. */
 #define RING_CANCEL_NS		(100 * NSEC_PER_MSEC)
-/* resolve move: a reader's staging area for 4 KiB pages (64 pages, refilled in one call). */
-#define MOVE_STAGE_BYTES	(256ULL << 10)
+/*
+ * resolve move: a reader's staging area for 4 KiB pages (64 pages, refilled
+ * in one call) is UKVM_MOVE_STAGE_BYTES (config_schema.h).
+ */
 /* Resolver vCPU: the longest wait for another thread's copy of a unit to reach a page. */
 #define RESOLVER_UNIT_WAIT_NS	(10ULL * NSEC_PER_SEC)
 
@@ -183,7 +185,7 @@ static int stage_create(struct ukvm_reader *r, struct ukvm_error *err)
 {
 	struct ukvm_pool *pool = r->pool;
 	uint64_t page = pool->page_size;
-	uint64_t pages = page < MOVE_STAGE_BYTES ? MOVE_STAGE_BYTES / page : 1;
+	uint64_t pages = page < UKVM_MOVE_STAGE_BYTES ? UKVM_MOVE_STAGE_BYTES / page : 1;
 	uint64_t len = pages * page, slack = page > UKVM_PAGE_SIZE ? page : 0;
 	uint8_t *p, *aligned;
 

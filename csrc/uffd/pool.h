@@ -38,9 +38,9 @@ struct ukvm_ring;
  * the guest without waiting for the wake, to an unstamped page
  * (benchmarks/RESULTS.md has the runs that showed it). All of it is
  * ordinary memory whatever the backing, and uffdkvm/run.py counts it in its
- * memory check.
+ * memory check. UKVM_READER_SRC_MAX (2 MiB) is in config_schema.h, from
+ * uffdkvm/schema.py, which run.py reads too.
  */
-#define UKVM_READER_SRC_MAX	(2ULL << 20)
 /*
  * Prefetch readahead: each reader's buffer for a run of pages fetched in
  * one request, at most this many bytes (anonymous memory, pages smaller

@@ -133,9 +133,9 @@ static const struct bad bads[] = {
 	  overlap_region_over_64t },
 	{ "2 vCPUs x (32 TiB + 2 MiB) of hugetlb", "mem_per_vcpu", region_over_64t },
 	{ "4 vCPUs x 2^62 bytes", "mem_per_vcpu", region_wraps_4_vcpus },
-	{ "resolve move on shmem", "resolve move needs private anonymous", move_shmem },
-	{ "resolve move on hugetlb", "resolve move needs private anonymous", move_hugetlb },
-	{ "resolve move, uffd_mode minor", "resolve move applies to uffd_mode missing",
+	{ "resolve move on shmem", "resolve: 'move' needs private anonymous", move_shmem },
+	{ "resolve move on hugetlb", "resolve: 'move' needs private anonymous", move_hugetlb },
+	{ "resolve move, uffd_mode minor", "resolve: 'move' resolves missing faults only",
 	  move_minor },
 };
 

@@ -143,10 +143,10 @@ int main(void)
 		cfg = ukt_small();
 		cfg.prefetch = UKVM_PREFETCH_READAHEAD;
 		cfg.resolve = UKVM_RESOLVE_ZEROPAGE;
-		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, -1, "prefetch: readahead installs", NULL);
+		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, -1, "prefetch: 'readahead' installs", NULL);
 		cfg = ukt_small();
 		cfg.prefetch = UKVM_PREFETCH_REPLAY;
-		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, -1, "replay_from: prefetch replay needs", NULL);
+		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, -1, "replay_from: prefetch='replay' needs", NULL);
 		order[0] = 1;
 		order[1] = 1;
 		cfg.replay = order;

@@ -120,7 +120,7 @@ int main(void)
 	UKT_CASE("remote without a server's address is refused") {
 		cfg = ukt_small();
 		cfg.source = UKVM_SOURCE_REMOTE;
-		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, -1, "source_address: source remote needs",
+		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, -1, "source_address: source='remote' needs",
 			      NULL);
 	}
 	unlink(snap_path);

@@ -147,7 +147,7 @@ int main(void)
 			cfg = wp_config();
 			cfg.mem_per_vcpu = 2 * MiB;
 			cfg.backing = refused[i];
-			ukt_run_fails(&cfg, UKVM_ERR_CONFIG, 0, "uffd_mode wp needs a 4 KiB backing",
+			ukt_run_fails(&cfg, UKVM_ERR_CONFIG, 0, "uffd_mode: 'wp' runs on 'anonymous' or 'shmem'",
 				      &err);
 		}
 	}
@@ -197,17 +197,17 @@ int main(void)
 		cfg = wp_config();
 		cfg.wp_async = true;
 		cfg.resolver = UKVM_RESOLVER_VCPU;
-		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, 0, "wp_async delivers no faults", &err);
+		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, 0, "wp_async: delivers no faults", &err);
 		cfg = ukt_small();
 		cfg.wp_async = true;
-		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, 0, "wp_async applies to uffd_mode wp only",
+		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, 0, "wp_async: applies to uffd_mode='wp' only",
 			      &err);
 	}
 
 	UKT_CASE("resolve zeropage is refused with wp") {
 		cfg = wp_config();
 		cfg.resolve = UKVM_RESOLVE_ZEROPAGE;
-		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, 0, "uffd_mode missing only", &err);
+		ukt_run_fails(&cfg, UKVM_ERR_CONFIG, 0, "resolves missing faults only", &err);
 	}
 
 	return ukt_exit();

@@ -1,0 +1,329 @@
+"""uffdkvm/schema.py is the one declaration of every config field.
+
+- Each file generated from it is current (Argument Clinic's model: a stale
+  one fails here, naming the file and the command that rewrites it).
+- The binding requires every core field and refuses any other key.
+- Every core field reaches the core: a run with a value other than the
+  default has the core's own copy of its config (raw["config"]) hold it,
+  and where it is cheap something the run reports changes with it.
+- Every refusal of the one validator names a real field first, so
+  ConfigError.field is set for each.
+"""
+import importlib
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import uffdkvm
+from uffdkvm import Config, ConfigError, _core, schema
+from uffdkvm.config import core_config
+
+# The module, not the function uffdkvm re-exports under the same name.
+run_module = importlib.import_module("uffdkvm.run")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---- the generated files ----
+
+@pytest.mark.parametrize("path", [schema.HEADER, schema.CONFIG_PY, schema.CORE_PYI,
+                                  schema.CONFIG_MD])
+def test_each_generated_file_is_current(path):
+    expected = schema.generated(ROOT)[path]
+    actual = (ROOT / path).read_text(encoding="utf-8")
+    assert actual == expected, f"{path} is stale: run {schema.COMMAND}"
+
+
+def test_the_extension_exports_the_schemas_constants():
+    """add_constants walks the X-macros: each enum value and limit is there
+    with the schema's value (the enum's position in its choices)."""
+    for f in schema.CORE_FIELDS:
+        for i, choice in enumerate(f.choices):
+            assert getattr(_core, f"{f.enum_prefix}_{choice.upper()}") == i
+    for name, value, _ in schema.CONSTANTS:
+        assert getattr(_core, name) == value, name
+    assert _core.MAX_ZIPF_THETA == schema.MAX_ZIPF_THETA
+
+
+def test_config_is_the_schemas():
+    import dataclasses
+    fields = dataclasses.fields(Config)
+    assert [f.name for f in fields] == [f.name for f in schema.CONFIG_FIELDS]
+    assert [f.default for f in fields] == [f.default for f in schema.CONFIG_FIELDS]
+    for f in schema.CONFIG_FIELDS:
+        assert f"    {f.name}  (default" in Config.__doc__, f.name
+
+
+@pytest.mark.parametrize("flag,field", [("--wait", "wait"), ("--prefetch", "prefetch"),
+                                        ("--source", "source"), ("--stats", "stats")])
+def test_the_clis_choices_are_the_schemas(flag, field, capsys):
+    """The CLI's choices come from the schema: a bad value's error lists them."""
+    import argparse
+
+    from uffdkvm import cli_common
+    p = argparse.ArgumentParser()
+    cli_common.add_run_arguments(p, lambda convert: convert, "")
+    with pytest.raises(SystemExit):
+        p.parse_args([flag, "bogus"])
+    err = capsys.readouterr().err
+    assert ", ".join(map(repr, schema.choices(field))) in err, err
+
+
+# ---- the binding: every key, no other ----
+
+def test_the_binding_refuses_a_missing_key():
+    for f in schema.CORE_FIELDS:
+        d = core_config(Config(mem_per_vcpu="64K"))
+        del d[f.core_name]
+        for call in (_core.validate, _core.probe, _core.run):
+            with pytest.raises(KeyError, match=f"{f.core_name}: missing"):
+                call(d)
+
+
+def test_the_binding_refuses_an_unknown_key():
+    d = core_config(Config(mem_per_vcpu="64K"))
+    for call in (_core.validate, _core.probe, _core.run):
+        with pytest.raises(KeyError, match="reader: not a field of the core's config"):
+            call({**d, "reader": 4})
+    # A Config field the core does not take is not one of its keys either.
+    with pytest.raises(KeyError, match="remote_latency_us: not a field"):
+        _core.validate({**d, "remote_latency_us": 0})
+
+
+def test_validate_is_the_cores_validator():
+    d = core_config(Config(mem_per_vcpu="64K"))
+    assert _core.validate(d) is None
+    with pytest.raises(_core.CoreError) as info:
+        _core.validate({**d, "readers": 2, "resolver": _core.RESOLVER_VCPU})
+    kind, _, message = info.value.args
+    assert kind == _core.ERR_CONFIG
+    assert message.startswith("readers: applies to resolver='readers' only"), message
+
+
+# ---- every field reaches the core ----
+
+SMALL = dict(mem_per_vcpu="64K")
+
+
+def cases(snapshot):
+    """For each core field: the Config fields of a run with a value other
+    than its default (valid in its context), and a check of an effect the
+    run reports (or None)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return {
+        "vcpus": (dict(vcpus=2), lambda raw: len(raw["vcpus"]) == 2),
+        "mem_per_vcpu": (dict(mem_per_vcpu="128K"), lambda raw: raw["region_bytes"] == 128 << 10),
+        "backing": (dict(backing="shmem"), None),
+        "uffd_mode": (dict(uffd_mode="minor", backing="shmem"), None),
+        "single_uffd": (dict(vcpus=2, single_uffd=True), lambda raw: raw["uffds"] == 1),
+        "resolver": (dict(resolver="vcpu"),
+                     lambda raw: raw["vcpus"][0]["fault_exits"] > 0),
+        "readers": (dict(readers=2), lambda raw: len(raw["readers"]) == 2),
+        "wait": (dict(wait="poll"), None),
+        "read_batch": (dict(read_batch=4), None),
+        "delay_us": (dict(delay_us=1), None),
+        "overlap": (dict(vcpus=2, overlap=True),
+                    lambda raw: raw["uffds"] == 1 and raw["region_bytes"] == 64 << 10),
+        "guest_work": (dict(guest_work=3), None),
+        "guest_page_size": (dict(mem_per_vcpu="2M", guest_page_size="2M"), None),
+        "pattern": (dict(pattern="reverse"), None),
+        "seed": (dict(seed=5), None),
+        "write_percent": (dict(write_percent=50), None),
+        "passes": (dict(passes=2), lambda raw: raw["passes"] == 2),
+        "resolve": (dict(resolve="zeropage"), None),
+        "delay_dist": (dict(delay_us=1, delay_dist="uniform"), None),
+        "pin_vcpus": (dict(pin_vcpus=[cpus[-1]]), None),
+        "pin_readers": (dict(pin_readers=[cpus[0]]), None),
+        "prefault": (dict(prefault=True), None),
+        "stats": (dict(stats="basic"), lambda raw: not raw["stats_full"]),
+        "guest_timing": (dict(guest_timing=True), None),
+        "trace_faults": (dict(trace_faults=True), lambda raw: raw["trace"] is not None),
+        "timeout_ns": (dict(timeout_s=100.0), None),
+        "wp_async": (dict(uffd_mode="wp", wp_async=True), None),
+        "source": (dict(source="file", source_path=snapshot), None),
+        "source_path": (dict(source="file", source_path=snapshot), None),
+        "source_address": (dict(source="remote", source_path=snapshot), None),
+        "source_read": (dict(source="file", source_path=snapshot, source_read="mmap"), None),
+        "source_cache": (dict(source="file", source_path=snapshot, source_cache="cold",
+                              mem_per_vcpu="4M"), None),
+        "touch_percent": (dict(touch_percent=50), None),
+        "access": (dict(access="zipf", zipf_theta=0.99), None),
+        "zipf_theta": (dict(access="zipf", zipf_theta=1.5), None),
+        "accesses": (dict(access="zipf", zipf_theta=0.99, accesses=7), None),
+        "prefetch": (dict(prefetch="background"), None),
+        "prefetch_pages": (dict(prefetch="readahead", prefetch_pages=3), None),
+        "prefetch_bandwidth_mbps": (dict(prefetch="background", prefetch_bandwidth_mbps=10_000),
+                                    None),
+        "replay": (dict(prefetch="replay", replay_from=[3, 1, 2]), None),
+    }
+
+
+def expected(f, config, server):
+    """What the core's copy must hold for field f: the Config's value in the
+    core's form (the derived one for pin_readers and timeout_s)."""
+    if f.name == "source_address":
+        return server.address
+    if f.form == "pin_readers":
+        return list(config.reader_cpus)
+    if f.form == "seconds":
+        return schema.to_core_value(f, config.effective_timeout_s)
+    return schema.to_core_value(f, getattr(config, f.name))
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory):
+    return str(uffdkvm.make_snapshot(tmp_path_factory.mktemp("snap") / "mem.img", 4 << 20))
+
+
+def generic_case(f):
+    """A field without a case of its own: the schema's next value after its
+    default (a number one more, within its range; a flag flipped; an enum's
+    next choice). If that is not valid alone, the field needs a case above."""
+    if f.kind == "bool":
+        return {f.name: not f.default}
+    if f.kind == "enum":
+        return {f.name: schema.python_value(f, f.choices[(f.core_default + 1) % len(f.choices)])}
+    if f.kind in ("u32", "u64"):
+        value = (f.default or 0) + 1
+        return {f.name: value if f.max is None or value <= f.max else f.default - 1}
+    raise AssertionError(f"{f.name}: give it a case in cases()")
+
+
+@pytest.mark.parametrize("name", [f.core_name for f in schema.CORE_FIELDS])
+def test_every_core_field_reaches_the_core(kvm, snapshot, name):
+    """Through run.py's mapping and the binding: the core's own copy holds
+    the value; a key forced to its default on the way fails here."""
+    f = schema.BY_CORE_NAME[name]
+    fields, effect = cases(snapshot).get(name) or (generic_case(f), None)
+    config = Config(**{**SMALL, **fields})
+    if name == "wait" and config.wait == "io_uring" and not _core.HAVE_IO_URING:
+        pytest.skip("a build without liburing")
+    with run_module._page_server(config) as server:
+        try:
+            raw = _core.run(run_module._core_config(config, server))
+        except _core.CoreError as e:
+            if e.args[0] == _core.ERR_HOST:
+                pytest.skip(f"this host: {e.args[2]}")
+            raise
+        want = expected(f, config, server)
+    assert want != f.core_default, f"{name}: the case must leave the default"
+    assert raw["config"][name] == want, (name, raw["config"][name], want)
+    # Every other field as the mapping gave it, too.
+    sent = run_module._core_config(config, server)
+    for other in schema.CORE_FIELDS:
+        if other.core_name != "source_address":
+            assert raw["config"][other.core_name] == sent[other.core_name], other.core_name
+    if effect is not None:
+        assert effect(raw), f"{name}: the run shows no effect of {fields}"
+
+
+# ---- every refusal names a field ----
+
+CONFIG_C = ROOT / "csrc" / "experiment" / "config.c"
+
+
+def test_every_message_of_the_validator_starts_with_a_field():
+    """Each BAD(...) of config.c: its format starts with a schema field's
+    name and ": ", or with "%s: " fed the field's name (the generic pass)."""
+    text = CONFIG_C.read_text()
+    formats = re.findall(r'BAD\(\s*"([^"]*)"', text)
+    assert len(formats) > 25, formats
+    names = {f.name for f in schema.FIELDS}
+    for fmt in formats:
+        head = fmt.partition(":")[0]
+        assert head == "%s" or head in names or head == "inject", fmt  # inject: test hooks
+    # ukvm_err_set(err, UKVM_ERR_CONFIG, ...) outside BAD: the same rule.
+    for fmt in re.findall(r'ukvm_err_set\(err, UKVM_ERR_CONFIG, 0,\s*"([^"]*)"', text):
+        assert fmt.partition(":")[0] in names | {"%s"}, fmt
+
+
+def bad_changes():
+    """A large sample of refused core configs, by construction: each field's
+    range overstepped (and an enum's count), each applies rule broken, each
+    hand-written rule between fields."""
+    out = []
+    for f in schema.CORE_FIELDS:
+        if f.kind in ("u32", "u64") and f.max is not None:
+            out.append({f.core_name: f.max + 1})
+            if f.min and f.form != "optional":  # optional: the core's 0 is None
+                out.append({f.core_name: f.min - 1})
+        if f.kind == "enum":
+            out.append({f.core_name: len(f.choices)})
+        if f.kind == "double":
+            out.append({f.core_name: f.max * 2, "access": _core.ACCESS_ZIPF})
+        if f.kind == "cpus":
+            out.append({f.core_name: [f.max + 1]})
+        for other, values in f.applies:
+            o = schema.BY_NAME[other]
+            wrong = next(i for i, c in enumerate(o.choices) if c not in values)
+            value = {"u32": 3, "u64": 3, "bool": True, "double": 0.5, "string": "x",
+                     "cpus": [0], "pages": [0]}.get(f.kind)
+            if f.kind == "enum":
+                value = (f.core_default + 1) % len(f.choices)
+            out.append({f.core_name: value, o.core_name: wrong})
+    out += [
+        {"guest_page_size": 8192},
+        {"mem_per_vcpu": 4096 * 3, "guest_page_size": 2 << 20},
+        {"vcpus": 4096, "mem_per_vcpu": 1 << 40},
+        {"uffd_mode": _core.UFFD_MINOR},
+        {"uffd_mode": _core.UFFD_WP, "backing": _core.BACKING_ANONYMOUS_THP},
+        {"uffd_mode": _core.UFFD_WP, "wp_async": True, "resolver": _core.RESOLVER_VCPU},
+        {"access": _core.ACCESS_ZIPF},
+        {"access": _core.ACCESS_ZIPF, "zipf_theta": 1.0, "pattern": _core.PATTERN_RANDOM},
+        {"access": _core.ACCESS_ZIPF, "zipf_theta": 1.0, "overlap": True, "vcpus": 4096,
+         "accesses": 1 << 24},
+        {"touch_percent": 50, "mem_per_vcpu": 128 << 30},
+        {"resolve": _core.RESOLVE_ZEROPAGE, "uffd_mode": _core.UFFD_MINOR,
+         "backing": _core.BACKING_SHMEM},
+        {"resolve": _core.RESOLVE_ZEROPAGE, "backing": _core.BACKING_ANONYMOUS_HUGETLB,
+         "mem_per_vcpu": 2 << 20},
+        {"resolve": _core.RESOLVE_MOVE, "uffd_mode": _core.UFFD_NONE},
+        {"resolve": _core.RESOLVE_MOVE, "backing": _core.BACKING_SHMEM},
+        {"source": _core.SOURCE_FILE, "source_path": "/x", "prefault": True},
+        {"source": _core.SOURCE_FILE},
+        {"source": _core.SOURCE_REMOTE, "source_path": "/x"},
+        {"prefetch": _core.PREFETCH_READAHEAD, "resolve": _core.RESOLVE_ZEROPAGE},
+        {"prefetch": _core.PREFETCH_BACKGROUND, "prefault": True},
+        {"prefetch": _core.PREFETCH_REPLAY},
+        {"prefetch": _core.PREFETCH_REPLAY, "replay": list(range(17))},
+        {"prefetch": _core.PREFETCH_REPLAY, "replay": [99]},
+        {"prefetch": _core.PREFETCH_REPLAY, "replay": [1, 1]},
+    ]
+    return out
+
+
+def bad_core_configs():
+    base = core_config(Config(mem_per_vcpu="64K"))
+    return [{**base, **change} for change in bad_changes()]
+
+
+def test_every_refusal_sets_configerror_field():
+    """Each sample config is refused, and the message's first word is a
+    field: the one run()'s and Config's ConfigError.field is set from."""
+    seen = set()
+    for d in bad_core_configs():
+        with pytest.raises(_core.CoreError) as info:
+            _core.validate(d)
+        kind, _, message = info.value.args
+        assert kind == _core.ERR_CONFIG, message
+        field = message.partition(":")[0]
+        assert field in schema.BY_NAME, message
+        error = ConfigError(message, field=uffdkvm.config._field_of(message))
+        assert error.field == field
+        seen.add(message)
+    assert len(seen) > 60, len(seen)
+
+
+def test_a_config_error_from_config_always_has_its_field():
+    """Through Config: the refusals of the core's rules (a sample of each
+    kind) come back as ConfigError with .field set."""
+    for fields in ({"resolver": "vcpu", "wait": "poll"}, {"prefetch_pages": 2},
+                   {"trace_faults": True, "stats": "basic"}, {"uffd_mode": "minor"},
+                   {"access": "zipf"}, {"resolve": "move", "backing": "shmem"},
+                   {"remote_transport": "tcp"}, {"vcpus": 5000}):
+        with pytest.raises(ConfigError) as info:
+            Config(**fields)
+        assert info.value.field in schema.BY_NAME, (fields, str(info.value))
+        assert str(info.value).startswith(info.value.field + ": ")

@@ -1,0 +1,682 @@
+"""The one declaration of every config field, and of the limits the core and
+Python share.
+
+Pure data, the standard library only, importable without the extension, so
+that the generator can run before a build:
+
+    python tools/gen_schema.py --write     # rewrite every generated file
+    python tools/gen_schema.py --check     # exit 1 naming any stale one
+
+From FIELDS come: csrc/config_schema.h (the config enums and their names,
+struct ukvm_config's members, the table the binding and the core's
+validator walk: defaults, ranges, applies rules; the shared constants),
+Config's constructor signature in uffdkvm/config.py, the constants section
+of uffdkvm/_core.pyi and the field table of docs/config.md, each between
+marker lines. uffdkvm/config.py builds the Config dataclass from FIELDS at
+import, run.py maps a Config to the core by walking them, and the CLI takes
+its choices from them. tests/test_schema.py fails when a checked-in file is
+stale.
+
+A field's `kind` is how the core holds it; `form` is how Python holds it
+where that differs (see FORMS). `core` is the struct ukvm_config member's
+name (None: a Python-side field, never seen by the core); `config` is False
+for a field only the core has (source_address: run() fills it from the page
+server it starts).
+
+`applies` is the rule "this field may leave its default only when field F
+is one of V...": ((F, (V, ...)), ...), every pair required. The core's
+validator enforces it for core fields, Config's generic check for
+Python-side ones; the message is the same.
+"""
+from __future__ import annotations
+
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KINDS = ("u32", "u64", "bool", "enum", "double", "string", "cpus", "pages")
+
+#: Python forms that differ from the core's:
+#:   size        bytes, given as an int or a string such as "64M"
+#:   page_size   "4K", "2M" or "1G"; the core holds bytes
+#:   none_choice the choice named "none" is Python's None
+#:   seconds     seconds (a float, math.inf: no limit) or None (an automatic
+#:               limit: Config.effective_timeout_s); the core holds ns, 0: none
+#:   optional    None is the core's 0 (which means "unset" there)
+#:   path        a str or os.PathLike, stored as a str; None is the core's ""
+#:   pin_readers a CPU list or "vcpus"; the core gets Config.reader_cpus
+#:   replay_from a path to a touch-order file or a sequence of page indices,
+#:               stored as a tuple; the core gets the list
+FORMS = ("size", "page_size", "none_choice", "seconds", "optional", "path", "pin_readers",
+         "replay_from")
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str                   # the Config field (or, config=False, the core's name)
+    kind: str                   # one of KINDS: how the core holds it
+    default: Any                # Python's stored default
+    doc: str                    # one line for the docs table and Config's docstring
+    core: str | None = ""       # the struct member ("" : same as name; None: Python-side)
+    config: bool = True         # False: the core's only (no Config field)
+    choices: tuple[str, ...] = ()   # enum: names in the core's enum order
+    c_enum: str = ""            # enum: the C type's name after "ukvm_" (default: name)
+    c_prefix: str = ""          # enum: the enumerators' prefix after "UKVM_" (default: NAME)
+    min: int | float | None = None
+    max: int | float | None = None  # double: the range is (min, max]
+    applies: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    form: str | None = None     # one of FORMS, or None: Python holds what the core does
+    size: str = ""              # string: the buffer size constant (its NUL included)
+
+    @property
+    def core_name(self) -> str | None:
+        return self.name if self.core == "" else self.core
+
+    @property
+    def enum_type(self) -> str:
+        return self.c_enum or self.name
+
+    @property
+    def enum_prefix(self) -> str:
+        return self.c_prefix or self.name.upper()
+
+    @property
+    def core_default(self) -> Any:
+        """The default as the core holds it."""
+        return to_core_value(self, self.default)
+
+
+_2M, _1G = 2 << 20, 1 << 30
+
+#: Each backing and the page size its faults are resolved at.
+BACKING_PAGE_SIZES = {
+    "anonymous": 4096,
+    "shmem": 4096,
+    "anonymous_thp": _2M,
+    "anonymous_hugetlb": _2M,
+    "anonymous_hugetlb_1gb": _1G,
+    "shared_hugetlb": _2M,
+    "guest_memfd": 4096,
+}
+GUEST_PAGE_SIZES = {"4K": 4096, "2M": _2M, "1G": _1G}
+
+#: Limits the core and Python share: (name, value, comment). Each is a
+#: UKVM_<name> macro in csrc/config_schema.h, an attribute of uffdkvm._core
+#: and of this module.
+CONSTANTS = (
+    ("MAX_VCPUS", 4096, "KVM's own ceiling (KVM_MAX_VCPUS); the host may allow fewer"),
+    ("MAX_REGION_BYTES", 1 << 46, "the test region at most: the core puts it above 4 GiB, "
+     "under the CPU's physical-address width"),
+    ("MAX_READERS", 4096, "reader threads per uffd"),
+    ("MAX_READ_BATCH", 64, "messages one read(2) of the uffd may return"),
+    ("READS_PER_WAKEUP", 16, "reads a reader makes before it waits again, while they come "
+     "back full: a bound, so that one reader cannot starve the rest"),
+    ("MAX_DELAY_US", 10_000_000, "the per-fault delay at most: 10 s"),
+    ("MAX_GUEST_WORK", 1_000_000, "guest loop iterations per access"),
+    ("MAX_PASSES", 1_000_000, "walks of the region per vCPU"),
+    ("MAX_CPU", 1023, "the largest CPU number a pin may name (CPU_SETSIZE - 1)"),
+    ("MAX_ACCESSES", 1 << 24, "access lists live in the guest's system memory, 4 bytes an "
+     "entry: 2^24 entries (64 MiB, a 64 GiB vCPU's pages) at most, per pass per vCPU"),
+    ("MAX_PREFETCH_PAGES", 1 << 20, "readahead's window at most"),
+    ("MAX_PREFETCH_BANDWIDTH_MBPS", 1 << 40, "the pusher's rate at most"),
+    ("MAX_REMOTE_LATENCY_US", 10_000_000, "the page server's latency at most: 10 s"),
+    ("MAX_REMOTE_BANDWIDTH_MBPS", 1_000_000_000, "1 Pbit/s: past any real link"),
+    ("MAX_INFLIGHT", 1_000_000, "requests the page server serves at once at most"),
+    ("SOURCE_PATH_MAX", 4096, "bytes of source_path, its NUL included"),
+    ("SOURCE_ADDRESS_MAX", 256, "bytes of source_address, its NUL included"),
+    ("READER_SRC_MAX", 2 << 20, "pages up to this size are copied from a source of each "
+     "reader's own, larger ones from one per uffd (uffd/pool.h, struct ukvm_shared_buffer)"),
+    ("MOVE_STAGE_BYTES", 256 << 10, "resolve move: each resolver stages this much of 4 KiB "
+     "pages, or one larger page (uffd/pool.c)"),
+)
+#: The float constant, kept apart: C writes it as a double.
+MAX_ZIPF_THETA = 100.0
+
+_C = dict((name, value) for name, value, _ in CONSTANTS)
+globals().update(_C)
+MAX_VCPUS: int
+MAX_REGION_BYTES: int
+MAX_READERS: int
+MAX_READ_BATCH: int
+READS_PER_WAKEUP: int
+MAX_DELAY_US: int
+MAX_GUEST_WORK: int
+MAX_PASSES: int
+MAX_CPU: int
+MAX_ACCESSES: int
+MAX_PREFETCH_PAGES: int
+MAX_PREFETCH_BANDWIDTH_MBPS: int
+MAX_REMOTE_LATENCY_US: int
+MAX_REMOTE_BANDWIDTH_MBPS: int
+MAX_INFLIGHT: int
+SOURCE_PATH_MAX: int
+SOURCE_ADDRESS_MAX: int
+READER_SRC_MAX: int
+MOVE_STAGE_BYTES: int
+
+_U32_MAX, _U64_MAX = (1 << 32) - 1, (1 << 64) - 1
+_READERS_ONLY = (("resolver", ("readers",)),)
+_REMOTE_ONLY = (("source", ("remote",)),)
+
+# In Config's order (its positional order, kept as it was); struct
+# ukvm_config's members follow the same order.
+FIELDS: tuple[Field, ...] = (
+    Field("vcpus", "u32", 1, "vCPUs, each in its own host thread", min=1, max=_C["MAX_VCPUS"]),
+    Field("mem_per_vcpu", "u64", 1 << 30, "bytes each vCPU demand-pages: an int or a string "
+          "such as \"64M\" or \"1G\", stored in bytes; a multiple of the backing's and the "
+          "guest's page size", form="size", min=4096, max=_C["MAX_REGION_BYTES"]),
+    Field("backing", "enum", "anonymous", "the memory (docs/backings.md); faults are "
+          "resolved at its page size", choices=tuple(BACKING_PAGE_SIZES)),
+    Field("uffd_mode", "enum", "missing", "\"missing\" (UFFDIO_COPY or UFFDIO_ZEROPAGE), "
+          "\"minor\" (UFFDIO_CONTINUE after the page cache is prefilled; shared backings), "
+          "\"wp\" (write-protect faults: QEMU's background snapshot), or None: no "
+          "userfaultfd, the kernel pages memory in itself (the baseline)",
+          choices=("none", "missing", "minor", "wp"), c_prefix="UFFD", form="none_choice"),
+    Field("single_uffd", "bool", False, "one uffd for the whole region instead of one per "
+          "vCPU"),
+    Field("resolver", "enum", "readers", "who resolves a fault: \"readers\" (reader threads "
+          "read the uffd's messages) or \"vcpu\" (the uffd answers with SIGBUS and the "
+          "faulting vCPU's own thread resolves it: no reader threads)",
+          choices=("readers", "vcpu")),
+    Field("readers", "u32", 1, "reader threads per uffd", min=1, max=_C["MAX_READERS"],
+          applies=_READERS_ONLY),
+    Field("wait", "enum", "epoll_exclusive", "how readers wait: \"poll\", \"epoll\", "
+          "\"epoll_exclusive\", \"read\", \"spin\" (a non-blocking read in a loop) or "
+          "\"io_uring\" (needs a build with liburing and Linux 5.15+)",
+          choices=("poll", "epoll", "epoll_exclusive", "read", "spin", "io_uring"),
+          applies=_READERS_ONLY),
+    Field("read_batch", "u32", 1, "messages one read() of the uffd may return; above 1, "
+          "while reads come back full a reader reads again before it waits (16 reads at "
+          "most)", min=1, max=_C["MAX_READ_BATCH"], applies=_READERS_ONLY),
+    Field("allow_oversubscribe", "bool", False, "let wait=\"spin\" run more spinning "
+          "readers than the CPUs left beside the vCPUs (run() refuses it otherwise)",
+          core=None),
+    Field("delay_us", "u32", 0, "microseconds a reader waits per fault before resolving it",
+          min=0, max=_C["MAX_DELAY_US"]),
+    Field("overlap", "bool", False, "every vCPU walks the same region (implies one uffd)"),
+    Field("guest_work", "u32", 0, "guest computation after each page access: iterations "
+          "of a 4-instruction loop", min=0, max=_C["MAX_GUEST_WORK"]),
+    Field("guest_page_size", "u64", "4K", "how the guest's page tables map the region: "
+          "\"4K\", \"2M\" or \"1G\"", form="page_size"),
+    Field("pattern", "enum", "sequential", "the order each vCPU visits its pages: "
+          "\"sequential\", \"reverse\" or \"random\" (a seeded permutation)",
+          choices=("sequential", "reverse", "random")),
+    Field("seed", "u64", 0, "seeds everything random: order, reads, delays, the working "
+          "set, Zipf draws"),
+    Field("write_percent", "u32", 100, "the share of pages the guest writes; it reads the "
+          "rest, and the host checks what it read", min=0, max=100),
+    Field("passes", "u32", 1, "walks of the region per vCPU; only the first faults",
+          min=1, max=_C["MAX_PASSES"]),
+    Field("resolve", "enum", "copy", "missing faults: \"copy\" (UFFDIO_COPY), "
+          "\"zeropage\" (UFFDIO_ZEROPAGE) or \"move\" (UFFDIO_MOVE of a staged page; "
+          "anonymous memory, Linux 6.8+)", choices=("copy", "zeropage", "move")),
+    Field("delay_dist", "enum", "fixed", "the delay's distribution: \"fixed\", "
+          "\"uniform\" (0 to 2 x delay_us) or \"exponential\" (mean delay_us)",
+          choices=("fixed", "uniform", "exponential"), c_prefix="DELAY"),
+    Field("pin_vcpus", "cpus", None, "host CPUs for the vCPU threads, round-robin: any "
+          "iterable of CPU numbers, one number or a string \"0,2,3\"; stored as a tuple "
+          "(None: unpinned)", min=0, max=_C["MAX_CPU"]),
+    Field("pin_readers", "cpus", None, "host CPUs for the reader threads, likewise; or "
+          "\"vcpus\": each reader on the CPU of the vCPU it serves (needs pin_vcpus)",
+          min=0, max=_C["MAX_CPU"], applies=_READERS_ONLY, form="pin_readers"),
+    Field("prefault", "bool", False, "populate the whole region before the vCPUs start: "
+          "no userfaults at all, the ceiling"),
+    Field("stats", "enum", "full", "\"full\": readers time every fault (latency, "
+          "attribution, blocktime); \"basic\": counters only", choices=("full", "basic")),
+    Field("guest_timing", "bool", False, "the guest times every access with rdtsc"),
+    Field("trace_faults", "bool", False, "return every fault (Result.fault_trace)",
+          applies=(("stats", ("full",)),)),
+    Field("timeout_s", "u64", None, "seconds before the run is abandoned with "
+          "RunTimeoutError; None: a generous limit from the run's size "
+          "(Config.effective_timeout_s); math.inf: no limit", core="timeout_ns",
+          form="seconds"),
+    Field("wp_async", "bool", False, "uffd_mode=\"wp\" only: UFFD_FEATURE_WP_ASYNC (Linux "
+          "6.7+): no faults, the pages written found with PAGEMAP_SCAN after the run",
+          applies=(("uffd_mode", ("wp",)),)),
+    Field("source", "enum", "synthetic", "where a resolved page's bytes come from: "
+          "\"synthetic\", \"file\" (the snapshot source_path) or \"remote\" (a page server "
+          "that run() starts, serving source_path)", choices=("synthetic", "file", "remote"),
+          c_enum="source_kind"),
+    Field("source_path", "string", None, "the snapshot file, at least the region's size "
+          "(uffdkvm.make_snapshot writes one)", form="path", size="SOURCE_PATH_MAX",
+          applies=(("source", ("file", "remote")),)),
+    Field("source_address", "string", None, "the page server's address, \"unix:/path\" or "
+          "\"tcp:HOST:PORT\" (run() fills it from the server it starts)", config=False,
+          size="SOURCE_ADDRESS_MAX", applies=_REMOTE_ONLY),
+    Field("source_read", "enum", "pread", "how a page is read from the file: \"pread\" or "
+          "\"mmap\"", choices=("pread", "mmap"), applies=(("source", ("file",)),)),
+    Field("source_cache", "enum", "warm", "the file's page cache as the vCPUs start: "
+          "\"warm\" or \"cold\" (dropped with POSIX_FADV_DONTNEED)",
+          choices=("warm", "cold"), applies=(("source", ("file",)),)),
+    Field("touch_percent", "u32", 100, "the seeded share of each vCPU's pages the guest "
+          "touches at all", min=1, max=100),
+    Field("access", "enum", "uniform", "\"uniform\": every touched page once per pass; "
+          "\"zipf\": `accesses` draws from a Zipf distribution over the touched pages",
+          choices=("uniform", "zipf")),
+    Field("zipf_theta", "double", None, "the Zipf skew (0.99 is the usual one)", min=0.0,
+          max=MAX_ZIPF_THETA, form="optional", applies=(("access", ("zipf",)),)),
+    Field("accesses", "u64", None, "accesses per pass per vCPU (None: as many as it has "
+          "touched pages)", min=1, max=_C["MAX_ACCESSES"], form="optional",
+          applies=(("access", ("zipf",)),)),
+    Field("prefetch", "enum", "none", "install pages before the guest asks: \"none\", "
+          "\"readahead\", \"background\" (a pusher thread, in address order) or \"replay\" "
+          "(the pusher installs replay_from's pages in order)",
+          choices=("none", "readahead", "background", "replay")),
+    Field("prefetch_pages", "u32", 8, "readahead's window, in pages of the backing's page "
+          "size", min=1, max=_C["MAX_PREFETCH_PAGES"], applies=(("prefetch", ("readahead",)),)),
+    Field("prefetch_bandwidth_mbps", "u64", 0, "the pusher's rate in 10^6 bits/s (0: as "
+          "fast as it goes)", min=0, max=_C["MAX_PREFETCH_BANDWIDTH_MBPS"],
+          applies=(("prefetch", ("background", "replay")),)),
+    Field("replay_from", "pages", None, "replay's order: a path to a file "
+          "Result.save_touch_order wrote, or a sequence of page indices; stored as a tuple",
+          core="replay", form="replay_from", applies=(("prefetch", ("replay",)),)),
+    Field("remote_transport", "enum", "unix", "how the readers reach the page server: "
+          "\"unix\" or \"tcp\" (loopback)", choices=("unix", "tcp"), core=None,
+          applies=_REMOTE_ONLY),
+    Field("remote_latency_us", "u32", 0, "the page server's time from taking up a request "
+          "to its reply", min=0, max=_C["MAX_REMOTE_LATENCY_US"], core=None,
+          applies=_REMOTE_ONLY),
+    Field("remote_bandwidth_mbps", "u64", 0, "the page server's one link, 10^6 bits/s (0: "
+          "unlimited)", min=0, max=_C["MAX_REMOTE_BANDWIDTH_MBPS"], core=None,
+          applies=_REMOTE_ONLY),
+    Field("max_inflight", "u32", 0, "requests the page server serves at once (0: no cap)",
+          min=0, max=_C["MAX_INFLIGHT"], core=None, applies=_REMOTE_ONLY),
+)
+
+BY_NAME = {f.name: f for f in FIELDS}
+CONFIG_FIELDS = tuple(f for f in FIELDS if f.config)
+CORE_FIELDS = tuple(f for f in FIELDS if f.core_name is not None)
+BY_CORE_NAME = {f.core_name: f for f in CORE_FIELDS}
+
+
+def choices(name: str) -> tuple[str, ...]:
+    """A choice field's names as Config takes them (uffd_mode: without "none")."""
+    f = BY_NAME[name]
+    return tuple(c for c in f.choices if not (f.form == "none_choice" and c == "none"))
+
+
+def python_value(f: Field, choice: str) -> Any:
+    """An enum name as the Python user writes it (uffd_mode's "none": None)."""
+    return None if f.form == "none_choice" and choice == "none" else choice
+
+
+def to_core_value(f: Field, value: Any) -> Any:
+    """value, in the stored Python form, as the core holds it. For
+    pin_readers and timeout_s the Config's derived value is meant (run.py
+    passes Config.reader_cpus and Config.effective_timeout_s)."""
+    if f.kind == "enum":
+        return f.choices.index("none" if value is None else value)
+    if f.form == "page_size":
+        return GUEST_PAGE_SIZES[value]
+    if f.form == "seconds":
+        if value is None or value == float("inf") or value * 1e9 >= _U64_MAX:
+            return 0  # the core's "no limit"
+        return max(1, int(value * 1e9))
+    if f.kind == "bool":
+        return bool(value)
+    if f.kind == "double":
+        return float(value or 0.0)
+    if f.kind == "string":
+        return value or ""
+    if f.kind in ("cpus", "pages"):
+        return list(value or ())
+    if f.form == "optional":
+        return value or 0
+    return value
+
+
+def python_repr(f: Field, value: Any) -> str:
+    """How the docs and the messages spell a stored Python value."""
+    if f.form == "size" and isinstance(value, int):
+        for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+            if value % size == 0:
+                return repr(f"{value // size}{unit}")
+    return repr(value)
+
+
+# ---- the generator ----
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER = "csrc/config_schema.h"
+CONFIG_PY = "uffdkvm/config.py"
+CORE_PYI = "uffdkvm/_core.pyi"
+CONFIG_MD = "docs/config.md"
+COMMAND = "python tools/gen_schema.py --write"
+BEGIN, END = "BEGIN GENERATED by uffdkvm/schema.py", "END GENERATED"
+
+
+def _c_number(value: int | float) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    return f"{value}ULL" if value > 0x7fffffff else str(value)
+
+
+def _c_string(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _enumerator(f: Field, choice: str) -> str:
+    return f"UKVM_{f.enum_prefix}_{choice.upper()}"
+
+
+def _member(f: Field) -> list[str]:
+    name = f.core_name
+    if f.kind == "u32":
+        return [f"uint32_t {name};"]
+    if f.kind == "u64":
+        return [f"uint64_t {name};"]
+    if f.kind == "bool":
+        return [f"bool {name};"]
+    if f.kind == "double":
+        return [f"double {name};"]
+    if f.kind == "enum":
+        return [f"enum ukvm_{f.enum_type} {name};"]
+    if f.kind == "string":
+        return [f"char {name}[UKVM_{f.size}];"]
+    if f.kind == "cpus":
+        return [f"uint32_t nr_{name};", f"const int32_t *{name};"]
+    return [f"uint64_t nr_{name};", f"const uint64_t *{name};"]
+
+
+def _wrap(text: str, width: int, indent: str) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent) or [indent]
+
+
+def _applies_c(f: Field) -> str:
+    """The applies rule as a C condition on c (a const struct ukvm_config *)
+    that holds where the field may leave its default."""
+    parts = []
+    for other, values in f.applies:
+        o = BY_NAME[other]
+        parts.append("(" + " || ".join(f"c->{o.core_name} == {_enumerator(o, v)}"
+                                       for v in values) + ")")
+    return " && ".join(parts) or "1"
+
+
+def _applies_text(f: Field) -> str:
+    """The rule as the user reads it: "resolver='readers'"."""
+    out = []
+    for other, values in f.applies:
+        o = BY_NAME[other]
+        out.append(" or ".join(f"{other}={python_repr(o, python_value(o, v))}" for v in values))
+    return " and ".join(out)
+
+
+def _comment(text: str) -> list[str]:
+    """A C comment, wrapped to the tree's 100 columns."""
+    lines = _wrap(text, 96, "")
+    if len(lines) == 1:
+        return [f"/* {lines[0]} */"]
+    return ["/*", *(f" * {line}" for line in lines), " */"]
+
+
+def header() -> str:
+    """csrc/config_schema.h."""
+    out = [
+        "/* SPDX-License-Identifier: MIT */",
+        "/*",
+        f" * GENERATED by uffdkvm/schema.py ({COMMAND}): do not edit.",
+        " * Edit the field's entry in uffdkvm/schema.py and run the command again;",
+        " * tests/test_schema.py fails while this file is stale.",
+        " *",
+        " * The config's enums and their names, struct ukvm_config's members",
+        " * (UKVM_CONFIG_MEMBERS), the field table (UKVM_CONFIG_FIELDS) that the",
+        " * binding converts with and the validator walks, and the limits the core",
+        " * and Python share. Included by ukvm.h only.",
+        " */",
+        "#ifndef UKVM_CONFIG_SCHEMA_H",
+        "#define UKVM_CONFIG_SCHEMA_H",
+        "",
+    ]
+    for name, value, comment in CONSTANTS:
+        out += _comment(comment)
+        out.append(f"#define UKVM_{name}\t{_c_number(value)}")
+    out.append(f"#define UKVM_MAX_ZIPF_THETA\t{MAX_ZIPF_THETA!r}")
+    out.append("")
+    out.append("/* The integer limits above, for the binding to export: C(NAME, value). */")
+    out.append("#define UKVM_CONFIG_CONSTANTS(C) \\")
+    for name, _, _ in CONSTANTS:
+        out.append(f"\tC({name}, UKVM_{name}) \\")
+    out.append("")
+    enums = [f for f in CORE_FIELDS if f.kind == "enum"]
+    for f in enums:
+        out += _comment(f"{f.name}: {f.doc}")
+        out.append(f"enum ukvm_{f.enum_type} {{")
+        for i, c in enumerate(f.choices):
+            out.append(f"\t{_enumerator(f, c)}{' = 0' if i == 0 else ''},")
+        out.append(f"\tUKVM_{f.enum_prefix}__COUNT")
+        out.append("};")
+        out.append("")
+    out.append("/*")
+    out.append(" * Every enum of the config: X(type, field, PREFIX) for the name functions,")
+    out.append(" * ukvm_<type>_name(), which config.c defines.")
+    out.append(" */")
+    out.append("#define UKVM_CONFIG_ENUMS(X) \\")
+    for f in enums:
+        out.append(f"\tX({f.enum_type}, {f.core_name}, {f.enum_prefix}) \\")
+    out.append("")
+    out.append("/* The names of each enum's values, in its order: V(ENUMERATOR, \"name\", "
+               "\"Python's spelling\"). */")
+    for f in enums:
+        out.append(f"#define UKVM_{f.enum_prefix}_NAMES(V) \\")
+        for c in f.choices:
+            py = python_repr(f, python_value(f, c))
+            out.append(f"\tV({_enumerator(f, c)}, {_c_string(c)}, {_c_string(py)}) \\")
+        out.append("")
+    out.append("/* struct ukvm_config's members (ukvm.h), in the schema's order. */")
+    out.append("#define UKVM_CONFIG_MEMBERS \\")
+    for f in CORE_FIELDS:
+        for line in _member(f):
+            out.append(f"\t{line} \\")
+    out.append("")
+    out += [
+        "/*",
+        " * The field table: X(KIND, member, \"name\", default, min, max, \"default\").",
+        " * KIND: U32 U64 BOOL ENUM DOUBLE STRING CPUS PAGES; \"name\": the field as",
+        " * Python names it; default: the core's; min, max: the range (DOUBLE: above",
+        " * min, at most max, where it leaves its default; CPUS: each entry's; ENUM:",
+        " * its values; 0, 0: none); \"default\": as the Python user writes it.",
+        " */",
+        "#define UKVM_CONFIG_FIELDS(X) \\",
+    ]
+    for f in CORE_FIELDS:
+        d = f.core_default
+        if f.kind == "enum":
+            default = _enumerator(f, f.choices[d])
+        elif f.kind == "bool":
+            default = "true" if d else "false"
+        elif f.kind in ("string", "cpus", "pages"):
+            default = "0"
+        else:
+            default = _c_number(d)
+        lo = _c_number(f.min) if f.min is not None else "0"
+        hi = _c_number(f.max) if f.max is not None else "0"
+        if f.kind == "enum":
+            lo, hi = "0", str(len(f.choices) - 1)
+        if f.form == "optional" and f.kind == "u64":
+            lo = "0"  # the core's 0 is Python's None
+        pyd = "None" if f.default is None else python_repr(f, f.default)
+        out.append(f"\tX({f.kind.upper()}, {f.core_name}, {_c_string(f.name)}, {default}, "
+                   f"{lo}, {hi}, {_c_string(pyd)}) \\")
+    out += [
+        "",
+        "/*",
+        " * The applies rules: A(KIND, member, \"name\", default, on, on_type, applies,",
+        " * \"applies\", \"default\"): the member may leave its default only where the",
+        " * condition applies (on c, the const struct ukvm_config * being checked)",
+        " * holds; on is the enum member it looks at (of enum ukvm_<on_type>), and",
+        " * \"applies\" the condition as the Python user writes it.",
+        " */",
+        "#define UKVM_CONFIG_APPLIES(A) \\",
+    ]
+    for f in CORE_FIELDS:
+        if not f.applies:
+            continue
+        assert len(f.applies) == 1, f"{f.name}: one applies pair is what the core checks"
+        on = BY_NAME[f.applies[0][0]]
+        d = f.core_default
+        default = (_enumerator(f, f.choices[d]) if f.kind == "enum" else
+                   ("true" if d else "false") if f.kind == "bool" else
+                   "0" if f.kind in ("string", "cpus", "pages") else _c_number(d))
+        pyd = "None" if f.default is None else python_repr(f, f.default)
+        out.append(f"\tA({f.kind.upper()}, {f.core_name}, {_c_string(f.name)}, {default}, "
+                   f"{on.core_name}, {on.enum_type}, {_applies_c(f)}, "
+                   f"{_c_string(_applies_text(f))}, {_c_string(pyd)}) \\")
+    out.append("")
+    out.append("#endif /* UKVM_CONFIG_SCHEMA_H */")
+    return "\n".join(out) + "\n"
+
+
+def _pyi_type(f: Field) -> str:
+    """The constructor's annotation for a field: what Config takes."""
+    if f.form == "size":
+        return "SupportsIndex | str"
+    if f.form == "page_size":
+        return "SupportsIndex | str"
+    if f.form == "none_choice":
+        return "str | None"
+    if f.form == "seconds":
+        return "float | None"
+    if f.form == "path":
+        return "str | os.PathLike[str] | None"
+    if f.form == "pin_readers" or f.kind == "cpus":
+        return "CpuList | None"
+    if f.form == "replay_from":
+        return "str | os.PathLike[str] | Iterable[SupportsIndex] | None"
+    base = {"u32": "SupportsIndex", "u64": "SupportsIndex", "bool": "bool", "enum": "str",
+            "double": "float"}[f.kind]
+    return f"{base} | None" if f.form == "optional" else base
+
+
+def stored_type(f: Field) -> str:
+    """The annotation of what Config stores."""
+    if f.form == "pin_readers":
+        return "tuple[int, ...] | str | None"
+    if f.kind in ("cpus", "pages"):
+        return "tuple[int, ...] | None"
+    if f.form in ("none_choice", "path"):
+        return "str | None"
+    if f.form == "page_size":
+        return "str"
+    if f.form == "seconds":
+        return "float | None"
+    base = {"u32": "int", "u64": "int", "bool": "bool", "enum": "str", "double": "float",
+            "string": "str"}[f.kind]
+    return f"{base} | None" if f.form == "optional" else base
+
+
+def config_section() -> str:
+    """Between the markers in uffdkvm/config.py: the type checker's view of
+    Config (its stored fields and its constructor)."""
+    out = ["    if TYPE_CHECKING:",
+           "        # What Config stores and what its constructor takes, for type checkers;",
+           "        # at run time the dataclass fields come from uffdkvm/schema.py.",
+           ]
+    for f in CONFIG_FIELDS:
+        out.append(f"        {f.name}: {stored_type(f)}")
+    out.append("")
+    out.append("        def __init__(")
+    out.append("            self,")
+    for f in CONFIG_FIELDS:
+        out.append(f"            {f.name}: {_pyi_type(f)} = ...,")
+    out.append("        ) -> None: ...")
+    return "\n".join(out) + "\n"
+
+
+def pyi_section() -> str:
+    """Between the markers in uffdkvm/_core.pyi: the constants add_constants exports."""
+    out = []
+    for f in CORE_FIELDS:
+        if f.kind == "enum":
+            out += [f"{f.enum_prefix}_{c.upper()}: int" for c in f.choices]
+    out += [f"{name}: int" for name, _, _ in CONSTANTS]
+    out.append("MAX_ZIPF_THETA: float")
+    return "\n".join(out) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def docs_section() -> str:
+    """Between the markers in docs/config.md: every field at a glance."""
+    out = ["| field | takes | default | range | applies when | meaning |",
+           "|---|---|---|---|---|---|"]
+    for f in CONFIG_FIELDS:
+        if f.kind == "enum":
+            takes = ", ".join(f"`{python_repr(f, python_value(f, c))}`" for c in f.choices)
+        elif f.form == "page_size":
+            takes = ", ".join(f"`{k!r}`" for k in GUEST_PAGE_SIZES)
+        else:
+            takes = {"u32": "int", "u64": "int", "bool": "bool", "double": "float",
+                     "string": "path", "cpus": "CPU list", "pages": "path or page list"}[f.kind]
+            if f.form == "size":
+                takes = "size"
+            elif f.form == "seconds":
+                takes = "seconds"
+            elif f.form == "pin_readers":
+                takes = "CPU list or `'vcpus'`"
+            if f.form == "optional":
+                takes += " or None"
+        rng = ""
+        if f.min is not None and f.kind not in ("cpus",):
+            rng = f"above {f.min:g}, at most {f.max:g}" if f.kind == "double" \
+                else f"{f.min}-{f.max}"
+        elif f.kind == "cpus":
+            rng = f"each {f.min}-{f.max}"
+        default = "None" if f.default is None else python_repr(f, f.default)
+        side = "" if f.core_name else " (Python-side: the core never sees it)"
+        out.append(f"| `{f.name}` | {takes} | `{default}` | {rng} | "
+                   f"{_md(_applies_text(f))} | {_md(f.doc)}{side} |")
+    return "\n".join(out) + "\n"
+
+
+def _splice(text: str, section: str, path: str, comment: str) -> str:
+    begin, end = f"{comment} {BEGIN}", f"{comment} {END}"
+    if comment == "<!--":
+        begin, end = f"<!-- {BEGIN} -->", f"<!-- {END} -->"
+    head, sep, rest = text.partition(begin)
+    _, sep2, tail = rest.partition(end)
+    if not sep or not sep2:
+        raise SystemExit(f"{path}: no {begin!r} ... {end!r} lines to write between")
+    return f"{head}{begin}\n{section}{end}{tail}"
+
+
+def generated(root: Path = ROOT) -> dict[str, str]:
+    """Every generated file's path (from root) and the text it should hold."""
+    out = {HEADER: header()}
+    for path, section, comment in ((CONFIG_PY, config_section(), "    #"),
+                                   (CORE_PYI, pyi_section(), "#"),
+                                   (CONFIG_MD, docs_section(), "<!--")):
+        out[path] = _splice((root / path).read_text(encoding="utf-8"), section, path, comment)
+    return out
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """The generated files whose checked-in text differs from the schema's."""
+    bad = []
+    for path, text in generated(root).items():
+        p = root / path
+        if not p.exists() or p.read_text(encoding="utf-8") != text:
+            bad.append(path)
+    return bad
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--write"]:
+        for path, text in generated().items():
+            p = ROOT / path
+            if not p.exists() or p.read_text(encoding="utf-8") != text:
+                p.write_text(text, encoding="utf-8")
+                print(f"wrote {path}")
+        return 0
+    if argv == ["--check"]:
+        bad = stale()
+        for path in bad:
+            print(f"{path} is stale: run {COMMAND}", file=sys.stderr)
+        return 1 if bad else 0
+    print("usage: python tools/gen_schema.py --write | --check", file=sys.stderr)
+    return 2
+
