@@ -20,6 +20,7 @@
 
 struct ukvm_remote_conn {
 	int fd;
+	char address[UKVM_REMOTE_ADDRESS_MAX];	/* for the _for calls' messages */
 	int spent;		/* -errno every later call returns, 0 while usable */
 	uint32_t outstanding;	/* requests sent whose replies are not yet taken */
 };
@@ -185,6 +186,7 @@ int ukvm_remote_connect(const char *address, struct ukvm_remote_conn **out,
 		goto error;
 	}
 	c->fd = fd;
+	snprintf(c->address, sizeof(c->address), "%s", address);
 	*out = c;
 	return 0;
 error:
@@ -233,7 +235,8 @@ static int client_header(struct ukvm_remote_conn *c, struct ukvm_remote_reply *r
 	if (ret)
 		return client_spend(c, ret);
 	if (reply->status > 0 || reply->status < -4095 || (reply->status && reply->length) ||
-	    reply->length > UKVM_REMOTE_MAX_LENGTH || reply->flags & ~UKVM_REMOTE_FLAGS)
+	    reply->length > UKVM_REMOTE_MAX_LENGTH || reply->flags & ~UKVM_REMOTE_FLAGS ||
+	    reply->reserved)
 		return client_spend(c, -EPROTO);
 	return 0;
 }
@@ -334,22 +337,78 @@ const char *ukvm_remote_strerror(int ret)
 	}
 }
 
-#ifdef UKVM_TEST_HOOKS
-int ukvm_remote_fetch_once(const char *address, uint64_t offset, uint64_t len, bool urgent,
-			   void *dst, uint64_t timeout_ns, struct ukvm_error *err)
-{
-	struct ukvm_remote_conn *c;
-	int ret = ukvm_remote_connect(address, &c, err);
+/* ---- the calls with a timeout (ukvm.h), for the binding ---- */
 
-	if (ret)
-		return ret;
-	ret = ukvm_remote_fetch(c, offset, len, urgent, dst, -1, ukvm_deadline_after(timeout_ns));
-	if (ret)
-		ukvm_err_set(err, ret == -ETIMEDOUT ? UKVM_ERR_TIMEOUT : UKVM_ERR_RUN, -ret,
-			     "page server client: fetch of %llu bytes at %llu from %s: %s",
-			     (unsigned long long)len, (unsigned long long)offset, address,
-			     ukvm_remote_strerror(ret));
-	ukvm_remote_close(c);
-	return ret;
+/* ret (not 0) with err naming what failed: "page server client: <what> from <address>: ...". */
+static int client_fail(const struct ukvm_remote_conn *c, int ret, struct ukvm_error *err,
+		       const char *what)
+{
+	return ukvm_err_set(err, ret == -ETIMEDOUT ? UKVM_ERR_TIMEOUT : UKVM_ERR_RUN, -ret,
+			    "page server client: %s from %s: %s", what, c->address,
+			    ukvm_remote_strerror(ret));
 }
-#endif
+
+int ukvm_remote_fetch_for(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
+			  bool urgent, void *dst, uint64_t timeout_ns, struct ukvm_error *err)
+{
+	int ret;
+
+	memset(err, 0, sizeof(*err));
+	ret = ukvm_remote_fetch(c, offset, len, urgent, dst, -1, ukvm_deadline_after(timeout_ns));
+	if (ret) {
+		char what[96];
+
+		snprintf(what, sizeof(what), "fetch of %llu bytes at %llu",
+			 (unsigned long long)len, (unsigned long long)offset);
+		return client_fail(c, ret, err, what);
+	}
+	return 0;
+}
+
+int ukvm_remote_send_for(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
+			 bool urgent, uint64_t timeout_ns, struct ukvm_error *err)
+{
+	int ret;
+
+	memset(err, 0, sizeof(*err));
+	ret = ukvm_remote_send(c, offset, len, urgent, -1, ukvm_deadline_after(timeout_ns));
+	if (ret) {
+		char what[96];
+
+		snprintf(what, sizeof(what), "request of %llu bytes at %llu",
+			 (unsigned long long)len, (unsigned long long)offset);
+		return client_fail(c, ret, err, what);
+	}
+	return 0;
+}
+
+int ukvm_remote_recv_for(struct ukvm_remote_conn *c, struct ukvm_remote_answer *answer,
+			 void *dst, uint64_t dst_len, uint64_t timeout_ns,
+			 struct ukvm_error *err)
+{
+	struct ukvm_remote_reply reply;
+	int ret;
+
+	memset(err, 0, sizeof(*err));
+	if (!c->spent && !c->outstanding)
+		return ukvm_err_set(err, UKVM_ERR_RUN, EINVAL, "page server client: a reply from "
+				    "%s with no request outstanding", c->address);
+	ret = ukvm_remote_recv(c, &reply, dst, dst_len, -1, ukvm_deadline_after(timeout_ns));
+	if (ret)
+		return client_fail(c, ret, err, "a reply");
+	answer->offset = reply.offset;
+	answer->length = reply.length;
+	answer->urgent = reply.flags & UKVM_REMOTE_URGENT;
+	answer->status = reply.status;
+	return 0;
+}
+
+int ukvm_remote_stats_for(struct ukvm_remote_conn *c, struct ukvm_remote_stats *stats,
+			  uint64_t timeout_ns, struct ukvm_error *err)
+{
+	int ret;
+
+	memset(err, 0, sizeof(*err));
+	ret = ukvm_remote_stats(c, stats, -1, ukvm_deadline_after(timeout_ns));
+	return ret ? client_fail(c, ret, err, "the counters (STATS)") : 0;
+}
