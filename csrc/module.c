@@ -1015,34 +1015,64 @@ static PyObject *core_remote_fetch(PyObject *self, PyObject *args)
 	return out;
 }
 
+/* The most ranges one remote_send() takes: 16 bytes each on the wire, 256 MiB in all. */
+#define REMOTE_SEND_MAX		(1 << 24)
+
 static PyObject *core_remote_send(PyObject *self, PyObject *args)
 {
-	unsigned long long offset, length;
-	struct remote_client *rc;
+	struct ukvm_remote_range *ranges = NULL;
+	struct remote_client *rc = NULL;
+	uint64_t timeout_ns, longest = 0;
+	PyObject *capsule, *seq;
 	struct ukvm_error err;
-	PyObject *capsule;
-	uint64_t timeout_ns;
+	Py_ssize_t n, i;
 	double timeout_s;
 	int urgent, ret;
 
 	(void)self;
-	if (!PyArg_ParseTuple(args, "OKKpd:remote_send", &capsule, &offset, &length, &urgent,
-			      &timeout_s) || remote_timeout_ns(timeout_s, &timeout_ns))
+	if (!PyArg_ParseTuple(args, "OOpd:remote_send", &capsule, &seq, &urgent, &timeout_s) ||
+	    remote_timeout_ns(timeout_s, &timeout_ns))
 		return NULL;
+	n = PySequence_Size(seq);
+	if (n < 0)
+		return NULL;
+	if (n < 1 || n > REMOTE_SEND_MAX) {
+		PyErr_SetString(PyExc_ValueError, "remote_send: from 1 to 2**24 ranges");
+		return NULL;
+	}
+	ranges = PyMem_Calloc((size_t)n, sizeof(*ranges));
+	if (!ranges)
+		return PyErr_NoMemory();
+	for (i = 0; i < n; i++) {
+		PyObject *item = PySequence_GetItem(seq, i);
+		unsigned long long offset, length;
+		int ok = item && PyArg_ParseTuple(item, "KK:remote_send range", &offset, &length);
+
+		Py_XDECREF(item);
+		if (!ok)
+			goto error;
+		ranges[i] = (struct ukvm_remote_range){ .offset = offset, .length = length };
+		if (length > longest)
+			longest = length;
+	}
 	rc = remote_client_take(capsule);
 	if (!rc)
-		return NULL;
+		goto error;
 	Py_BEGIN_ALLOW_THREADS
-	ret = ukvm_remote_send_for(rc->conn, offset, length, urgent, timeout_ns, &err);
+	ret = ukvm_remote_send_for(rc->conn, ranges, (uint32_t)n, urgent, timeout_ns, &err);
 	Py_END_ALLOW_THREADS
 	rc->busy = false;
 	if (ret) {
 		raise_core_error(&err);
-		return NULL;
+		goto error;
 	}
-	if (length > rc->longest)
-		rc->longest = length;
+	if (longest > rc->longest)
+		rc->longest = longest;
+	PyMem_Free(ranges);
 	Py_RETURN_NONE;
+error:
+	PyMem_Free(ranges);
+	return NULL;
 }
 
 static PyObject *core_remote_recv(PyObject *self, PyObject *args)
@@ -1187,8 +1217,8 @@ static PyMethodDef core_methods[] = {
 	  "range of the snapshot: a request and its reply, the GIL released. Raises "
 	  "CoreError(kind, errno, message): the server's refusal, or the client's." },
 	{ "remote_send", core_remote_send, METH_VARARGS,
-	  "remote_send(connection, offset, length, urgent, timeout_s) -> None\n\nOne "
-	  "request, its reply left for remote_recv()." },
+	  "remote_send(connection, ranges, urgent, timeout_s) -> None\n\nA request for "
+	  "each (offset, length), in one write; their replies left for remote_recv()." },
 	{ "remote_recv", core_remote_recv, METH_VARARGS,
 	  "remote_recv(connection, timeout_s) -> (offset, urgent, status, data)\n\nThe "
 	  "next reply, whole; status is 0 or the server's -errno refusal." },

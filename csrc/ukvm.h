@@ -614,6 +614,12 @@ struct ukvm_remote_conn;
 /* The longest range one request may ask for (protocol.h): 1 GiB, a guest's largest page. */
 #define UKVM_REMOTE_MAX_LENGTH	(1u << 30)
 
+/* One range of the snapshot a request asks for. */
+struct ukvm_remote_range {
+	uint64_t offset;
+	uint64_t length;		/* 1..UKVM_REMOTE_MAX_LENGTH */
+};
+
 /* A reply taken by ukvm_remote_recv_for(). */
 struct ukvm_remote_answer {
 	uint64_t offset;		/* the request's */
@@ -630,16 +636,16 @@ void ukvm_remote_close(struct ukvm_remote_conn *c);
 uint32_t ukvm_remote_outstanding(const struct ukvm_remote_conn *c);
 /*
  * fetch: len bytes at offset into dst (one request, its reply; the
- * server's refusal is its -errno). send: one request, no wait for its
- * reply. recv: the next reply (in the order served), whole, its payload
+ * server's refusal is its -errno). send: n requests in one write (every
+ * length checked first), no wait for their replies. recv: the next reply (in the order served), whole, its payload
  * into dst (dst_len at least the longest length asked). stats: the
  * server's counters. Each waits timeout_ns at most (-ETIMEDOUT); 0, or
  * -errno with err naming the call and what the return means.
  */
 int ukvm_remote_fetch_for(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
 			  bool urgent, void *dst, uint64_t timeout_ns, struct ukvm_error *err);
-int ukvm_remote_send_for(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
-			 bool urgent, uint64_t timeout_ns, struct ukvm_error *err);
+int ukvm_remote_send_for(struct ukvm_remote_conn *c, const struct ukvm_remote_range *ranges,
+			 uint32_t n, bool urgent, uint64_t timeout_ns, struct ukvm_error *err);
 int ukvm_remote_recv_for(struct ukvm_remote_conn *c, struct ukvm_remote_answer *answer,
 			 void *dst, uint64_t dst_len, uint64_t timeout_ns,
 			 struct ukvm_error *err);

@@ -2,7 +2,7 @@
 
 uffdkvm/run.py is its one caller; everything here is internal.
 """
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _ProgressReport = Callable[[str, list[int], list[int]], object]
@@ -46,9 +46,9 @@ def remote_fetch(connection: object, offset: int, length: int, urgent: bool,
                  timeout_s: float, /) -> bytes:
     """One range of the snapshot: a request and its reply."""
 
-def remote_send(connection: object, offset: int, length: int, urgent: bool,
+def remote_send(connection: object, ranges: Sequence[tuple[int, int]], urgent: bool,
                 timeout_s: float, /) -> None:
-    """One request, its reply left for remote_recv()."""
+    """A request for each (offset, length), in one write; replies left for remote_recv()."""
 
 def remote_recv(connection: object, timeout_s: float, /) -> tuple[int, bool, int, bytes]:
     """The next reply: (offset, urgent, status, data); status 0 or the server's -errno."""

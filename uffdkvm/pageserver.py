@@ -190,15 +190,14 @@ class PageClient:
 
     def send(self, offset: int, length: int, urgent: bool = False) -> None:
         """Send one request (no wait for its reply)."""
-        try:
-            _core.remote_send(self._open(), offset, length, urgent, self.timeout_s)
-        except _core.CoreError as e:
-            raise _client_error(e) from None
+        self.send_many([(offset, length)], urgent)
 
     def send_many(self, ranges: list[tuple[int, int]], urgent: bool = False) -> None:
-        """Send a request for each (offset, length)."""
-        for offset, length in ranges:
-            self.send(offset, length, urgent)
+        """Send a request for each (offset, length), in one write."""
+        try:
+            _core.remote_send(self._open(), ranges, urgent, self.timeout_s)
+        except _core.CoreError as e:
+            raise _client_error(e) from None
 
     def recv(self) -> Reply:
         """The next reply, whole."""

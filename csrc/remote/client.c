@@ -208,22 +208,43 @@ uint32_t ukvm_remote_outstanding(const struct ukvm_remote_conn *c)
 	return c->outstanding;
 }
 
-static int client_request(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
-			  uint32_t flags, int stop_fd, uint64_t deadline_ns)
+/* n requests (lengths checked first: -EINVAL sends none), in one write. */
+static int client_request_many(struct ukvm_remote_conn *c, const struct ukvm_remote_range *ranges,
+			       uint32_t n, uint32_t flags, int stop_fd, uint64_t deadline_ns)
 {
-	struct ukvm_remote_request req = { .offset = offset, .length = (uint32_t)len,
-					   .flags = flags };
+	struct ukvm_remote_request one, *reqs = &one;
+	uint32_t i;
 	int ret;
 
 	if (c->spent)
 		return c->spent;
-	if (!(flags & UKVM_REMOTE_STATS) && (!len || len > UKVM_REMOTE_MAX_LENGTH))
-		return -EINVAL;
-	ret = client_send_all(c, &req, sizeof(req), stop_fd, deadline_ns);
+	for (i = 0; i < n && !(flags & UKVM_REMOTE_STATS); i++)
+		if (!ranges[i].length || ranges[i].length > UKVM_REMOTE_MAX_LENGTH)
+			return -EINVAL;
+	if (n > 1) {
+		reqs = calloc(n, sizeof(*reqs));
+		if (!reqs)
+			return -ENOMEM;
+	}
+	for (i = 0; i < n; i++)
+		reqs[i] = (struct ukvm_remote_request){ .offset = ranges[i].offset,
+							.length = (uint32_t)ranges[i].length,
+							.flags = flags };
+	ret = client_send_all(c, reqs, n * sizeof(*reqs), stop_fd, deadline_ns);
+	if (reqs != &one)
+		free(reqs);
 	if (ret)
 		return client_spend(c, ret);
-	c->outstanding++;
+	c->outstanding += n;
 	return 0;
+}
+
+static int client_request(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
+			  uint32_t flags, int stop_fd, uint64_t deadline_ns)
+{
+	struct ukvm_remote_range range = { .offset = offset, .length = len };
+
+	return client_request_many(c, &range, 1, flags, stop_fd, deadline_ns);
 }
 
 /* The next reply's header, checked for what any reply must hold. */
@@ -365,18 +386,20 @@ int ukvm_remote_fetch_for(struct ukvm_remote_conn *c, uint64_t offset, uint64_t 
 	return 0;
 }
 
-int ukvm_remote_send_for(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
-			 bool urgent, uint64_t timeout_ns, struct ukvm_error *err)
+int ukvm_remote_send_for(struct ukvm_remote_conn *c, const struct ukvm_remote_range *ranges,
+			 uint32_t n, bool urgent, uint64_t timeout_ns, struct ukvm_error *err)
 {
 	int ret;
 
 	memset(err, 0, sizeof(*err));
-	ret = ukvm_remote_send(c, offset, len, urgent, -1, ukvm_deadline_after(timeout_ns));
+	ret = client_request_many(c, ranges, n, urgent ? UKVM_REMOTE_URGENT : 0, -1,
+				  ukvm_deadline_after(timeout_ns));
 	if (ret) {
 		char what[96];
 
-		snprintf(what, sizeof(what), "request of %llu bytes at %llu",
-			 (unsigned long long)len, (unsigned long long)offset);
+		snprintf(what, sizeof(what), "%u request%s (the first of %llu bytes at %llu)", n,
+			 n == 1 ? "" : "s", n ? (unsigned long long)ranges[0].length : 0ULL,
+			 n ? (unsigned long long)ranges[0].offset : 0ULL);
 		return client_fail(c, ret, err, what);
 	}
 	return 0;
