@@ -70,23 +70,24 @@ class PageServerTimeout(PageServerError, TimeoutError):  # type: ignore[misc]
 @dataclass(frozen=True)
 class PageServerStats:
     """The server's counters since it started (:meth:`PageServer.stats`), named
-    as the C core names them (csrc/ukvm.h, UKVM_REMOTE_STATS_FIELDS; the
-    meanings are in ``_core.REMOTE_STATS_MEANINGS``).
+    and explained as the C core's one list does (csrc/ukvm.h,
+    UKVM_REMOTE_STATS_FIELDS, read here as ``_core.REMOTE_STATS_FIELDS`` and
+    ``_core.REMOTE_STATS_MEANINGS``: the list below comes from it).
 
     Queue time is what a request waited beyond its modelled latency: for an
     inflight slot (``max_inflight``), then for the link (``bandwidth_mbps``).
     """
 
-    requests: int              # page requests read (stats queries not counted)
-    urgent: int                # of those, URGENT: a fault waited for them
-    background: int            # of those, prefetch / background
-    served: int                # replies put on the link
-    errors: int                # requests refused (bad length, past the end)
-    bytes: int                 # payload bytes served
-    queue_ns_total: int        # queue time summed over served requests
-    queue_ns_max: int          # the longest queue time of one
-    connections: int           # accepted since the start (stats() holds one)
-    dropped: int               # requests whose connection closed before the reply
+    requests: int
+    urgent: int
+    background: int
+    served: int
+    errors: int
+    bytes: int
+    queue_ns_total: int
+    queue_ns_max: int
+    connections: int           # stats() holds one of them
+    dropped: int
     stats_requests: int
 
     @property
@@ -109,6 +110,10 @@ if tuple(f.name for f in dataclasses.fields(PageServerStats)) != _core.REMOTE_ST
     raise ImportError("uffdkvm.pageserver: PageServerStats does not match the C core's "
                       f"counters {_core.REMOTE_STATS_FIELDS} (csrc/ukvm.h, "
                       "UKVM_REMOTE_STATS_FIELDS): rebuild, or update the dataclass")
+# What each counter means, from the same list.
+PageServerStats.__doc__ = (PageServerStats.__doc__ or "") + "\n    Counters::\n\n" + "".join(
+    f"        {name:<15} {_core.REMOTE_STATS_MEANINGS[name]}\n"
+    for name in _core.REMOTE_STATS_FIELDS)
 
 
 class Reply(NamedTuple):
