@@ -305,6 +305,45 @@ def test_a_malformed_reply_is_an_error_and_spends_the_connection(tmp_path, name,
     assert not thread.is_alive()
 
 
+def test_random_replies_are_errors_never_a_crash(tmp_path):
+    """Seeded garbage for a reply: random bytes, and headers that answer the
+    request's offset and flags but with random lengths, statuses and
+    reserved words, to fetch, recv and stats. Each ends in a
+    PageServerError (malformed, cut short, or no reply in time), or in the
+    bytes a well-formed reply carried; the process never dies."""
+    rng = random.Random(7)
+    outcomes: dict[str, int] = {}
+    for i in range(60):
+        call = ("fetch", "recv", "stats")[i % 3]
+        if i % 2:
+            junk = rng.randbytes(rng.randrange(0, 64))
+            answer = (lambda j: lambda o, n, f: j)(junk)
+        else:
+            length = rng.choice([0, 1, 4095, 4096, 4097, 88, 1 << 30, (1 << 32) - 1])
+            status = rng.choice([0, 0, -errno.ERANGE, 1, -(1 << 31)])
+            reserved = rng.choice([0, 0, 1])
+            tail = rng.randbytes(rng.randrange(0, 5000))
+            answer = (lambda ln, st, rs, t: lambda o, n, f:
+                      header(o, ln, st, f, rs) + t)(length, status, reserved, tail)
+        address, thread = fake_server(tmp_path, answer, hang_up=True)
+        with PageClient(address, timeout_s=0.5) as client:
+            try:
+                if call == "fetch":
+                    client.fetch(0, 4096)
+                elif call == "stats":
+                    client.stats()
+                else:
+                    client.send(0, 4096)
+                    client.recv()
+                outcome = "ok"
+            except PageServerError as e:
+                outcome = errno.errorcode.get(e.errno, str(e.errno))
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        thread.join(10)
+    assert set(outcomes) <= {"ok", "EPROTO", "ECONNRESET", "EPIPE", "ETIMEDOUT"}, outcomes
+    assert outcomes.get("EPROTO", 0) >= 10, outcomes
+
+
 @pytest.mark.parametrize("cut", [0, 10, REPLY.size, REPLY.size + 100])
 def test_a_reply_cut_short_is_the_server_gone(tmp_path, cut):
     """The fake hangs up after `cut` bytes of a whole reply (header and 4096
