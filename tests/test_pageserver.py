@@ -142,6 +142,12 @@ def test_requests_outside_the_file_are_refused(snapshot, data):
         with pytest.raises(PageServerError) as e:
             client.fetch(0, 0)
         assert e.value.errno == errno.EINVAL
+        for offset, length in ((-1, 4096), (0, -4096), (2**64, 1), (0, 1.5)):
+            with pytest.raises(ValueError, match="expected an integer"):
+                client.fetch(offset, length)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="expected an integer"):
+                client.send(offset, length)  # type: ignore[arg-type]
+        assert client.outstanding == 0
         client.send(0, 4096)
         with pytest.raises(PageServerError, match="pipelined replies still to take") as e:
             client.fetch(0, 4096)

@@ -188,6 +188,15 @@ class PageClient:
         """Requests sent whose replies :meth:`recv` has not taken yet."""
         return 0 if self._conn is None else _core.remote_outstanding(self._conn)
 
+    @staticmethod
+    def _check_range(offset: int, length: int) -> None:
+        # The core takes them as u64 and would wrap a negative one around.
+        for name, value in (("offset", offset), ("length", length)):
+            if isinstance(value, bool) or not isinstance(value, int) or \
+                    not 0 <= value < 2**64:
+                raise ConfigError(f"page server client: {name}={value!r}: expected an "
+                                  "integer 0 <= n < 2**64", field=name)
+
     def _open(self) -> object:
         if self._conn is None:
             raise PageServerError(f"page server client ({self.address}): closed", errnos.EBADF)
@@ -199,6 +208,8 @@ class PageClient:
 
     def send_many(self, ranges: list[tuple[int, int]], urgent: bool = False) -> None:
         """Send a request for each (offset, length), in one write."""
+        for offset, length in ranges:
+            self._check_range(offset, length)
         try:
             _core.remote_send(self._open(), ranges, urgent, self.timeout_s)
         except _core.CoreError as e:
@@ -215,6 +226,7 @@ class PageClient:
     def fetch(self, offset: int, length: int, urgent: bool = False) -> bytes:
         """``length`` bytes of the snapshot at ``offset``; the server's refusal
         (past the end: ERANGE) raises PageServerError with its errno."""
+        self._check_range(offset, length)
         try:
             return _core.remote_fetch(self._open(), offset, length, urgent, self.timeout_s)
         except _core.CoreError as e:
