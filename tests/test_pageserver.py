@@ -373,7 +373,7 @@ def test_no_reply_within_the_timeout_is_a_timeout(tmp_path):
     thread.join(10)
 
 
-def test_a_closed_client_refuses_and_a_second_thread_waits_its_turn(snapshot, data):
+def test_a_second_threads_call_is_refused_and_a_closed_client_refuses(snapshot):
     with PageServer(snapshot, latency_us=300_000) as server:
         client = server.connect()
         errors: list[BaseException] = []
