@@ -467,8 +467,9 @@ uint64_t ukvm_backing_page_size(enum ukvm_backing b);
  * ranges of a snapshot file over a Unix or TCP socket, with a model of a
  * remote source on its side: a latency per request, one link of a given
  * bandwidth, a cap on requests in flight, faults (URGENT) ahead of
- * background requests. The wire protocol: csrc/remote/protocol.h; the
- * model: csrc/remote/server.c; the client readers use: csrc/remote/client.h.
+ * background requests. The wire protocol, defined in one place:
+ * csrc/remote/protocol.h; the model: csrc/remote/model.c; the sockets and
+ * the loop: csrc/remote/server.c; the client: csrc/remote/client.c.
  */
 struct ukvm_pageserver_config {
 	const char *snapshot_path;	/* the file served, opened read-only */
@@ -479,22 +480,30 @@ struct ukvm_pageserver_config {
 };
 
 /*
- * The server's counters since it started (a STATS reply carries them).
- * Queue time is what a request waited beyond its latency: for an inflight
- * slot, then for the link.
+ * The server's counters since it started, the one list of them: the
+ * struct below, a STATS reply's payload (protocol.h: one u64 each, in this
+ * order), the binding's dict and _core.REMOTE_STATS_FIELDS (which
+ * uffdkvm/pageserver.py reads) are all built from it.
+ * X(name, meaning). Queue time is what a request waited beyond its
+ * latency: for an inflight slot, then for the link.
  */
+#define UKVM_REMOTE_STATS_FIELDS(X) \
+	X(requests,       "page requests read (STATS requests not counted)") \
+	X(urgent,         "of those, URGENT: a fault waited for them") \
+	X(background,     "of those, background (prefetch)") \
+	X(served,         "replies put on the link") \
+	X(errors,         "requests refused (bad length or flags, past the end)") \
+	X(bytes,          "payload bytes served") \
+	X(queue_ns_total, "queue time summed over served requests, in ns") \
+	X(queue_ns_max,   "the longest queue time of a served request, in ns") \
+	X(connections,    "connections accepted since the start") \
+	X(dropped,        "requests whose connection closed before the reply") \
+	X(stats_requests, "STATS requests answered")
+
 struct ukvm_remote_stats {
-	uint64_t requests;		/* page requests read (STATS not counted) */
-	uint64_t urgent;		/* of those, URGENT (a fault waits) */
-	uint64_t background;		/* of those, not */
-	uint64_t served;		/* replies put on the link */
-	uint64_t errors;		/* requests refused (bad length, past the end) */
-	uint64_t bytes;			/* payload bytes served */
-	uint64_t queue_ns_total;	/* summed over served requests */
-	uint64_t queue_ns_max;
-	uint64_t connections;		/* accepted since the start */
-	uint64_t dropped;		/* requests whose connection closed before the reply */
-	uint64_t stats_requests;
+#define UKVM_REMOTE_STATS_MEMBER(name, meaning) uint64_t name;
+	UKVM_REMOTE_STATS_FIELDS(UKVM_REMOTE_STATS_MEMBER)
+#undef UKVM_REMOTE_STATS_MEMBER
 };
 
 /*
@@ -510,15 +519,56 @@ struct ukvm_remote_stats {
 int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd, int stop_fd,
 			  struct ukvm_remote_stats *stats, struct ukvm_error *err);
 
-#ifdef UKVM_TEST_HOOKS
 /*
- * For the Python tests of the client (csrc/remote/client.h): connect to
- * address, fetch len bytes at offset into dst, close. timeout_ns bounds
- * the fetch; the return is the fetch's (0 or -errno, err set).
+ * A page server's client for callers above the core: the binding's
+ * PageClient (uffdkvm/pageserver.py speaks the protocol only through
+ * these, so it has no wire format of its own). The same client the
+ * readers use (csrc/remote/client.h: its returns), with a timeout per call
+ * instead of a deadline and err filled on every failure. One connection,
+ * one thread at a time.
  */
-int ukvm_remote_fetch_once(const char *address, uint64_t offset, uint64_t len, bool urgent,
-			   void *dst, uint64_t timeout_ns, struct ukvm_error *err);
-#endif
+struct ukvm_remote_conn;
+
+/* The longest range one request may ask for (protocol.h): 1 GiB, a guest's largest page. */
+#define UKVM_REMOTE_MAX_LENGTH	(1u << 30)
+
+/* One range of the snapshot a request asks for. */
+struct ukvm_remote_range {
+	uint64_t offset;
+	uint64_t length;		/* 1..UKVM_REMOTE_MAX_LENGTH */
+};
+
+/* A reply taken by ukvm_remote_recv_for(). */
+struct ukvm_remote_answer {
+	uint64_t offset;		/* the request's */
+	uint64_t length;		/* payload bytes in dst (0 when status is set) */
+	bool urgent;			/* the request's URGENT flag */
+	int32_t status;			/* 0, or the server's refusal: -EINVAL, -ERANGE */
+};
+
+/* address: "unix:/path" or "tcp:HOST:PORT". 0 and *out, or -errno with err set. */
+int ukvm_remote_connect(const char *address, struct ukvm_remote_conn **out,
+			struct ukvm_error *err);
+void ukvm_remote_close(struct ukvm_remote_conn *c);
+/* Requests sent and whose replies are not yet taken by recv. */
+uint32_t ukvm_remote_outstanding(const struct ukvm_remote_conn *c);
+/*
+ * fetch: len bytes at offset into dst (one request, its reply; the
+ * server's refusal is its -errno). send: n requests in one write (every
+ * length checked first), no wait for their replies. recv: the next reply (in the order served), whole, its payload
+ * into dst (dst_len at least the longest length asked). stats: the
+ * server's counters. Each waits timeout_ns at most (-ETIMEDOUT); 0, or
+ * -errno with err naming the call and what the return means.
+ */
+int ukvm_remote_fetch_for(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
+			  bool urgent, void *dst, uint64_t timeout_ns, struct ukvm_error *err);
+int ukvm_remote_send_for(struct ukvm_remote_conn *c, const struct ukvm_remote_range *ranges,
+			 uint32_t n, bool urgent, uint64_t timeout_ns, struct ukvm_error *err);
+int ukvm_remote_recv_for(struct ukvm_remote_conn *c, struct ukvm_remote_answer *answer,
+			 void *dst, uint64_t dst_len, uint64_t timeout_ns,
+			 struct ukvm_error *err);
+int ukvm_remote_stats_for(struct ukvm_remote_conn *c, struct ukvm_remote_stats *stats,
+			  uint64_t timeout_ns, struct ukvm_error *err);
 
 #ifdef __cplusplus
 }

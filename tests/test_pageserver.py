@@ -3,8 +3,14 @@
 What it serves (the file's bytes, refusals past the end), its model on the
 server's side (latency, bandwidth, max_inflight, URGENT ahead of background),
 its counters, and its lifetime: stop() leaves no process, socket or fd; a
-server killed mid-fetch fails the fetch at once with the server-gone error
-(Python client and C client); a server whose parent dies exits by itself.
+server killed mid-fetch fails the fetch at once with the server-gone error;
+a server whose parent dies exits by itself.
+
+PageClient is the C client (csrc/remote/client.c, through _core), the one
+the readers use. The wire format is written out here by hand, on purpose:
+an independent record of csrc/remote/protocol.h, for a raw socket that
+sends the server what no client would, and for a fake server that answers
+the client with malformed replies (each an error, never a crash).
 
 Timing checks are lower bounds that the model guarantees (a reply is never
 earlier than its latency; n replies never beat the link) plus generous
@@ -17,15 +23,17 @@ import json
 import os
 import random
 import signal
+import socket
+import struct
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from children import ENV as CHILD_ENV
 from children import python
-from conftest import needs_test_hooks
 
 import uffdkvm
 from uffdkvm import ConfigError
@@ -35,6 +43,7 @@ from uffdkvm.pageserver import (
     PageServerError,
     PageServerGone,
     PageServerStats,
+    PageServerTimeout,
 )
 
 SNAPSHOT_BYTES = 8 << 20
@@ -119,36 +128,277 @@ def test_bytes_served_are_the_files(snapshot, data, transport):
                 [(o, data[o:o + n]) for o, n in cases]
 
 
-@pytest.mark.parametrize("transport", ["unix", "tcp"])
-def test_c_client_gets_the_files_bytes(snapshot, data, transport):
-    needs_test_hooks("the C client is reached through _core.remote_fetch")
-    with PageServer(snapshot, transport=transport) as server:
-        for offset, length in OFFSETS_LENGTHS:
-            got = uffdkvm._core.remote_fetch(server.address, offset, length, True, 30.0)
-            assert got == data[offset:offset + length], (offset, length)
-        stats = server.stats()
-    assert stats.requests == len(OFFSETS_LENGTHS)
-    assert stats.bytes == sum(n for _, n in OFFSETS_LENGTHS)
-
-
 def test_requests_outside_the_file_are_refused(snapshot, data):
     with PageServer(snapshot) as server, server.connect() as client:
         with pytest.raises(PageServerError, match="Numerical result out of range") as e:
             client.fetch(SNAPSHOT_BYTES - 4095, 4096)
         assert e.value.errno == errno.ERANGE
         with pytest.raises(PageServerError) as e:
-            client.fetch(0, 0)
-        assert e.value.errno == errno.EINVAL
-        with pytest.raises(PageServerError) as e:
             client.fetch(2**63, 4096)
         assert e.value.errno == errno.ERANGE
         # The connection is still good: a refusal is a whole reply.
         assert client.fetch(4096, 4096) == data[4096:8192]
+        # A length the protocol cannot carry: refused by the client, not sent.
+        with pytest.raises(PageServerError) as e:
+            client.fetch(0, 0)
+        assert e.value.errno == errno.EINVAL
+        for offset, length in ((-1, 4096), (0, -4096), (2**64, 1), (0, 1.5)):
+            with pytest.raises(ValueError, match="expected an integer"):
+                client.fetch(offset, length)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="expected an integer"):
+                client.send(offset, length)  # type: ignore[arg-type]
+        assert client.outstanding == 0
         client.send(0, 4096)
-        with pytest.raises(PageServerError, match="pipelined replies still to recv"):
+        with pytest.raises(PageServerError, match="pipelined replies still to take") as e:
             client.fetch(0, 4096)
-        assert client.recv().data == data[:4096]
-        assert server.stats().errors == 3
+        assert e.value.errno == errno.EBUSY
+        reply = client.recv()
+        assert (reply.offset, reply.urgent, reply.status, reply.data) == \
+            (0, False, 0, data[:4096])
+        assert server.stats().errors == 2
+
+
+# protocol.h, by hand: request (offset u64, length u32, flags u32) and reply
+# header (offset u64, length u32, status i32, flags u32, reserved u32).
+REQUEST = struct.Struct("<QII")
+REPLY = struct.Struct("<QIiII")
+URGENT, STATS = 1 << 0, 1 << 1
+
+
+def raw_exchange(address: str, *batches: list[tuple[int, int, int]]) -> list[tuple]:
+    """On a plain socket, each batch of raw requests sent at once and its
+    replies read before the next: every reply (its header's fields and its
+    payload) in the order they came."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(address[len("unix:"):])
+        out = []
+        for requests in batches:
+            sock.sendall(b"".join(REQUEST.pack(*r) for r in requests))
+            for _ in requests:
+                offset, length, status, flags, reserved = REPLY.unpack(
+                    recv_exact(sock, REPLY.size))
+                out.append((offset, length, status, flags, reserved, recv_exact(sock, length)))
+        return out
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return buf
+
+
+def test_server_refuses_what_no_client_sends(snapshot, data):
+    """The server's own checks, which the C client never lets a request
+    reach: length 0, above the maximum, unknown flags. Each a whole reply
+    (-EINVAL, no payload), the connection still served after them."""
+    bad = [(0, 0, 0), (0, (1 << 30) + 1, 0), (0, 4096, 1 << 5)]
+    with PageServer(snapshot) as server:
+        replies = raw_exchange(server.address, bad, [(8192, 4096, URGENT)])
+        stats = server.stats()
+    for (offset, _, flags), (r_off, r_len, status, r_flags, reserved, payload) in \
+            zip(bad, replies, strict=False):
+        assert (r_off, r_len, status, r_flags, reserved, payload) == \
+            (offset, 0, -errno.EINVAL, flags, 0, b"")
+    assert replies[-1] == (8192, 4096, 0, URGENT, 0, data[8192:12288])
+    assert stats.errors == 3 and stats.requests == 1
+
+
+def test_a_stats_reply_is_the_cores_list_in_order(snapshot):
+    """A STATS reply's payload, decoded by hand with _core.REMOTE_STATS_FIELDS
+    (the one list, ukvm.h) as its order, says what was done; and
+    PageServerStats has exactly those fields."""
+    fields = uffdkvm._core.REMOTE_STATS_FIELDS
+    assert tuple(f for f in PageServerStats.__dataclass_fields__) == fields
+    assert set(uffdkvm._core.REMOTE_STATS_MEANINGS) == set(fields)
+    with PageServer(snapshot) as server:
+        replies = raw_exchange(server.address, [(0, 4096, URGENT), (4096, 8192, 0),
+                                                (1 << 40, 4096, 0)], [(0, 0, STATS)])
+    offset, length, status, flags, _, payload = replies[-1]
+    assert (offset, length, status, flags) == (0, 8 * len(fields), 0, STATS)
+    counters = dict(zip(fields, struct.unpack(f"<{len(fields)}Q", payload), strict=True))
+    assert counters == {
+        "requests": 2, "urgent": 1, "background": 1, "served": 2, "errors": 1,
+        "bytes": 4096 + 8192, "queue_ns_total": counters["queue_ns_total"],
+        "queue_ns_max": counters["queue_ns_max"], "connections": 1, "dropped": 0,
+        "stats_requests": 1}
+    assert 0 <= counters["queue_ns_max"] <= counters["queue_ns_total"]
+
+
+# ---- the client against a fake server's malformed replies ----
+
+def fake_server(tmp_path: Path, answer: Callable[[int, int, int], bytes],
+                hang_up: bool = False) -> tuple[str, threading.Thread]:
+    """A one-connection server on a Unix socket: reads one request, sends
+    answer(offset, length, flags), then (unless hang_up) waits for the
+    client to close."""
+    path = tmp_path / f"fake-{random.randrange(1 << 30)}.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+
+    def serve() -> None:
+        with listener:
+            listener.settimeout(10)
+            conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(10)
+            offset, length, flags = REQUEST.unpack(recv_exact(conn, REQUEST.size))
+            conn.sendall(answer(offset, length, flags))
+            if not hang_up:
+                try:
+                    conn.recv(1)     # EOF when the client closes
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"unix:{path}", thread
+
+
+def header(offset: int, length: int, status: int = 0, flags: int = 0, reserved: int = 0) -> bytes:
+    return REPLY.pack(offset, length, status, flags, reserved)
+
+
+# (name, what the client asks, the fake's answer to (offset, length, flags))
+MALFORMED = [
+    ("fetch: more payload than asked", "fetch",
+     lambda o, n, f: header(o, n * 2, flags=f) + bytes(n * 2)),
+    ("fetch: less payload than asked", "fetch",
+     lambda o, n, f: header(o, n // 2, flags=f) + bytes(n // 2)),
+    ("fetch: another offset", "fetch", lambda o, n, f: header(o + 4096, n, flags=f) + bytes(n)),
+    ("fetch: another request's flags", "fetch", lambda o, n, f: header(o, n, flags=0) + bytes(n)),
+    ("fetch: a positive status", "fetch", lambda o, n, f: header(o, 0, 5, f)),
+    ("fetch: a status beyond errno", "fetch", lambda o, n, f: header(o, 0, -5000, f)),
+    ("fetch: a refusal with a payload", "fetch",
+     lambda o, n, f: header(o, n, -errno.ERANGE, f) + bytes(n)),
+    ("fetch: a length above the maximum", "fetch", lambda o, n, f: header(o, (1 << 31), 0, f)),
+    ("fetch: unknown flags", "fetch", lambda o, n, f: header(o, n, flags=f | 1 << 9) + bytes(n)),
+    ("fetch: reserved not 0", "fetch", lambda o, n, f: header(o, n, flags=f, reserved=1)),
+    ("stats: 10 counters", "stats", lambda o, n, f: header(0, 80, flags=STATS) + bytes(80)),
+    ("stats: 12 counters", "stats", lambda o, n, f: header(0, 96, flags=STATS) + bytes(96)),
+    ("stats: not a STATS reply", "stats", lambda o, n, f: header(0, 88, flags=0) + bytes(88)),
+    ("stats: a refusal", "stats", lambda o, n, f: header(0, 0, -errno.EINVAL, STATS)),
+    ("recv: longer than any request asked", "recv",
+     lambda o, n, f: header(o, n + 1, flags=f) + bytes(n + 1)),
+    ("recv: a STATS reply to a page request", "recv",
+     lambda o, n, f: header(o, 88, flags=STATS) + bytes(88)),
+]
+
+
+@pytest.mark.parametrize("name,call,answer", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_a_malformed_reply_is_an_error_and_spends_the_connection(tmp_path, name, call, answer):
+    address, thread = fake_server(tmp_path, answer)
+    with PageClient(address, timeout_s=10) as client:
+        with pytest.raises(PageServerError, match="does not answer the request") as e:
+            if call == "fetch":
+                client.fetch(8192, 4096, urgent=True)
+            elif call == "stats":
+                client.stats()
+            else:
+                client.send(8192, 4096)
+                client.recv()
+        assert e.value.errno == errno.EPROTO, e.value
+        # Half a reply may follow: the connection is given up, not read on.
+        with pytest.raises(PageServerError, match="given up") as e:
+            client.fetch(0, 4096)
+        assert e.value.errno == errno.ENOTCONN
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_random_replies_are_errors_never_a_crash(tmp_path):
+    """Seeded garbage for a reply: random bytes, and headers that answer the
+    request's offset and flags but with random lengths, statuses and
+    reserved words, to fetch, recv and stats. Each ends in a
+    PageServerError (malformed, cut short, or no reply in time), or in the
+    bytes a well-formed reply carried; the process never dies."""
+    rng = random.Random(7)
+    outcomes: dict[str, int] = {}
+    for i in range(60):
+        call = ("fetch", "recv", "stats")[i % 3]
+        if i % 2:
+            junk = rng.randbytes(rng.randrange(0, 64))
+            answer = (lambda j: lambda o, n, f: j)(junk)
+        else:
+            length = rng.choice([0, 1, 4095, 4096, 4097, 88, 1 << 30, (1 << 32) - 1])
+            status = rng.choice([0, 0, -errno.ERANGE, 1, -(1 << 31)])
+            reserved = rng.choice([0, 0, 1])
+            tail = rng.randbytes(rng.randrange(0, 5000))
+            answer = (lambda ln, st, rs, t: lambda o, n, f:
+                      header(o, ln, st, f, rs) + t)(length, status, reserved, tail)
+        address, thread = fake_server(tmp_path, answer, hang_up=True)
+        with PageClient(address, timeout_s=0.5) as client:
+            try:
+                if call == "fetch":
+                    client.fetch(0, 4096)
+                elif call == "stats":
+                    client.stats()
+                else:
+                    client.send(0, 4096)
+                    client.recv()
+                outcome = "ok"
+            except PageServerError as e:
+                outcome = errno.errorcode.get(e.errno, str(e.errno))
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        thread.join(10)
+    assert set(outcomes) <= {"ok", "EPROTO", "ECONNRESET", "EPIPE", "ETIMEDOUT"}, outcomes
+    assert outcomes.get("EPROTO", 0) >= 10, outcomes
+
+
+@pytest.mark.parametrize("cut", [0, 10, REPLY.size, REPLY.size + 100])
+def test_a_reply_cut_short_is_the_server_gone(tmp_path, cut):
+    """The fake hangs up after `cut` bytes of a whole reply (header and 4096
+    bytes of payload): the client says the server went away."""
+    address, thread = fake_server(
+        tmp_path, lambda o, n, f: (header(o, n, flags=f) + bytes(n))[:cut], hang_up=True)
+    with PageClient(address, timeout_s=10) as client:
+        with pytest.raises(PageServerGone, match="page server closed the connection"):
+            client.fetch(0, 4096)
+    thread.join(10)
+
+
+def test_no_reply_within_the_timeout_is_a_timeout(tmp_path):
+    address, thread = fake_server(tmp_path, lambda o, n, f: header(o, n, flags=f)[:7])
+    with PageClient(address, timeout_s=0.3) as client:
+        t0 = time.monotonic()
+        with pytest.raises(PageServerTimeout, match="no reply before the deadline") as e:
+            client.fetch(0, 4096)
+        assert 0.3 <= time.monotonic() - t0 < 5
+        assert isinstance(e.value, TimeoutError) and e.value.errno == errno.ETIMEDOUT
+    thread.join(10)
+
+
+def test_a_second_threads_call_is_refused_and_a_closed_client_refuses(snapshot):
+    with PageServer(snapshot, latency_us=300_000) as server:
+        client = server.connect()
+        errors: list[BaseException] = []
+
+        def slow() -> None:
+            try:
+                client.fetch(0, 4096)
+            except BaseException as e:  # noqa: BLE001 - checked below
+                errors.append(e)
+
+        t = threading.Thread(target=slow)
+        t.start()
+        time.sleep(0.1)
+        # One thread at a time: a second call, or close(), while the first waits.
+        with pytest.raises(RuntimeError, match="one thread at a time"):
+            client.fetch(4096, 4096)
+        with pytest.raises(RuntimeError, match="another thread"):
+            client.close()
+        t.join(10)
+        assert not errors, errors
+        client.close()
+        assert client.closed
+        client.close()                   # idempotent
+        with pytest.raises(PageServerError, match="closed"):
+            client.fetch(0, 4096)
 
 
 # ---- the model ----
@@ -361,28 +611,14 @@ def test_server_killed_mid_fetch_fails_the_fetch_promptly(snapshot):
     assert not os.path.exists(os.path.dirname(server.address[len("unix:"):]))
 
 
-def test_c_client_fails_promptly_when_the_server_is_killed(snapshot):
-    needs_test_hooks("the C client is reached through _core.remote_fetch")
-    latency_s = 10.0
-    with PageServer(snapshot, latency_us=int(latency_s * 1e6)) as server:
-        threading.Timer(0.3, os.kill, (server.pid, signal.SIGKILL)).start()
+def test_client_deadline(snapshot):
+    with PageServer(snapshot, latency_us=5_000_000) as server, \
+            server.connect(timeout_s=0.2) as client:
         t0 = time.monotonic()
-        with pytest.raises(uffdkvm._core.CoreError) as e:
-            uffdkvm._core.remote_fetch(server.address, 0, 4096, True, latency_s * 2)
-        assert time.monotonic() - t0 < latency_s / 2
-    kind, errnum, message = e.value.args
-    assert errnum in (errno.ECONNRESET, errno.EPIPE), message
-    assert "page server closed the connection" in message
-
-
-def test_c_client_deadline(snapshot):
-    needs_test_hooks("the C client is reached through _core.remote_fetch")
-    with PageServer(snapshot, latency_us=5_000_000) as server:
-        t0 = time.monotonic()
-        with pytest.raises(uffdkvm._core.CoreError) as e:
-            uffdkvm._core.remote_fetch(server.address, 0, 4096, True, 0.2)
+        with pytest.raises(PageServerTimeout) as e:
+            client.fetch(0, 4096)
         assert 0.2 <= time.monotonic() - t0 < 4.0
-    assert e.value.args[1] == errno.ETIMEDOUT
+    assert e.value.errno == errno.ETIMEDOUT
 
 
 @pytest.mark.parametrize("transport", ["unix", "tcp"])

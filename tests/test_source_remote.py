@@ -352,6 +352,20 @@ def test_a_hung_server_ends_in_the_runs_timeout(kvm, snapshot, servers):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("prefetch", ["none", "background"])
+def test_a_huge_time_limit_is_not_an_immediate_timeout(kvm, snapshot, prefetch):
+    """timeout_s just under what the core takes as "no limit" (2**64 ns):
+    each fetch waits up to the run's time limit, so its deadline (now plus
+    that) must saturate, not wrap around into the past and fail the first
+    fetch that waits at all with ETIMEDOUT (a fault's fetch, and the
+    pusher's pipelined send and receive)."""
+    huge_s = (2**64 - 2**34) / 1e9           # 17 s short of 2**64 ns
+    assert huge_s * 1e9 < 2**64 - 1          # the core gets it, not "no limit"
+    r = remote_run(snapshot, remote_latency_us=1000, timeout_s=huge_s, prefetch=prefetch)
+    assert r.verified
+    assert r.page_server is not None and r.page_server.served > 0
+
+
 # ---- other ways out leave no server ----
 
 def test_a_failed_run_leaves_no_server(kvm, snapshot, servers):

@@ -2,7 +2,7 @@
 
 uffdkvm/run.py is its one caller; everything here is internal.
 """
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _ProgressReport = Callable[[str, list[int], list[int]], object]
@@ -36,9 +36,36 @@ def pageserver_serve(snapshot_path: str, listen: str, latency_ns: int, bandwidth
     """Serve the snapshot until SIGTERM, SIGINT or stop_fd polls readable
     (uffdkvm/pageserver.py's child); returns the final counters."""
 
-def remote_fetch(address: str, offset: int, length: int, urgent: bool, timeout_s: float,
-                 /) -> bytes:
-    """Test hooks only: the C client fetches one range from a page server."""
+# The page server's client (csrc/remote/client.c), for uffdkvm/pageserver.py's
+# PageClient: a connection is an opaque capsule, closed by remote_close() or
+# when collected; one thread at a time. Failures raise CoreError.
+def remote_connect(address: str, /) -> object:
+    """A connection to the page server at "unix:/path" or "tcp:HOST:PORT"."""
+
+def remote_close(connection: object, /) -> None:
+    """Close the connection (idempotent)."""
+
+def remote_outstanding(connection: object, /) -> int:
+    """Requests sent whose replies are not yet taken."""
+
+def remote_fetch(connection: object, offset: int, length: int, urgent: bool,
+                 timeout_s: float, /) -> bytes:
+    """One range of the snapshot: a request and its reply."""
+
+def remote_send(connection: object, ranges: Sequence[tuple[int, int]], urgent: bool,
+                timeout_s: float, /) -> None:
+    """A request for each (offset, length), in one write; replies left for remote_recv()."""
+
+def remote_recv(connection: object, timeout_s: float, /) -> tuple[int, bool, int, bytes]:
+    """The next reply: (offset, urgent, status, data); status 0 or the server's -errno."""
+
+def remote_stats(connection: object, timeout_s: float, /) -> dict[str, int]:
+    """The server's counters, by a STATS request."""
+
+# The page server's counters, in the wire's order (csrc/ukvm.h's one list,
+# UKVM_REMOTE_STATS_FIELDS), and what each means.
+REMOTE_STATS_FIELDS: tuple[str, ...]
+REMOTE_STATS_MEANINGS: dict[str, str]
 
 # Bucket b of the core's latency histograms holds [HIST_BOUNDS[b],
 # HIST_BOUNDS[b + 1]) nanoseconds.

@@ -6,7 +6,11 @@ migration source. The server is C (csrc/remote/server.c) run inside
 ``python -m uffdkvm.serve_pages``; it models a remote source on its side:
 a latency per request, one link of a given bandwidth, a cap on the
 requests in flight, and faults (URGENT requests) served ahead of queued
-background ones. The wire protocol is in csrc/remote/protocol.h.
+background ones. The wire protocol is defined in one place,
+csrc/remote/protocol.h, and spoken here only through the C client
+(csrc/remote/client.c, reached through ``_core.remote_*``): this module has
+no struct layout of its own, and the counters' names come from the C core's
+one list (``_core.REMOTE_STATS_FIELDS``).
 
     >>> with PageServer("snap.img", latency_us=30) as server:
     ...     with server.connect() as client:
@@ -23,12 +27,12 @@ happens when the parent dies however it dies.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno as errnos
 import os
 import selectors
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import tempfile
 import threading
@@ -37,22 +41,13 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, NamedTuple
 
+from . import _core
 from ._spawn import child_env, python_command
 from .config import MAX_INFLIGHT, MAX_REMOTE_BANDWIDTH_MBPS, MAX_REMOTE_LATENCY_US
 from .config import REMOTE_TRANSPORTS as TRANSPORTS
 from .errors import ConfigError, RunError
-
-# protocol.h
-URGENT = 1 << 0
-STATS = 1 << 1
-MAX_LENGTH = 1 << 30
-_REQUEST = struct.Struct("<QII")     # offset, length, flags
-_REPLY = struct.Struct("<QIiII")     # offset, length, status, flags, reserved
-_STATS_FIELDS = ("requests", "urgent", "background", "served", "errors", "bytes",
-                 "queue_ns_total", "queue_ns_max", "connections", "dropped", "stats_requests")
-_STATS = struct.Struct("<" + "Q" * len(_STATS_FIELDS))
 
 START_TIMEOUT_S = 30.0   # Python's start and the import of uffdkvm, on a loaded host
 STOP_TIMEOUT_S = 5.0     # after SIGTERM, before SIGKILL
@@ -68,41 +63,64 @@ class PageServerGone(PageServerError, ConnectionError):  # type: ignore[misc]
     """The page server closed the connection (it stopped, or died)."""
 
 
+class PageServerTimeout(PageServerError, TimeoutError):  # type: ignore[misc]
+    """No reply within the client's ``timeout_s`` (the connection is then spent)."""
+
+
 @dataclass(frozen=True)
 class PageServerStats:
-    """The server's counters since it started (:meth:`PageServer.stats`).
+    """The server's counters since it started (:meth:`PageServer.stats`), named
+    and explained as the C core's one list does (csrc/ukvm.h,
+    UKVM_REMOTE_STATS_FIELDS, read here as ``_core.REMOTE_STATS_FIELDS`` and
+    ``_core.REMOTE_STATS_MEANINGS``: the list below comes from it).
 
     Queue time is what a request waited beyond its modelled latency: for an
     inflight slot (``max_inflight``), then for the link (``bandwidth_mbps``).
     """
 
-    requests: int              # page requests read (stats queries not counted)
-    urgent: int                # of those, URGENT: a fault waited for them
-    background: int            # of those, prefetch / background
-    served: int                # replies put on the link
-    errors: int                # requests refused (bad length, past the end)
-    bytes: int                 # payload bytes served
-    queue_seconds_total: float
-    queue_seconds_max: float
-    connections: int           # accepted since the start (stats() holds one)
-    dropped: int               # requests whose connection closed before the reply
+    requests: int
+    urgent: int
+    background: int
+    served: int
+    errors: int
+    bytes: int
+    queue_ns_total: int
+    queue_ns_max: int
+    connections: int           # stats() holds one of them
+    dropped: int
     stats_requests: int
+
+    @property
+    def queue_seconds_total(self) -> float:
+        return self.queue_ns_total / 1e9
+
+    @property
+    def queue_seconds_max(self) -> float:
+        return self.queue_ns_max / 1e9
 
     @classmethod
     def from_counters(cls, c: dict[str, int]) -> PageServerStats:
-        return cls(requests=c["requests"], urgent=c["urgent"], background=c["background"],
-                   served=c["served"], errors=c["errors"], bytes=c["bytes"],
-                   queue_seconds_total=c["queue_ns_total"] / 1e9,
-                   queue_seconds_max=c["queue_ns_max"] / 1e9,
-                   connections=c["connections"], dropped=c["dropped"],
-                   stats_requests=c["stats_requests"])
+        """From the core's {name: value} (a STATS reply, or the server's final counters)."""
+        return cls(**{name: c[name] for name in _core.REMOTE_STATS_FIELDS})
+
+
+# The fields above are typed for mypy; the names are the core's. A core
+# whose list differs is refused here, at import, not somewhere in a result.
+if tuple(f.name for f in dataclasses.fields(PageServerStats)) != _core.REMOTE_STATS_FIELDS:
+    raise ImportError("uffdkvm.pageserver: PageServerStats does not match the C core's "
+                      f"counters {_core.REMOTE_STATS_FIELDS} (csrc/ukvm.h, "
+                      "UKVM_REMOTE_STATS_FIELDS): rebuild, or update the dataclass")
+# What each counter means, from the same list.
+PageServerStats.__doc__ = (PageServerStats.__doc__ or "") + "\n    Counters::\n\n" + "".join(
+    f"        {name:<15} {_core.REMOTE_STATS_MEANINGS[name]}\n"
+    for name in _core.REMOTE_STATS_FIELDS)
 
 
 class Reply(NamedTuple):
     """One reply taken by :meth:`PageClient.recv`."""
 
     offset: int
-    flags: int
+    urgent: bool    # the request's URGENT flag
     status: int     # 0, or -errno: the server refused the request
     data: bytes
 
@@ -115,43 +133,40 @@ def _check_int(field: str, value: object, low: int, high: int | None, fix: str) 
     return value
 
 
-def _socket_for(address: str) -> tuple[socket.socket, Any]:
-    if address.startswith("unix:"):
-        return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), address[5:]
-    if address.startswith("tcp:"):
-        host, _, port = address[4:].rpartition(":")
-        host = host.strip("[]")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock, (host, int(port))
-    raise ConfigError(f"address={address!r}: expected \"unix:/path\" or \"tcp:HOST:PORT\"",
-                      field="address")
+def _client_error(e: _core.CoreError) -> PageServerError:
+    """The C client's CoreError(kind, errno, message) as this module's error."""
+    _, errnum, message = e.args
+    if errnum in (errnos.ECONNRESET, errnos.EPIPE):
+        return PageServerGone(message, errnum)
+    if errnum == errnos.ETIMEDOUT:
+        return PageServerTimeout(message, errnum)
+    return PageServerError(message, errnum)
 
 
 class PageClient:
     """A Python client of a page server: one connection, one thread at a time.
 
-    :meth:`fetch` asks for one range and waits for it; :meth:`send` and
-    :meth:`recv` pipeline (replies come in the order the server served them:
-    an URGENT request can overtake background ones, so match by offset).
-    A server that goes away raises :class:`PageServerGone`; a reply not
-    there within ``timeout_s`` raises TimeoutError (the connection is then
+    It speaks the protocol through the C client (csrc/remote/client.c), the
+    one the readers use, so every reply is checked as theirs are: one that
+    does not answer its request, or that no request could have (a bad
+    status, length or flags), raises :class:`PageServerError` (EPROTO) and
+    spends the connection. :meth:`fetch` asks for one range and waits for
+    it; :meth:`send` and :meth:`recv` pipeline (replies come in the order
+    the server served them: an URGENT request can overtake background ones,
+    so match by offset). A server that goes away raises
+    :class:`PageServerGone`; a reply not there within ``timeout_s`` raises
+    :class:`PageServerTimeout` (a TimeoutError; the connection is then
     spent, as a half-read reply may follow).
     """
 
     def __init__(self, address: str, timeout_s: float = REPLY_TIMEOUT_S) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self.outstanding = 0
-        self._sock, target = _socket_for(address)
-        self._sock.settimeout(timeout_s)
+        self._conn: object | None = None
         try:
-            self._sock.connect(target)
-        except OSError as e:
-            self._sock.close()
-            raise PageServerError(f"page server client: connect({address}): {e}; is the "
-                                  "page server running?", e.errno or 0) from e
+            self._conn = _core.remote_connect(address)
+        except _core.CoreError as e:
+            raise _client_error(e) from None
 
     def __enter__(self) -> PageClient:
         return self
@@ -160,91 +175,70 @@ class PageClient:
         self.close()
 
     def close(self) -> None:
-        self._sock.close()
+        if self._conn is not None:
+            _core.remote_close(self._conn)
+            self._conn = None
 
     @property
     def closed(self) -> bool:
-        return self._sock.fileno() < 0
+        return self._conn is None
 
-    def _gone(self, e: OSError | None = None) -> PageServerGone:
-        return PageServerGone(f"page server closed the connection ({self.address})"
-                              + (f": {e}" if e else ""), (e.errno or 0) if e else 0)
+    @property
+    def outstanding(self) -> int:
+        """Requests sent whose replies :meth:`recv` has not taken yet."""
+        return 0 if self._conn is None else _core.remote_outstanding(self._conn)
 
-    def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            try:
-                k = self._sock.recv_into(view[got:], n - got)
-            except TimeoutError:
-                raise
-            except OSError as e:
-                raise self._gone(e) from e
-            if k == 0:
-                raise self._gone()
-            got += k
-        return bytes(buf)
+    @staticmethod
+    def _check_range(offset: int, length: int) -> None:
+        # The core takes them as u64 and would wrap a negative one around.
+        for name, value in (("offset", offset), ("length", length)):
+            if isinstance(value, bool) or not isinstance(value, int) or \
+                    not 0 <= value < 2**64:
+                raise ConfigError(f"page server client: {name}={value!r}: expected an "
+                                  "integer 0 <= n < 2**64", field=name)
 
-    def send(self, offset: int, length: int, urgent: bool = False,
-             flags: int | None = None) -> None:
+    def _open(self) -> object:
+        if self._conn is None:
+            raise PageServerError(f"page server client ({self.address}): closed", errnos.EBADF)
+        return self._conn
+
+    def send(self, offset: int, length: int, urgent: bool = False) -> None:
         """Send one request (no wait for its reply)."""
-        f = (URGENT if urgent else 0) if flags is None else flags
-        try:
-            self._sock.sendall(_REQUEST.pack(offset, length, f))
-        except OSError as e:
-            if isinstance(e, TimeoutError):
-                raise
-            raise self._gone(e) from e
-        self.outstanding += 1
+        self.send_many([(offset, length)], urgent)
 
     def send_many(self, ranges: list[tuple[int, int]], urgent: bool = False) -> None:
         """Send a request for each (offset, length), in one write."""
-        f = URGENT if urgent else 0
+        for offset, length in ranges:
+            self._check_range(offset, length)
         try:
-            self._sock.sendall(b"".join(_REQUEST.pack(o, n, f) for o, n in ranges))
-        except OSError as e:
-            if isinstance(e, TimeoutError):
-                raise
-            raise self._gone(e) from e
-        self.outstanding += len(ranges)
+            _core.remote_send(self._open(), ranges, urgent, self.timeout_s)
+        except _core.CoreError as e:
+            raise _client_error(e) from None
 
     def recv(self) -> Reply:
         """The next reply, whole."""
-        offset, length, status, flags, _ = _REPLY.unpack(self._recv_exact(_REPLY.size))
-        if length > MAX_LENGTH or (status and length):
-            raise PageServerError(f"page server client: a bad reply header (offset {offset}, "
-                                  f"length {length}, status {status})")
-        data = self._recv_exact(length) if length else b""
-        self.outstanding -= 1
-        return Reply(offset, flags, status, data)
+        try:
+            offset, urgent, status, data = _core.remote_recv(self._open(), self.timeout_s)
+        except _core.CoreError as e:
+            raise _client_error(e) from None
+        return Reply(offset, urgent, status, data)
 
     def fetch(self, offset: int, length: int, urgent: bool = False) -> bytes:
-        """``length`` bytes of the snapshot at ``offset``."""
-        if self.outstanding:
-            raise PageServerError(f"page server client: fetch() with {self.outstanding} "
-                                  "pipelined replies still to recv(): take them first")
-        self.send(offset, length, urgent)
-        reply = self.recv()
-        if reply.status:
-            raise PageServerError(f"page server refused {length} bytes at {offset}: "
-                                  f"{os.strerror(-reply.status)}", -reply.status)
-        if reply.offset != offset or len(reply.data) != length:
-            raise PageServerError(f"page server client: asked for {length} bytes at {offset}, "
-                                  f"got {len(reply.data)} at {reply.offset}")
-        return reply.data
+        """``length`` bytes of the snapshot at ``offset``; the server's refusal
+        (past the end: ERANGE) raises PageServerError with its errno."""
+        self._check_range(offset, length)
+        try:
+            return _core.remote_fetch(self._open(), offset, length, urgent, self.timeout_s)
+        except _core.CoreError as e:
+            raise _client_error(e) from None
 
     def stats(self) -> PageServerStats:
         """The server's counters now."""
-        if self.outstanding:
-            raise PageServerError(f"page server client: stats() with {self.outstanding} "
-                                  "pipelined replies still to recv(): take them first")
-        self.send(0, 0, flags=STATS)
-        reply = self.recv()
-        if reply.flags != STATS or len(reply.data) != _STATS.size:
-            raise PageServerError("page server client: the STATS reply is not one")
-        counters = _STATS.unpack(reply.data)
-        return PageServerStats.from_counters(dict(zip(_STATS_FIELDS, counters, strict=True)))
+        try:
+            counters = _core.remote_stats(self._open(), self.timeout_s)
+        except _core.CoreError as e:
+            raise _client_error(e) from None
+        return PageServerStats.from_counters(counters)
 
 
 # ---- the process ----
@@ -494,7 +488,7 @@ class PageServer:
             p.stats_client = self.connect()
         try:
             return p.stats_client.stats()
-        except (PageServerError, TimeoutError):
+        except PageServerError:
             p.stats_client.close()
             p.stats_client = None
             raise

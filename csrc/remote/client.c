@@ -20,6 +20,7 @@
 
 struct ukvm_remote_conn {
 	int fd;
+	char address[UKVM_REMOTE_ADDRESS_MAX];	/* for the _for calls' messages */
 	int spent;		/* -errno every later call returns, 0 while usable */
 	uint32_t outstanding;	/* requests sent whose replies are not yet taken */
 };
@@ -185,6 +186,7 @@ int ukvm_remote_connect(const char *address, struct ukvm_remote_conn **out,
 		goto error;
 	}
 	c->fd = fd;
+	snprintf(c->address, sizeof(c->address), "%s", address);
 	*out = c;
 	return 0;
 error:
@@ -206,22 +208,43 @@ uint32_t ukvm_remote_outstanding(const struct ukvm_remote_conn *c)
 	return c->outstanding;
 }
 
-static int client_request(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
-			  uint32_t flags, int stop_fd, uint64_t deadline_ns)
+/* n requests (lengths checked first: -EINVAL sends none), in one write. */
+static int client_request_many(struct ukvm_remote_conn *c, const struct ukvm_remote_range *ranges,
+			       uint32_t n, uint32_t flags, int stop_fd, uint64_t deadline_ns)
 {
-	struct ukvm_remote_request req = { .offset = offset, .length = (uint32_t)len,
-					   .flags = flags };
+	struct ukvm_remote_request one, *reqs = &one;
+	uint32_t i;
 	int ret;
 
 	if (c->spent)
 		return c->spent;
-	if (!(flags & UKVM_REMOTE_STATS) && (!len || len > UKVM_REMOTE_MAX_LENGTH))
-		return -EINVAL;
-	ret = client_send_all(c, &req, sizeof(req), stop_fd, deadline_ns);
+	for (i = 0; i < n && !(flags & UKVM_REMOTE_STATS); i++)
+		if (!ranges[i].length || ranges[i].length > UKVM_REMOTE_MAX_LENGTH)
+			return -EINVAL;
+	if (n > 1) {
+		reqs = calloc(n, sizeof(*reqs));
+		if (!reqs)
+			return -ENOMEM;
+	}
+	for (i = 0; i < n; i++)
+		reqs[i] = (struct ukvm_remote_request){ .offset = ranges[i].offset,
+							.length = (uint32_t)ranges[i].length,
+							.flags = flags };
+	ret = client_send_all(c, reqs, n * sizeof(*reqs), stop_fd, deadline_ns);
+	if (reqs != &one)
+		free(reqs);
 	if (ret)
 		return client_spend(c, ret);
-	c->outstanding++;
+	c->outstanding += n;
 	return 0;
+}
+
+static int client_request(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
+			  uint32_t flags, int stop_fd, uint64_t deadline_ns)
+{
+	struct ukvm_remote_range range = { .offset = offset, .length = len };
+
+	return client_request_many(c, &range, 1, flags, stop_fd, deadline_ns);
 }
 
 /* The next reply's header, checked for what any reply must hold. */
@@ -233,7 +256,8 @@ static int client_header(struct ukvm_remote_conn *c, struct ukvm_remote_reply *r
 	if (ret)
 		return client_spend(c, ret);
 	if (reply->status > 0 || reply->status < -4095 || (reply->status && reply->length) ||
-	    reply->length > UKVM_REMOTE_MAX_LENGTH || reply->flags & ~UKVM_REMOTE_FLAGS)
+	    reply->length > UKVM_REMOTE_MAX_LENGTH || reply->flags & ~UKVM_REMOTE_FLAGS ||
+	    reply->reserved)
 		return client_spend(c, -EPROTO);
 	return 0;
 }
@@ -334,22 +358,80 @@ const char *ukvm_remote_strerror(int ret)
 	}
 }
 
-#ifdef UKVM_TEST_HOOKS
-int ukvm_remote_fetch_once(const char *address, uint64_t offset, uint64_t len, bool urgent,
-			   void *dst, uint64_t timeout_ns, struct ukvm_error *err)
-{
-	struct ukvm_remote_conn *c;
-	int ret = ukvm_remote_connect(address, &c, err);
+/* ---- the calls with a timeout (ukvm.h), for the binding ---- */
 
-	if (ret)
-		return ret;
-	ret = ukvm_remote_fetch(c, offset, len, urgent, dst, -1, ukvm_deadline_after(timeout_ns));
-	if (ret)
-		ukvm_err_set(err, ret == -ETIMEDOUT ? UKVM_ERR_TIMEOUT : UKVM_ERR_RUN, -ret,
-			     "page server client: fetch of %llu bytes at %llu from %s: %s",
-			     (unsigned long long)len, (unsigned long long)offset, address,
-			     ukvm_remote_strerror(ret));
-	ukvm_remote_close(c);
-	return ret;
+/* ret (not 0) with err naming what failed: "page server client: <what> from <address>: ...". */
+static int client_fail(const struct ukvm_remote_conn *c, int ret, struct ukvm_error *err,
+		       const char *what)
+{
+	return ukvm_err_set(err, ret == -ETIMEDOUT ? UKVM_ERR_TIMEOUT : UKVM_ERR_RUN, -ret,
+			    "page server client: %s from %s: %s", what, c->address,
+			    ukvm_remote_strerror(ret));
 }
-#endif
+
+int ukvm_remote_fetch_for(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
+			  bool urgent, void *dst, uint64_t timeout_ns, struct ukvm_error *err)
+{
+	int ret;
+
+	memset(err, 0, sizeof(*err));
+	ret = ukvm_remote_fetch(c, offset, len, urgent, dst, -1, ukvm_deadline_after(timeout_ns));
+	if (ret) {
+		char what[96];
+
+		snprintf(what, sizeof(what), "fetch of %llu bytes at %llu",
+			 (unsigned long long)len, (unsigned long long)offset);
+		return client_fail(c, ret, err, what);
+	}
+	return 0;
+}
+
+int ukvm_remote_send_for(struct ukvm_remote_conn *c, const struct ukvm_remote_range *ranges,
+			 uint32_t n, bool urgent, uint64_t timeout_ns, struct ukvm_error *err)
+{
+	int ret;
+
+	memset(err, 0, sizeof(*err));
+	ret = client_request_many(c, ranges, n, urgent ? UKVM_REMOTE_URGENT : 0, -1,
+				  ukvm_deadline_after(timeout_ns));
+	if (ret) {
+		char what[96];
+
+		snprintf(what, sizeof(what), "%u request%s (the first of %llu bytes at %llu)", n,
+			 n == 1 ? "" : "s", n ? (unsigned long long)ranges[0].length : 0ULL,
+			 n ? (unsigned long long)ranges[0].offset : 0ULL);
+		return client_fail(c, ret, err, what);
+	}
+	return 0;
+}
+
+int ukvm_remote_recv_for(struct ukvm_remote_conn *c, struct ukvm_remote_answer *answer,
+			 void *dst, uint64_t dst_len, uint64_t timeout_ns,
+			 struct ukvm_error *err)
+{
+	struct ukvm_remote_reply reply;
+	int ret;
+
+	memset(err, 0, sizeof(*err));
+	if (!c->spent && !c->outstanding)
+		return ukvm_err_set(err, UKVM_ERR_RUN, EINVAL, "page server client: a reply from "
+				    "%s with no request outstanding", c->address);
+	ret = ukvm_remote_recv(c, &reply, dst, dst_len, -1, ukvm_deadline_after(timeout_ns));
+	if (ret)
+		return client_fail(c, ret, err, "a reply");
+	answer->offset = reply.offset;
+	answer->length = reply.length;
+	answer->urgent = reply.flags & UKVM_REMOTE_URGENT;
+	answer->status = reply.status;
+	return 0;
+}
+
+int ukvm_remote_stats_for(struct ukvm_remote_conn *c, struct ukvm_remote_stats *stats,
+			  uint64_t timeout_ns, struct ukvm_error *err)
+{
+	int ret;
+
+	memset(err, 0, sizeof(*err));
+	ret = ukvm_remote_stats(c, stats, -1, ukvm_deadline_after(timeout_ns));
+	return ret ? client_fail(c, ret, err, "the counters (STATS)") : 0;
+}

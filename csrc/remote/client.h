@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A page server's client (protocol.h): one connection, used by one thread
- * at a time. Every wait is a poll() on the socket and the caller's stop fd,
- * bounded by the caller's deadline and retried on EINTR (readers are kicked
- * with a signal to stop; the stop fd says whether to).
+ * at a time. ukvm.h declares connect, close and outstanding, and the calls
+ * with a timeout that the binding uses; these are the readers' calls, with
+ * a deadline and the stop fd. Every wait is a poll() on the socket and the
+ * caller's stop fd, bounded by the caller's deadline and retried on EINTR
+ * (readers are kicked with a signal to stop; the stop fd says whether to).
  *
  * Returns of fetch, send, recv and stats:
  *	0		done
@@ -11,7 +13,8 @@
  *	-ETIMEDOUT	deadline_ns (CLOCK_MONOTONIC) passed
  *	-ECONNRESET, -EPIPE
  *			the server went away ("page server closed the connection")
- *	-EPROTO		a reply that does not answer the request
+ *	-EPROTO		a reply that does not answer the request, or that no
+ *			request could have (a bad status, length or flags)
  *	-EINVAL		a length of 0 or above UKVM_REMOTE_MAX_LENGTH
  *	-EBUSY		fetch or stats with pipelined replies still to take
  *	-ERANGE		(fetch) the server's answer: the range ends past the
@@ -32,13 +35,6 @@
 /* How long connect() waits for the server to accept, at most. */
 #define UKVM_REMOTE_CONNECT_TIMEOUT_NS	(10ULL * 1000 * 1000 * 1000)
 
-struct ukvm_remote_conn;
-
-/* address: "unix:/path" or "tcp:HOST:PORT". 0 and *out, or -errno with err set. */
-int ukvm_remote_connect(const char *address, struct ukvm_remote_conn **out,
-			struct ukvm_error *err);
-void ukvm_remote_close(struct ukvm_remote_conn *c);
-
 /* len bytes of the snapshot from offset into dst: one request, its reply. */
 int ukvm_remote_fetch(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len, bool urgent,
 		      void *dst, int stop_fd, uint64_t deadline_ns);
@@ -54,8 +50,6 @@ int ukvm_remote_send(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len, 
 		     int stop_fd, uint64_t deadline_ns);
 int ukvm_remote_recv(struct ukvm_remote_conn *c, struct ukvm_remote_reply *reply, void *dst,
 		     uint64_t dst_len, int stop_fd, uint64_t deadline_ns);
-/* Replies sent for and not yet taken by recv(). */
-uint32_t ukvm_remote_outstanding(const struct ukvm_remote_conn *c);
 
 /*
  * What a return of the calls above means, for an error message: "page

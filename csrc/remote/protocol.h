@@ -1,19 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The page server's wire protocol (server.c serves it, client.c speaks it).
+ * The page server's wire protocol, defined here and nowhere else: server.c
+ * serves it, client.c speaks it, and Python speaks it through client.c
+ * (uffdkvm/pageserver.py's PageClient calls _core's remote_* functions).
  *
  * A stream socket (Unix or TCP) carries fixed-size little-endian records;
  * both ends are x86-64, so the structs below go on the wire as they are.
  *
  * Request, client to server, 16 bytes:
  *	offset	u64	first byte of the snapshot wanted
- *	length	u32	bytes wanted, 1..UKVM_REMOTE_MAX_LENGTH
+ *	length	u32	bytes wanted, 1..UKVM_REMOTE_MAX_LENGTH (ukvm.h: 1 GiB)
  *	flags	u32	UKVM_REMOTE_URGENT: a fault waits for these bytes (served
  *			before every queued request without it: QEMU's post-copy
  *			sends faulted pages ahead of its background stream);
  *			without it the request is background (prefetch).
  *			UKVM_REMOTE_STATS: offset and length are ignored; the
- *			reply carries struct ukvm_remote_stats, at once (no
+ *			reply carries struct ukvm_remote_stats (below), at once (no
  *			latency, no link time, not counted as a request).
  *
  * Reply, server to client, 24 bytes, then `length` bytes of payload:
@@ -38,14 +40,14 @@
 
 #include <stdint.h>
 
-#include "ukvm.h"	/* struct ukvm_remote_stats, a STATS reply's payload */
+#include <stddef.h>
+
+/* struct ukvm_remote_stats (a STATS reply's payload) and UKVM_REMOTE_MAX_LENGTH */
+#include "ukvm.h"
 
 #define UKVM_REMOTE_URGENT	(1u << 0)
 #define UKVM_REMOTE_STATS	(1u << 1)
 #define UKVM_REMOTE_FLAGS	(UKVM_REMOTE_URGENT | UKVM_REMOTE_STATS)
-
-/* 1 GiB: the largest page a guest can have, in one reply. */
-#define UKVM_REMOTE_MAX_LENGTH	(1u << 30)
 
 struct ukvm_remote_request {
 	uint64_t offset;
@@ -63,6 +65,24 @@ struct ukvm_remote_reply {
 
 _Static_assert(sizeof(struct ukvm_remote_request) == 16, "request is 16 bytes on the wire");
 _Static_assert(sizeof(struct ukvm_remote_reply) == 24, "reply header is 24 bytes on the wire");
-_Static_assert(sizeof(struct ukvm_remote_stats) == 11 * 8, "stats are 11 u64 on the wire");
+/*
+ * A STATS reply's payload is struct ukvm_remote_stats as it is: one u64
+ * per counter of ukvm.h's list (UKVM_REMOTE_STATS_FIELDS), in its order.
+ * The index of each counter, and the checks that the struct is exactly that:
+ */
+enum ukvm_remote_stat {
+#define UKVM_REMOTE_STAT_INDEX(name, meaning) UKVM_REMOTE_STAT_##name,
+	UKVM_REMOTE_STATS_FIELDS(UKVM_REMOTE_STAT_INDEX)
+#undef UKVM_REMOTE_STAT_INDEX
+	UKVM_REMOTE_STATS_COUNT
+};
+
+#define UKVM_REMOTE_STAT_AT(name, meaning) \
+	_Static_assert(offsetof(struct ukvm_remote_stats, name) == \
+		       8 * UKVM_REMOTE_STAT_##name, "stats: " #name " at its place on the wire");
+UKVM_REMOTE_STATS_FIELDS(UKVM_REMOTE_STAT_AT)
+#undef UKVM_REMOTE_STAT_AT
+_Static_assert(sizeof(struct ukvm_remote_stats) == 8 * UKVM_REMOTE_STATS_COUNT,
+	       "stats are one u64 per counter on the wire");
 
 #endif

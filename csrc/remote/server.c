@@ -3,30 +3,16 @@
  * The page server (ukvm.h: ukvm_pageserver_serve), run in a process of
  * its own: serves byte ranges of a snapshot file (protocol.h).
  *
- * The model (all times CLOCK_MONOTONIC):
- * - a request takes an inflight slot when one is free (max_inflight, 0 = no
- *   cap); the rest wait in a queue, URGENT ones ahead of background ones,
- *   each kind first come first served;
- * - from taking its slot, a request is ready latency_ns later;
- * - ready replies go out over one modelled link: each occupies it
- *   length / bandwidth (bandwidth_mbps megabits per second, 0 = no limit),
- *   URGENT ones first among those ready; the reply is written to the
- *   socket when its link time ends, and its slot is freed then;
- * - queue time is what a request waited beyond its latency: for a slot,
- *   then for the link.
- * So a reply never leaves earlier than latency after its request arrived,
- * and n replies of b bytes take at least n * b / bandwidth.
+ * The model of a remote source (latency, one link of a bandwidth,
+ * max_inflight slots, URGENT ahead of background) is model.c's, without
+ * sockets; this file feeds it the requests it reads and the clock, and
+ * writes each reply when the model says its link time has ended.
  *
- * The loop: one thread, one epoll instance over
- * the listening socket, the connections, a timerfd for the model's next
- * event, a signalfd for SIGTERM/SIGINT and the stop fd (stdin).
- *
- * A request lives in exactly one of: a wait queue (no slot yet), a
- * started queue (slot taken, latency running), or the link; and in its
- * connection's list, so that a connection that closes takes its requests
- * out of the model. Both queues come in two kinds, urgent and background.
- * Since every started request gets the same latency, each started queue
- * is ordered by ready time, and its head is the next ready.
+ * The loop: one thread, one epoll instance over the listening socket, the
+ * connections, a timerfd for the model's next event, a signalfd for
+ * SIGTERM/SIGINT and the stop fd (stdin). Each connection keeps a list of
+ * its requests still in the model, so that a connection that closes takes
+ * them out of it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -51,6 +37,8 @@
 #include "base/errors.h"
 #include "base/util.h"
 #include "remote/address.h"
+#include "remote/list.h"
+#include "remote/model.h"
 #include "remote/protocol.h"
 
 /* A connection with this many requests unanswered is not read until it drains. */
@@ -61,45 +49,6 @@
 #define SERVER_WAIT_MS		1000
 /* Timer slack for this thread: the model's waits are microseconds. */
 #define SERVER_TIMER_SLACK_NS	1000
-
-enum { KIND_URGENT, KIND_BACKGROUND, KINDS };
-
-struct list {
-	struct list *prev, *next;
-};
-
-static void list_init(struct list *l) { l->prev = l->next = l; }
-static bool list_empty(const struct list *l) { return l->next == l; }
-
-static void list_add_tail(struct list *l, struct list *n)
-{
-	n->prev = l->prev;
-	n->next = l;
-	l->prev->next = n;
-	l->prev = n;
-}
-
-static void list_del(struct list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	list_init(n);
-}
-
-#define list_entry(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
-
-struct conn;
-
-struct request {
-	struct list queue;		/* wait[kind] or started[kind]; alone on the link */
-	struct list in_conn;		/* conn->requests */
-	struct conn *conn;		/* NULL once the connection closed (on the link) */
-	struct ukvm_remote_request req;
-	int kind;
-	uint64_t arrived_ns;
-	uint64_t started_ns;		/* took its slot */
-	uint64_t ready_ns;		/* started + latency */
-};
 
 /* A reply being written: header, then payload (from the mapping or stats). */
 struct out {
@@ -118,7 +67,7 @@ struct conn {
 	bool paused;			/* EPOLLIN off: too many pending */
 	bool want_out;			/* EPOLLOUT on */
 	uint32_t pending;		/* requests read, reply not yet written */
-	struct list requests;		/* its requests still in the model */
+	struct list requests;		/* its requests still in the model (in_owner) */
 	struct list outs;		/* replies being written, in order */
 	size_t in_got;
 	uint8_t in[SERVER_READ_BATCH * sizeof(struct ukvm_remote_request)];
@@ -129,11 +78,7 @@ struct server {
 	int epfd, lfd, tfd, sfd, stop_fd;
 	const uint8_t *map;
 	uint64_t size;
-	struct list wait[KINDS], started[KINDS];
-	uint32_t inflight;
-	struct request *on_link;
-	uint64_t link_end_ns;		/* when the link's current reply has gone */
-	uint64_t link_free_ns;		/* end of the last reply on the link */
+	struct ukvm_model model;
 	struct list conns;
 	struct ukvm_remote_stats stats;
 	bool stop;
@@ -162,19 +107,11 @@ static void conn_close(struct server *s, struct conn *c)
 		return;
 	c->dead = true;
 	for (p = c->requests.next; p != &c->requests; p = n) {
-		struct request *r = list_entry(p, struct request, in_conn);
+		struct ukvm_model_req *r = list_entry(p, struct ukvm_model_req, in_owner);
 
 		n = p->next;
-		list_del(&r->in_conn);
-		s->stats.dropped++;
-		if (r == s->on_link) {
-			r->conn = NULL;	/* its link time stays spent; the reply is dropped */
-			continue;
-		}
-		if (r->started_ns)
-			s->inflight--;
-		list_del(&r->queue);
-		free(r);
+		list_del(&r->in_owner);
+		ukvm_model_drop(&s->model, r);
 	}
 	for (p = c->outs.next; p != &c->outs; p = n) {
 		n = p->next;
@@ -243,155 +180,47 @@ static int conn_flush(struct server *s, struct conn *c)
 	return 0;
 }
 
-static struct out *conn_reply(struct conn *c, const struct ukvm_remote_request *req,
-			      int32_t status, uint32_t length, const uint8_t *data)
+/* A reply queued on c (not yet written): 0 and *out, or -ENOMEM. */
+static int conn_reply(struct conn *c, const struct ukvm_remote_request *req, int32_t status,
+		      uint32_t length, const uint8_t *data, struct out **out)
 {
 	struct out *o = calloc(1, sizeof(*o));
 
+	*out = o;
 	if (!o)
-		return NULL;
+		return -ENOMEM;
 	o->hdr.offset = req->offset;
 	o->hdr.length = length;
 	o->hdr.status = status;
 	o->hdr.flags = req->flags;
 	o->data = data;
 	list_add_tail(&c->outs, &o->node);
-	return o;
-}
-
-/* ---- the model ---- */
-
-static uint64_t model_link_ns(const struct server *s, uint32_t length)
-{
-	/* length bytes at bandwidth_mbps megabits per second, in ns. */
-	if (!s->cfg->bandwidth_mbps)
-		return 0;
-	return ((uint64_t)length * 8000 + s->cfg->bandwidth_mbps - 1) / s->cfg->bandwidth_mbps;
-}
-
-/* A request read from c: into the wait queue of its kind. */
-static int model_arrive(struct server *s, struct conn *c, const struct ukvm_remote_request *req,
-			uint64_t now)
-{
-	struct request *r = calloc(1, sizeof(*r));
-
-	if (!r)
-		return -ENOMEM;
-	r->conn = c;
-	r->req = *req;
-	r->kind = (req->flags & UKVM_REMOTE_URGENT) ? KIND_URGENT : KIND_BACKGROUND;
-	r->arrived_ns = now;
-	list_add_tail(&s->wait[r->kind], &r->queue);
-	list_add_tail(&c->requests, &r->in_conn);
-	c->pending++;
-	s->stats.requests++;
-	if (r->kind == KIND_URGENT)
-		s->stats.urgent++;
-	else
-		s->stats.background++;
 	return 0;
 }
 
-/* The reply on the link has gone: to its connection's queue, its slot freed. */
-static int model_link_done(struct server *s)
+/* ---- the model's replies ---- */
+
+/* Hands the model the clock: each reply whose link time ended goes to its connection. */
+static int server_advance(struct server *s, uint64_t now)
 {
-	struct request *r = s->on_link;
-	struct conn *c = r->conn;
+	struct ukvm_model_req *r;
 	int ret = 0;
 
-	s->on_link = NULL;
-	s->inflight--;
-	if (c) {
-		list_del(&r->in_conn);
-		if (!conn_reply(c, &r->req, 0, r->req.length, s->map + r->req.offset))
-			ret = -ENOMEM;
-		else
-			list_entry(c->outs.prev, struct out, node)->counted = true;
-		if (!ret)
-			conn_flush(s, c);
+	while (!ret && ukvm_model_step(&s->model, now, &r) > 0) {
+		struct conn *c = r->owner;
+		struct out *o;
+
+		if (c) {	/* else its connection closed while it was on the link */
+			list_del(&r->in_owner);
+			ret = conn_reply(c, &r->req, 0, r->req.length, s->map + r->req.offset, &o);
+			if (!ret) {
+				o->counted = true;
+				conn_flush(s, c);
+			}
+		}
+		free(r);
 	}
-	free(r);
 	return ret;
-}
-
-static struct request *model_pop(struct list *q)
-{
-	struct request *r = list_entry(q->next, struct request, queue);
-
-	list_del(&r->queue);
-	return r;
-}
-
-/* Moves the model forward to now: completes, starts and links what it can. */
-static int model_advance(struct server *s, uint64_t now)
-{
-	uint32_t cap = s->cfg->max_inflight;
-	int ret, k;
-
-	for (;;) {
-		struct request *r = NULL;
-		uint64_t start, queue;
-
-		if (s->on_link && s->link_end_ns <= now) {
-			ret = model_link_done(s);
-			if (ret)
-				return ret;
-		}
-		/* Free slots go to urgent requests first. */
-		while (!cap || s->inflight < cap) {
-			struct list *q = !list_empty(&s->wait[KIND_URGENT]) ? &s->wait[KIND_URGENT] :
-					 &s->wait[KIND_BACKGROUND];
-
-			if (list_empty(q))
-				break;
-			r = model_pop(q);
-			r->started_ns = now;
-			r->ready_ns = now + s->cfg->latency_ns;
-			list_add_tail(&s->started[r->kind], &r->queue);
-			s->inflight++;
-		}
-		if (s->on_link)
-			return 0;
-		r = NULL;
-		for (k = 0; k < KINDS && !r; k++)
-			if (!list_empty(&s->started[k]) &&
-			    list_entry(s->started[k].next, struct request, queue)->ready_ns <= now)
-				r = model_pop(&s->started[k]);
-		if (!r)
-			return 0;
-		/*
-		 * The link's own timeline, not the loop's wake-ups: a reply
-		 * starts when it was ready or when the link freed, whichever
-		 * is later, so a late wake-up does not slow the link down.
-		 */
-		start = r->ready_ns > s->link_free_ns ? r->ready_ns : s->link_free_ns;
-		queue = (r->started_ns - r->arrived_ns) + (start - r->ready_ns);
-		s->stats.queue_ns_total += queue;
-		if (queue > s->stats.queue_ns_max)
-			s->stats.queue_ns_max = queue;
-		s->stats.served++;
-		s->stats.bytes += r->req.length;
-		s->link_free_ns = s->link_end_ns = start + model_link_ns(s, r->req.length);
-		s->on_link = r;
-	}
-}
-
-/* When the model next has something to do (UINT64_MAX: nothing until a request). */
-static uint64_t model_next_ns(const struct server *s)
-{
-	uint64_t next = UINT64_MAX;
-	int k;
-
-	if (s->on_link)
-		return s->link_end_ns;
-	for (k = 0; k < KINDS; k++)
-		if (!list_empty(&s->started[k])) {
-			uint64_t t = list_entry(s->started[k].next, struct request, queue)->ready_ns;
-
-			if (t < next)
-				next = t;
-		}
-	return next;
 }
 
 /* ---- requests off the wire ---- */
@@ -399,14 +228,16 @@ static uint64_t model_next_ns(const struct server *s)
 static int server_request(struct server *s, struct conn *c, const struct ukvm_remote_request *req,
 			  uint64_t now)
 {
+	struct ukvm_model_req *r;
 	struct out *o;
 	int32_t status = 0;
+	int ret;
 
 	if (req->flags & UKVM_REMOTE_STATS) {
 		s->stats.stats_requests++;
-		o = conn_reply(c, req, 0, sizeof(o->stats), NULL);
-		if (!o)
-			return -ENOMEM;
+		ret = conn_reply(c, req, 0, sizeof(o->stats), NULL, &o);
+		if (ret)
+			return ret;
 		o->hdr.offset = 0;
 		o->stats = s->stats;
 		o->data = (const uint8_t *)&o->stats;
@@ -418,9 +249,14 @@ static int server_request(struct server *s, struct conn *c, const struct ukvm_re
 		status = -ERANGE;
 	if (status) {
 		s->stats.errors++;
-		return conn_reply(c, req, status, 0, NULL) ? 0 : -ENOMEM;
+		return conn_reply(c, req, status, 0, NULL, &o);
 	}
-	return model_arrive(s, c, req, now);
+	ret = ukvm_model_arrive(&s->model, req, c, now, &r);
+	if (ret)
+		return ret;
+	list_add_tail(&c->requests, &r->in_owner);
+	c->pending++;
+	return 0;
 }
 
 static int server_read(struct server *s, struct conn *c)
@@ -480,8 +316,7 @@ static int server_accept(struct server *s, struct ukvm_error *err)
 		if (fd < 0 && (errno == EMFILE || errno == ENFILE))
 			return 0;	/* stays pending in the backlog until an fd frees */
 		if (fd < 0) {
-			ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: accept4");
-			return -errno;
+			return ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: accept4");
 		}
 		if (s->cfg->listen[0] == 't')
 			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -495,10 +330,12 @@ static int server_accept(struct server *s, struct ukvm_error *err)
 		list_init(&c->outs);
 		ev.data.ptr = c;
 		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-			ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: epoll_ctl(ADD connection)");
+			int ret = ukvm_err_set(err, UKVM_ERR_RUN, errno,
+					       "page server: epoll_ctl(ADD connection)");
+
 			close(fd);
 			free(c);
-			return -errno;
+			return ret;
 		}
 		list_add_tail(&s->conns, &c->node);
 		s->stats.connections++;
@@ -523,7 +360,7 @@ static void server_reap(struct server *s)
 
 static int server_arm(struct server *s, struct ukvm_error *err)
 {
-	uint64_t next = model_next_ns(s);
+	uint64_t next = ukvm_model_next_ns(&s->model);
 	struct itimerspec its = { 0 };
 
 	if (next != UINT64_MAX) {
@@ -533,8 +370,7 @@ static int server_arm(struct server *s, struct ukvm_error *err)
 		its.it_value.tv_nsec = (long)(next % NSEC_PER_SEC);
 	}
 	if (timerfd_settime(s->tfd, TFD_TIMER_ABSTIME, &its, NULL)) {
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: timerfd_settime");
-		return -errno;
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: timerfd_settime");
 	}
 	return 0;
 }
@@ -545,7 +381,7 @@ static int server_loop(struct server *s, struct ukvm_error *err)
 	int i, n, ret;
 
 	while (!s->stop) {
-		ret = model_advance(s, ukvm_now_ns());
+		ret = server_advance(s, ukvm_now_ns());
 		if (!ret)
 			ret = server_arm(s, err);
 		if (ret) {
@@ -556,8 +392,7 @@ static int server_loop(struct server *s, struct ukvm_error *err)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: epoll_wait");
-			return -errno;
+			return ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: epoll_wait");
 		}
 		for (i = 0; i < n && !s->stop; i++) {
 			void *tag = evs[i].data.ptr;
@@ -577,8 +412,8 @@ static int server_loop(struct server *s, struct ukvm_error *err)
 
 				if (read(s->tfd, &expirations, sizeof(expirations)) < 0 &&
 				    errno != EAGAIN && errno != EINTR) {
-					ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: read(timerfd)");
-					return -errno;
+					return ukvm_err_set(err, UKVM_ERR_RUN, errno,
+							    "page server: read(timerfd)");
 				}
 			} else if (tag == &tag_listen) {
 				ret = server_accept(s, err);
@@ -610,15 +445,12 @@ static int server_add(struct server *s, int fd, void *tag, const char *what,
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = tag };
 
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-		int e = errno;
-
-		if (e == EPERM)
-			ukvm_err_set(err, UKVM_ERR_CONFIG, e, "page server: the stop fd (%s) "
-				     "cannot be polled; give the server a pipe or a terminal "
-				     "as its stdin", what);
-		else
-			ukvm_err_set(err, UKVM_ERR_RUN, e, "page server: epoll_ctl(ADD %s)", what);
-		return -e;
+		if (errno == EPERM)
+			return ukvm_err_set(err, UKVM_ERR_CONFIG, EPERM, "page server: the stop fd "
+					    "(%s) cannot be polled; give the server a pipe or a "
+					    "terminal as its stdin", what);
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: epoll_ctl(ADD %s)",
+				    what);
 	}
 	return 0;
 }
@@ -630,13 +462,11 @@ static int server_open_snapshot(struct server *s, struct ukvm_error *err)
 	int fd = open(s->cfg->snapshot_path, O_RDONLY | O_CLOEXEC), ret = 0;
 
 	if (fd < 0) {
-		ukvm_err_set(err, UKVM_ERR_CONFIG, errno, "page server: open(\"%s\")",
+		return ukvm_err_set(err, UKVM_ERR_CONFIG, errno, "page server: open(\"%s\")",
 			     s->cfg->snapshot_path);
-		return -errno;
 	}
 	if (fstat(fd, &st)) {
-		ret = -errno;
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: fstat(\"%s\")",
+		ret = ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: fstat(\"%s\")",
 			     s->cfg->snapshot_path);
 		goto out;
 	}
@@ -650,8 +480,7 @@ static int server_open_snapshot(struct server *s, struct ukvm_error *err)
 	if (s->size) {
 		map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
 		if (map == MAP_FAILED) {
-			ret = -errno;
-			ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: mmap(\"%s\")",
+			ret = ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: mmap(\"%s\")",
 				     s->cfg->snapshot_path);
 			goto out;
 		}
@@ -672,25 +501,23 @@ static int server_listen(struct server *s, struct ukvm_remote_address *addr, boo
 		return ret;
 	s->lfd = socket(addr->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (s->lfd < 0) {
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: socket");
-		return -errno;
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: socket");
 	}
 	if (addr->sa.ss_family != AF_UNIX)
 		setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(s->lfd, (struct sockaddr *)&addr->sa, addr->len)) {
-		ukvm_err_set(err, UKVM_ERR_CONFIG, errno, "page server: bind(%s)", s->cfg->listen);
-		return -errno;
+		return ukvm_err_set(err, UKVM_ERR_CONFIG, errno, "page server: bind(%s)",
+				    s->cfg->listen);
 	}
 	*bound = addr->sa.ss_family == AF_UNIX;
 	if (listen(s->lfd, 128)) {
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: listen(%s)", s->cfg->listen);
-		return -errno;
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: listen(%s)",
+				    s->cfg->listen);
 	}
 	addr->len = sizeof(addr->sa);
 	if (addr->sa.ss_family != AF_UNIX &&
 	    getsockname(s->lfd, (struct sockaddr *)&addr->sa, &addr->len)) {
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: getsockname");
-		return -errno;
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: getsockname");
 	}
 	return 0;
 }
@@ -712,8 +539,8 @@ static int server_ready(int fd, const struct ukvm_remote_address *addr, struct u
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: writing the ready line");
-			return -errno;
+			return ukvm_err_set(err, UKVM_ERR_RUN, errno,
+					    "page server: writing the ready line");
 		}
 		done += (size_t)n;
 	}
@@ -723,21 +550,13 @@ static int server_ready(int fd, const struct ukvm_remote_address *addr, struct u
 static void server_free_all(struct server *s)
 {
 	struct list *p, *n;
-	int k;
 
 	for (p = s->conns.next; p != &s->conns; p = n) {
 		n = p->next;
 		conn_close(s, list_entry(p, struct conn, node));
 	}
 	server_reap(s);
-	free(s->on_link);	/* the conns are gone: nothing else holds a request */
-	s->on_link = NULL;
-	for (k = 0; k < KINDS; k++) {
-		while (!list_empty(&s->wait[k]))
-			free(model_pop(&s->wait[k]));
-		while (!list_empty(&s->started[k]))
-			free(model_pop(&s->started[k]));
-	}
+	ukvm_model_free_all(&s->model);	/* the conns are gone: nothing else holds a request */
 }
 
 int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd, int stop_fd,
@@ -748,14 +567,12 @@ int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd
 	sigset_t mask, old_mask;
 	bool bound = false, masked = false;
 	int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-	int ret, k;
+	int ret;
 
 	memset(err, 0, sizeof(*err));
 	list_init(&s.conns);
-	for (k = 0; k < KINDS; k++) {
-		list_init(&s.wait[k]);
-		list_init(&s.started[k]);
-	}
+	ukvm_model_init(&s.model, cfg->latency_ns, cfg->bandwidth_mbps, cfg->max_inflight,
+			&s.stats);
 	ret = server_open_snapshot(&s, err);
 	if (ret)
 		goto out;
@@ -772,8 +589,7 @@ int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd
 	s.epfd = epoll_create1(EPOLL_CLOEXEC);
 	s.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (s.sfd < 0 || s.epfd < 0 || s.tfd < 0) {
-		ret = -errno;
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: %s",
+		ret = ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: %s",
 			     s.sfd < 0 ? "signalfd" : s.epfd < 0 ? "epoll_create1" : "timerfd_create");
 		goto out;
 	}

@@ -50,16 +50,14 @@ static int source_count_cached(struct ukvm_source *src, uint64_t *cached, struct
 	uint64_t i, pages = ALIGN_UP(src->size, UKVM_PAGE_SIZE) / UKVM_PAGE_SIZE, n = 0;
 	unsigned char *vec = malloc(pages ?: 1);
 
-	if (!vec) {
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating mincore()'s vector");
-		return -ENOMEM;
-	}
+	if (!vec)
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating mincore()'s vector");
 	if (mincore((void *)src->map, src->size, vec)) {
-		int e = errno;
+		int ret = ukvm_err_set(err, UKVM_ERR_HOST, errno, "mincore(source_path %s)",
+				       src->path);
 
 		free(vec);
-		ukvm_err_set(err, UKVM_ERR_HOST, e, "mincore(source_path %s)", src->path);
-		return -e;
+		return ret;
 	}
 	for (i = 0; i < pages; i++)
 		n += vec[i] & 1;
@@ -75,10 +73,9 @@ static int source_warm(struct ukvm_source *src, struct ukvm_error *err)
 	uint64_t off = 0;
 	int ret = 0;
 
-	if (!buf) {
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating a buffer to warm the source");
-		return -ENOMEM;
-	}
+	if (!buf)
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM,
+				    "allocating a buffer to warm the source");
 	while (off < src->size) {
 		uint64_t want = src->size - off < WARM_CHUNK ? src->size - off : WARM_CHUNK;
 		ssize_t n = pread(src->fd, buf, want, (off_t)off);
@@ -106,18 +103,15 @@ static int source_drop(struct ukvm_source *src, struct ukvm_error *err)
 {
 	int ret, tries;
 
-	if (fdatasync(src->fd)) {
-		ukvm_err_set(err, UKVM_ERR_HOST, errno, "fdatasync(source_path %s)", src->path);
-		return -EOPNOTSUPP;
-	}
+	if (fdatasync(src->fd))
+		return ukvm_err_set(err, UKVM_ERR_HOST, errno, "fdatasync(source_path %s)",
+				    src->path);
 	/* Twice: pages still in a CPU's LRU batch the first time go the second. */
 	for (tries = 0; tries < 2; tries++) {
 		ret = posix_fadvise(src->fd, 0, (off_t)src->size, POSIX_FADV_DONTNEED);
-		if (ret) {
-			ukvm_err_set(err, UKVM_ERR_HOST, ret,
-				     "posix_fadvise(source_path %s, POSIX_FADV_DONTNEED)", src->path);
-			return -ret;
-		}
+		if (ret)
+			return ukvm_err_set(err, UKVM_ERR_HOST, ret, "posix_fadvise(source_path %s, "
+					    "POSIX_FADV_DONTNEED)", src->path);
 	}
 	return 0;
 }
@@ -147,13 +141,10 @@ static int source_open_file(struct ukvm_source *src, const struct ukvm_config *c
 				     "%llu)", src->path, (unsigned long long)size);
 			return -EINVAL;
 		}
-		ukvm_err_set(err, UKVM_ERR_HOST, ret, "open(source_path %s)", src->path);
-		return -ret;
+		return ukvm_err_set(err, UKVM_ERR_HOST, ret, "open(source_path %s)", src->path);
 	}
-	if (fstat(src->fd, &st)) {
-		ukvm_err_set(err, UKVM_ERR_HOST, errno, "fstat(source_path %s)", src->path);
-		return -EOPNOTSUPP;
-	}
+	if (fstat(src->fd, &st))
+		return ukvm_err_set(err, UKVM_ERR_HOST, errno, "fstat(source_path %s)", src->path);
 	if (!S_ISREG(st.st_mode)) {
 		ukvm_err_set(err, UKVM_ERR_CONFIG, 0, "source_path: %s is not a regular file; "
 			     "give a snapshot file (uffdkvm.make_snapshot(path, %llu) writes one)",
@@ -176,11 +167,9 @@ static int source_open_file(struct ukvm_source *src, const struct ukvm_config *c
 		return ret;
 	/* After the drop: pages a mapping holds could not have been dropped. */
 	map = mmap(NULL, size, PROT_READ, MAP_SHARED, src->fd, 0);
-	if (map == MAP_FAILED) {
-		ukvm_err_set(err, UKVM_ERR_HOST, errno, "mmap(source_path %s, %llu bytes)",
-			     src->path, (unsigned long long)size);
-		return -ENOMEM;
-	}
+	if (map == MAP_FAILED)
+		return ukvm_err_set(err, UKVM_ERR_HOST, errno, "mmap(source_path %s, %llu bytes)",
+				    src->path, (unsigned long long)size);
 	src->map = map;
 	ret = source_count_cached(src, &src->cached_pages_at_start, err);
 	if (ret)
@@ -338,7 +327,7 @@ int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64
 		break;
 	default:
 		ret = ukvm_remote_fetch(conn->remote, region_off, len, urgent, dst, conn->stop_fd,
-					ukvm_now_ns() + conn->source->wait_ns);
+					ukvm_deadline_after(conn->source->wait_ns));
 		break;
 	}
 	if (ret)
@@ -357,11 +346,6 @@ bool ukvm_source_pipelined(const struct ukvm_source_conn *conn)
 	return conn->source->kind == UKVM_SOURCE_REMOTE && conn->remote;
 }
 
-uint32_t ukvm_source_outstanding(const struct ukvm_source_conn *conn)
-{
-	return conn->remote ? ukvm_remote_outstanding(conn->remote) : 0;
-}
-
 int ukvm_source_send(struct ukvm_source_conn *conn, uint64_t region_off, uint64_t len)
 {
 	const struct ukvm_source *src = conn->source;
@@ -371,7 +355,7 @@ int ukvm_source_send(struct ukvm_source_conn *conn, uint64_t region_off, uint64_
 	if (region_off > src->size || len > src->size - region_off)
 		return -ERANGE;
 	return ukvm_remote_send(conn->remote, region_off, len, false, conn->stop_fd,
-				ukvm_now_ns() + conn->source->wait_ns);
+				ukvm_deadline_after(conn->source->wait_ns));
 }
 
 int ukvm_source_recv(struct ukvm_source_conn *conn, uint64_t *region_off, uint64_t *len,
@@ -385,7 +369,7 @@ int ukvm_source_recv(struct ukvm_source_conn *conn, uint64_t *region_off, uint64
 		return -EOPNOTSUPP;
 	/* The wait counts from here: a reply may have been in flight for long already. */
 	ret = ukvm_remote_recv(conn->remote, &reply, dst, dst_len, conn->stop_fd,
-			       ukvm_now_ns() + conn->source->wait_ns);
+			       ukvm_deadline_after(conn->source->wait_ns));
 	if (ret)
 		return ret;
 	if (reply.status)

@@ -101,8 +101,6 @@ bool ukvm_source_pipelined(const struct ukvm_source_conn *conn);
 int ukvm_source_send(struct ukvm_source_conn *conn, uint64_t region_off, uint64_t len);
 int ukvm_source_recv(struct ukvm_source_conn *conn, uint64_t *region_off, uint64_t *len,
 		     uint8_t *dst, uint64_t dst_len);
-/* Requests sent through conn whose replies recv() has not taken yet. */
-uint32_t ukvm_source_outstanding(const struct ukvm_source_conn *conn);
 
 /*
  * remote: the longest a fetch waits for the server's answer, queueing

@@ -4,7 +4,9 @@
  * (csrc/remote/client.c) here: the bytes of the file, pipelining, refusals,
  * stats, and every way a fetch ends early: the stop fd (-ECANCELED), a
  * kick (EINTR: the fetch carries on), the deadline (-ETIMEDOUT), the server
- * killed (-ECONNRESET), all within bounds. The server stops on SIGTERM and
+ * killed (-ECONNRESET), all within bounds; a source whose time limit is
+ * huge waits for its replies (its deadlines saturate instead of wrapping
+ * around into the past). The server stops on SIGTERM and
  * on its stop fd closing, unlinks its socket, and (in the ASan build, where
  * the child exits through exit()) leaks nothing. No KVM needed.
  */
@@ -23,6 +25,7 @@
 #undef ARRAY_SIZE
 #include "base/util.h"
 #include "remote/client.h"
+#include "uffd/source.h"
 
 #define SNAP_BYTES	(4 * MiB)
 
@@ -336,6 +339,47 @@ int main(void)
 		CHECK_GE(ukt_now_ns() - t0, 100 * NSEC_PER_MSEC);
 		CHECK_LT(ukt_now_ns() - t0, 2 * NSEC_PER_SEC);
 		ukvm_remote_close(c);
+		server_stop(&s);
+	}
+
+	UKT_CASE("a source with a huge time limit waits for its replies, not times out at once") {
+		struct ukvm_source_conn conn;
+		struct ukvm_source src;
+		struct ukvm_config cfg;
+		uint64_t off = 0, len = 0;
+
+		if (!server_start(&s, false, 200 * NSEC_PER_MSEC, 0, 0))
+			break;
+		ukvm_config_init(&cfg);
+		cfg.source = UKVM_SOURCE_REMOTE;
+		snprintf(cfg.source_path, sizeof(cfg.source_path), "%s", snap_path);
+		snprintf(cfg.source_address, sizeof(cfg.source_address), "%s", s.address);
+		/* now + this wraps around to the past: every wait would end at once. */
+		cfg.timeout_ns = UINT64_MAX - NSEC_PER_SEC;
+		ukvm_source_init(&src);
+		ret = ukvm_source_open(&src, &cfg, SNAP_BYTES, &err);
+		CHECK(ret == 0, "source_open: %s", err.message);
+		ret = ret ?: ukvm_source_conn_open(&conn, &src, false, -1, &err);
+		CHECK(ret == 0, "conn_open: %s", err.message);
+		if (!ret) {
+			t0 = ukt_now_ns();
+			CHECK_EQ(ukvm_source_fetch(&conn, PAGE, PAGE, 0, buf, true), 0);
+			CHECK_GE(ukt_now_ns() - t0, 200 * NSEC_PER_MSEC);
+			CHECK(!memcmp(buf, snap + PAGE, PAGE), "bytes differ");
+			ukvm_source_conn_close(&conn);
+			/* A connection of its own: the pipelined calls' deadlines, alone. */
+			ret = ukvm_source_conn_open(&conn, &src, false, -1, &err);
+			CHECK(ret == 0, "conn_open: %s", err.message);
+		}
+		if (!ret) {
+			CHECK_EQ(ukvm_source_send(&conn, 3 * PAGE, PAGE), 0);
+			CHECK_EQ(ukvm_source_recv(&conn, &off, &len, buf, sizeof(buf)), 0);
+			CHECK_EQ(off, 3 * PAGE);
+			CHECK_EQ(len, PAGE);
+			CHECK(!memcmp(buf, snap + 3 * PAGE, PAGE), "bytes differ");
+			ukvm_source_conn_close(&conn);
+		}
+		ukvm_source_close(&src);
 		server_stop(&s);
 	}
 
