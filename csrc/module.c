@@ -563,6 +563,18 @@ static int set_u64(PyObject *d, const char *key, uint64_t v)
 	return ret;
 }
 
+/* d[key] = o, o's reference taken (NULL: the error already set). */
+static int set_obj(PyObject *d, const char *key, PyObject *o)
+{
+	int ret;
+
+	if (!o)
+		return -1;
+	ret = PyDict_SetItemString(d, key, o);
+	Py_DECREF(o);
+	return ret;
+}
+
 /* A new list of n items, or NULL with MemoryError where n cannot be one. */
 static PyObject *list_new(uint64_t n)
 {
