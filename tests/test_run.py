@@ -213,7 +213,8 @@ RAW_ONLY = {
     "reader": set(),
 }
 PYTHON_ONLY = {
-    "result": {"config", "seconds", "kvm_run_seconds", "pass_seconds", "paging_rate", "host",
+    # config: the core echoes the one it ran (raw["config"]), Result keeps the Config
+    "result": {"seconds", "kvm_run_seconds", "pass_seconds", "paging_rate", "host",
                "page_server"},
     "vcpu": {"seconds", "pass_seconds", "access_latency"},
     "reader": set(),

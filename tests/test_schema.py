@@ -139,7 +139,7 @@ def cases(snapshot):
         "prefault": (dict(prefault=True), None),
         "stats": (dict(stats="basic"), lambda raw: not raw["stats_full"]),
         "guest_timing": (dict(guest_timing=True), None),
-        "trace_faults": (dict(trace_faults=True), lambda raw: raw["trace"] is not None),
+        "trace_faults": (dict(trace_faults=True), lambda raw: raw["fault_trace"] is not None),
         "timeout_ns": (dict(timeout_s=100.0), None),
         "wp_async": (dict(uffd_mode="wp", wp_async=True), None),
         "source": (dict(source="file", source_path=snapshot), None),
