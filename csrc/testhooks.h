@@ -69,6 +69,19 @@ enum ukvm_inject {
 	 * still asked of /dev/kvm).
 	 */
 	UKVM_INJECT_NO_VM_GUEST_MEMFD,
+	/*
+	 * resolver vcpu on huge units (anonymous_thp): every resolved fault
+	 * waits for its 4 KiB page to be mapped, as after another thread's
+	 * half-done copy, and the inject_after-th wait's mincore() fails for
+	 * real (an address not page-aligned: EINVAL).
+	 */
+	UKVM_INJECT_MINCORE_FAIL,
+	/*
+	 * Letting go of a uffd a reader still holds (ukvm_pool_release_uffd):
+	 * the first inject_after dup3() swaps for /dev/null fail for real
+	 * (onto their own fd number: EINVAL), and the uffd stays held.
+	 */
+	UKVM_INJECT_RELEASE_DUP3,
 	UKVM_INJECT__COUNT
 };
 
