@@ -286,11 +286,9 @@ static int setup_snapshot(struct ukvm_experiment *exp, struct ukvm_error *err)
 
 	p = mmap(NULL, exp->region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		 -1, 0);
-	if (p == MAP_FAILED) {
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "mmap(snapshot, %llu bytes)",
-			     (unsigned long long)exp->region_size);
-		return -ENOMEM;
-	}
+	if (p == MAP_FAILED)
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "mmap(snapshot, %llu bytes)",
+				    (unsigned long long)exp->region_size);
 	exp->snapshot = p;
 	exp->wp_state = calloc(pages, sizeof(*exp->wp_state));
 	if (!exp->wp_state) {
@@ -345,13 +343,18 @@ static int setup_ring_rw_flags(const struct ukvm_config *cfg)
  * prefetch background or replay: the pusher, given every pool's range (in
  * region order) and the run's resident map. It waits for the vCPUs' go.
  */
+static bool setup_has_pusher(const struct ukvm_config *cfg)
+{
+	return cfg->prefetch == UKVM_PREFETCH_BACKGROUND || cfg->prefetch == UKVM_PREFETCH_REPLAY;
+}
+
 static int setup_pusher(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_pusher *p = &exp->pusher;
 	uint32_t u;
 
-	if (cfg->prefetch != UKVM_PREFETCH_BACKGROUND && cfg->prefetch != UKVM_PREFETCH_REPLAY)
+	if (!setup_has_pusher(cfg))
 		return 0;
 	p->ranges = calloc(exp->nr_pools, sizeof(*p->ranges));
 	if (!p->ranges) {
@@ -378,6 +381,59 @@ static int setup_pusher(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return ukvm_pusher_start(p, err);
 }
 
+/*
+ * Pool u of the run, over the u-th range of range bytes, configured from
+ * the run's config: nothing is opened here. The same for the run and for
+ * its fd budget's dry pass (ukvm_setup_fds_needed), which then asks the pool
+ * what it will hold.
+ */
+static void setup_pool(struct ukvm_experiment *exp, struct ukvm_pool *pool, uint32_t u,
+		       uint64_t range)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	struct ukvm_resolve_area *a = &pool->area;
+
+	a->ctl = &exp->ctl;
+	a->uffd_index = u;
+	a->mode = cfg->uffd_mode;
+	a->page_size = exp->mem.page_size;
+	a->hva_base = (uint64_t)(uintptr_t)exp->mem.hva + u * range;
+	a->region_size = range;
+	a->gpa_base = exp->region_gpa + u * range;
+	a->region_off = u * range;
+	a->source = &exp->source;
+	a->delay_ns = (uint64_t)cfg->delay_us * 1000;
+	a->delay_dist = cfg->delay_dist;
+	a->resolve = cfg->resolve;
+	a->vcpu_resolvers = cfg->resolver == UKVM_RESOLVER_VCPU;
+	a->full_stats = cfg->stats == UKVM_STATS_FULL;
+	a->seed = cfg->seed;
+	a->resident = exp->resident.state ? &exp->resident : NULL;
+	a->resident_first = u * (range / exp->mem.page_size);
+	a->prefetch = cfg->prefetch;
+	a->prefetch_pages = cfg->prefetch_pages;
+	a->snapshot = exp->snapshot ? exp->snapshot + u * range : NULL;
+	a->wp_state = exp->wp_state ? exp->wp_state + u * range / UKVM_PAGE_SIZE : NULL;
+	pool->wait = cfg->wait;
+	pool->read_batch = cfg->read_batch;
+	pool->vcpus_sharing = cfg->overlap ? cfg->vcpus : 1;
+	pool->pins = cfg->pin_readers;
+	pool->nr_pins = cfg->nr_pin_readers;
+	pool->first_reader = u * cfg->readers;
+	/* Resolver vCPU: a resolver per vCPU this uffd serves, and no threads. */
+	pool->first_vcpu = exp->nr_pools == 1 ? 0 : u;
+	pool->nr_readers = cfg->resolver == UKVM_RESOLVER_READERS ? cfg->readers :
+			   exp->nr_pools == 1 ? cfg->vcpus : 1;
+}
+
+/* How many uffds (pools) a run of cfg has. */
+static uint32_t setup_nr_pools(const struct ukvm_config *cfg)
+{
+	if (cfg->uffd_mode == UKVM_UFFD_NONE)
+		return 0;
+	return cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
+}
+
 static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
@@ -392,7 +448,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		return ret;
 	exp->exact_address = wanted & UFFD_FEATURE_EXACT_ADDRESS;
 
-	exp->nr_pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
+	exp->nr_pools = setup_nr_pools(cfg);
 	range = exp->region_size / exp->nr_pools;
 	/* Pages that arrive with data by UFFDIO_COPY: how each went in, for prefetch's counts. */
 	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY &&
@@ -416,37 +472,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		struct ukvm_pool *pool = &exp->pools[u];
 		struct ukvm_resolve_area *a = &pool->area;
 
-		a->ctl = &exp->ctl;
-		a->uffd_index = u;
-		a->mode = cfg->uffd_mode;
-		a->page_size = exp->mem.page_size;
-		a->hva_base = (uint64_t)(uintptr_t)exp->mem.hva + u * range;
-		a->region_size = range;
-		a->gpa_base = exp->region_gpa + u * range;
-		a->region_off = u * range;
-		a->source = &exp->source;
-		a->delay_ns = (uint64_t)cfg->delay_us * 1000;
-		a->delay_dist = cfg->delay_dist;
-		a->resolve = cfg->resolve;
-		a->vcpu_resolvers = cfg->resolver == UKVM_RESOLVER_VCPU;
-		a->full_stats = cfg->stats == UKVM_STATS_FULL;
-		a->seed = cfg->seed;
-		a->resident = exp->resident.state ? &exp->resident : NULL;
-		a->resident_first = u * (range / exp->mem.page_size);
-		a->prefetch = cfg->prefetch;
-		a->prefetch_pages = cfg->prefetch_pages;
-		a->snapshot = exp->snapshot ? exp->snapshot + u * range : NULL;
-		a->wp_state = exp->wp_state ? exp->wp_state + u * range / UKVM_PAGE_SIZE : NULL;
-		pool->wait = cfg->wait;
-		pool->read_batch = cfg->read_batch;
-		pool->vcpus_sharing = cfg->overlap ? cfg->vcpus : 1;
-		pool->pins = cfg->pin_readers;
-		pool->nr_pins = cfg->nr_pin_readers;
-		pool->first_reader = u * cfg->readers;
-		/* Resolver vCPU: a resolver per vCPU this uffd serves, and no threads. */
-		pool->first_vcpu = exp->nr_pools == 1 ? 0 : u;
-		pool->nr_readers = cfg->resolver == UKVM_RESOLVER_READERS ? cfg->readers :
-				   exp->nr_pools == 1 ? cfg->vcpus : 1;
+		setup_pool(exp, pool, u, range);
 		/* Readers that block in read(2) need a blocking uffd. */
 		a->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
 		if (a->uffd < 0)
@@ -628,34 +654,59 @@ int ukvm_setup_check_vcpus(const struct ukvm_config *cfg, struct ukvm_error *err
 }
 
 /*
- * The most fds the setup above holds at once, for cfg (a probe builds no
- * vCPUs and starts no readers): what fds_check() compares with
- * the process's limit. Keep it in step with what setup opens.
+ * The fds the pools of a run (or probe) of cfg hold, from a dry pass: each
+ * pool configured by setup_pool() as the run's will be, then asked what it
+ * holds once started (ukvm_pool_fds), *conns of them its resolvers'
+ * connections to a page server; a probe registers its uffds and starts no
+ * pool. 0 where nothing could be counted (no memory): the opens will say.
+ */
+static uint64_t setup_pool_fds(const struct ukvm_config *cfg, bool probe, uint32_t nr_pools,
+			       uint64_t *conns)
+{
+	struct ukvm_experiment *dry;
+	struct ukvm_pool pool;
+	uint64_t n = 0;
+	uint32_t u;
+
+	*conns = 0;
+	if (probe || !nr_pools)
+		return nr_pools;
+	dry = calloc(1, sizeof(*dry));
+	if (!dry)
+		return 0;
+	dry->cfg = *cfg;
+	dry->nr_pools = nr_pools;
+	dry->mem.page_size = UKVM_PAGE_SIZE;	/* where in memory does not count */
+	for (u = 0; u < nr_pools; u++) {
+		ukvm_pool_init(&pool);
+		setup_pool(dry, &pool, u, 0);
+		n += ukvm_pool_fds(&pool, cfg->source);
+		*conns += ukvm_pool_fds(&pool, cfg->source) -
+			  ukvm_pool_fds(&pool, UKVM_SOURCE_SYNTHETIC);
+	}
+	free(dry);
+	return n;
+}
+
+/*
+ * The most fds the setup above holds at once, for cfg: what fds_check()
+ * compares with the process's limit. The pools' and the pusher's come from
+ * their own counts (setup_pool_fds, ukvm_pusher_fds), which a test build
+ * checks against what they hold once started.
  */
 uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *why,
 			       size_t why_len)
 {
-	uint64_t vcpus = probe ? 0 : cfg->vcpus, pools = 0, per_pool = 0, epolls = 0;
+	uint64_t vcpus = probe ? 0 : cfg->vcpus;
 	uint64_t memfd = ukvm_backing_is_shared(cfg->backing) ? 1 : 0;
 	/* source file or remote: the snapshot stays open (remote: mapped to verify against). */
-	uint64_t source = cfg->source != UKVM_SOURCE_SYNTHETIC ? 1 : 0, conns = 0;
-	/* prefetch background or replay: the pusher's stop eventfd, and its own connection. */
-	uint64_t pusher = !probe && (cfg->prefetch == UKVM_PREFETCH_BACKGROUND ||
-				     cfg->prefetch == UKVM_PREFETCH_REPLAY) ?
-			  1 + (cfg->source == UKVM_SOURCE_REMOTE) : 0;
-	bool epoll = cfg->wait == UKVM_WAIT_EPOLL || cfg->wait == UKVM_WAIT_EPOLL_EXCLUSIVE;
-	bool ring = cfg->wait == UKVM_WAIT_IO_URING;
+	uint64_t source = cfg->source != UKVM_SOURCE_SYNTHETIC ? 1 : 0;
+	uint64_t pusher = !probe && setup_has_pusher(cfg) ? ukvm_pusher_fds(cfg->source) : 0;
+	uint32_t nr_pools = setup_nr_pools(cfg);
+	uint64_t conns, pools = setup_pool_fds(cfg, probe, nr_pools, &conns);
+	uint64_t waits = probe ? 0 : pools - conns - 2ULL * nr_pools;	/* epoll sets or rings */
 	size_t n;
 
-	if (cfg->uffd_mode != UKVM_UFFD_NONE) {
-		pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
-		epolls = !probe && (epoll || ring) ? cfg->readers : 0;
-		per_pool = 1 + !probe + epolls;	/* the uffd, its stop eventfd, epoll sets or rings */
-		/* source remote: a connection to the page server per installing thread. */
-		if (!probe && cfg->source == UKVM_SOURCE_REMOTE)
-			conns = cfg->resolver == UKVM_RESOLVER_VCPU ? cfg->vcpus :
-				pools * cfg->readers;
-	}
 	/*
 	 * /dev/kvm, the VM and its statistics; each vCPU and its statistics;
 	 * the memfd; the pools; and 1 that setup may hold for a moment beside
@@ -672,12 +723,11 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 		n += (size_t)snprintf(why + n, why_len - n, ", 1 for the %s memfd",
 				      ukvm_backing_name(cfg->backing));
 	if (pools && n < why_len)
-		n += (size_t)snprintf(why + n, why_len - n, ", %llu for %llu uffd%s%s%s",
-				      (unsigned long long)(pools * per_pool),
-				      (unsigned long long)pools, pools > 1 ? "s" : "",
-				      probe ? "" : " with their stop eventfds",
-				      !epolls ? "" : ring ? " and an io_uring per reader" :
-				      " and an epoll set per reader");
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu for %u uffd%s%s%s",
+				      (unsigned long long)(pools - conns), nr_pools,
+				      nr_pools > 1 ? "s" : "", probe ? "" : " with their stop eventfds",
+				      !waits ? "" : cfg->wait == UKVM_WAIT_IO_URING ?
+				      " and an io_uring per reader" : " and an epoll set per reader");
 	if (source && n < why_len)
 		n += (size_t)snprintf(why + n, why_len - n, ", 1 for the source file");
 	if (conns && n < why_len)
@@ -688,7 +738,7 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 				      (unsigned long long)pusher);
 	if (n < why_len)
 		snprintf(why + n, why_len - n, ", 1 while setting up");
-	return 3 + 2 * vcpus + memfd + pools * per_pool + source + conns + pusher + 1;
+	return 3 + 2 * vcpus + memfd + pools + source + pusher + 1;
 }
 
 void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)

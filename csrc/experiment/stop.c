@@ -17,7 +17,6 @@
 #include "experiment/stop.h"
 #include "kvm/vcpu.h"
 #include "uffd/pool.h"
-#include "uffd/pusher.h"
 
 #define STUCK_VCPU_NS		(500 * NSEC_PER_MSEC)
 /* A failed run verifies nothing, so its uffds may go at once (PVM, for one,

@@ -385,17 +385,46 @@ out:
 	return NULL;
 }
 
+/* Whether each reader waits through an fd of its own (an epoll set or a ring). */
+static bool pool_wait_fd(const struct ukvm_pool *pool)
+{
+	return !pool->area.vcpu_resolvers &&
+	       (pool->wait == UKVM_WAIT_IO_URING || pool->wait == UKVM_WAIT_EPOLL ||
+		pool->wait == UKVM_WAIT_EPOLL_EXCLUSIVE);
+}
+
+uint32_t ukvm_pool_fds(const struct ukvm_pool *pool, enum ukvm_source_kind source)
+{
+	/* The uffd and the stop eventfd; per reader its wait fd; per resolver its conn. */
+	return 2 + pool->nr_readers * ((pool_wait_fd(pool) ? 1 : 0) + ukvm_resolve_fds(source));
+}
+
+#ifdef UKVM_TEST_HOOKS
+/* The fds a started pool holds, from its state: what ukvm_pool_fds() must have said. */
+static uint32_t pool_fds_held(const struct ukvm_pool *pool)
+{
+	uint32_t i, n = (pool->area.uffd >= 0) + (pool->stop_fd >= 0);
+
+	for (i = 0; i < pool->made; i++) {
+		if (pool->readers)
+			n += (pool->readers[i].epfd >= 0) + (pool->readers[i].ring != NULL);
+		n += pool->resolvers[i].conn.remote != NULL;
+	}
+	return n;
+}
+#endif
+
 /* The reader's way of waiting: its ring, or its epoll set with the uffd and the stop fd. */
 static int reader_prepare(struct ukvm_reader *r, struct ukvm_error *err)
 {
 	struct ukvm_pool *pool = r->pool;
 	struct epoll_event ev;
 
+	if (!pool_wait_fd(pool))
+		return 0;
 	if (pool->wait == UKVM_WAIT_IO_URING)
 		return ukvm_ring_create(&r->ring, pool->area.uffd, pool->stop_fd, pool->read_batch,
 					err);
-	if (pool->wait != UKVM_WAIT_EPOLL && pool->wait != UKVM_WAIT_EPOLL_EXCLUSIVE)
-		return 0;
 
 	r->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (r->epfd < 0)
@@ -485,6 +514,14 @@ int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err)
 	ret = ukvm_resolve_area_create(a, pool->nr_readers, pool->vcpus_sharing, err);
 	for (i = 0; !ret && i < pool->nr_readers; i++)
 		ret = pool_make(pool, i, err);
+#ifdef UKVM_TEST_HOOKS
+	/* The run's fd budget counts this pool by ukvm_pool_fds(): a drift shows in any test. */
+	if (!ret && pool_fds_held(pool) != ukvm_pool_fds(pool, a->source->kind))
+		ret = ukvm_err_set(err, UKVM_ERR_RUN, 0, "uffd %u holds %u fds, but its fd budget "
+				   "(ukvm_pool_fds) counts %u: the two have drifted apart",
+				   a->uffd_index, pool_fds_held(pool),
+				   ukvm_pool_fds(pool, a->source->kind));
+#endif
 	if (ret || a->vcpu_resolvers)
 		return ret;	/* resolver vcpu: the vCPU threads resolve their own faults */
 	for (i = 0; i < pool->nr_readers; i++) {

@@ -64,6 +64,14 @@ struct ukvm_pool {
 
 /* Empty, destroyable state; the caller then fills in the fields above nr_readers. */
 void ukvm_pool_init(struct ukvm_pool *pool);
+/*
+ * The fds the pool holds once started from a source of that kind (its uffd,
+ * its stop eventfd, each reader's epoll set or ring, each resolver's
+ * connection to a page server), from the same fields ukvm_pool_start()
+ * decides by: the run's fd budget (setup.c) counts a pool with it, and in a
+ * test build ukvm_pool_start() fails if the pool then holds another number.
+ */
+uint32_t ukvm_pool_fds(const struct ukvm_pool *pool, enum ukvm_source_kind source);
 int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err);
 /*
  * Tells every reader to leave (the stop flag and eventfd; a resolving

@@ -347,6 +347,11 @@ out:
 	return NULL;
 }
 
+uint32_t ukvm_pusher_fds(enum ukvm_source_kind source)
+{
+	return 1 + (source == UKVM_SOURCE_REMOTE);	/* its stop eventfd, its own connection */
+}
+
 int ukvm_pusher_start(struct ukvm_pusher *p, struct ukvm_error *err)
 {
 	uint64_t first = 0;
@@ -378,6 +383,14 @@ int ukvm_pusher_start(struct ukvm_pusher *p, struct ukvm_error *err)
 				    PUSHER_WHO, (unsigned long long)p->buf_bytes);
 	p->buf = buf;
 	ukvm_source_prepare(p->source, p->buf, p->buf_bytes);
+#ifdef UKVM_TEST_HOOKS
+	/* The run's fd budget counts the pusher by ukvm_pusher_fds(): a drift shows in any test. */
+	if (ukvm_pusher_fds(p->source->kind) != 1u + (p->conn.remote != NULL))
+		return ukvm_err_set(err, UKVM_ERR_RUN, 0, "%s holds %u fds, but its fd budget "
+				    "(ukvm_pusher_fds) counts %u: the two have drifted apart",
+				    PUSHER_WHO, 1u + (p->conn.remote != NULL),
+				    ukvm_pusher_fds(p->source->kind));
+#endif
 	ret = ukvm_thread_create(p->ctl, &p->thread, PUSHER_STACK_BYTES, pusher_thread, p);
 	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_create(%s)", PUSHER_WHO);

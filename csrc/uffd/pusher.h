@@ -55,6 +55,11 @@ struct ukvm_pusher {
 	int32_t tid;
 };
 
+/*
+ * The fds a started pusher holds with a source of that kind: what the run's
+ * fd budget counts (setup.c); a test build's start fails on another number.
+ */
+uint32_t ukvm_pusher_fds(enum ukvm_source_kind source);
 /* Empty, destroyable; the caller fills the fields above thread, ranges allocated. */
 void ukvm_pusher_init(struct ukvm_pusher *p);
 /*

@@ -629,6 +629,11 @@ void ukvm_resolve_init(struct ukvm_fault_resolver *r, struct ukvm_resolve_area *
 		snprintf(r->who, sizeof(r->who), "reader %u of uffd %u", index, a->uffd_index);
 }
 
+uint32_t ukvm_resolve_fds(enum ukvm_source_kind source)
+{
+	return source == UKVM_SOURCE_REMOTE ? 1 : 0;	/* ukvm_source_conn_open() connects */
+}
+
 int ukvm_resolve_prepare(struct ukvm_fault_resolver *r, int stop_fd, struct ukvm_error *err)
 {
 	struct ukvm_resolve_area *a = r->area;

@@ -152,6 +152,8 @@ void ukvm_resolve_area_destroy(struct ukvm_resolve_area *a);
  * and connection (stop_fd: a fetch gives up when it is readable). 0, or
  * -errno with err set. ukvm_resolve_destroy() frees what prepare made.
  */
+/* The fds a prepared resolver holds for a source of that kind: a page server's connection. */
+uint32_t ukvm_resolve_fds(enum ukvm_source_kind source);
 void ukvm_resolve_init(struct ukvm_fault_resolver *r, struct ukvm_resolve_area *a, uint32_t index,
 		       uint32_t k, int32_t vcpu);
 int ukvm_resolve_prepare(struct ukvm_fault_resolver *r, int stop_fd, struct ukvm_error *err);
