@@ -78,8 +78,10 @@ enum ukvm_inject {
 	UKVM_INJECT_MINCORE_FAIL,
 	/*
 	 * Letting go of a uffd a reader still holds (ukvm_pool_release_uffd):
-	 * the first inject_after dup3() swaps for /dev/null fail for real
-	 * (onto their own fd number: EINVAL), and the uffd stays held.
+	 * uffd 0's last reader stays 1 s after its run (as READER_STALL), and
+	 * the first inject_after dup3() swaps of a uffd for /dev/null fail for
+	 * real (onto their own fd number: EINVAL); the uffd stays held, and a
+	 * vCPU waiting on it with it, until a retry succeeds.
 	 */
 	UKVM_INJECT_RELEASE_DUP3,
 	UKVM_INJECT__COUNT

@@ -58,6 +58,10 @@
 #define EV_STOP			1
 /* A leaving io_uring reader waits this long at most for its ring to let go of the uffd. */
 #define RING_CANCEL_NS		(100 * NSEC_PER_MSEC)
+#ifdef UKVM_TEST_HOOKS
+/* UKVM_INJECT_RELEASE_DUP3: how long uffd 0's last reader stays, holding the uffd's number. */
+#define RELEASE_DUP3_STALL_MS	1000
+#endif
 
 /* The time a message was read; stats basic reads no clocks at all. */
 static uint64_t reader_clock(struct ukvm_reader *r)
@@ -483,10 +487,12 @@ static int pool_make(struct ukvm_pool *pool, uint32_t i, struct ukvm_error *err)
 		r->cpu = pool->nr_pins ? pool->pins[k % pool->nr_pins] : -1;
 		atomic_init(&r->exited, false);
 #ifdef UKVM_TEST_HOOKS
-		/* The stalled reader of UKVM_INJECT_READER_STALL: uffd 0's last. */
-		if (pool->area.ctl->inject == UKVM_INJECT_READER_STALL &&
-		    pool->area.uffd_index == 0 && i == pool->nr_readers - 1)
-			r->stall_ms = pool->area.ctl->inject_after;
+		/* The stalled reader of UKVM_INJECT_READER_STALL (and RELEASE_DUP3): uffd 0's last. */
+		if (pool->area.uffd_index == 0 && i == pool->nr_readers - 1)
+			r->stall_ms = pool->area.ctl->inject == UKVM_INJECT_READER_STALL ?
+				      pool->area.ctl->inject_after :
+				      pool->area.ctl->inject == UKVM_INJECT_RELEASE_DUP3 ?
+				      RELEASE_DUP3_STALL_MS : 0;
 #endif
 	}
 	pool->made = i + 1;

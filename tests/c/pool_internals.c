@@ -193,12 +193,20 @@ int main(void)
 	}
 
 	UKT_CASE("a swap for /dev/null that fails keeps the uffd held, and a retry lets it go") {
+		pthread_t toucher;
+		struct timespec ts;
 		char path[64], target[64] = "";
 		ssize_t n;
 		int uffd;
 
-		/* Its readers run: the release must swap, not close. */
-		if (fixture_start(&f, 2, UKVM_WAIT_POLL, -1, 0, 0, UKVM_INJECT_RELEASE_DUP3)) {
+		/* RELEASE_DUP3: the last reader stays 1 s after it is told to stop. */
+		if (fixture_start(&f, 2, UKVM_WAIT_EPOLL_EXCLUSIVE, -1, 0, 0,
+				  UKVM_INJECT_RELEASE_DUP3)) {
+			CHECK_EQ(f.pool.readers[1].stall_ms, 1000);
+			ukvm_pool_request_stop(&f.pool);
+			CHECK_EQ(ukvm_pool_stop(&f.pool, 1, NULL, ukt_now_ns() + 100 * NSEC_PER_MSEC), 1);
+			CHECK(pthread_create(&toucher, NULL, touch, f.region + 7 * PAGE) == 0);
+			ukt_sleep_ms(100);
 			uffd = f.pool.area.uffd;
 			snprintf(path, sizeof(path), "/proc/self/fd/%d", uffd);
 			CHECK_EQ(ukvm_pool_release_uffd(&f.pool), -EINVAL);	/* dup3, injected */
@@ -207,8 +215,19 @@ int main(void)
 			target[n > 0 ? n : 0] = '\0';
 			CHECK(strstr(target, "userfaultfd"), "fd %d is %s, not the uffd still", uffd,
 			      target);
-			CHECK_EQ(ukvm_pool_release_uffd(&f.pool), 0);	/* the retry */
+			ukt_sleep_ms(50);
+			CHECK(pthread_tryjoin_np(toucher, NULL) == EBUSY,
+			      "the fault completed though the uffd is still held");
+			/* The retry swaps it: the waiting fault completes. */
+			CHECK_EQ(ukvm_pool_release_uffd(&f.pool), 0);
 			CHECK(!f.pool.uffd_held);
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			if (!CHECK(pthread_timedjoin_np(toucher, NULL, &ts) == 0,
+				   "the fault still waits after the retry")) {
+				close(uffd);
+				pthread_join(toucher, NULL);
+			}
 			n = readlink(path, target, sizeof(target) - 1);
 			target[n > 0 ? n : 0] = '\0';
 			CHECK(!strcmp(target, "/dev/null"), "fd %d is %s", uffd, target);
