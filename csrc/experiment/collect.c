@@ -403,7 +403,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			n++;
 		}
 	res->nr_readers = n;
-	/* The pusher fetches over a connection of its own (prefetch.h). */
+	/* The pusher fetches over a connection of its own (pusher.h). */
 	res->pusher_source_bytes = exp->pusher.conn.bytes;
 	res->stats_full = cfg->stats == UKVM_STATS_FULL;
 	if (res->stats_full) {
