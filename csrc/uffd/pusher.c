@@ -118,31 +118,41 @@ static int pusher_pace(struct ukvm_pusher *p, uint64_t *next_ns, uint32_t pages,
 	return pusher_stopping(p) ? -ECANCELED : 0;
 }
 
-/*
- * The range page (of the whole region) falls in, and its offset there: a
- * binary search over the ranges' first pages (set at start), so a page
- * costs O(log ranges), not a walk over every uffd's range.
- */
-static struct ukvm_pusher_range *pusher_range(struct ukvm_pusher *p, uint64_t page,
-					      uint64_t *off)
+void ukvm_pusher_number_ranges(struct ukvm_pusher_range *ranges, uint32_t n, uint64_t page_size)
 {
-	uint32_t lo = 0, hi = p->nr_ranges, mid;
-	struct ukvm_pusher_range *range;
+	uint64_t first = 0;
+	uint32_t u;
 
+	for (u = 0; u < n; u++) {
+		ranges[u].first = first;
+		first += ranges[u].size / page_size;
+	}
+}
+
+struct ukvm_pusher_range *ukvm_pusher_find(struct ukvm_pusher_range *ranges, uint32_t n,
+					   uint64_t page_size, uint64_t page, uint64_t *off)
+{
+	uint32_t lo = 0, hi = n, mid;
+
+	/* The last range whose first page is at or before page. */
 	while (hi - lo > 1) {
 		mid = lo + (hi - lo) / 2;
-		if (p->ranges[mid].first <= page)
+		if (ranges[mid].first <= page)
 			lo = mid;
 		else
 			hi = mid;
 	}
-	if (!p->nr_ranges)
+	if (!n || page < ranges[lo].first || (page - ranges[lo].first) * page_size >= ranges[lo].size)
 		return NULL;
-	range = &p->ranges[lo];
-	if (page < range->first || (page - range->first) * p->page_size >= range->size)
-		return NULL;
-	*off = (page - range->first) * p->page_size;
-	return range;
+	*off = (page - ranges[lo].first) * page_size;
+	return &ranges[lo];
+}
+
+/* The range page (of the whole region) falls in, and its offset there. */
+static struct ukvm_pusher_range *pusher_range(struct ukvm_pusher *p, uint64_t page,
+					      uint64_t *off)
+{
+	return ukvm_pusher_find(p->ranges, p->nr_ranges, p->page_size, page, off);
 }
 
 /* A failed fetch of pages from page: the run's failure, unless it is over anyway. */
@@ -354,15 +364,10 @@ uint32_t ukvm_pusher_fds(enum ukvm_source_kind source)
 
 int ukvm_pusher_start(struct ukvm_pusher *p, struct ukvm_error *err)
 {
-	uint64_t first = 0;
-	uint32_t u;
 	void *buf;
 	int ret;
 
-	for (u = 0; u < p->nr_ranges; u++) {
-		p->ranges[u].first = first;
-		first += p->ranges[u].size / p->page_size;
-	}
+	ukvm_pusher_number_ranges(p->ranges, p->nr_ranges, p->page_size);
 	p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (p->stop_fd < 0)
 		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "%s: eventfd", PUSHER_WHO);

@@ -55,6 +55,15 @@ struct ukvm_pusher {
 	int32_t tid;
 };
 
+/* Numbers the ranges' pages in region order (each range's first): ukvm_pusher_start() does. */
+void ukvm_pusher_number_ranges(struct ukvm_pusher_range *ranges, uint32_t n, uint64_t page_size);
+/*
+ * The range of ranges[0, n) (numbered) that page, numbered over all of
+ * them, falls in, and its byte offset there; NULL past the last. A binary
+ * search: O(log n) per page, for the pusher's every page.
+ */
+struct ukvm_pusher_range *ukvm_pusher_find(struct ukvm_pusher_range *ranges, uint32_t n,
+					   uint64_t page_size, uint64_t page, uint64_t *off);
 /*
  * The fds a started pusher holds with a source of that kind: what the run's
  * fd budget counts (setup.c); a test build's start fails on another number.
