@@ -8,8 +8,11 @@ normal error path.
 """
 import errno
 import re
+import shutil
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +86,26 @@ def test_a_vcpus_failed_mincore_fails_the_run_naming_it(kvm, after):
     assert e.errno == errno.EINVAL, str(e)
     assert re.match(r"vCPU [01], resolving on uffd [01]: mincore\(the page at 0x[0-9a-f]+, "
                     r"whose unit another thread is copying\)", str(e)), str(e)
+
+
+def test_a_build_without_the_hooks_never_says_injected():
+    """Every message that says "(injected)" sits under UKVM_TEST_HOOKS: the
+    core preprocessed as a user's build (setup.py without UFFDKVM_TEST_HOOKS)
+    holds none, so no real failure is ever reported as an injected one."""
+    csrc = Path(__file__).resolve().parent.parent / "csrc"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler: the extension was built with one")
+    found = []
+    for source in sorted(csrc.rglob("*.c")):
+        if source.name == "module.c":
+            continue  # the binding needs Python.h; it names no failure itself
+        p = subprocess.run([cc, "-E", "-P", "-std=gnu11", "-D_GNU_SOURCE", f"-I{csrc}",
+                            str(source)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        if "(injected)" in p.stdout:
+            found.append(str(source.relative_to(csrc)))
+    assert not found, f"'(injected)' outside UKVM_TEST_HOOKS in {found}"
 
 
 def test_an_unknown_fault_is_refused():

@@ -62,7 +62,7 @@ struct ukvm_pool {
 	bool uffd_held;			/* release_uffd could not swap the uffd out: retry */
 };
 
-/* Empty, destroyable state; the caller then fills in the fields above nr_readers. */
+/* Empty, destroyable state; the caller then fills in area and the fields up to nr_readers. */
 void ukvm_pool_init(struct ukvm_pool *pool);
 /*
  * The fds the pool holds once started from a source of that kind (its uffd,
