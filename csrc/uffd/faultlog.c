@@ -34,6 +34,7 @@
 #include "base/tsc.h"
 #include "base/util.h"
 #include "kvm/guest_abi.h"
+#include "uapi_compat.h"
 #include "uffd/faultlog.h"
 
 void ukvm_faultlog_store_init(struct ukvm_faultlog_store *store)

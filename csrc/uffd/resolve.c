@@ -43,6 +43,7 @@
 #include "base/errors.h"
 #include "base/hist.h"
 #include "base/util.h"
+#include "uapi_compat.h"
 #include "uffd/faultlog.h"
 #include "uffd/resident.h"
 #include "uffd/resolve.h"
