@@ -6,7 +6,6 @@
  * error and left running; the controller keeps the experiment until it
  * leaves (experiment_linger in experiment.c).
  */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -32,7 +32,6 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>

@@ -31,7 +31,6 @@
  * snapshot, then UFFDIO_WRITEPROTECT un-protects it (resolve_unprotect).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
