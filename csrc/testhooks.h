@@ -69,6 +69,21 @@ enum ukvm_inject {
 	 * still asked of /dev/kvm).
 	 */
 	UKVM_INJECT_NO_VM_GUEST_MEMFD,
+	/*
+	 * resolver vcpu on huge units (anonymous_thp): every resolved fault
+	 * waits for its 4 KiB page to be mapped, as after another thread's
+	 * half-done copy, and the inject_after-th wait's mincore() fails for
+	 * real (an address not page-aligned: EINVAL).
+	 */
+	UKVM_INJECT_MINCORE_FAIL,
+	/*
+	 * Letting go of a uffd a reader still holds (ukvm_pool_release_uffd):
+	 * uffd 0's last reader stays 1 s after its run (as READER_STALL), and
+	 * the first inject_after dup3() swaps of a uffd for /dev/null fail for
+	 * real (onto their own fd number: EINVAL); the uffd stays held, and a
+	 * vCPU waiting on it with it, until a retry succeeds.
+	 */
+	UKVM_INJECT_RELEASE_DUP3,
 	UKVM_INJECT__COUNT
 };
 

@@ -8,8 +8,11 @@ normal error path.
 """
 import errno
 import re
+import shutil
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -52,13 +55,57 @@ def test_every_fault_kind_is_tested():
     write-protect ones in test_wp.py, the wrong source offset in
     test_source_file.py, the forgotten touched page in test_access.py, the
     ring that does not wait in test_io_uring.py, the VM without guest_memfd
-    in test_backings.py."""
+    in test_backings.py; the failed swap of a uffd for /dev/null in
+    tests/c/pool_internals.c (a vCPU blocked on a uffd it cannot be let go
+    of needs a KVM whose kick does not interrupt a userfault wait)."""
     assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
                            "thread_create", "corrupt_page", "reader_stall", "vcpu_stall",
                            "resolve_eagain", "reader_crash", "tsc_offset", "no_kvm_tsc_offset",
                            "unfaulted_page", "tsc_jump", "no_exact_address", "no_move",
                            "wp_no_save", "no_wp_features", "source_wrong_offset",
-                           "untouched_page", "ring_nowait", "no_vm_guest_memfd"}
+                           "untouched_page", "ring_nowait", "no_vm_guest_memfd",
+                           "mincore_fail", "release_dup3"}
+
+
+@pytest.mark.parametrize("after", [1, 3])
+def test_a_vcpus_failed_mincore_fails_the_run_naming_it(kvm, after):
+    """A vCPU that resolves its own fault on a huge unit waits for its 4 KiB
+    page to be mapped; a mincore() that fails there cannot be taken for
+    "mapped" (the access after it could take SIGBUS): the run fails, naming
+    the vCPU and the call."""
+    fields = dict(vcpus=2, mem_per_vcpu="8M", backing="anonymous_thp", resolver="vcpu")
+    try:
+        run_with_fault(**fields, fault="mincore_fail", after=after)
+    except uffdkvm.HostUnsupportedError as e:
+        host_skip(facts_for_run(**fields), f"this host cannot: {e}")
+    except uffdkvm.RunError as e:
+        error = e
+    else:
+        pytest.fail("the failed mincore() did not fail the run")
+    e = error
+    assert e.errno == errno.EINVAL, str(e)
+    assert re.match(r"vCPU [01], resolving on uffd [01]: mincore\(the page at 0x[0-9a-f]+, "
+                    r"whose unit another thread is copying\)", str(e)), str(e)
+
+
+def test_a_build_without_the_hooks_never_says_injected():
+    """Every message that says "(injected)" sits under UKVM_TEST_HOOKS: the
+    core preprocessed as a user's build (setup.py without UFFDKVM_TEST_HOOKS)
+    holds none, so no real failure is ever reported as an injected one."""
+    csrc = Path(__file__).resolve().parent.parent / "csrc"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler: the extension was built with one")
+    found = []
+    for source in sorted(csrc.rglob("*.c")):
+        if source.name == "module.c":
+            continue  # the binding needs Python.h; it names no failure itself
+        p = subprocess.run([cc, "-E", "-P", "-std=gnu11", "-D_GNU_SOURCE", f"-I{csrc}",
+                            str(source)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        if "(injected)" in p.stdout:
+            found.append(str(source.relative_to(csrc)))
+    assert not found, f"'(injected)' outside UKVM_TEST_HOOKS in {found}"
 
 
 def test_an_unknown_fault_is_refused():

@@ -71,7 +71,7 @@ def fetches(r):
     return readers - readahead, readahead + r.pusher_source_bytes // page
 
 
-# The pusher's pipeline from a page server (csrc/uffd/prefetch.c): requests
+# The pusher's pipeline from a page server (csrc/uffd/pusher.c): requests
 # in flight, and pages per request at most.
 PUSHER_DEPTH, PUSHER_CHUNK = 16, 16
 

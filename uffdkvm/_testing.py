@@ -60,6 +60,12 @@ FAULTS = {
     "ring_nowait": _core.INJECT_RING_NOWAIT,
     # backing="guest_memfd": the VM's KVM_CAP_GUEST_MEMFD is taken as 0 (/dev/kvm's is asked)
     "no_vm_guest_memfd": _core.INJECT_NO_VM_GUEST_MEMFD,
+    # resolver="vcpu" on anonymous_thp: every fault waits for its 4 KiB page to be
+    # mapped, and wait number `after` has its mincore() fail for real (EINVAL)
+    "mincore_fail": _core.INJECT_MINCORE_FAIL,
+    # uffd 0's last reader stays 1 s after the run, and the first `after` swaps of a
+    # uffd for /dev/null (dup3) while a reader holds its number fail for real (EINVAL)
+    "release_dup3": _core.INJECT_RELEASE_DUP3,
 }
 
 

@@ -136,8 +136,9 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
 	struct ukvm_guest_log *logs = NULL;
+	struct ukvm_faultlog_store **stores = NULL;
 	int32_t *tids = calloc(cfg->vcpus, sizeof(*tids));
-	uint32_t i;
+	uint32_t i, u;
 	int ret = -ENOMEM;
 
 	if (!tids)
@@ -175,7 +176,14 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 		/* The same for every pool: cfg->readers, or the vCPUs a pool serves. */
 		.readers_per_uffd = exp->nr_pools ? exp->pools[0].nr_readers : cfg->readers,
 	};
-	ret = ukvm_faultlog_build(log, exp->pools, exp->nr_pools);
+	stores = calloc(exp->nr_pools ?: 1, sizeof(*stores));
+	if (!stores) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (u = 0; u < exp->nr_pools; u++)
+		stores[u] = &exp->pools[u].area.log;
+	ret = ukvm_faultlog_build(log, stores, exp->nr_pools);
 	if (ret)
 		goto out;
 	res->blocktime_ns = log->blocktime_ns;
@@ -186,6 +194,7 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 		log->all = NULL;
 	}
 out:
+	free(stores);
 	free(log->all);
 	log->all = NULL;
 	free(tids);
@@ -399,8 +408,8 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 
 	for (u = 0, n = 0; u < exp->nr_pools; u++)
-		for (r = 0; exp->pools[u].readers && r < exp->pools[u].nr_readers; r++) {
-			const struct ukvm_reader *x = &exp->pools[u].readers[r];
+		for (r = 0; exp->pools[u].resolvers && r < exp->pools[u].nr_readers; r++) {
+			const struct ukvm_fault_resolver *x = &exp->pools[u].resolvers[r];
 
 			res->readers[n] = x->stats;
 			res->readers[n].source_bytes = x->conn.bytes;
@@ -411,7 +420,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			n++;
 		}
 	res->nr_readers = n;
-	/* The pusher fetches over a connection of its own (prefetch.h). */
+	/* The pusher fetches over a connection of its own (pusher.h). */
 	res->pusher_source_bytes = exp->pusher.conn.bytes;
 	res->source_bytes += res->pusher_source_bytes;
 	res->stats_full = cfg->stats == UKVM_STATS_FULL;

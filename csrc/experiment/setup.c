@@ -29,8 +29,9 @@
 #include "uffd/backing.h"
 #include "uffd/fill.h"
 #include "uffd/pool.h"
-#include "uffd/prefetch.h"
+#include "uffd/pusher.h"
 #include "uffd/resident.h"
+#include "uffd/resolve.h"
 #include "uffd/ring.h"
 #include "uffd/source.h"
 #include "uffd/uffd.h"
@@ -285,11 +286,9 @@ static int setup_snapshot(struct ukvm_experiment *exp, struct ukvm_error *err)
 
 	p = mmap(NULL, exp->region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		 -1, 0);
-	if (p == MAP_FAILED) {
-		ukvm_err_set(err, UKVM_ERR_RUN, errno, "mmap(snapshot, %llu bytes)",
-			     (unsigned long long)exp->region_size);
-		return -ENOMEM;
-	}
+	if (p == MAP_FAILED)
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "mmap(snapshot, %llu bytes)",
+				    (unsigned long long)exp->region_size);
 	exp->snapshot = p;
 	exp->wp_state = calloc(pages, sizeof(*exp->wp_state));
 	if (!exp->wp_state) {
@@ -299,7 +298,7 @@ static int setup_snapshot(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return 0;
 }
 
-/* Resolver vCPU: vCPU i resolves its faults as its uffd's resolver for it. */
+/* Resolver vCPU: vCPU i resolves its faults through its own resolver, in its uffd's pool. */
 static void setup_vcpu_resolvers(struct ukvm_experiment *exp)
 {
 	uint32_t i;
@@ -307,11 +306,9 @@ static void setup_vcpu_resolvers(struct ukvm_experiment *exp)
 	for (i = 0; i < exp->cfg.vcpus; i++) {
 		bool shared = exp->nr_pools == 1;
 		struct ukvm_pool *pool = &exp->pools[shared ? 0 : i];
-		struct ukvm_reader *r = &pool->readers[shared ? i : 0];
 
-		ukvm_pool_bind_vcpu(r, i);
-		exp->vcpus[i].resolve_ctx = r;
-		exp->vcpus[i].resolve_fault = ukvm_pool_resolve_fault;
+		exp->vcpus[i].resolver = &pool->resolvers[shared ? i : 0];
+		exp->vcpus[i].resolve_fault = ukvm_resolve_fault;
 	}
 }
 
@@ -346,13 +343,18 @@ static int setup_ring_rw_flags(const struct ukvm_config *cfg)
  * prefetch background or replay: the pusher, given every pool's range (in
  * region order) and the run's resident map. It waits for the vCPUs' go.
  */
+static bool setup_has_pusher(const struct ukvm_config *cfg)
+{
+	return cfg->prefetch == UKVM_PREFETCH_BACKGROUND || cfg->prefetch == UKVM_PREFETCH_REPLAY;
+}
+
 static int setup_pusher(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_pusher *p = &exp->pusher;
 	uint32_t u;
 
-	if (cfg->prefetch != UKVM_PREFETCH_BACKGROUND && cfg->prefetch != UKVM_PREFETCH_REPLAY)
+	if (!setup_has_pusher(cfg))
 		return 0;
 	p->ranges = calloc(exp->nr_pools, sizeof(*p->ranges));
 	if (!p->ranges) {
@@ -362,10 +364,10 @@ static int setup_pusher(struct ukvm_experiment *exp, struct ukvm_error *err)
 	p->nr_ranges = exp->nr_pools;
 	for (u = 0; u < exp->nr_pools; u++)
 		p->ranges[u] = (struct ukvm_pusher_range){
-			.uffd = exp->pools[u].uffd,
-			.hva = exp->pools[u].hva_base,
-			.gpa = exp->pools[u].gpa_base,
-			.size = exp->pools[u].region_size,
+			.uffd = exp->pools[u].area.uffd,
+			.hva = exp->pools[u].area.hva_base,
+			.gpa = exp->pools[u].area.gpa_base,
+			.size = exp->pools[u].area.region_size,
 		};
 	p->ctl = &exp->ctl;
 	p->resident = &exp->resident;
@@ -379,91 +381,74 @@ static int setup_pusher(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return ukvm_pusher_start(p, err);
 }
 
+/*
+ * Pool u of the run, over the u-th range of range bytes, configured from
+ * the run's config: nothing is opened here. The same for the run and for
+ * its fd budget's dry pass (ukvm_setup_fds_needed), which then asks the pool
+ * what it will hold.
+ */
+static void setup_pool(struct ukvm_experiment *exp, struct ukvm_pool *pool, uint32_t u,
+		       uint64_t range)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	struct ukvm_resolve_area *a = &pool->area;
+
+	a->ctl = &exp->ctl;
+	a->uffd_index = u;
+	a->mode = cfg->uffd_mode;
+	a->page_size = exp->mem.page_size;
+	a->hva_base = (uint64_t)(uintptr_t)exp->mem.hva + u * range;
+	a->region_size = range;
+	a->gpa_base = exp->region_gpa + u * range;
+	a->region_off = u * range;
+	a->source = &exp->source;
+	a->delay_ns = (uint64_t)cfg->delay_us * 1000;
+	a->delay_dist = cfg->delay_dist;
+	a->resolve = cfg->resolve;
+	a->vcpu_resolvers = cfg->resolver == UKVM_RESOLVER_VCPU;
+	a->full_stats = cfg->stats == UKVM_STATS_FULL;
+	a->seed = cfg->seed;
+	a->resident = exp->resident.state ? &exp->resident : NULL;
+	a->resident_first = u * (range / exp->mem.page_size);
+	a->prefetch = cfg->prefetch;
+	a->prefetch_pages = cfg->prefetch_pages;
+	a->snapshot = exp->snapshot ? exp->snapshot + u * range : NULL;
+	a->wp_state = exp->wp_state ? exp->wp_state + u * range / UKVM_PAGE_SIZE : NULL;
+	pool->wait = cfg->wait;
+	pool->read_batch = cfg->read_batch;
+	pool->vcpus_sharing = cfg->overlap ? cfg->vcpus : 1;
+	pool->pins = cfg->pin_readers;
+	pool->nr_pins = cfg->nr_pin_readers;
+	pool->first_reader = u * cfg->readers;
+	/* Resolver vCPU: a resolver per vCPU this uffd serves, and no threads. */
+	pool->first_vcpu = exp->nr_pools == 1 ? 0 : u;
+	pool->nr_readers = cfg->resolver == UKVM_RESOLVER_READERS ? cfg->readers :
+			   exp->nr_pools == 1 ? cfg->vcpus : 1;
+}
+
+/* How many uffds (pools) a run of cfg has. */
+static uint32_t setup_nr_pools(const struct ukvm_config *cfg)
+{
+	if (cfg->uffd_mode == UKVM_UFFD_NONE)
+		return 0;
+	return cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
+}
+
 static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
-	uint64_t available = 0, wanted = 0, range;
+	uint64_t wanted = 0, range;
 	uint32_t u;
 	int ret;
 
 	if (cfg->uffd_mode == UKVM_UFFD_NONE)
 		return 0;
-	ret = ukvm_uffd_features(&available, err);
+	ret = ukvm_uffd_negotiate(cfg, &wanted, err);
 	if (ret)
 		return ret;
-#ifdef UKVM_TEST_HOOKS
-	if (cfg->inject == UKVM_INJECT_NO_WP_FEATURES)
-		available &= ~(uint64_t)(UFFD_FEATURE_PAGEFAULT_FLAG_WP |
-					 UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_WP_ASYNC);
-#endif
-	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHMEM)
-		wanted |= UFFD_FEATURE_MINOR_SHMEM;
-	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHARED_HUGETLB)
-		wanted |= UFFD_FEATURE_MINOR_HUGETLBFS;
-	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->backing == UKVM_BACKING_SHMEM)
-		wanted |= UFFD_FEATURE_MISSING_SHMEM;
-	if (cfg->uffd_mode == UKVM_UFFD_MISSING && ukvm_backing_is_hugetlb(cfg->backing))
-		wanted |= UFFD_FEATURE_MISSING_HUGETLBFS;
-	/* WP faults at all; beyond anonymous memory, uffd-wp PTE markers (Linux 5.19+). */
-	if (cfg->uffd_mode == UKVM_UFFD_WP)
-		wanted |= UFFD_FEATURE_PAGEFAULT_FLAG_WP;
-	if (cfg->uffd_mode == UKVM_UFFD_WP && cfg->backing != UKVM_BACKING_ANONYMOUS)
-		wanted |= UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
-	if (cfg->uffd_mode == UKVM_UFFD_WP && cfg->wp_async)
-		wanted |= UFFD_FEATURE_WP_ASYNC;
-	/*
-	 * Which vCPU faulted, and the 4 KiB page it touched (hugetlb messages
-	 * otherwise name the huge page's start): nice to have, so only if the
-	 * kernel offers them.
-	 */
-	if (cfg->stats == UKVM_STATS_FULL)
-		wanted |= available & (UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_EXACT_ADDRESS);
-#ifdef UKVM_TEST_HOOKS
-	if (cfg->inject == UKVM_INJECT_NO_EXACT_ADDRESS)
-		wanted &= ~(uint64_t)UFFD_FEATURE_EXACT_ADDRESS;	/* as an older kernel */
-#endif
-	/* Resolver vCPU: a fault is not queued; the access fails back to KVM_RUN. */
-	if (cfg->resolver == UKVM_RESOLVER_VCPU)
-		wanted |= UFFD_FEATURE_SIGBUS;
-	/* resolve move: UFFDIO_MOVE, which kernels from 6.8 announce with UFFD_FEATURE_MOVE. */
-	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_MOVE) {
-#ifdef UKVM_TEST_HOOKS
-		if (cfg->inject == UKVM_INJECT_NO_MOVE)
-			available &= ~(uint64_t)UFFD_FEATURE_MOVE;	/* as a kernel before 6.8 */
-#endif
-		if (!(available & UFFD_FEATURE_MOVE)) {
-			ukvm_err_set(err, UKVM_ERR_HOST, 0,
-				     "resolve move: this kernel's userfaultfd has no UFFDIO_MOVE "
-				     "(UFFD_FEATURE_MOVE, Linux 6.8 and later); use resolve copy, "
-				     "or a newer kernel");
-			return -EOPNOTSUPP;
-		}
-		wanted |= UFFD_FEATURE_MOVE;
-	}
 	exp->exact_address = wanted & UFFD_FEATURE_EXACT_ADDRESS;
-	if ((available & wanted) != wanted) {
-		uint64_t lacks = wanted & ~available;
 
-		ukvm_err_set(err, UKVM_ERR_HOST, 0,
-			     "this kernel's userfaultfd lacks features 0x%llx needed for "
-			     "uffd_mode %s on %s memory (it has 0x%llx)%s%s%s",
-			     (unsigned long long)lacks,
-			     ukvm_uffd_mode_name(cfg->uffd_mode), ukvm_backing_name(cfg->backing),
-			     (unsigned long long)available,
-			     lacks & UFFD_FEATURE_PAGEFAULT_FLAG_WP ?
-			     ": no write-protect faults at all (UFFD_FEATURE_PAGEFAULT_FLAG_WP: "
-			     "Linux 5.7+ built with CONFIG_HAVE_ARCH_USERFAULTFD_WP)" : "",
-			     lacks & UFFD_FEATURE_WP_HUGETLBFS_SHMEM ?
-			     ": no write-protect on shmem (UFFD_FEATURE_WP_HUGETLBFS_SHMEM: Linux "
-			     "5.19+ built with CONFIG_PTE_MARKER_UFFD_WP); use backing "
-			     "anonymous" : "",
-			     lacks & UFFD_FEATURE_WP_ASYNC ?
-			     ": no asynchronous write-protect (UFFD_FEATURE_WP_ASYNC: Linux "
-			     "6.7+); use wp_async false" : "");
-		return -EOPNOTSUPP;
-	}
-
-	exp->nr_pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
+	exp->nr_pools = setup_nr_pools(cfg);
 	range = exp->region_size / exp->nr_pools;
 	/* Pages that arrive with data by UFFDIO_COPY: how each went in, for prefetch's counts. */
 	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY &&
@@ -485,46 +470,18 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 
 	for (u = 0; u < exp->nr_pools; u++) {
 		struct ukvm_pool *pool = &exp->pools[u];
+		struct ukvm_resolve_area *a = &pool->area;
 
-		pool->ctl = &exp->ctl;
-		pool->uffd_index = u;
-		pool->wait = cfg->wait;
-		pool->read_batch = cfg->read_batch;
-		pool->mode = cfg->uffd_mode;
-		pool->page_size = exp->mem.page_size;
-		pool->hva_base = (uint64_t)(uintptr_t)exp->mem.hva + u * range;
-		pool->region_size = range;
-		pool->gpa_base = exp->region_gpa + u * range;
-		pool->region_off = u * range;
-		pool->source = &exp->source;
-		pool->delay_ns = (uint64_t)cfg->delay_us * 1000;
-		pool->delay_dist = cfg->delay_dist;
-		pool->resolve = cfg->resolve;
-		pool->full_stats = cfg->stats == UKVM_STATS_FULL;
-		pool->seed = cfg->seed;
-		pool->vcpus_sharing = cfg->overlap ? cfg->vcpus : 1;
-		pool->pins = cfg->pin_readers;
-		pool->nr_pins = cfg->nr_pin_readers;
-		pool->first_reader = u * cfg->readers;
-		pool->resolver = cfg->resolver;
-		pool->resident = exp->resident.state ? &exp->resident : NULL;
-		pool->resident_first = u * (range / exp->mem.page_size);
-		pool->prefetch = cfg->prefetch;
-		pool->prefetch_pages = cfg->prefetch_pages;
-		pool->snapshot = exp->snapshot ? exp->snapshot + u * range : NULL;
-		pool->wp_state = exp->wp_state ? exp->wp_state + u * range / UKVM_PAGE_SIZE : NULL;
-		/* Resolver vCPU: a resolver per vCPU this uffd serves, and no threads. */
-		pool->nr_readers = cfg->resolver == UKVM_RESOLVER_READERS ? cfg->readers :
-				   exp->nr_pools == 1 ? cfg->vcpus : 1;
+		setup_pool(exp, pool, u, range);
 		/* Readers that block in read(2) need a blocking uffd. */
-		pool->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
-		if (pool->uffd < 0)
-			return pool->uffd;
-		ret = ukvm_uffd_register(pool->uffd, (void *)(uintptr_t)pool->hva_base, range,
+		a->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
+		if (a->uffd < 0)
+			return a->uffd;
+		ret = ukvm_uffd_register(a->uffd, (void *)(uintptr_t)a->hva_base, range,
 					 cfg->uffd_mode, cfg->backing, err);
 		/* WP: every (filled) page protected before any vCPU runs. */
 		if (!ret && cfg->uffd_mode == UKVM_UFFD_WP) {
-			ret = ukvm_uffd_writeprotect(pool->uffd, pool->hva_base, range, true);
+			ret = ukvm_uffd_writeprotect(a->uffd, a->hva_base, range, true);
 			if (ret)
 				ukvm_err_set(err, ret == -EINVAL || ret == -ENOENT ? UKVM_ERR_HOST
 					     : UKVM_ERR_RUN, -ret,
@@ -533,7 +490,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		}
 		/* Whether a ring can wait on a uffd at all: once, before any reader (ring.h). */
 		if (!ret && !u && cfg->wait == UKVM_WAIT_IO_URING)
-			ret = ukvm_ring_check(pool->uffd, setup_ring_rw_flags(cfg), err);
+			ret = ukvm_ring_check(a->uffd, setup_ring_rw_flags(cfg), err);
 		if (!ret && !exp->probe)
 			ret = ukvm_pool_start(pool, err);
 		if (ret)
@@ -697,34 +654,59 @@ int ukvm_setup_check_vcpus(const struct ukvm_config *cfg, struct ukvm_error *err
 }
 
 /*
- * The most fds the setup above holds at once, for cfg (a probe builds no
- * vCPUs and starts no readers): what fds_check() compares with
- * the process's limit. Keep it in step with what setup opens.
+ * The fds the pools of a run (or probe) of cfg hold, from a dry pass: each
+ * pool configured by setup_pool() as the run's will be, then asked what it
+ * holds once started (ukvm_pool_fds), *conns of them its resolvers'
+ * connections to a page server; a probe registers its uffds and starts no
+ * pool. 0 where nothing could be counted (no memory): the opens will say.
+ */
+static uint64_t setup_pool_fds(const struct ukvm_config *cfg, bool probe, uint32_t nr_pools,
+			       uint64_t *conns)
+{
+	struct ukvm_experiment *dry;
+	struct ukvm_pool pool;
+	uint64_t n = 0;
+	uint32_t u;
+
+	*conns = 0;
+	if (probe || !nr_pools)
+		return nr_pools;
+	dry = calloc(1, sizeof(*dry));
+	if (!dry)
+		return 0;
+	dry->cfg = *cfg;
+	dry->nr_pools = nr_pools;
+	dry->mem.page_size = UKVM_PAGE_SIZE;	/* where in memory does not count */
+	for (u = 0; u < nr_pools; u++) {
+		ukvm_pool_init(&pool);
+		setup_pool(dry, &pool, u, 0);
+		n += ukvm_pool_fds(&pool, cfg->source);
+		*conns += ukvm_pool_fds(&pool, cfg->source) -
+			  ukvm_pool_fds(&pool, UKVM_SOURCE_SYNTHETIC);
+	}
+	free(dry);
+	return n;
+}
+
+/*
+ * The most fds the setup above holds at once, for cfg: what fds_check()
+ * compares with the process's limit. The pools' and the pusher's come from
+ * their own counts (setup_pool_fds, ukvm_pusher_fds), which a test build
+ * checks against what they hold once started.
  */
 uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *why,
 			       size_t why_len)
 {
-	uint64_t vcpus = probe ? 0 : cfg->vcpus, pools = 0, per_pool = 0, epolls = 0;
+	uint64_t vcpus = probe ? 0 : cfg->vcpus;
 	uint64_t memfd = ukvm_backing_is_shared(cfg->backing) ? 1 : 0;
 	/* source file or remote: the snapshot stays open (remote: mapped to verify against). */
-	uint64_t source = cfg->source != UKVM_SOURCE_SYNTHETIC ? 1 : 0, conns = 0;
-	/* prefetch background or replay: the pusher's stop eventfd, and its own connection. */
-	uint64_t pusher = !probe && (cfg->prefetch == UKVM_PREFETCH_BACKGROUND ||
-				     cfg->prefetch == UKVM_PREFETCH_REPLAY) ?
-			  1 + (cfg->source == UKVM_SOURCE_REMOTE) : 0;
-	bool epoll = cfg->wait == UKVM_WAIT_EPOLL || cfg->wait == UKVM_WAIT_EPOLL_EXCLUSIVE;
-	bool ring = cfg->wait == UKVM_WAIT_IO_URING;
+	uint64_t source = cfg->source != UKVM_SOURCE_SYNTHETIC ? 1 : 0;
+	uint64_t pusher = !probe && setup_has_pusher(cfg) ? ukvm_pusher_fds(cfg->source) : 0;
+	uint32_t nr_pools = setup_nr_pools(cfg);
+	uint64_t conns, pools = setup_pool_fds(cfg, probe, nr_pools, &conns);
+	uint64_t waits = probe ? 0 : pools - conns - 2ULL * nr_pools;	/* epoll sets or rings */
 	size_t n;
 
-	if (cfg->uffd_mode != UKVM_UFFD_NONE) {
-		pools = cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
-		epolls = !probe && (epoll || ring) ? cfg->readers : 0;
-		per_pool = 1 + !probe + epolls;	/* the uffd, its stop eventfd, epoll sets or rings */
-		/* source remote: a connection to the page server per installing thread. */
-		if (!probe && cfg->source == UKVM_SOURCE_REMOTE)
-			conns = cfg->resolver == UKVM_RESOLVER_VCPU ? cfg->vcpus :
-				pools * cfg->readers;
-	}
 	/*
 	 * /dev/kvm, the VM and its statistics; each vCPU and its statistics;
 	 * the memfd; the pools; and 1 that setup may hold for a moment beside
@@ -741,12 +723,11 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 		n += (size_t)snprintf(why + n, why_len - n, ", 1 for the %s memfd",
 				      ukvm_backing_name(cfg->backing));
 	if (pools && n < why_len)
-		n += (size_t)snprintf(why + n, why_len - n, ", %llu for %llu uffd%s%s%s",
-				      (unsigned long long)(pools * per_pool),
-				      (unsigned long long)pools, pools > 1 ? "s" : "",
-				      probe ? "" : " with their stop eventfds",
-				      !epolls ? "" : ring ? " and an io_uring per reader" :
-				      " and an epoll set per reader");
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu for %u uffd%s%s%s",
+				      (unsigned long long)(pools - conns), nr_pools,
+				      nr_pools > 1 ? "s" : "", probe ? "" : " with their stop eventfds",
+				      !waits ? "" : cfg->wait == UKVM_WAIT_IO_URING ?
+				      " and an io_uring per reader" : " and an epoll set per reader");
 	if (source && n < why_len)
 		n += (size_t)snprintf(why + n, why_len - n, ", 1 for the source file");
 	if (conns && n < why_len)
@@ -757,7 +738,7 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 				      (unsigned long long)pusher);
 	if (n < why_len)
 		snprintf(why + n, why_len - n, ", 1 while setting up");
-	return 3 + 2 * vcpus + memfd + pools * per_pool + source + conns + pusher + 1;
+	return 3 + 2 * vcpus + memfd + pools + source + pusher + 1;
 }
 
 void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)

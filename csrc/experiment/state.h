@@ -32,9 +32,9 @@
 #include "kvm/vm.h"
 #include "uffd/backing.h"
 #include "uffd/pool.h"
-#include "uffd/source.h"
-#include "uffd/prefetch.h"
+#include "uffd/pusher.h"
 #include "uffd/resident.h"
+#include "uffd/source.h"
 #include "ukvm.h"
 
 struct ukvm_experiment {
@@ -66,7 +66,7 @@ struct ukvm_experiment {
 	/*
 	 * uffd_mode wp: the snapshot, a slot per 4 KiB page of the region at
 	 * the page's offset (anonymous memory, populated as pages are saved),
-	 * and each page's save state (pool.h).
+	 * and each page's save state (resolve.h).
 	 */
 	uint8_t *snapshot;
 	_Atomic uint8_t *wp_state;
@@ -75,7 +75,7 @@ struct ukvm_experiment {
 	uint64_t *replay;
 	/* uffd_mode missing, resolve copy: how each page went in (resident.h) */
 	struct ukvm_resident resident;
-	/* prefetch background or replay: the pusher thread (prefetch.h) */
+	/* prefetch background or replay: the pusher thread (pusher.h) */
 	struct ukvm_pusher pusher;
 	struct ukvm_vcpu *vcpus;
 	struct ukvm_kvmstats *vcpu_stats;

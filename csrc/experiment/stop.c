@@ -7,6 +7,7 @@
  * leaves (experiment_linger in experiment.c).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "base/ctl.h"
 #include "base/thread.h"
@@ -15,7 +16,6 @@
 #include "experiment/stop.h"
 #include "kvm/vcpu.h"
 #include "uffd/pool.h"
-#include "uffd/prefetch.h"
 
 #define STUCK_VCPU_NS		(500 * NSEC_PER_MSEC)
 /* A failed run verifies nothing, so its uffds may go at once (PVM, for one,
@@ -145,31 +145,38 @@ uint32_t ukvm_stop_vcpus(struct ukvm_experiment *exp)
 	return running;
 }
 
+/* A uffd that could not be let go of (ret: the swap's -errno): named in the run's error. */
+static void stop_report_held(struct ukvm_experiment *exp, uint32_t uffd, int ret)
+{
+	ukvm_ctl_fail_or_append(&exp->ctl, "uffd %u could not be let go of while a reader "
+				"still holds it (its swap for /dev/null, open and dup3, failed: "
+				"%s); a vCPU waiting on it stays blocked until a retry succeeds",
+				uffd, strerror(-ret));
+}
+
+/*
+ * Every uffd still held by a failed release (ukvm_stop_release_uffds) tried
+ * again: one that lingers waits for that too, not forever for a vCPU.
+ */
+static void stop_retry_held(struct ukvm_experiment *exp)
+{
+	uint32_t u;
+
+	for (u = 0; u < exp->nr_pools; u++)
+		if (exp->pools[u].uffd_held)
+			ukvm_pool_release_uffd(&exp->pools[u]);
+}
+
 uint32_t ukvm_stop_wait_pools(struct ukvm_experiment *exp, uint64_t deadline_ns)
 {
-	uint32_t u, running;
-	int rounds;
-
-	/* The pusher first: it installs into the pools' uffds. */
-	ukvm_pusher_request_stop(&exp->pusher);
-	for (u = 0; u < exp->nr_pools; u++)
-		ukvm_pool_request_stop(&exp->pools[u]);
-	/* Every pool at each look: readers blocked in read(2) need their kicks now. */
-	for (rounds = 0;; rounds++) {
-		running = ukvm_pusher_reap(&exp->pusher, rounds > 0);
-		for (u = 0; u < exp->nr_pools; u++)
-			running += ukvm_pool_reap(&exp->pools[u], rounds > 0);
-		if (!running || ukvm_now_ns() >= deadline_ns)
-			return running;
-		ukvm_sleep_ns(rounds ? NSEC_PER_MSEC : 100000);
-	}
+	stop_retry_held(exp);
+	return ukvm_pool_stop(exp->pools, exp->nr_pools, &exp->pusher, deadline_ns);
 }
 
 uint32_t ukvm_stop_pools(struct ukvm_experiment *exp, bool close_uffds)
 {
 	uint32_t u, running;
 	struct ukvm_reader *r;
-	char who[64];
 
 	running = ukvm_stop_wait_pools(exp, ukvm_now_ns() + STOP_WAIT_NS);
 	if (running && exp->pusher.thread_started) {
@@ -181,8 +188,7 @@ uint32_t ukvm_stop_pools(struct ukvm_experiment *exp, bool close_uffds)
 		for (u = 0; u < exp->nr_pools; u++) {
 			r = ukvm_pool_running_reader(&exp->pools[u]);
 			if (r) {
-				snprintf(who, sizeof(who), "reader %u of uffd %u", r->index, u);
-				stop_report_stuck(exp, who, &r->state, running - 1, "readers");
+				stop_report_stuck(exp, r->res->who, &r->state, running - 1, "readers");
 				break;
 			}
 		}
@@ -206,7 +212,15 @@ void ukvm_stop_release_uffds(struct ukvm_experiment *exp)
 		return;
 	ukvm_stop_wait_pools(exp, ukvm_now_ns() + RELEASE_READERS_NS);
 	/* Readers that left free their pool; one still running keeps it, uffd number and all. */
-	for (u = 0; u < exp->nr_pools; u++)
-		if (ukvm_pool_destroy(&exp->pools[u]))
-			ukvm_pool_release_uffd(&exp->pools[u]);
+	for (u = 0; u < exp->nr_pools; u++) {
+		struct ukvm_pool *pool = &exp->pools[u];
+		bool held = pool->uffd_held;
+		int ret;
+
+		if (!ukvm_pool_destroy(pool))
+			continue;
+		ret = ukvm_pool_release_uffd(pool);
+		if (ret && !held)	/* named once */
+			stop_report_held(exp, pool->area.uffd_index, ret);
+	}
 }

@@ -296,7 +296,7 @@ static int vcpu_complete_fault_mmio(struct ukvm_vcpu *vcpu)
 	uint8_t *page;
 	int ret;
 
-	ret = vcpu->resolve_fault(vcpu->resolve_ctx, gpa, run->mmio.is_write, &page);
+	ret = vcpu->resolve_fault(vcpu->resolver, gpa, run->mmio.is_write, &page);
 	if (ret == -ENOENT) {
 		vcpu_fail_exit(vcpu, "unexpected exit from the guest");	/* real MMIO: none here */
 		return -EPROTO;
@@ -398,7 +398,7 @@ static int vcpu_resolve_efault(struct ukvm_vcpu *vcpu)
 		return -EFAULT;
 	}
 	vcpu->efault_gpa = gpa;
-	ret = vcpu->resolve_fault(vcpu->resolve_ctx, gpa, write, &page);
+	ret = vcpu->resolve_fault(vcpu->resolver, gpa, write, &page);
 	if (!ret) {
 		vcpu->fault_exits++;
 		if (vcpu->efault_named == UKVM_EFAULT_BY_REGS)

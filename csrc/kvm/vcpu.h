@@ -18,6 +18,8 @@
 #include "kvm/vm.h"
 #include "ukvm.h"
 
+struct ukvm_fault_resolver;
+
 struct ukvm_vcpu {
 	struct ukvm_vm *vm;
 	struct ukvm_ctl *ctl;
@@ -35,13 +37,16 @@ struct ukvm_vcpu {
 	uint64_t end_ns;
 	uint64_t userspace_exits;
 	/*
-	 * Resolver vCPU: resolve_fault(resolve_ctx, gpa, write, &hva) makes the
+	 * Resolver vCPU: resolve_fault(resolver, gpa, write, &hva) makes the
 	 * page at gpa present and says where it is on the host: 0, -ENOENT if
 	 * gpa is not a page it resolves, or -errno (recorded as the run's
-	 * failure). NULL: a fault exit is an error, as it always was.
+	 * failure). NULL: a fault exit is an error, as it always was. The
+	 * experiment's setup hands both in (uffd/resolve.h), so that this
+	 * layer knows the resolver's type by name only.
 	 */
-	int (*resolve_fault)(void *ctx, uint64_t gpa, bool write, uint8_t **hva);
-	void *resolve_ctx;
+	int (*resolve_fault)(struct ukvm_fault_resolver *resolver, uint64_t gpa, bool write,
+			     uint8_t **hva);
+	struct ukvm_fault_resolver *resolver;
 	uint64_t fault_exits;		/* faults resolved through resolve_fault */
 	/* of those, the bare EFAULTs whose page the guest's registers named (KVM_GET_REGS) */
 	uint64_t regs_fault_exits;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * From the readers' fault records (stats full) to what each vCPU went
- * through, after the run, off the hot path.
+ * Fault records (stats full): the writer each resolver appends to during
+ * the run, and after it, off the hot path, from the records to what each
+ * vCPU went through.
  *
  * A record spans a reader's read() returning the fault message to its
  * resolving ioctl returning (the service stage), and names the faulting
@@ -26,13 +27,61 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "base/errors.h"
 #include "base/hist.h"
 #include "base/tsc.h"
 #include "base/util.h"
 #include "kvm/guest_abi.h"
+#include "uapi_compat.h"
 #include "uffd/faultlog.h"
-#include "uffd/pool.h"
+
+void ukvm_faultlog_store_init(struct ukvm_faultlog_store *store)
+{
+	store->records = NULL;
+	store->cap = 0;
+	atomic_init(&store->chunks, 0);
+}
+
+int ukvm_faultlog_store_create(struct ukvm_faultlog_store *store, uint64_t cap, uint64_t warm,
+			       const char *who, struct ukvm_error *err)
+{
+	void *p;
+
+	p = mmap(NULL, cap * sizeof(*store->records), PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "%s: mmap(fault log, %llu records)",
+				    who, (unsigned long long)cap);
+	store->records = p;
+	store->cap = cap;
+	/* Best effort (Linux 5.14+): without it the first records fault the pages in. */
+	madvise(p, ALIGN_UP((warm < cap ? warm : cap) * sizeof(*store->records), UKVM_PAGE_SIZE),
+		MADV_POPULATE_WRITE);
+	return 0;
+}
+
+void ukvm_faultlog_store_destroy(struct ukvm_faultlog_store *store)
+{
+	if (store->records)
+		munmap(store->records, store->cap * sizeof(*store->records));
+	ukvm_faultlog_store_init(store);
+}
+
+struct ukvm_fault_record *ukvm_faultlog_next(struct ukvm_faultlog_store *store,
+					     struct ukvm_faultlog_writer *w)
+{
+	if (w->next == w->end) {
+		uint64_t chunk = atomic_fetch_add_explicit(&store->chunks, 1, memory_order_relaxed);
+
+		if ((chunk + 1) * UKVM_LOG_CHUNK > store->cap)
+			return NULL;
+		w->next = store->records + chunk * UKVM_LOG_CHUNK;
+		w->end = w->next + UKVM_LOG_CHUNK;
+	}
+	return w->next++;
+}
 
 struct tid_index {
 	int32_t tid;
@@ -110,30 +159,31 @@ out:
 	return ret;
 }
 
-/* Every record the readers wrote, from the pools' logs, into log->all. */
-static int gather(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools)
+/* The records of store that were claimed: a chunk's unwritten tail has read_ns 0. */
+static uint64_t store_used(struct ukvm_faultlog_store *store)
+{
+	uint64_t used = atomic_load(&store->chunks) * UKVM_LOG_CHUNK;
+
+	return store->records ? (used > store->cap ? store->cap : used) : 0;
+}
+
+/* Every record the resolvers wrote, from the stores, into log->all. */
+static int gather(struct ukvm_faultlog *log, struct ukvm_faultlog_store *const *stores,
+		  uint32_t nr_stores)
 {
 	uint64_t n = 0, k = 0, i, used;
 	uint32_t u;
 
-	for (u = 0; u < nr_pools; u++) {
-		used = atomic_load(&pools[u].log_chunks) * UKVM_LOG_CHUNK;
-		if (used > pools[u].log_cap)
-			used = pools[u].log_cap;
-		for (i = 0; pools[u].log && i < used; i++)
-			n += pools[u].log[i].read_ns != 0;
-	}
+	for (u = 0; u < nr_stores; u++)
+		for (i = 0, used = store_used(stores[u]); i < used; i++)
+			n += stores[u]->records[i].read_ns != 0;
 	log->all = malloc((n ?: 1) * sizeof(*log->all));
 	if (!log->all)
 		return -ENOMEM;
-	for (u = 0; u < nr_pools; u++) {
-		used = atomic_load(&pools[u].log_chunks) * UKVM_LOG_CHUNK;
-		if (used > pools[u].log_cap)
-			used = pools[u].log_cap;
-		for (i = 0; pools[u].log && i < used && k < n; i++)
-			if (pools[u].log[i].read_ns)	/* else a chunk's unwritten tail */
-				log->all[k++] = pools[u].log[i];
-	}
+	for (u = 0; u < nr_stores; u++)
+		for (i = 0, used = store_used(stores[u]); i < used && k < n; i++)
+			if (stores[u]->records[i].read_ns)
+				log->all[k++] = stores[u]->records[i];
 	log->nr_all = k;
 	return 0;
 }
@@ -387,7 +437,8 @@ blocked:
 	ev[1] = (struct event){ end, rec->vcpu, -1 };
 }
 
-int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools)
+int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *const *stores,
+			uint32_t nr_stores)
 {
 	struct tid_index *map = NULL;
 	uint64_t *resolver = NULL;
@@ -395,7 +446,7 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint
 	uint64_t i, k = 0;
 	int ret;
 
-	ret = gather(log, pools, nr_pools);
+	ret = gather(log, stores, nr_stores);
 	if (ret)
 		return ret;
 	ret = -ENOMEM;

@@ -1,19 +1,58 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the fault records say, after the run (stats full): which vCPU took
+ * Fault records (stats full): writing them during the run, one per fault,
+ * into a uffd's store, and after the run what they say: which vCPU took
  * each fault, each fault's stages, the vCPUs' blocked time and the VM's
  * blocktime, and whether every page was resolved exactly once.
  */
 #ifndef UKVM_FAULTLOG_H
 #define UKVM_FAULTLOG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "base/tsc.h"
 #include "ukvm.h"
 
-struct ukvm_pool;
+/*
+ * One uffd's fault records, in chunks of UKVM_LOG_CHUNK that its resolvers
+ * claim one at a time (one atomic per chunk, no allocation on the hot
+ * path). The mapping is reserved for the most records the uffd can see and
+ * touched only as far as it fills; a record whose read_ns is 0 was never
+ * written.
+ */
+struct ukvm_faultlog_store {
+	struct ukvm_fault_record *records;
+	uint64_t cap;			/* records */
+	atomic_uint_fast64_t chunks;	/* chunks claimed */
+};
+
+#define UKVM_LOG_CHUNK	1024
+
+/* A resolver's part of a store: the chunk it fills. */
+struct ukvm_faultlog_writer {
+	struct ukvm_fault_record *next;
+	struct ukvm_fault_record *end;
+};
+
+/* Empty, destroyable. */
+void ukvm_faultlog_store_init(struct ukvm_faultlog_store *store);
+/*
+ * Reserves cap records and populates the first warm of them (what every run
+ * fills), so that writing a record does not take a page fault on the hot
+ * path: 0, or -errno with err set (who: "uffd 0").
+ */
+int ukvm_faultlog_store_create(struct ukvm_faultlog_store *store, uint64_t cap, uint64_t warm,
+			       const char *who, struct ukvm_error *err);
+void ukvm_faultlog_store_destroy(struct ukvm_faultlog_store *store);
+/*
+ * The next record of w in store, claiming a chunk when w's is used up:
+ * the record to fill, or NULL when the store is full (-ENOSPC: far more
+ * fault messages than pages).
+ */
+struct ukvm_fault_record *ukvm_faultlog_next(struct ukvm_faultlog_store *store,
+					     struct ukvm_faultlog_writer *w);
 
 /* guest_timing: one vCPU's access log (guest_abi.h), as the host sees it. */
 struct ukvm_guest_log {
@@ -56,7 +95,8 @@ struct ukvm_faultlog {
 	uint64_t nr_all;
 };
 
-/* Attributes, stamps, times and merges the records of every pool: 0 or -ENOMEM. */
-int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_pool *pools, uint32_t nr_pools);
+/* Attributes, stamps, times and merges the records of every store: 0 or -ENOMEM. */
+int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *const *stores,
+			uint32_t nr_stores);
 
 #endif

@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Reader pools: the threads that read one uffd's fault messages and resolve them (pool.c). */
+/*
+ * Reader pools: the threads that wait for one uffd's fault messages, read
+ * them and hand each to their resolver (resolve.h), and their lifecycle
+ * (pool.c). With resolver vcpu a pool has no threads: its resolvers belong
+ * to the vCPU threads, which resolve their own faults.
+ */
 #ifndef UKVM_UFFD_POOL_H
 #define UKVM_UFFD_POOL_H
 
@@ -10,152 +15,68 @@
 
 #include "base/ctl.h"
 #include "base/thread.h"
-#include "base/util.h"
-#include "uffd/source.h"
-#include "uffd/resident.h"
+#include "uffd/pusher.h"
+#include "uffd/resolve.h"
 #include "ukvm.h"
 
 struct ukvm_pool;
 struct ukvm_ring;
 
-/*
- * What UFFDIO_COPY copies from, into which the page source (source.h)
- * fetches the page's bytes. A page must be whole when the copy makes it
- * present: a vCPU may read it that very moment (a faulting vCPU that finds
- * the page already mapped does not wait for a wake, and with overlap any
- * vCPU may touch it). So the data, address words included, goes in with
- * the copy. Each reader fetches into a buffer of its own for pages up to
- * UKVM_READER_SRC_MAX (4 KiB: anonymous memory; 2 MiB: a memfd named
- * "uffdkvm-reader-source" in /proc/PID/maps); 1 GiB pages, too large for
- * one per reader, share one buffer per uffd ("uffdkvm-source"), filled
- * and copied under a lock: the readers of one uffd take turns with it,
- * those of different uffds (different vCPUs' memory) do not wait for each
- * other. One read-only template for every page size (UFFDIO_COPY with
- * DONTWAKE, the stamp written through the region's own mapping, then
- * UFFDIO_WAKE) cannot stand in for this: handle_userfault() makes the
- * message readable before it checks the page table and sleeps, so a reader
- * quick enough makes the page present first, and the vCPU then returns to
- * the guest without waiting for the wake, to an unstamped page
- * (benchmarks/RESULTS.md has the runs that showed it). All of it is
- * ordinary memory whatever the backing, and uffdkvm/run.py counts it in its
- * memory check. UKVM_READER_SRC_MAX (2 MiB) is in config_schema.h, from
- * uffdkvm/schema.py, which run.py reads too.
- */
-/*
- * Prefetch readahead: each reader's buffer for a run of pages fetched in
- * one request, at most this many bytes (anonymous memory, pages smaller
- * than it only: larger pages are read ahead one at a time through the
- * buffers above).
- */
-#define UKVM_READAHEAD_BUF_MAX	(1ULL << 20)
-
-struct ukvm_shared_buffer {
-	uint64_t page_size;
-	uint8_t *buffer;		/* fetched into per fault, under lock */
-	pthread_mutex_t lock;
-	bool lock_made;
-};
-
+/* A reader thread, and the resolver it owns (one of its pool's resolvers[]). */
 struct ukvm_reader {
 	struct ukvm_pool *pool;
+	struct ukvm_fault_resolver *res;
 	uint32_t index;
-	char who[48];			/* "reader 2 of uffd 0", or the vCPU that resolves */
-	int32_t vcpu;			/* resolver vCPU: the vCPU whose thread this is, else -1 */
 	pthread_t thread;
 	bool thread_started;
 	atomic_bool exited;
 	int epfd;
 	struct ukvm_ring *ring;		/* wait io_uring: the reader's own ring (ring.h) */
-	uint8_t *src;			/* up to 2 MiB pages: UFFDIO_COPY source, fetched per fault */
-	struct ukvm_source_conn conn;	/* the thread's own connection to the page source */
-	/* prefetch readahead: a run of up to ra_pages absent pages is fetched at once into ra */
-	uint8_t *ra;
-	uint32_t ra_pages;
-	/* resolve move: the staging area (pool.c), stage_pages pages, the next at stage_next */
-	uint8_t *stage;
-	uint32_t stage_pages;
-	uint32_t stage_next;
 	int cpu;			/* pinned to, or -1 */
-	uint64_t rng;			/* delay distribution state */
 	struct ukvm_thread_state state;	/* where it is, for one that would not stop */
 #ifdef UKVM_TEST_HOOKS
 	uint64_t stall_ms;		/* UKVM_INJECT_READER_STALL, for this reader */
 #endif
-	/* stats full: the chunk of the pool's fault log this reader fills (vcpu = tid) */
-	struct ukvm_fault_record *rec_next;
-	struct ukvm_fault_record *rec_end;
-	struct ukvm_reader_result stats;	/* the thread's own; read after join */
 } __attribute__((aligned(UKVM_CACHELINE)));
 
 struct ukvm_pool {
-	struct ukvm_ctl *ctl;
-	uint32_t uffd_index;
-	int uffd;
-	int stop_fd;			/* eventfd, readable once readers must leave */
-	enum ukvm_resolver resolver;	/* vCPU: readers[] are the vCPUs', no threads */
+	/* The uffd, its range and how its faults are resolved: filled in by the caller. */
+	struct ukvm_resolve_area area;
 	enum ukvm_wait wait;
 	uint32_t read_batch;		/* messages per read(2), 1..UKVM_MAX_READ_BATCH */
-	enum ukvm_uffd_mode mode;
-	uint64_t page_size;
-	uint64_t hva_base;		/* the registered range... */
-	uint64_t region_size;
-	uint64_t gpa_base;		/* ...and its guest physical address */
-	uint64_t region_off;		/* ...and its offset in the whole test region */
-	const struct ukvm_source *source; /* where resolved pages' bytes come from (NULL:
-					   * the synthetic fill) */
-	uint64_t delay_ns;
-	enum ukvm_delay_dist delay_dist;
-	enum ukvm_resolve resolve;
-	bool full_stats;
-	uint64_t seed;
 	const int32_t *pins;		/* reader k of all pools runs on pins[k % nr_pins] */
 	uint32_t nr_pins;
-	uint32_t first_reader;		/* this pool's first reader, counted over all pools */
-	struct ukvm_shared_buffer shared; /* 1 GiB pages: the readers' shared copy source */
-	/*
-	 * uffd_mode wp: the snapshot's slots for this pool's range (a page's
-	 * old contents go to the same offset) and a state per page (0 not
-	 * saved, 1 being saved, 2 saved): a second message for a page (two
-	 * vCPUs wrote it) must not save the bytes the first vCPU has written
-	 * since, nor un-protect it before the first save is complete. Owned
-	 * by the experiment.
-	 */
-	uint8_t *snapshot;
-	_Atomic uint8_t *wp_state;
-	/*
-	 * uffd_mode missing with resolve copy: the run's resident map, in
-	 * which this pool's first page is resident_first (owned by the
-	 * experiment); prefetch readahead installs the prefetch_pages pages
-	 * after each fault's that are absent. With any prefetch, an EEXIST
-	 * may be a page prefetched without a wake: the resolver wakes it.
-	 */
-	struct ukvm_resident *resident;
-	uint64_t resident_first;
-	enum ukvm_prefetch prefetch;
-	uint32_t prefetch_pages;
-	uint32_t nr_readers;
-	uint32_t readers_made;		/* entries of readers[] to clean up */
-	struct ukvm_reader *readers;
-	atomic_bool stop;
-	/*
-	 * Stats full: every fault record, in chunks of UKVM_LOG_CHUNK that the
-	 * readers claim one at a time (one atomic per chunk, no allocation on
-	 * the hot path). The mapping is reserved for the most records the pool
-	 * can see and touched only as far as it fills; a record whose read_ns
-	 * is 0 was never written.
-	 */
+	uint32_t first_reader;		/* this pool's first resolver, counted over all pools */
+	uint32_t first_vcpu;		/* resolver vcpu: the vCPU of resolvers[0] */
 	uint32_t vcpus_sharing;		/* vCPUs that may fault one page (overlap) */
-	struct ukvm_fault_record *log;
-	uint64_t log_cap;		/* records */
-	atomic_uint_fast64_t log_chunks; /* chunks claimed */
+	/*
+	 * Resolvers: one per reader thread, or with resolver vcpu one per vCPU
+	 * this uffd serves (resolvers[i] is vCPU first_vcpu + i's, and there
+	 * are no readers).
+	 */
+	uint32_t nr_readers;		/* resolvers, whoever owns them */
+	struct ukvm_fault_resolver *resolvers;
+	struct ukvm_reader *readers;	/* NULL with resolver vcpu */
+	uint32_t made;			/* entries of resolvers[] and readers[] to clean up */
+	int stop_fd;			/* eventfd, readable once readers must leave */
+	bool uffd_held;			/* release_uffd could not swap the uffd out: retry */
 };
 
-#define UKVM_LOG_CHUNK	1024
-
-/* Empty, destroyable state; the caller then fills in the fields above readers. */
+/* Empty, destroyable state; the caller then fills in area and the fields up to nr_readers. */
 void ukvm_pool_init(struct ukvm_pool *pool);
+/*
+ * The fds the pool holds once started from a source of that kind (its uffd,
+ * its stop eventfd, each reader's epoll set or ring, each resolver's
+ * connection to a page server), from the same fields ukvm_pool_start()
+ * decides by: the run's fd budget (setup.c) counts a pool with it, and in a
+ * test build ukvm_pool_start() fails if the pool then holds another number.
+ */
+uint32_t ukvm_pool_fds(const struct ukvm_pool *pool, enum ukvm_source_kind source);
 int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err);
-/* Tells every reader to leave (the stop flag and eventfd); returns at once. */
+/*
+ * Tells every reader to leave (the stop flag and eventfd; a resolving
+ * vCPU's fetch from a page server gives up on it too); returns at once.
+ */
 void ukvm_pool_request_stop(struct ukvm_pool *pool);
 /*
  * One look, without waiting: joins the readers that have left (their join
@@ -163,28 +84,24 @@ void ukvm_pool_request_stop(struct ukvm_pool *pool);
  */
 uint32_t ukvm_pool_reap(struct ukvm_pool *pool, bool kick);
 /*
- * Asks the readers to leave, kicks and joins them until deadline_ns:
- * returns how many still run (not joined). Safe on a pool that never started.
+ * The one way to stop readers: tells the pusher (if any: it installs into
+ * the pools' uffds) and every reader of the nr pools to leave, then kicks
+ * and joins them until deadline_ns, every pool at each look (readers
+ * blocked in read(2) need their kicks now). Returns how many still run
+ * (not joined), the pusher included. Safe on pools that never started.
  */
-uint32_t ukvm_pool_stop(struct ukvm_pool *pool, uint64_t deadline_ns);
+uint32_t ukvm_pool_stop(struct ukvm_pool *pools, uint32_t nr, struct ukvm_pusher *pusher,
+			uint64_t deadline_ns);
 /* The first reader that still runs, or NULL. */
 struct ukvm_reader *ukvm_pool_running_reader(struct ukvm_pool *pool);
 /*
  * Lets go of the uffd, so that a vCPU waiting on a fault is released: it is
  * closed, or, while a reader still runs and may use its number, replaced
- * by /dev/null until the pool is destroyed.
+ * by /dev/null until the pool is destroyed. 0, or -errno when it could not
+ * be replaced (no fd for /dev/null, or dup3 failed): the uffd is still
+ * held (pool->uffd_held) and a later call tries again.
  */
-void ukvm_pool_release_uffd(struct ukvm_pool *pool);
-/*
- * Resolver vCPU: the vCPU thread whose resolver (a reader of the pool, with
- * no thread of its own) is given resolves the page at gpa itself, as a
- * reader would have on reading its message, counted and logged the same
- * way. 0 with *hva the page's host address, -ENOENT if gpa is not this
- * pool's (nothing done), or -errno (the failure recorded as the run's).
- */
-int ukvm_pool_resolve_fault(void *resolver, uint64_t gpa, bool write, uint8_t **hva);
-/* Resolver vCPU: the resolver r is vCPU vcpu's thread (its name and r->vcpu). */
-void ukvm_pool_bind_vcpu(struct ukvm_reader *r, uint32_t vcpu);
+int ukvm_pool_release_uffd(struct ukvm_pool *pool);
 /* Frees everything: 0, or -EBUSY (and nothing freed) while a reader still runs. */
 int ukvm_pool_destroy(struct ukvm_pool *pool);
 

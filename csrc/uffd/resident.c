@@ -32,14 +32,13 @@ int ukvm_resident_create(struct ukvm_resident *rs, uint64_t pages, struct ukvm_e
 {
 	ukvm_resident_init(rs);
 	rs->pages = pages;
+	/* resident_map() keeps mmap's errno: the error names it, not ENOMEM for every cause. */
 	rs->state = resident_map(pages);
-	rs->waited = resident_map(pages);
-	rs->order = resident_map(pages * sizeof(*rs->order));
-	if (!rs->state || !rs->waited || !rs->order) {
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "mmap(resident map of %llu pages)",
-			     (unsigned long long)pages);
-		return -ENOMEM;
-	}
+	rs->waited = rs->state ? resident_map(pages) : NULL;
+	rs->order = rs->waited ? resident_map(pages * sizeof(*rs->order)) : NULL;
+	if (!rs->order)
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "mmap(resident map of %llu pages)",
+				    (unsigned long long)pages);
 	return 0;
 }
 

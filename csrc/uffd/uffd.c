@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * userfaultfd: opening one (the syscall, else /dev/userfaultfd), the API
- * handshake, registration, and the resolving ioctls with their recoverable
- * errors (EEXIST: resolved already; EAGAIN: the mm changed under us, retry).
+ * userfaultfd: opening one (the syscall, else /dev/userfaultfd), the
+ * features a run asks for and the API handshake, registration, and the
+ * resolving ioctls with their recoverable errors (EEXIST: resolved already;
+ * EAGAIN: the mm changed under us, retry).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include "base/errors.h"
 #include "base/util.h"
 #include "uapi_compat.h"
+#include "uffd/backing.h"
 #include "uffd/uffd.h"
 
 /*
@@ -90,7 +92,8 @@ static int uffd_api(int fd, uint64_t features, struct uffdio_api *api)
 	return ukvm_ioctl(fd, UFFDIO_API, api);
 }
 
-int ukvm_uffd_features(uint64_t *features, struct ukvm_error *err)
+/* The features this kernel's userfaultfd offers: 0, or -errno with err set. */
+static int uffd_features(uint64_t *features, struct ukvm_error *err)
 {
 	struct uffdio_api api;
 	int fd, ret = 0;
@@ -105,6 +108,90 @@ int ukvm_uffd_features(uint64_t *features, struct ukvm_error *err)
 		*features = api.features;
 	close(fd);
 	return ret;
+}
+
+int ukvm_uffd_negotiate(const struct ukvm_config *cfg, uint64_t *wanted, struct ukvm_error *err)
+{
+	uint64_t available = 0;
+	int ret;
+
+	*wanted = 0;
+	if (cfg->uffd_mode == UKVM_UFFD_NONE)
+		return 0;
+	ret = uffd_features(&available, err);
+	if (ret)
+		return ret;
+#ifdef UKVM_TEST_HOOKS
+	if (cfg->inject == UKVM_INJECT_NO_WP_FEATURES)
+		available &= ~(uint64_t)(UFFD_FEATURE_PAGEFAULT_FLAG_WP |
+					 UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_WP_ASYNC);
+#endif
+	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHMEM)
+		*wanted |= UFFD_FEATURE_MINOR_SHMEM;
+	if (cfg->uffd_mode == UKVM_UFFD_MINOR && cfg->backing == UKVM_BACKING_SHARED_HUGETLB)
+		*wanted |= UFFD_FEATURE_MINOR_HUGETLBFS;
+	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->backing == UKVM_BACKING_SHMEM)
+		*wanted |= UFFD_FEATURE_MISSING_SHMEM;
+	if (cfg->uffd_mode == UKVM_UFFD_MISSING && ukvm_backing_is_hugetlb(cfg->backing))
+		*wanted |= UFFD_FEATURE_MISSING_HUGETLBFS;
+	/* WP faults at all; beyond anonymous memory, uffd-wp PTE markers (Linux 5.19+). */
+	if (cfg->uffd_mode == UKVM_UFFD_WP)
+		*wanted |= UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+	if (cfg->uffd_mode == UKVM_UFFD_WP && cfg->backing != UKVM_BACKING_ANONYMOUS)
+		*wanted |= UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+	if (cfg->uffd_mode == UKVM_UFFD_WP && cfg->wp_async)
+		*wanted |= UFFD_FEATURE_WP_ASYNC;
+	/*
+	 * Which vCPU faulted, and the 4 KiB page it touched (hugetlb messages
+	 * otherwise name the huge page's start): nice to have, so only if the
+	 * kernel offers them.
+	 */
+	if (cfg->stats == UKVM_STATS_FULL)
+		*wanted |= available & (UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_EXACT_ADDRESS);
+#ifdef UKVM_TEST_HOOKS
+	if (cfg->inject == UKVM_INJECT_NO_EXACT_ADDRESS)
+		*wanted &= ~(uint64_t)UFFD_FEATURE_EXACT_ADDRESS;	/* as an older kernel */
+#endif
+	/* Resolver vCPU: a fault is not queued; the access fails back to KVM_RUN. */
+	if (cfg->resolver == UKVM_RESOLVER_VCPU)
+		*wanted |= UFFD_FEATURE_SIGBUS;
+	/* resolve move: UFFDIO_MOVE, which kernels from 6.8 announce with UFFD_FEATURE_MOVE. */
+	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_MOVE) {
+#ifdef UKVM_TEST_HOOKS
+		if (cfg->inject == UKVM_INJECT_NO_MOVE)
+			available &= ~(uint64_t)UFFD_FEATURE_MOVE;	/* as a kernel before 6.8 */
+#endif
+		if (!(available & UFFD_FEATURE_MOVE)) {
+			ukvm_err_set(err, UKVM_ERR_HOST, 0,
+				     "resolve move: this kernel's userfaultfd has no UFFDIO_MOVE "
+				     "(UFFD_FEATURE_MOVE, Linux 6.8 and later); use resolve copy, "
+				     "or a newer kernel");
+			return -EOPNOTSUPP;
+		}
+		*wanted |= UFFD_FEATURE_MOVE;
+	}
+	if ((available & *wanted) != *wanted) {
+		uint64_t lacks = *wanted & ~available;
+
+		ukvm_err_set(err, UKVM_ERR_HOST, 0,
+			     "this kernel's userfaultfd lacks features 0x%llx needed for "
+			     "uffd_mode %s on %s memory (it has 0x%llx)%s%s%s",
+			     (unsigned long long)lacks,
+			     ukvm_uffd_mode_name(cfg->uffd_mode), ukvm_backing_name(cfg->backing),
+			     (unsigned long long)available,
+			     lacks & UFFD_FEATURE_PAGEFAULT_FLAG_WP ?
+			     ": no write-protect faults at all (UFFD_FEATURE_PAGEFAULT_FLAG_WP: "
+			     "Linux 5.7+ built with CONFIG_HAVE_ARCH_USERFAULTFD_WP)" : "",
+			     lacks & UFFD_FEATURE_WP_HUGETLBFS_SHMEM ?
+			     ": no write-protect on shmem (UFFD_FEATURE_WP_HUGETLBFS_SHMEM: Linux "
+			     "5.19+ built with CONFIG_PTE_MARKER_UFFD_WP); use backing "
+			     "anonymous" : "",
+			     lacks & UFFD_FEATURE_WP_ASYNC ?
+			     ": no asynchronous write-protect (UFFD_FEATURE_WP_ASYNC: Linux "
+			     "6.7+); use wp_async false" : "");
+		return -EOPNOTSUPP;
+	}
+	return 0;
 }
 
 int ukvm_uffd_open(bool nonblock, uint64_t features, struct ukvm_error *err)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * userfaultfd: opening one, the API handshake, registration, and the
- * resolving ioctls with their recoverable errors (uffd.c).
+ * userfaultfd: opening one, the features a run asks for and the API
+ * handshake, registration, and the resolving ioctls with their
+ * recoverable errors (uffd.c).
  */
 #ifndef UKVM_UFFD_UFFD_H
 #define UKVM_UFFD_UFFD_H
@@ -14,8 +15,14 @@
 
 /* A uffd after UFFDIO_API with features: the fd, or -errno. */
 int ukvm_uffd_open(bool nonblock, uint64_t features, struct ukvm_error *err);
-/* The features this kernel's userfaultfd offers. */
-int ukvm_uffd_features(uint64_t *features, struct ukvm_error *err);
+/*
+ * The UFFD_API features a run of cfg asks for (*wanted: 0 without a uffd
+ * mode), checked against what this kernel's userfaultfd offers: 0, or
+ * -EOPNOTSUPP (UKVM_ERR_HOST, naming what is missing and the fix) or
+ * another -errno with err set. The nice-to-haves (the faulting thread's id,
+ * the exact address, with stats full) are asked for only where offered.
+ */
+int ukvm_uffd_negotiate(const struct ukvm_config *cfg, uint64_t *wanted, struct ukvm_error *err);
 int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode mode,
 		       enum ukvm_backing backing, struct ukvm_error *err);
 /*

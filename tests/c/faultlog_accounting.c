@@ -5,7 +5,7 @@
  * page resolved twice while another was never resolved, with the total
  * right. `verified` must still catch that (collect.c asks faultlog.c which
  * pages were not resolved exactly once), so here the records are written by
- * hand into a pool's log and the log is built as after a run.
+ * hand into a uffd's store and the log is built as after a run.
  */
 #include <sys/mman.h>
 
@@ -13,23 +13,26 @@
 #undef NSEC_PER_MSEC	/* base/util.h has its own, the same */
 #undef NSEC_PER_SEC
 #undef ARRAY_SIZE
+#include "base/util.h"
 #include "uffd/faultlog.h"
-#include "uffd/pool.h"
 
 #define GPA	(4ULL << 30)
 #define PAGES	8
 
-/* A pool whose log holds one record per entry of pages[] (a page index, or -1 for EEXIST of page 0). */
-static void pool_with(struct ukvm_pool *pool, const int *pages, unsigned n)
+/*
+ * A store holding one record per entry of pages[] (a page index, or -1 for
+ * EEXIST of page 0), written through the writer the resolvers use.
+ */
+static void store_with(struct ukvm_faultlog_store *store, const int *pages, unsigned n)
 {
+	struct ukvm_faultlog_writer w = { 0 };
+	struct ukvm_error err = { 0 };
 	unsigned i;
 
-	ukvm_pool_init(pool);
-	pool->log_cap = UKVM_LOG_CHUNK;
-	pool->log = calloc(pool->log_cap, sizeof(*pool->log));
-	atomic_store(&pool->log_chunks, 1);
+	ukvm_faultlog_store_init(store);
+	CHECK_EQ(ukvm_faultlog_store_create(store, UKVM_LOG_CHUNK, n, "uffd 0", &err), 0);
 	for (i = 0; i < n; i++) {
-		struct ukvm_fault_record *rec = &pool->log[i];
+		struct ukvm_fault_record *rec = ukvm_faultlog_next(store, &w);
 
 		rec->read_ns = 1000 + 10 * i;
 		rec->resolved_ns = rec->read_ns + 5;
@@ -43,16 +46,16 @@ static void build(const int *pages, unsigned n, struct ukvm_faultlog *log,
 		  struct ukvm_vcpu_result *vcpu)
 {
 	static const int32_t tids[] = { 4242 };
-	struct ukvm_pool pool;
+	struct ukvm_faultlog_store store, *stores[] = { &store };
 
 	memset(vcpu, 0, sizeof(*vcpu));
-	pool_with(&pool, pages, n);
+	store_with(&store, pages, n);
 	*log = (struct ukvm_faultlog){
 		.nr_vcpus = 1, .tids = tids, .region_gpa = GPA, .region_pages = PAGES,
 		.page_size = PAGE, .match_bytes = PAGE, .vcpus = vcpu, .readers_per_uffd = 1,
 	};
-	CHECK_EQ(ukvm_faultlog_build(log, &pool, 1), 0);
-	free(pool.log);
+	CHECK_EQ(ukvm_faultlog_build(log, stores, 1), 0);
+	ukvm_faultlog_store_destroy(&store);
 }
 
 int main(void)
@@ -80,6 +83,25 @@ int main(void)
 		CHECK_EQ(log.first_bad_gpa, GPA + 3 * PAGE);
 		CHECK(log.first_bad_resolved_again, "page 3 was resolved twice");
 		free(log.all);
+	}
+	UKT_CASE("a store whose chunks are all claimed hands out no more records") {
+		struct ukvm_faultlog_store store;
+		struct ukvm_faultlog_writer a = { 0 }, b = { 0 };
+		struct ukvm_error err = { 0 };
+		unsigned i, got = 0;
+
+		ukvm_faultlog_store_init(&store);
+		CHECK_EQ(ukvm_faultlog_store_create(&store, 2 * UKVM_LOG_CHUNK, 0, "uffd 0", &err), 0);
+		/* Two writers, a chunk each: every record distinct, then none. */
+		for (i = 0; i < UKVM_LOG_CHUNK; i++) {
+			struct ukvm_fault_record *x = ukvm_faultlog_next(&store, &a);
+			struct ukvm_fault_record *y = ukvm_faultlog_next(&store, &b);
+
+			got += x && y && x != y;
+		}
+		CHECK_EQ(got, UKVM_LOG_CHUNK);
+		CHECK(!ukvm_faultlog_next(&store, &a), "a third chunk from a store of two");
+		ukvm_faultlog_store_destroy(&store);
 	}
 	UKT_CASE("a page never resolved") {
 		build(missing, ARRAY_SIZE(missing), &log, &vcpu);

@@ -99,7 +99,7 @@ static uint64_t needed_fds(const struct ukvm_config *cfg, uint64_t limit, uint64
 int main(void)
 {
 	struct ukvm_experiment *exp;
-	struct ukvm_config cfgs[5], cfg;
+	struct ukvm_config cfgs[7], cfg;
 	struct ukvm_result res;
 	struct ukvm_error err;
 	uint64_t n, left = 0, limit;
@@ -128,6 +128,14 @@ int main(void)
 	cfgs[4].overlap = true;				/* one uffd for 2 vCPUs */
 	cfgs[4].vcpus = 3;
 	cfgs[4].readers = 4;
+	cfgs[5].vcpus = 2;				/* readers in rings: an fd each */
+	cfgs[5].readers = 3;
+#ifdef UKVM_HAVE_LIBURING
+	cfgs[5].wait = UKVM_WAIT_IO_URING;
+#endif
+	cfgs[6].vcpus = 2;				/* vCPUs resolve: no reader fds */
+	cfgs[6].readers = 5;
+	cfgs[6].resolver = UKVM_RESOLVER_VCPU;
 
 	for (i = 0; i < ARRAY_SIZE(cfgs); i++) {
 		UKT_CASE("%s: too few fds left fails at once; exactly enough runs",

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Every test-only fault injection of enum ukvm_inject but THREAD_CREATE
- * (thread_create.c), READER_EXIT (timeout.c, cancel.c) and the stalls
- * (stall.c) makes the run fail the way ukvm.h says, with an error that says
- * what happened.
+ * (thread_create.c), READER_EXIT (timeout.c, cancel.c), the stalls
+ * (stall.c) and RELEASE_DUP3 (pool_internals.c) makes the run fail the way
+ * ukvm.h says, with an error that says what happened.
  */
 #include "helpers.h"
 
@@ -128,6 +128,32 @@ int main(void)
 			CHECK_EQ(res.bad_pages, 1);
 			ukvm_result_free(&res);
 		}
+	}
+
+	/*
+	 * A vCPU that resolves its own fault on a huge unit waits for its
+	 * 4 KiB page to be mapped (another thread's copy may be half done): a
+	 * mincore() that fails there is the run's failure, named, not taken
+	 * for "mapped" (the access after it could take SIGBUS).
+	 */
+	for (i = 1; i <= 3; i += 2) {
+		UKT_CASE("MINCORE_FAIL on wait %u, resolver vcpu on anonymous_thp", i) {
+			cfg = ukt_small();
+			cfg.resolver = UKVM_RESOLVER_VCPU;
+			cfg.backing = UKVM_BACKING_ANONYMOUS_THP;
+			cfg.mem_per_vcpu = 8 * MiB;
+			cfg.inject = UKVM_INJECT_MINCORE_FAIL;
+			cfg.inject_after = i;
+			ukt_run_fails(&cfg, UKVM_ERR_RUN, EINVAL, "mincore(the page at 0x", NULL);
+		}
+	}
+	UKT_CASE("MINCORE_FAIL with readers: no vCPU waits, the run succeeds") {
+		cfg = ukt_small();
+		cfg.backing = UKVM_BACKING_ANONYMOUS_THP;
+		cfg.mem_per_vcpu = 8 * MiB;
+		cfg.inject = UKVM_INJECT_MINCORE_FAIL;
+		cfg.inject_after = 1;
+		ukt_run_checked(&cfg);
 	}
 
 	UKT_CASE("RESOLVE_EAGAIN for 50 ms: retried by time, the run succeeds") {

@@ -10,6 +10,8 @@
  *  - Letting go of a uffd while a reader still runs: the fault a thread
  *    waits on completes (the uffd file is released), and the fd number
  *    stays taken (by /dev/null) until the pool is destroyed.
+ *  - A swap for /dev/null that fails (dup3, injected): the release says so,
+ *    the uffd is still held and marked, and the next release lets it go.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -42,7 +44,7 @@ struct fixture {
  * switch, which getrusage counts).
  */
 static bool fixture_start(struct fixture *f, uint32_t nr, enum ukvm_wait wait, int pin,
-			  unsigned hold_ms, uint64_t stall_ms)
+			  unsigned hold_ms, uint64_t stall_ms, enum ukvm_inject inject)
 {
 	bool ok;
 
@@ -55,31 +57,36 @@ static bool fixture_start(struct fixture *f, uint32_t nr, enum ukvm_wait wait, i
 	if (stall_ms) {	/* uffd 0's last reader stalls */
 		f->ctl.inject = UKVM_INJECT_READER_STALL;
 		f->ctl.inject_after = stall_ms;
+	} else if (inject) {	/* once */
+		f->ctl.inject = inject;
+		f->ctl.inject_after = 1;
 	}
 	ukvm_pool_init(&f->pool);
 	f->region = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (!CHECK(f->region != MAP_FAILED))
 		return false;
-	f->pool.ctl = &f->ctl;
+	f->pool.area.ctl = &f->ctl;
 	f->pool.wait = wait;
-	f->pool.mode = UKVM_UFFD_MISSING;
-	f->pool.resolve = UKVM_RESOLVE_COPY;
-	f->pool.page_size = PAGE;
-	f->pool.hva_base = (uint64_t)(uintptr_t)f->region;
-	f->pool.region_size = REGION;
-	f->pool.gpa_base = 1ULL << 32;
+	f->pool.area.mode = UKVM_UFFD_MISSING;
+	f->pool.area.resolve = UKVM_RESOLVE_COPY;
+	f->pool.area.page_size = PAGE;
+	f->pool.area.hva_base = (uint64_t)(uintptr_t)f->region;
+	f->pool.area.region_size = REGION;
+	f->pool.area.gpa_base = 1ULL << 32;
+	f->pool.vcpus_sharing = 1;
+	f->pool.read_batch = 1;
 	f->pool.nr_readers = nr;
 	f->pin = pin;
 	if (pin >= 0) {
 		f->pool.pins = &f->pin;
 		f->pool.nr_pins = 1;
 	}
-	f->pool.uffd = ukvm_uffd_open(wait != UKVM_WAIT_READ, 0, &err);
-	if (f->pool.uffd < 0) {
+	f->pool.area.uffd = ukvm_uffd_open(wait != UKVM_WAIT_READ, 0, &err);
+	if (f->pool.area.uffd < 0) {
 		ukt_skip_case(err.message);
 		return false;
 	}
-	if (!CHECK(ukvm_uffd_register(f->pool.uffd, f->region, REGION, UKVM_UFFD_MISSING,
+	if (!CHECK(ukvm_uffd_register(f->pool.area.uffd, f->region, REGION, UKVM_UFFD_MISSING,
 				      UKVM_BACKING_ANONYMOUS, &err) == 0, "%s", err.message))
 		return false;
 	if (hold_ms)
@@ -94,7 +101,7 @@ static bool fixture_start(struct fixture *f, uint32_t nr, enum ukvm_wait wait, i
 
 static void fixture_end(struct fixture *f)
 {
-	CHECK_EQ(ukvm_pool_stop(&f->pool, ukt_now_ns() + 5 * NSEC_PER_SEC), 0);
+	CHECK_EQ(ukvm_pool_stop(&f->pool, 1, NULL, ukt_now_ns() + 5 * NSEC_PER_SEC), 0);
 	CHECK_EQ(ukvm_pool_destroy(&f->pool), 0);
 	if (f->region && f->region != MAP_FAILED)
 		munmap(f->region, REGION);
@@ -132,12 +139,12 @@ int main(void)
 
 		if (cpu < 0) {
 			ukt_skip_case("this process may run on every CPU number");
-		} else if (fixture_start(&f, 3, UKVM_WAIT_EPOLL, cpu, 50, 0)) {
-			CHECK_EQ(ukvm_pool_stop(&f.pool, ukt_now_ns() + 5 * NSEC_PER_SEC), 0);
+		} else if (fixture_start(&f, 3, UKVM_WAIT_EPOLL, cpu, 50, 0, UKVM_INJECT_NONE)) {
+			CHECK_EQ(ukvm_pool_stop(&f.pool, 1, NULL, ukt_now_ns() + 5 * NSEC_PER_SEC), 0);
 			CHECK(f.ctl.failed && strstr(f.ctl.error.message, "pinning to CPU"),
 			      "%s", f.ctl.error.message);
 			for (i = 0; i < 3; i++) {
-				const struct ukvm_reader_result *s = &f.pool.readers[i].stats;
+				const struct ukvm_reader_result *s = &f.pool.resolvers[i].stats;
 
 				/* Each waited for the ctl lock to report its failure. */
 				CHECK(s->context_switches >= 1, "reader %u: %" PRIu64 " context "
@@ -156,16 +163,17 @@ int main(void)
 		int uffd;
 
 		/* The reader stays 1.5 s after it is told to stop, deaf to kicks. */
-		if (fixture_start(&f, 1, UKVM_WAIT_EPOLL_EXCLUSIVE, -1, 0, 1500)) {
+		if (fixture_start(&f, 1, UKVM_WAIT_EPOLL_EXCLUSIVE, -1, 0, 1500, UKVM_INJECT_NONE)) {
 			CHECK_EQ(f.pool.readers[0].stall_ms, 1500);
 			ukvm_pool_request_stop(&f.pool);
-			CHECK_EQ(ukvm_pool_stop(&f.pool, ukt_now_ns() + 100 * NSEC_PER_MSEC), 1);
+			CHECK_EQ(ukvm_pool_stop(&f.pool, 1, NULL, ukt_now_ns() + 100 * NSEC_PER_MSEC), 1);
 			/* Nobody resolves this fault now: the toucher waits in the kernel. */
 			CHECK(pthread_create(&toucher, NULL, touch, f.region + 5 * PAGE) == 0);
 			ukt_sleep_ms(100);
 			CHECK(pthread_tryjoin_np(toucher, NULL) == EBUSY, "the fault did not wait");
-			uffd = f.pool.uffd;
-			ukvm_pool_release_uffd(&f.pool);
+			uffd = f.pool.area.uffd;
+			CHECK_EQ(ukvm_pool_release_uffd(&f.pool), 0);
+			CHECK(!f.pool.uffd_held);
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_sec += 1;
 			if (!CHECK(pthread_timedjoin_np(toucher, NULL, &ts) == 0,
@@ -177,9 +185,52 @@ int main(void)
 			snprintf(path, sizeof(path), "/proc/self/fd/%d", uffd);
 			n = readlink(path, target, sizeof(target) - 1);
 			target[n > 0 ? n : 0] = '\0';
-			CHECK(f.pool.uffd == uffd && !strcmp(target, "/dev/null"), "fd %d is %s",
+			CHECK(f.pool.area.uffd == uffd && !strcmp(target, "/dev/null"), "fd %d is %s",
 			      uffd, target);
 			CHECK_EQ(ukvm_pool_destroy(&f.pool), -EBUSY);	/* the reader still runs */
+		}
+		fixture_end(&f);
+	}
+
+	UKT_CASE("a swap for /dev/null that fails keeps the uffd held, and a retry lets it go") {
+		pthread_t toucher;
+		struct timespec ts;
+		char path[64], target[64] = "";
+		ssize_t n;
+		int uffd;
+
+		/* RELEASE_DUP3: the last reader stays 1 s after it is told to stop. */
+		if (fixture_start(&f, 2, UKVM_WAIT_EPOLL_EXCLUSIVE, -1, 0, 0,
+				  UKVM_INJECT_RELEASE_DUP3)) {
+			CHECK_EQ(f.pool.readers[1].stall_ms, 1000);
+			ukvm_pool_request_stop(&f.pool);
+			CHECK_EQ(ukvm_pool_stop(&f.pool, 1, NULL, ukt_now_ns() + 100 * NSEC_PER_MSEC), 1);
+			CHECK(pthread_create(&toucher, NULL, touch, f.region + 7 * PAGE) == 0);
+			ukt_sleep_ms(100);
+			uffd = f.pool.area.uffd;
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", uffd);
+			CHECK_EQ(ukvm_pool_release_uffd(&f.pool), -EINVAL);	/* dup3, injected */
+			CHECK(f.pool.uffd_held, "a failed swap must leave the uffd marked held");
+			n = readlink(path, target, sizeof(target) - 1);
+			target[n > 0 ? n : 0] = '\0';
+			CHECK(strstr(target, "userfaultfd"), "fd %d is %s, not the uffd still", uffd,
+			      target);
+			ukt_sleep_ms(50);
+			CHECK(pthread_tryjoin_np(toucher, NULL) == EBUSY,
+			      "the fault completed though the uffd is still held");
+			/* The retry swaps it: the waiting fault completes. */
+			CHECK_EQ(ukvm_pool_release_uffd(&f.pool), 0);
+			CHECK(!f.pool.uffd_held);
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			if (!CHECK(pthread_timedjoin_np(toucher, NULL, &ts) == 0,
+				   "the fault still waits after the retry")) {
+				close(uffd);
+				pthread_join(toucher, NULL);
+			}
+			n = readlink(path, target, sizeof(target) - 1);
+			target[n > 0 ? n : 0] = '\0';
+			CHECK(!strcmp(target, "/dev/null"), "fd %d is %s", uffd, target);
 		}
 		fixture_end(&f);
 	}
