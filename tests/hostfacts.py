@@ -745,11 +745,8 @@ def NO_THP():
 
 def mem_info(key):
     """A /proc/meminfo value in bytes, or None."""
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return None
+    from uffdkvm.host import meminfo_bytes
+    return meminfo_bytes(key)
 
 
 @fact("no-memavailable", "/proc/meminfo has no MemAvailable (Linux before 3.14)")

@@ -131,7 +131,7 @@ def test_too_few_huge_pages_fail_before_the_vm_with_the_fix(kvm):
 
 
 def test_no_pool_can_outgrow_the_host(kvm):
-    total = int(open("/proc/meminfo").read().split("MemTotal:")[1].split()[0]) * 1024
+    total = hostfacts.mem_info("MemTotal")
     with pytest.raises(uffdkvm.HostUnsupportedError, match="^mem_per_vcpu: the run needs"):
         uffdkvm.run(vcpus=2, mem_per_vcpu=(total // 2 + (1 << 30)) >> 21 << 21,
                     backing="anonymous_hugetlb")
