@@ -479,9 +479,9 @@ int ukvm_experiment_wait(struct ukvm_experiment *exp, uint64_t timeout_ns);
  * the first n vCPUs, the pages its guest has touched so far (all passes, read
  * live from the guest's own counters) and the pages it will touch in all.
  * Both are 0 before the vCPUs exist and after the experiment has released
- * them. Any thread may call it before ukvm_experiment_finish(). Returns 0.
+ * them. Any thread may call it before ukvm_experiment_finish().
  */
-int ukvm_experiment_progress(struct ukvm_experiment *exp, const char **phase,
+void ukvm_experiment_progress(struct ukvm_experiment *exp, const char **phase,
 			     uint64_t *pages_done, uint64_t *pages_total, uint32_t n);
 /*
  * Asks a running experiment to stop; it ends with UKVM_ERR_CANCELLED (a run

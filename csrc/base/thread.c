@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -52,6 +53,24 @@ int ukvm_thread_pin(int cpu, uint64_t affinity[16])
 			if (CPU_ISSET(i, &set))
 				affinity[i / 64] |= 1ULL << (i % 64);
 	return ret;
+}
+
+static uint64_t timeval_ns(struct timeval tv)
+{
+	return (uint64_t)tv.tv_sec * NSEC_PER_SEC + (uint64_t)tv.tv_usec * 1000;
+}
+
+int ukvm_thread_usage(struct ukvm_thread_usage *usage)
+{
+	struct rusage ru;
+
+	memset(usage, 0, sizeof(*usage));
+	if (getrusage(RUSAGE_THREAD, &ru))
+		return -errno;
+	usage->cpu_ns = timeval_ns(ru.ru_utime) + timeval_ns(ru.ru_stime);
+	usage->context_switches = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
+	usage->voluntary_context_switches = (uint64_t)ru.ru_nvcsw;
+	return 0;
 }
 
 void ukvm_thread_start(struct ukvm_thread_state *st)

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "base/ctl.h"
@@ -472,7 +471,7 @@ void *ukvm_vcpu_thread(void *arg)
 {
 	struct ukvm_vcpu *vcpu = arg;
 	struct ukvm_ctl *ctl = vcpu->ctl;
-	struct rusage usage;
+	struct ukvm_thread_usage usage;
 	int go, ret;
 
 	ukvm_kick_thread_init();
@@ -491,6 +490,13 @@ void *ukvm_vcpu_thread(void *arg)
 	pthread_mutex_unlock(&ctl->lock);
 	if (go < 0)
 		goto out;
+#ifdef UKVM_TEST_HOOKS
+	/* UKVM_INJECT_VCPU_HANG: no progress until stopped (a kick ends a sleep early). */
+	while (vcpu->hang && !ukvm_ctl_stopping(ctl))
+		ukvm_sleep_ns(NSEC_PER_MSEC);
+	if (vcpu->hang)
+		goto out;
+#endif
 
 	vcpu->done = false;
 	vcpu->start_ns = ukvm_now_ns();
@@ -553,13 +559,10 @@ void *ukvm_vcpu_thread(void *arg)
 	}
 
 out:
-	if (getrusage(RUSAGE_THREAD, &usage) == 0) {
-		vcpu->cpu_ns = (uint64_t)usage.ru_utime.tv_sec * NSEC_PER_SEC +
-			       (uint64_t)usage.ru_utime.tv_usec * 1000 +
-			       (uint64_t)usage.ru_stime.tv_sec * NSEC_PER_SEC +
-			       (uint64_t)usage.ru_stime.tv_usec * 1000;
-		vcpu->context_switches = (uint64_t)usage.ru_nvcsw + (uint64_t)usage.ru_nivcsw;
-		vcpu->voluntary_context_switches = (uint64_t)usage.ru_nvcsw;
+	if (ukvm_thread_usage(&usage) == 0) {
+		vcpu->cpu_ns = usage.cpu_ns;
+		vcpu->context_switches = usage.context_switches;
+		vcpu->voluntary_context_switches = usage.voluntary_context_switches;
 	}
 	pthread_mutex_lock(&ctl->lock);
 	atomic_store(&vcpu->exited, true);

@@ -62,7 +62,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "base/ctl.h"
@@ -989,24 +988,19 @@ static void reader_loop_ring(struct ukvm_reader *r)
 	ukvm_ring_cancel(r->ring, RING_CANCEL_NS);
 }
 
-static uint64_t timeval_ns(struct timeval tv)
-{
-	return (uint64_t)tv.tv_sec * NSEC_PER_SEC + (uint64_t)tv.tv_usec * 1000;
-}
-
 /*
  * The thread's own counters, over its whole life (RUSAGE_THREAD counts from
  * its start), on every way out: a reader that failed to pin has them too.
  */
 static void reader_record_usage(struct ukvm_reader *r)
 {
-	struct rusage usage;
+	struct ukvm_thread_usage usage;
 
-	if (getrusage(RUSAGE_THREAD, &usage))
+	if (ukvm_thread_usage(&usage))
 		return;
-	r->stats.context_switches = (uint64_t)usage.ru_nvcsw + (uint64_t)usage.ru_nivcsw;
-	r->stats.voluntary_context_switches = (uint64_t)usage.ru_nvcsw;
-	r->stats.cpu_ns = timeval_ns(usage.ru_utime) + timeval_ns(usage.ru_stime);
+	r->stats.context_switches = usage.context_switches;
+	r->stats.voluntary_context_switches = usage.voluntary_context_switches;
+	r->stats.cpu_ns = usage.cpu_ns;
 }
 
 #ifdef UKVM_TEST_HOOKS
