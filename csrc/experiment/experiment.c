@@ -400,10 +400,8 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 		return ret;
 	}
 	exp = calloc(1, sizeof(*exp));
-	if (!exp) {
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the experiment");
-		return -ENOMEM;
-	}
+	if (!exp)
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the experiment");
 	exp->cfg = *cfg;
 	/* The caller's pin lists need not outlive this call: keep copies. */
 	if (cfg->nr_pin_vcpus) {
@@ -428,8 +426,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 		free(exp->pin_readers);
 		free(exp->replay);
 		free(exp);
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "copying the pin and replay lists");
-		return -ENOMEM;
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "copying the pin and replay lists");
 	}
 	exp->cfg.pin_vcpus = exp->pin_vcpus;
 	exp->cfg.pin_readers = exp->pin_readers;
@@ -582,6 +579,21 @@ static uint64_t experiment_no_progress_ns(const struct ukvm_experiment *exp)
 	return NO_PROGRESS_NS + GUEST_STEP_CHUNK * page_ns;
 }
 
+void ukvm_experiment_cancel(struct ukvm_experiment *exp)
+{
+	struct ukvm_ctl *ctl = &exp->ctl;
+
+	struct ukvm_error cancelled = { 0 };
+
+	ukvm_err_set(&cancelled, UKVM_ERR_CANCELLED, 0, "the experiment was cancelled");
+	pthread_mutex_lock(&ctl->lock);
+	if (!exp->finished) {	/* too late to cancel a finished run: keep its result */
+		ctl->cancelled = true;
+		ukvm_ctl_fail_locked(ctl, &cancelled);
+	}
+	pthread_mutex_unlock(&ctl->lock);
+}
+
 /* What finish knows of a run without a time limit: its last progress, and when it was made. */
 struct experiment_watch {
 	const char *phase;
@@ -718,10 +730,8 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 		return ret;
 	}
 	exp = calloc(1, sizeof(*exp));
-	if (!exp) {
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the probe");
-		return -ENOMEM;
-	}
+	if (!exp)
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the probe");
 	exp->cfg = *cfg;
 	exp->cfg.nr_pin_vcpus = exp->cfg.nr_pin_readers = 0;
 	exp->probe = true;

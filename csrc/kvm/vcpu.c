@@ -223,7 +223,9 @@ static void vcpu_format_regs(struct ukvm_vcpu *vcpu, char *buf, size_t len)
 	struct kvm_regs r;
 
 	if (ioctl(vcpu->fd, KVM_GET_REGS, &r)) {
-		snprintf(buf, len, "(KVM_GET_REGS failed: %s)", strerror(errno));
+		int e = errno;
+
+		snprintf(buf, len, "(KVM_GET_REGS failed: %s)", strerror(e));
 		return;
 	}
 	snprintf(buf, len,
