@@ -876,6 +876,15 @@ def nofile_hard_limit_below(n):
                        f"the hard limit on open files is below {n}", probe)
 
 
+def fewer_cpus_than(n):
+    """This process may run on fewer than n CPUs."""
+    def probe():
+        allowed = os.sched_getaffinity(0)
+        return len(allowed) < n, f"sched_getaffinity: {sorted(allowed)}"
+    return _param_fact(f"fewer-cpus-than:{n}", f"this process may run on fewer than {n} CPUs",
+                       probe)
+
+
 def cpus_unavailable(*cpus):
     """This process may not run on some of these CPUs."""
     def probe():

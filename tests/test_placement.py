@@ -1,9 +1,10 @@
 """pin_readers="vcpus": each reader runs on the CPU of the vCPU it serves.
 
 Every test reads where the threads ran from the threads themselves (each
-records the CPUs it could run on), so forcing the placement away in the
-mapping to the core (run.py hands the core an empty reader pin list) turns
-them red.
+records the CPUs it could run on) and, for the runs in this process, from
+the kernel (each thread's Cpus_allowed_list in /proc, read while it runs),
+so forcing the placement away in the mapping to the core (run.py hands the
+core an empty reader pin list) turns them red.
 """
 from __future__ import annotations
 
@@ -15,33 +16,43 @@ import uffdkvm
 from uffdkvm import Config, ConfigError, HostUnsupportedError
 from children import ENV as CHILD_ENV
 from children import uffdkvm_command
+from conftest import fewer_cpus_than, host_skip, run_watching_affinity
 
 CPUS = sorted(os.sched_getaffinity(0))
-needs_two = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs this process may use")
 
 
-@needs_two
-def test_per_vcpu_uffds_put_each_reader_with_its_vcpu() -> None:
+@pytest.fixture
+def two_cpus(kvm) -> None:
+    """KVM, and two CPUs this process may use; else a skip citing the fact."""
+    if fewer_cpus_than(2).holds:
+        host_skip(fewer_cpus_than(2), "needs two CPUs to place threads apart")
+
+
+# Slow enough (0.5 ms a fault) that the watcher reads every thread while it runs.
+WATCHED = dict(mem_per_vcpu="4M", delay_us=500)
+
+
+def test_per_vcpu_uffds_put_each_reader_with_its_vcpu(two_cpus) -> None:
     pins = (CPUS[1], CPUS[0])  # crossed, so that reader k on CPU k would be wrong
-    r = uffdkvm.run(vcpus=2, mem_per_vcpu="4M", readers=2, pin_vcpus=pins,
-                    pin_readers="vcpus")
-    assert r.verified, r.verify_message
-    assert r.config.pin_readers == "vcpus"
+    r, kernel = run_watching_affinity(vcpus=2, readers=2, pin_vcpus=pins,
+                                      pin_readers="vcpus", **WATCHED)
     for reader in r.readers:
         # uffd u holds vCPU u's memory alone
         assert reader.cpus == (pins[reader.uffd],), reader
+        assert kernel[reader.tid] == {pins[reader.uffd]}, reader
     for i, vcpu in enumerate(r.vcpus):
         assert vcpu.cpus == (pins[i],)
+        assert kernel[vcpu.tid] == {pins[i]}
         assert vcpu.faults > 0
 
 
-@needs_two
-def test_one_uffd_spreads_its_readers_over_the_vcpus_cpus() -> None:
+def test_one_uffd_spreads_its_readers_over_the_vcpus_cpus(two_cpus) -> None:
     pins = (CPUS[0], CPUS[1])
-    r = uffdkvm.run(vcpus=2, mem_per_vcpu="4M", readers=3, single_uffd=True,
-                    pin_vcpus=pins, pin_readers="vcpus")
-    assert r.verified, r.verify_message
-    assert [reader.cpus for reader in r.readers] == [(pins[0],), (pins[1],), (pins[0],)]
+    r, kernel = run_watching_affinity(vcpus=2, readers=3, single_uffd=True,
+                                      pin_vcpus=pins, pin_readers="vcpus", **WATCHED)
+    want = [(pins[0],), (pins[1],), (pins[0],)]
+    assert [reader.cpus for reader in r.readers] == want
+    assert [tuple(sorted(kernel[reader.tid])) for reader in r.readers] == want
 
 
 def test_reader_cpus_spells_the_placement_out() -> None:
@@ -62,8 +73,7 @@ def test_vcpus_placement_needs_vcpu_pins() -> None:
     assert e.value.field == "pin_readers"
 
 
-@needs_two
-def test_spinners_with_their_vcpus_are_refused() -> None:
+def test_spinners_with_their_vcpus_are_refused(two_cpus) -> None:
     with pytest.raises(HostUnsupportedError, match="pin_readers"):
         uffdkvm.run(vcpus=1, mem_per_vcpu="4M", wait="spin", pin_vcpus=(CPUS[0],),
                     pin_readers="vcpus")
@@ -75,8 +85,7 @@ def test_the_placement_survives_json() -> None:
     assert c.to_dict()["pin_readers"] == "vcpus"
 
 
-@needs_two
-def test_cli_takes_vcpus() -> None:
+def test_cli_takes_vcpus(two_cpus) -> None:
     import subprocess
     p = subprocess.run(uffdkvm_command("-q", "-v", "2", "-b", "4M",
                                        "-c", f"{CPUS[1]},{CPUS[0]}", "--pin-readers", "vcpus",
@@ -84,5 +93,6 @@ def test_cli_takes_vcpus() -> None:
                        capture_output=True, text=True, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     r = uffdkvm.Result.from_json(p.stdout)
-    assert r.config.pin_readers == "vcpus"
+    # Where the readers ran (not the config echoed back) shows that the CLI
+    # handed --pin-readers vcpus on.
     assert [reader.cpus for reader in r.readers] == [(CPUS[1],), (CPUS[0],)]
