@@ -1,4 +1,5 @@
-"""The readers' knobs change how faults are resolved, as measured from outside.
+"""How faults are resolved, and the readers' knobs that change it, as
+measured from outside.
 
 Delays: each fault's service time in the trace (read -> resolved) is the
 drawn delay plus a small overhead, so the draws show in it: equal seeds give
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import uffdkvm
 from conftest import cpus_unavailable, host_skip, small
 from evidence import CpuSampler, Trace
 
@@ -169,3 +171,37 @@ def test_pinned_threads_ran_only_where_they_were_pinned(kvm):
         for (kind, index), cpus_seen in seen.items():
             want = vcpu_cpu if kind == "vcpu" else reader_cpu
             assert set(cpus_seen) == {want}, f"{kind} {index} pinned to {want}: {cpus_seen}"
+
+
+@pytest.mark.parametrize("backing", ["anonymous", "shmem", "anonymous_thp"])
+def test_zeropage_resolves_with_zeros(kvm, backing):
+    # Verification checks every byte the guest did not write is zero, and
+    # that every page the guest read summed to zero.
+    r = small(mem_per_vcpu="4M", resolve="zeropage", backing=backing, write_percent=50)
+    assert r.faults == 2 * (4 << 20) // r.page_size
+
+
+def test_zeropage_is_refused_where_it_cannot_work():
+    with pytest.raises(uffdkvm.ConfigError, match="^resolve:"):
+        uffdkvm.Config(resolve="zeropage", uffd_mode="minor", backing="shmem")
+    with pytest.raises(uffdkvm.ConfigError, match="hugetlb"):
+        uffdkvm.Config(resolve="zeropage", backing="anonymous_hugetlb", mem_per_vcpu="2M")
+
+
+@pytest.mark.parametrize("dist", ["fixed", "uniform", "exponential"])
+def test_delay_distributions_have_the_configured_mean(kvm, dist):
+    r = small(vcpus=1, mem_per_vcpu="1M", delay_us=1000, delay_dist=dist, seed=5)
+    busy = sum(x.busy_seconds for x in r.readers)
+    # 256 faults with a mean delay of 1 ms: the sleeps alone add up to about
+    # 0.256 s (seeded, so the same draws every run; oversleeping only adds).
+    # Each distribution's shape, and the seeding: the tests above.
+    assert 0.256 * 0.7 < busy < 0.256 * 3
+
+
+@pytest.mark.parametrize("mode,backing", [("missing", "anonymous"), ("minor", "shmem"),
+                                          (None, "anonymous")])
+def test_prefault_leaves_nothing_to_fault(kvm, mode, backing):
+    r = small(mem_per_vcpu="4M", prefault=True, uffd_mode=mode, backing=backing,
+              write_percent=50)
+    assert r.faults == 0
+    assert all(x.wakeups == 0 for x in r.readers)

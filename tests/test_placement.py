@@ -1,4 +1,5 @@
-"""pin_readers="vcpus": each reader runs on the CPU of the vCPU it serves.
+"""Where the threads run: pin_vcpus and pin_readers (a CPU list, or "vcpus":
+each reader on the CPU of the vCPU it serves), and unpinned threads.
 
 Every test reads where the threads ran from the threads themselves (each
 records the CPUs it could run on) and, for the runs in this process, from
@@ -96,3 +97,41 @@ def test_cli_takes_vcpus(two_cpus) -> None:
     # Where the readers ran (not the config echoed back) shows that the CLI
     # handed --pin-readers vcpus on.
     assert [reader.cpus for reader in r.readers] == [(CPUS[1],), (CPUS[0],)]
+
+
+def test_threads_run_where_they_were_pinned(kvm):
+    cpus = sorted(os.sched_getaffinity(0))
+    vcpu_pins, reader_pins = cpus[::-1], cpus
+    r, kernel = run_watching_affinity(vcpus=3, readers=2, pin_vcpus=vcpu_pins,
+                                      pin_readers=reader_pins, mem_per_vcpu="4M", delay_us=300)
+    # Each thread reports the affinity it saw from inside itself, and the
+    # kernel says the same of it.
+    for v in r.vcpus:
+        assert v.cpus == (vcpu_pins[v.index % len(vcpu_pins)],)
+        assert kernel[v.tid] == set(v.cpus)
+    for k, x in enumerate(sorted(r.readers, key=lambda x: (x.uffd, x.index))):
+        assert x.cpus == (reader_pins[k % len(reader_pins)],)
+        assert kernel[x.tid] == set(x.cpus)
+
+
+def test_unpinned_threads_may_run_anywhere_beside_pinned_ones(kvm):
+    """vCPUs pinned, readers not, in one run: the readers keep every CPU the
+    process may use (in the kernel's record too), while the vCPUs have their
+    one. A run that pinned nothing, or everything, fails this."""
+    allowed = frozenset(os.sched_getaffinity(0))
+    if fewer_cpus_than(2).holds:
+        host_skip(fewer_cpus_than(2), "needs two CPUs to tell pinned from unpinned")
+    pin = min(allowed)
+    r, kernel = run_watching_affinity(vcpus=2, readers=1, pin_vcpus=[pin], mem_per_vcpu="4M",
+                                      delay_us=300)
+    for v in r.vcpus:
+        assert v.cpus == (pin,)
+        assert kernel[v.tid] == {pin}
+    for x in r.readers:
+        assert x.cpus == tuple(sorted(allowed))
+        assert kernel[x.tid] == allowed
+
+
+def test_pinning_to_a_cpu_the_process_cannot_use_is_a_host_error(kvm):
+    with pytest.raises(uffdkvm.HostUnsupportedError, match="^pin_vcpus: CPU 1000 "):
+        uffdkvm.run(mem_per_vcpu="1M", pin_vcpus=[1000])
