@@ -498,7 +498,10 @@ void ukvm_experiment_cancel(struct ukvm_experiment *exp);
  * that does not stop within 2 s fails the run with an error naming it
  * (UKVM_ERR_RUN, or appended to the first failure) and the experiment is
  * kept in the background until the thread leaves; after a cancel this
- * returns within half a second whatever the threads do.
+ * returns within half a second whatever the threads do. A run without a
+ * time limit (timeout_ns 0) is waited for as long as its guests make
+ * progress; one that has walked without any for a minute (more for slow
+ * configs: delay_us, guest_work, source remote) fails with UKVM_ERR_TIMEOUT.
  */
 int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 			   struct ukvm_error *err);

@@ -1,5 +1,5 @@
 """How faults are resolved, and the readers' knobs that change it, as
-measured from outside.
+measured from outside (zeropage, prefault and the delays' means at the end).
 
 Delays: each fault's service time in the trace (read -> resolved) is the
 drawn delay plus a small overhead, so the draws show in it: equal seeds give

@@ -43,19 +43,3 @@ void ukvm_hist_add(struct ukvm_hist *h, uint64_t v)
 	h->sum += v;
 	h->buckets[ukvm_hist_bucket(v)]++;
 }
-
-void ukvm_hist_merge(struct ukvm_hist *dst, const struct ukvm_hist *src)
-{
-	unsigned b;
-
-	if (!src->count)
-		return;
-	if (!dst->count || src->min < dst->min)
-		dst->min = src->min;
-	if (src->max > dst->max)
-		dst->max = src->max;
-	dst->count += src->count;
-	dst->sum += src->sum;
-	for (b = 0; b < UKVM_HIST_BUCKETS; b++)
-		dst->buckets[b] += src->buckets[b];
-}

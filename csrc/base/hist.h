@@ -13,6 +13,5 @@
 /* The bucket v falls in. */
 unsigned ukvm_hist_bucket(uint64_t v);
 void ukvm_hist_add(struct ukvm_hist *h, uint64_t v);
-void ukvm_hist_merge(struct ukvm_hist *dst, const struct ukvm_hist *src);
 
 #endif
