@@ -480,7 +480,8 @@ void *ukvm_vcpu_thread(void *arg)
 	vcpu->tid = (int32_t)gettid();
 	ret = ukvm_thread_pin(vcpu->cpu, vcpu->affinity);
 	if (ret)
-		ukvm_ctl_fail(ctl, UKVM_ERR_RUN, -ret, "vCPU %u: pinning to CPU %d (pin_vcpus)",
+		ukvm_ctl_fail(ctl, UKVM_ERR_RUN, -ret,
+			      "vCPU %u: pinning to CPU %d (pin_vcpus): sched_setaffinity",
 			      vcpu->index, vcpu->cpu);
 
 	pthread_mutex_lock(&ctl->lock);

@@ -133,12 +133,10 @@ int ukvm_vm_alloc(struct ukvm_vm *vm, uint64_t bytes, uint64_t *gpa, struct ukvm
 {
 	uint64_t size = units_in(bytes, UKVM_PAGE_SIZE) * UKVM_PAGE_SIZE;
 
-	if (size > vm->sys_size - vm->sys_next) {
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM,
-			     "the guest's system memory (%llu bytes) is full: this is a "
-			     "sizing bug in uffdkvm", (unsigned long long)vm->sys_size);
-		return -ENOMEM;
-	}
+	if (size > vm->sys_size - vm->sys_next)
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM,
+				    "the guest's system memory (%llu bytes) is full: this is a "
+				    "sizing bug in uffdkvm", (unsigned long long)vm->sys_size);
 	*gpa = vm->sys_next;
 	vm->sys_next += size;
 	/* The memory is fresh anonymous memory: already zero. */
@@ -202,7 +200,7 @@ int ukvm_vm_add_gmem_memslot(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, vo
 static int vm_next_table(struct ukvm_vm *vm, uint64_t *entry, uint64_t **table,
 			 struct ukvm_error *err)
 {
-	uint64_t gpa;
+	uint64_t gpa = 0;	/* set unless ukvm_vm_alloc() fails, which gcc cannot see */
 	int ret;
 
 	if (!(*entry & PTE_PRESENT)) {
