@@ -17,7 +17,8 @@ import uffdkvm
 from uffdkvm import Config, ConfigError, HostUnsupportedError
 from children import ENV as CHILD_ENV
 from children import uffdkvm_command
-from conftest import fewer_cpus_than, host_skip, run_watching_affinity
+from conftest import cpus_unavailable, fewer_cpus_than, host_skip, run_watching_affinity, small
+from evidence import CpuSampler, Trace
 
 CPUS = sorted(os.sched_getaffinity(0))
 
@@ -135,3 +136,48 @@ def test_unpinned_threads_may_run_anywhere_beside_pinned_ones(kvm):
 def test_pinning_to_a_cpu_the_process_cannot_use_is_a_host_error(kvm):
     with pytest.raises(uffdkvm.HostUnsupportedError, match="^pin_vcpus: CPU 1000 "):
         uffdkvm.run(mem_per_vcpu="1M", pin_vcpus=[1000])
+
+
+def sampled_run(**fields):
+    """A run of about half a second, CPU-bound in the guest and faulting all
+    along, with the CPU of every thread sampled from /proc throughout."""
+    with CpuSampler() as sampler:
+        r = small(vcpus=2, mem_per_vcpu="1M", readers=1, guest_work=150,
+                  trace_faults=True, **fields)
+    return r, sampler
+
+
+def seen_on(r, sampler):
+    """{("vcpu"|"reader", index): Counter of CPUs} for the samples each
+    thread surely took after pinning itself: a vCPU pins before the start
+    barrier, so after the first fault of the run; a reader after it has
+    read its first fault (before, it may not have run yet, and a thread
+    that has never run shows the CPU it was created on)."""
+    t = Trace(r.fault_trace)
+    out = {("vcpu", v.index): sampler.cpus_of(v.tid, after_ns=int(t.read_ns.min()))
+           for v in r.vcpus}
+    for x in r.readers:
+        mine = (t.uffd == x.uffd) & (t.reader == x.index)
+        out[("reader", x.uffd)] = sampler.cpus_of(x.tid, after_ns=int(t.read_ns[mine].min()))
+    for who, cpus in out.items():
+        assert sum(cpus.values()) >= 20, f"{who} was hardly sampled: {cpus}"
+    return out
+
+
+def test_pinned_threads_ran_only_where_they_were_pinned(kvm):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        host_skip(cpus_unavailable(0, 1), "needs two CPUs to tell pinned from unpinned")
+    a, b = cpus[:2]
+    # Both vCPUs crammed onto one CPU, the readers onto the other: the kernel
+    # ran each thread nowhere else, in either arrangement. The two
+    # arrangements are each other's control: with the pins ignored (or a
+    # sampler that saw one CPU whatever happened) a thread cannot be seen
+    # only on a in one and only on b in the other. (An unpinned control run
+    # used to come first and skipped, unexplained, whenever a busy host's
+    # scheduler kept both vCPUs on one CPU.)
+    for vcpu_cpu, reader_cpu in ((a, b), (b, a)):
+        seen = seen_on(*sampled_run(pin_vcpus=[vcpu_cpu], pin_readers=[reader_cpu]))
+        for (kind, index), cpus_seen in seen.items():
+            want = vcpu_cpu if kind == "vcpu" else reader_cpu
+            assert set(cpus_seen) == {want}, f"{kind} {index} pinned to {want}: {cpus_seen}"

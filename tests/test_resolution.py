@@ -4,19 +4,18 @@ measured from outside (zeropage, prefault and the delays' means at the end).
 Delays: each fault's service time in the trace (read -> resolved) is the
 drawn delay plus a small overhead, so the draws show in it: equal seeds give
 equal sequences, and each delay_dist passes its own distribution test.
-resolve: which ioctl resolved each message. pin_*: where the kernel ran each
-thread, sampled from /proc during the run.
+resolve: which ioctl resolved each message. (Where the threads ran is
+test_placement.py's; resolver="vcpu" is test_resolver.py's.)
 """
 import functools
-import os
 
 import numpy as np
 import pytest
 from scipy import stats
 
 import uffdkvm
-from conftest import cpus_unavailable, host_skip, small
-from evidence import CpuSampler, Trace
+from conftest import small
+from evidence import Trace
 
 pytestmark = pytest.mark.kvm
 
@@ -126,51 +125,6 @@ def test_each_message_is_resolved_with_the_configured_ioctl(kvm, resolve, mode, 
         assert counts.pop(counter) == handled, (x, handled)
         assert counts == {name: 0 for name in counts}
     assert sum(getattr(x, counter) for x in r.readers) == len(t) == 2 * 256
-
-
-def sampled_run(**fields):
-    """A run of about half a second, CPU-bound in the guest and faulting all
-    along, with the CPU of every thread sampled from /proc throughout."""
-    with CpuSampler() as sampler:
-        r = small(vcpus=2, mem_per_vcpu="1M", readers=1, guest_work=150,
-                  trace_faults=True, **fields)
-    return r, sampler
-
-
-def seen_on(r, sampler):
-    """{("vcpu"|"reader", index): Counter of CPUs} for the samples each
-    thread surely took after pinning itself: a vCPU pins before the start
-    barrier, so after the first fault of the run; a reader after it has
-    read its first fault (before, it may not have run yet, and a thread
-    that has never run shows the CPU it was created on)."""
-    t = Trace(r.fault_trace)
-    out = {("vcpu", v.index): sampler.cpus_of(v.tid, after_ns=int(t.read_ns.min()))
-           for v in r.vcpus}
-    for x in r.readers:
-        mine = (t.uffd == x.uffd) & (t.reader == x.index)
-        out[("reader", x.uffd)] = sampler.cpus_of(x.tid, after_ns=int(t.read_ns[mine].min()))
-    for who, cpus in out.items():
-        assert sum(cpus.values()) >= 20, f"{who} was hardly sampled: {cpus}"
-    return out
-
-
-def test_pinned_threads_ran_only_where_they_were_pinned(kvm):
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        host_skip(cpus_unavailable(0, 1), "needs two CPUs to tell pinned from unpinned")
-    a, b = cpus[:2]
-    # Both vCPUs crammed onto one CPU, the readers onto the other: the kernel
-    # ran each thread nowhere else, in either arrangement. The two
-    # arrangements are each other's control: with the pins ignored (or a
-    # sampler that saw one CPU whatever happened) a thread cannot be seen
-    # only on a in one and only on b in the other. (An unpinned control run
-    # used to come first and skipped, unexplained, whenever a busy host's
-    # scheduler kept both vCPUs on one CPU.)
-    for vcpu_cpu, reader_cpu in ((a, b), (b, a)):
-        seen = seen_on(*sampled_run(pin_vcpus=[vcpu_cpu], pin_readers=[reader_cpu]))
-        for (kind, index), cpus_seen in seen.items():
-            want = vcpu_cpu if kind == "vcpu" else reader_cpu
-            assert set(cpus_seen) == {want}, f"{kind} {index} pinned to {want}: {cpus_seen}"
 
 
 @pytest.mark.parametrize("backing", ["anonymous", "shmem", "anonymous_thp"])
