@@ -482,7 +482,7 @@ int ukvm_experiment_wait(struct ukvm_experiment *exp, uint64_t timeout_ns);
  * them. Any thread may call it before ukvm_experiment_finish().
  */
 void ukvm_experiment_progress(struct ukvm_experiment *exp, const char **phase,
-			     uint64_t *pages_done, uint64_t *pages_total, uint32_t n);
+			      uint64_t *pages_done, uint64_t *pages_total, uint32_t n);
 /*
  * Asks a running experiment to stop; it ends with UKVM_ERR_CANCELLED (a run
  * that has already finished keeps its result). Any thread may call it, but
