@@ -63,6 +63,9 @@
 /* The background waits for a thread that would not stop: kicks this often. */
 #define LINGER_POLL_NS		(20 * NSEC_PER_MSEC)
 
+/* The phase of the walk, the only one finish watches for progress (experiment_watch_locked). */
+static const char PHASE_RUNNING[] = "running";
+
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ukvm_experiment *pending;
 
@@ -329,7 +332,7 @@ static void *experiment_controller(void *arg)
 	if (!ret && !exp_aborted(exp)) {
 		pthread_mutex_lock(&exp->ctl.lock);
 		exp->walkable = true;
-		exp->phase = "running";
+		exp->phase = PHASE_RUNNING;
 		pthread_mutex_unlock(&exp->ctl.lock);
 		ret = ukvm_execute_run(exp, &err);
 	}
@@ -605,22 +608,23 @@ struct experiment_watch {
  * Under ctl->lock, for a run without a time limit that goes on: waits
  * WATCH_POLL_NS at most (or until woken) and fails the run once it has
  * spent experiment_no_progress_ns() walking without progress. Only the walk
- * is watched: setup and collect do work of their own, and wait on nothing
- * a stuck thread holds.
+ * is watched: setup and verification do work of their own (minutes, for a
+ * region of many GiB), and stopping is bounded by stop.c.
  */
 static void experiment_watch_locked(struct ukvm_experiment *exp, struct experiment_watch *w)
 {
 	uint64_t now = ukvm_now_ns(), mark = experiment_progress_mark(exp), limit;
+	bool walking = exp->walkable && exp->phase == PHASE_RUNNING;
 	struct ukvm_error stuck = { 0 };
 	struct timespec ts;
 
-	if (!w->since_ns || !exp->walkable || exp->phase != w->phase || mark != w->mark) {
+	if (!w->since_ns || !walking || exp->phase != w->phase || mark != w->mark) {
 		w->phase = exp->phase;
 		w->mark = mark;
 		w->since_ns = now;
 	}
 	limit = experiment_no_progress_ns(exp);
-	if (exp->walkable && now - w->since_ns >= limit) {
+	if (walking && now - w->since_ns >= limit) {
 		ukvm_err_set(&stuck, UKVM_ERR_TIMEOUT, 0,
 			     "the run made no progress for %.1f s and has no time limit "
 			     "(timeout_ns 0): %u of %u vCPUs were still running (a fault never "
