@@ -84,6 +84,14 @@ enum ukvm_inject {
 	 * vCPU waiting on it with it, until a retry succeeds.
 	 */
 	UKVM_INJECT_RELEASE_DUP3,
+	/*
+	 * The last vCPU, once the run has begun, never enters the guest: it
+	 * sleeps until the run is stopped, so the run makes no progress and
+	 * never ends by itself. A run without a time limit (timeout_ns 0)
+	 * then fails after inject_after ms without progress, not after
+	 * ukvm_experiment_finish()'s own limit (experiment.c, NO_PROGRESS_NS).
+	 */
+	UKVM_INJECT_VCPU_HANG,
 	UKVM_INJECT__COUNT
 };
 

@@ -392,10 +392,10 @@ int ukvm_experiment_wait(struct ukvm_experiment *exp, uint64_t timeout_ns);
  * the first n vCPUs, the pages its guest has touched so far (all passes, read
  * live from the guest's own counters) and the pages it will touch in all.
  * Both are 0 before the vCPUs exist and after the experiment has released
- * them. Any thread may call it before ukvm_experiment_finish(). Returns 0.
+ * them. Any thread may call it before ukvm_experiment_finish().
  */
-int ukvm_experiment_progress(struct ukvm_experiment *exp, const char **phase,
-			     uint64_t *pages_done, uint64_t *pages_total, uint32_t n);
+void ukvm_experiment_progress(struct ukvm_experiment *exp, const char **phase,
+			      uint64_t *pages_done, uint64_t *pages_total, uint32_t n);
 /*
  * Asks a running experiment to stop; it ends with UKVM_ERR_CANCELLED (a run
  * that has already finished keeps its result). Any thread may call it, but
@@ -411,7 +411,10 @@ void ukvm_experiment_cancel(struct ukvm_experiment *exp);
  * that does not stop within 2 s fails the run with an error naming it
  * (UKVM_ERR_RUN, or appended to the first failure) and the experiment is
  * kept in the background until the thread leaves; after a cancel this
- * returns within half a second whatever the threads do.
+ * returns within half a second whatever the threads do. A run without a
+ * time limit (timeout_ns 0) is waited for as long as its guests make
+ * progress; one that has walked without any for a minute (more for slow
+ * configs: delay_us, guest_work, source remote) fails with UKVM_ERR_TIMEOUT.
  */
 /*
  * The config the experiment runs, as the core holds it (its own copy, the

@@ -26,7 +26,7 @@ from hostfacts import (  # noqa: F401 - re-exported for the tests
     NO_STEADY_KVM_TSC_OFFSET,
     NO_KVM_STATS, NO_MEMAVAILABLE, NO_THP, NO_TSAN_RUNTIME, NO_UFFD_MINOR_HUGETLBFS,
     NO_UFFD_MINOR_SHMEM, NO_USERFAULTFD, NOT_ROOT, UNPRIVILEGED_USERFAULTFD, Fact,
-    add_hugepages, cpus_unavailable, fact, facts_for_run, host_skip, mem_available_below,
+    add_hugepages, cpus_unavailable, fact, fewer_cpus_than, facts_for_run, host_skip, mem_available_below,
     mem_info, missing_module, missing_tool, nofile_hard_limit_below, remove_hugepages)
 from hostfacts import BUILT_WITHOUT_LIBURING, NO_IO_URING_UFFD  # noqa: F401, E402
 
@@ -124,6 +124,47 @@ def skip_without_kvm(kvm_reason):
 @pytest.fixture
 def kvm(kvm_reason):
     skip_without_kvm(kvm_reason)
+
+
+def _cpu_list(text):
+    """ "0-2,5" as {0, 1, 2, 5}."""
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(cpus)
+
+
+def run_watching_affinity(**fields):
+    """Runs an experiment that must verify, while another thread reads
+    every thread's Cpus_allowed_list from /proc/self/task/TID/status: the
+    kernel's own record of where each may run, independent of what the
+    threads report of themselves. Returns (result, {tid: CPUs}), each
+    thread's last reading (after it pinned itself: it pins as it starts)."""
+    import threading
+    seen, done = {}, threading.Event()
+
+    def watch():
+        while not done.is_set():
+            for tid in os.listdir("/proc/self/task"):
+                try:
+                    with open(f"/proc/self/task/{tid}/status") as f:
+                        for line in f:
+                            if line.startswith("Cpus_allowed_list:"):
+                                seen[int(tid)] = _cpu_list(line.split(":")[1].strip())
+                except OSError:
+                    pass  # the thread left
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        r = uffdkvm.run(**fields)
+    finally:
+        done.set()
+        watcher.join()
+    assert r.verified, r.verify_message
+    return r, seen
 
 
 def small(**fields):

@@ -744,7 +744,8 @@ def NO_THP():
 
 
 def mem_info(key):
-    """A /proc/meminfo value in bytes, or None."""
+    """A /proc/meminfo value in bytes, or None. Read here, not through
+    uffdkvm.host.meminfo_bytes: a probe never goes through uffdkvm."""
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith(key + ":"):
@@ -877,6 +878,15 @@ def nofile_hard_limit_below(n):
             f"RLIMIT_NOFILE soft {soft}, hard {hard}"
     return _param_fact(f"nofile-hard-limit-below:{n}",
                        f"the hard limit on open files is below {n}", probe)
+
+
+def fewer_cpus_than(n):
+    """This process may run on fewer than n CPUs."""
+    def probe():
+        allowed = os.sched_getaffinity(0)
+        return len(allowed) < n, f"sched_getaffinity: {sorted(allowed)}"
+    return _param_fact(f"fewer-cpus-than:{n}", f"this process may run on fewer than {n} CPUs",
+                       probe)
 
 
 def cpus_unavailable(*cpus):

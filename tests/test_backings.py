@@ -1,12 +1,15 @@
 """Every backing x uffd_mode runs and verifies, or says exactly why not."""
 import fcntl
+import re
+import threading
+import time
 
 import pytest
 
 import hostfacts
 import uffdkvm
 import uffdkvm.host
-from conftest import NO_GUEST_MEMFD, run_or_skip, run_with_fault
+from conftest import NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD, run_or_skip, run_with_fault
 from uffdkvm.config import BACKING_PAGE_SIZES
 from uffdkvm.support import modes_for
 
@@ -21,25 +24,97 @@ def size_for(backing):
     return (1, page) if page >= 1 << 30 else (2, max(2 * page, 4 << 20))
 
 
+# The VmFlags /proc/self/smaps shows on a range registered with userfaultfd, per mode.
+UFFD_VMFLAGS = {"missing": "um", "minor": "ui", "wp": "uw"}
+SHARED_BACKINGS = {"shmem", "shared_hugetlb", "guest_memfd"}
+
+
+def registered_mappings(**fields):
+    """Runs an experiment that must verify (skipping as run_or_skip does)
+    while a thread reads /proc/self/smaps: the kernel's own account of the
+    mappings that are registered with userfaultfd during the run. Returns
+    (result, {(start, end): (name, KernelPageSize in bytes, the uffd
+    VmFlags, its THP advice: "hg" for MADV_HUGEPAGE, "nh" for
+    MADV_NOHUGEPAGE, or "")})."""
+    seen, done = {}, threading.Event()
+
+    def watch():
+        while not done.is_set():
+            with open("/proc/self/smaps") as f:
+                for line in f:
+                    if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                        parts = line.split()
+                        start, end = (int(x, 16) for x in parts[0].split("-"))
+                        name, page = " ".join(parts[5:]), None
+                    elif line.startswith("KernelPageSize:"):
+                        page = int(line.split()[1]) * 1024
+                    elif line.startswith("VmFlags:"):
+                        vmflags = set(line.split()[1:])
+                        flags = vmflags & set(UFFD_VMFLAGS.values())
+                        advice = "".join(sorted(vmflags & {"hg", "nh"}))
+                        if flags:
+                            seen[start, end] = (name, page, frozenset(flags), advice)
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        r = run_or_skip(**fields)
+    finally:
+        done.set()
+        watcher.join()
+    return r, seen
+
+
 @pytest.mark.parametrize("backing,mode", COMBOS, ids=[f"{b}-{m}" for b, m in COMBOS])
 def test_backing_runs_and_verifies(kvm, hugepages, backing, mode):
     vcpus, mem = size_for(backing)
-    r = run_or_skip(vcpus=vcpus, mem_per_vcpu=mem, backing=backing, uffd_mode=mode,
-                    readers=2)
     page = BACKING_PAGE_SIZES[backing]
-    assert r.page_size == page
+    faults = vcpus * mem // page
+    # Slow enough (about 0.1-0.2 s in all) that the watcher sees the run.
+    delay_us = 0 if mode is None else min(50_000, max(100, 400_000 // faults))
+    r, mappings = registered_mappings(vcpus=vcpus, mem_per_vcpu=mem, backing=backing,
+                                      uffd_mode=mode, readers=2, delay_us=delay_us)
+    assert r.page_size == page  # the unit the core resolved in
     # Faults are resolved a backing page at a time, each exactly once.
-    assert r.faults == (0 if mode is None else vcpus * mem // page)
+    assert r.faults == (0 if mode is None else faults)
     assert all(v.pages == mem // 4096 for v in r.vcpus)
+    if mode is None:
+        assert not mappings, mappings
+        return
+    # The kernel's view of the guest memory: registered in the mode asked
+    # for, over the whole region, in pages of the backing's size (THP: 4 KiB
+    # pages that the kernel was advised to make huge; anonymous: advised
+    # not to, so every fault is a 4 KiB one), shared (a memfd) or private
+    # (anonymous, hugetlb's "/anon_hugepage") as the backing is.
+    assert sum(end - start for start, end in mappings) == vcpus * mem, mappings
+    thp = backing == "anonymous_thp"
+    for name, kernel_page, flags, advice in mappings.values():
+        assert flags == {UFFD_VMFLAGS[mode]}, mappings
+        assert kernel_page == (4096 if thp else page), mappings
+        assert advice == {"anonymous_thp": "hg", "anonymous": "nh"}.get(backing, ""), mappings
+        if backing in SHARED_BACKINGS:
+            assert name.startswith("/memfd:") or "gmem" in name, mappings
+        else:
+            assert name in ("", "/anon_hugepage (deleted)"), mappings
 
 
-def test_guest_memfd_with_userfaultfd_says_what_is_missing(kvm):
-    try:
-        r = uffdkvm.run(mem_per_vcpu="1M", backing="guest_memfd")
-    except uffdkvm.HostUnsupportedError as e:
-        assert "guest_memfd" in str(e)
-    else:  # a kernel with userfaultfd on guest_memfd
-        assert r.verified
+def test_guest_memfd_with_userfaultfd_runs_or_says_what_is_missing(kvm):
+    """The tests' own probes (hostfacts, straight to the kernel) decide which
+    way it must go: where KVM makes an mmap-able guest_memfd and userfaultfd
+    registers it, the run resolves every page through userfaultfd; where
+    either is missing, the refusal names the call that said so."""
+    if NO_GUEST_MEMFD.holds or NO_GUEST_MEMFD_UFFD.holds:
+        with pytest.raises(uffdkvm.HostUnsupportedError) as info:
+            uffdkvm.run(mem_per_vcpu="1M", backing="guest_memfd")
+        message = str(info.value)
+        assert message.startswith("backing guest_memfd:") or \
+            "UFFDIO_REGISTER(guest_memfd)" in message, message
+        return
+    r = uffdkvm.run(mem_per_vcpu="1M", backing="guest_memfd")
+    assert r.verified, r.verify_message
+    assert r.faults == r.config.region_bytes // 4096 and r.faults > 0
+    assert sum(x.copies for x in r.readers) == r.faults
 
 
 def guest_memfd_answers():
@@ -131,7 +206,7 @@ def test_too_few_huge_pages_fail_before_the_vm_with_the_fix(kvm):
 
 
 def test_no_pool_can_outgrow_the_host(kvm):
-    total = int(open("/proc/meminfo").read().split("MemTotal:")[1].split()[0]) * 1024
+    total = hostfacts.mem_info("MemTotal")
     with pytest.raises(uffdkvm.HostUnsupportedError, match="^mem_per_vcpu: the run needs"):
         uffdkvm.run(vcpus=2, mem_per_vcpu=(total // 2 + (1 << 30)) >> 21 << 21,
                     backing="anonymous_hugetlb")

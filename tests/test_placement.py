@@ -1,9 +1,11 @@
-"""pin_readers="vcpus": each reader runs on the CPU of the vCPU it serves.
+"""Where the threads run: pin_vcpus and pin_readers (a CPU list, or "vcpus":
+each reader on the CPU of the vCPU it serves), and unpinned threads.
 
 Every test reads where the threads ran from the threads themselves (each
-records the CPUs it could run on), so forcing the placement away in the
-mapping to the core (run.py hands the core an empty reader pin list) turns
-them red.
+records the CPUs it could run on) and, for the runs in this process, from
+the kernel (each thread's Cpus_allowed_list in /proc, read while it runs),
+so forcing the placement away in the mapping to the core (run.py hands the
+core an empty reader pin list) turns them red.
 """
 from __future__ import annotations
 
@@ -15,33 +17,44 @@ import uffdkvm
 from uffdkvm import Config, ConfigError, HostUnsupportedError
 from children import ENV as CHILD_ENV
 from children import uffdkvm_command
+from conftest import cpus_unavailable, fewer_cpus_than, host_skip, run_watching_affinity, small
+from evidence import CpuSampler, Trace
 
 CPUS = sorted(os.sched_getaffinity(0))
-needs_two = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs this process may use")
 
 
-@needs_two
-def test_per_vcpu_uffds_put_each_reader_with_its_vcpu() -> None:
+@pytest.fixture
+def two_cpus(kvm) -> None:
+    """KVM, and two CPUs this process may use; else a skip citing the fact."""
+    if fewer_cpus_than(2).holds:
+        host_skip(fewer_cpus_than(2), "needs two CPUs to place threads apart")
+
+
+# Slow enough (0.5 ms a fault) that the watcher reads every thread while it runs.
+WATCHED = dict(mem_per_vcpu="4M", delay_us=500)
+
+
+def test_per_vcpu_uffds_put_each_reader_with_its_vcpu(two_cpus) -> None:
     pins = (CPUS[1], CPUS[0])  # crossed, so that reader k on CPU k would be wrong
-    r = uffdkvm.run(vcpus=2, mem_per_vcpu="4M", readers=2, pin_vcpus=pins,
-                    pin_readers="vcpus")
-    assert r.verified, r.verify_message
-    assert r.config.pin_readers == "vcpus"
+    r, kernel = run_watching_affinity(vcpus=2, readers=2, pin_vcpus=pins,
+                                      pin_readers="vcpus", **WATCHED)
     for reader in r.readers:
         # uffd u holds vCPU u's memory alone
         assert reader.cpus == (pins[reader.uffd],), reader
+        assert kernel[reader.tid] == {pins[reader.uffd]}, reader
     for i, vcpu in enumerate(r.vcpus):
         assert vcpu.cpus == (pins[i],)
+        assert kernel[vcpu.tid] == {pins[i]}
         assert vcpu.faults > 0
 
 
-@needs_two
-def test_one_uffd_spreads_its_readers_over_the_vcpus_cpus() -> None:
+def test_one_uffd_spreads_its_readers_over_the_vcpus_cpus(two_cpus) -> None:
     pins = (CPUS[0], CPUS[1])
-    r = uffdkvm.run(vcpus=2, mem_per_vcpu="4M", readers=3, single_uffd=True,
-                    pin_vcpus=pins, pin_readers="vcpus")
-    assert r.verified, r.verify_message
-    assert [reader.cpus for reader in r.readers] == [(pins[0],), (pins[1],), (pins[0],)]
+    r, kernel = run_watching_affinity(vcpus=2, readers=3, single_uffd=True,
+                                      pin_vcpus=pins, pin_readers="vcpus", **WATCHED)
+    want = [(pins[0],), (pins[1],), (pins[0],)]
+    assert [reader.cpus for reader in r.readers] == want
+    assert [tuple(sorted(kernel[reader.tid])) for reader in r.readers] == want
 
 
 def test_reader_cpus_spells_the_placement_out() -> None:
@@ -62,8 +75,7 @@ def test_vcpus_placement_needs_vcpu_pins() -> None:
     assert e.value.field == "pin_readers"
 
 
-@needs_two
-def test_spinners_with_their_vcpus_are_refused() -> None:
+def test_spinners_with_their_vcpus_are_refused(two_cpus) -> None:
     with pytest.raises(HostUnsupportedError, match="pin_readers"):
         uffdkvm.run(vcpus=1, mem_per_vcpu="4M", wait="spin", pin_vcpus=(CPUS[0],),
                     pin_readers="vcpus")
@@ -75,8 +87,7 @@ def test_the_placement_survives_json() -> None:
     assert c.to_dict()["pin_readers"] == "vcpus"
 
 
-@needs_two
-def test_cli_takes_vcpus() -> None:
+def test_cli_takes_vcpus(two_cpus) -> None:
     import subprocess
     p = subprocess.run(uffdkvm_command("-q", "-v", "2", "-b", "4M",
                                        "-c", f"{CPUS[1]},{CPUS[0]}", "--pin-readers", "vcpus",
@@ -84,5 +95,89 @@ def test_cli_takes_vcpus() -> None:
                        capture_output=True, text=True, env=CHILD_ENV)
     assert p.returncode == 0, p.stderr
     r = uffdkvm.Result.from_json(p.stdout)
-    assert r.config.pin_readers == "vcpus"
+    # Where the readers ran (not the config echoed back) shows that the CLI
+    # handed --pin-readers vcpus on.
     assert [reader.cpus for reader in r.readers] == [(CPUS[1],), (CPUS[0],)]
+
+
+def test_threads_run_where_they_were_pinned(kvm):
+    cpus = sorted(os.sched_getaffinity(0))
+    vcpu_pins, reader_pins = cpus[::-1], cpus
+    r, kernel = run_watching_affinity(vcpus=3, readers=2, pin_vcpus=vcpu_pins,
+                                      pin_readers=reader_pins, mem_per_vcpu="4M", delay_us=300)
+    # Each thread reports the affinity it saw from inside itself, and the
+    # kernel says the same of it.
+    for v in r.vcpus:
+        assert v.cpus == (vcpu_pins[v.index % len(vcpu_pins)],)
+        assert kernel[v.tid] == set(v.cpus)
+    for k, x in enumerate(sorted(r.readers, key=lambda x: (x.uffd, x.index))):
+        assert x.cpus == (reader_pins[k % len(reader_pins)],)
+        assert kernel[x.tid] == set(x.cpus)
+
+
+def test_unpinned_threads_may_run_anywhere_beside_pinned_ones(kvm):
+    """vCPUs pinned, readers not, in one run: the readers keep every CPU the
+    process may use (in the kernel's record too), while the vCPUs have their
+    one. A run that pinned nothing, or everything, fails this."""
+    allowed = frozenset(os.sched_getaffinity(0))
+    if fewer_cpus_than(2).holds:
+        host_skip(fewer_cpus_than(2), "needs two CPUs to tell pinned from unpinned")
+    pin = min(allowed)
+    r, kernel = run_watching_affinity(vcpus=2, readers=1, pin_vcpus=[pin], mem_per_vcpu="4M",
+                                      delay_us=300)
+    for v in r.vcpus:
+        assert v.cpus == (pin,)
+        assert kernel[v.tid] == {pin}
+    for x in r.readers:
+        assert x.cpus == tuple(sorted(allowed))
+        assert kernel[x.tid] == allowed
+
+
+def test_pinning_to_a_cpu_the_process_cannot_use_is_a_host_error(kvm):
+    with pytest.raises(uffdkvm.HostUnsupportedError, match="^pin_vcpus: CPU 1000 "):
+        uffdkvm.run(mem_per_vcpu="1M", pin_vcpus=[1000])
+
+
+def sampled_run(**fields):
+    """A run of about half a second, CPU-bound in the guest and faulting all
+    along, with the CPU of every thread sampled from /proc throughout."""
+    with CpuSampler() as sampler:
+        r = small(vcpus=2, mem_per_vcpu="1M", readers=1, guest_work=150,
+                  trace_faults=True, **fields)
+    return r, sampler
+
+
+def seen_on(r, sampler):
+    """{("vcpu"|"reader", index): Counter of CPUs} for the samples each
+    thread surely took after pinning itself: a vCPU pins before the start
+    barrier, so after the first fault of the run; a reader after it has
+    read its first fault (before, it may not have run yet, and a thread
+    that has never run shows the CPU it was created on)."""
+    t = Trace(r.fault_trace)
+    out = {("vcpu", v.index): sampler.cpus_of(v.tid, after_ns=int(t.read_ns.min()))
+           for v in r.vcpus}
+    for x in r.readers:
+        mine = (t.uffd == x.uffd) & (t.reader == x.index)
+        out[("reader", x.uffd)] = sampler.cpus_of(x.tid, after_ns=int(t.read_ns[mine].min()))
+    for who, cpus in out.items():
+        assert sum(cpus.values()) >= 20, f"{who} was hardly sampled: {cpus}"
+    return out
+
+
+def test_pinned_threads_ran_only_where_they_were_pinned(kvm):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        host_skip(cpus_unavailable(0, 1), "needs two CPUs to tell pinned from unpinned")
+    a, b = cpus[:2]
+    # Both vCPUs crammed onto one CPU, the readers onto the other: the kernel
+    # ran each thread nowhere else, in either arrangement. The two
+    # arrangements are each other's control: with the pins ignored (or a
+    # sampler that saw one CPU whatever happened) a thread cannot be seen
+    # only on a in one and only on b in the other. (An unpinned control run
+    # used to come first and skipped, unexplained, whenever a busy host's
+    # scheduler kept both vCPUs on one CPU.)
+    for vcpu_cpu, reader_cpu in ((a, b), (b, a)):
+        seen = seen_on(*sampled_run(pin_vcpus=[vcpu_cpu], pin_readers=[reader_cpu]))
+        for (kind, index), cpus_seen in seen.items():
+            want = vcpu_cpu if kind == "vcpu" else reader_cpu
+            assert set(cpus_seen) == {want}, f"{kind} {index} pinned to {want}: {cpus_seen}"

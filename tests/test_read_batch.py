@@ -47,7 +47,6 @@ def test_after_a_full_batch_a_reader_reads_again_before_it_waits(kvm):
 def test_one_message_per_read_and_one_read_per_wakeup_by_default(kvm):
     r = small(**QUEUEING)
     (x,) = r.readers
-    assert r.config.read_batch == 1
     assert x.read_sizes == (0, x.reads) and x.reads == r.faults
     assert dict(reads_in_trace(r)) == {1: r.faults}
     assert x.reads == x.wakeups - x.spurious_wakeups

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import cli_sweep
+from . import cli_sweep, tables
 from .cli_common import (  # noqa: F401 - the exit codes, for callers of main()
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
@@ -60,9 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _table(headers: Sequence[str], rows: list[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells)
+    return "\n".join(tables.aligned(headers, rows, cell=_cell))
 
 
 def _cell(v: object) -> str:

@@ -37,6 +37,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from . import tables
 from .cli_common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -237,13 +238,10 @@ def format_table(grid: Grid, spread: str = "ci") -> str:
     """The markdown comparison table of a sweep's Grid: each cell the
     median and, with more than one trial, its ``spread`` (a key of SPREADS)."""
     header = [*grid.row_fields, *(grid.heading(c) for c in grid.column_keys)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row_key in grid.row_keys:
-        lines.append("| " + " | ".join(
-            [*(_show(f, v) for f, v in zip(grid.row_fields, row_key, strict=True)),
+    rows = [[*(_show(f, v) for f, v in zip(grid.row_fields, row_key, strict=True)),
              *(_cell(grid.cell(row_key, c), grid.failed.get((row_key, c), 0), spread)
-               for c in grid.column_keys)]) + " |")
-    return "\n".join(lines)
+               for c in grid.column_keys)] for row_key in grid.row_keys]
+    return "\n".join(tables.markdown_grid(header, rows))
 
 
 def _percent(x: float) -> str:

@@ -211,12 +211,16 @@ def _cpuinfo() -> tuple[str, bool]:
     return model or platform.processor(), hypervisor
 
 
-def _mem_total() -> int:
+def meminfo_bytes(key: str) -> int | None:
+    """A /proc/meminfo value ("MemTotal", "MemAvailable", ...) in bytes, or
+    None when the file cannot be read or has no such line."""
     for line in _read("/proc/meminfo").splitlines():
-        if line.startswith("MemTotal:"):
+        name, _, value = line.partition(":")
+        if name == key:
             with contextlib.suppress(ValueError, IndexError):
-                return int(line.split()[1]) * 1024
-    return 0
+                return int(value.split()[0]) * 1024
+            return None
+    return None
 
 
 def _kvm_params() -> tuple[str, dict[str, str]]:
@@ -418,7 +422,7 @@ def capture() -> HostInfo:
         usable_cpus=len(_CPUS_AT_IMPORT),
         hypervisor=hypervisor,
         sys_vendor=_read("/sys/class/dmi/id/sys_vendor"),
-        memory_bytes=_mem_total(),
+        memory_bytes=meminfo_bytes("MemTotal") or 0,
         python_version=platform.python_version(),
         uffdkvm_version=__version__,
         thp_enabled=_selected("/sys/kernel/mm/transparent_hugepage/enabled"),

@@ -18,7 +18,7 @@ from .config import (
     format_size,
 )
 from .errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError, UffdkvmError
-from .host import HostInfo, usable_cpus_at_import
+from .host import HostInfo, meminfo_bytes, usable_cpus_at_import
 from .pageserver import PageServer, PageServerError
 from .progress import ProgressCallback, _Reporter, make_callback
 from .result import Result
@@ -28,20 +28,9 @@ _ERRORS: dict[int, type[UffdkvmError]] = {
     _core.ERR_TIMEOUT: RunTimeoutError}
 
 
-def _meminfo(key: str) -> int | None:
-    """A /proc/meminfo line in bytes, or None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def _mem_available() -> int | None:
-    return _meminfo("MemAvailable")
+    # A function of its own so that tests can stand in for a smaller host.
+    return meminfo_bytes("MemAvailable")
 
 
 def _check_pins(c: Config) -> None:
@@ -138,7 +127,7 @@ def _check_fits_host(c: Config) -> None:
     if c.backing in HUGETLB_BACKINGS:
         # From the reserved huge page pool, which the core checks; but no pool
         # can be larger than the host.
-        total = _meminfo("MemTotal")
+        total = meminfo_bytes("MemTotal")
         if total is not None and c.region_bytes > total:
             raise HostUnsupportedError(
                 f"mem_per_vcpu: the run needs {format_size(c.region_bytes)} of huge pages, "

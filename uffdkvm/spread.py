@@ -15,7 +15,7 @@ How they compute:
 
 - quantiles (median, q1, q3, the interval's ends) interpolate linearly
   between order statistics: numpy's default ``method="linear"``, pandas'
-  ``quantile()``, R's type 7;
+  ``quantile()``, R's type 7 (the median is ``statistics.median``);
 - ``stdev`` is the sample standard deviation (n - 1 in the denominator),
   ``cv`` is stdev / mean;
 - the interval is a percentile bootstrap: ``resamples`` times, draw n values
@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -183,17 +184,18 @@ def _numbers(values: Iterable[Any], name: str = "values") -> tuple[list[float | 
 
 def quantile(ordered: Sequence[float], q: float) -> float:
     """The q-quantile (0 <= q <= 1) of sorted values, interpolated linearly
-    between order statistics (numpy's "linear" method)."""
+    between order statistics (numpy's "linear" method).
+
+    Not ``statistics.quantiles(..., method="inclusive")``, which computes the
+    same cut points but as (x[j] * (n - d) + x[j + 1] * d) / n: a cut that
+    falls on a value comes back an ulp off it (x * 40 / 40), and the interval
+    of 3 to 5 values would no longer be exactly their [min, max]
+    (test_spread.py's test_up_to_five_values_the_interval_is_the_min_max).
+    It also takes only cut points i / n, not any level."""
     h = (len(ordered) - 1) * q
     lo = math.floor(h)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (h - lo) * (ordered[hi] - ordered[lo])
-
-
-def _median(ordered: Sequence[float]) -> float:
-    n = len(ordered)
-    mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _resampled_medians(values: Sequence[float], resamples: int,
@@ -203,10 +205,8 @@ def _resampled_medians(values: Sequence[float], resamples: int,
     one part of the random module Python promises not to change."""
     n = len(values)
     draw = rng.random
-    medians = []
-    for _ in range(resamples):
-        medians.append(_median(sorted([values[int(draw() * n)] for _ in range(n)])))
-    return medians
+    return [statistics.median([values[int(draw() * n)] for _ in range(n)])
+            for _ in range(resamples)]
 
 
 def _interval(estimates: list[float], confidence: float) -> tuple[float, float]:
@@ -238,13 +238,13 @@ def spread_of(values: Iterable[Any], *, confidence: float = CONFIDENCE,
     if n == 0:
         return Spread(0, failed, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN,
                       confidence)
-    median = _median(ordered)
-    mean = math.fsum(ordered) / n
+    median = statistics.median(ordered)
+    mean = statistics.fmean(ordered)
     if n == 1:
         stdev = NAN
         low = high = NAN
     else:
-        stdev = math.sqrt(math.fsum((x - mean) ** 2 for x in ordered) / (n - 1))
+        stdev = statistics.stdev(ordered)
         if n == 2:  # what the bootstrap gives, without the Monte Carlo
             low, high = ordered
         else:
@@ -287,7 +287,7 @@ def ratio_of(a: Iterable[Any], b: Iterable[Any], *, paired: bool = False,
             raise ResultError("ratio_of: b has a zero: a / b is undefined")
         ratios = sorted(x / y for x, y in pairs)
         n_a = n_b = len(ratios)
-        estimate = _median(ratios) if ratios else NAN
+        estimate = statistics.median(ratios) if ratios else NAN
         low = high = NAN
         if len(ratios) == 2:
             low, high = ratios
@@ -300,9 +300,9 @@ def ratio_of(a: Iterable[Any], b: Iterable[Any], *, paired: bool = False,
     n_a, n_b = len(a_sorted), len(b_sorted)
     if not n_a or not n_b:
         return Ratio(NAN, NAN, NAN, n_a, n_b, False, confidence)
-    if _median(b_sorted) == 0:
+    if statistics.median(b_sorted) == 0:
         raise ResultError("ratio_of: the median of b is 0: a / b is undefined")
-    estimate = _median(a_sorted) / _median(b_sorted)
+    estimate = statistics.median(a_sorted) / statistics.median(b_sorted)
     if n_a < 2 or n_b < 2:
         return Ratio(estimate, NAN, NAN, n_a, n_b, False, confidence)
     top = _resampled_medians(a_sorted, resamples, rng)

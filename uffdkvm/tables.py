@@ -1,9 +1,11 @@
 """Small tables as text, Markdown and HTML: how a Result shows itself
-(``str(r)``, and ``_repr_markdown_`` / ``_repr_html_`` in notebooks)."""
+(``str(r)``, and ``_repr_markdown_`` / ``_repr_html_`` in notebooks), and
+the grids the CLI prints (:func:`aligned` for the run command's per-thread
+tables, :func:`markdown_grid` for the sweep's comparison table)."""
 from __future__ import annotations
 
 import html as _html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,21 +24,38 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def aligned(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, header: bool = True,
+            cell: Callable[[Any], str] = _cell) -> list[str]:
+    """A grid as lines of aligned text, columns two spaces apart, each cell
+    ``cell(value)`` (None as "-" by default). With a header its columns are
+    right-aligned, so numbers line up under it; without one (a list of key,
+    value) left-aligned. No line has trailing spaces."""
+    grid = ([[str(c) for c in columns]] if header else []) + \
+        [[cell(v) for v in row] for row in rows]
+    if not grid:
+        return []
+    widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
+    return ["  ".join(c.rjust(w) if header else c.ljust(w)
+                      for c, w in zip(r, widths, strict=True)).rstrip() for r in grid]
+
+
+def markdown_grid(columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
+                  cell: Callable[[Any], str] = _cell) -> list[str]:
+    """A grid as the lines of a Markdown table: the header, its rule, a line
+    per row; a "|" in a cell is escaped."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v).replace("|", "\\|") for v in row) + " |"
+              for row in rows]
+    return lines
+
+
 def text(tables: Sequence[Table]) -> str:
     """Aligned plain text: numbers right-aligned, a blank line between tables."""
     out = []
     for t in tables:
-        rows = [[_cell(v) for v in row] for row in t.rows]
-        grid = ([list(t.columns)] if t.header else []) + rows
-        if not grid:
-            continue
-        widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
-        lines = [t.title]
-        for r in grid:
-            cells = [c.rjust(w) if t.header else c.ljust(w) for c, w in zip(r, widths,
-                                                                             strict=True)]
-            lines.append("  " + "  ".join(cells).rstrip())
-        out.append("\n".join(lines))
+        lines = aligned(t.columns, t.rows, header=t.header)
+        if lines:
+            out.append("\n".join([t.title, *("  " + line for line in lines)]))
     return "\n\n".join(out)
 
 
@@ -46,11 +65,7 @@ def markdown(tables: Sequence[Table]) -> str:
         if not t.rows:
             continue
         columns = list(t.columns) if t.header else ["", ""]
-        lines = [f"**{t.title}**", "", "| " + " | ".join(columns) + " |",
-                 "|" + "---|" * len(columns)]
-        lines += ["| " + " | ".join(_cell(v).replace("|", "\\|") for v in row) + " |"
-                  for row in t.rows]
-        out.append("\n".join(lines))
+        out.append("\n".join([f"**{t.title}**", "", *markdown_grid(columns, t.rows)]))
     return "\n\n".join(out)
 
 

@@ -63,14 +63,12 @@ int ukvm_kick_init(struct ukvm_error *err)
 	if (kick_signo)
 		return 0;
 	if (kick_taken)
-		ukvm_err_set(err, UKVM_ERR_HOST, 0,
-			     "signal SIGRTMIN+%d, which uffdkvm uses to interrupt its "
-			     "threads, already has a handler in this process",
-			     UKVM_KICK_OFFSET);
-	else
-		ukvm_err_set(err, UKVM_ERR_HOST, kick_errno, "sigaction(SIGRTMIN+%d)",
-			     UKVM_KICK_OFFSET);
-	return -(kick_errno ?: EINVAL);
+		return ukvm_err_set(err, UKVM_ERR_HOST, 0,
+				    "signal SIGRTMIN+%d, which uffdkvm uses to interrupt its "
+				    "threads, already has a handler in this process",
+				    UKVM_KICK_OFFSET);
+	return ukvm_err_set(err, UKVM_ERR_HOST, kick_errno ?: EINVAL, "sigaction(SIGRTMIN+%d)",
+			    UKVM_KICK_OFFSET);
 }
 
 int ukvm_kick_signal(void)

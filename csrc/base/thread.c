@@ -55,11 +55,6 @@ int ukvm_thread_pin(int cpu, uint64_t affinity[16])
 	return ret;
 }
 
-void ukvm_thread_start(struct ukvm_thread_state *st)
-{
-	atomic_store(&st->tid, (int)gettid());
-}
-
 static uint64_t timeval_ns(struct timeval tv)
 {
 	return (uint64_t)tv.tv_sec * NSEC_PER_SEC + (uint64_t)tv.tv_usec * 1000;
@@ -69,12 +64,18 @@ int ukvm_thread_usage(struct ukvm_thread_usage *usage)
 {
 	struct rusage ru;
 
+	memset(usage, 0, sizeof(*usage));
 	if (getrusage(RUSAGE_THREAD, &ru))
 		return -errno;
 	usage->cpu_ns = timeval_ns(ru.ru_utime) + timeval_ns(ru.ru_stime);
 	usage->context_switches = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
 	usage->voluntary_context_switches = (uint64_t)ru.ru_nvcsw;
 	return 0;
+}
+
+void ukvm_thread_start(struct ukvm_thread_state *st)
+{
+	atomic_store(&st->tid, (int)gettid());
 }
 
 #ifdef UKVM_TEST_HOOKS

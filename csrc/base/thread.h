@@ -34,18 +34,19 @@ int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_byt
  */
 int ukvm_thread_pin(int cpu, uint64_t affinity[16]);
 
+/* What the calling thread has used since it started (getrusage(RUSAGE_THREAD)). */
+struct ukvm_thread_usage {
+	uint64_t cpu_ns;			/* user + system CPU time */
+	uint64_t context_switches;		/* voluntary + involuntary */
+	uint64_t voluntary_context_switches;
+};
+/* Fills *usage for the calling thread: 0, or -errno with *usage all zero. */
+int ukvm_thread_usage(struct ukvm_thread_usage *usage);
+
 static inline void ukvm_thread_at(struct ukvm_thread_state *st, const char *where)
 {
 	atomic_store_explicit(&st->where, where, memory_order_relaxed);
 }
-/* The calling thread's own counters over its whole life (getrusage(RUSAGE_THREAD)). */
-struct ukvm_thread_usage {
-	uint64_t cpu_ns;			/* user + system */
-	uint64_t context_switches;		/* voluntary + involuntary */
-	uint64_t voluntary_context_switches;
-};
-/* 0, or -errno from getrusage. */
-int ukvm_thread_usage(struct ukvm_thread_usage *usage);
 /* Records the calling thread's id in st. */
 void ukvm_thread_start(struct ukvm_thread_state *st);
 /*

@@ -70,6 +70,7 @@ int ukvm_execute_run(struct ukvm_experiment *exp, struct ukvm_error *err)
 #ifdef UKVM_TEST_HOOKS
 		if (exp->cfg.inject == UKVM_INJECT_VCPU_STALL && i == exp->cfg.vcpus - 1)
 			vcpu->stall_ms = exp->cfg.inject_after;
+		vcpu->hang = exp->cfg.inject == UKVM_INJECT_VCPU_HANG && i == exp->cfg.vcpus - 1;
 #endif
 		ret = ukvm_thread_create(ctl, &vcpu->thread, THREAD_STACK_BYTES,
 					 execute_vcpu_thread, vcpu);

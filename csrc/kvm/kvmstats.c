@@ -90,9 +90,8 @@ int ukvm_kvmstats_open(struct ukvm_kvmstats *s, int kvm_obj_fd, const char *what
 	s->scalars = calloc(s->nr ?: 1, sizeof(*s->scalars));
 	s->before = calloc(s->nr_values ?: 1, sizeof(*s->before));
 	if (!s->scalars || !s->before) {
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "%s: allocating KVM stats", what);
 		ukvm_kvmstats_close(s);
-		return -ENOMEM;
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "%s: allocating KVM stats", what);
 	}
 	for (i = 0; i < s->nr; i++)
 		if (s->sizes[i] == 1)
@@ -100,7 +99,8 @@ int ukvm_kvmstats_open(struct ukvm_kvmstats *s, int kvm_obj_fd, const char *what
 	return 0;
 
 io_error:
-	ukvm_err_set(err, UKVM_ERR_HOST, -ret, "%s: reading the KVM stats fd", what);
+	ukvm_err_set(err, UKVM_ERR_HOST, -ret, "%s: pread(KVM stats fd, the header and "
+		     "descriptors)", what);
 error:
 	free(descs);
 	ukvm_kvmstats_close(s);
@@ -112,25 +112,34 @@ int ukvm_kvmstats_read(struct ukvm_kvmstats *s, uint64_t *values, struct ukvm_er
 	int ret = stats_pread(s->fd, values, s->nr_values * sizeof(uint64_t), s->data_offset);
 
 	if (ret)
-		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "reading KVM stats data");
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pread(KVM stats fd, the data)");
 	return ret;
 }
 
 int ukvm_kvmstats_snapshot(struct ukvm_kvmstats *s)
 {
+	int ret;
+
 	if (s->fd < 0)
 		return -EBADF;
-	s->have_before = ukvm_kvmstats_read(s, s->before, NULL) == 0;
-	return s->have_before ? 0 : -EIO;
+	ret = ukvm_kvmstats_read(s, s->before, NULL);
+	s->have_before = ret == 0;
+	return ret;
 }
 
 int ukvm_kvmstats_deltas(struct ukvm_kvmstats *s, uint64_t *out)
 {
 	uint64_t now[s->nr_values + 1];
 	uint32_t i;
+	int ret;
 
-	if (s->fd < 0 || !s->have_before || ukvm_kvmstats_read(s, now, NULL))
-		return -EIO;
+	if (s->fd < 0)
+		return -EBADF;
+	if (!s->have_before)
+		return -ENODATA;
+	ret = ukvm_kvmstats_read(s, now, NULL);
+	if (ret)
+		return ret;
 	for (i = 0; i < s->nr_scalars; i++) {
 		uint32_t d = s->scalars[i], off = s->offsets[d];
 

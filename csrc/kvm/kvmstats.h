@@ -26,9 +26,14 @@ struct ukvm_kvmstats {
 void ukvm_kvmstats_init(struct ukvm_kvmstats *s);
 int ukvm_kvmstats_open(struct ukvm_kvmstats *s, int kvm_obj_fd, const char *what,
 		       struct ukvm_error *err);
+/* Every value (nr_values of them) now: 0 or -errno (err, if given, set). */
 int ukvm_kvmstats_read(struct ukvm_kvmstats *s, uint64_t *values, struct ukvm_error *err);
+/* Takes the snapshot the deltas count from: 0, -EBADF (not open) or the read's -errno. */
 int ukvm_kvmstats_snapshot(struct ukvm_kvmstats *s);
-/* The scalar statistics (nr_scalars of them) relative to the snapshot. */
+/*
+ * The scalar statistics (nr_scalars of them) relative to the snapshot: 0,
+ * -EBADF (not open), -ENODATA (no snapshot) or the read's -errno.
+ */
 int ukvm_kvmstats_deltas(struct ukvm_kvmstats *s, uint64_t *out);
 /* Index of a scalar statistic by name, or -ENOENT. */
 int ukvm_kvmstats_find(const struct ukvm_kvmstats *s, const char *name);

@@ -223,7 +223,9 @@ static void vcpu_format_regs(struct ukvm_vcpu *vcpu, char *buf, size_t len)
 	struct kvm_regs r;
 
 	if (ioctl(vcpu->fd, KVM_GET_REGS, &r)) {
-		snprintf(buf, len, "(KVM_GET_REGS failed: %s)", strerror(errno));
+		int e = errno;
+
+		snprintf(buf, len, "(KVM_GET_REGS failed: %s)", strerror(e));
 		return;
 	}
 	snprintf(buf, len,
@@ -478,7 +480,8 @@ void *ukvm_vcpu_thread(void *arg)
 	vcpu->tid = (int32_t)gettid();
 	ret = ukvm_thread_pin(vcpu->cpu, vcpu->affinity);
 	if (ret)
-		ukvm_ctl_fail(ctl, UKVM_ERR_RUN, -ret, "vCPU %u: pinning to CPU %d (pin_vcpus)",
+		ukvm_ctl_fail(ctl, UKVM_ERR_RUN, -ret,
+			      "vCPU %u: pinning to CPU %d (pin_vcpus): sched_setaffinity",
 			      vcpu->index, vcpu->cpu);
 
 	pthread_mutex_lock(&ctl->lock);
@@ -490,6 +493,13 @@ void *ukvm_vcpu_thread(void *arg)
 	pthread_mutex_unlock(&ctl->lock);
 	if (go < 0)
 		goto out;
+#ifdef UKVM_TEST_HOOKS
+	/* UKVM_INJECT_VCPU_HANG: no progress until stopped (a kick ends a sleep early). */
+	while (vcpu->hang && !ukvm_ctl_stopping(ctl))
+		ukvm_sleep_ns(NSEC_PER_MSEC);
+	if (vcpu->hang)
+		goto out;
+#endif
 
 	vcpu->done = false;
 	vcpu->start_ns = ukvm_now_ns();

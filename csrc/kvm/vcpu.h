@@ -71,6 +71,7 @@ struct ukvm_vcpu {
 	struct ukvm_thread_state state;
 #ifdef UKVM_TEST_HOOKS
 	uint64_t stall_ms;		/* UKVM_INJECT_VCPU_STALL, for this vCPU */
+	bool hang;			/* UKVM_INJECT_VCPU_HANG, for this vCPU */
 	uint64_t tsc_bias;		/* UKVM_INJECT_TSC_OFFSET: added to every guest TSC read */
 #endif
 	/* guest_timing: the guest's access log, and its TSC bracketed at sync exits */

@@ -81,22 +81,19 @@ static int vm_open_kvm(struct ukvm_vm *vm, struct ukvm_error *err)
 					  "Run as root, or give this user read/write access to "
 					  "/dev/kvm (usually by joining the 'kvm' group)");
 		else
-			ukvm_err_set(err, UKVM_ERR_HOST, e, "open(/dev/kvm)");
+			return ukvm_err_set(err, UKVM_ERR_HOST, e, "open(/dev/kvm)");
 		return -e;
 	}
 	version = ioctl(vm->kvm_fd, KVM_GET_API_VERSION, 0);
-	if (version != KVM_API_VERSION) {
-		ukvm_err_set(err, UKVM_ERR_HOST, version < 0 ? errno : 0,
-			     "KVM_GET_API_VERSION returned %d, expected %d", version,
-			     KVM_API_VERSION);
-		return -EINVAL;
-	}
+	if (version != KVM_API_VERSION)
+		return ukvm_err_set(err, UKVM_ERR_HOST, version < 0 ? errno : 0,
+				    "KVM_GET_API_VERSION returned %d, expected %d", version,
+				    KVM_API_VERSION);
 	vm->run_mmap_size = ioctl(vm->kvm_fd, KVM_GET_VCPU_MMAP_SIZE, 0);
-	if (vm->run_mmap_size < (int)sizeof(struct kvm_run)) {
-		ukvm_err_set(err, UKVM_ERR_HOST, vm->run_mmap_size < 0 ? errno : 0,
-			     "KVM_GET_VCPU_MMAP_SIZE");
-		return -EINVAL;
-	}
+	if (vm->run_mmap_size < (int)sizeof(struct kvm_run))
+		return ukvm_err_set(err, UKVM_ERR_HOST, vm->run_mmap_size < 0 ? errno : 0,
+				    "KVM_GET_VCPU_MMAP_SIZE returned %d, less than struct "
+				    "kvm_run's %zu bytes", vm->run_mmap_size, sizeof(struct kvm_run));
 	return 0;
 }
 
@@ -106,10 +103,8 @@ static int vm_get_cpuid(struct ukvm_vm *vm, struct ukvm_error *err)
 
 	for (;;) {
 		vm->cpuid = calloc(1, sizeof(*vm->cpuid) + nent * sizeof(vm->cpuid->entries[0]));
-		if (!vm->cpuid) {
-			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the CPUID table");
-			return -ENOMEM;
-		}
+		if (!vm->cpuid)
+			return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the CPUID table");
 		vm->cpuid->nent = nent;
 		if (ioctl(vm->kvm_fd, KVM_GET_SUPPORTED_CPUID, vm->cpuid) == 0)
 			break;
@@ -117,10 +112,8 @@ static int vm_get_cpuid(struct ukvm_vm *vm, struct ukvm_error *err)
 
 		free(vm->cpuid);
 		vm->cpuid = NULL;
-		if (e != E2BIG || nent >= 4096) {
-			ukvm_err_set(err, UKVM_ERR_HOST, e, "KVM_GET_SUPPORTED_CPUID");
-			return -e;
-		}
+		if (e != E2BIG || nent >= 4096)
+			return ukvm_err_set(err, UKVM_ERR_HOST, e, "KVM_GET_SUPPORTED_CPUID");
 		nent *= 2;
 	}
 
@@ -140,12 +133,10 @@ int ukvm_vm_alloc(struct ukvm_vm *vm, uint64_t bytes, uint64_t *gpa, struct ukvm
 {
 	uint64_t size = units_in(bytes, UKVM_PAGE_SIZE) * UKVM_PAGE_SIZE;
 
-	if (size > vm->sys_size - vm->sys_next) {
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM,
-			     "the guest's system memory (%llu bytes) is full: this is a "
-			     "sizing bug in uffdkvm", (unsigned long long)vm->sys_size);
-		return -ENOMEM;
-	}
+	if (size > vm->sys_size - vm->sys_next)
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM,
+				    "the guest's system memory (%llu bytes) is full: this is a "
+				    "sizing bug in uffdkvm", (unsigned long long)vm->sys_size);
 	*gpa = vm->sys_next;
 	vm->sys_next += size;
 	/* The memory is fresh anonymous memory: already zero. */
@@ -209,7 +200,7 @@ int ukvm_vm_add_gmem_memslot(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, vo
 static int vm_next_table(struct ukvm_vm *vm, uint64_t *entry, uint64_t **table,
 			 struct ukvm_error *err)
 {
-	uint64_t gpa;
+	uint64_t gpa = 0;	/* set unless ukvm_vm_alloc() fails, which gcc cannot see */
 	int ret;
 
 	if (!(*entry & PTE_PRESENT)) {
@@ -218,9 +209,8 @@ static int vm_next_table(struct ukvm_vm *vm, uint64_t *entry, uint64_t **table,
 			return ret;
 		*entry = gpa | PTE_PRESENT | PTE_WRITE | PTE_ACCESSED;
 	} else if (*entry & PTE_LARGE) {
-		ukvm_err_set(err, UKVM_ERR_RUN, EEXIST,
-			     "guest page tables: a large page is already mapped here");
-		return -EEXIST;
+		return ukvm_err_set(err, UKVM_ERR_RUN, EEXIST,
+				    "guest page tables: a large page is already mapped here");
 	}
 	*table = ukvm_vm_sys_hva(vm, *entry & PTE_ADDR_MASK);
 	return 0;
@@ -298,25 +288,20 @@ int ukvm_vm_map(struct ukvm_vm *vm, uint64_t gpa, uint64_t size, uint64_t page_s
 {
 	uint64_t limit;
 
-	if ((gpa | size) & (page_size - 1)) {
-		ukvm_err_set(err, UKVM_ERR_RUN, EINVAL, "ukvm_vm_map: unaligned range");
-		return -EINVAL;
-	}
-	if (page_size == SZ_1G && !vm->gbpages) {
-		ukvm_err_set(err, UKVM_ERR_HOST, 0,
-			     "guest_page_size 1G: this KVM does not offer 1 GiB pages to guests "
-			     "(CPUID pdpe1gb is not in KVM_GET_SUPPORTED_CPUID); use 2M or 4K");
-		return -EOPNOTSUPP;
-	}
+	if ((gpa | size) & (page_size - 1))
+		return ukvm_err_set(err, UKVM_ERR_RUN, EINVAL, "ukvm_vm_map: unaligned range");
+	if (page_size == SZ_1G && !vm->gbpages)
+		return ukvm_err_set(err, UKVM_ERR_HOST, 0,
+				    "guest_page_size 1G: this KVM does not offer 1 GiB pages to "
+				    "guests (CPUID pdpe1gb is not in KVM_GET_SUPPORTED_CPUID); use "
+				    "2M or 4K");
 	limit = 1ULL << (vm->phys_bits < 48 ? vm->phys_bits : 48);
 	/* Compared without gpa + size, which could wrap. */
-	if (size > limit || gpa > limit - size) {
-		ukvm_err_set(err, UKVM_ERR_HOST, 0,
-			     "the test region of %llu bytes at guest physical 0x%llx ends beyond "
-			     "what this CPU can address (%u bits): use less memory",
-			     (unsigned long long)size, (unsigned long long)gpa, vm->phys_bits);
-		return -ERANGE;
-	}
+	if (size > limit || gpa > limit - size)
+		return ukvm_err_set(err, UKVM_ERR_HOST, 0,
+				    "the test region of %llu bytes at guest physical 0x%llx ends "
+				    "beyond what this CPU can address (%u bits): use less memory",
+				    (unsigned long long)size, (unsigned long long)gpa, vm->phys_bits);
 	return vm_map_range(vm, gpa, size, page_size, err);
 }
 

@@ -3,6 +3,9 @@
  * cfg.timeout_ns: a run that cannot finish (its only reader left without
  * resolving a fault, UKVM_INJECT_READER_EXIT) or that is merely slow ends
  * with UKVM_ERR_TIMEOUT shortly after the limit, for every way of waiting.
+ * Without a limit (timeout_ns 0), ukvm_run() (start, then finish) still
+ * returns, with UKVM_ERR_TIMEOUT, once the walk has made no progress for
+ * finish's no-progress limit: a C caller has no thread to cancel it from.
  */
 #include "helpers.h"
 
@@ -98,6 +101,30 @@ int main(void)
 		cfg = ukt_small();
 		cfg.timeout_ns = 1;
 		expect_timeout(&cfg);
+	}
+
+	/*
+	 * The last vCPU never enters its guest (UKVM_INJECT_VCPU_HANG, which
+	 * also makes the no-progress limit inject_after ms): the other one
+	 * finishes, then nothing moves. Without the watch, finish waited here
+	 * for ever.
+	 */
+	UKT_CASE("no limit: a run that stops making progress") {
+		struct ukvm_error err;
+		uint64_t t0 = ukt_now_ns(), took;
+
+		cfg = ukt_small();
+		cfg.vcpus = 2;
+		cfg.timeout_ns = 0;
+		cfg.inject = UKVM_INJECT_VCPU_HANG;
+		cfg.inject_after = LIMIT_NS / NSEC_PER_MSEC;
+		if (ukt_run_fails(&cfg, UKVM_ERR_TIMEOUT, 0, "made no progress for 0.1 s and has "
+				  "no time limit (timeout_ns 0): 1 of 2 vCPUs were still running",
+				  &err)) {
+			took = ukt_now_ns() - t0;
+			CHECK_GE(took, LIMIT_NS);
+			CHECK_LT(took, LIMIT_NS + SHORTLY_NS);
+		}
 	}
 
 	return ukt_exit();

@@ -26,7 +26,7 @@ DESELECTED = {
     "tests/test_effects_guest.py::test_guest_work_adds_guest_instructions_and_time_per_page":
         "guest work must cost more than 4 times a fault's time per page, as on a host "
         "that emulates every guest instruction",
-    "tests/test_effects_resolution.py::test_pinned_threads_ran_only_where_they_were_pinned":
+    "tests/test_placement.py::test_pinned_threads_ran_only_where_they_were_pinned":
         "samples /proc for a fixed time and needs 20 samples of each thread",
     "tests/test_timeline.py::test_a_delay_lands_in_service_not_in_queue_or_resume":
         "a fault's queue stage must stay under 250 us at the median (301-304 us in both "
