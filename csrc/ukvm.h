@@ -195,8 +195,8 @@ struct ukvm_error {
 
 /*
  * The result: every counter has the name its Python field has (uffdkvm/result.py),
- * and module.c's tables (result_fields and the ones beside it) hand each
- * one over by that name. The one conversion is a unit: a duration X_ns
+ * and the binding's tables (result_fields and the ones beside it, in
+ * csrc/python/result.c) hand each one over by that name. The one conversion is a unit: a duration X_ns
  * here is X_seconds in Python (X_ns / 1e9); a time stamp (CLOCK_MONOTONIC)
  * keeps its _ns. UKVM_RESULT_NONE marks a counter the run could not
  * measure: None in Python.

@@ -779,7 +779,7 @@ def mem_available_below(nbytes):
       "injection, uffdkvm._testing): build with UFFDKVM_TEST_HOOKS=1")
 def BUILT_WITHOUT_TEST_HOOKS():
     # The tests decide by _core.TEST_HOOKS; the probe looks at something
-    # else the build leaves: the INJECT_* constants module.c exports only
+    # else the build leaves: the INJECT_* constants the binding exports only
     # under UKVM_TEST_HOOKS (a build that misreported TEST_HOOKS as False
     # would leave its skips unexplained).
     from uffdkvm import _core

@@ -98,7 +98,7 @@ def test_a_build_without_the_hooks_never_says_injected():
         pytest.fail("no C compiler: the extension was built with one")
     found = []
     for source in sorted(csrc.rglob("*.c")):
-        if source.name == "module.c":
+        if source.parent.name == "python":
             continue  # the binding needs Python.h; it names no failure itself
         p = subprocess.run([cc, "-E", "-P", "-std=gnu11", "-D_GNU_SOURCE", f"-I{csrc}",
                             str(source)], capture_output=True, text=True, timeout=120)

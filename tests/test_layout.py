@@ -7,7 +7,8 @@ any file of A has ``#include "B.h"``. Checked:
 
 - no cycle between modules (a header and its .c count as one, so a .c that includes a header
   whose functions call back into it is a cycle);
-- the layers base/ < kvm/ < remote/ < uffd/ < experiment/ include only downwards;
+- the layers base/ < kvm/ < remote/ < uffd/ < experiment/ < python/ include only downwards;
+- only python/ (the binding) includes Python.h, and it includes of the core only ukvm.h;
 - every function or variable a header declares is defined in its own module (else the include
   graph would hide the real dependency: a header that declares another file's functions lets
   two files call each other while including only one header). ukvm.h is exempt: it is the
@@ -169,21 +170,41 @@ def test_no_include_cycles_in_csrc() -> None:
         describe_cycle(c, graph) for c in found)
 
 
-LAYERS = ["base", "kvm", "remote", "uffd", "experiment"]  # bottom to top
+LAYERS = ["base", "kvm", "remote", "uffd", "experiment", "python"]  # bottom to top
 
 
 def test_layers_include_only_downwards() -> None:
-    """base/ < kvm/ < remote/ < uffd/ < experiment/; the headers at csrc/'s top are for every layer."""
+    """base/ < kvm/ < remote/ < uffd/ < experiment/ < python/; the headers at csrc/'s top are for
+    every layer."""
     problems = []
     for path, targets in c_includes().items():
         parts = path.relative_to(CSRC).parts
         if len(parts) == 1:
-            continue  # ukvm.h, testhooks.h, uapi_compat.h, module.c
+            continue  # ukvm.h, testhooks.h, uapi_compat.h, config_schema.h
         for target in targets:
             to = target.relative_to(CSRC).parts
             if len(to) > 1 and LAYERS.index(to[0]) > LAYERS.index(parts[0]):
                 problems.append(f"{path.relative_to(CSRC)} (layer {parts[0]}) includes "
                                 f"{target.relative_to(CSRC)} from the layer above, {to[0]}")
+    assert not problems, "\n".join(problems)
+
+
+def test_only_the_binding_knows_python() -> None:
+    """The core is a plain C library: Python.h only in python/, and the binding
+    reaches the core only through its public interface, ukvm.h."""
+    problems = []
+    for path, targets in c_includes().items():
+        parts = path.relative_to(CSRC).parts
+        text = path.read_text()
+        if parts[0] != "python":
+            if re.search(r'#\s*include\s*<Python.h>', text):
+                problems.append(f"{path.relative_to(CSRC)} includes Python.h outside python/")
+            continue
+        for target in targets:
+            to = target.relative_to(CSRC).parts
+            if to[0] not in ("python", "ukvm.h", "config_schema.h", "testhooks.h"):
+                problems.append(f"{path.relative_to(CSRC)} includes {target.relative_to(CSRC)}: "
+                                f"the binding uses the core through ukvm.h alone")
     assert not problems, "\n".join(problems)
 
 

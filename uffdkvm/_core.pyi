@@ -1,4 +1,4 @@
-"""The C core (csrc/module.c): plain dicts and ints in, plain dicts out.
+"""The C core (csrc/python/, the binding): plain dicts and ints in, plain dicts out.
 
 uffdkvm/run.py is its one caller; everything here is internal.
 """

@@ -581,7 +581,7 @@ class Result:
 
     @classmethod
     def _from_core(cls, config: Config, raw: dict[str, Any]) -> Result:
-        """The Result of the core's dict (csrc/module.c's tables): each field
+        """The Result of the core's dict (csrc/python/result.c's tables): each field
         by its own name (see _from_raw), None where this run did not measure
         it, and the times of _times."""
         full = raw["stats_full"]
