@@ -54,10 +54,10 @@
 #define UKVM_SOURCE_ADDRESS_MAX	256
 /*
  * pages up to this size are copied from a source of each reader's own, larger ones from one per
- * uffd (uffd/pool.h, struct ukvm_shared_buffer)
+ * uffd (uffd/resolve.h, struct ukvm_shared_buffer)
  */
 #define UKVM_READER_SRC_MAX	2097152
-/* resolve move: each resolver stages this much of 4 KiB pages, or one larger page (uffd/pool.c) */
+/* resolve move: each resolver stages this much of 4 KiB pages, or one larger page (uffd/resolve.c) */
 #define UKVM_MOVE_STAGE_BYTES	262144
 #define UKVM_MAX_ZIPF_THETA	100.0
 

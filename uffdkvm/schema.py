@@ -127,9 +127,9 @@ CONSTANTS = (
     ("SOURCE_PATH_MAX", 4096, "bytes of source_path, its NUL included"),
     ("SOURCE_ADDRESS_MAX", 256, "bytes of source_address, its NUL included"),
     ("READER_SRC_MAX", 2 << 20, "pages up to this size are copied from a source of each "
-     "reader's own, larger ones from one per uffd (uffd/pool.h, struct ukvm_shared_buffer)"),
+     "reader's own, larger ones from one per uffd (uffd/resolve.h, struct ukvm_shared_buffer)"),
     ("MOVE_STAGE_BYTES", 256 << 10, "resolve move: each resolver stages this much of 4 KiB "
-     "pages, or one larger page (uffd/pool.c)"),
+     "pages, or one larger page (uffd/resolve.c)"),
 )
 #: The float constant, kept apart: C writes it as a double.
 MAX_ZIPF_THETA = 100.0

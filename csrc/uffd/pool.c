@@ -23,7 +23,6 @@
  * longer. Each keeps its counters in its own cache line and they survive
  * every exit path, errors included.
  *
- *
  * What resolving a message takes (the fetch, the ioctl, the wake, the
  * record, readahead) is resolve.c's and prefetch.c's; with resolver vcpu
  * the pool only makes and frees the vCPUs' resolvers.

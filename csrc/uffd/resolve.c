@@ -16,8 +16,9 @@
  * present and not shared with another process (EBUSY: a fork's copy-on-
  * write page). So each resolver stages pages in a private anonymous area
  * (MADV_DONTFORK: a fork of this process leaves its pages exclusive),
- * UKVM_MOVE_STAGE_BYTES (config_schema.h, from uffdkvm/schema.py) of 4 KiB pages or one 2 MiB page (anonymous_thp,
- * 2 MiB aligned, MADV_HUGEPAGE, so that a whole huge page moves at once),
+ * UKVM_MOVE_STAGE_BYTES (config_schema.h, from uffdkvm/schema.py) of 4 KiB
+ * pages or one 2 MiB page (anonymous_thp, 2 MiB aligned, MADV_HUGEPAGE, so
+ * that a whole huge page moves at once),
  * takes the next page per fault, fetches its bytes into it and moves it,
  * and refills the area once it is used up: one MADV_POPULATE_WRITE faults
  * all its pages in again, and for the synthetic source the template is
