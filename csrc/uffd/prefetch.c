@@ -56,8 +56,8 @@ void ukvm_prefetch_destroy(struct ukvm_fault_resolver *r)
 
 /*
  * The page at addr with its data from the page source (not urgent: no
- * fault waits for it), without waking anyone: 0, -EEXIST, -EIO (a failed
- * fetch, already recorded as the run's), -ECANCELED or -errno. The
+ * fault waits for it), without waking anyone: 0, -EEXIST, -ECANCELED, the
+ * -errno of a failed fetch (already recorded as the run's) or of the copy. The
  * resolver's own buffer, or the uffd's shared one under its lock.
  */
 static int prefetch_copy(struct ukvm_fault_resolver *r, uint64_t addr, uint64_t gpa)
@@ -72,8 +72,6 @@ static int prefetch_copy(struct ukvm_fault_resolver *r, uint64_t addr, uint64_t 
 	ret = ukvm_resolve_fetch(r, addr, a->page_size, gpa, buf, false);
 	if (!ret)
 		ret = ukvm_uffd_copy_dontwake(a->uffd, addr, buf, a->page_size);
-	else if (ret != -ECANCELED)
-		ret = -EIO;	/* recorded as the run's failure by the fetch */
 	if (!r->src)
 		pthread_mutex_unlock(&shared->lock);
 	return ret;
@@ -125,7 +123,7 @@ static int prefetch_run(struct ukvm_fault_resolver *r, uint64_t addr, uint32_t p
 	ret = ukvm_resolve_fetch(r, addr, pages * ps, a->gpa_base + (addr - a->hva_base), r->ra,
 				 false);
 	if (ret)
-		return ret == -ECANCELED ? ret : -EIO;	/* a failure: recorded */
+		return ret;	/* -ECANCELED, or a failure the fetch recorded */
 	for (k = 0, at = addr; k < pages; k++, at += ps) {
 		page = ukvm_resolve_page(a, at);
 		ret = !ukvm_resident_absent(a->resident, page) ? -EEXIST :

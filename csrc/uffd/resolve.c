@@ -408,8 +408,12 @@ int ukvm_resolve_message(struct ukvm_fault_resolver *r, const struct uffd_msg *m
 		if (!ret)
 			ukvm_resident_mark(a->resident, page, UKVM_PAGE_FAULTED);
 	}
-	if (ret == -EEXIST && resolve_wake(r, addr))
-		return -EIO;
+	if (ret == -EEXIST) {
+		int woke = resolve_wake(r, addr);
+
+		if (woke)
+			return woke;	/* its -errno, recorded */
+	}
 	if (a->full_stats) {
 		uint64_t t_done = ukvm_now_ns();
 		int logged;
@@ -424,7 +428,7 @@ int ukvm_resolve_message(struct ukvm_fault_resolver *r, const struct uffd_msg *m
 	}
 	/* After the fault's own timing: its vCPU runs on meanwhile. */
 	if (!ret && a->readahead)
-		return a->readahead(r, addr) ? -EIO : 0;
+		return a->readahead(r, addr);	/* 0, or its -errno, recorded */
 	return 0;
 }
 
