@@ -123,8 +123,8 @@ static void conn_close(struct server *s, struct conn *c)
 	c->fd = -1;
 }
 
-/* Writes what c's queue holds until the socket is full; 0, or -errno (c closed). */
-static int conn_flush(struct server *s, struct conn *c)
+/* Writes what c's queue holds until the socket is full; 0, or -errno. */
+static int conn_write(struct server *s, struct conn *c)
 {
 	bool paused;
 
@@ -156,12 +156,8 @@ static int conn_flush(struct server *s, struct conn *c)
 			}
 			return 0;
 		}
-		if (n < 0) {
-			int ret = -errno;
-
-			conn_close(s, c);
-			return ret;	/* the client went away: not the server's failure */
-		}
+		if (n < 0)
+			return -errno;	/* the client went away: not the server's failure */
 		o->written += (size_t)n;
 		if (o->written < total)
 			continue;
@@ -178,6 +174,21 @@ static int conn_flush(struct server *s, struct conn *c)
 		return conn_events(s, c);
 	}
 	return 0;
+}
+
+/*
+ * conn_write, and c closed if it fails: a write the client refused, or an
+ * EPOLL_CTL_MOD that failed (which would leave c stalled, its replies
+ * unsent, until the client's own timeout). 0, or -errno (c closed); the
+ * server goes on with its other connections either way.
+ */
+static int conn_flush(struct server *s, struct conn *c)
+{
+	int ret = conn_write(s, c);
+
+	if (ret)
+		conn_close(s, c);
+	return ret;
 }
 
 /* A reply queued on c (not yet written): 0 and *out, or -ENOMEM. */
@@ -323,7 +334,8 @@ static int server_accept(struct server *s, struct ukvm_error *err)
 		c = calloc(1, sizeof(*c));
 		if (!c) {
 			close(fd);
-			return -ENOMEM;
+			return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM,
+					    "page server: a new connection's state");
 		}
 		c->fd = fd;
 		list_init(&c->requests);
@@ -585,12 +597,20 @@ int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd
 		goto out;
 	}
 	masked = true;
+	/* Each checked at once: a later call would overwrite the failed one's errno. */
 	s.sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (s.sfd < 0) {
+		ret = ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: signalfd");
+		goto out;
+	}
 	s.epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (s.epfd < 0) {
+		ret = ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: epoll_create1");
+		goto out;
+	}
 	s.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (s.sfd < 0 || s.epfd < 0 || s.tfd < 0) {
-		ret = ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: %s",
-			     s.sfd < 0 ? "signalfd" : s.epfd < 0 ? "epoll_create1" : "timerfd_create");
+	if (s.tfd < 0) {
+		ret = ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: timerfd_create");
 		goto out;
 	}
 	ret = server_listen(&s, &addr, &bound, err);
