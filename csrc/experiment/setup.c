@@ -382,38 +382,26 @@ static int setup_pusher(struct ukvm_experiment *exp, struct ukvm_error *err)
 }
 
 /*
- * Pool u of the run, over the u-th range of range bytes, configured from
- * the run's config: nothing is opened here. The same for the run and for
- * its fd budget's dry pass (ukvm_setup_fds_needed), which then asks the pool
- * what it will hold.
+ * What cfg alone decides of pool u of nr_pools: its mode, resolving, ways
+ * of waiting and readers. The same for the run (setup_pool) and for its fd
+ * budget's dry pass (setup_pool_fds), which then asks the pool what it will
+ * hold; nothing is allocated or opened here.
  */
-static void setup_pool(struct ukvm_experiment *exp, struct ukvm_pool *pool, uint32_t u,
-		       uint64_t range)
+static void setup_pool_shape(const struct ukvm_config *cfg, uint32_t nr_pools,
+			     struct ukvm_pool *pool, uint32_t u)
 {
-	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_resolve_area *a = &pool->area;
 
-	a->ctl = &exp->ctl;
 	a->uffd_index = u;
 	a->mode = cfg->uffd_mode;
-	a->page_size = exp->mem.page_size;
-	a->hva_base = (uint64_t)(uintptr_t)exp->mem.hva + u * range;
-	a->region_size = range;
-	a->gpa_base = exp->region_gpa + u * range;
-	a->region_off = u * range;
-	a->source = &exp->source;
 	a->delay_ns = (uint64_t)cfg->delay_us * 1000;
 	a->delay_dist = cfg->delay_dist;
 	a->resolve = cfg->resolve;
 	a->vcpu_resolvers = cfg->resolver == UKVM_RESOLVER_VCPU;
 	a->full_stats = cfg->stats == UKVM_STATS_FULL;
 	a->seed = cfg->seed;
-	a->resident = exp->resident.state ? &exp->resident : NULL;
-	a->resident_first = u * (range / exp->mem.page_size);
 	a->prefetch = cfg->prefetch;
 	a->prefetch_pages = cfg->prefetch_pages;
-	a->snapshot = exp->snapshot ? exp->snapshot + u * range : NULL;
-	a->wp_state = exp->wp_state ? exp->wp_state + u * range / UKVM_PAGE_SIZE : NULL;
 	pool->wait = cfg->wait;
 	pool->read_batch = cfg->read_batch;
 	pool->vcpus_sharing = cfg->overlap ? cfg->vcpus : 1;
@@ -421,9 +409,33 @@ static void setup_pool(struct ukvm_experiment *exp, struct ukvm_pool *pool, uint
 	pool->nr_pins = cfg->nr_pin_readers;
 	pool->first_reader = u * cfg->readers;
 	/* Resolver vCPU: a resolver per vCPU this uffd serves, and no threads. */
-	pool->first_vcpu = exp->nr_pools == 1 ? 0 : u;
+	pool->first_vcpu = nr_pools == 1 ? 0 : u;
 	pool->nr_readers = cfg->resolver == UKVM_RESOLVER_READERS ? cfg->readers :
-			   exp->nr_pools == 1 ? cfg->vcpus : 1;
+			   nr_pools == 1 ? cfg->vcpus : 1;
+}
+
+/*
+ * Pool u of the run, over the u-th range of range bytes: its shape from the
+ * config, and where it sits in the run's memory and what it shares with
+ * the run. Nothing is opened here.
+ */
+static void setup_pool(struct ukvm_experiment *exp, struct ukvm_pool *pool, uint32_t u,
+		       uint64_t range)
+{
+	struct ukvm_resolve_area *a = &pool->area;
+
+	setup_pool_shape(&exp->cfg, exp->nr_pools, pool, u);
+	a->ctl = &exp->ctl;
+	a->page_size = exp->mem.page_size;
+	a->hva_base = (uint64_t)(uintptr_t)exp->mem.hva + u * range;
+	a->region_size = range;
+	a->gpa_base = exp->region_gpa + u * range;
+	a->region_off = u * range;
+	a->source = &exp->source;
+	a->resident = exp->resident.state ? &exp->resident : NULL;
+	a->resident_first = u * (range / exp->mem.page_size);
+	a->snapshot = exp->snapshot ? exp->snapshot + u * range : NULL;
+	a->wp_state = exp->wp_state ? exp->wp_state + u * range / UKVM_PAGE_SIZE : NULL;
 }
 
 /* How many uffds (pools) a run of cfg has. */
@@ -655,15 +667,14 @@ int ukvm_setup_check_vcpus(const struct ukvm_config *cfg, struct ukvm_error *err
 
 /*
  * The fds the pools of a run (or probe) of cfg hold, from a dry pass: each
- * pool configured by setup_pool() as the run's will be, then asked what it
- * holds once started (ukvm_pool_fds), *conns of them its resolvers'
+ * pool shaped by setup_pool_shape() as the run's will be, then asked what
+ * it holds once started (ukvm_pool_fds), *conns of them its resolvers'
  * connections to a page server; a probe registers its uffds and starts no
- * pool. 0 where nothing could be counted (no memory): the opens will say.
+ * pool. Nothing is allocated: the count cannot fail.
  */
 static uint64_t setup_pool_fds(const struct ukvm_config *cfg, bool probe, uint32_t nr_pools,
 			       uint64_t *conns)
 {
-	struct ukvm_experiment *dry;
 	struct ukvm_pool pool;
 	uint64_t n = 0;
 	uint32_t u;
@@ -671,20 +682,13 @@ static uint64_t setup_pool_fds(const struct ukvm_config *cfg, bool probe, uint32
 	*conns = 0;
 	if (probe || !nr_pools)
 		return nr_pools;
-	dry = calloc(1, sizeof(*dry));
-	if (!dry)
-		return 0;
-	dry->cfg = *cfg;
-	dry->nr_pools = nr_pools;
-	dry->mem.page_size = UKVM_PAGE_SIZE;	/* where in memory does not count */
 	for (u = 0; u < nr_pools; u++) {
 		ukvm_pool_init(&pool);
-		setup_pool(dry, &pool, u, 0);
+		setup_pool_shape(cfg, nr_pools, &pool, u);
 		n += ukvm_pool_fds(&pool, cfg->source);
 		*conns += ukvm_pool_fds(&pool, cfg->source) -
 			  ukvm_pool_fds(&pool, UKVM_SOURCE_SYNTHETIC);
 	}
-	free(dry);
 	return n;
 }
 
