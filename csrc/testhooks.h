@@ -78,10 +78,11 @@ enum ukvm_inject {
 	UKVM_INJECT_MINCORE_FAIL,
 	/*
 	 * Letting go of a uffd a reader still holds (ukvm_pool_release_uffd):
-	 * uffd 0's last reader stays 1 s after its run (as READER_STALL), and
-	 * the first inject_after dup3() swaps of a uffd for /dev/null fail for
-	 * real (onto their own fd number: EINVAL); the uffd stays held, and a
-	 * vCPU waiting on it with it, until a retry succeeds.
+	 * uffd 0's last reader stays inject_after x 1.5 s after its run (as
+	 * READER_STALL), and the first inject_after dup3() swaps of a uffd for
+	 * /dev/null fail for real (onto their own fd number: EINVAL); the uffd
+	 * stays held, and a vCPU waiting on it with it, until a retry
+	 * succeeds (a swap, or a close once the reader has gone).
 	 */
 	UKVM_INJECT_RELEASE_DUP3,
 	/*
@@ -89,7 +90,7 @@ enum ukvm_inject {
 	 * sleeps until the run is stopped, so the run makes no progress and
 	 * never ends by itself. A run without a time limit (timeout_ns 0)
 	 * then fails after inject_after ms without progress, not after
-	 * ukvm_experiment_finish()'s own limit (experiment.c, NO_PROGRESS_NS).
+	 * ukvm_experiment_finish()'s own limit (watch.c, NO_PROGRESS_NS).
 	 */
 	UKVM_INJECT_VCPU_HANG,
 	UKVM_INJECT__COUNT

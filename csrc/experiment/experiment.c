@@ -24,7 +24,7 @@
 #include "experiment/setup.h"
 #include "experiment/state.h"
 #include "experiment/stop.h"
-#include "kvm/guest_abi.h"
+#include "experiment/watch.h"
 #include "kvm/kvmstats.h"
 #include "kvm/vm.h"
 #include "uffd/backing.h"
@@ -58,14 +58,8 @@
 #define ABORT_WAIT_NS		(3 * STOP_WAIT_NS)
 #define IDLE_WAIT_NS		(10 * NSEC_PER_SEC)
 #define IDLE_POLL_NS		(2 * NSEC_PER_MSEC)
-/* finish, for a run without a time limit: see experiment_no_progress_ns() */
-#define NO_PROGRESS_NS		(60 * NSEC_PER_SEC)
-#define WATCH_POLL_NS		(100 * NSEC_PER_MSEC)
 /* The background waits for a thread that would not stop: kicks this often. */
 #define LINGER_POLL_NS		(20 * NSEC_PER_MSEC)
-
-/* The phase of the walk, the only one finish watches for progress (experiment_watch_locked). */
-static const char PHASE_RUNNING[] = "running";
 
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ukvm_experiment *pending;
@@ -293,6 +287,7 @@ static void experiment_controller_done(struct ukvm_experiment *exp)
  */
 static void experiment_linger(struct ukvm_experiment *exp)
 {
+	uint32_t vcpus, pools;
 	uint64_t now;
 
 	pthread_mutex_lock(&exp->ctl.lock);
@@ -304,10 +299,16 @@ static void experiment_linger(struct ukvm_experiment *exp)
 	pthread_cond_broadcast(&exp->ctl.cond);
 	pthread_mutex_unlock(&exp->ctl.lock);
 
+	/*
+	 * Both waits every round: the pools' retries a uffd whose release
+	 * failed (stop_retry_held), and a vCPU blocked on that uffd leaves only
+	 * once it is let go of.
+	 */
 	for (;;) {
 		now = ukvm_now_ns();
-		if (!ukvm_stop_wait_vcpus(exp, now + LINGER_POLL_NS, LINGER_POLL_NS) &&
-		    !ukvm_stop_wait_pools(exp, now + LINGER_POLL_NS))
+		vcpus = ukvm_stop_wait_vcpus(exp, now + LINGER_POLL_NS, LINGER_POLL_NS);
+		pools = ukvm_stop_wait_pools(exp, now + LINGER_POLL_NS);
+		if (!vcpus && !pools)
 			break;
 	}
 	ukvm_setup_teardown(exp, false);
@@ -333,7 +334,7 @@ static void *experiment_controller(void *arg)
 	if (!ret && !exp_aborted(exp)) {
 		pthread_mutex_lock(&exp->ctl.lock);
 		exp->walkable = true;
-		exp->phase = PHASE_RUNNING;
+		exp->phase = ukvm_watch_phase_running;
 		pthread_mutex_unlock(&exp->ctl.lock);
 		ret = ukvm_execute_run(exp, &err);
 	}
@@ -515,34 +516,6 @@ int ukvm_experiment_wait(struct ukvm_experiment *exp, uint64_t timeout_ns)
 	return ret;
 }
 
-/*
- * Under ctl->lock, while exp->walkable: the pages vCPU i's guest has touched
- * (all passes), and in *total the pages it will touch in all.
- */
-static uint64_t experiment_pages_done(struct ukvm_experiment *exp, uint32_t i, uint64_t *total)
-{
-	/* Torn reads are harmless here: the guest writes each word whole. */
-	uint64_t *a = exp_guest_args(exp, &exp->vcpus[i]);
-	uint64_t per_pass = guest_arg(a, GA_PAGES);
-	uint64_t passes = __atomic_load_n(&guest_arg(a, GA_PASSES_DONE), __ATOMIC_ACQUIRE);
-	uint64_t step = __atomic_load_n(&guest_arg(a, GA_STEP), __ATOMIC_ACQUIRE);
-	uint64_t done;
-
-	/*
-	 * At a pass's end the guest publishes the step as the pass's size,
-	 * then bumps its passes; the next pass's first chunk publishes 0.
-	 * A step at the pass's size, or a pass that ended between the two
-	 * loads, would be counted twice: the step counts only below the
-	 * pass's size and within an unchanged pass.
-	 */
-	if (step >= per_pass ||
-	    __atomic_load_n(&guest_arg(a, GA_PASSES_DONE), __ATOMIC_ACQUIRE) != passes)
-		step = 0;
-	*total = per_pass * exp->passes;
-	done = passes * per_pass + step;
-	return done < *total ? done : *total;
-}
-
 void ukvm_experiment_progress(struct ukvm_experiment *exp, const char **phase,
 			      uint64_t *pages_done, uint64_t *pages_total, uint32_t n)
 {
@@ -554,51 +527,9 @@ void ukvm_experiment_progress(struct ukvm_experiment *exp, const char **phase,
 		pages_done[i] = 0;
 		pages_total[i] = 0;
 		if (exp->walkable && i < exp->cfg.vcpus)
-			pages_done[i] = experiment_pages_done(exp, i, &pages_total[i]);
+			pages_done[i] = ukvm_watch_pages_done(exp, i, &pages_total[i]);
 	}
 	pthread_mutex_unlock(&exp->ctl.lock);
-}
-
-/*
- * Under ctl->lock: what the run has done so far, as one number that grows
- * while it gets anywhere: the guests' pages (published every
- * GUEST_STEP_CHUNK pages and at each pass's end) and the vCPUs that have
- * finished. 0 outside the walk.
- */
-static uint64_t experiment_progress_mark(struct ukvm_experiment *exp)
-{
-	uint64_t mark = 0, total;
-	uint32_t i;
-
-	if (!exp->walkable)
-		return 0;
-	for (i = 0; i < exp->cfg.vcpus; i++)
-		mark += experiment_pages_done(exp, i, &total);
-	return mark + exp->cfg.vcpus - exp->ctl.vcpus_running;
-}
-
-/*
- * How long a run without a time limit may walk without progress before
- * ukvm_experiment_finish() fails it: a minute, and GUEST_STEP_CHUNK of its
- * slowest pages on top (each waiting four times the mean delay, which an
- * exponential draw exceeds 1.8% of the time; a microsecond per iteration of
- * guest_work; and a page server's whole UKVM_SOURCE_REMOTE_WAIT_NS, after
- * which the fetch fails the run anyway), so that a slow run that gets
- * anywhere is never taken for a stuck one.
- */
-static uint64_t experiment_no_progress_ns(const struct ukvm_experiment *exp)
-{
-	const struct ukvm_config *cfg = &exp->cfg;
-	uint64_t page_ns = (4 * (uint64_t)cfg->delay_us + cfg->guest_work) * NSEC_PER_USEC +
-			   NSEC_PER_MSEC;
-
-#ifdef UKVM_TEST_HOOKS
-	if (cfg->inject == UKVM_INJECT_VCPU_HANG)
-		return cfg->inject_after * NSEC_PER_MSEC;
-#endif
-	if (cfg->source == UKVM_SOURCE_REMOTE)
-		page_ns += UKVM_SOURCE_REMOTE_WAIT_NS;
-	return NO_PROGRESS_NS + GUEST_STEP_CHUNK * page_ns;
 }
 
 void ukvm_experiment_cancel(struct ukvm_experiment *exp)
@@ -616,51 +547,11 @@ void ukvm_experiment_cancel(struct ukvm_experiment *exp)
 	pthread_mutex_unlock(&ctl->lock);
 }
 
-/* What finish knows of a run without a time limit: its last progress, and when it was made. */
-struct experiment_watch {
-	const char *phase;
-	uint64_t mark;
-	uint64_t since_ns;
-};
-
-/*
- * Under ctl->lock, for a run without a time limit that goes on: waits
- * WATCH_POLL_NS at most (or until woken) and fails the run once it has
- * spent experiment_no_progress_ns() walking without progress. Only the walk
- * is watched: setup and verification do work of their own (minutes, for a
- * region of many GiB), and stopping is bounded by stop.c.
- */
-static void experiment_watch_locked(struct ukvm_experiment *exp, struct experiment_watch *w)
-{
-	uint64_t now = ukvm_now_ns(), mark = experiment_progress_mark(exp), limit;
-	bool walking = exp->walkable && exp->phase == PHASE_RUNNING;
-	struct ukvm_error stuck = { 0 };
-	struct timespec ts;
-
-	if (!w->since_ns || !walking || exp->phase != w->phase || mark != w->mark) {
-		w->phase = exp->phase;
-		w->mark = mark;
-		w->since_ns = now;
-	}
-	limit = experiment_no_progress_ns(exp);
-	if (walking && now - w->since_ns >= limit) {
-		ukvm_err_set(&stuck, UKVM_ERR_TIMEOUT, 0,
-			     "the run made no progress for %.1f s and has no time limit "
-			     "(timeout_ns 0): %u of %u vCPUs were still running (a fault never "
-			     "resolved?)", (double)limit / NSEC_PER_SEC, exp->ctl.vcpus_running,
-			     exp->cfg.vcpus);
-		ukvm_ctl_fail_locked(&exp->ctl, &stuck);
-		return;
-	}
-	ukvm_timespec(&ts, ukvm_deadline_after(WATCH_POLL_NS));
-	pthread_cond_timedwait(&exp->ctl.cond, &exp->ctl.lock, &ts);
-}
-
 int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 			   struct ukvm_error *err)
 {
 	struct ukvm_ctl *ctl = &exp->ctl;
-	struct experiment_watch watch = { 0 };
+	struct ukvm_watch watch = { 0 };
 	uint64_t now, failed_at = 0, bound = 0;
 	struct timespec ts;
 	int ret = 0;
@@ -671,9 +562,9 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 	/*
 	 * A run that goes on is waited for as long as it runs: to its time
 	 * limit (timeout_ns), or without one for as long as it makes progress
-	 * (experiment_no_progress_ns()), since a C caller has no other thread
-	 * to cancel it with. Once it has failed or been cancelled, stopping is
-	 * waited for a bounded while only.
+	 * (watch.c), since a C caller has no other thread to cancel it with.
+	 * Once it has failed or been cancelled, stopping is waited for a
+	 * bounded while only.
 	 */
 	while (!exp->finished) {
 		if (!ctl->failed && exp->cfg.timeout_ns) {
@@ -681,7 +572,7 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 			continue;
 		}
 		if (!ctl->failed) {
-			experiment_watch_locked(exp, &watch);
+			ukvm_watch_locked(exp, &watch);
 			continue;
 		}
 		now = ukvm_now_ns();

@@ -164,7 +164,7 @@ static void stop_retry_held(struct ukvm_experiment *exp)
 
 	for (u = 0; u < exp->nr_pools; u++)
 		if (exp->pools[u].uffd_held)
-			ukvm_pool_release_uffd(&exp->pools[u]);
+			ukvm_pool_release_uffd(&exp->pools[u], exp->pusher.thread_started);
 }
 
 uint32_t ukvm_stop_wait_pools(struct ukvm_experiment *exp, uint64_t deadline_ns)
@@ -202,6 +202,7 @@ uint32_t ukvm_stop_pools(struct ukvm_experiment *exp, bool close_uffds)
 void ukvm_stop_release_uffds(struct ukvm_experiment *exp)
 {
 	uint32_t u;
+	bool pusher;
 
 	/*
 	 * Resolver vCPU: nobody sleeps on the uffd (it answers SIGBUS), and a
@@ -211,15 +212,21 @@ void ukvm_stop_release_uffds(struct ukvm_experiment *exp)
 	if (exp->cfg.resolver == UKVM_RESOLVER_VCPU)
 		return;
 	ukvm_stop_wait_pools(exp, ukvm_now_ns() + RELEASE_READERS_NS);
-	/* Readers that left free their pool; one still running keeps it, uffd number and all. */
+	/*
+	 * Readers that left free their pool; one still running keeps it, uffd
+	 * number and all. So does the pusher while it runs (not joined by the
+	 * wait above): it copies into every pool's uffd by number, so each is
+	 * swapped for /dev/null, and closed once it is gone (ukvm_stop_pools).
+	 */
+	pusher = exp->pusher.thread_started;
 	for (u = 0; u < exp->nr_pools; u++) {
 		struct ukvm_pool *pool = &exp->pools[u];
 		bool held = pool->uffd_held;
 		int ret;
 
-		if (!ukvm_pool_destroy(pool))
+		if (!pusher && !ukvm_pool_destroy(pool))
 			continue;
-		ret = ukvm_pool_release_uffd(pool);
+		ret = ukvm_pool_release_uffd(pool, pusher);
 		if (ret && !held)	/* named once */
 			stop_report_held(exp, pool->area.uffd_index, ret);
 	}

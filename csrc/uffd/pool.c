@@ -56,8 +56,13 @@
 /* A leaving io_uring reader waits this long at most for its ring to let go of the uffd. */
 #define RING_CANCEL_NS		(100 * NSEC_PER_MSEC)
 #ifdef UKVM_TEST_HOOKS
-/* UKVM_INJECT_RELEASE_DUP3: how long uffd 0's last reader stays, holding the uffd's number. */
-#define RELEASE_DUP3_STALL_MS	1000
+/*
+ * UKVM_INJECT_RELEASE_DUP3: how long uffd 0's last reader stays, holding
+ * the uffd's number, for each failing swap: each swap (stop.c tries once
+ * as it stops the vCPUs, 2 s at most, and again as it stops the readers)
+ * then meets the reader still there.
+ */
+#define RELEASE_DUP3_STALL_MS	1500
 #endif
 
 /* The time a message was read; stats basic reads no clocks at all. */
@@ -484,7 +489,7 @@ static int pool_make(struct ukvm_pool *pool, uint32_t i, struct ukvm_error *err)
 			r->stall_ms = pool->area.ctl->inject == UKVM_INJECT_READER_STALL ?
 				      pool->area.ctl->inject_after :
 				      pool->area.ctl->inject == UKVM_INJECT_RELEASE_DUP3 ?
-				      RELEASE_DUP3_STALL_MS : 0;
+				      RELEASE_DUP3_STALL_MS * pool->area.ctl->inject_after : 0;
 #endif
 	}
 	pool->made = i + 1;
@@ -619,25 +624,26 @@ static int pool_dup3(struct ukvm_pool *pool, int nul)
 	return dup3(nul, target, O_CLOEXEC) < 0 ? -errno : 0;
 }
 
-int ukvm_pool_release_uffd(struct ukvm_pool *pool)
+int ukvm_pool_release_uffd(struct ukvm_pool *pool, bool keep_number)
 {
 	int nul, ret;
 
 	if (pool->area.uffd < 0)
 		return 0;
-	if (!ukvm_pool_running_reader(pool)) {
+	if (!keep_number && !ukvm_pool_running_reader(pool)) {
 		close(pool->area.uffd);
 		pool->area.uffd = -1;
 		pool->uffd_held = false;
 		return 0;
 	}
 	/*
-	 * A reader that still runs may use this fd number any time: closed, the
-	 * number could name another file (the next run's uffd). dup3 swaps the
-	 * uffd for /dev/null under the same number; the uffd itself is released
-	 * once no call of that reader holds it. Without a spare fd, or if the
-	 * swap fails, the uffd stays held, and a vCPU waiting on it with it: the
-	 * caller says so and tries again (stop.c).
+	 * A reader (or the pusher) that still runs may use this fd number any
+	 * time: closed, the number could name another file (the next run's
+	 * uffd). dup3 swaps the uffd for /dev/null under the same number; the
+	 * uffd itself is released once no call of that thread holds it.
+	 * Without a spare fd, or if the swap fails, the uffd stays held, and a
+	 * vCPU waiting on it with it: the caller says so and tries again
+	 * (stop.c).
 	 */
 	nul = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (nul < 0) {

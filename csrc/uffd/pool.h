@@ -96,12 +96,13 @@ uint32_t ukvm_pool_stop(struct ukvm_pool *pools, uint32_t nr, struct ukvm_pusher
 struct ukvm_reader *ukvm_pool_running_reader(struct ukvm_pool *pool);
 /*
  * Lets go of the uffd, so that a vCPU waiting on a fault is released: it is
- * closed, or, while a reader still runs and may use its number, replaced
- * by /dev/null until the pool is destroyed. 0, or -errno when it could not
+ * closed, or, while a reader still runs or keep_number (a thread outside
+ * the pool, the pusher, still runs and may use the number), replaced by
+ * /dev/null until the pool is destroyed. 0, or -errno when it could not
  * be replaced (no fd for /dev/null, or dup3 failed): the uffd is still
  * held (pool->uffd_held) and a later call tries again.
  */
-int ukvm_pool_release_uffd(struct ukvm_pool *pool);
+int ukvm_pool_release_uffd(struct ukvm_pool *pool, bool keep_number);
 /* Frees everything: 0, or -EBUSY (and nothing freed) while a reader still runs. */
 int ukvm_pool_destroy(struct ukvm_pool *pool);
 

@@ -119,6 +119,59 @@ int main(void)
 		CHECK_EQ(ukt_mappings("kvm-vcpu"), 0);
 	}
 
+	/*
+	 * A vCPU blocked on a fault of a uffd whose release failed twice
+	 * (RELEASE_DUP3, inject_after 2: the swap as the vCPUs are stopped,
+	 * and its retry as the readers are; the reader holding the number
+	 * stays 3 s, past both): the run fails naming the vCPU, and the
+	 * experiment lingers. Once the reader has gone, only the linger's
+	 * retry (ukvm_stop_wait_pools, stop_retry_held) lets go of the uffd
+	 * and so the vCPU; wait_idle_for returns 0 within a bound. Where the
+	 * kick frees the waiting vCPU (some KVMs interrupt a userfault's wait),
+	 * no vCPU is stuck: the run then fails naming the reader, and the
+	 * linger still has to end; the case prints which of the two it saw.
+	 */
+	UKT_CASE("a vCPU on a uffd whose release failed twice: the linger retries it") {
+		struct ukvm_experiment *exp;
+		struct ukvm_result res;
+		struct ukvm_config cfg = ukt_small();
+
+		fds = ukt_open_fds();
+		threads = ukt_threads();
+		cfg.vcpus = 1;
+		cfg.readers = 2;		/* reader 1 holds the uffd's number */
+		cfg.delay_us = 100000;		/* the vCPU waits on a fault when the time is up */
+		cfg.timeout_ns = 300 * NSEC_PER_MSEC;
+		cfg.inject = UKVM_INJECT_RELEASE_DUP3;
+		cfg.inject_after = 2;
+		t0 = ukt_now_ns();
+		exp = start(&cfg);
+		if (exp) {
+			memset(&err, 0, sizeof(err));
+			ret = ukvm_experiment_finish(exp, &res, &err);
+			CHECK(ret != 0, "finished with a result");
+			if (ret == 0)
+				ukvm_result_free(&res);
+			printf("  %s\n", err.message);
+			CHECK(strstr(err.message, "did not stop within 2.0 s"), "%s", err.message);
+			if (strstr(err.message, "vCPU 0 did not stop"))
+				CHECK(strstr(err.message, "uffd 0 could not be let go of"), "%s",
+				      err.message);
+			else
+				printf("  (the kick freed the vCPU here: no vCPU was stuck)\n");
+			memset(&err, 0, sizeof(err));
+			ret = ukvm_wait_idle_for(10 * NSEC_PER_SEC, &err);
+			CHECK(ret == 0, "wait_idle_for returned %d: %s", ret, err.message);
+			CHECK_LT(ukt_now_ns() - t0, 8 * NSEC_PER_SEC);
+			t0 = ukt_now_ns();
+			while ((ukt_open_fds() != fds || ukt_threads() != threads) &&
+			       ukt_now_ns() - t0 < NSEC_PER_SEC)
+				ukt_sleep_ms(5);
+			CHECK_EQ(ukt_open_fds(), fds);
+			CHECK_EQ(ukt_threads(), threads);
+		}
+	}
+
 	UKT_CASE("the next run after them is whole") {
 		cancel_cfg = ukt_small();
 		ukt_run_checked(&cancel_cfg);
