@@ -287,9 +287,6 @@ static void experiment_controller_done(struct ukvm_experiment *exp)
  */
 static void experiment_linger(struct ukvm_experiment *exp)
 {
-	uint32_t vcpus, pools;
-	uint64_t now;
-
 	pthread_mutex_lock(&exp->ctl.lock);
 	exp->phase = "waiting for a thread that would not stop";
 	exp->walkable = false;		/* the VM goes below: progress must not read it */
@@ -299,18 +296,8 @@ static void experiment_linger(struct ukvm_experiment *exp)
 	pthread_cond_broadcast(&exp->ctl.cond);
 	pthread_mutex_unlock(&exp->ctl.lock);
 
-	/*
-	 * Both waits every round: the pools' retries a uffd whose release
-	 * failed (stop_retry_held), and a vCPU blocked on that uffd leaves only
-	 * once it is let go of.
-	 */
-	for (;;) {
-		now = ukvm_now_ns();
-		vcpus = ukvm_stop_wait_vcpus(exp, now + LINGER_POLL_NS, LINGER_POLL_NS);
-		pools = ukvm_stop_wait_pools(exp, now + LINGER_POLL_NS);
-		if (!vcpus && !pools)
-			break;
-	}
+	while (ukvm_stop_wait_threads(exp, LINGER_POLL_NS))
+		;
 	ukvm_setup_teardown(exp, false);
 	pthread_mutex_lock(&exp->ctl.lock);
 	exp->lingering = false;

@@ -173,6 +173,21 @@ uint32_t ukvm_stop_wait_pools(struct ukvm_experiment *exp, uint64_t deadline_ns)
 	return ukvm_pool_stop(exp->pools, exp->nr_pools, &exp->pusher, deadline_ns);
 }
 
+uint32_t ukvm_stop_wait_threads(struct ukvm_experiment *exp, uint64_t poll_ns)
+{
+	uint32_t vcpus, pools;
+
+	/*
+	 * Both every round: the pools' wait retries a uffd whose release
+	 * failed (stop_retry_held), and a vCPU blocked on that uffd leaves only
+	 * once it is let go of, so waiting for the vCPUs first and the pools
+	 * only once none runs would wait for ever.
+	 */
+	vcpus = ukvm_stop_wait_vcpus(exp, ukvm_now_ns() + poll_ns, poll_ns);
+	pools = ukvm_stop_wait_pools(exp, ukvm_now_ns() + poll_ns);
+	return vcpus + pools;
+}
+
 uint32_t ukvm_stop_pools(struct ukvm_experiment *exp, bool close_uffds)
 {
 	uint32_t u, running;

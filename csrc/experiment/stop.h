@@ -34,6 +34,12 @@ uint32_t ukvm_stop_wait_vcpus(struct ukvm_experiment *exp, uint64_t deadline_ns,
 uint32_t ukvm_stop_pools(struct ukvm_experiment *exp, bool close_uffds);
 /* Joins the readers (and pusher) that left, kicking the rest until deadline_ns: how many run. */
 uint32_t ukvm_stop_wait_pools(struct ukvm_experiment *exp, uint64_t deadline_ns);
+/*
+ * One look at the threads of exp that would not stop: the vCPUs, kicked,
+ * poll_ns at most, then the readers and the pusher, poll_ns at most, after
+ * a retry of every uffd still held. How many still run (0: all joined).
+ */
+uint32_t ukvm_stop_wait_threads(struct ukvm_experiment *exp, uint64_t poll_ns);
 /* A vCPU is stuck on a fault: stop the readers (briefly) and let go of every uffd. */
 void ukvm_stop_release_uffds(struct ukvm_experiment *exp);
 

@@ -12,6 +12,13 @@
  *    stays taken (by /dev/null) until the pool is destroyed.
  *  - A swap for /dev/null that fails (dup3, injected): the release says so,
  *    the uffd is still held and marked, and the next release lets it go.
+ *  - A lingering experiment's look at its threads (ukvm_stop_wait_threads,
+ *    experiment/stop.c) retries a held uffd while a vCPU still waits on
+ *    it: the experiment is made by hand around the pool, its vCPU a thread
+ *    blocked on a fault (on this host a kick frees a real vCPU waiting on
+ *    a userfault, so no run can keep one stuck; a plain thread's fault
+ *    waits through every kick, as a vCPU's does on kernels where the
+ *    wait is not interruptible).
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -25,6 +32,8 @@
 #undef ARRAY_SIZE
 #include "base/ctl.h"
 #include "base/kick.h"
+#include "experiment/state.h"
+#include "experiment/stop.h"
 #include "uffd/pool.h"
 #include "uffd/uffd.h"
 
@@ -44,7 +53,8 @@ struct fixture {
  * switch, which getrusage counts).
  */
 static bool fixture_start(struct fixture *f, uint32_t nr, enum ukvm_wait wait, int pin,
-			  unsigned hold_ms, uint64_t stall_ms, enum ukvm_inject inject)
+			  unsigned hold_ms, uint64_t stall_ms, enum ukvm_inject inject,
+			  uint64_t inject_after)
 {
 	bool ok;
 
@@ -57,9 +67,9 @@ static bool fixture_start(struct fixture *f, uint32_t nr, enum ukvm_wait wait, i
 	if (stall_ms) {	/* uffd 0's last reader stalls */
 		f->ctl.inject = UKVM_INJECT_READER_STALL;
 		f->ctl.inject_after = stall_ms;
-	} else if (inject) {	/* once */
+	} else if (inject) {
 		f->ctl.inject = inject;
-		f->ctl.inject_after = 1;
+		f->ctl.inject_after = inject_after;
 	}
 	ukvm_pool_init(&f->pool);
 	f->region = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -127,6 +137,22 @@ static void *touch(void *arg)
 	return (void *)(uintptr_t)*(volatile uint8_t *)arg;
 }
 
+/* A vCPU of a hand-made experiment: a thread that touches a page, then says it is done. */
+struct vcpu_toucher {
+	struct ukvm_vcpu *vcpu;
+	uint8_t *addr;
+};
+
+static void *vcpu_touch(void *arg)
+{
+	struct vcpu_toucher *t = arg;
+
+	(void)*(volatile uint8_t *)t->addr;
+	atomic_store(&t->vcpu->exited, true);
+	atomic_store(&t->vcpu->state.done, true);
+	return NULL;
+}
+
 int main(void)
 {
 	struct fixture f;
@@ -139,7 +165,7 @@ int main(void)
 
 		if (cpu < 0) {
 			ukt_skip_case("this process may run on every CPU number");
-		} else if (fixture_start(&f, 3, UKVM_WAIT_EPOLL, cpu, 50, 0, UKVM_INJECT_NONE)) {
+		} else if (fixture_start(&f, 3, UKVM_WAIT_EPOLL, cpu, 50, 0, UKVM_INJECT_NONE, 0)) {
 			CHECK_EQ(ukvm_pool_stop(&f.pool, 1, NULL, ukt_now_ns() + 5 * NSEC_PER_SEC), 0);
 			CHECK(f.ctl.failed && strstr(f.ctl.error.message, "pinning to CPU"),
 			      "%s", f.ctl.error.message);
@@ -163,7 +189,8 @@ int main(void)
 		int uffd;
 
 		/* The reader stays 1.5 s after it is told to stop, deaf to kicks. */
-		if (fixture_start(&f, 1, UKVM_WAIT_EPOLL_EXCLUSIVE, -1, 0, 1500, UKVM_INJECT_NONE)) {
+		if (fixture_start(&f, 1, UKVM_WAIT_EPOLL_EXCLUSIVE, -1, 0, 1500, UKVM_INJECT_NONE,
+				  0)) {
 			CHECK_EQ(f.pool.readers[0].stall_ms, 1500);
 			ukvm_pool_request_stop(&f.pool);
 			CHECK_EQ(ukvm_pool_stop(&f.pool, 1, NULL, ukt_now_ns() + 100 * NSEC_PER_MSEC), 1);
@@ -201,7 +228,7 @@ int main(void)
 
 		/* RELEASE_DUP3 once: the last reader stays 1.5 s after it is told to stop. */
 		if (fixture_start(&f, 2, UKVM_WAIT_EPOLL_EXCLUSIVE, -1, 0, 0,
-				  UKVM_INJECT_RELEASE_DUP3)) {
+				  UKVM_INJECT_RELEASE_DUP3, 1)) {
 			CHECK_EQ(f.pool.readers[1].stall_ms, 1500);
 			ukvm_pool_request_stop(&f.pool);
 			CHECK_EQ(ukvm_pool_stop(&f.pool, 1, NULL, ukt_now_ns() + 100 * NSEC_PER_MSEC), 1);
@@ -233,6 +260,69 @@ int main(void)
 			CHECK(!strcmp(target, "/dev/null"), "fd %d is %s", uffd, target);
 		}
 		fixture_end(&f);
+	}
+
+	UKT_CASE("a lingering look at the threads retries a held uffd while a vCPU waits on it") {
+		struct ukvm_experiment *exp = calloc(1, sizeof(*exp));
+		struct ukvm_vcpu *vcpu = calloc(1, sizeof(*vcpu));
+		struct vcpu_toucher t = { vcpu, NULL };
+		uint64_t t0;
+		uint32_t running = 0;
+
+		/* RELEASE_DUP3 twice: the last reader stays 3 s after it is told to stop. */
+		if (CHECK(exp && vcpu) && CHECK(ukvm_ctl_init(&exp->ctl) == 0) &&
+		    fixture_start(&f, 2, UKVM_WAIT_EPOLL_EXCLUSIVE, -1, 0, 0,
+				  UKVM_INJECT_RELEASE_DUP3, 2)) {
+			CHECK_EQ(f.pool.readers[1].stall_ms, 3000);
+			exp->cfg.vcpus = 1;
+			exp->vcpus = vcpu;
+			exp->pools = &f.pool;
+			exp->nr_pools = 1;
+			ukvm_pusher_init(&exp->pusher);
+			ukvm_pool_request_stop(&f.pool);
+			CHECK_EQ(ukvm_pool_stop(&f.pool, 1, NULL, ukt_now_ns() + 100 * NSEC_PER_MSEC), 1);
+			/* Its vCPU waits on a fault nobody resolves now, through every kick. */
+			t.addr = f.region + 9 * PAGE;
+			CHECK(pthread_create(&vcpu->thread, NULL, vcpu_touch, &t) == 0);
+			vcpu->thread_started = true;
+			ukt_sleep_ms(100);
+			CHECK_EQ(ukvm_stop_wait_vcpus(exp, ukt_now_ns() + 50 * NSEC_PER_MSEC,
+						      NSEC_PER_MSEC), 1);
+			/* As stopping the vCPUs does: the swap fails. */
+			CHECK_EQ(ukvm_pool_release_uffd(&f.pool, false), -EINVAL);
+			/* As stopping the readers does: the retry fails too, the reader still there. */
+			CHECK_EQ(ukvm_stop_wait_pools(exp, ukt_now_ns() + 10 * NSEC_PER_MSEC), 1);
+			CHECK(f.pool.uffd_held, "the second swap must have failed as well");
+			/* Lingering: once the reader has gone, a look closes the uffd, and the vCPU leaves. */
+			t0 = ukt_now_ns();
+			do
+				running = ukvm_stop_wait_threads(exp, 20 * NSEC_PER_MSEC);
+			while (running && ukt_now_ns() - t0 < 6 * NSEC_PER_SEC);
+			CHECK_EQ(running, 0);
+			CHECK(!vcpu->thread_started, "the vCPU still waits on its held uffd");
+			/* Let go of: closed, or swapped once the reader had left but was not yet joined. */
+			CHECK(!f.pool.uffd_held);
+			if (f.pool.area.uffd >= 0) {
+				char path[64], target[64] = "";
+				ssize_t n;
+
+				snprintf(path, sizeof(path), "/proc/self/fd/%d", f.pool.area.uffd);
+				n = readlink(path, target, sizeof(target) - 1);
+				target[n > 0 ? n : 0] = '\0';
+				CHECK(!strcmp(target, "/dev/null"), "fd %d is %s", f.pool.area.uffd,
+				      target);
+			}
+			if (vcpu->thread_started) {	/* let it go, for the rest of the program */
+				close(f.pool.area.uffd);
+				f.pool.area.uffd = -1;
+				pthread_join(vcpu->thread, NULL);
+			}
+		}
+		fixture_end(&f);
+		if (exp)
+			ukvm_ctl_destroy(&exp->ctl);
+		free(exp);
+		free(vcpu);
 	}
 
 	return ukt_exit();
