@@ -19,6 +19,9 @@
  *    a userfault, so no run can keep one stuck; a plain thread's fault
  *    waits through every kick, as a vCPU's does on kernels where the
  *    wait is not interruptible).
+ *  - Letting go of the uffds while the pusher still runs (it copies into
+ *    them by number): each is swapped for /dev/null, not closed with its
+ *    pool, and closed once the pusher has gone.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -151,6 +154,31 @@ static void *vcpu_touch(void *arg)
 	atomic_store(&t->vcpu->exited, true);
 	atomic_store(&t->vcpu->state.done, true);
 	return NULL;
+}
+
+/* A pusher of a hand-made experiment: a thread that runs until told to leave. */
+static atomic_bool pusher_leave;
+
+static void *pusher_waits(void *arg)
+{
+	struct ukvm_pusher *p = arg;
+
+	while (!atomic_load(&pusher_leave))
+		ukt_sleep_ms(1);
+	atomic_store(&p->exited, true);
+	return NULL;
+}
+
+/* What fd names, in buf. */
+static const char *fd_target(int fd, char *buf, size_t len)
+{
+	char path[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, buf, len - 1);
+	buf[n > 0 ? n : 0] = '\0';
+	return buf;
 }
 
 int main(void)
@@ -323,6 +351,45 @@ int main(void)
 			ukvm_ctl_destroy(&exp->ctl);
 		free(exp);
 		free(vcpu);
+	}
+
+	UKT_CASE("a pusher that still runs keeps the uffds' numbers until it is gone") {
+		struct ukvm_experiment *exp = calloc(1, sizeof(*exp));
+		char target[64];
+		int uffd;
+
+		if (CHECK(exp) && CHECK(ukvm_ctl_init(&exp->ctl) == 0) &&
+		    fixture_start(&f, 1, UKVM_WAIT_EPOLL, -1, 0, 0, UKVM_INJECT_NONE, 0)) {
+			exp->pools = &f.pool;
+			exp->nr_pools = 1;
+			ukvm_pusher_init(&exp->pusher);
+			atomic_store(&pusher_leave, false);
+			CHECK(pthread_create(&exp->pusher.thread, NULL, pusher_waits,
+					     &exp->pusher) == 0);
+			exp->pusher.thread_started = true;
+			uffd = f.pool.area.uffd;
+			/* A vCPU stuck: the reader leaves, the pusher does not. */
+			ukvm_stop_release_uffds(exp);
+			CHECK(exp->pusher.thread_started, "the pusher left");
+			CHECK(!ukvm_pool_running_reader(&f.pool), "the reader did not leave");
+			CHECK(f.pool.area.uffd == uffd && !f.pool.uffd_held &&
+			      !strcmp(fd_target(uffd, target, sizeof(target)), "/dev/null"),
+			      "uffd %d (now %d) is %s while the pusher runs", uffd, f.pool.area.uffd,
+			      target);
+			/* Once it has gone, stopping the pools closes the uffd. */
+			atomic_store(&pusher_leave, true);
+			CHECK_EQ(ukvm_stop_pools(exp, true), 0);
+			CHECK(!exp->pusher.thread_started, "the pusher was not joined");
+			CHECK(f.pool.area.uffd < 0, "uffd %d still open", f.pool.area.uffd);
+		}
+		if (exp && exp->pusher.thread_started) {
+			atomic_store(&pusher_leave, true);
+			pthread_join(exp->pusher.thread, NULL);
+		}
+		fixture_end(&f);
+		if (exp)
+			ukvm_ctl_destroy(&exp->ctl);
+		free(exp);
 	}
 
 	return ukt_exit();

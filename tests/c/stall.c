@@ -127,9 +127,12 @@ int main(void)
 	 * experiment lingers. Once the reader has gone, only the linger's
 	 * retry (ukvm_stop_wait_pools, stop_retry_held) lets go of the uffd
 	 * and so the vCPU; wait_idle_for returns 0 within a bound. Where the
-	 * kick frees the waiting vCPU (some KVMs interrupt a userfault's wait),
-	 * no vCPU is stuck: the run then fails naming the reader, and the
-	 * linger still has to end; the case prints which of the two it saw.
+	 * kick frees the waiting vCPU (as on kvm_pvm with Linux 6.18, where
+	 * KVM's wait for a userfault is interruptible), no vCPU is stuck and
+	 * neither swap is reached: the run then fails naming the reader, and
+	 * the case only drives the linger that waits for it to its end, and
+	 * prints which of the two it saw. pool_internals.c keeps a vCPU stuck
+	 * by hand and shows the linger's retry on every kernel.
 	 */
 	UKT_CASE("a vCPU on a uffd whose release failed twice: the linger retries it") {
 		struct ukvm_experiment *exp;
