@@ -30,25 +30,30 @@
 #include "uapi_compat.h"
 
 #define SZ_2M	(2ULL << 20)
-#define SZ_1G	(1ULL << 30)
+
+/* Each backing's page size is the schema's (uffdkvm/schema.py, BACKING_PAGE_SIZES). */
+static const uint64_t page_sizes[UKVM_BACKING__COUNT] = {
+#define P(backing, bytes) [backing] = (bytes),
+	UKVM_BACKING_PAGE_SIZES(P)
+#undef P
+};
 
 static const struct backing_kind {
-	uint64_t page_size;
 	bool shared;		/* a page cache: MINOR faults, an alias mapping */
 	unsigned hugetlb_shift;	/* log2 of the hugetlb page size, 0 if none */
 } kinds[UKVM_BACKING__COUNT] = {
-	[UKVM_BACKING_ANONYMOUS] = { UKVM_PAGE_SIZE, false, 0 },
-	[UKVM_BACKING_SHMEM] = { UKVM_PAGE_SIZE, true, 0 },
-	[UKVM_BACKING_ANONYMOUS_THP] = { SZ_2M, false, 0 },
-	[UKVM_BACKING_ANONYMOUS_HUGETLB] = { SZ_2M, false, 21 },
-	[UKVM_BACKING_ANONYMOUS_HUGETLB_1GB] = { SZ_1G, false, 30 },
-	[UKVM_BACKING_SHARED_HUGETLB] = { SZ_2M, true, 21 },
-	[UKVM_BACKING_GUEST_MEMFD] = { UKVM_PAGE_SIZE, true, 0 },
+	[UKVM_BACKING_ANONYMOUS] = { false, 0 },
+	[UKVM_BACKING_SHMEM] = { true, 0 },
+	[UKVM_BACKING_ANONYMOUS_THP] = { false, 0 },
+	[UKVM_BACKING_ANONYMOUS_HUGETLB] = { false, 21 },
+	[UKVM_BACKING_ANONYMOUS_HUGETLB_1GB] = { false, 30 },
+	[UKVM_BACKING_SHARED_HUGETLB] = { true, 21 },
+	[UKVM_BACKING_GUEST_MEMFD] = { true, 0 },
 };
 
 uint64_t ukvm_backing_page_size(enum ukvm_backing b)
 {
-	return (unsigned)b < UKVM_BACKING__COUNT ? kinds[b].page_size : UKVM_PAGE_SIZE;
+	return (unsigned)b < UKVM_BACKING__COUNT ? page_sizes[b] : UKVM_PAGE_SIZE;
 }
 
 bool ukvm_backing_is_shared(enum ukvm_backing b)
@@ -241,7 +246,7 @@ int ukvm_backing_create(struct ukvm_backing_mem *b, enum ukvm_backing kind, uint
 	ukvm_backing_init(b);
 	b->kind = kind;
 	b->size = size;
-	b->page_size = k->page_size;
+	b->page_size = page_sizes[kind];
 
 	switch (kind) {
 	case UKVM_BACKING_ANONYMOUS:
