@@ -36,7 +36,7 @@ NOT_HANDED_OVER = {
 def struct_members(name):
     """The member names of struct name in ukvm.h, comments dropped."""
     text = re.sub(r"/\*.*?\*/", "", UKVM_H.read_text(), flags=re.S)
-    body = re.search(r"^struct %s \{(.*?)^\};" % name, text, flags=re.S | re.M)
+    body = re.search(rf"^struct {name} \{{(.*?)^\}};", text, flags=re.S | re.M)
     assert body, f"struct {name} not found in {UKVM_H}"
     members = []
     for decl in body.group(1).split(";"):

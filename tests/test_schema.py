@@ -71,6 +71,25 @@ def test_the_clis_choices_are_the_schemas(flag, field, capsys):
     assert ", ".join(map(repr, schema.choices(field))) in err, err
 
 
+@pytest.mark.parametrize("backing", list(schema.BACKING_PAGE_SIZES))
+def test_the_cores_page_sizes_are_the_schemas(backing):
+    """The validator's unit for mem_per_vcpu is the schema's page size of
+    the backing (backing.c's table is generated from it), and the guest
+    page sizes it takes are the schema's."""
+    size = schema.BACKING_PAGE_SIZES[backing]
+    d = {**core_config(Config(mem_per_vcpu="64K")),
+         "backing": getattr(_core, f"BACKING_{backing.upper()}"), "mem_per_vcpu": size}
+    assert _core.validate(d) is None
+    with pytest.raises(_core.CoreError, match=f"mem_per_vcpu: must be a positive multiple "
+                       f"of {size} "):
+        _core.validate({**d, "mem_per_vcpu": size + size // 2 if size > 4096 else 6144})
+    for name, guest in schema.GUEST_PAGE_SIZES.items():
+        assert _core.validate({**d, "guest_page_size": guest, "mem_per_vcpu": max(size, guest)}) \
+            is None, name
+    with pytest.raises(_core.CoreError, match="guest_page_size: must be '4K', '2M' or '1G'"):
+        _core.validate({**d, "guest_page_size": 8192})
+
+
 # ---- the binding: every key, no other ----
 
 def test_the_binding_refuses_a_missing_key():
@@ -109,7 +128,7 @@ SMALL = dict(mem_per_vcpu="64K")
 
 def in_order(trace, column="gpa", by="read_ns"):
     """A fault-trace column in the order of another (the readers' read stamps)."""
-    return [v for _, v in sorted(zip(trace[by], trace[column]))]
+    return [v for _, v in sorted(zip(trace[by], trace[column], strict=True))]
 
 
 def rerun(**fields):
@@ -121,8 +140,8 @@ def rerun(**fields):
 def median_gap_ns(raw):
     """The guest's median time from one access completing to the next one
     being raised (guest_timing stamps): the computation in between."""
-    t = sorted(zip(raw["fault_trace"]["raised_ns"], raw["fault_trace"]["resumed_ns"]))
-    gaps = sorted(b[0] - a[1] for a, b in zip(t, t[1:]))
+    t = sorted(zip(raw["fault_trace"]["raised_ns"], raw["fault_trace"]["resumed_ns"], strict=True))
+    gaps = sorted(b[0] - a[1] for a, b in zip(t, t[1:], strict=False))
     return gaps[len(gaps) // 2]
 
 
