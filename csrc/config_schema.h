@@ -4,10 +4,11 @@
  * Edit the field's entry in uffdkvm/schema.py and run the command again;
  * tests/test_schema.py fails while this file is stale.
  *
- * The config's enums and their names, struct ukvm_config's members
- * (UKVM_CONFIG_MEMBERS), the field table (UKVM_CONFIG_FIELDS) that the
- * binding converts with and the validator walks, and the limits the core
- * and Python share. Included by ukvm.h only.
+ * The config's enums and their names, each backing's page size and the
+ * guest's page sizes, struct ukvm_config's members (UKVM_CONFIG_MEMBERS),
+ * the field table (UKVM_CONFIG_FIELDS) that the binding converts with and
+ * the validator walks, and the limits the core and Python share. Included
+ * by ukvm.h only.
  */
 #ifndef UKVM_CONFIG_SCHEMA_H
 #define UKVM_CONFIG_SCHEMA_H
@@ -313,6 +314,25 @@ enum ukvm_prefetch {
 	V(UKVM_PREFETCH_READAHEAD, "readahead", "'readahead'") \
 	V(UKVM_PREFETCH_BACKGROUND, "background", "'background'") \
 	V(UKVM_PREFETCH_REPLAY, "replay", "'replay'") \
+
+/* Each backing's page size, the unit its faults are resolved in: P(ENUMERATOR, bytes). */
+#define UKVM_BACKING_PAGE_SIZES(P) \
+	P(UKVM_BACKING_ANONYMOUS, 4096ULL) \
+	P(UKVM_BACKING_SHMEM, 4096ULL) \
+	P(UKVM_BACKING_ANONYMOUS_THP, 2097152ULL) \
+	P(UKVM_BACKING_ANONYMOUS_HUGETLB, 2097152ULL) \
+	P(UKVM_BACKING_ANONYMOUS_HUGETLB_1GB, 1073741824ULL) \
+	P(UKVM_BACKING_SHARED_HUGETLB, 2097152ULL) \
+	P(UKVM_BACKING_GUEST_MEMFD, 4096ULL) \
+
+/* The page sizes the guest may map the region with: G(bytes, "name"). */
+#define UKVM_GUEST_PAGE_SIZES(G) \
+	G(4096ULL, "4K") \
+	G(2097152ULL, "2M") \
+	G(1073741824ULL, "1G") \
+
+/* Those names, as a message lists them. */
+#define UKVM_GUEST_PAGE_SIZE_NAMES	"'4K', '2M' or '1G'"
 
 /* struct ukvm_config's members (ukvm.h), in the schema's order. */
 #define UKVM_CONFIG_MEMBERS \

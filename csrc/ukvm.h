@@ -510,6 +510,15 @@ struct ukvm_remote_stats {
 };
 
 /*
+ * The one check of a page server's limits (UKVM_MAX_REMOTE_LATENCY_US,
+ * UKVM_MAX_REMOTE_BANDWIDTH_MBPS, UKVM_MAX_INFLIGHT): 0, or -EINVAL with a
+ * UKVM_ERR_CONFIG error whose message starts with the field's name as
+ * uffdkvm.PageServer spells it ("latency_us: ..."). ukvm_pageserver_serve()
+ * calls it first.
+ */
+int ukvm_pageserver_check(const struct ukvm_pageserver_config *cfg, struct ukvm_error *err);
+
+/*
  * Binds and listens, writes one line "ready ADDRESS\n" to ready_fd (if >= 0;
  * a TCP port 0 replaced by the real one), then serves until SIGTERM or
  * SIGINT (blocked in the calling thread meanwhile and taken through a

@@ -36,7 +36,7 @@ from children import ENV as CHILD_ENV
 from children import python
 
 import uffdkvm
-from uffdkvm import ConfigError
+from uffdkvm import ConfigError, schema
 from uffdkvm.pageserver import (
     PageClient,
     PageServer,
@@ -44,6 +44,7 @@ from uffdkvm.pageserver import (
     PageServerGone,
     PageServerStats,
     PageServerTimeout,
+    check_limits,
 )
 
 SNAPSHOT_BYTES = 8 << 20
@@ -757,6 +758,34 @@ def test_bad_arguments_name_the_field(snapshot, tmp_path):
         PageServer(snapshot, max_inflight=1.5)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="snapshot_path.*make_snapshot"):
         PageServer(tmp_path / "missing.img")
+
+
+LIMITS = (("latency_us", schema.MAX_REMOTE_LATENCY_US, "--latency-us"),
+          ("bandwidth_mbps", schema.MAX_REMOTE_BANDWIDTH_MBPS, "--bandwidth-mbps"),
+          ("max_inflight", schema.MAX_INFLIGHT, "--max-inflight"))
+
+
+@pytest.mark.parametrize("field,limit,flag", LIMITS, ids=[f for f, _, _ in LIMITS])
+def test_the_core_checks_the_limits_once_for_both_entries(snapshot, tmp_path, field, limit,
+                                                          flag):
+    """ukvm_pageserver_check is the one check: at the limit is fine, one
+    past it (or below 0) is refused naming the field, both by PageServer
+    (in-process, before it spawns anything) and by the server command
+    (the check ukvm_pageserver_serve makes itself)."""
+    at_limit = {"latency_us": 0, "bandwidth_mbps": 0, "max_inflight": 0, field: limit}
+    check_limits(**at_limit)
+    for bad in (limit + 1, -1, 1 << 70):
+        with pytest.raises(ConfigError) as info:
+            PageServer(snapshot, **{field: bad})
+        assert info.value.field == field, str(info.value)
+        assert str(info.value).startswith(f"{field}: at most {limit}"), str(info.value)
+    out = subprocess.run(python("--snapshot", snapshot, "--listen", f"unix:{tmp_path}/s",
+                                flag, str(limit + 1), module="uffdkvm.serve_pages"),
+                         env=CHILD_ENV, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 1, out
+    assert f"uffdkvm.serve_pages: {field}: at most {limit}" in out.stderr, out.stderr
+    assert not (tmp_path / "s").exists()
 
 
 def test_server_command_reports_a_missing_snapshot(tmp_path):

@@ -4,8 +4,8 @@
   one fails here, naming the file and the command that rewrites it).
 - The binding requires every core field and refuses any other key.
 - Every core field reaches the core: a run with a value other than the
-  default has the core's own copy of its config (raw["config"]) hold it,
-  and where it is cheap something the run reports changes with it.
+  default shows an effect in what the core measured (for all but a few),
+  and the core's own copy of its config (raw["config"]) holds it.
 - Every refusal of the one validator names a real field first, so
   ConfigError.field is set for each.
 """
@@ -71,6 +71,25 @@ def test_the_clis_choices_are_the_schemas(flag, field, capsys):
     assert ", ".join(map(repr, schema.choices(field))) in err, err
 
 
+@pytest.mark.parametrize("backing", list(schema.BACKING_PAGE_SIZES))
+def test_the_cores_page_sizes_are_the_schemas(backing):
+    """The validator's unit for mem_per_vcpu is the schema's page size of
+    the backing (backing.c's table is generated from it), and the guest
+    page sizes it takes are the schema's."""
+    size = schema.BACKING_PAGE_SIZES[backing]
+    d = {**core_config(Config(mem_per_vcpu="64K")),
+         "backing": getattr(_core, f"BACKING_{backing.upper()}"), "mem_per_vcpu": size}
+    assert _core.validate(d) is None
+    with pytest.raises(_core.CoreError, match=f"mem_per_vcpu: must be a positive multiple "
+                       f"of {size} "):
+        _core.validate({**d, "mem_per_vcpu": size + size // 2 if size > 4096 else 6144})
+    for name, guest in schema.GUEST_PAGE_SIZES.items():
+        assert _core.validate({**d, "guest_page_size": guest, "mem_per_vcpu": max(size, guest)}) \
+            is None, name
+    with pytest.raises(_core.CoreError, match="guest_page_size: must be '4K', '2M' or '1G'"):
+        _core.validate({**d, "guest_page_size": 8192})
+
+
 # ---- the binding: every key, no other ----
 
 def test_the_binding_refuses_a_missing_key():
@@ -107,56 +126,143 @@ def test_validate_is_the_cores_validator():
 SMALL = dict(mem_per_vcpu="64K")
 
 
+def in_order(trace, column="gpa", by="read_ns"):
+    """A fault-trace column in the order of another (the readers' read stamps)."""
+    return [v for _, v in sorted(zip(trace[by], trace[column], strict=True))]
+
+
+def rerun(**fields):
+    """The core's raw result of another small run, through the same mapping,
+    for the checks that compare with a baseline."""
+    return _core.run(run_module._core_config(Config(**{**SMALL, **fields}), None))
+
+
+def bytes_read(**fields):
+    """What a small run's threads passed through read(2) and pread(2): the
+    kernel's count (/proc/self/io rchar, which keeps exited threads')."""
+    def rchar():
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+    before = rchar()
+    rerun(**fields)
+    return rchar() - before
+
+
+def median_gap_ns(raw):
+    """The guest's median time from one access completing to the next one
+    being raised (guest_timing stamps): the computation in between."""
+    t = sorted(zip(raw["fault_trace"]["raised_ns"], raw["fault_trace"]["resumed_ns"], strict=True))
+    gaps = sorted(b[0] - a[1] for a, b in zip(t, t[1:], strict=False))
+    return gaps[len(gaps) // 2]
+
+
 def cases(snapshot):
     """For each core field: the Config fields of a run with a value other
     than its default (valid in its context), and a check of an effect the
-    run reports (or None)."""
+    run reports (or None). Each check reads something the core measured
+    (the readers' and vCPUs' counters, the fault trace, the guest's own
+    counts), never the config: forcing the field to its default in
+    core_config() makes it fail."""
     cpus = sorted(os.sched_getaffinity(0))
+    timed = dict(guest_timing=True, trace_faults=True)
+    file_4m = dict(source="file", source_path=snapshot, mem_per_vcpu="4M")
     return {
         "vcpus": (dict(vcpus=2), lambda raw: len(raw["vcpus"]) == 2),
         "mem_per_vcpu": (dict(mem_per_vcpu="128K"), lambda raw: raw["region_bytes"] == 128 << 10),
         "backing": (dict(backing="shmem"), None),
-        "uffd_mode": (dict(uffd_mode="minor", backing="shmem"), None),
+        # UFFDIO_CONTINUE resolved them: minor faults.
+        "uffd_mode": (dict(uffd_mode="minor", backing="shmem"),
+                      lambda raw: raw["readers"][0]["continues"] == raw["faults"] > 0),
         "single_uffd": (dict(vcpus=2, single_uffd=True), lambda raw: raw["uffds"] == 1),
         "resolver": (dict(resolver="vcpu"),
                      lambda raw: raw["vcpus"][0]["fault_exits"] > 0),
         "readers": (dict(readers=2), lambda raw: len(raw["readers"]) == 2),
-        "wait": (dict(wait="poll"), None),
-        "read_batch": (dict(read_batch=4), None),
-        "delay_us": (dict(delay_us=1), None),
+        # A spinning reader never sleeps; a waiting one sleeps about once a fault.
+        "wait": (dict(wait="spin"),
+                 lambda raw: raw["readers"][0]["voluntary_context_switches"] < raw["faults"] / 2),
+        # Four vCPUs queue faults on one uffd while its reader delays: a
+        # read returns several only when read_batch lets it.
+        "read_batch": (dict(vcpus=4, single_uffd=True, read_batch=4, delay_us=500),
+                       lambda raw: sum(raw["readers"][0]["read_sizes"][2:]) > 0),
+        "delay_us": (dict(delay_us=2000),
+                     lambda raw: raw["readers"][0]["service_latency"]["min"] >= 2_000_000),
         "overlap": (dict(vcpus=2, overlap=True),
                     lambda raw: raw["uffds"] == 1 and raw["region_bytes"] == 64 << 10),
-        "guest_work": (dict(guest_work=3), None),
+        # The guest computes between accesses: the gaps grow far past a run
+        # without work's (10^4 iterations: 2 us at the very least).
+        "guest_work": (dict(guest_work=10_000, **timed),
+                       lambda raw: median_gap_ns(raw) >
+                       max(2000, 2 * median_gap_ns(rerun(**timed)))),
         "guest_page_size": (dict(mem_per_vcpu="2M", guest_page_size="2M"), None),
-        "pattern": (dict(pattern="reverse"), None),
-        "seed": (dict(seed=5), None),
-        "write_percent": (dict(write_percent=50), None),
+        "pattern": (dict(pattern="reverse", trace_faults=True),
+                    lambda raw: in_order(raw["fault_trace"]) ==
+                    sorted(raw["fault_trace"]["gpa"], reverse=True)),
+        # Two seeds, two permutations.
+        "seed": (dict(seed=5, pattern="random", trace_faults=True),
+                 lambda raw: in_order(raw["fault_trace"]) !=
+                 in_order(rerun(pattern="random", trace_faults=True)["fault_trace"])),
+        "write_percent": (dict(write_percent=50, trace_faults=True),
+                          lambda raw: 0 < sum(raw["fault_trace"]["write"]) <
+                          len(raw["fault_trace"]["write"])),
         "passes": (dict(passes=2), lambda raw: raw["passes"] == 2),
-        "resolve": (dict(resolve="zeropage"), None),
-        "delay_dist": (dict(delay_us=1, delay_dist="uniform"), None),
-        "pin_vcpus": (dict(pin_vcpus=[cpus[-1]]), None),
-        "pin_readers": (dict(pin_readers=[cpus[0]]), None),
-        "prefault": (dict(prefault=True), None),
+        "resolve": (dict(resolve="zeropage"),
+                    lambda raw: raw["readers"][0]["zeropages"] == raw["faults"] > 0 and
+                    raw["readers"][0]["copies"] == 0),
+        # Uniform on 0..2 x delay_us: some fault is served in less than the
+        # fixed delay every fault would wait.
+        "delay_dist": (dict(delay_us=1000, delay_dist="uniform"),
+                       lambda raw: raw["readers"][0]["service_latency"]["min"] < 1_000_000),
+        "pin_vcpus": (dict(pin_vcpus=[cpus[-1]]),
+                      lambda raw: len(cpus) < 2 or raw["vcpus"][0]["cpus"] == [cpus[-1]]),
+        "pin_readers": (dict(pin_readers=[cpus[0]]),
+                        lambda raw: len(cpus) < 2 or raw["readers"][0]["cpus"] == [cpus[0]]),
+        "prefault": (dict(prefault=True), lambda raw: raw["faults"] == 0),
         "stats": (dict(stats="basic"), lambda raw: not raw["stats_full"]),
-        "guest_timing": (dict(guest_timing=True), None),
+        # The stages only the guest's stamps give.
+        "guest_timing": (dict(guest_timing=True),
+                         lambda raw: raw["vcpus"][0]["queue_latency"]["count"] > 0),
         "trace_faults": (dict(trace_faults=True), lambda raw: raw["fault_trace"] is not None),
         "timeout_ns": (dict(timeout_s=100.0), None),
-        "wp_async": (dict(uffd_mode="wp", wp_async=True), None),
-        "source": (dict(source="file", source_path=snapshot), None),
-        "source_path": (dict(source="file", source_path=snapshot), None),
-        "source_address": (dict(source="remote", source_path=snapshot), None),
-        "source_read": (dict(source="file", source_path=snapshot, source_read="mmap"), None),
+        "wp_async": (dict(uffd_mode="wp", wp_async=True),
+                     lambda raw: raw["faults"] == 0 and raw["dirty_pages"] > 0),
+        "source": (dict(source="file", source_path=snapshot),
+                   lambda raw: raw["readers"][0]["source_bytes"] > 0),
+        "source_path": (dict(source="file", source_path=snapshot),
+                        lambda raw: raw["readers"][0]["source_bytes"] > 0),
+        "source_address": (dict(source="remote", source_path=snapshot),
+                           lambda raw: raw["readers"][0]["source_bytes"] > 0),
+        # Copied from a mapping, not pread(2): a 4 MiB region's bytes fewer
+        # through read calls than the same run with pread's.
+        "source_read": (dict(source="file", source_path=snapshot, source_read="mmap"),
+                        lambda raw: bytes_read(**file_4m, source_read="mmap") + (2 << 20) <
+                        bytes_read(**file_4m)),
+        # mincore as the vCPUs start: dropped (the file was just written: warm).
         "source_cache": (dict(source="file", source_path=snapshot, source_cache="cold",
-                              mem_per_vcpu="4M"), None),
-        "touch_percent": (dict(touch_percent=50), None),
-        "access": (dict(access="zipf", zipf_theta=0.99), None),
-        "zipf_theta": (dict(access="zipf", zipf_theta=1.5), None),
-        "accesses": (dict(access="zipf", zipf_theta=0.99, accesses=7), None),
-        "prefetch": (dict(prefetch="background"), None),
-        "prefetch_pages": (dict(prefetch="readahead", prefetch_pages=3), None),
-        "prefetch_bandwidth_mbps": (dict(prefetch="background", prefetch_bandwidth_mbps=10_000),
-                                    None),
-        "replay": (dict(prefetch="replay", replay_from=[3, 1, 2]), None),
+                              mem_per_vcpu="4M"),
+                         lambda raw: raw["source_cached_pages_at_start"] <
+                         raw["pages_per_vcpu"] // 2),
+        "touch_percent": (dict(touch_percent=50),
+                          lambda raw: 0 < raw["touched_pages"] < raw["pages_per_vcpu"]),
+        # Zipf draws repeat pages: fewer distinct ones than accesses.
+        "access": (dict(access="zipf", zipf_theta=0.99),
+                   lambda raw: raw["touched_pages"] < raw["guest_accesses"]),
+        # More skew, fewer distinct pages than the usual 0.99's.
+        "zipf_theta": (dict(access="zipf", zipf_theta=1.5),
+                       lambda raw: raw["touched_pages"] <
+                       rerun(access="zipf", zipf_theta=0.99)["touched_pages"]),
+        "accesses": (dict(access="zipf", zipf_theta=0.99, accesses=7),
+                     lambda raw: raw["guest_accesses"] == 7),
+        "prefetch": (dict(prefetch="background"), lambda raw: raw["pushed_pages"] > 0),
+        # Each fault brings at most prefetch_pages more (the default 8 would
+        # bring 7 for every fault of this region's 16 pages).
+        "prefetch_pages": (dict(prefetch="readahead", prefetch_pages=3),
+                           lambda raw: 0 < raw["prefetched_pages"] <= 3 * raw["faults"]),
+        # At 2 Mbit/s a 4 KiB page takes 16 ms: the vCPU faults in most
+        # pages before the pusher gets to them (unlimited, it wins them all).
+        "prefetch_bandwidth_mbps": (dict(prefetch="background", prefetch_bandwidth_mbps=2),
+                                    lambda raw: raw["pushed_pages"] < raw["pages_per_vcpu"]),
+        "replay": (dict(prefetch="replay", replay_from=[3, 1, 2]),
+                   lambda raw: raw["pushed_pages"] == 3),
     }
 
 
@@ -209,14 +315,15 @@ def test_every_core_field_reaches_the_core(kvm, snapshot, name):
             raise
         want = expected(f, config, server)
     assert want != f.core_default, f"{name}: the case must leave the default"
+    # The effect first: forced to its default on the way, the field fails here.
+    if effect is not None:
+        assert effect(raw), f"{name}: the run shows no effect of {fields}"
     assert raw["config"][name] == want, (name, raw["config"][name], want)
     # Every other field as the mapping gave it, too.
     sent = run_module._core_config(config, server)
     for other in schema.CORE_FIELDS:
         if other.core_name != "source_address":
             assert raw["config"][other.core_name] == sent[other.core_name], other.core_name
-    if effect is not None:
-        assert effect(raw), f"{name}: the run shows no effect of {fields}"
 
 
 # ---- every refusal names a field ----

@@ -31,6 +31,10 @@ def make_snapshot(path: str, size: int, seed: int, /) -> None:
 def wait_idle(timeout_s: float = 10.0, /) -> None:
     """Wait until failed runs have released their threads, fds and memory."""
 
+def pageserver_check(latency_ns: int, bandwidth_mbps: int, max_inflight: int, /) -> None:
+    """The core's one check of a page server's limits; CoreError (ERR_CONFIG,
+    naming the field) for a value outside them."""
+
 def pageserver_serve(snapshot_path: str, listen: str, latency_ns: int, bandwidth_mbps: int,
                      max_inflight: int, ready_fd: int, stop_fd: int, /) -> dict[str, int]:
     """Serve the snapshot until SIGTERM, SIGINT or stop_fd polls readable

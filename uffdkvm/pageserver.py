@@ -45,7 +45,6 @@ from typing import IO, NamedTuple
 
 from . import _core
 from ._spawn import child_env, python_command
-from .config import MAX_INFLIGHT, MAX_REMOTE_BANDWIDTH_MBPS, MAX_REMOTE_LATENCY_US
 from .config import REMOTE_TRANSPORTS as TRANSPORTS
 from .errors import ConfigError, RunError
 
@@ -125,12 +124,19 @@ class Reply(NamedTuple):
     data: bytes
 
 
-def _check_int(field: str, value: object, low: int, high: int | None, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
-            high is not None and value > high):
-        bound = f"{low}..{high:_}" if high is not None else f">= {low}"
-        raise ConfigError(f"{field}={value!r}: expected an integer {bound}; {fix}", field=field)
-    return value
+def check_limits(latency_us: int, bandwidth_mbps: int, max_inflight: int) -> None:
+    """The core's one check of a page server's limits (ukvm_pageserver_check,
+    which the server process makes again): a ConfigError naming the field
+    for a value outside them."""
+    for field, value in (("latency_us", latency_us), ("bandwidth_mbps", bandwidth_mbps),
+                         ("max_inflight", max_inflight)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{field}={value!r}: expected an integer", field=field)
+    try:
+        _core.pageserver_check(latency_us * 1000, bandwidth_mbps, max_inflight)
+    except _core.CoreError as e:
+        message = e.args[2]
+        raise ConfigError(message, field=message.partition(":")[0]) from None
 
 
 def _client_error(e: _core.CoreError) -> PageServerError:
@@ -372,12 +378,7 @@ class PageServer:
         if transport not in TRANSPORTS:
             raise ConfigError(f"transport={transport!r}: expected one of {TRANSPORTS}",
                               field="transport")
-        _check_int("latency_us", latency_us, 0, MAX_REMOTE_LATENCY_US,
-                   "the server's latency per request, in microseconds")
-        _check_int("bandwidth_mbps", bandwidth_mbps, 0, MAX_REMOTE_BANDWIDTH_MBPS,
-                   "megabits per second, 0 for unlimited")
-        _check_int("max_inflight", max_inflight, 0, MAX_INFLIGHT,
-                   "requests served at once, 0 for no cap")
+        check_limits(latency_us, bandwidth_mbps, max_inflight)
         path = Path(snapshot_path)
         if not path.is_file():
             raise ConfigError(f"snapshot_path={str(snapshot_path)!r}: no such file; give the "

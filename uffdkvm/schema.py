@@ -8,8 +8,9 @@ that the generator can run before a build:
     python tools/gen_schema.py --check     # exit 1 naming any stale one
 
 From FIELDS come: csrc/config_schema.h (the config enums and their names,
-struct ukvm_config's members, the table the binding and the core's
-validator walk: defaults, ranges, applies rules; the shared constants),
+BACKING_PAGE_SIZES and GUEST_PAGE_SIZES, struct ukvm_config's members, the
+table the binding and the core's validator walk: defaults, ranges, applies
+rules; the shared constants),
 Config's constructor signature in uffdkvm/config.py, the constants section
 of uffdkvm/_core.pyi and the field table of docs/config.md, each between
 marker lines. uffdkvm/config.py builds the Config dataclass from FIELDS at
@@ -421,10 +422,11 @@ def header() -> str:
         " * Edit the field's entry in uffdkvm/schema.py and run the command again;",
         " * tests/test_schema.py fails while this file is stale.",
         " *",
-        " * The config's enums and their names, struct ukvm_config's members",
-        " * (UKVM_CONFIG_MEMBERS), the field table (UKVM_CONFIG_FIELDS) that the",
-        " * binding converts with and the validator walks, and the limits the core",
-        " * and Python share. Included by ukvm.h only.",
+        " * The config's enums and their names, each backing's page size and the",
+        " * guest's page sizes, struct ukvm_config's members (UKVM_CONFIG_MEMBERS),",
+        " * the field table (UKVM_CONFIG_FIELDS) that the binding converts with and",
+        " * the validator walks, and the limits the core and Python share. Included",
+        " * by ukvm.h only.",
         " */",
         "#ifndef UKVM_CONFIG_SCHEMA_H",
         "#define UKVM_CONFIG_SCHEMA_H",
@@ -465,6 +467,23 @@ def header() -> str:
             py = python_repr(f, python_value(f, c))
             out.append(f"\tV({_enumerator(f, c)}, {_c_string(c)}, {_c_string(py)}) \\")
         out.append("")
+    backing = BY_NAME["backing"]
+    out.append("/* Each backing's page size, the unit its faults are resolved in: "
+               "P(ENUMERATOR, bytes). */")
+    out.append("#define UKVM_BACKING_PAGE_SIZES(P) \\")
+    for c in backing.choices:
+        out.append(f"\tP({_enumerator(backing, c)}, {BACKING_PAGE_SIZES[c]}ULL) \\")
+    out.append("")
+    out.append("/* The page sizes the guest may map the region with: G(bytes, \"name\"). */")
+    out.append("#define UKVM_GUEST_PAGE_SIZES(G) \\")
+    for name, size in GUEST_PAGE_SIZES.items():
+        out.append(f"\tG({size}ULL, {_c_string(name)}) \\")
+    out.append("")
+    names = [repr(n) for n in GUEST_PAGE_SIZES]
+    out.append("/* Those names, as a message lists them. */")
+    out.append(f"#define UKVM_GUEST_PAGE_SIZE_NAMES\t"
+               f"{_c_string(', '.join(names[:-1]) + ' or ' + names[-1])}")
+    out.append("")
     out.append("/* struct ukvm_config's members (ukvm.h), in the schema's order. */")
     out.append("#define UKVM_CONFIG_MEMBERS \\")
     for f in CORE_FIELDS:

@@ -11,10 +11,6 @@ import contextlib
 import os
 import sys
 
-from .config import MAX_INFLIGHT, MAX_REMOTE_BANDWIDTH_MBPS, MAX_REMOTE_LATENCY_US
-from .errors import ConfigError
-from .pageserver import _check_int
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -34,15 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     from . import _core
 
     try:
-        _check_int("--latency-us", args.latency_us, 0, MAX_REMOTE_LATENCY_US, "microseconds")
-        _check_int("--bandwidth-mbps", args.bandwidth_mbps, 0, MAX_REMOTE_BANDWIDTH_MBPS,
-                   "0 for unlimited")
-        _check_int("--max-inflight", args.max_inflight, 0, MAX_INFLIGHT, "0 for no cap")
+        # The core checks the limits (ukvm_pageserver_check), naming the field.
         _core.pageserver_serve(args.snapshot, args.listen, args.latency_us * 1000,
                                args.bandwidth_mbps, args.max_inflight, sys.stdout.fileno(),
                                sys.stdin.fileno())
-    except (ConfigError, _core.CoreError) as e:
-        message = e.args[2] if isinstance(e, _core.CoreError) else str(e)
+    except _core.CoreError as e:
+        message = e.args[2]
         print(f"uffdkvm.serve_pages: {message}", file=sys.stderr)
         return 1
     finally:

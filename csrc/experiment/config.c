@@ -236,10 +236,12 @@ static int config_check_memory(const struct ukvm_config *c, struct ukvm_error *e
 {
 	uint64_t unit;
 
-	if (c->guest_page_size != UKVM_PAGE_SIZE && c->guest_page_size != (2ULL << 20) &&
-	    c->guest_page_size != (1ULL << 30))
-		BAD("guest_page_size: must be '4K', '2M' or '1G', not %llu bytes",
+	/* The schema's guest page sizes (uffdkvm/schema.py, GUEST_PAGE_SIZES). */
+#define G(bytes, name) c->guest_page_size != (bytes) &&
+	if (UKVM_GUEST_PAGE_SIZES(G) true)
+		BAD("guest_page_size: must be " UKVM_GUEST_PAGE_SIZE_NAMES ", not %llu bytes",
 		    (unsigned long long)c->guest_page_size);
+#undef G
 	unit = ukvm_backing_page_size(c->backing);
 	if (c->guest_page_size > unit)
 		unit = c->guest_page_size;

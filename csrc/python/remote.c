@@ -17,22 +17,77 @@ static PyObject *remote_stats_to_dict(const struct ukvm_remote_stats *st)
 	return d;
 }
 
+/*
+ * An int as a limit for ukvm_pageserver_check(): one below 0 or past
+ * uint64_t becomes UINT64_MAX, which the check refuses naming the field
+ * (an "K" format would wrap it into range instead).
+ */
+static int limit_converter(PyObject *o, void *out)
+{
+	int overflow;
+	long long v;
+
+	if (!PyLong_Check(o) || PyBool_Check(o)) {
+		PyErr_SetString(PyExc_TypeError, "page server limits: expected an int");
+		return 0;
+	}
+	v = PyLong_AsLongLongAndOverflow(o, &overflow);
+	if (v == -1 && PyErr_Occurred())
+		return 0;
+	if (overflow > 0) {
+		*(uint64_t *)out = PyLong_AsUnsignedLongLong(o);
+		if (PyErr_Occurred()) {
+			PyErr_Clear();
+			*(uint64_t *)out = UINT64_MAX;
+		}
+	} else {
+		*(uint64_t *)out = overflow < 0 || v < 0 ? UINT64_MAX : (uint64_t)v;
+	}
+	return 1;
+}
+
+/* The three limits into cfg. */
+static void set_limits(struct ukvm_pageserver_config *cfg, uint64_t latency_ns,
+			uint64_t bandwidth_mbps, uint64_t max_inflight)
+{
+	cfg->latency_ns = latency_ns;
+	cfg->bandwidth_mbps = bandwidth_mbps;
+	/* Saturated, so that a value past uint32_t is refused rather than truncated. */
+	cfg->max_inflight = max_inflight > UINT32_MAX ? UINT32_MAX : (uint32_t)max_inflight;
+}
+
+static PyObject *core_pageserver_check(PyObject *self, PyObject *args)
+{
+	struct ukvm_pageserver_config cfg = { 0 };
+	uint64_t latency_ns, bandwidth_mbps, max_inflight;
+	struct ukvm_error err;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O&O&O&:pageserver_check", limit_converter, &latency_ns,
+			      limit_converter, &bandwidth_mbps, limit_converter, &max_inflight))
+		return NULL;
+	set_limits(&cfg, latency_ns, bandwidth_mbps, max_inflight);
+	if (ukvm_pageserver_check(&cfg, &err)) {
+		py_raise_core_error(&err);
+		return NULL;
+	}
+	Py_RETURN_NONE;
+}
+
 static PyObject *core_pageserver_serve(PyObject *self, PyObject *args)
 {
 	struct ukvm_pageserver_config cfg = { 0 };
-	unsigned long long latency_ns, bandwidth_mbps;
-	unsigned int max_inflight;
+	uint64_t latency_ns, bandwidth_mbps, max_inflight;
 	struct ukvm_remote_stats st;
 	struct ukvm_error err;
 	int ready_fd, stop_fd, ret;
 
 	(void)self;
-	if (!PyArg_ParseTuple(args, "ssKKIii:pageserver_serve", &cfg.snapshot_path, &cfg.listen,
-			      &latency_ns, &bandwidth_mbps, &max_inflight, &ready_fd, &stop_fd))
+	if (!PyArg_ParseTuple(args, "ssO&O&O&ii:pageserver_serve", &cfg.snapshot_path,
+			      &cfg.listen, limit_converter, &latency_ns, limit_converter,
+			      &bandwidth_mbps, limit_converter, &max_inflight, &ready_fd, &stop_fd))
 		return NULL;
-	cfg.latency_ns = latency_ns;
-	cfg.bandwidth_mbps = bandwidth_mbps;
-	cfg.max_inflight = max_inflight;
+	set_limits(&cfg, latency_ns, bandwidth_mbps, max_inflight);
 	Py_BEGIN_ALLOW_THREADS
 	ret = ukvm_pageserver_serve(&cfg, ready_fd, stop_fd, &st, &err);
 	Py_END_ALLOW_THREADS
@@ -371,6 +426,11 @@ static PyMethodDef remote_methods[] = {
 	  "body: uffdkvm/pageserver.py), the GIL released, until SIGTERM or SIGINT or "
 	  "stop_fd polls readable; writes \"ready ADDRESS\" to ready_fd once listening. "
 	  "Returns the final counters. Raises CoreError on failure." },
+	{ "pageserver_check", core_pageserver_check, METH_VARARGS,
+	  "pageserver_check(latency_ns, bandwidth_mbps, max_inflight) -> None\n\nThe core's "
+	  "one check of a page server's limits (pageserver_serve makes it too). Raises "
+	  "CoreError (ERR_CONFIG, the message starting with the field's name) for a value "
+	  "outside them." },
 	{ "remote_connect", core_remote_connect, METH_VARARGS,
 	  "remote_connect(address) -> connection\n\nA page server client connection "
 	  "(csrc/remote/client.c), closed by remote_close() or when collected." },

@@ -571,6 +571,28 @@ static void server_free_all(struct server *s)
 	ukvm_model_free_all(&s->model);	/* the conns are gone: nothing else holds a request */
 }
 
+int ukvm_pageserver_check(const struct ukvm_pageserver_config *cfg, struct ukvm_error *err)
+{
+	memset(err, 0, sizeof(*err));
+	if (cfg->latency_ns > UKVM_MAX_REMOTE_LATENCY_US * 1000ULL)
+		return ukvm_err_set(err, UKVM_ERR_CONFIG, 0,
+				    "latency_us: at most %llu microseconds, not %llu",
+				    (unsigned long long)UKVM_MAX_REMOTE_LATENCY_US,
+				    (unsigned long long)(cfg->latency_ns / 1000));
+	if (cfg->bandwidth_mbps > UKVM_MAX_REMOTE_BANDWIDTH_MBPS)
+		return ukvm_err_set(err, UKVM_ERR_CONFIG, 0,
+				    "bandwidth_mbps: at most %llu megabits per second (0: "
+				    "unlimited), not %llu",
+				    (unsigned long long)UKVM_MAX_REMOTE_BANDWIDTH_MBPS,
+				    (unsigned long long)cfg->bandwidth_mbps);
+	if (cfg->max_inflight > UKVM_MAX_INFLIGHT)
+		return ukvm_err_set(err, UKVM_ERR_CONFIG, 0,
+				    "max_inflight: at most %llu requests at once (0: no cap), not %llu",
+				    (unsigned long long)UKVM_MAX_INFLIGHT,
+				    (unsigned long long)cfg->max_inflight);
+	return 0;
+}
+
 int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd, int stop_fd,
 			  struct ukvm_remote_stats *stats, struct ukvm_error *err)
 {
@@ -581,7 +603,9 @@ int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd
 	int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 	int ret;
 
-	memset(err, 0, sizeof(*err));
+	ret = ukvm_pageserver_check(cfg, err);
+	if (ret)
+		return ret;
 	list_init(&s.conns);
 	ukvm_model_init(&s.model, cfg->latency_ns, cfg->bandwidth_mbps, cfg->max_inflight,
 			&s.stats);

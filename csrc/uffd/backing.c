@@ -30,25 +30,36 @@
 #include "uapi_compat.h"
 
 #define SZ_2M	(2ULL << 20)
-#define SZ_1G	(1ULL << 30)
+
+/* Each backing's page size is the schema's (uffdkvm/schema.py, BACKING_PAGE_SIZES). */
+static const uint64_t page_sizes[UKVM_BACKING__COUNT] = {
+#define P(backing, bytes) [backing] = (bytes),
+	UKVM_BACKING_PAGE_SIZES(P)
+#undef P
+};
 
 static const struct backing_kind {
-	uint64_t page_size;
 	bool shared;		/* a page cache: MINOR faults, an alias mapping */
-	unsigned hugetlb_shift;	/* log2 of the hugetlb page size, 0 if none */
+	bool hugetlb;		/* hugetlbfs pages, of the backing's page size */
 } kinds[UKVM_BACKING__COUNT] = {
-	[UKVM_BACKING_ANONYMOUS] = { UKVM_PAGE_SIZE, false, 0 },
-	[UKVM_BACKING_SHMEM] = { UKVM_PAGE_SIZE, true, 0 },
-	[UKVM_BACKING_ANONYMOUS_THP] = { SZ_2M, false, 0 },
-	[UKVM_BACKING_ANONYMOUS_HUGETLB] = { SZ_2M, false, 21 },
-	[UKVM_BACKING_ANONYMOUS_HUGETLB_1GB] = { SZ_1G, false, 30 },
-	[UKVM_BACKING_SHARED_HUGETLB] = { SZ_2M, true, 21 },
-	[UKVM_BACKING_GUEST_MEMFD] = { UKVM_PAGE_SIZE, true, 0 },
+	[UKVM_BACKING_ANONYMOUS] = { false, false },
+	[UKVM_BACKING_SHMEM] = { true, false },
+	[UKVM_BACKING_ANONYMOUS_THP] = { false, false },
+	[UKVM_BACKING_ANONYMOUS_HUGETLB] = { false, true },
+	[UKVM_BACKING_ANONYMOUS_HUGETLB_1GB] = { false, true },
+	[UKVM_BACKING_SHARED_HUGETLB] = { true, true },
+	[UKVM_BACKING_GUEST_MEMFD] = { true, false },
 };
+
+/* log2 of a hugetlb backing's page size (for MAP_HUGE_* and MFD_HUGE_*), 0 if none. */
+static unsigned hugetlb_shift(enum ukvm_backing b)
+{
+	return kinds[b].hugetlb ? (unsigned)__builtin_ctzll(page_sizes[b]) : 0;
+}
 
 uint64_t ukvm_backing_page_size(enum ukvm_backing b)
 {
-	return (unsigned)b < UKVM_BACKING__COUNT ? kinds[b].page_size : UKVM_PAGE_SIZE;
+	return (unsigned)b < UKVM_BACKING__COUNT ? page_sizes[b] : UKVM_PAGE_SIZE;
 }
 
 bool ukvm_backing_is_shared(enum ukvm_backing b)
@@ -58,7 +69,7 @@ bool ukvm_backing_is_shared(enum ukvm_backing b)
 
 bool ukvm_backing_is_hugetlb(enum ukvm_backing b)
 {
-	return (unsigned)b < UKVM_BACKING__COUNT && kinds[b].hugetlb_shift;
+	return (unsigned)b < UKVM_BACKING__COUNT && kinds[b].hugetlb;
 }
 
 void ukvm_backing_init(struct ukvm_backing_mem *b)
@@ -234,14 +245,14 @@ static int backing_create_gmem(struct ukvm_backing_mem *b, int vm_fd, struct ukv
 int ukvm_backing_create(struct ukvm_backing_mem *b, enum ukvm_backing kind, uint64_t size,
 			int vm_fd, struct ukvm_error *err)
 {
-	const struct backing_kind *k = &kinds[kind];
-	int huge = k->hugetlb_shift ? MAP_HUGETLB | (int)(k->hugetlb_shift << MAP_HUGE_SHIFT) : 0;
+	unsigned shift = hugetlb_shift(kind);
+	int huge = shift ? MAP_HUGETLB | (int)(shift << MAP_HUGE_SHIFT) : 0;
 	int ret;
 
 	ukvm_backing_init(b);
 	b->kind = kind;
 	b->size = size;
-	b->page_size = k->page_size;
+	b->page_size = page_sizes[kind];
 
 	switch (kind) {
 	case UKVM_BACKING_ANONYMOUS:
@@ -263,8 +274,8 @@ int ukvm_backing_create(struct ukvm_backing_mem *b, enum ukvm_backing kind, uint
 		break;
 	case UKVM_BACKING_SHMEM:
 	case UKVM_BACKING_SHARED_HUGETLB:
-		b->memfd = memfd_create("uffdkvm-guest",
-					MFD_CLOEXEC | (k->hugetlb_shift ? MFD_HUGETLB | MFD_HUGE_2MB : 0));
+		b->memfd = memfd_create("uffdkvm-guest", MFD_CLOEXEC | (shift ? MFD_HUGETLB |
+					(int)(shift << MFD_HUGE_SHIFT) : 0));
 		if (b->memfd < 0) {
 			ret = -errno;
 			ukvm_err_set(err, UKVM_ERR_HOST, -ret, "memfd_create(%s)",

@@ -428,6 +428,35 @@ int main(void)
 		}
 	}
 
+	UKT_CASE("limits past the schema's are refused before anything opens, naming the field") {
+		static const struct {
+			struct ukvm_pageserver_config cfg;
+			const char *field;
+		} bad[] = {
+			{ { .latency_ns = (UKVM_MAX_REMOTE_LATENCY_US + 1) * 1000ULL }, "latency_us: " },
+			{ { .bandwidth_mbps = UKVM_MAX_REMOTE_BANDWIDTH_MBPS + 1 }, "bandwidth_mbps: " },
+			{ { .max_inflight = UKVM_MAX_INFLIGHT + 1 }, "max_inflight: " },
+		};
+		struct ukvm_pageserver_config at = {
+			.latency_ns = UKVM_MAX_REMOTE_LATENCY_US * 1000ULL,
+			.bandwidth_mbps = UKVM_MAX_REMOTE_BANDWIDTH_MBPS,
+			.max_inflight = UKVM_MAX_INFLIGHT,
+		};
+
+		CHECK_EQ(ukvm_pageserver_check(&at, &err), 0);
+		for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+			struct ukvm_pageserver_config cfg = bad[i].cfg;
+
+			cfg.snapshot_path = snap_path;
+			cfg.listen = "unix:/nonexistent-dir/s";
+			ret = ukvm_pageserver_serve(&cfg, -1, -1, NULL, &err);
+			CHECK_EQ(ret, -EINVAL);
+			CHECK_EQ(err.kind, UKVM_ERR_CONFIG);
+			CHECK(!strncmp(err.message, bad[i].field, strlen(bad[i].field)), "%s",
+			      err.message);
+		}
+	}
+
 	unlink(snap_path);
 	free(snap);
 	printf("%s: %u cases, %u checks failed, %u skipped\n", ukt_program, ukt_cases,
