@@ -760,9 +760,9 @@ def test_bad_arguments_name_the_field(snapshot, tmp_path):
         PageServer(tmp_path / "missing.img")
 
 
-LIMITS = (("latency_us", schema.MAX_REMOTE_LATENCY_US, "--latency-us"),
-          ("bandwidth_mbps", schema.MAX_REMOTE_BANDWIDTH_MBPS, "--bandwidth-mbps"),
-          ("max_inflight", schema.MAX_INFLIGHT, "--max-inflight"))
+LIMITS = (("latency_us", schema.LIMITS["MAX_REMOTE_LATENCY_US"], "--latency-us"),
+          ("bandwidth_mbps", schema.LIMITS["MAX_REMOTE_BANDWIDTH_MBPS"], "--bandwidth-mbps"),
+          ("max_inflight", schema.LIMITS["MAX_INFLIGHT"], "--max-inflight"))
 
 
 @pytest.mark.parametrize("field,limit,flag", LIMITS, ids=[f for f, _, _ in LIMITS])

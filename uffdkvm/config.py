@@ -19,55 +19,11 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 from . import _core, schema, touchorder
 from .errors import ConfigError
 
-# The limits, from the schema (re-exported: `X as X`).
-from .schema import (
-    BACKING_PAGE_SIZES as BACKING_PAGE_SIZES,
-)
-from .schema import (
-    GUEST_PAGE_SIZES as GUEST_PAGE_SIZES,
-)
-from .schema import (
-    MAX_ACCESSES as MAX_ACCESSES,
-)
-from .schema import (
-    MAX_CPU as MAX_CPU,
-)
-from .schema import (
-    MAX_DELAY_US as MAX_DELAY_US,
-)
-from .schema import (
-    MAX_GUEST_WORK as MAX_GUEST_WORK,
-)
-from .schema import (
-    MAX_INFLIGHT as MAX_INFLIGHT,
-)
-from .schema import (
-    MAX_PASSES as MAX_PASSES,
-)
-from .schema import (
-    MAX_PREFETCH_PAGES as MAX_PREFETCH_PAGES,
-)
-from .schema import (
-    MAX_READ_BATCH as MAX_READ_BATCH,
-)
-from .schema import (
-    MAX_READERS as MAX_READERS,
-)
-from .schema import (
-    MAX_REGION_BYTES as MAX_REGION_BYTES,
-)
-from .schema import (
-    MAX_REMOTE_BANDWIDTH_MBPS as MAX_REMOTE_BANDWIDTH_MBPS,
-)
-from .schema import (
-    MAX_REMOTE_LATENCY_US as MAX_REMOTE_LATENCY_US,
-)
-from .schema import (
-    MAX_VCPUS as MAX_VCPUS,
-)
-from .schema import (
-    MAX_ZIPF_THETA as MAX_ZIPF_THETA,
-)
+# From the schema, under the names callers of this module have used.
+BACKING_PAGE_SIZES = schema.BACKING_PAGE_SIZES
+GUEST_PAGE_SIZES = schema.GUEST_PAGE_SIZES
+MAX_ZIPF_THETA = schema.MAX_ZIPF_THETA
+MAX_CPU = schema.LIMITS["MAX_CPU"]
 
 PAGE_SIZE = 4096
 BACKINGS = schema.choices("backing")

@@ -105,7 +105,7 @@ GUEST_PAGE_SIZES = {"4K": 4096, "2M": _2M, "1G": _1G}
 
 #: Limits the core and Python share: (name, value, comment). Each is a
 #: UKVM_<name> macro in csrc/config_schema.h, an attribute of uffdkvm._core
-#: and of this module.
+#: and a key of LIMITS.
 CONSTANTS = (
     ("MAX_VCPUS", 4096, "KVM's own ceiling (KVM_MAX_VCPUS); the host may allow fewer"),
     ("MAX_REGION_BYTES", 1 << 46, "the test region at most: the core puts it above 4 GiB, "
@@ -135,27 +135,8 @@ CONSTANTS = (
 #: The float constant, kept apart: C writes it as a double.
 MAX_ZIPF_THETA = 100.0
 
-_C = dict((name, value) for name, value, _ in CONSTANTS)
-globals().update(_C)
-MAX_VCPUS: int
-MAX_REGION_BYTES: int
-MAX_READERS: int
-MAX_READ_BATCH: int
-READS_PER_WAKEUP: int
-MAX_DELAY_US: int
-MAX_GUEST_WORK: int
-MAX_PASSES: int
-MAX_CPU: int
-MAX_ACCESSES: int
-MAX_PREFETCH_PAGES: int
-MAX_PREFETCH_BANDWIDTH_MBPS: int
-MAX_REMOTE_LATENCY_US: int
-MAX_REMOTE_BANDWIDTH_MBPS: int
-MAX_INFLIGHT: int
-SOURCE_PATH_MAX: int
-SOURCE_ADDRESS_MAX: int
-READER_SRC_MAX: int
-MOVE_STAGE_BYTES: int
+#: The limits by name: LIMITS["MAX_VCPUS"] (also uffdkvm._core.MAX_VCPUS).
+LIMITS: dict[str, int] = {name: value for name, value, _ in CONSTANTS}
 
 _U32_MAX, _U64_MAX = (1 << 32) - 1, (1 << 64) - 1
 _READERS_ONLY = (("resolver", ("readers",)),)
@@ -164,10 +145,10 @@ _REMOTE_ONLY = (("source", ("remote",)),)
 # In Config's order (its positional order, kept as it was); struct
 # ukvm_config's members follow the same order.
 FIELDS: tuple[Field, ...] = (
-    Field("vcpus", "u32", 1, "vCPUs, each in its own host thread", min=1, max=_C["MAX_VCPUS"]),
+    Field("vcpus", "u32", 1, "vCPUs, each in its own host thread", min=1, max=LIMITS["MAX_VCPUS"]),
     Field("mem_per_vcpu", "u64", 1 << 30, "bytes each vCPU demand-pages: an int or a string "
           "such as \"64M\" or \"1G\", stored in bytes; a multiple of the backing's and the "
-          "guest's page size", form="size", min=4096, max=_C["MAX_REGION_BYTES"]),
+          "guest's page size", form="size", min=4096, max=LIMITS["MAX_REGION_BYTES"]),
     Field("backing", "enum", "anonymous", "the memory (docs/backings.md); faults are "
           "resolved at its page size", choices=tuple(BACKING_PAGE_SIZES)),
     Field("uffd_mode", "enum", "missing", "\"missing\" (UFFDIO_COPY or UFFDIO_ZEROPAGE), "
@@ -181,7 +162,7 @@ FIELDS: tuple[Field, ...] = (
           "read the uffd's messages) or \"vcpu\" (the uffd answers with SIGBUS and the "
           "faulting vCPU's own thread resolves it: no reader threads)",
           choices=("readers", "vcpu")),
-    Field("readers", "u32", 1, "reader threads per uffd", min=1, max=_C["MAX_READERS"],
+    Field("readers", "u32", 1, "reader threads per uffd", min=1, max=LIMITS["MAX_READERS"],
           applies=_READERS_ONLY),
     Field("wait", "enum", "epoll_exclusive", "how readers wait: \"poll\", \"epoll\", "
           "\"epoll_exclusive\", \"read\", \"spin\" (a non-blocking read in a loop) or "
@@ -190,15 +171,15 @@ FIELDS: tuple[Field, ...] = (
           applies=_READERS_ONLY),
     Field("read_batch", "u32", 1, "messages one read() of the uffd may return; above 1, "
           "while reads come back full a reader reads again before it waits (16 reads at "
-          "most)", min=1, max=_C["MAX_READ_BATCH"], applies=_READERS_ONLY),
+          "most)", min=1, max=LIMITS["MAX_READ_BATCH"], applies=_READERS_ONLY),
     Field("allow_oversubscribe", "bool", False, "let wait=\"spin\" run more spinning "
           "readers than the CPUs left beside the vCPUs (run() refuses it otherwise)",
           core=None),
     Field("delay_us", "u32", 0, "microseconds a reader waits per fault before resolving it",
-          min=0, max=_C["MAX_DELAY_US"]),
+          min=0, max=LIMITS["MAX_DELAY_US"]),
     Field("overlap", "bool", False, "every vCPU walks the same region (implies one uffd)"),
     Field("guest_work", "u32", 0, "guest computation after each page access: iterations "
-          "of a 4-instruction loop", min=0, max=_C["MAX_GUEST_WORK"]),
+          "of a 4-instruction loop", min=0, max=LIMITS["MAX_GUEST_WORK"]),
     Field("guest_page_size", "u64", "4K", "how the guest's page tables map the region: "
           "\"4K\", \"2M\" or \"1G\"", form="page_size"),
     Field("pattern", "enum", "sequential", "the order each vCPU visits its pages: "
@@ -209,7 +190,7 @@ FIELDS: tuple[Field, ...] = (
     Field("write_percent", "u32", 100, "the share of pages the guest writes; it reads the "
           "rest, and the host checks what it read", min=0, max=100),
     Field("passes", "u32", 1, "walks of the region per vCPU; only the first faults",
-          min=1, max=_C["MAX_PASSES"]),
+          min=1, max=LIMITS["MAX_PASSES"]),
     Field("resolve", "enum", "copy", "missing faults: \"copy\" (UFFDIO_COPY), "
           "\"zeropage\" (UFFDIO_ZEROPAGE) or \"move\" (UFFDIO_MOVE of a staged page; "
           "anonymous memory, Linux 6.8+)", choices=("copy", "zeropage", "move")),
@@ -218,10 +199,10 @@ FIELDS: tuple[Field, ...] = (
           choices=("fixed", "uniform", "exponential"), c_prefix="DELAY"),
     Field("pin_vcpus", "cpus", None, "host CPUs for the vCPU threads, round-robin: any "
           "iterable of CPU numbers, one number or a string \"0,2,3\"; stored as a tuple "
-          "(None: unpinned)", min=0, max=_C["MAX_CPU"]),
+          "(None: unpinned)", min=0, max=LIMITS["MAX_CPU"]),
     Field("pin_readers", "cpus", None, "host CPUs for the reader threads, likewise; or "
           "\"vcpus\": each reader on the CPU of the vCPU it serves (needs pin_vcpus)",
-          min=0, max=_C["MAX_CPU"], applies=_READERS_ONLY, form="pin_readers"),
+          min=0, max=LIMITS["MAX_CPU"], applies=_READERS_ONLY, form="pin_readers"),
     Field("prefault", "bool", False, "populate the whole region before the vCPUs start: "
           "no userfaults at all, the ceiling"),
     Field("stats", "enum", "full", "\"full\": readers time every fault (latency, "
@@ -259,16 +240,16 @@ FIELDS: tuple[Field, ...] = (
     Field("zipf_theta", "double", None, "the Zipf skew (0.99 is the usual one)", min=0.0,
           max=MAX_ZIPF_THETA, form="optional", applies=(("access", ("zipf",)),)),
     Field("accesses", "u64", None, "accesses per pass per vCPU (None: as many as it has "
-          "touched pages)", min=1, max=_C["MAX_ACCESSES"], form="optional",
+          "touched pages)", min=1, max=LIMITS["MAX_ACCESSES"], form="optional",
           applies=(("access", ("zipf",)),)),
     Field("prefetch", "enum", "none", "install pages before the guest asks: \"none\", "
           "\"readahead\", \"background\" (a pusher thread, in address order) or \"replay\" "
           "(the pusher installs replay_from's pages in order)",
           choices=("none", "readahead", "background", "replay")),
     Field("prefetch_pages", "u32", 8, "readahead's window, in pages of the backing's page "
-          "size", min=1, max=_C["MAX_PREFETCH_PAGES"], applies=(("prefetch", ("readahead",)),)),
+          "size", min=1, max=LIMITS["MAX_PREFETCH_PAGES"], applies=(("prefetch", ("readahead",)),)),
     Field("prefetch_bandwidth_mbps", "u64", 0, "the pusher's rate in 10^6 bits/s (0: as "
-          "fast as it goes)", min=0, max=_C["MAX_PREFETCH_BANDWIDTH_MBPS"],
+          "fast as it goes)", min=0, max=LIMITS["MAX_PREFETCH_BANDWIDTH_MBPS"],
           applies=(("prefetch", ("background", "replay")),)),
     Field("replay_from", "pages", None, "replay's order: a path to a file "
           "Result.save_touch_order wrote, or a sequence of page indices; stored as a tuple",
@@ -277,13 +258,13 @@ FIELDS: tuple[Field, ...] = (
           "\"unix\" or \"tcp\" (loopback)", choices=("unix", "tcp"), core=None,
           applies=_REMOTE_ONLY),
     Field("remote_latency_us", "u32", 0, "the page server's time from taking up a request "
-          "to its reply", min=0, max=_C["MAX_REMOTE_LATENCY_US"], core=None,
+          "to its reply", min=0, max=LIMITS["MAX_REMOTE_LATENCY_US"], core=None,
           applies=_REMOTE_ONLY),
     Field("remote_bandwidth_mbps", "u64", 0, "the page server's one link, 10^6 bits/s (0: "
-          "unlimited)", min=0, max=_C["MAX_REMOTE_BANDWIDTH_MBPS"], core=None,
+          "unlimited)", min=0, max=LIMITS["MAX_REMOTE_BANDWIDTH_MBPS"], core=None,
           applies=_REMOTE_ONLY),
     Field("max_inflight", "u32", 0, "requests the page server serves at once (0: no cap)",
-          min=0, max=_C["MAX_INFLIGHT"], core=None, applies=_REMOTE_ONLY),
+          min=0, max=LIMITS["MAX_INFLIGHT"], core=None, applies=_REMOTE_ONLY),
 )
 
 BY_NAME = {f.name: f for f in FIELDS}
