@@ -27,18 +27,6 @@ void py_raise_core_error(const struct ukvm_error *err)
 	}
 }
 
-int py_set_u64(PyObject *d, const char *key, uint64_t v)
-{
-	PyObject *o = PyLong_FromUnsignedLongLong(v);
-	int ret;
-
-	if (!o)
-		return -1;
-	ret = PyDict_SetItemString(d, key, o);
-	Py_DECREF(o);
-	return ret;
-}
-
 int py_set_obj(PyObject *d, const char *key, PyObject *o)
 {
 	int ret;
@@ -48,6 +36,11 @@ int py_set_obj(PyObject *d, const char *key, PyObject *o)
 	ret = PyDict_SetItemString(d, key, o);
 	Py_DECREF(o);
 	return ret;
+}
+
+int py_set_u64(PyObject *d, const char *key, uint64_t v)
+{
+	return py_set_obj(d, key, PyLong_FromUnsignedLongLong(v));
 }
 
 PyObject *py_list_new(uint64_t n)

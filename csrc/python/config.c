@@ -239,13 +239,17 @@ static const struct field *field_named(const struct field *t, size_t n, const ch
  * build's inject keys may be there too), into cfg: 0, or -1 with an
  * exception set and nothing left to free.
  */
-int pyconfig_from_dict(PyObject *dict, struct ukvm_config *cfg)
+int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 {
 	PyObject *key, *item;
 	Py_ssize_t pos = 0;
 	size_t i;
 
 	ukvm_config_init(cfg);
+	if (!PyDict_Check(dict)) {
+		PyErr_Format(PyExc_TypeError, "%s() takes a dict of config fields", fn);
+		return -1;
+	}
 	while (PyDict_Next(dict, &pos, &key, &item)) {
 		const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, NULL) : NULL;
 

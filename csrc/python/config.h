@@ -8,8 +8,11 @@
 
 #include "python/common.h"
 
-/* cfg from dict: 0, or -1 with KeyError (a missing or unknown key), TypeError or ValueError. */
-int pyconfig_from_dict(PyObject *dict, struct ukvm_config *cfg);
+/*
+ * cfg from dict, the argument of fn() (named in a TypeError for a non-dict):
+ * 0, or -1 with KeyError (a missing or unknown key), TypeError or ValueError.
+ */
+int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg);
 /* Frees the lists pyconfig_from_dict() made. */
 void pyconfig_free(struct ukvm_config *cfg);
 /* Every core field of cfg, by the struct member's name: run()'s raw["config"]. */

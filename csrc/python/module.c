@@ -77,11 +77,7 @@ static PyObject *core_run(PyObject *self, PyObject *args)
 		PyErr_SetString(PyExc_TypeError, "run(): progress must be callable or None");
 		return NULL;
 	}
-	if (!PyDict_Check(arg)) {
-		PyErr_SetString(PyExc_TypeError, "run() takes a dict of config fields");
-		return NULL;
-	}
-	if (pyconfig_from_dict(arg, &cfg))
+	if (pyconfig_from_dict(arg, "run", &cfg))
 		return NULL;
 	vcpus = cfg.vcpus;
 	if (progress != Py_None) {
@@ -161,11 +157,7 @@ static PyObject *core_validate(PyObject *self, PyObject *arg)
 	int ret;
 
 	(void)self;
-	if (!PyDict_Check(arg)) {
-		PyErr_SetString(PyExc_TypeError, "validate() takes a dict of config fields");
-		return NULL;
-	}
-	if (pyconfig_from_dict(arg, &cfg))
+	if (pyconfig_from_dict(arg, "validate", &cfg))
 		return NULL;
 	memset(&err, 0, sizeof(err));
 	ret = ukvm_config_validate(&cfg, &err);	/* pure, quick: the GIL is kept */
@@ -184,11 +176,7 @@ static PyObject *core_probe(PyObject *self, PyObject *arg)
 	int ret;
 
 	(void)self;
-	if (!PyDict_Check(arg)) {
-		PyErr_SetString(PyExc_TypeError, "probe() takes a dict of config fields");
-		return NULL;
-	}
-	if (pyconfig_from_dict(arg, &cfg))
+	if (pyconfig_from_dict(arg, "probe", &cfg))
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
 	ret = ukvm_probe(&cfg, &err);
