@@ -280,6 +280,15 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
             raise ConfigError(f"{f.name}: expected the path of a file (a str or "
                               f"os.PathLike), not {value!r}", field=f.name)
         return path
+    if f.form == "address":
+        if value is None:
+            return None
+        if not isinstance(value, str) or "\x00" in value or \
+                not value.startswith(("unix:/", "tcp:")):
+            raise ConfigError(f"{f.name}: expected a page server's address, "
+                              f"\"unix:/path/to/socket\" or \"tcp:HOST:PORT\", not {value!r}",
+                              field=f.name)
+        return value
     if f.form == "optional" and value is None:
         return None
     if f.kind in ("u32", "u64"):
@@ -316,21 +325,59 @@ def _check_python_side(c: Any) -> None:
                                   field=f.name)
 
 
+# The fields that shape the page server run() starts, which a server at
+# source_address (someone else's) does not take from the Config.
+_STARTED_SERVER_FIELDS = ("remote_transport", "remote_latency_us", "remote_bandwidth_mbps",
+                          "max_inflight")
+
+
+def _check_remote(c: Any) -> None:
+    """source="remote": a server already running (source_address, with its
+    key file and an optional local copy) or one run() starts (source_path)."""
+    if c.source != "remote":
+        return
+    if c.source_address is None:
+        if c.source_path is None:
+            raise ConfigError("source_path: source='remote' needs the snapshot the page "
+                              "server run() starts serves (or source_address: a server "
+                              "already running); write one with uffdkvm.make_snapshot(path, "
+                              "config.region_bytes)", field="source_path")
+        if c.source_key_file is not None:
+            raise ConfigError("source_key_file: the key of the server at source_address; "
+                              "the server run() starts gets a fresh key of its own: give "
+                              "source_address too, or leave source_key_file at None",
+                              field="source_key_file")
+        return
+    for name in _STARTED_SERVER_FIELDS:
+        f = schema.BY_NAME[name]
+        if getattr(c, name) != f.default:
+            raise ConfigError(f"{name}: shapes the page server run() starts; the server at "
+                              f"source_address ({c.source_address}) has its own (uffdkvm "
+                              f"serve --latency-us, ...): leave {name} at its default "
+                              f"({schema.python_repr(f, f.default)})", field=name)
+
+
 # A stand-in for the page server's address while a Config is checked: run()
 # starts the server and gives the core its real address.
 _SERVER_PENDING = "unix:(the page server run() starts)"
 
 
-def core_config(c: Config, source_address: str | None = None) -> dict[str, Any]:
+def core_config(c: Config, source_address: str | None = None,
+                source_key_file: str | None = None) -> dict[str, Any]:
     """The dict the core takes: every core field of the schema, by its
     struct member's name, as the core holds it. pin_readers goes as
-    Config.reader_cpus, timeout_s as Config.effective_timeout_s."""
+    Config.reader_cpus, timeout_s as Config.effective_timeout_s;
+    source_address and source_key_file, where given, are the server's that
+    run() started."""
     out: dict[str, Any] = {}
     for f in schema.CORE_FIELDS:
         value: Any
         if f.name == "source_address":
             value = source_address if source_address is not None else \
+                c.source_address if c.source_address is not None else \
                 (_SERVER_PENDING if c.source == "remote" else None)
+        elif f.name == "source_key_file" and source_key_file is not None:
+            value = source_key_file
         elif f.form == "pin_readers":
             value = c.reader_cpus
         elif f.form == "seconds":
@@ -409,6 +456,8 @@ class Config:
         wp_async: bool
         source: str
         source_path: str | None
+        source_address: str | None
+        source_key_file: str | None
         source_read: str
         source_cache: str
         touch_percent: int
@@ -456,6 +505,8 @@ class Config:
             wp_async: bool = ...,
             source: str = ...,
             source_path: str | os.PathLike[str] | None = ...,
+            source_address: str | None = ...,
+            source_key_file: str | os.PathLike[str] | None = ...,
             source_read: str = ...,
             source_cache: str = ...,
             touch_percent: SupportsIndex = ...,
@@ -483,6 +534,7 @@ class Config:
         except _core.CoreError as e:
             message = e.args[2]
             raise ConfigError(message, field=_field_of(message)) from None
+        _check_remote(self)
 
     @property
     def region_bytes(self) -> int:

@@ -214,8 +214,9 @@ def _check_snapshot(config: Config) -> None:
 @contextlib.contextmanager
 def _page_server(config: Config) -> Iterator[PageServer | None]:
     """source="remote": a page server process for this run, stopped after it
-    on every way out (its socket and directory removed); else None."""
-    if config.source != "remote":
+    on every way out (its socket, key and directory removed); else None (a
+    run with source_address pages from a server already running)."""
+    if config.source != "remote" or config.source_address is not None:
         yield None
         return
     _check_snapshot(config)
@@ -231,8 +232,10 @@ def _page_server(config: Config) -> Iterator[PageServer | None]:
 
 
 def _core_config(config: Config, server: PageServer | None) -> dict[str, Any]:
-    """Every core field, from the schema; source="remote": the server's address."""
-    return core_config(config, server.address if server else None)
+    """Every core field, from the schema; source="remote": the server's
+    address and key file, unless the Config names a server of its own."""
+    return core_config(config, server.address if server else None,
+                       server.key_file if server else None)
 
 
 # How long a run whose fetch from the server failed waits for the server's

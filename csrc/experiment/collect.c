@@ -464,6 +464,8 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 #endif
 
 	res->verified = true;
+	/* A page server's bytes with no local copy to hold them against: counts only. */
+	res->contents_verified = !(cfg->source == UKVM_SOURCE_REMOTE && !exp->source.map);
 	for (i = 0; i < cfg->vcpus; i++) {
 		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
 		struct ukvm_vcpu_result *vr = &res->vcpus[i];
@@ -496,7 +498,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		}
 
 		/* Partitioned: verify this vCPU's slice. Overlapped: the region, once. */
-		if (!cfg->overlap || i == 0) {
+		if (res->contents_verified && (!cfg->overlap || i == 0)) {
 			vp.hva = exp->mem.hva + (cfg->overlap ? 0 : i * exp->slice_size);
 			vp.gpa = exp->region_gpa + (cfg->overlap ? 0 : i * exp->slice_size);
 			/* Read after every installer has stopped: plain bytes now. */
@@ -527,7 +529,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		res->guest_accesses += vr->pages;
 		/* Overlapped lists: each vCPU reads its own draws; their sum is checked below. */
 		checksums += guest_arg(a, GA_CHECKSUM);
-		if (cfg->overlap && exp->visits)
+		if ((cfg->overlap && exp->visits) || !res->contents_verified)
 			continue;
 		/* A bad page the guest read explains a bad checksum, and names the page. */
 		if (guest_arg(a, GA_CHECKSUM) != read_sum * exp->passes && res->verified &&
@@ -541,7 +543,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		}
 	}
 	if (cfg->overlap && exp->visits && checksums != read_sum * exp->passes && res->verified &&
-	    !res->bad_pages) {
+	    !res->bad_pages && res->contents_verified) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "the vCPUs read data other than what was resolved: their checksums sum "
 			 "to 0x%llx, expected 0x%llx", (unsigned long long)checksums,

@@ -208,6 +208,18 @@ int ukvm_source_open(struct ukvm_source *src, const struct ukvm_config *cfg, uin
 		memcpy(src->address, cfg->source_address, sizeof(src->address));
 		src->wait_ns = cfg->timeout_ns > UKVM_SOURCE_REMOTE_WAIT_NS ? cfg->timeout_ns :
 			       UKVM_SOURCE_REMOTE_WAIT_NS;
+		if (cfg->source_key_file[0]) {
+			int ret = ukvm_remote_key_load(cfg->source_key_file, "source_key_file",
+						       &src->key, err);
+
+			if (ret)
+				return ret;
+		}
+		/* No local copy: the server's bytes cannot be checked (collect says so). */
+		if (!cfg->source_path[0]) {
+			src->size = size;
+			return 0;
+		}
 		return source_open_file(src, cfg, size, err);
 	}
 }
@@ -239,7 +251,7 @@ int ukvm_source_conn_open(struct ukvm_source_conn *conn, const struct ukvm_sourc
 	conn->stop_fd = stop_fd;
 	if (src->kind != UKVM_SOURCE_REMOTE)
 		return 0;
-	return ukvm_remote_connect(src->address, &conn->remote, err);
+	return ukvm_remote_connect(src->address, &src->key, &conn->remote, err);
 }
 
 void ukvm_source_conn_close(struct ukvm_source_conn *conn)

@@ -26,6 +26,7 @@ struct ukvm_source {
 	const uint8_t *map;		/* file: a read-only MAP_SHARED mapping of size bytes */
 	char path[UKVM_SOURCE_PATH_MAX];
 	char address[UKVM_SOURCE_ADDRESS_MAX];	/* remote: the page server */
+	struct ukvm_remote_key key;	/* remote: source_key_file's (len 0: none) */
 	uint64_t wait_ns;		/* remote: the longest a fetch waits for its answer */
 	uint64_t cached_pages_at_start;	/* file: page-cache pages of it when the run began */
 #ifdef UKVM_TEST_HOOKS
