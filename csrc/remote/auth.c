@@ -67,6 +67,7 @@ int ukvm_remote_key_load(const char *path, const char *field, struct ukvm_remote
 	ssize_t n;
 	int fd, ret = 0;
 
+	memset(err, 0, sizeof(*err));
 	memset(key, 0, sizeof(*key));
 	/* O_NONBLOCK: a FIFO put there would hold the open. */
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);

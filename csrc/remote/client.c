@@ -281,7 +281,7 @@ uint32_t ukvm_remote_outstanding(const struct ukvm_remote_conn *c)
 static int client_request_many(struct ukvm_remote_conn *c, const struct ukvm_remote_range *ranges,
 			       uint32_t n, uint32_t flags, int stop_fd, uint64_t deadline_ns)
 {
-	struct ukvm_remote_request one, *reqs = &one;
+	struct ukvm_remote_request one = { 0 }, *reqs = &one;
 	uint32_t i;
 	int ret;
 
