@@ -843,6 +843,29 @@ def LOOPBACK_DOWN():
     return False, f"lo is up ({flags:#x}) and a TCP connection to 127.0.0.1:{port} worked"
 
 
+@fact("no-netns", "this host cannot give a test two network namespaces joined by a veth "
+      "pair (it needs root, iproute2's ip and a kernel with network namespaces and veth)")
+def NO_NETNS():
+    ip = shutil.which("ip")
+    if os.geteuid() != 0 or ip is None:
+        return True, f"euid {os.geteuid()}, ip at {ip}"
+    name = f"uffdkvm-probe-{os.getpid()}"
+    try:
+        made = subprocess.run([ip, "netns", "add", name], capture_output=True, text=True,
+                              timeout=30)
+        if made.returncode:
+            return True, f"ip netns add: {made.stderr.strip()}"
+        veth = subprocess.run([ip, "-n", name, "link", "add", "p0", "type", "veth", "peer",
+                               "name", "p1"], capture_output=True, text=True, timeout=30)
+        if veth.returncode:
+            return True, f"ip link add type veth: {veth.stderr.strip()}"
+    except (OSError, subprocess.SubprocessError) as e:
+        return True, f"ip: {e}"
+    finally:
+        subprocess.run([ip, "netns", "delete", name], capture_output=True, timeout=30)
+    return False, "ip netns add and a veth pair in it worked"
+
+
 # ---- privileges, CPUs, tools ----
 
 @fact("not-root", "the tests do not run as root")
