@@ -223,7 +223,8 @@ FIELDS: tuple[Field, ...] = (
           c_enum="source_kind"),
     Field("source_path", "string", None, "the snapshot file, at least the region's size "
           "(uffdkvm.make_snapshot writes one); with source_address, the local copy every "
-          "page is checked against (None: contents not checked)", form="path", size="SOURCE_PATH_MAX",
+          "page is checked against (None: contents not checked)", form="path",
+          size="SOURCE_PATH_MAX",
           applies=(("source", ("file", "remote")),)),
     Field("source_address", "string", None, "a page server already running (uffdkvm serve), "
           "\"unix:/path\" or \"tcp:HOST:PORT\"; None: run() starts one serving "
