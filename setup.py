@@ -24,12 +24,15 @@ environment, it builds without: uffdkvm._core.HAVE_IO_URING is then False
 and wait="io_uring" is refused, saying how to get it.
 
 Page server keys (HMAC-SHA256, csrc/remote/auth.c) need OpenSSL's libcrypto:
-where the compiler finds <openssl/hmac.h> and a shared object links with
--lcrypto (Debian, Ubuntu: apt-get install libssl-dev), the build defines
-UKVM_HAVE_LIBCRYPTO and links libcrypto.so dynamically (the system's, kept
-up to date by its security updates). Without it, or with
-UFFDKVM_NO_LIBCRYPTO=1, uffdkvm._core.HAVE_LIBCRYPTO is False and every
-page server on TCP, or with a key, is refused rather than run without one.
+where the compiler finds <openssl/hmac.h> (Debian, Ubuntu: apt-get install
+libssl-dev), the build defines UKVM_HAVE_LIBCRYPTO, and the core loads the
+system's shared libcrypto (libcrypto.so.3 for OpenSSL 3's headers) with
+dlopen when it first needs it: the system's own copy, which its security
+updates keep current, never a copy in the wheel, and no needed library that
+would keep the wheel from being manylinux. Without the headers, with
+UFFDKVM_NO_LIBCRYPTO=1, or where the library does not load,
+uffdkvm._core.HAVE_LIBCRYPTO is False and every page server on TCP, or with
+a key, is refused rather than run without one.
 """
 import os
 import shlex
@@ -73,7 +76,8 @@ def libcrypto_refused():
 
 
 def find_libcrypto(cc):
-    """Whether <openssl/hmac.h> compiles and a shared object links with -lcrypto."""
+    """Whether <openssl/hmac.h> compiles and a shared object links with -lcrypto
+    (the library the core will dlopen is there)."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "hmac.c"
         src.write_text("#include <openssl/crypto.h>\n#include <openssl/evp.h>\n"
@@ -160,7 +164,7 @@ class BuildExt(build_ext):
         for ext in self.extensions:
             if crypto:
                 ext.define_macros.append(("UKVM_HAVE_LIBCRYPTO", "1"))
-                ext.libraries.append("crypto")
+                ext.libraries.append("dl")   # dlopen: in libc since glibc 2.34, libdl before
         self.announce(f"uffdkvm: page server keys {'with libcrypto' if crypto else 'not built'}"
                       + ("" if crypto else " (UFFDKVM_NO_LIBCRYPTO=1)" if libcrypto_refused()
                          else " (no <openssl/hmac.h> and libcrypto: apt-get install "

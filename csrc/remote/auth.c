@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #ifdef UKVM_HAVE_LIBCRYPTO
-#include <openssl/crypto.h>
+#include <dlfcn.h>
+#include <pthread.h>
+
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/opensslv.h>
 #endif
 
 #include "base/errors.h"
@@ -20,10 +22,45 @@
 /* A key file is a line of hex: anything much longer is not one. */
 #define AUTH_KEY_FILE_MAX	4096
 
+#ifdef UKVM_HAVE_LIBCRYPTO
+/*
+ * libcrypto is loaded when first needed, by its soname (the major version
+ * of the headers built against): the system's own library, which its
+ * security updates keep current, without the extension naming it among
+ * its needed libraries (a manylinux wheel may not). Never unloaded.
+ */
+#define AUTH_STR(x)	#x
+#define AUTH_XSTR(x)	AUTH_STR(x)
+#define AUTH_LIBCRYPTO	"libcrypto.so." AUTH_XSTR(OPENSSL_VERSION_MAJOR)
+
+static struct {
+	const EVP_MD *(*sha256)(void);
+	unsigned char *(*hmac)(const EVP_MD *md, const void *key, int key_len,
+			       const unsigned char *data, size_t data_len, unsigned char *md_out,
+			       unsigned int *md_len);
+	int (*memcmp)(const void *a, const void *b, size_t len);
+	bool loaded;
+} crypto;
+static pthread_once_t crypto_once = PTHREAD_ONCE_INIT;
+
+static void auth_load(void)
+{
+	void *lib = dlopen(AUTH_LIBCRYPTO, RTLD_NOW | RTLD_LOCAL);
+
+	if (!lib)
+		return;
+	*(void **)&crypto.sha256 = dlsym(lib, "EVP_sha256");
+	*(void **)&crypto.hmac = dlsym(lib, "HMAC");
+	*(void **)&crypto.memcmp = dlsym(lib, "CRYPTO_memcmp");
+	crypto.loaded = crypto.sha256 && crypto.hmac && crypto.memcmp;
+}
+#endif
+
 bool ukvm_remote_auth_available(void)
 {
 #ifdef UKVM_HAVE_LIBCRYPTO
-	return true;
+	pthread_once(&crypto_once, auth_load);
+	return crypto.loaded;
 #else
 	return false;
 #endif
@@ -159,8 +196,12 @@ static int auth_mac(const struct ukvm_remote_key *key, const char *label, const 
 	memcpy(msg, label, n);
 	memcpy(msg + n, first, UKVM_REMOTE_NONCE_LEN);
 	memcpy(msg + n + UKVM_REMOTE_NONCE_LEN, second, UKVM_REMOTE_NONCE_LEN);
-	if (!HMAC(EVP_sha256(), key->bytes, (int)key->len, msg, n + 2 * UKVM_REMOTE_NONCE_LEN,
-		  mac, &len) || len != UKVM_REMOTE_MAC_LEN)
+	if (!ukvm_remote_auth_available()) {
+		memset(mac, 0, UKVM_REMOTE_MAC_LEN);
+		return -EOPNOTSUPP;
+	}
+	if (!crypto.hmac(crypto.sha256(), key->bytes, (int)key->len, msg,
+			 n + 2 * UKVM_REMOTE_NONCE_LEN, mac, &len) || len != UKVM_REMOTE_MAC_LEN)
 		return -EIO;
 	return 0;
 #else
@@ -174,7 +215,7 @@ static int auth_mac(const struct ukvm_remote_key *key, const char *label, const 
 static bool auth_same(const uint8_t *a, const uint8_t *b)
 {
 #ifdef UKVM_HAVE_LIBCRYPTO
-	return CRYPTO_memcmp(a, b, UKVM_REMOTE_MAC_LEN) == 0;
+	return crypto.loaded && crypto.memcmp(a, b, UKVM_REMOTE_MAC_LEN) == 0;
 #else
 	(void)a; (void)b;
 	return false;

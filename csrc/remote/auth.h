@@ -4,9 +4,11 @@
  * keys: making each record, and checking one received, as pure functions of
  * the bytes and the key (the nonces come from getrandom, the macs from
  * libcrypto's HMAC-SHA256, compared with CRYPTO_memcmp), so that they can
- * be tested and fuzzed without sockets. Built without libcrypto
- * (UKVM_HAVE_LIBCRYPTO undefined) every call that needs a mac returns
- * -EOPNOTSUPP: such a build serves only keyless Unix sockets.
+ * be tested and fuzzed without sockets. libcrypto is loaded at run time
+ * (dlopen of the soname the headers name). Built without its headers
+ * (UKVM_HAVE_LIBCRYPTO undefined), or where the library does not load,
+ * every call that needs a mac returns -EOPNOTSUPP: then only keyless Unix
+ * sockets are served.
  *
  * Checks return 0, -EPROTO (not the record the handshake expects: its
  * length, magic, version or flags), -EACCES (the mac is not the key's, or
