@@ -426,7 +426,10 @@ class PageServer:
     random key (:func:`write_key`) in a file of mode 0600 in its own 0700
     directory, ``key_file``, which every client must prove it holds
     (:meth:`connect` does); a Unix socket's peer must also be this user or
-    root. The model, on the server's side:
+    root. (A build without libcrypto, ``_core.HAVE_LIBCRYPTO`` False, has
+    no keys: ``key_file`` is "", a Unix socket keeps its two other walls,
+    and transport="tcp" raises HostUnsupportedError.) The model, on the
+    server's side:
     each request is ready ``latency_us`` after it takes an inflight slot;
     at most ``max_inflight`` are served at once (0: no cap), the rest
     queue, faults (URGENT) ahead of background requests; replies share one
@@ -470,17 +473,20 @@ class PageServer:
 
     def _start(self, timeout_s: float) -> None:
         p = self._process
-        if not _core.HAVE_LIBCRYPTO:
+        if not _core.HAVE_LIBCRYPTO and self.transport == "tcp":
             raise HostUnsupportedError(
-                "page server: this build of uffdkvm has no libcrypto (OpenSSL), so its "
-                "page servers cannot hold a key: install libssl-dev (apt-get install "
-                "libssl-dev) and build uffdkvm again", errnos.EOPNOTSUPP)
+                "page server: transport='tcp' needs a key, and this build of uffdkvm has no "
+                "libcrypto (OpenSSL) to check one: use transport='unix', or install "
+                "libssl-dev (apt-get install libssl-dev) and build uffdkvm again",
+                errnos.EOPNOTSUPP)
         # 0700 (mkdtemp): the socket and the key are this user's alone.
         p.tmpdir = tempfile.mkdtemp(prefix="uffdkvm-pageserver-")
-        self.key_file = write_key(os.path.join(p.tmpdir, "key"))
+        # Without libcrypto a Unix socket still has its directory and SO_PEERCRED.
+        if _core.HAVE_LIBCRYPTO:
+            self.key_file = write_key(os.path.join(p.tmpdir, "key"))
         listen = self._listen_address(p.tmpdir if self.transport == "unix" else None)
         args = ["--snapshot", self.snapshot_path, "--listen", listen,
-                "--key-file", self.key_file,
+                *(["--key-file", self.key_file] if self.key_file else []),
                 "--latency-us", str(self.latency_us),
                 "--bandwidth-mbps", str(self.bandwidth_mbps),
                 "--max-inflight", str(self.max_inflight),
@@ -554,7 +560,7 @@ class PageServer:
 
     def connect(self, timeout_s: float = REPLY_TIMEOUT_S) -> PageClient:
         """A new Python client connection to this server, with its key."""
-        return PageClient(self.address, timeout_s, key_file=self.key_file)
+        return PageClient(self.address, timeout_s, key_file=self.key_file or None)
 
     def stats(self) -> PageServerStats:
         """The server's counters now (over a connection it keeps for this)."""

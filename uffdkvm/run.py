@@ -235,7 +235,7 @@ def _core_config(config: Config, server: PageServer | None) -> dict[str, Any]:
     """Every core field, from the schema; source="remote": the server's
     address and key file, unless the Config names a server of its own."""
     return core_config(config, server.address if server else None,
-                       server.key_file if server else None)
+                       (server.key_file or None) if server else None)
 
 
 # How long a run whose fetch from the server failed waits for the server's
