@@ -429,3 +429,49 @@ def test_a_build_without_libcrypto_refuses_tcp_and_keys(tmp_path):
         if program == "auth":
             assert "built without libcrypto" in r.stdout
             assert "without libcrypto a key file is refused" in r.stdout
+
+
+def test_config_says_which_remote_fields_go_together(tmp_path):
+    """A server already running takes no model from the Config; a key file
+    is that server's; a remote run needs a snapshot or an address; an
+    address is a page server's."""
+    with pytest.raises(ConfigError, match="shapes the page server run.. starts") as e:
+        uffdkvm.Config(source="remote", source_address="tcp:10.0.0.1:4000",
+                       remote_latency_us=100)
+    assert e.value.field == "remote_latency_us"
+    with pytest.raises(ConfigError, match="the server run.. starts gets a fresh key") as e:
+        uffdkvm.Config(source="remote", source_path=tmp_path / "s", source_key_file="k")
+    assert e.value.field == "source_key_file"
+    with pytest.raises(ConfigError, match="needs the snapshot") as e:
+        uffdkvm.Config(source="remote")
+    assert e.value.field == "source_path"
+    with pytest.raises(ConfigError, match="a page server's address") as e:
+        uffdkvm.Config(source="remote", source_address="10.0.0.1:4000")
+    assert e.value.field == "source_address"
+    with pytest.raises(ConfigError, match="source_address") as e:
+        uffdkvm.Config(source="file", source_path=tmp_path / "s",
+                       source_address="tcp:10.0.0.1:4000")
+    assert e.value.field == "source_address"
+    c = uffdkvm.Config(source="remote", source_address="tcp:10.0.0.1:4000",
+                       source_key_file=tmp_path / "k")
+    assert c.source_path is None and c.source_key_file == str(tmp_path / "k")
+
+
+def test_the_cli_pages_from_a_server_already_running(kvm, snapshot, tmp_path):
+    """`uffdkvm --source remote --source-address ... --source-key-file ...`:
+    with --source-path verified; without, it says the bytes went unchecked
+    (and still exits 0: what it checked held)."""
+    needs_loopback()
+    key = tmp_path / "k"
+    with serving(snapshot, "tcp:127.0.0.1:0", "--key-file", key, "--new-key") as (_, address):
+        common = ["-v", "1", "-b", "1M", "-q", "--source", "remote", "--source-address",
+                  address, "--source-key-file", key]
+        checked = subprocess.run(uffdkvm_command(*common, "--source-path", snapshot),
+                                 capture_output=True, text=True, env=CHILD_ENV, timeout=300)
+        blind = subprocess.run(uffdkvm_command(*common), capture_output=True, text=True,
+                               env=CHILD_ENV, timeout=300)
+    assert checked.returncode == 0, checked.stderr
+    assert "Memory verified:" in checked.stdout and address in checked.stdout, checked.stdout
+    assert blind.returncode == 0, blind.stderr
+    assert "Memory counted, NOT verified" in blind.stdout and "Memory verified" not in \
+        blind.stdout, blind.stdout
