@@ -789,6 +789,24 @@ def BUILT_WITHOUT_TEST_HOOKS():
     return True, f"{_core.__file__} exports no INJECT_* constant"
 
 
+@fact("without-libcrypto", "uffdkvm cannot check page server keys here (built without "
+      "OpenSSL's headers, or no libcrypto to load), so TCP page servers and keys are refused: "
+      "apt-get install libssl-dev and build again")
+def WITHOUT_LIBCRYPTO():
+    # The probe looks at the binary and the library, not at _core.HAVE_LIBCRYPTO:
+    # auth.c compiles the soname it loads in only with the headers.
+    from uffdkvm import _core
+    found = re.search(rb"libcrypto\.so\.\d+", Path(_core.__file__).read_bytes())
+    if found is None:
+        return True, f"{_core.__file__} names no libcrypto soname (built without its headers)"
+    soname = found.group().decode()
+    try:
+        ctypes.CDLL(soname)
+    except OSError as e:
+        return True, f"{_core.__file__} loads {soname}, which does not load here: {e}"
+    return False, f"{_core.__file__} loads {soname}, which loads here"
+
+
 @fact("built-without-liburing", "uffdkvm._core was built without liburing, so without "
       "wait=\"io_uring\": apt-get install liburing-dev and build again")
 def BUILT_WITHOUT_LIBURING():

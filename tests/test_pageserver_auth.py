@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from children import ENV as CHILD_ENV
 from children import python, uffdkvm_command
-from conftest import NO_ASAN_RUNTIME, NO_CC, NOT_ROOT, host_skip, missing_tool, needs_loopback
+from conftest import (NO_ASAN_RUNTIME, NO_CC, NOT_ROOT, host_skip, missing_tool, needs_keys,
+                      needs_loopback)
 from hostfacts import NO_NETNS
 from pagewire import HELLO, WELCOME, client_handshake, read_key
 
@@ -219,6 +220,7 @@ def test_a_wrong_key_no_key_and_a_truncated_handshake_are_refused(snapshot, tmp_
     short are refused (the client says which, naming the address), counted
     and logged with the peer."""
     needs_loopback()
+    needs_keys()
     wrong = write_key(tmp_path / "wrong.key")
     with PageServer(snapshot, transport="tcp") as server:
         with server.connect() as client:
@@ -247,6 +249,7 @@ def test_a_wrong_key_no_key_and_a_truncated_handshake_are_refused(snapshot, tmp_
 
 def test_a_silent_client_is_closed_at_its_deadline_and_stalls_nobody(snapshot):
     needs_loopback()
+    needs_keys()
     with PageServer(snapshot, transport="tcp", handshake_timeout_s=1.0) as server:
         host, port = server.address[4:].rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=10) as silent:
@@ -268,6 +271,7 @@ def test_key_files_with_loose_modes_are_refused(snapshot, tmp_path):
     """0644 (others may read it): refused by the client, by a run and by the
     server, each saying chmod 600."""
     needs_loopback()
+    needs_keys()
     loose = tmp_path / "loose.key"
     write_key(loose)
     assert stat.S_IMODE(loose.stat().st_mode) == 0o600
@@ -289,6 +293,7 @@ def test_key_files_with_loose_modes_are_refused(snapshot, tmp_path):
 @pytest.mark.parametrize("listen,why", [("tcp:127.0.0.1:0", "a TCP server needs a key"),
                                         ("tcp:0.0.0.0:0", "listens beyond loopback")])
 def test_tcp_without_a_key_file_is_refused(snapshot, listen, why):
+    needs_keys()
     p = subprocess.run(uffdkvm_command("serve", snapshot, "--listen", listen),
                        capture_output=True, text=True, env=CHILD_ENV, timeout=60,
                        stdin=subprocess.DEVNULL)
@@ -298,6 +303,7 @@ def test_tcp_without_a_key_file_is_refused(snapshot, listen, why):
 
 def test_serve_new_key_writes_a_0600_key_and_never_overwrites(snapshot, tmp_path):
     needs_loopback()
+    needs_keys()
     key = tmp_path / "k"
     with serving(snapshot, "tcp:127.0.0.1:0", "--key-file", key, "--new-key") as (_, address):
         assert stat.S_IMODE(key.stat().st_mode) == 0o600
@@ -314,6 +320,7 @@ def test_a_run_pages_from_a_server_already_running(kvm, snapshot, tmp_path):
     """source_address on this host: verified against a local copy; without
     one, the Result says the bytes were not checked."""
     needs_loopback()
+    needs_keys()
     key = tmp_path / "k"
     with serving(snapshot, "tcp:127.0.0.1:0", "--key-file", key, "--new-key") as (_, address):
         r = uffdkvm.run(vcpus=1, mem_per_vcpu="1M", source="remote", source_address=address,
@@ -384,6 +391,7 @@ def test_serve_and_source_address_across_two_network_namespaces(kvm, netns_pair,
     a run in the other pages every page over the veth and verifies it
     against a local copy; without the key, or with a wrong one, it is
     refused with an error naming the address."""
+    needs_keys()
     key = tmp_path / "k"
     wrong = write_key(tmp_path / "wrong")
     local = tmp_path / "local-copy.img"
@@ -462,6 +470,7 @@ def test_the_cli_pages_from_a_server_already_running(kvm, snapshot, tmp_path):
     with --source-path verified; without, it says the bytes went unchecked
     (and still exits 0: what it checked held)."""
     needs_loopback()
+    needs_keys()
     key = tmp_path / "k"
     with serving(snapshot, "tcp:127.0.0.1:0", "--key-file", key, "--new-key") as (_, address):
         common = ["-v", "1", "-b", "1M", "-q", "--source", "remote", "--source-address",
