@@ -613,6 +613,11 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 	return ret;
 }
 
+uint64_t ukvm_threads_needed(const struct ukvm_config *cfg, char *why, size_t why_len)
+{
+	return ukvm_setup_threads_needed(cfg, why, why_len);
+}
+
 int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 {
 	struct ukvm_experiment *exp;
