@@ -1,0 +1,336 @@
+"""Runs that cannot fit the cgroups and limits they run in are refused
+before they start, naming the limit; those that fit run; and where the
+kernel starves a run after the check, the run fails with an error that user
+space can see, or (a memory cgroup) the kernel kills it, as documented.
+
+Every case makes real cgroups (tests/cgroups.py) and runs the experiment
+in a child process that moves itself into them first, so that only the
+child is limited. The child either goes through uffdkvm.run() (the checks)
+or calls the core directly (``_core.run``: the checks bypassed), to see
+what the kernel does without them.
+"""
+import importlib
+import json
+import mmap
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from cgroups import Cgroup, v1_mounted, v2_available
+from children import ENV, python
+from conftest import NO_HUGEPAGES_2M, host_skip
+from hostfacts import NOT_ROOT, fact
+
+import uffdkvm
+from uffdkvm import limits
+
+pytestmark = pytest.mark.kvm
+
+
+@fact("no-cgroup-v1-memory", "no cgroup v1 hierarchy has the memory controller")
+def NO_V1_MEMORY():
+    return v1_mounted("memory") is None, f"memory in v1: {v1_mounted('memory')}"
+
+
+@fact("no-cgroup-v1-pids", "no cgroup v1 hierarchy has the pids controller")
+def NO_V1_PIDS():
+    return v1_mounted("pids") is None, f"pids in v1: {v1_mounted('pids')}"
+
+
+@fact("no-cgroup-v2-hugetlb", "the cgroup v2 hierarchy is not mounted or does not offer "
+      "the hugetlb controller")
+def NO_V2_HUGETLB():
+    return v2_available("hugetlb") is None, f"v2 with hugetlb: {v2_available('hugetlb')}"
+
+
+def need(*facts_):
+    for f in facts_:
+        if f.holds:
+            host_skip(f, "makes cgroups of its own")
+
+
+# The child's part: a JSON line of what became of the run.
+RESULT = r'''
+import json, os, sys, uffdkvm
+from uffdkvm import _core, config
+
+def outcome(fn):
+    try:
+        r = fn()
+        return {"ok": r.verified if hasattr(r, "verified") else r["verified"]}
+    except uffdkvm.UffdkvmError as e:
+        return {"error": type(e).__name__, "errno": e.errno, "message": str(e)}
+    except _core.CoreError as e:
+        kind, errnum, message = e.args
+        return {"error": "RunError" if kind == _core.ERR_RUN else f"CoreError {kind}",
+                "errno": errnum, "message": message}
+'''
+
+
+def child(cgroups, body, timeout=120):
+    """Runs body (Python, after RESULT) in a child that joined cgroups first;
+    its last line as JSON, or {"signal": N} if the kernel killed it."""
+    code = "".join(cg.join_code() for cg in cgroups) + RESULT + body
+    p = subprocess.run(python(code=code), env=ENV, capture_output=True, text=True,
+                       timeout=timeout)
+    if p.returncode < 0:
+        return {"signal": -p.returncode}
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+RUN = "print(json.dumps(outcome(lambda: uffdkvm.run({}))))\n"
+CORE = ("print(json.dumps(outcome(lambda: _core.run(config.core_config("
+        "uffdkvm.Config({}))))))\n")
+PROBE = "print(json.dumps(outcome(lambda: uffdkvm.probe({}))))\n"
+
+
+def test_limits_are_none_where_nothing_is_set():
+    """This session's own cgroups set nothing, and reading them raises nothing."""
+    found = limits.hierarchies()
+    for lim in (limits.memory(found), limits.pids(found), limits.hugetlb(2 << 20, found)):
+        assert lim is None or lim.room > 0
+
+
+def test_hierarchies_in_a_cgroup_namespace():
+    """Inside a cgroup namespace /proc/self/cgroup says "/", which is the
+    mount point itself; a v1 controller wins over v2's."""
+    mountinfo = ("31 23 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+                 "41 23 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n")
+    found = limits.hierarchies("4:memory:/\n0::/\n", mountinfo)
+    assert found["memory"].directory == "/sys/fs/cgroup/memory"
+    assert found["memory"].version == 1
+    # A container's bind mount of its own cgroup at the mount point.
+    mountinfo = "31 23 0:28 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+    found = limits.hierarchies("4:memory:/docker/abc\n", mountinfo)
+    assert found["memory"].directory == "/sys/fs/cgroup/memory"
+
+
+def test_memory_limit_v1_refuses_a_run_it_cannot_hold():
+    """The issue's case: in a 96 MiB memory cgroup, mem_per_vcpu="256M" was
+    OOM-killed after 2 s without a word. It is refused, naming the file, its
+    value and the fix; probe() says the same; and a run that fits runs."""
+    need(NOT_ROOT, NO_V1_MEMORY)
+    with Cgroup("memory") as cg:
+        cg.write("memory.limit_in_bytes", 96 << 20)
+        limit_file = os.path.join(cg.path, "memory.limit_in_bytes")
+        for how in (RUN, PROBE):
+            out = child([cg], how.format('mem_per_vcpu="256M"'))
+            assert out.get("error") == "HostUnsupportedError", out
+            m = out["message"]
+            assert f"{limit_file} = {96 << 20}" in m, m
+            assert "mem_per_vcpu" in m and f"echo " in m and limit_file in m, m
+        assert child([cg], RUN.format('mem_per_vcpu="32M"')) == {"ok": True}
+        assert cg.read("memory.oom_control").endswith("oom_kill 0")
+
+
+def test_memory_limit_counts_the_bookkeeping():
+    """The bookkeeping the estimate adds (stats="full": a fault log record a
+    fault and more) is what the run charges: a run whose region fits but
+    whose bookkeeping does not is refused."""
+    need(NOT_ROOT, NO_V1_MEMORY)
+    run_module = importlib.import_module("uffdkvm.run")
+    region = 64 << 20
+    c = uffdkvm.Config(mem_per_vcpu=region)
+    bookkeeping = run_module._bookkeeping_bytes(c)
+    with Cgroup("memory") as cg:
+        cg.write("memory.limit_in_bytes", 1 << 30)
+        # The child sets its own limit: room for the region and half the bookkeeping.
+        body = (f"import uffdkvm.limits\n"
+                f"lim = uffdkvm.limits.memory()\n"
+                f"open(lim.path, 'w').write(str(lim.used + {region} + {bookkeeping} // 2))\n"
+                + RUN.format(f"mem_per_vcpu={region}"))
+        out = child([cg], body)
+        assert out.get("error") == "HostUnsupportedError", out
+        assert "of bookkeeping at stats='full'" in out["message"], out
+
+
+MEASURE = r'''
+uffdkvm.run(mem_per_vcpu="4M", stats=STATS)  # the interpreter's and the core's first use
+JOIN
+import uffdkvm.limits
+lim_dir = uffdkvm.limits.hierarchies()["memory"].directory
+open(lim_dir + "/memory.max_usage_in_bytes", "w").write("0")
+base = int(open(lim_dir + "/memory.usage_in_bytes").read())
+r = uffdkvm.run(mem_per_vcpu=REGION, stats=STATS)
+peak = int(open(lim_dir + "/memory.max_usage_in_bytes").read())
+print(json.dumps({"ok": r.verified, "charged": peak - base}))
+'''
+
+
+@pytest.mark.parametrize("stats", ["full", "basic"])
+def test_the_bookkeeping_estimate_covers_what_a_run_charges(stats):
+    """Measured again: the peak charge of a run to its memory cgroup, less
+    what it held before, is at most the region plus the estimate, and the
+    estimate is not far above it (a stale constant fails one side)."""
+    need(NOT_ROOT, NO_V1_MEMORY)
+    run_module = importlib.import_module("uffdkvm.run")
+    region = 256 << 20
+    estimate = region + run_module._bookkeeping_bytes(
+        uffdkvm.Config(mem_per_vcpu=region, stats=stats))
+    with Cgroup("memory") as cg:
+        out = child([], MEASURE.replace("JOIN", cg.join_code()).replace(
+            "STATS", repr(stats)).replace("REGION", str(region)))
+    assert out["ok"] is True
+    assert out["charged"] <= estimate, (out, estimate)
+    assert estimate - region <= 2 * (out["charged"] - region) + (8 << 20), (out, estimate)
+
+
+def test_a_memory_cgroup_out_of_room_during_uffdio_copy_kills_the_process():
+    """What the kernel does without the check (Linux 6.18): a charge that
+    UFFDIO_COPY cannot make (shmem_mfill_atomic_pte -> try_charge_memcg)
+    invokes the memory cgroup's OOM killer at once; the ioctl never returns
+    ENOMEM to the reader. So only the check before the run protects."""
+    need(NOT_ROOT, NO_V1_MEMORY)
+    with Cgroup("memory") as cg:
+        cg.write("memory.limit_in_bytes", 96 << 20)
+        out = child([cg], CORE.format('mem_per_vcpu="256M", backing="shmem"'))
+        assert out == {"signal": signal.SIGKILL}, out
+        assert "oom_kill 1" in cg.read("memory.oom_control")
+
+
+def _pids_body(extra, how, fields):
+    """Sets the child's own pids.max to what it has now plus the run's
+    threads plus extra, then runs."""
+    return (f"import importlib\n"
+            f"rm = importlib.import_module('uffdkvm.run')\n"
+            f"lim = uffdkvm.limits.pids()\n"
+            f"c = uffdkvm.Config({fields})\n"
+            f"n, _ = rm._threads_needed(c)\n"
+            f"used = int(open(lim.path.replace('pids.max', 'pids.current')).read())\n"
+            f"open(lim.path, 'w').write(str(used + n + {extra}))\n"
+            + how.format(fields))
+
+
+PIDS_FIELDS = 'vcpus=2, readers=2, mem_per_vcpu="8M"'
+
+
+def test_pids_max_below_the_threads_refuses_the_run():
+    """pids.max counts threads: one fewer than the run's (controller, vCPUs,
+    readers, KVM's worker) is refused naming pids.max; exactly enough runs."""
+    need(NOT_ROOT, NO_V1_PIDS)
+    with Cgroup("pids") as cg:
+        cg.write("pids.max", 1000)
+        pids_max = os.path.join(cg.path, "pids.max")
+        out = child([cg], "import uffdkvm.limits\n" + _pids_body(-1, RUN, PIDS_FIELDS))
+        assert out.get("error") == "HostUnsupportedError", out
+        m = out["message"]
+        assert f"{pids_max} = " in m and "starts 8 threads" in m and "echo " in m, m
+        assert "kvm-nx-lpage-recovery" in m, m
+        out = child([cg], "import uffdkvm.limits\n" + _pids_body(-1, PROBE, PIDS_FIELDS))
+        assert out.get("error") == "HostUnsupportedError", out
+        out = child([cg], "import uffdkvm.limits\n" + _pids_body(0, RUN, PIDS_FIELDS))
+        assert out == {"ok": True}, out
+
+
+@pytest.mark.parametrize("extra", [-1, -2, -6])
+def test_threads_refused_mid_run_fail_the_run_naming_the_thread(extra):
+    """The check bypassed (the core called directly, as a limit tightened
+    after the check would): the thread that cannot be made fails the run
+    with a RunError naming it, within seconds: pthread_create for the
+    core's, KVM_RUN's EAGAIN for the worker KVM starts (which, retried for
+    ever, used to run into the timeout)."""
+    need(NOT_ROOT, NO_V1_PIDS)
+    with Cgroup("pids") as cg:
+        cg.write("pids.max", 1000)
+        start = time.monotonic()
+        out = child([cg], "import uffdkvm.limits\n" + _pids_body(extra, CORE, PIDS_FIELDS))
+        assert time.monotonic() - start < 30
+        assert out.get("error") == "RunError" and out["errno"] == 11, out
+        assert "pthread_create(" in out["message"] or \
+            "KVM_RUN failed with EAGAIN" in out["message"], out
+
+
+HUGE = 'backing="anonymous_hugetlb", mem_per_vcpu="16M"'
+
+
+def _free_2m():
+    with open("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") as f:
+        free = int(f.read())
+    with open("/sys/kernel/mm/hugepages/hugepages-2048kB/resv_hugepages") as f:
+        return free - int(f.read())
+
+
+def test_hugetlb_limit_v2_refuses_a_huge_page_run(hugepages):
+    """A v2 hugetlb cgroup (hugetlb.2MB.max) below the region refuses the run
+    naming the file, even with the pool's pages free; probe() says the same;
+    a limit that holds the region runs."""
+    need(NOT_ROOT, NO_V2_HUGETLB)
+    if _free_2m() < 8:
+        host_skip(NO_HUGEPAGES_2M, "needs 8 free 2 MiB pages")
+    with Cgroup("hugetlb", version=2) as cg:
+        cg.write("hugetlb.2MB.max", 4 << 20)
+        limit_file = os.path.join(cg.path, "hugetlb.2MB.max")
+        for how in (RUN, PROBE):
+            out = child([cg], how.format(HUGE))
+            assert out.get("error") == "HostUnsupportedError", out
+            assert f"{limit_file} = {4 << 20}" in out["message"], out
+            assert f"echo {16 << 20} > {limit_file}" in out["message"], out
+        cg.write("hugetlb.2MB.max", 16 << 20)
+        assert child([cg], RUN.format(HUGE)) == {"ok": True}
+
+
+def test_hugetlb_limit_met_mid_run_fails_the_resolving_ioctl(hugepages):
+    """The check bypassed, as a limit lowered after it: the pages are
+    reserved at mmap (not charged to hugetlb.2MB.max until faulted), so the
+    resolving UFFDIO_COPY meets the limit: ENOMEM, a RunError naming the
+    ioctl, not a SIGBUS."""
+    need(NOT_ROOT, NO_V2_HUGETLB)
+    if _free_2m() < 8:
+        host_skip(NO_HUGEPAGES_2M, "needs 8 free 2 MiB pages")
+    with Cgroup("hugetlb", version=2) as cg:
+        cg.write("hugetlb.2MB.max", 4 << 20)
+        out = child([cg], CORE.format(HUGE))
+        assert out.get("error") == "RunError", out
+        assert "UFFDIO_COPY" in out["message"] and out["errno"] == 12, out
+
+
+def test_a_huge_page_pool_drained_mid_run_does_not_starve_the_run(hugepages):
+    """Another process takes every free huge page while the run pages: the
+    run's were reserved when it mapped its region (no MAP_NORESERVE), so it
+    finishes and verifies; the drainer got the rest."""
+    need(NOT_ROOT)
+    if _free_2m() < 8:
+        host_skip(NO_HUGEPAGES_2M, "needs 8 free 2 MiB pages")
+    running, stop = threading.Event(), threading.Event()
+    taken = []
+
+    def drain():
+        # Once the run is running (its region mapped), takes what is free, briefly.
+        if not running.wait(20):
+            return
+        n = _free_2m()
+        if n <= 0:
+            return
+        try:
+            m = mmap.mmap(-1, n << 21, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                          | 0x40000)  # MAP_HUGETLB
+        except OSError:
+            return
+        try:
+            for off in range(0, n << 21, 2 << 20):
+                m[off] = 1
+            taken.append(n)
+            stop.wait(0.5)
+        finally:
+            m.close()
+
+    def progress(p):
+        if p.phase == "running":
+            running.set()
+
+    t = threading.Thread(target=drain)
+    t.start()
+    try:
+        r = uffdkvm.run(backing="anonymous_hugetlb", mem_per_vcpu="16M", delay_us=20000,
+                        progress=progress)
+    finally:
+        running.set()
+        stop.set()
+        t.join()
+    assert r.verified
+    assert taken, "the drainer took no pages during the run"
