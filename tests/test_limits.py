@@ -124,6 +124,11 @@ def test_memory_limit_v1_refuses_a_run_it_cannot_hold():
             m = out["message"]
             assert f"{limit_file} = {96 << 20}" in m, m
             assert "mem_per_vcpu" in m and f"echo " in m and limit_file in m, m
+        # The CLI: the same message, and the exit status of a host that cannot.
+        p = subprocess.run(python(code=cg.join_code() + "import sys, uffdkvm.cli\n"
+                                  "sys.exit(uffdkvm.cli.main(['-b', '256M']))"),
+                           env=ENV, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 4 and f"{limit_file} = {96 << 20}" in p.stderr, p  # EXIT_SKIP
         assert child([cg], RUN.format('mem_per_vcpu="32M"')) == {"ok": True}
         assert cg.read("memory.oom_control").endswith("oom_kill 0")
 

@@ -81,7 +81,7 @@ def _unescape(field: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as octal (\040).
     out, i = [], 0
     while i < len(field):
-        if field[i] == "\\" and i + 3 < len(field) + 0 and field[i + 1:i + 4].isdigit():
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
             out.append(chr(int(field[i + 1:i + 4], 8)))
             i += 4
         else:
@@ -93,7 +93,7 @@ def _unescape(field: str) -> str:
 def _mounts(mountinfo: str) -> list[tuple[int, str, str, set[str]]]:
     """The cgroup mounts: (version, root within the hierarchy, mount point,
     v1 controllers)."""
-    mounts = []
+    mounts: list[tuple[int, str, str, set[str]]] = []
     for line in mountinfo.splitlines():
         left, sep, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
@@ -200,6 +200,7 @@ def memory(found: dict[str, _Hierarchy] | None = None) -> Limit | None:
     h = (hierarchies() if found is None else found).get("memory")
     if h is None:
         return None
+    files: tuple[str, ...]
     if h.version == 1:
         files, usage_file = ("memory.limit_in_bytes",), "memory.usage_in_bytes"
     else:

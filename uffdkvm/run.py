@@ -369,6 +369,7 @@ def probe(config: Config | None = None, **fields: Any) -> None:
     setting up: HostUnsupportedError for a missing capability.
     """
     config = _config_of(config, fields)
+    _wait_for_earlier_runs()
     _check_fits_host(config)
     _check_pins(config)
     _check_spinners(config)
