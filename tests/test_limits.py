@@ -350,3 +350,64 @@ def test_a_huge_page_pool_drained_mid_run_does_not_starve_the_run(hugepages):
         t.join()
     assert r.verified
     assert taken, "the drainer took no pages during the run"
+
+
+def _tree(tmp_path, levels):
+    """A cgroup v2 tree of files as the kernel writes them, for what this
+    host cannot mount (its memory controller is v1's): levels, from the
+    mount down, of {file: text}."""
+    d = tmp_path
+    for files in levels:
+        d = d / "c"
+        d.mkdir()
+        for name, text in files.items():
+            (d / name).write_text(text)
+    return d
+
+
+def test_v2_memory_takes_the_least_room_over_max_high_and_ancestors(tmp_path):
+    """This host's v2 hierarchy has no memory controller (v1 has it), so v2's
+    files are read from a tree written as the kernel writes them."""
+    leaf = _tree(tmp_path, [
+        {"memory.max": "max\n", "memory.high": "max\n", "memory.current": "0\n"},
+        {"memory.max": f"{1 << 30}\n", "memory.high": f"{512 << 20}\n",
+         "memory.current": f"{100 << 20}\n", "memory.stat": f"anon 1\ninactive_file {20 << 20}\n"},
+        {"memory.max": "max\n", "memory.high": "max\n", "memory.current": f"{90 << 20}\n"},
+    ])
+    found = {"memory": limits._Hierarchy(2, str(tmp_path), str(leaf))}
+    lim = limits.memory(found)
+    assert lim.path == str(leaf.parent / "memory.high")
+    assert (lim.limit, lim.used, lim.room) == (512 << 20, 80 << 20, 432 << 20)
+
+
+def test_v1_no_limit_and_unreadable_files_are_no_limit(tmp_path):
+    leaf = _tree(tmp_path, [{"memory.limit_in_bytes": "9223372036854771712\n",
+                             "memory.usage_in_bytes": "12345\n"},
+                            {"memory.limit_in_bytes": "garbage\n"}])
+    found = {"memory": limits._Hierarchy(1, str(tmp_path), str(leaf)),
+             "pids": limits._Hierarchy(1, str(tmp_path), str(tmp_path / "gone")),
+             "hugetlb": limits._Hierarchy(2, str(tmp_path), str(leaf))}
+    assert limits.memory(found) is None
+    assert limits.pids(found) is None
+    assert limits.hugetlb(2 << 20, found) is None
+    assert limits.memory({}) is None
+
+
+def test_v2_hugetlb_and_its_reservations(tmp_path):
+    leaf = _tree(tmp_path, [{"hugetlb.2MB.max": f"{64 << 20}\n",
+                             "hugetlb.2MB.current": f"{4 << 20}\n",
+                             "hugetlb.2MB.rsvd.max": f"{32 << 20}\n",
+                             "hugetlb.2MB.rsvd.current": f"{30 << 20}\n",
+                             "hugetlb.1GB.max": "max\n", "hugetlb.1GB.current": "0\n"}])
+    found = {"hugetlb": limits._Hierarchy(2, str(tmp_path), str(leaf))}
+    lim = limits.hugetlb(2 << 20, found)
+    assert lim.path.endswith("hugetlb.2MB.rsvd.max") and lim.room == 2 << 20
+    assert limits.hugetlb(1 << 30, found) is None
+
+
+def test_rlimit_nproc_is_not_enforced_for_root_or_the_capabilities():
+    assert not limits.nproc_enforced(uid=0, status="CapEff:\t0000000000000000\n")
+    assert not limits.nproc_enforced(uid=1000, status=f"CapEff:\t{1 << 21:016x}\n")
+    assert not limits.nproc_enforced(uid=1000, status=f"CapEff:\t{1 << 24:016x}\n")
+    assert limits.nproc_enforced(uid=1000, status=f"CapEff:\t{1 << 12:016x}\n")
+    assert limits.nproc_enforced(uid=1000, status="")
