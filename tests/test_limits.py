@@ -19,7 +19,6 @@ import threading
 import time
 
 import pytest
-
 from cgroups import Cgroup, v1_mounted, v2_available
 from children import ENV, python
 from conftest import NO_HUGEPAGES_2M, host_skip
@@ -123,7 +122,7 @@ def test_memory_limit_v1_refuses_a_run_it_cannot_hold():
             assert out.get("error") == "HostUnsupportedError", out
             m = out["message"]
             assert f"{limit_file} = {96 << 20}" in m, m
-            assert "mem_per_vcpu" in m and f"echo " in m and limit_file in m, m
+            assert "mem_per_vcpu" in m and "echo " in m and limit_file in m, m
         # The CLI: the same message, and the exit status of a host that cannot.
         p = subprocess.run(python(code=cg.join_code() + "import sys, uffdkvm.cli\n"
                                   "sys.exit(uffdkvm.cli.main(['-b', '256M']))"),
@@ -186,7 +185,7 @@ def test_the_bookkeeping_estimate_covers_what_a_run_charges(stats):
         out = child([], "import uffdkvm._testing\n" + MEASURE.replace("JOIN", cg.join_code())
                     .replace("STATS", repr(stats)).replace("REGIONS", repr(regions)))
     assert out["ok"] is True
-    for region, charged in zip(regions, out["charged"]):
+    for region, charged in zip(regions, out["charged"], strict=True):
         estimate = region + run_module._bookkeeping_bytes(
             uffdkvm.Config(mem_per_vcpu=region, stats=stats))
         assert charged <= estimate, (region, charged, estimate)
@@ -411,3 +410,22 @@ def test_rlimit_nproc_is_not_enforced_for_root_or_the_capabilities():
     assert not limits.nproc_enforced(uid=1000, status=f"CapEff:\t{1 << 24:016x}\n")
     assert limits.nproc_enforced(uid=1000, status=f"CapEff:\t{1 << 12:016x}\n")
     assert limits.nproc_enforced(uid=1000, status="")
+
+
+def test_the_region_mmap_refused_is_an_error_not_a_kill():
+    """The mapping of the region refused (here by RLIMIT_AS, as a container's
+    address-space limit would): the run fails with the call and ENOMEM, and
+    the process lives on to run again."""
+    out = child([], """
+import resource
+uffdkvm.run(mem_per_vcpu="4M")
+with open("/proc/self/status") as f:
+    size = next(int(line.split()[1]) for line in f if line.startswith("VmSize")) << 10
+resource.setrlimit(resource.RLIMIT_AS, (size + (64 << 20), resource.RLIM_INFINITY))
+first = outcome(lambda: uffdkvm.run(mem_per_vcpu="256M"))
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(json.dumps({**first, "next": outcome(lambda: uffdkvm.run(mem_per_vcpu="4M"))}))
+""")
+    assert out["error"] == "HostUnsupportedError" and out["errno"] == 12, out
+    assert out["message"].startswith("mmap(anonymous guest memory, 268435456 bytes)"), out
+    assert out["next"] == {"ok": True}

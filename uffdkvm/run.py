@@ -143,12 +143,10 @@ def _mib(n: int) -> str:
 
 
 def _memory_fix(lim: limits.Limit, needed: int) -> str:
-    name = os.path.basename(lim.path)
-    want = -(-(lim.used + needed) // (64 << 20)) * (64 << 20)
+    want = -(-(lim.used + needed) // (64 << 20)) * (64 << 20)  # up to 64 MiB
+    also = " (and memory.max, if lower)" if lim.path.endswith("memory.high") else ""
     return (f"use less memory per vCPU or fewer vCPUs, or give the cgroup more: "
-            f"echo {want} > {lim.path}" if name != "memory.high" else
-            f"use less memory per vCPU or fewer vCPUs, or give the cgroup more: "
-            f"echo {want} > {lim.path} (and memory.max, if lower)")
+            f"echo {want} > {lim.path}{also}")
 
 
 def _check_memory_cgroup(c: Config, charged: int) -> None:
