@@ -305,7 +305,8 @@ def test_hugetlb_limit_met_mid_run_fails_the_resolving_ioctl(hugepages):
 
 
 def test_a_huge_page_pool_drained_mid_run_does_not_starve_the_run(hugepages):
-    """Another process takes every free huge page while the run pages: the
+    """Another mapping takes every free huge page while the run pages (a
+    thread of this process: the pool is the host's, whoever maps it): the
     run's were reserved when it mapped its region (no MAP_NORESERVE), so it
     finishes and verifies; the drainer got the rest."""
     need(NOT_ROOT)
@@ -330,7 +331,7 @@ def test_a_huge_page_pool_drained_mid_run_does_not_starve_the_run(hugepages):
             for off in range(0, n << 21, 2 << 20):
                 m[off] = 1
             taken.append(n)
-            stop.wait(0.5)
+            stop.wait(5)  # until the run is over
         finally:
             m.close()
 
@@ -341,7 +342,9 @@ def test_a_huge_page_pool_drained_mid_run_does_not_starve_the_run(hugepages):
     t = threading.Thread(target=drain)
     t.start()
     try:
-        r = uffdkvm.run(backing="anonymous_hugetlb", mem_per_vcpu="16M", delay_us=20000,
+        # 8 faults 250 ms apart: the drainer has the pool from the first progress
+        # report (0.25 s in) on, with most of the run's pages still to come.
+        r = uffdkvm.run(backing="anonymous_hugetlb", mem_per_vcpu="16M", delay_us=250000,
                         progress=progress)
     finally:
         running.set()
