@@ -13,6 +13,8 @@ import importlib
 import json
 import mmap
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -22,7 +24,7 @@ import pytest
 from cgroups import Cgroup, v1_mounted, v2_available
 from children import ENV, python
 from conftest import NO_HUGEPAGES_2M, host_skip
-from hostfacts import NOT_ROOT, fact
+from hostfacts import NOT_ROOT, fact, missing_tool
 
 import uffdkvm
 from uffdkvm import limits
@@ -432,3 +434,34 @@ print(json.dumps({**first, "next": outcome(lambda: uffdkvm.run(mem_per_vcpu="4M"
     assert out["error"] == "HostUnsupportedError" and out["errno"] == 12, out
     assert out["message"].startswith("mmap(anonymous guest memory, 268435456 bytes)"), out
     assert out["next"] == {"ok": True}
+
+
+@pytest.mark.parametrize("remount", [False, True], ids=["host-mount", "own-mount"])
+def test_a_cgroup_namespace_still_finds_the_limit(remount):
+    """In a cgroup namespace /proc/self/cgroup says "/". With the host's
+    mount (mountinfo's root "/..": the namespace's root is not named) the
+    cgroup is found by its cgroup.procs; with the namespace's own mount
+    (root "/", as a container mounts it) it is the mount point. Either way
+    the 96 MiB limit refuses the run."""
+    need(NOT_ROOT, NO_V1_MEMORY)
+    if shutil.which("unshare") is None:
+        host_skip(missing_tool("unshare"), "enters a cgroup namespace with unshare(1)")
+    mount = v1_mounted("memory")
+    code = RESULT + RUN.format('mem_per_vcpu="256M"')
+    cmd = " ".join(shlex.quote(a) for a in python(code=code))
+    with Cgroup("memory") as cg:
+        cg.write("memory.limit_in_bytes", 96 << 20)
+        if remount:
+            inner = (f"umount -l {mount} && mount -t cgroup -o memory none {mount} && "
+                     f"exec {cmd}")
+            enter = (f"unshare --cgroup --mount --propagation private sh -c "
+                     f"{shlex.quote(inner)}")
+        else:
+            enter = f"unshare --cgroup {cmd}"
+        p = subprocess.run(["sh", "-c", f"echo $$ > {cg.path}/cgroup.procs && exec {enter}"],
+                           env=ENV, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        assert out.get("error") == "HostUnsupportedError", out
+        where = mount if remount else cg.path
+        assert f"{where}/memory.limit_in_bytes = {96 << 20}" in out["message"], out

@@ -109,10 +109,32 @@ def _mounts(mountinfo: str) -> list[tuple[int, str, str, set[str]]]:
     return mounts
 
 
+# How many cgroups _find_self() looks through at most.
+_SEARCH_MAX = 10000
+
+
+def _find_self(mount: str) -> str | None:
+    """The cgroup under mount whose cgroup.procs lists this process: for a
+    cgroup namespace whose root the mount does not show (mountinfo's root
+    is then "/.." or the like, /proc/self/cgroup's path relative to a
+    cgroup it does not name)."""
+    pid, seen = str(os.getpid()), 0
+    for directory, _, _ in os.walk(mount):
+        seen += 1
+        if seen > _SEARCH_MAX:
+            return None
+        if pid in (_read(os.path.join(directory, "cgroup.procs")) or "").split():
+            return directory
+    return None
+
+
 def _directory(mount: str, root: str, path: str) -> str | None:
     """Where the cgroup at path (as /proc/self/cgroup gives it) is under a
-    mount of the hierarchy's root: a cgroup namespace or a container's bind
-    mount shows the process at "/" or below the mount's root."""
+    mount whose root within the hierarchy is root: a cgroup namespace or a
+    container's bind mount shows the process at "/" or below the mount's
+    root; a mount of a hierarchy outside the namespace is searched."""
+    if root.startswith("/.."):
+        return _find_self(mount)
     root = root.rstrip("/")
     if path == root or path.startswith(root + "/"):
         rel = path[len(root):]
