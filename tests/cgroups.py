@@ -50,9 +50,16 @@ def v2_available(controller):
 class Cgroup:
     def __init__(self, controller, version=1):
         self.controller, self.version = controller, version
-        name = f"uffdkvm-test-{secrets.token_hex(4)}"
         self._made = []
         self._enabled_at_root = None
+        try:
+            self._make(f"uffdkvm-test-{secrets.token_hex(4)}")
+        except BaseException:
+            self.remove()  # what was made before the failure
+            raise
+
+    def _make(self, name):
+        controller, version = self.controller, self.version
         if version == 1:
             root = v1_mounted(controller)
             if root is None:
