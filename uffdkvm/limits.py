@@ -56,6 +56,10 @@ class _Hierarchy:
     directory: str        # this process's cgroup in it
 
 
+# Each controller's hierarchy and this process's cgroup in it (hierarchies()).
+Hierarchies = dict[str, _Hierarchy]
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path, encoding="ascii", errors="replace") as f:
@@ -147,7 +151,7 @@ def _directory(mount: str, root: str, path: str) -> str | None:
 
 
 def hierarchies(proc_cgroup: str | None = None,
-                mountinfo: str | None = None) -> dict[str, _Hierarchy]:
+                mountinfo: str | None = None) -> Hierarchies:
     """Each controller's hierarchy and this process's cgroup in it, by
     controller name ("memory", "pids", "hugetlb", ...). A controller of a
     v1 hierarchy is read there; the others are v2's, if it is mounted."""
@@ -214,7 +218,7 @@ def _inactive_file(directory: str, version: int) -> int:
     return 0
 
 
-def memory(found: dict[str, _Hierarchy] | None = None) -> Limit | None:
+def memory(found: Hierarchies | None = None) -> Limit | None:
     """The memory cgroup limit with the least room: v1 memory.limit_in_bytes
     less memory.usage_in_bytes, v2 memory.max and memory.high less
     memory.current (reclaimable page cache left out of the usage); None
@@ -248,7 +252,7 @@ def _hugetlb_size_name(page_bytes: int) -> str:
     return f"{page_bytes >> 10}KB"
 
 
-def hugetlb(page_bytes: int, found: dict[str, _Hierarchy] | None = None) -> Limit | None:
+def hugetlb(page_bytes: int, found: Hierarchies | None = None) -> Limit | None:
     """The hugetlb cgroup limit on pages of page_bytes with the least room:
     v1 hugetlb.<size>.limit_in_bytes less usage_in_bytes; v2 hugetlb.<size>.max
     less .current, and the reservations' hugetlb.<size>.rsvd.max less
@@ -274,7 +278,7 @@ def hugetlb(page_bytes: int, found: dict[str, _Hierarchy] | None = None) -> Limi
     return _tightest(limits)
 
 
-def pids(found: dict[str, _Hierarchy] | None = None) -> Limit | None:
+def pids(found: Hierarchies | None = None) -> Limit | None:
     """The pids cgroup limit with the least room (pids.max less pids.current,
     which count threads); None when none is set or none can be read."""
     h = (hierarchies() if found is None else found).get("pids")

@@ -154,9 +154,9 @@ def _memory_fix(lim: limits.Limit, needed: int) -> str:
             f"echo {want} > {lim.path}{also}")
 
 
-def _check_memory_cgroup(c: Config, charged: int) -> None:
+def _check_memory_cgroup(c: Config, charged: int, found: limits.Hierarchies) -> None:
     """charged: the ordinary memory the run puts on its memory cgroup."""
-    lim = limits.memory()
+    lim = limits.memory(found)
     if lim is None or charged <= lim.room:
         return
     what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"
@@ -170,9 +170,9 @@ def _check_memory_cgroup(c: Config, charged: int) -> None:
         f"{_memory_fix(lim, charged)}", errno.ENOMEM)
 
 
-def _check_hugetlb_cgroup(c: Config) -> None:
+def _check_hugetlb_cgroup(c: Config, found: limits.Hierarchies) -> None:
     page = BACKING_PAGE_SIZES[c.backing]
-    lim = limits.hugetlb(page)
+    lim = limits.hugetlb(page, found)
     if lim is None or c.region_bytes <= lim.room:
         return
     want = lim.used + c.region_bytes
@@ -193,9 +193,9 @@ def _threads_needed(c: Config) -> tuple[int, str]:
     return n, why
 
 
-def _check_threads(c: Config) -> None:
+def _check_threads(c: Config, found: limits.Hierarchies) -> None:
     """The pids cgroup (pids.max counts threads) and RLIMIT_NPROC."""
-    pids, nproc = limits.pids(), limits.nproc()
+    pids, nproc = limits.pids(found), limits.nproc()
     if pids is None and nproc is None:
         return
     needed, why = _threads_needed(c)
@@ -225,12 +225,13 @@ def _check_fits_host(c: Config) -> None:
     source = _copy_source_bytes(c)
     snapshot = _snapshot_bytes(c)
     bookkeeping = _bookkeeping_bytes(c)
-    _check_threads(c)
+    found = limits.hierarchies()
+    _check_threads(c, found)
     if c.backing in HUGETLB_BACKINGS:
-        _check_hugetlb_cgroup(c)
-        _check_memory_cgroup(c, source + bookkeeping)
+        _check_hugetlb_cgroup(c, found)
+        _check_memory_cgroup(c, source + bookkeeping, found)
     else:
-        _check_memory_cgroup(c, c.region_bytes + source + snapshot + bookkeeping)
+        _check_memory_cgroup(c, c.region_bytes + source + snapshot + bookkeeping, found)
     available = _mem_available()
     if c.backing in HUGETLB_BACKINGS:
         # From the reserved huge page pool, which the core checks; but no pool
