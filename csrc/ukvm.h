@@ -442,6 +442,14 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err);
 
 /*
+ * The threads a run of cfg starts, besides the caller's (the controller,
+ * the vCPUs, the readers, the pusher), counted from the shapes the run
+ * builds; why: what they are, for a message. Each counts against the pids
+ * cgroup and RLIMIT_NPROC, which the Python layer checks before a run.
+ */
+uint64_t ukvm_threads_needed(const struct ukvm_config *cfg, char *why, size_t why_len);
+
+/*
  * Waits until every earlier experiment has released all of its threads, fds
  * and memory, timeout_ns at most: 0, or -ETIMEDOUT with err saying which
  * one still holds on (a thread that would not stop, named).

@@ -22,6 +22,10 @@ def validate(config: dict[str, Any], /) -> None:
     (ERR_CONFIG) whose message starts with the field's name. The dict must
     hold every core field (KeyError names a missing or unknown one)."""
 
+def threads_needed(config: dict[str, Any], /) -> tuple[int, str]:
+    """The threads a run of the config starts (controller, vCPUs, readers,
+    pusher), from the shapes the run builds, and what they are."""
+
 def probe(config: dict[str, Any], /) -> None:
     """Build what the config needs and register it, run nothing."""
 
