@@ -1,10 +1,14 @@
 """A snapshot file changed under a running experiment (truncated, shrunk,
-replaced, rewritten in place), under both source_read modes: the run fails
-with a RunError naming the file, or says what changed; the interpreter
-never dies of it (SIGBUS from a mapping of a file cut short).
+replaced, removed, rewritten in place), under both source_read modes: the
+run fails with a RunError naming the file, or its verification says the
+source changed; the interpreter never dies of it (SIGBUS from a mapping of
+a file cut short), and a SIGBUS that is not the guard's still reaches
+faulthandler.
 
 Each run that could kill its process runs in a child, so that a SIGBUS
-fails one test rather than ending the suite."""
+fails one test rather than ending the suite. The change is made from the
+run's progress callback once every vCPU has touched 64 pages, while the
+run is paging (1 ms a fault, 2,048 faults)."""
 from __future__ import annotations
 
 import signal
@@ -21,55 +25,139 @@ PAGE = 4096
 VCPUS = 2
 MEM = 4 << 20
 REGION = VCPUS * MEM
+EARLY = 16 * PAGE                 # fetched before the change: each slice's first pages
 
-# The child: a run whose faults each take 1 ms (2,048 of them, 2 s), and a
-# thread that does CHANGE to the file 0.3 s in, while the run is paging.
 CHILD = textwrap.dedent("""
-    import os, sys, threading, time
+    import ctypes, faulthandler, mmap, os, sys
     import uffdkvm
 
     path, read, change = sys.argv[1], sys.argv[2], sys.argv[3]
+    if "faulthandler" in change:
+        faulthandler.enable()
 
-    def cut():
-        time.sleep(0.3)
+    def sigbus_handler():
+        buf = ctypes.create_string_buffer(152)   # glibc's struct sigaction; the handler first
+        ctypes.CDLL(None, use_errno=True).sigaction(7, None, buf)
+        return buf.raw[:8]
+
+    def crash():
+        # A real SIGBUS, in no copy of the run's: a mapping of a file cut short.
+        with open(path + ".other", "wb+") as f:
+            f.truncate(2 * {page})
+            m = mmap.mmap(f.fileno(), 2 * {page})
+            f.truncate(0)
+            print("touching", flush=True)
+            m[{page}]
+
+    def change_it():
         if change == "truncate":
             os.truncate(path, 0)
         elif change == "shrink":
             os.truncate(path, os.path.getsize(path) // 2)
+        elif change == "replace":
+            uffdkvm.make_snapshot(path + ".new", {region}, seed=6)
+            os.replace(path + ".new", path)
+        elif change == "remove":
+            os.unlink(path)
+        elif change == "rewrite":
+            with open(path, "r+b") as f:
+                for start in range(0, {region}, {mem}):
+                    f.seek(start)
+                    f.write(os.urandom({early}))
+        elif change.startswith("crash"):
+            crash()
+
+    done = []
+    def progress(p):
+        if not done and p.phase == "running" and min(p.pages_done) >= 64:
+            done.append(1)
+            change_it()
 
     uffdkvm.make_snapshot(path, {region}, seed=5)
-    t = threading.Thread(target=cut)
-    t.start()
+    before = sigbus_handler()
     try:
-        uffdkvm.run(vcpus={vcpus}, mem_per_vcpu={mem}, source="file", source_path=path,
-                    source_read=read, delay_us=1000)
-        print("RESULT ok")
+        r = uffdkvm.run(vcpus={vcpus}, mem_per_vcpu={mem}, source="file", source_path=path,
+                        source_read=read, delay_us=1000, progress=progress)
+        print("RESULT ok", "verified" if r.verified else "unverified", r.verify_message)
     except uffdkvm.UffdkvmError as e:
         print("RESULT", type(e).__name__, e)
-    finally:
-        t.join()
-""").format(region=REGION, vcpus=VCPUS, mem=MEM)
+    assert done, "the run ended before the change"
+    assert sigbus_handler() == before, "the SIGBUS handler was not put back"
+    print("handler restored")
+    if change.startswith("after"):
+        crash()
+""").format(region=REGION, vcpus=VCPUS, mem=MEM, page=PAGE, early=EARLY)
 
 
-def child_run(tmp_path, read, change):
-    """The child's outcome line (after "RESULT "), failing on its death."""
+def child(tmp_path, read, change):
     proc = subprocess.run(python(tmp_path / "snap.img", read, change, code=CHILD),
                           env=CHILD_ENV, capture_output=True, text=True, timeout=120)
+    return proc
+
+
+def outcome(tmp_path, read, change):
+    """The child's outcome line (after "RESULT "), failing on its death."""
+    proc = child(tmp_path, read, change)
     if proc.returncode < 0:
         pytest.fail(f"the run killed its process with "
                     f"{signal.Signals(-proc.returncode).name}: {proc.stderr[-2000:]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "handler restored" in proc.stdout, proc.stdout
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert len(lines) == 1, proc.stdout + proc.stderr
     return lines[0][len("RESULT "):]
 
 
+READS = pytest.mark.parametrize("read", ["mmap", "pread"])
+
+
 @pytest.mark.parametrize("change", ["truncate", "shrink"])
-@pytest.mark.parametrize("read", ["mmap", "pread"])
+@READS
 def test_a_file_cut_short_during_the_run_fails_it_and_the_process_lives(kvm, tmp_path, read,
                                                                       change):
-    path = tmp_path / "snap.img"
-    outcome = child_run(tmp_path, read, change)
-    assert outcome.startswith("RunError "), outcome
-    assert f"source_path {path}" in outcome, outcome
-    assert "truncated during the run" in outcome, outcome
+    """Red before the guard: source_read="mmap" died of SIGBUS. Both modes now
+    say the same: the fetch found the file's end."""
+    said = outcome(tmp_path, read, change)
+    assert said.startswith("RunError "), said
+    assert f"source_path {tmp_path / 'snap.img'}" in said, said
+    assert "the file ended early: was it truncated during the run?" in said, said
+
+
+@pytest.mark.parametrize("change,how", [("replace", "was replaced"), ("remove", "was removed")])
+@READS
+def test_a_file_replaced_or_removed_during_the_run_is_a_run_error(kvm, tmp_path, read, change,
+                                                                  how):
+    """The open file keeps the old inode, so the run reads one file
+    throughout; but the path no longer names it, and the result would."""
+    said = outcome(tmp_path, read, change)
+    assert said.startswith("RunError "), said
+    assert f"source_path {tmp_path / 'snap.img'} {how} during the run" in said, said
+
+
+@READS
+def test_bytes_rewritten_in_place_fail_verification_saying_the_source_changed(kvm, tmp_path,
+                                                                            read):
+    said = outcome(tmp_path, read, "rewrite")
+    assert said.startswith("ok unverified "), said
+    assert "the source changed during the run" in said, said
+    assert "the source file's bytes" in said, said   # and the page that shows it
+
+
+@pytest.mark.parametrize("when", ["during", "after"])
+def test_a_sigbus_that_is_not_the_guards_still_reaches_faulthandler(kvm, tmp_path, when):
+    """A crash of the process's own (Python's mmap of a file cut short),
+    while a run holds the guard or after: faulthandler reports it and the
+    process dies of SIGBUS, as without uffdkvm."""
+    proc = child(tmp_path, "mmap", f"{'crash' if when == 'during' else 'after'}-faulthandler")
+    assert "touching" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == -signal.SIGBUS, (proc.returncode, proc.stderr[-2000:])
+    assert "Fatal Python error: Bus error" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_sigbus_with_no_handler_before_kills_as_it_would_have(kvm, tmp_path):
+    """No faulthandler: the guard's handler hands the fault to the default
+    action (kill), rather than retrying it forever or swallowing it."""
+    proc = child(tmp_path, "mmap", "crash")
+    assert "touching" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == -signal.SIGBUS, (proc.returncode, proc.stderr[-2000:])
+    assert "Fatal Python error" not in proc.stderr
