@@ -11,6 +11,7 @@ run's progress callback once every vCPU has touched 64 pages, while the
 run is paging (1 ms a fault, 2,048 faults)."""
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import textwrap
@@ -28,10 +29,10 @@ REGION = VCPUS * MEM
 EARLY = 16 * PAGE                 # fetched before the change: each slice's first pages
 
 CHILD = textwrap.dedent("""
-    import ctypes, faulthandler, mmap, os, sys
+    import ctypes, faulthandler, json, mmap, os, sys
     import uffdkvm
 
-    path, read, change = sys.argv[1], sys.argv[2], sys.argv[3]
+    path, read, change, fields = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
     if "faulthandler" in change:
         faulthandler.enable()
 
@@ -54,6 +55,8 @@ CHILD = textwrap.dedent("""
             os.truncate(path, 0)
         elif change == "shrink":
             os.truncate(path, os.path.getsize(path) // 2)
+        elif change == "shrink-end":  # the last quarter: far from where the vCPUs are
+            os.truncate(path, os.path.getsize(path) // 4 * 3)
         elif change == "replace":
             uffdkvm.make_snapshot(path + ".new", {region}, seed=6)
             os.replace(path + ".new", path)
@@ -69,15 +72,17 @@ CHILD = textwrap.dedent("""
 
     done = []
     def progress(p):
-        if not done and p.phase == "running" and min(p.pages_done) >= 64:
+        if not done and p.phase == "running" and (sum(p.pages_done) >= 128 or
+                                                   change.startswith("crash")):
             done.append(1)
             change_it()
 
     uffdkvm.make_snapshot(path, {region}, seed=5)
     before = sigbus_handler()
     try:
-        r = uffdkvm.run(vcpus={vcpus}, mem_per_vcpu={mem}, source="file", source_path=path,
-                        source_read=read, delay_us=1000, progress=progress)
+        r = uffdkvm.run(**{{"vcpus": {vcpus}, "mem_per_vcpu": {mem}, "source": "file",
+                        "source_path": path, "source_read": read, "delay_us": 1000,
+                        "progress": progress, **fields}})
         print("RESULT ok", "verified" if r.verified else "unverified", r.verify_message)
     except uffdkvm.UffdkvmError as e:
         print("RESULT", type(e).__name__, e)
@@ -89,15 +94,15 @@ CHILD = textwrap.dedent("""
 """).format(region=REGION, vcpus=VCPUS, mem=MEM, page=PAGE, early=EARLY)
 
 
-def child(tmp_path, read, change):
-    proc = subprocess.run(python(tmp_path / "snap.img", read, change, code=CHILD),
-                          env=CHILD_ENV, capture_output=True, text=True, timeout=120)
-    return proc
+def child(tmp_path, read, change, **fields):
+    return subprocess.run(python(tmp_path / "snap.img", read, change, json.dumps(fields),
+                                 code=CHILD),
+                          env=CHILD_ENV, capture_output=True, text=True, timeout=60)
 
 
-def outcome(tmp_path, read, change):
+def outcome(tmp_path, read, change, **fields):
     """The child's outcome line (after "RESULT "), failing on its death."""
-    proc = child(tmp_path, read, change)
+    proc = child(tmp_path, read, change, **fields)
     if proc.returncode < 0:
         pytest.fail(f"the run killed its process with "
                     f"{signal.Signals(-proc.returncode).name}: {proc.stderr[-2000:]}")
@@ -123,6 +128,24 @@ def test_a_file_cut_short_during_the_run_fails_it_and_the_process_lives(kvm, tmp
     assert "the file ended early: was it truncated during the run?" in said, said
 
 
+@pytest.mark.parametrize("who,change,fields", [
+    ("vCPU ", "truncate", dict(resolver="vcpu")),
+    # The pusher installs from the region's end, where the file is cut, the vCPUs
+    # from its start: the pusher is the first to find the file's end.
+    ("prefetch pusher", "shrink-end", dict(prefetch="replay", prefetch_bandwidth_mbps=8,
+                                           replay_from=list(range(REGION // PAGE - 1, -1, -1)))),
+    ("reader ", "truncate", dict(prefetch="readahead", prefetch_pages=4, delay_us=5000)),
+])
+def test_every_thread_that_copies_from_the_mapping_is_guarded(kvm, tmp_path, who, change,
+                                                              fields):
+    """vCPUs resolving their own faults, the pusher, readahead: each fetch
+    from a file cut short is the run's error, not a SIGBUS."""
+    said = outcome(tmp_path, "mmap", change, **fields)
+    assert said.startswith("RunError "), said
+    assert "the file ended early: was it truncated during the run?" in said, said
+    assert who in said, said
+
+
 @pytest.mark.parametrize("change,how", [("replace", "was replaced"), ("remove", "was removed")])
 @READS
 def test_a_file_replaced_or_removed_during_the_run_is_a_run_error(kvm, tmp_path, read, change,
@@ -143,12 +166,20 @@ def test_bytes_rewritten_in_place_fail_verification_saying_the_source_changed(kv
     assert "the source file's bytes" in said, said   # and the page that shows it
 
 
+# A crash during a run makes it at the first report: the run would go on for
+# hours (5 s a fault), holding the guard, so a handler that failed to pass
+# the crash on would leave the child looping in it until the timeout, rather
+# than dying once the run ended and put the old handler back.
+SLOW = dict(delay_us=5_000_000)
+
+
 @pytest.mark.parametrize("when", ["during", "after"])
 def test_a_sigbus_that_is_not_the_guards_still_reaches_faulthandler(kvm, tmp_path, when):
     """A crash of the process's own (Python's mmap of a file cut short),
     while a run holds the guard or after: faulthandler reports it and the
     process dies of SIGBUS, as without uffdkvm."""
-    proc = child(tmp_path, "mmap", f"{'crash' if when == 'during' else 'after'}-faulthandler")
+    proc = child(tmp_path, "mmap", f"{'crash' if when == 'during' else 'after'}-faulthandler",
+                 **(SLOW if when == "during" else {}))
     assert "touching" in proc.stdout, proc.stdout + proc.stderr
     assert proc.returncode == -signal.SIGBUS, (proc.returncode, proc.stderr[-2000:])
     assert "Fatal Python error: Bus error" in proc.stderr, proc.stderr[-2000:]
@@ -157,7 +188,7 @@ def test_a_sigbus_that_is_not_the_guards_still_reaches_faulthandler(kvm, tmp_pat
 def test_a_sigbus_with_no_handler_before_kills_as_it_would_have(kvm, tmp_path):
     """No faulthandler: the guard's handler hands the fault to the default
     action (kill), rather than retrying it forever or swallowing it."""
-    proc = child(tmp_path, "mmap", "crash")
+    proc = child(tmp_path, "mmap", "crash", **SLOW)
     assert "touching" in proc.stdout, proc.stdout + proc.stderr
     assert proc.returncode == -signal.SIGBUS, (proc.returncode, proc.stderr[-2000:])
     assert "Fatal Python error" not in proc.stderr
