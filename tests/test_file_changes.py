@@ -146,6 +146,15 @@ def test_every_thread_that_copies_from_the_mapping_is_guarded(kvm, tmp_path, who
     assert who in said, said
 
 
+def test_a_file_cut_short_under_a_page_server_fails_the_run(kvm, tmp_path):
+    """source="remote": the server process sends from its own mapping, which
+    the kernel refuses (EFAULT) past the file's new end; the server drops the
+    connection and the run fails, the process alive."""
+    said = outcome(tmp_path, "pread", "truncate", source="remote")
+    assert said.startswith("RunError "), said
+    assert "of the page server at" in said, said
+
+
 @pytest.mark.parametrize("change,how", [("replace", "was replaced"), ("remove", "was removed")])
 @READS
 def test_a_file_replaced_or_removed_during_the_run_is_a_run_error(kvm, tmp_path, read, change,
