@@ -184,7 +184,9 @@ def read_touch_order(path: str | os.PathLike[str]) -> tuple[int, ...]:
     """The page indices a file that :meth:`Result.save_touch_order` wrote
     holds: one non-negative integer a line, blank lines and lines starting
     with ``#`` skipped. Raises ConfigError (field ``replay_from``) naming
-    the line that is not one."""
+    the path and the line that is not one (or is longer than 4 KiB, or not
+    UTF-8, or cut short), or saying why the path cannot be read: only a
+    regular file is (not a FIFO, a device or a directory)."""
     return _read_touch_order(path)[0]
 
 
