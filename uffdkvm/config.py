@@ -213,7 +213,7 @@ def _replay(value: Any, page_size: int, region_pages: int) -> tuple[int, ...]:
                               f"pages, and this run's backing has {page_size}-byte pages; "
                               f"record the order with the same backing", field="replay_from")
     elif isinstance(value, Iterable) and not isinstance(value, (bytes, dict, set, frozenset)):
-        pages = []
+        pages: list[int] = []
         for v in value:
             number = _as_int(v)
             if number is None or number < 0 or number >= 1 << 64:
