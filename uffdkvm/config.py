@@ -184,35 +184,44 @@ def read_touch_order(path: str | os.PathLike[str]) -> tuple[int, ...]:
     """The page indices a file that :meth:`Result.save_touch_order` wrote
     holds: one non-negative integer a line, blank lines and lines starting
     with ``#`` skipped. Raises ConfigError (field ``replay_from``) naming
-    the line that is not one."""
+    the path and the line that is not one (or is longer than 4 KiB, or not
+    UTF-8, or cut short), or saying why the path cannot be read: only a
+    regular file is (not a FIFO, a device or a directory)."""
     return _read_touch_order(path)[0]
 
 
-def _read_touch_order(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], int | None]:
+def _read_touch_order(path: str | os.PathLike[str], max_pages: int | None = None
+                      ) -> tuple[tuple[int, ...], int | None]:
     try:
-        return touchorder.read(path)
+        return touchorder.read(path, max_pages=max_pages)
     except touchorder.FormatError as e:
         raise ConfigError(f"replay_from: {e}", field="replay_from") from None
 
 
-def _replay(value: Any, page_size: int) -> tuple[int, ...]:
+def _replay(value: Any, page_size: int, region_pages: int) -> tuple[int, ...]:
     """replay_from as a tuple of page indices: read from a path, or from any
     sequence of integers. A file recorded with pages of another size than
-    page_size is refused: its indices would name other memory. (That each
-    is a page of the region, none twice, is the core's to check.)"""
+    page_size is refused: its indices would name other memory. Neither is
+    read past region_pages + 1 entries (a replay names each page once), so
+    a huge file or an endless iterator fails early; a file's pages are
+    checked line by line, a sequence's by the core (each a page of the
+    region, none twice)."""
     if isinstance(value, (str, os.PathLike)):
-        order, recorded = _read_touch_order(value)
+        order, recorded = _read_touch_order(value, region_pages)
         if recorded is not None and recorded != page_size:
             raise ConfigError(f"replay_from: {os.fspath(value)!r} counts {recorded}-byte "
                               f"pages, and this run's backing has {page_size}-byte pages; "
                               f"record the order with the same backing", field="replay_from")
     elif isinstance(value, Iterable) and not isinstance(value, (bytes, dict, set, frozenset)):
-        pages = []
+        pages: list[int] = []
         for v in value:
             number = _as_int(v)
             if number is None or number < 0 or number >= 1 << 64:
                 raise ConfigError(f"replay_from: {v!r} is not a page index (a non-negative "
                                   f"int)", field="replay_from")
+            if len(pages) == region_pages:
+                raise ConfigError(f"replay_from: more than the region's {region_pages} pages: "
+                                  f"replay installs each page once", field="replay_from")
             pages.append(number)
         order = tuple(pages)
     else:
@@ -268,7 +277,10 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
                 f"--pin-vcpus on the command line)", field=f.name)
         return PIN_WITH_VCPUS
     if f.form == "replay_from":
-        return None if value is None else _replay(value, BACKING_PAGE_SIZES[c.backing])
+        page_size = BACKING_PAGE_SIZES[c.backing]
+        # Rounded up: a region that is no whole number of pages is mem_per_vcpu's error.
+        pages = -(-c.region_bytes // page_size)
+        return None if value is None else _replay(value, page_size, pages)
     if f.form == "path":
         if value is None:
             return None

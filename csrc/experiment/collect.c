@@ -23,6 +23,7 @@
 #include "uffd/faultlog.h"
 #include "uffd/pagemap.h"
 #include "uffd/resident.h"
+#include "uffd/source.h"
 #include "uffd/verify.h"
 
 /* KVM's VM-wide statistics into the result; absent stats are not an error. */
@@ -351,6 +352,23 @@ static void collect_reader_sums(struct ukvm_result *res, const struct ukvm_reade
 	res->source_ns += x->source_ns;
 }
 
+/*
+ * Verification found pages other than the source file's, and the file was
+ * written to during the run: the pages fetched before the write hold what
+ * it held then. Said first, before the page that shows it.
+ */
+static void collect_source_changed(struct ukvm_result *res)
+{
+	char page[sizeof(res->verify_message)];
+	static const char why[] = "the source changed during the run (source_path was written "
+				  "to after it was opened), so pages fetched before differ from it: ";
+
+	memcpy(page, res->verify_message, sizeof(page));
+	/* The page's own message after it, as much of it as fits. */
+	snprintf(res->verify_message, sizeof(res->verify_message), "%s%.*s", why,
+		 (int)(sizeof(res->verify_message) - sizeof(why)), page);
+}
+
 /* Verifies memory and what each vCPU's guest reported; fills the result. */
 int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
@@ -374,6 +392,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	};
 	uint64_t checksums = 0;
 	uint32_t i, u, r, n;
+	bool source_modified;
 	int ret;
 
 	res->nr_vcpus = cfg->vcpus;
@@ -463,6 +482,10 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		exp->mem.hva[cfg->inject_after * UKVM_PAGE_SIZE + 100] ^= 0x40;
 #endif
 
+	/* A file cut short or replaced under the run fails it, before verify reads it. */
+	ret = ukvm_source_check(&exp->source, &source_modified, err);
+	if (ret)
+		return ret;
 	res->verified = true;
 	/* A page server's bytes with no local copy to hold them against: counts only. */
 	res->contents_verified = !(cfg->source == UKVM_SOURCE_REMOTE && !exp->source.map);
@@ -581,6 +604,12 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		if (res->bad_pages)
 			res->verified = false;
 	}
+	/* Or during verification, which then stopped at the first page gone. */
+	ret = ukvm_source_check(&exp->source, &source_modified, err);
+	if (ret)
+		return ret;
+	if (!res->verified && source_modified)
+		collect_source_changed(res);
 	if (res->verified)
 		collect_verify_faults(exp, &log, wp_written, prefetched_touched);
 	return 0;
