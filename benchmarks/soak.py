@@ -44,33 +44,37 @@ WARM_UP_CYCLES = 3
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One kind of run. ``run(snapshot)`` makes it; ``expect`` is "verified"
-    (a Result that verifies), "unverified" (one that does not: a page
-    damaged on purpose) or the exception it must raise. ``every``: run once
-    in that many cycles (the slow ones)."""
+    """One kind of run: run(**fields), the snapshot as source_path where
+    ``file``, through uffdkvm._testing.run_with_fault where ``fault`` names
+    an injected failure (fault, after), or ``special`` (a Ctrl-C). ``expect``
+    is "verified" (a Result that verifies), "unverified" (one that does
+    not: a page damaged on purpose) or the exception it must raise.
+    ``every``: run once in that many cycles (the slow ones)."""
 
     name: str
-    run: Callable[[str], Any]
+    fields: dict[str, Any]
     expect: str | type[BaseException] = "verified"
     every: int = 1
+    file: bool = False
+    fault: tuple[str, int] | None = None
+    special: Callable[[], Any] | None = None
+
+    def run(self, snapshot: str) -> Any:
+        fields = {**self.fields, **({"source_path": snapshot} if self.file else {})}
+        if self.special:
+            return self.special()
+        if self.fault:
+            from uffdkvm._testing import run_with_fault
+            return run_with_fault(fault=self.fault[0], after=self.fault[1], **fields)
+        return uffdkvm.run(**fields)
 
 
-def _fault(fault: str, after: int, **fields: Any) -> Callable[[str], Any]:
-    def run(snapshot: str) -> Any:
-        from uffdkvm._testing import run_with_fault
-        return run_with_fault(fault=fault, after=after, **fields)
-    return run
+def _case(name: str, expect: str | type[BaseException] = "verified", *, every: int = 1,
+          file: bool = False, fault: tuple[str, int] | None = None, **fields: Any) -> Case:
+    return Case(name, fields, expect, every, file, fault)
 
 
-def _runs(**fields: Any) -> Callable[[str], Any]:
-    return lambda snapshot: uffdkvm.run(**fields)
-
-
-def _from_file(**fields: Any) -> Callable[[str], Any]:
-    return lambda snapshot: uffdkvm.run(source_path=snapshot, **fields)
-
-
-def _interrupted(snapshot: str) -> Any:
+def _interrupted() -> Any:
     """Ctrl-C 50 ms into a run that would take 16 s (a second a fault)."""
     timer = threading.Timer(0.05, signal.raise_signal, (signal.SIGINT,))
     timer.start()
@@ -80,77 +84,77 @@ def _interrupted(snapshot: str) -> Any:
         timer.join()
 
 
-def _cancelled(snapshot: str) -> Any:
+def _cancelled() -> Any:
     """The progress callback raising KeyboardInterrupt, as a notebook's stop does."""
     def stop(progress: Any) -> None:
         raise KeyboardInterrupt
     return uffdkvm.run(vcpus=1, mem_per_vcpu="1M", readers=2, delay_us=2000, progress=stop)
 
 
+EIO = ("resolve_eio", 5)
 MATRIX: tuple[Case, ...] = (
     # the ways to wait, and the vCPU resolver
-    Case("poll", _runs(**TINY, wait="poll")),
-    Case("epoll", _runs(**TINY, wait="epoll")),
-    Case("epoll_exclusive", _runs(**TINY, wait="epoll_exclusive")),
-    Case("read-batch", _runs(**TINY, wait="read", read_batch=8)),
-    Case("io_uring", _runs(**TINY, wait="io_uring")),
-    Case("spin", _runs(vcpus=1, mem_per_vcpu="64K", readers=1, wait="spin")),
-    Case("resolver-vcpu", _runs(vcpus=2, mem_per_vcpu="64K", resolver="vcpu")),
-    Case("single-uffd-overlap", _runs(vcpus=3, mem_per_vcpu="64K", readers=3,
-                                      single_uffd=True, overlap=True, wait="epoll")),
+    _case("poll", **TINY, wait="poll"),
+    _case("epoll", **TINY, wait="epoll"),
+    _case("epoll_exclusive", **TINY, wait="epoll_exclusive"),
+    _case("read-batch", **TINY, wait="read", read_batch=8),
+    _case("io_uring", **TINY, wait="io_uring"),
+    _case("spin", vcpus=1, mem_per_vcpu="64K", readers=1, wait="spin"),
+    _case("resolver-vcpu", vcpus=2, mem_per_vcpu="64K", resolver="vcpu"),
+    _case("single-uffd-overlap", vcpus=3, mem_per_vcpu="64K", readers=3, single_uffd=True,
+          overlap=True, wait="epoll"),
     # uffd modes and how a page goes in
-    Case("zeropage", _runs(**TINY, resolve="zeropage")),
-    Case("minor-shmem", _runs(**TINY, backing="shmem", uffd_mode="minor")),
-    Case("wp", _runs(**TINY, uffd_mode="wp", write_percent=50)),
-    Case("wp-async", _runs(**TINY, uffd_mode="wp", wp_async=True)),
-    Case("wp-vcpu-shmem", _runs(vcpus=2, mem_per_vcpu="64K", uffd_mode="wp", backing="shmem",
-                                resolver="vcpu")),
-    Case("move", _runs(**TINY, resolve="move")),
-    Case("move-vcpu", _runs(vcpus=2, mem_per_vcpu="64K", resolve="move", resolver="vcpu")),
-    Case("move-thp", _runs(vcpus=1, mem_per_vcpu="2M", backing="anonymous_thp",
-                           resolve="move")),
-    Case("thp", _runs(vcpus=1, mem_per_vcpu="2M", backing="anonymous_thp")),
-    Case("no-uffd", _runs(**TINY, uffd_mode=None)),
-    Case("prefault", _runs(**TINY, prefault=True)),
-    # page sources
-    Case("file-pread", _from_file(**TINY, source="file")),
-    Case("file-mmap", _from_file(**TINY, source="file", source_read="mmap")),
-    Case("file-mmap-vcpu", _from_file(vcpus=2, mem_per_vcpu="64K", source="file",
-                                      source_read="mmap", resolver="vcpu")),
-    Case("remote-unix", _from_file(**TINY, source="remote")),
-    Case("remote-tcp", _from_file(**TINY, source="remote", remote_transport="tcp")),
-    Case("remote-background", _from_file(**TINY, source="remote", prefetch="background")),
+    _case("zeropage", **TINY, resolve="zeropage"),
+    _case("minor-shmem", **TINY, backing="shmem", uffd_mode="minor"),
+    _case("wp", **TINY, uffd_mode="wp", write_percent=50),
+    _case("wp-async", **TINY, uffd_mode="wp", wp_async=True),
+    _case("wp-vcpu-shmem", vcpus=2, mem_per_vcpu="64K", uffd_mode="wp", backing="shmem",
+          resolver="vcpu"),
+    _case("move", **TINY, resolve="move"),
+    _case("move-vcpu", vcpus=2, mem_per_vcpu="64K", resolve="move", resolver="vcpu"),
+    _case("move-thp", vcpus=1, mem_per_vcpu="2M", backing="anonymous_thp", resolve="move"),
+    _case("thp", vcpus=1, mem_per_vcpu="2M", backing="anonymous_thp"),
+    _case("no-uffd", **TINY, uffd_mode=None),
+    _case("prefault", **TINY, prefault=True),
+    # page sources: a snapshot file read both ways, a page server over both transports
+    _case("file-pread", file=True, **TINY, source="file"),
+    _case("file-mmap", file=True, **TINY, source="file", source_read="mmap"),
+    _case("file-mmap-vcpu", file=True, vcpus=2, mem_per_vcpu="64K", source="file",
+          source_read="mmap", resolver="vcpu"),
+    _case("remote-unix", file=True, **TINY, source="remote"),
+    _case("remote-tcp", file=True, **TINY, source="remote", remote_transport="tcp"),
+    _case("remote-background", file=True, **TINY, source="remote", prefetch="background"),
     # prefetch
-    Case("readahead", _runs(**TINY, prefetch="readahead")),
-    Case("readahead-file", _from_file(**TINY, source="file", prefetch="readahead")),
-    Case("background", _runs(**TINY, prefetch="background")),
-    Case("replay", _runs(**TINY, prefetch="replay", replay_from=range(31, -1, -1))),
+    _case("readahead", **TINY, prefetch="readahead"),
+    _case("readahead-file", file=True, **TINY, source="file", prefetch="readahead"),
+    _case("background", **TINY, prefetch="background"),
+    _case("replay", **TINY, prefetch="replay", replay_from=range(31, -1, -1)),
     # what is measured
-    Case("stats-basic", _runs(**TINY, stats="basic", overlap=True)),
-    Case("trace-timing", _runs(**TINY, trace_faults=True, guest_timing=True, passes=2)),
-    Case("zipf-trace", _runs(**TINY, access="zipf", zipf_theta=0.99, trace_faults=True)),
-    Case("touch-half", _runs(**TINY, touch_percent=50)),
+    _case("stats-basic", **TINY, stats="basic", overlap=True),
+    _case("trace-timing", **TINY, trace_faults=True, guest_timing=True, passes=2),
+    _case("zipf-trace", **TINY, access="zipf", zipf_theta=0.99, trace_faults=True),
+    _case("touch-half", **TINY, touch_percent=50),
     # failing runs
-    Case("refused-config", _runs(**TINY, pin_vcpus=[1023]), uffdkvm.UffdkvmError),
-    Case("refused-by-kvm", _runs(vcpus=100_000, mem_per_vcpu="4K"), uffdkvm.UffdkvmError),
-    Case("timeout-at-once", _runs(**TINY, timeout_s=1e-9), uffdkvm.RunTimeoutError),
-    Case("interrupted", _interrupted, KeyboardInterrupt, every=4),
-    Case("cancelled", _cancelled, KeyboardInterrupt, every=4),
+    _case("refused-config", uffdkvm.UffdkvmError, **TINY, pin_vcpus=[1023]),
+    _case("refused-by-kvm", uffdkvm.UffdkvmError, vcpus=100_000, mem_per_vcpu="4K"),
+    _case("timeout-at-once", uffdkvm.RunTimeoutError, **TINY, timeout_s=1e-9),
+    Case("interrupted", TINY, KeyboardInterrupt, every=4, special=_interrupted),
+    Case("cancelled", {"vcpus": 1}, KeyboardInterrupt, every=4, special=_cancelled),
     *((
-        Case("resolve-eio", _fault("resolve_eio", 5, **TINY), uffdkvm.RunError),
-        Case("move-eio", _fault("resolve_eio", 5, **TINY, resolve="move"), uffdkvm.RunError),
-        Case("wp-eio", _fault("resolve_eio", 5, **TINY, uffd_mode="wp"), uffdkvm.RunError),
-        Case("vcpu-resolver-eio", _fault("resolve_eio", 5, vcpus=2, mem_per_vcpu="64K",
-                                         resolver="vcpu"), uffdkvm.RunError),
-        Case("prefetch-paced-eio", _fault("resolve_eio", 5, **TINY, prefetch="background",
-                                          prefetch_bandwidth_mbps=1), uffdkvm.RunError),
-        Case("guest-fault", _fault("guest_fault", 3, **TINY), uffdkvm.RunError),
-        Case("guest-mmio", _fault("guest_mmio", 3, **TINY), uffdkvm.RunError),
-        Case("reader-thread", _fault("thread_create", 3, **TINY), uffdkvm.RunError),
-        Case("vcpu-thread", _fault("thread_create", 6, **TINY), uffdkvm.RunError),
-        Case("corrupt-page", _fault("corrupt_page", 1, **TINY), "unverified"),
-        Case("timeout-stuck", _fault("reader_exit", 2, **TINY, wait="read", timeout_s=0.05),
-             uffdkvm.RunTimeoutError, every=4),
+        _case("resolve-eio", uffdkvm.RunError, fault=EIO, **TINY),
+        _case("move-eio", uffdkvm.RunError, fault=EIO, **TINY, resolve="move"),
+        _case("wp-eio", uffdkvm.RunError, fault=EIO, **TINY, uffd_mode="wp"),
+        _case("vcpu-resolver-eio", uffdkvm.RunError, fault=EIO, vcpus=2, mem_per_vcpu="64K",
+              resolver="vcpu"),
+        _case("prefetch-paced-eio", uffdkvm.RunError, fault=EIO, **TINY, prefetch="background",
+              prefetch_bandwidth_mbps=1),
+        _case("guest-fault", uffdkvm.RunError, fault=("guest_fault", 3), **TINY),
+        _case("guest-mmio", uffdkvm.RunError, fault=("guest_mmio", 3), **TINY),
+        _case("reader-thread", uffdkvm.RunError, fault=("thread_create", 3), **TINY),
+        _case("vcpu-thread", uffdkvm.RunError, fault=("thread_create", 6), **TINY),
+        _case("corrupt-page", "unverified", fault=("corrupt_page", 1), **TINY),
+        _case("timeout-stuck", uffdkvm.RunTimeoutError, every=4, fault=("reader_exit", 2),
+              **TINY, wait="read", timeout_s=0.05),
     ) if HOOKS else ()),
 )
 

@@ -274,6 +274,9 @@ def decode(hint: Any, value: Any, path: str = "$") -> Any:
     if origin is typing.Union or origin is types.UnionType:  # X | None
         if value is None and type(None) in args:
             return None
+        arms = [arm for arm in args if arm is not type(None)]
+        if len(arms) == 1:  # X | None: X's own error, which says where inside
+            return decode(arms[0], value, path)
         for arm in args:
             if arm is not type(None):
                 try:

@@ -70,7 +70,7 @@ def read_results(path: PathLike, max_bytes: int = MAX_JSON_BYTES) -> list[Result
             if not line.strip():
                 continue
             try:
-                results.append(Result.from_json(line, max_bytes))
+                results.append(Result.from_json(line.rstrip(b"\r\n"), max_bytes))
             except UffdkvmError as e:
                 warnings.warn(f"{path}:{lineno}: skipped, not a uffdkvm Result: {e}",
                               SweepWarning, stacklevel=2)
