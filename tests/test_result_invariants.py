@@ -71,9 +71,11 @@ def test_deep_nesting_inside_a_field_is_named_in_a_short_message(timed):
 def test_text_over_max_bytes_is_refused_with_the_number(timed, tmp_path):
     text = json.dumps(timed)
     assert Result.from_json(text, max_bytes=len(text)).faults == timed["faults"]
-    with pytest.raises(ResultError, match=f"{len(text)} bytes of JSON, more than the "
+    with pytest.raises(ResultError, match=f"{len(text)} characters of JSON, more than the "
                                           f"{len(text) - 1} read at most"):
         Result.from_json(text, max_bytes=len(text) - 1)
+    with pytest.raises(ResultError, match=f"{len(text)} bytes of JSON"):
+        Result.from_json(text.encode(), max_bytes=len(text) - 1)
     assert uffdkvm.serial.MAX_JSON_BYTES == 1 << 30
     # read_results skips a line too long unread, and reads the ones after it
     path = tmp_path / "runs.jsonl"

@@ -67,6 +67,7 @@ import dataclasses
 import functools
 import json
 import math
+import reprlib
 import sys
 import types
 import typing
@@ -127,7 +128,8 @@ def from_json(cls: type, text: str | bytes, max_bytes: int = MAX_JSON_BYTES) -> 
     if not isinstance(text, (str, bytes, bytearray)):
         raise ResultError(f"$: expected JSON text (str or bytes), not {type(text).__name__}")
     if len(text) > max_bytes:
-        raise ResultError(f"$: {len(text)} bytes of JSON, more than the {max_bytes} "
+        unit = "characters" if isinstance(text, str) else "bytes"
+        raise ResultError(f"$: {len(text)} {unit} of JSON, more than the {max_bytes} "
                           f"read at most (max_bytes=): not a Result, or pass a larger "
                           f"max_bytes")
     if isinstance(text, (bytes, bytearray)):
@@ -150,7 +152,7 @@ def from_json(cls: type, text: str | bytes, max_bytes: int = MAX_JSON_BYTES) -> 
     except (TypeError, AttributeError) as e:
         raise ResultError(f"$: not a {cls.__name__} of any schema ({e})") from None
     if isinstance(schema, bool) or not isinstance(schema, int) or not 1 <= schema <= SCHEMA:
-        raise ResultError(f"$.schema: {_short(repr(schema))} is not a schema this uffdkvm "
+        raise ResultError(f"$.schema: {_shown(schema)} is not a schema this uffdkvm "
                           f"reads (1 to {SCHEMA}); upgrade uffdkvm to read this file")
     for version in range(schema, SCHEMA):
         try:
@@ -167,6 +169,17 @@ def _short(text: str, limit: int = 120) -> str:
     """text cut to limit characters: a message names a value, it does not
     repeat a megabyte of it."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+# A value's repr in a message: a few levels and items of it, made without
+# walking the rest (a repr of the whole would take as long as the value is
+# large, and recurse as deep as it nests).
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 8, 6, 60, 60
+
+
+def _shown(value: Any) -> str:
+    return _short(_REPR.repr(value))
 
 
 def _schema_of_unmarked(data: dict[str, Any]) -> int:
@@ -262,7 +275,7 @@ def type_hints(cls: type) -> dict[str, Any]:
 
 def _fail(path: str, hint: Any, value: Any) -> ResultError:
     name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-    return ResultError(f"{path}: expected {name}, not {_short(repr(value))}")
+    return ResultError(f"{path}: expected {name}, not {_shown(value)}")
 
 
 def decode(hint: Any, value: Any, path: str = "$") -> Any:
