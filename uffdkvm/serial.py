@@ -78,9 +78,10 @@ from .errors import ResultError
 SCHEMA = 4
 
 #: The most text from_json reads, by default: 1 GiB. A Result's JSON is some
-#: kilobytes, and a fault trace adds about 150 bytes a fault (4 GiB of 4 KiB
-#: pages traced: 160 MiB); past this, parsing alone would take the memory of
-#: the machine (Python's objects are some ten times the text).
+#: kilobytes, a fault trace adds about 100 bytes a fault and the touch order
+#: 6 a page (4 GiB of 4 KiB pages traced: some 110 MiB); past this, parsing
+#: alone would take the memory of the machine (Python's objects are some ten
+#: times the text).
 MAX_JSON_BYTES = 1 << 30
 
 #: Keys uffdkvm itself wrote that are not fields (any more), by class:
