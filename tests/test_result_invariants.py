@@ -311,6 +311,8 @@ BROKEN = [
     ("wasted-over-prefetched", "prefetched",
      setter(("wasted_prefetch_pages",), lambda w: 10 ** 6),
      r"\$\.wasted_prefetch_pages: 1000000, more than \$\.prefetched_pages"),
+    ("prefetched-sum", "prefetched", add(("readers", 1, "prefetched"), 1),
+     r"\$\.prefetched_pages: .*\$\.readers\[\*\]\.prefetched and \$\.pushed_pages sum to"),
     ("trace-columns", "timed", setter(("fault_trace", "gpa"), lambda g: g[:-1]),
      r"\$\.fault_trace: its columns differ in length"),
 ]

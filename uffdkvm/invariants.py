@@ -37,7 +37,9 @@ Its parts:
                  unprotects <= faults + eexist (a fault whose page prefetch
                  installed is an EEXIST without an ioctl); its uffd < uffds
   a histogram:   counts sum to count (Histogram itself checks); min <= max
-  prefetch:      wasted_prefetch_pages and pushed_pages <= prefetched_pages
+  prefetch:      prefetched_pages = the readers' prefetched + pushed_pages
+                 (each page goes in once, csrc/uffd/resident.h);
+                 wasted_prefetch_pages and pushed_pages <= prefetched_pages
   verified       a verified run has no bad pages and no message; one that is
                  not has a message
   fault_trace    every column the same length
@@ -210,6 +212,12 @@ def _check_run(r: Result) -> None:
             value = getattr(r, name)
             if value is not None:
                 _at_most(f"$.{name}", value, "$.prefetched_pages", r.prefetched_pages)
+        if r.pushed_pages is not None:
+            # each page goes in once (resident.h): by a fault, a reader's
+            # readahead or the pusher, and the last two are the prefetched
+            _equal("$.prefetched_pages", r.prefetched_pages,
+                   "$.readers[*].prefetched and $.pushed_pages",
+                   sum(x.prefetched for x in r.readers) + r.pushed_pages)
     t = r.fault_trace
     if t is not None:
         lengths = {f.name: len(getattr(t, f.name)) for f in dataclasses.fields(t)
