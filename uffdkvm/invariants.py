@@ -49,12 +49,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import ResultError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .result import Result
 
 U64_MAX = (1 << 64) - 1
 # Where a value may be below 0: a trace's vCPU, -1 where the fault's thread
@@ -88,7 +85,7 @@ def _column(path: str) -> str:
     return path.split("[", 1)[0]
 
 
-def _check_values(r: Result) -> None:
+def _check_values(r: Any) -> None:
     for path, v in _values(r, "$"):
         if isinstance(v, float):
             if not math.isfinite(v):
@@ -120,7 +117,7 @@ def _check_histogram(path: str, h: Any) -> None:
         raise ResultError(f"{path}.min: {h.min} is above max ({h.max})")
 
 
-def _check_vcpus(r: Result) -> None:
+def _check_vcpus(r: Any) -> None:
     c = r.config
     if len(r.vcpus) != c.vcpus:
         raise ResultError(f"$.vcpus: {len(r.vcpus)} vCPUs, but config.vcpus is {c.vcpus}")
@@ -157,7 +154,7 @@ def _check_vcpus(r: Result) -> None:
                sum([v.pages for v in r.vcpus]))
 
 
-def _check_readers(r: Result) -> None:
+def _check_readers(r: Any) -> None:
     for i, x in enumerate(r.readers):
         p = f"$.readers[{i}]"
         if x.uffd >= max(r.uffds, 1):
@@ -196,7 +193,7 @@ def _check_readers(r: Result) -> None:
                               f"$.readers[*].prefetch_eexist sum to ({_at_least})")
 
 
-def _check_run(r: Result) -> None:
+def _check_run(r: Any) -> None:
     c = r.config
     if r.pass_seconds and len(r.pass_seconds) != c.passes:
         raise ResultError(f"$.pass_seconds: {len(r.pass_seconds)} passes, but config.passes "
@@ -226,8 +223,9 @@ def _check_run(r: Result) -> None:
             raise ResultError(f"$.fault_trace: its columns differ in length ({lengths})")
 
 
-def check_result(r: Result) -> None:
-    """Raises ResultError for the first thing that does not hold of r (the
+def check_result(r: Any) -> None:
+    """r: a uffdkvm.Result (typed Any: result.py imports this module, which
+    imports nothing of it back). Raises ResultError for the first thing that does not hold of r (the
     module docstring's list); returns None for a Result the core could have
     made."""
     _check_values(r)
