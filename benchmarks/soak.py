@@ -344,8 +344,10 @@ def cycles(cases: list[Case], n: int) -> list[Case]:
 
 def schedule(cases: list[Case], runs: int) -> list[Case]:
     """The first runs runs of as many cycles as it takes."""
-    per_cycle = max(1, len(cycles(cases, 1)) - 1)
-    return cycles(cases, runs // per_cycle + 1)[:runs] if cases else []
+    n = 1
+    while cases and len(plan := cycles(cases, n)) < runs:
+        n += 1
+    return plan[:runs] if cases else []
 
 
 def soak(runs: int, checkpoints: int = 10,
@@ -358,8 +360,9 @@ def soak(runs: int, checkpoints: int = 10,
         # Warm-up: every case once (what fills once and stays: first-use
         # caches, the page server's imports), glibc's cache of thread
         # stacks, up to 40 MiB, which 128 threads overflow, and then
-        # WARM_UP_CYCLES of the schedule: the C heap steps up once by half
-        # a MiB in the third cycle, and is flat from there on (measured).
+        # WARM_UP_CYCLES of the schedule, for the allocators to settle to
+        # its mix (RSS and the heap still step once or twice after it:
+        # TOLERANCE).
         cases = cases_for_host(snapshot, report)
         uffdkvm.run(vcpus=64, mem_per_vcpu="64K", single_uffd=True, readers=64)
         for case in cycles(cases, WARM_UP_CYCLES):
