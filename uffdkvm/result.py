@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _core, frames, serial, tables, touchorder
+from . import _core, frames, invariants, serial, tables, touchorder
 from .config import Config, format_size
 from .errors import ResultError
 from .histogram import Histogram
@@ -581,10 +581,14 @@ class Result:
         return serial.to_json(self, **dumps_kwargs)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Result:
+    def from_json(cls, text: str | bytes, max_bytes: int = serial.MAX_JSON_BYTES) -> Result:
         """The Result that :meth:`to_json` wrote: ``Result.from_json(r.to_json()) == r``.
-        Raises ResultError (a ValueError) naming what is wrong."""
-        result: Result = serial.from_json(cls, text)
+        Raises ResultError (a ValueError) naming what is wrong, for anything
+        but a valid Result: text that is not JSON or over max_bytes, values
+        of the wrong type, and values no run could have made (uffdkvm.invariants:
+        a negative count, a total that is not the sum of its parts)."""
+        result: Result = serial.from_json(cls, text, max_bytes)
+        invariants.check_result(result)
         return result
 
     @classmethod
