@@ -484,3 +484,92 @@ def test_the_cli_pages_from_a_server_already_running(kvm, snapshot, tmp_path):
     assert blind.returncode == 0, blind.stderr
     assert "Memory counted, NOT verified" in blind.stdout and "Memory verified" not in \
         blind.stdout, blind.stdout
+
+
+# A page server under RLIMIT_NOFILE 64 (its stdin the stop fd); prints its
+# final counters as JSON when stopped.
+SCARCE_SERVER = """
+import dataclasses, json, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from uffdkvm.pageserver import serve
+stats = serve(sys.argv[1], "tcp:127.0.0.1:0", key_file=sys.argv[2], ready_fd=1, stop_fd=0,
+              handshake_timeout_s=5.0)
+print(json.dumps(dataclasses.asdict(stats)), flush=True)
+"""
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's user + system time, the kernel's own count (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_silent_connections_out_of_fds_neither_stall_a_keyed_client_nor_spin(snapshot,
+                                                                            tmp_path):
+    """100 silent connections (no key) against a server with 64 fds, and
+    more arriving all the while: the oldest handshakes are closed for the
+    newer (counted in refused), so the keyed client, whose handshake takes
+    far less time than 64 new connections take to arrive, is served within a
+    second (not at the silent ones' 5 s deadline); and out of fds the server
+    does not poll its listening socket in a loop: its CPU time stays under
+    half the wall time."""
+    needs_loopback()
+    needs_keys()
+    key = write_key(tmp_path / "key")
+    proc = subprocess.Popen(python(snapshot, key, code=SCARCE_SERVER), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=CHILD_ENV)
+    silent: list[socket.socket] = []
+    stop = False
+
+    def attacker(port: int) -> None:
+        """A new silent connection every 5 ms, each kept 1 s."""
+        held: list[tuple[float, socket.socket]] = []
+        while not stop:
+            with contextlib.suppress(OSError):
+                held.append((time.monotonic(), socket.create_connection(("127.0.0.1", port),
+                                                                       timeout=1)))
+            while held and time.monotonic() - held[0][0] > 1:
+                held.pop(0)[1].close()
+            time.sleep(0.005)
+        for _, s in held:
+            s.close()
+
+    import threading
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        line = proc.stdout.readline()
+        assert line.startswith("ready "), line
+        address = line.split()[1]
+        port = int(address.rsplit(":", 1)[1])
+        for _ in range(100):
+            silent.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        thread = threading.Thread(target=attacker, args=(port,), daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        cpu0, wall0 = _cpu_seconds(proc.pid), time.monotonic()
+        waits = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            with PageClient(address, key_file=key) as client:
+                assert client.fetch(0, 4096) == snapshot.read_bytes()[:4096]
+            waits.append(time.monotonic() - t0)
+            time.sleep(0.5)
+        cpu, wall = _cpu_seconds(proc.pid) - cpu0, time.monotonic() - wall0
+        stop = True
+        thread.join(timeout=30)
+        proc.stdin.close()
+        out = proc.stdout.read()
+        proc.wait(timeout=30)
+    finally:
+        stop = True
+        for s in silent:
+            s.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert max(waits) < 1.0, waits
+    assert cpu < 0.5 * wall, (cpu, wall)
+    stats = json.loads(out)
+    # At most 64 handshakes held (fewer: fds run out first); the rest closed.
+    assert stats["refused"] >= 100 - 64, stats

@@ -90,7 +90,6 @@ MAX_JSON_BYTES = 1 << 30
 FORMER_KEYS: dict[str, frozenset[str]] = {
     "Result": frozenset({"per_vcpu_rate"}),
     "PageServerStats": frozenset({"queue_seconds_total", "queue_seconds_max"}),
-    "Config": frozenset({"source_address"}),
 }
 
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}

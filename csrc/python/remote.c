@@ -181,8 +181,10 @@ static PyObject *core_remote_connect(PyObject *self, PyObject *args)
 		return NULL;
 	}
 	rc = PyMem_Calloc(1, sizeof(*rc));
-	if (!rc)
+	if (!rc) {
+		explicit_bzero(&key, sizeof(key));	/* the key leaves no copy on any path */
 		return PyErr_NoMemory();
+	}
 	Py_BEGIN_ALLOW_THREADS
 	ret = ukvm_remote_connect(address, key_file ? &key : NULL, &conn, &err);
 	Py_END_ALLOW_THREADS

@@ -31,7 +31,14 @@
  */
 #define AUTH_STR(x)	#x
 #define AUTH_XSTR(x)	AUTH_STR(x)
+#if defined(OPENSSL_VERSION_MAJOR)
 #define AUTH_LIBCRYPTO	"libcrypto.so." AUTH_XSTR(OPENSSL_VERSION_MAJOR)
+#elif OPENSSL_VERSION_NUMBER >= 0x10100000L
+/* OpenSSL 1.1's headers have no OPENSSL_VERSION_MAJOR (3.0 added it). */
+#define AUTH_LIBCRYPTO	"libcrypto.so.1.1"
+#else
+#error "page server keys need OpenSSL 1.1 or later (HMAC over EVP_sha256, CRYPTO_memcmp)"
+#endif
 
 static struct {
 	const EVP_MD *(*sha256)(void);

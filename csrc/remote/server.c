@@ -60,6 +60,24 @@
 #define SERVER_TIMER_SLACK_NS	1000
 /* A new connection's handshake, at most, unless the config says otherwise. */
 #define SERVER_HANDSHAKE_NS	(5 * NSEC_PER_SEC)
+/*
+ * Connections still in their handshake, at most: a new one past this
+ * closes the oldest, so that connections without the key cannot hold
+ * every fd (and keep a keyed client out) until their deadlines.
+ */
+#define SERVER_HANDSHAKES_MAX	64
+/*
+ * Connections accepted per turn of the loop, at most: the handshakes
+ * already accepted are read between batches, so that a backlog of new
+ * connections does not evict a client whose auth record is waiting.
+ */
+#define SERVER_ACCEPT_BATCH	16
+/*
+ * Out of fds with no handshake to close: the listening socket is polled
+ * again when a connection closes, or after this long (the fds may be
+ * another process's: ENFILE).
+ */
+#define SERVER_LISTEN_RETRY_NS	(100 * NSEC_PER_MSEC)
 
 /* A reply being written: header, then payload (from the mapping or stats). */
 struct out {
@@ -100,6 +118,9 @@ struct server {
 	struct ukvm_remote_stats stats;
 	struct ukvm_remote_key key;	/* len 0: none (a Unix socket's, peers checked by uid) */
 	uint64_t handshake_ns;
+	uint32_t handshakes;		/* conns neither dead nor ready */
+	bool listen_off;		/* out of fds: the listening socket not polled */
+	uint64_t listen_retry_ns;	/* when it is polled again, if no conn closes */
 	bool stop;
 };
 
@@ -125,6 +146,8 @@ static void conn_close(struct server *s, struct conn *c)
 	if (c->dead)
 		return;
 	c->dead = true;
+	if (!c->ready)
+		s->handshakes--;
 	for (p = c->requests.next; p != &c->requests; p = n) {
 		struct ukvm_model_req *r = list_entry(p, struct ukvm_model_req, in_owner);
 
@@ -395,6 +418,7 @@ static void conn_handshake(struct server *s, struct conn *c)
 		return;
 	}
 	c->ready = true;
+	s->handshakes--;
 }
 
 /* Refuses the connections whose handshake is past its deadline. */
@@ -427,7 +451,8 @@ static uint64_t server_next_deadline(const struct server *s)
 
 /*
  * The new connection c's peer, named for the log; a Unix socket's checked
- * by uid (the server's own, or root). 0, or -EACCES (c refused).
+ * by uid (the server's own, or root). 0, or -errno with c refused and the
+ * reason logged (-EACCES: another uid).
  */
 static int conn_peer(struct server *s, struct conn *c, const struct sockaddr_storage *sa,
 		     socklen_t len)
@@ -443,19 +468,57 @@ static int conn_peer(struct server *s, struct conn *c, const struct sockaddr_sto
 		return 0;
 	}
 	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen)) {
+		int ret = -errno;
+		char why[96];
+
 		snprintf(c->peer, sizeof(c->peer), "a Unix socket peer");
-		return -errno;
+		snprintf(why, sizeof(why), "its uid is unknown: getsockopt(SO_PEERCRED): %s",
+			 strerror(-ret));
+		conn_refuse(s, c, why);
+		return ret;
 	}
 	snprintf(c->peer, sizeof(c->peer), "Unix socket peer pid %d uid %u", (int)cred.pid,
 		 (unsigned)cred.uid);
-	if (cred.uid != geteuid() && cred.uid != 0)
+	if (cred.uid != geteuid() && cred.uid != 0) {
+		conn_refuse(s, c, "its uid is neither this server's nor root's");
 		return -EACCES;
+	}
+	return 0;
+}
+
+/* Closes the oldest connection still in its handshake; false if there is none. */
+static bool server_evict(struct server *s, const char *why)
+{
+	struct list *p;
+
+	for (p = s->conns.next; p != &s->conns; p = p->next) {
+		struct conn *c = list_entry(p, struct conn, node);
+
+		if (!c->dead && !c->ready) {
+			conn_refuse(s, c, why);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The listening socket polled or not: off while the server is out of fds. */
+static int server_listen_events(struct server *s, bool on)
+{
+	struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = &tag_listen };
+
+	if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &ev))
+		return -errno;
+	s->listen_off = !on;
+	s->listen_retry_ns = on ? UINT64_MAX : ukvm_now_ns() + SERVER_LISTEN_RETRY_NS;
 	return 0;
 }
 
 static int server_accept(struct server *s, struct ukvm_error *err)
 {
-	for (;;) {
+	int batch;
+
+	for (batch = 0; batch < SERVER_ACCEPT_BATCH; batch++) {
 		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
 		struct sockaddr_storage peer;
 		socklen_t peer_len = sizeof(peer);
@@ -467,8 +530,19 @@ static int server_accept(struct server *s, struct ukvm_error *err)
 			continue;
 		if (fd < 0 && (errno == EAGAIN || errno == ECONNABORTED))
 			return 0;
-		if (fd < 0 && (errno == EMFILE || errno == ENFILE))
-			return 0;	/* stays pending in the backlog until an fd frees */
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+			int ret;
+
+			/* An fd freed by the oldest handshake, else none until a conn closes. */
+			if (server_evict(s, "closed for a newer connection: out of fds"))
+				continue;
+			/* Level-triggered: polled while it cannot accept, epoll_wait would spin. */
+			ret = server_listen_events(s, false);
+			if (ret)
+				return ukvm_err_set(err, UKVM_ERR_RUN, -ret,
+						    "page server: epoll_ctl(MOD listening socket)");
+			return 0;
+		}
 		if (fd < 0) {
 			return ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: accept4");
 		}
@@ -492,23 +566,30 @@ static int server_accept(struct server *s, struct ukvm_error *err)
 			free(c);
 			return ret;
 		}
+		if (s->handshakes >= SERVER_HANDSHAKES_MAX)
+			server_evict(s, "closed for a newer connection: too many handshakes");
 		list_add_tail(&s->conns, &c->node);
+		s->handshakes++;
 		s->stats.connections++;
 		c->deadline_ns = ukvm_now_ns() + s->handshake_ns;
-		if (conn_peer(s, c, &peer, peer_len)) {
-			conn_refuse(s, c, "its uid is neither this server's nor root's");
-			continue;
-		}
+		if (conn_peer(s, c, &peer, peer_len))
+			continue;	/* refused, and logged why */
 		if (ukvm_auth_hello_make(&c->hello, s->key.len != 0) ||
 		    conn_send_record(c, &c->hello, sizeof(c->hello)))
 			conn_refuse(s, c, "the hello could not be sent");
 	}
+	return 0;
 }
 
-/* Frees the connections closed during this turn of the loop. */
-static void server_reap(struct server *s)
+/*
+ * Frees the connections closed during this turn of the loop; and, if any
+ * was, polls the listening socket again after running out of fds. 0, or
+ * -errno.
+ */
+static int server_reap(struct server *s)
 {
 	struct list *p, *n;
+	bool freed = false;
 
 	for (p = s->conns.next; p != &s->conns; p = n) {
 		struct conn *c = list_entry(p, struct conn, node);
@@ -517,8 +598,10 @@ static void server_reap(struct server *s)
 		if (c->dead) {
 			list_del(&c->node);
 			free(c);
+			freed = true;
 		}
 	}
+	return freed && s->listen_off ? server_listen_events(s, true) : 0;
 }
 
 static int server_arm(struct server *s, struct ukvm_error *err)
@@ -528,6 +611,8 @@ static int server_arm(struct server *s, struct ukvm_error *err)
 
 	if (hs < next)
 		next = hs;
+	if (s->listen_off && s->listen_retry_ns < next)
+		next = s->listen_retry_ns;
 	if (next != UINT64_MAX) {
 		/* 0 would disarm the timer: an event already due fires at 1 ns. */
 		next = next ? next : 1;
@@ -547,8 +632,11 @@ static int server_loop(struct server *s, struct ukvm_error *err)
 
 	while (!s->stop) {
 		server_expire(s, ukvm_now_ns());
-		server_reap(s);
-		ret = server_advance(s, ukvm_now_ns());
+		ret = server_reap(s);
+		if (!ret && s->listen_off && ukvm_now_ns() >= s->listen_retry_ns)
+			ret = server_listen_events(s, true);
+		if (!ret)
+			ret = server_advance(s, ukvm_now_ns());
 		if (!ret)
 			ret = server_arm(s, err);
 		if (ret) {
@@ -601,7 +689,10 @@ static int server_loop(struct server *s, struct ukvm_error *err)
 				}
 			}
 		}
-		server_reap(s);
+		ret = server_reap(s);
+		if (ret)
+			return ukvm_err_set(err, UKVM_ERR_RUN, -ret,
+					    "page server: epoll_ctl(MOD listening socket)");
 	}
 	return 0;
 }
@@ -748,7 +839,7 @@ static void server_free_all(struct server *s)
 		n = p->next;
 		conn_close(s, list_entry(p, struct conn, node));
 	}
-	server_reap(s);
+	(void)server_reap(s);	/* the listening socket is not polled again */
 	ukvm_model_free_all(&s->model);	/* the conns are gone: nothing else holds a request */
 }
 
