@@ -524,7 +524,8 @@ struct ukvm_pageserver_config {
 	X(dropped,        "requests whose connection closed before the reply") \
 	X(stats_requests, "STATS requests answered") \
 	X(refused,        "connections refused: no key or a wrong one, a bad or late " \
-			  "handshake, a Unix peer of another uid")
+			  "handshake, closed in its handshake for a newer connection, " \
+			  "a Unix peer of another uid")
 
 struct ukvm_remote_stats {
 #define UKVM_REMOTE_STATS_MEMBER(name, meaning) uint64_t name;

@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -486,11 +487,13 @@ def test_the_cli_pages_from_a_server_already_running(kvm, snapshot, tmp_path):
         blind.stdout, blind.stdout
 
 
-# A page server under RLIMIT_NOFILE 64 (its stdin the stop fd); prints its
-# final counters as JSON when stopped.
+
+# A page server under RLIMIT_NOFILE argv[3] (its stdin the stop fd); prints
+# its final counters as JSON when stopped.
 SCARCE_SERVER = """
 import dataclasses, json, resource, sys
-resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+nofile = int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 from uffdkvm.pageserver import serve
 stats = serve(sys.argv[1], "tcp:127.0.0.1:0", key_file=sys.argv[2], ready_fd=1, stop_fd=0,
               handshake_timeout_s=5.0)
@@ -498,78 +501,157 @@ print(json.dumps(dataclasses.asdict(stats)), flush=True)
 """
 
 
-def _cpu_seconds(pid: int) -> float:
-    """The process's user + system time, the kernel's own count (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+class _Scarce:
+    """SCARCE_SERVER running: its process, address, port; stop() -> its
+    final counters and its stderr."""
+
+    def __init__(self, snapshot, key, nofile, log):
+        self.proc = subprocess.Popen(python(snapshot, key, nofile, code=SCARCE_SERVER),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=log.open("w"), text=True, env=CHILD_ENV)
+        self.log = log
+        line = self.proc.stdout.readline()
+        assert line.startswith("ready "), line
+        self.address = line.split()[1]
+        self.port = int(self.address.rsplit(":", 1)[1])
+
+    def cpu_seconds(self) -> float:
+        """Its user + system time, the kernel's own count (/proc/PID/stat)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> tuple[dict, str]:
+        self.proc.stdin.close()
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout=30)
+        return json.loads(out), self.log.read_text()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
 
 
-def test_silent_connections_out_of_fds_neither_stall_a_keyed_client_nor_spin(snapshot,
-                                                                            tmp_path):
-    """100 silent connections (no key) against a server with 64 fds, and
-    more arriving all the while: the oldest handshakes are closed for the
-    newer (counted in refused), so the keyed client, whose handshake takes
-    far less time than 64 new connections take to arrive, is served within a
-    second (not at the silent ones' 5 s deadline); and out of fds the server
-    does not poll its listening socket in a loop: its CPU time stays under
-    half the wall time."""
+@contextlib.contextmanager
+def scarce_server(snapshot, tmp_path, nofile):
     needs_loopback()
     needs_keys()
     key = write_key(tmp_path / "key")
-    proc = subprocess.Popen(python(snapshot, key, code=SCARCE_SERVER), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=CHILD_ENV)
+    server = _Scarce(snapshot, key, nofile, tmp_path / "server.log")
+    server.key = key
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def test_silent_connections_out_of_fds_do_not_stall_a_keyed_client(snapshot, tmp_path):
+    """100 silent connections (no key) against a server with 64 fds, and
+    more arriving all the while (one every 5 ms): out of fds, the oldest
+    handshake is closed for the newer (counted in refused), so the keyed
+    client, whose handshake takes far less time than new connections take
+    to push it out, is served within a second (not at the silent ones' 5 s
+    deadline), and the server's CPU time stays under half the wall time."""
     silent: list[socket.socket] = []
-    stop = False
+    stop = threading.Event()
 
     def attacker(port: int) -> None:
-        """A new silent connection every 5 ms, each kept 1 s."""
         held: list[tuple[float, socket.socket]] = []
-        while not stop:
+        while not stop.is_set():
             with contextlib.suppress(OSError):
-                held.append((time.monotonic(), socket.create_connection(("127.0.0.1", port),
-                                                                       timeout=1)))
+                held.append((time.monotonic(),
+                             socket.create_connection(("127.0.0.1", port), timeout=1)))
             while held and time.monotonic() - held[0][0] > 1:
                 held.pop(0)[1].close()
             time.sleep(0.005)
         for _, s in held:
             s.close()
 
-    import threading
-    try:
-        assert proc.stdout is not None and proc.stdin is not None
-        line = proc.stdout.readline()
-        assert line.startswith("ready "), line
-        address = line.split()[1]
-        port = int(address.rsplit(":", 1)[1])
-        for _ in range(100):
-            silent.append(socket.create_connection(("127.0.0.1", port), timeout=10))
-        thread = threading.Thread(target=attacker, args=(port,), daemon=True)
-        thread.start()
-        time.sleep(0.5)
-        cpu0, wall0 = _cpu_seconds(proc.pid), time.monotonic()
-        waits = []
-        for _ in range(3):
-            t0 = time.monotonic()
-            with PageClient(address, key_file=key) as client:
-                assert client.fetch(0, 4096) == snapshot.read_bytes()[:4096]
-            waits.append(time.monotonic() - t0)
+    with scarce_server(snapshot, tmp_path, 64) as server:
+        try:
+            for _ in range(100):
+                silent.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+            thread = threading.Thread(target=attacker, args=(server.port,), daemon=True)
+            thread.start()
             time.sleep(0.5)
-        cpu, wall = _cpu_seconds(proc.pid) - cpu0, time.monotonic() - wall0
-        stop = True
+            cpu0, wall0 = server.cpu_seconds(), time.monotonic()
+            waits = []
+            for _ in range(3):
+                t0 = time.monotonic()
+                with PageClient(server.address, key_file=server.key) as client:
+                    assert client.fetch(0, 4096) == snapshot.read_bytes()[:4096]
+                waits.append(time.monotonic() - t0)
+                time.sleep(0.5)
+            cpu, wall = server.cpu_seconds() - cpu0, time.monotonic() - wall0
+        finally:
+            stop.set()
+            for s in silent:
+                s.close()
         thread.join(timeout=30)
-        proc.stdin.close()
-        out = proc.stdout.read()
-        proc.wait(timeout=30)
-    finally:
-        stop = True
-        for s in silent:
-            s.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+        stats, log = server.stop()
     assert max(waits) < 1.0, waits
     assert cpu < 0.5 * wall, (cpu, wall)
-    stats = json.loads(out)
-    # At most 64 handshakes held (fewer: fds run out first); the rest closed.
     assert stats["refused"] >= 100 - 64, stats
+    assert "closed for a newer connection: out of fds" in log
+
+
+def test_at_most_64_connections_wait_in_their_handshake(snapshot, tmp_path):
+    """Fds to spare: of 100 silent connections the 36 oldest are closed at
+    once (EOF after the hello, long before the 5 s deadline), counted in
+    refused and logged."""
+    with scarce_server(snapshot, tmp_path, 1024) as server:
+        silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                  for _ in range(100)]
+        try:
+            t0 = time.monotonic()
+            for s in silent[:36]:
+                assert len(s.recv(HELLO.size, socket.MSG_WAITALL)) == HELLO.size
+                assert s.recv(1) == b""            # closed by the server
+            assert time.monotonic() - t0 < 2
+            for s in silent[36:]:                  # still waiting for their auth
+                assert len(s.recv(HELLO.size, socket.MSG_WAITALL)) == HELLO.size
+                s.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    s.recv(1)
+            stats, log = server.stop()
+        finally:
+            for s in silent:
+                s.close()
+    assert stats["refused"] == 36, stats           # those left when it stopped are not
+    assert log.count("closed for a newer connection: too many handshakes") == 36, log
+
+
+def test_out_of_fds_with_no_handshake_to_close_the_server_does_not_spin(snapshot, tmp_path):
+    """Every fd held by keyed clients: a new connection waits in the backlog
+    while the server's CPU time stays under half the wall time (the
+    listening socket is not polled), and is accepted (gets its hello) once
+    a client closes."""
+    with scarce_server(snapshot, tmp_path, 40) as server:
+        clients = []
+        try:
+            for _ in range(64):
+                # A connection the server accepts gets its hello at once: then a client.
+                with socket.create_connection(("127.0.0.1", server.port), timeout=0.5) as probe:
+                    try:
+                        probe.recv(HELLO.size, socket.MSG_WAITALL)
+                    except TimeoutError:
+                        break
+                clients.append(PageClient(server.address, key_file=server.key))
+            assert 16 < len(clients) < 40, len(clients)
+            waiting = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            time.sleep(0.2)
+            cpu0, wall0 = server.cpu_seconds(), time.monotonic()
+            time.sleep(1.5)
+            cpu, wall = server.cpu_seconds() - cpu0, time.monotonic() - wall0
+            waiting.settimeout(0.1)
+            with pytest.raises(TimeoutError):
+                waiting.recv(1)                      # not accepted: no fd
+            clients.pop().close()
+            waiting.settimeout(2)
+            assert len(waiting.recv(HELLO.size, socket.MSG_WAITALL)) == HELLO.size
+            assert clients[0].fetch(0, 4096) == snapshot.read_bytes()[:4096]
+            waiting.close()
+        finally:
+            for c in clients:
+                c.close()
+    assert cpu < 0.5 * wall, (cpu, wall)

@@ -19,13 +19,22 @@
  * once; the others get the hello and have until their deadline to send
  * the auth record, which is read in the same loop as every connection's
  * requests, so that a silent or slow client stalls nobody else. Until it
- * passes, nothing it sends is taken as a request. Every refusal is counted
- * (stats.refused) and logged on stderr, naming the peer.
+ * passes, nothing it sends is taken as a request. At most
+ * SERVER_HANDSHAKES_MAX connections wait in their handshake, and fewer
+ * when the fds run out: a new connection then closes the oldest, so that
+ * connections without the key hold neither every fd nor a keyed client's
+ * place until their deadlines (a client is closed so only if that many
+ * connections, or as many as the fds left allow, arrive after it before its
+ * auth record does). Out of fds with no handshake to close, the listening
+ * socket is not polled (level-triggered, it would wake the loop at once,
+ * forever) until a connection closes or SERVER_LISTEN_RETRY_NS pass. Every
+ * refusal is counted (stats.refused) and logged on stderr, naming the peer.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -531,8 +540,15 @@ static int server_accept(struct server *s, struct ukvm_error *err)
 		if (fd < 0 && (errno == EAGAIN || errno == ECONNABORTED))
 			return 0;
 		if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+			struct pollfd pfd = { .fd = s->lfd, .events = POLLIN };
 			int ret;
 
+			/*
+			 * accept4 takes the fd before it looks at the backlog: EMFILE
+			 * also when no connection waits, and then nothing is closed.
+			 */
+			if (poll(&pfd, 1, 0) <= 0 || !(pfd.revents & POLLIN))
+				return 0;
 			/* An fd freed by the oldest handshake, else none until a conn closes. */
 			if (server_evict(s, "closed for a newer connection: out of fds"))
 				continue;
