@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -26,7 +27,7 @@ from children import ENV as CHILD_ENV
 from children import python, uffdkvm_command
 from conftest import (NO_ASAN_RUNTIME, NO_CC, NOT_ROOT, host_skip, missing_tool, needs_keys,
                       needs_loopback)
-from hostfacts import NO_NETNS
+from hostfacts import NO_NETNS, c_compiler
 from pagewire import HELLO, WELCOME, client_handshake, read_key
 
 import uffdkvm
@@ -655,3 +656,30 @@ def test_out_of_fds_with_no_handshake_to_close_the_server_does_not_spin(snapshot
             for c in clients:
                 c.close()
     assert cpu < 0.5 * wall, (cpu, wall)
+
+
+@pytest.mark.parametrize("version, soname", [
+    ("#define OPENSSL_VERSION_NUMBER 0x1010117fL", "libcrypto.so.1.1"),   # 1.1.1w: no MAJOR
+    ("#define OPENSSL_VERSION_MAJOR 3\n#define OPENSSL_VERSION_NUMBER 0x30000000L",
+     "libcrypto.so.3"),
+])
+def test_the_libcrypto_soname_follows_the_headers_built_against(tmp_path, version, soname):
+    """auth.c preprocessed against stand-ins for OpenSSL 1.1's and 3's
+    <openssl/opensslv.h>: the library it dlopens is the one those headers
+    belong to (1.1's have no OPENSSL_VERSION_MAJOR to name it by)."""
+    if NO_CC.holds:
+        host_skip(NO_CC, "preprocesses csrc/remote/auth.c")
+    cc = c_compiler()
+    csrc = Path(__file__).resolve().parent.parent / "csrc"
+    (tmp_path / "openssl").mkdir()
+    (tmp_path / "openssl" / "opensslv.h").write_text(version + "\n")
+    (tmp_path / "openssl" / "evp.h").write_text("typedef struct evp_md_st EVP_MD;\n")
+    p = subprocess.run([*cc, "-E", "-P", "-DUKVM_HAVE_LIBCRYPTO", f"-I{tmp_path}", f"-I{csrc}",
+                        str(csrc / "remote" / "auth.c")], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    opens = [line for line in p.stdout.splitlines() if "dlopen(" in line]
+    assert len(opens) == 1, opens
+    # The preprocessor leaves adjacent literals apart: join them as the compiler would.
+    literals = "".join(re.findall(r'"([^"]*)"', opens[0]))
+    assert literals == soname, opens[0]
