@@ -8,6 +8,7 @@ what each of these guards."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -683,3 +684,16 @@ def test_the_libcrypto_soname_follows_the_headers_built_against(tmp_path, versio
     # The preprocessor leaves adjacent literals apart: join them as the compiler would.
     literals = "".join(re.findall(r'"([^"]*)"', opens[0]))
     assert literals == soname, opens[0]
+
+
+def test_no_former_key_is_a_live_field():
+    """serial.FORMER_KEYS names keys that are not fields (any more): a name
+    that is a field again (Config.source_address, the page server's
+    address) must leave the list, or the list says what is not so."""
+    from uffdkvm import pageserver, serial
+    classes = {"Result": uffdkvm.Result, "Config": uffdkvm.Config,
+               "PageServerStats": pageserver.PageServerStats}
+    assert set(serial.FORMER_KEYS) <= set(classes), serial.FORMER_KEYS
+    for name, keys in serial.FORMER_KEYS.items():
+        live = keys & {f.name for f in dataclasses.fields(classes[name])}
+        assert not live, f"{name}: {sorted(live)} listed as former keys, but are fields"
