@@ -10,6 +10,7 @@
  * keys instead. No KVM needed.
  */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -68,6 +69,30 @@ static struct ukvm_remote_key load(const char *path)
 
 	CHECK_EQ(ukvm_remote_key_load(path, "key_file", &key, &err), 0);
 	return key;
+}
+
+/*
+ * getsockopt(SO_PEERCRED) fails with ENOTCONN while this is set (in the
+ * forked server: set before the fork); every other call is the real one.
+ * The program's own definition comes before libc's (and the sanitizers').
+ */
+static volatile int fail_peercred;
+
+int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	static int (*real)(int, int, int, void *, socklen_t *);
+
+	if (fail_peercred && level == SOL_SOCKET && name == SO_PEERCRED) {
+		errno = ENOTCONN;
+		return -1;
+	}
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "getsockopt");
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real(fd, level, name, val, len);
 }
 
 struct server {
@@ -479,6 +504,29 @@ static void test_server(void)
 		CHECK_EQ(refused_now(&s, &a), 1);
 		CHECK(WIFEXITED(server_stop(&s, log, sizeof(log))));
 		CHECK(strstr(log, "no handshake before its deadline") != NULL, "%s", log);
+	}
+
+	UKT_CASE("a Unix peer whose uid cannot be read is refused, logged with the reason") {
+		char listen[160];
+		ssize_t n;
+		int fd;
+
+		snprintf(listen, sizeof(listen), "unix:%s/peercred.sock", dir);
+		fail_peercred = 1;
+		ret = server_start(&s, listen, NULL, 0);
+		fail_peercred = 0;
+		if (!ret)
+			break;
+		fd = raw_connect(&s);
+		CHECK(fd >= 0);
+		n = fd >= 0 ? read_until_eof(fd, buf, sizeof(buf), 10000) : -1;
+		CHECK_EQ(n, 0);		/* closed before the hello */
+		if (fd >= 0)
+			close(fd);
+		CHECK(WIFEXITED(server_stop(&s, log, sizeof(log))));
+		CHECK(strstr(log, "getsockopt(SO_PEERCRED)") != NULL, "%s", log);
+		CHECK(strstr(log, "Transport endpoint is not connected") != NULL, "%s", log);
+		CHECK(strstr(log, "neither this server's nor root's") == NULL, "%s", log);
 	}
 
 	UKT_CASE("a keyless Unix server: a client with a key refuses it") {
