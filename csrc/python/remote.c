@@ -176,14 +176,15 @@ static PyObject *core_remote_connect(PyObject *self, PyObject *args)
 	(void)self;
 	if (!PyArg_ParseTuple(args, "s|z:remote_connect", &address, &key_file))
 		return NULL;
+	/* Allocated before the key is read: no path out between them leaves it on the stack. */
+	rc = PyMem_Calloc(1, sizeof(*rc));
+	if (!rc)
+		return PyErr_NoMemory();
 	if (key_file && ukvm_remote_key_load(key_file, "key_file", &key, &err)) {
+		explicit_bzero(&key, sizeof(key));	/* whatever a failed load left in it */
+		PyMem_Free(rc);
 		py_raise_core_error(&err);
 		return NULL;
-	}
-	rc = PyMem_Calloc(1, sizeof(*rc));
-	if (!rc) {
-		explicit_bzero(&key, sizeof(key));	/* the key leaves no copy on any path */
-		return PyErr_NoMemory();
 	}
 	Py_BEGIN_ALLOW_THREADS
 	ret = ukvm_remote_connect(address, key_file ? &key : NULL, &conn, &err);
