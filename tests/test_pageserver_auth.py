@@ -1,8 +1,9 @@
 """Who may read from a page server: the key's holder, and on a Unix socket
 only the server's own user (and root). Real processes and sockets: a
 client dropped to ``nobody`` that speaks the wire by hand, clients with no
-key, a wrong one, a truncated or silent handshake; key files with loose
-modes; ``uffdkvm serve`` in one network namespace and a run in another.
+key, a wrong one, a truncated or silent handshake; many silent connections
+and a server out of fds; key files with loose modes; ``uffdkvm serve`` in
+one network namespace and a run in another; the libcrypto the build loads.
 docs/robustness.md ("Page servers: keys, peers and the threat model") says
 what each of these guards."""
 from __future__ import annotations
