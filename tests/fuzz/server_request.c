@@ -26,8 +26,8 @@
  * - the server's reply to every request the client could have sent is one
  *   the client's checks (ukvm_wire_reply_check, ukvm_wire_reply_answers)
  *   take as the answer to it;
- * - the model, stepped as server.c's loop does (after each read, then at
- *   each next event it names): each request it takes comes out once (or
+ * - the model, stepped as server.c's loop does (on each turn, after every
+ *   read or close, then at each next event it names): each request it takes comes out once (or
  *   is dropped with its connection), never before its latency is over, in
  *   the order of its link, within max_inflight, and its counters add up.
  */
@@ -203,12 +203,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			(unsigned long long)req.offset, req.length, req.flags,
 			(unsigned long long)r.size, status, want);
 		check_reply(&req, status);
-		if (status)
-			continue;	/* answered at once: a refusal, or the counters */
-		REQUIRE(!ukvm_model_arrive(&r.model, &req, c, now, &q), "model_arrive");
-		list_add_tail(&c->requests, &q->in_owner);
-		r.taken++;
-		advance(&r, now);	/* the server's loop steps the model after each read */
+		if (!status) {		/* else answered at once: a refusal, or the counters */
+			REQUIRE(!ukvm_model_arrive(&r.model, &req, c, now, &q), "model_arrive");
+			list_add_tail(&c->requests, &q->in_owner);
+			r.taken++;
+		}
+		advance(&r, now);	/* the server's loop steps the model on every turn */
 	}
 	/* Then it sleeps until the model's next event (server_arm), until none is left. */
 	for (uint64_t turns = 0, next; (next = ukvm_model_next_ns(&r.model)) != UINT64_MAX;
