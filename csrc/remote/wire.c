@@ -18,8 +18,14 @@ int ukvm_wire_request_check(const struct ukvm_remote_request *req, uint64_t size
 
 int ukvm_wire_reply_check(const struct ukvm_remote_reply *reply)
 {
-	if (reply->status > 0 || reply->status < -4095 || reply->length > UKVM_REMOTE_MAX_LENGTH ||
-	    reply->flags & ~UKVM_REMOTE_FLAGS || reply->reserved)
+	/*
+	 * Only the refusals protocol.h defines: a fetch returns the status as
+	 * its own, and another -errno would mean something else to its caller
+	 * (-ECANCELED: the run is stopping, and the fault is left unresolved).
+	 */
+	if ((reply->status && reply->status != -EINVAL && reply->status != -ERANGE) ||
+	    reply->length > UKVM_REMOTE_MAX_LENGTH || reply->flags & ~UKVM_REMOTE_FLAGS ||
+	    reply->reserved)
 		return -EPROTO;
 	/* A refusal has no payload; an answer has at least the one byte asked for. */
 	if (reply->status ? reply->length != 0 : reply->length == 0)

@@ -24,10 +24,10 @@
 int ukvm_wire_request_check(const struct ukvm_remote_request *req, uint64_t size);
 
 /*
- * What any reply must hold, whatever it answers: a status of 0 or -errno
- * (-1..-4095), a payload with status 0 (1..UKVM_REMOTE_MAX_LENGTH bytes: no
- * request asks for 0) and none with a refusal, known flags, reserved 0.
- * 0 or -EPROTO.
+ * What any reply must hold, whatever it answers: a status of 0, -EINVAL or
+ * -ERANGE (protocol.h's refusals), a payload with status 0
+ * (1..UKVM_REMOTE_MAX_LENGTH bytes: no request asks for 0) and none with a
+ * refusal, known flags, reserved 0. 0 or -EPROTO.
  */
 int ukvm_wire_reply_check(const struct ukvm_remote_reply *reply);
 
