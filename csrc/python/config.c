@@ -251,11 +251,18 @@ int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 		return -1;
 	}
 	while (PyDict_Next(dict, &pos, &key, &item)) {
-		const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, NULL) : NULL;
+		Py_ssize_t len = 0;
+		const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &len) : NULL;
 
 		if (!name) {
 			PyErr_Clear();
 			PyErr_SetString(PyExc_TypeError, "config keys must be field names (str)");
+			return -1;
+		}
+		/* The names are C strings: "vcpus\0x" would pass for "vcpus". */
+		if (strlen(name) != (size_t)len) {
+			PyErr_Format(PyExc_KeyError, "%R: not a field of the core's config (a NUL "
+				     "in the name)", key);
 			return -1;
 		}
 		if (field_named(config_fields, NFIELDS(config_fields), name))
