@@ -244,6 +244,7 @@ int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 	PyObject *key, *item;
 	Py_ssize_t pos = 0;
 	size_t i;
+	int ret;
 
 	ukvm_config_init(cfg);
 	if (!PyDict_Check(dict)) {
@@ -295,7 +296,14 @@ int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 				     "its config (uffdkvm/schema.py)", f->name);
 			return -1;
 		}
-		if (config_field(f, item, cfg)) {
+		/*
+		 * Held while converted: the conversion may run the value's own code
+		 * (__iter__, __float__), which may take it out of the dict.
+		 */
+		Py_INCREF(item);
+		ret = config_field(f, item, cfg);
+		Py_DECREF(item);
+		if (ret) {
 			pyconfig_free(cfg);
 			return -1;
 		}
@@ -303,7 +311,12 @@ int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 #ifdef UKVM_TEST_HOOKS
 	for (i = 0; i < NFIELDS(test_fields); i++) {
 		item = PyDict_GetItemString(dict, test_fields[i].name);
-		if (item && config_field(&test_fields[i], item, cfg)) {
+		if (!item)
+			continue;
+		Py_INCREF(item);
+		ret = config_field(&test_fields[i], item, cfg);
+		Py_DECREF(item);
+		if (ret) {
 			pyconfig_free(cfg);
 			return -1;
 		}
