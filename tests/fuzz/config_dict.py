@@ -53,9 +53,15 @@ class FloatSub(float):
 
 
 class EqRaises(str):
-    """A key equal to a field's name by hash, whose comparison raises."""
+    """A key equal to a field's name by hash, whose comparison raises while
+    the parser runs (the harness's own dict and set operations compare it
+    with ARMED off)."""
+    ARMED = False
+
     def __eq__(self, other):
-        raise Odd("__eq__")
+        if EqRaises.ARMED:
+            raise Odd("__eq__")
+        return str.__eq__(self, other)
 
     __hash__ = str.__hash__
 
@@ -241,12 +247,15 @@ def TestOneInput(data):
         d = DictSub(d)
     # What the dict holds when parsing starts (a Mutator may change it meanwhile).
     keys_before = set(dict.keys(d))
+    EqRaises.ARMED = True
     try:
         _core.validate(d)
     except REFUSALS as e:
         if not str(e):
             raise AssertionError(f"{type(e).__name__} without a message for {d!r}") from e
         return
+    finally:
+        EqRaises.ARMED = False
     # Accepted: it held every field of the core and nothing else, when parsing began.
     if keys_before - ALLOWED_EXTRA != set(BASE):
         extra = keys_before - set(BASE) - ALLOWED_EXTRA
