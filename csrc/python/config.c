@@ -48,6 +48,39 @@ static const char *const test_hook_fields[] = { "inject", "inject_after" };
 
 #define NFIELDS(t) (sizeof(t) / sizeof((t)[0]))
 
+/*
+ * A value that does not convert: the exception set (TypeError, OverflowError,
+ * or whatever the value's own __iter__, __index__ or __float__ raised)
+ * replaced by type with fmt's message, which names the field; the first is
+ * kept as its __cause__. A KeyboardInterrupt, SystemExit or MemoryError
+ * goes on as it is. -1, for the caller to return.
+ */
+static int config_refuse(PyObject *type, const char *fmt, const char *name)
+{
+	PyObject *t, *v, *tb, *t2, *v2, *tb2;
+
+	if (!PyErr_Occurred()) {
+		PyErr_Format(type, fmt, name);
+		return -1;
+	}
+	if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+		return -1;
+	PyErr_Fetch(&t, &v, &tb);
+	PyErr_NormalizeException(&t, &v, &tb);
+	if (tb)
+		PyException_SetTraceback(v, tb);
+	PyErr_Format(type, fmt, name);
+	PyErr_Fetch(&t2, &v2, &tb2);
+	PyErr_NormalizeException(&t2, &v2, &tb2);
+	Py_INCREF(v);
+	PyException_SetContext(v2, v);	/* each steals a reference */
+	PyException_SetCause(v2, v);
+	PyErr_Restore(t2, v2, tb2);
+	Py_XDECREF(t);
+	Py_XDECREF(tb);
+	return -1;
+}
+
 /* A list of CPU numbers, into an int32 array the caller frees. */
 static int cpu_list(PyObject *item, const char *key, uint32_t *nr, const int32_t **out)
 {
@@ -60,13 +93,8 @@ static int cpu_list(PyObject *item, const char *key, uint32_t *nr, const int32_t
 	if (item == Py_None)
 		return 0;
 	seq = PySequence_List(item);	/* any iterable, copied into a list */
-	if (!seq) {
-		if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_TypeError, "%s: expected a list of CPU numbers", key);
-		}
-		return -1;
-	}
+	if (!seq)
+		return config_refuse(PyExc_TypeError, "%s: expected a list of CPU numbers", key);
 	n = PyList_Size(seq);
 	cpus = PyMem_Calloc(n ? (size_t)n : 1, sizeof(int32_t));
 	if (!cpus) {
@@ -78,11 +106,9 @@ static int cpu_list(PyObject *item, const char *key, uint32_t *nr, const int32_t
 		long v = PyLong_AsLong(PyList_GetItem(seq, i));	/* borrowed */
 
 		if ((v == -1 && PyErr_Occurred()) || v < 0 || v > INT32_MAX) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_ValueError, "%s: expected CPU numbers", key);
 			Py_DECREF(seq);
 			PyMem_Free(cpus);
-			return -1;
+			return config_refuse(PyExc_ValueError, "%s: expected CPU numbers", key);
 		}
 		cpus[i] = (int32_t)v;
 	}
@@ -105,7 +131,7 @@ static int page_list(PyObject *item, const char *key, uint64_t *nr, const uint64
 		return 0;
 	seq = PySequence_List(item);
 	if (!seq)
-		return -1;
+		return config_refuse(PyExc_TypeError, "%s: expected a list of page indices", key);
 	n = PyList_Size(seq);
 	pages = PyMem_Calloc(n ? (size_t)n : 1, sizeof(uint64_t));
 	if (!pages) {
@@ -117,11 +143,9 @@ static int page_list(PyObject *item, const char *key, uint64_t *nr, const uint64
 		unsigned long long v = PyLong_AsUnsignedLongLong(PyList_GetItem(seq, i));
 
 		if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_ValueError, "%s: expected page indices", key);
 			Py_DECREF(seq);
 			PyMem_Free(pages);
-			return -1;
+			return config_refuse(PyExc_ValueError, "%s: expected page indices", key);
 		}
 		pages[i] = v;
 	}
@@ -186,10 +210,8 @@ static int config_field(const struct field *f, PyObject *item, struct ukvm_confi
 	case F_DOUBLE: {
 		double x = PyFloat_AsDouble(item);
 
-		if (x == -1.0 && PyErr_Occurred()) {
-			PyErr_Format(PyExc_ValueError, "%s: expected a number", f->name);
-			return -1;
-		}
+		if (x == -1.0 && PyErr_Occurred())
+			return config_refuse(PyExc_ValueError, "%s: expected a number", f->name);
 		*(double *)dst = x;
 		return 0;
 	}
@@ -205,10 +227,9 @@ static int config_field(const struct field *f, PyObject *item, struct ukvm_confi
 		break;
 	}
 	v = PyLong_AsUnsignedLongLong(item);
-	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-		PyErr_Format(PyExc_ValueError, "%s: expected a non-negative integer", f->name);
-		return -1;
-	}
+	if (v == (unsigned long long)-1 && PyErr_Occurred())
+		return config_refuse(PyExc_ValueError, "%s: expected a non-negative integer",
+				     f->name);
 	if ((f->type == F_U32 || f->type == F_ENUM) && v > UINT32_MAX) {
 		PyErr_Format(PyExc_ValueError, "%s: %llu is too large", f->name, v);
 		return -1;
