@@ -48,9 +48,10 @@ def read(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], int | None]:
                     continue
                 if not text:
                     continue
-                if not text.isdigit():
+                # 20 digits at most: int() of thousands raises, and no page is past 2**64.
+                if not text.isdecimal() or len(text) > 20 or int(text) >= 1 << 64:
                     raise FormatError(f"{os.fspath(path)!r} line {n}: {text!r} is not a page "
-                                      f"index (one non-negative integer a line, as "
+                                      f"index (one integer from 0 to 2**64 - 1 a line, as "
                                       f"Result.save_touch_order writes)")
                 pages.append(int(text))
     except (OSError, ValueError) as e:  # ValueError: a NUL in the path, bytes not UTF-8
