@@ -43,6 +43,9 @@ def read(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], int | None]:
                 if text.startswith("#"):
                     if not seen_comment:
                         m = _PAGE_SIZE_RE.search(text)
+                        if m and len(m.group(1)) > 20:
+                            raise FormatError(f"{os.fspath(path)!r} line {n}: "
+                                              f"{m.group(1)[:24]}... is not a page size")
                         page_size = int(m.group(1)) if m else None
                         seen_comment = True
                     continue
