@@ -22,6 +22,17 @@ symbols kept private, so the wheel depends on no liburing.so (auditwheel
 grafts nothing). Without them, or with UFFDKVM_NO_LIBURING=1 in the
 environment, it builds without: uffdkvm._core.HAVE_IO_URING is then False
 and wait="io_uring" is refused, saying how to get it.
+
+Page server keys (HMAC-SHA256, csrc/remote/auth.c) need OpenSSL's libcrypto:
+where the compiler finds <openssl/hmac.h> (Debian, Ubuntu: apt-get install
+libssl-dev), the build defines UKVM_HAVE_LIBCRYPTO, and the core loads the
+system's shared libcrypto (libcrypto.so.3 for OpenSSL 3's headers) with
+dlopen when it first needs it: the system's own copy, which its security
+updates keep current, never a copy in the wheel, and no needed library that
+would keep the wheel from being manylinux. Without the headers, with
+UFFDKVM_NO_LIBCRYPTO=1, or where the library does not load,
+uffdkvm._core.HAVE_LIBCRYPTO is False and every page server on TCP, or with
+a key, is refused rather than run without one.
 """
 import os
 import shlex
@@ -53,6 +64,34 @@ def liburing_refused():
         raise SystemExit(f"UFFDKVM_NO_LIBURING={value!r}: set it to 1 to build without liburing "
                          "(no wait=\"io_uring\"), or to 0 or nothing to use it where found")
     return value == "1"
+
+
+def libcrypto_refused():
+    value = os.environ.get("UFFDKVM_NO_LIBCRYPTO", "")
+    if value not in ("", "0", "1"):
+        raise SystemExit(f"UFFDKVM_NO_LIBCRYPTO={value!r}: set it to 1 to build without "
+                         "libcrypto (no page server keys, no TCP), or to 0 or nothing to use "
+                         "it where found")
+    return value == "1"
+
+
+def find_libcrypto(cc):
+    """Whether <openssl/hmac.h> compiles and a shared object links with -lcrypto
+    (the library the core will dlopen is there)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "hmac.c"
+        src.write_text("#include <openssl/crypto.h>\n#include <openssl/evp.h>\n"
+                       "#include <openssl/hmac.h>\n"
+                       "int mac(unsigned char *m, unsigned int *n) {\n"
+                       "  return HMAC(EVP_sha256(), \"k\", 1, m, 1, m, n) != 0 && "
+                       "CRYPTO_memcmp(m, m, 1) == 0; }\n")
+        try:
+            p = subprocess.run([*cc, "-fPIC", "-shared", str(src), "-lcrypto",
+                                "-o", str(Path(tmp) / "hmac.so")],
+                               capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return False
+    return p.returncode == 0
 
 
 def compiler_command(compiler):
@@ -121,12 +160,23 @@ class BuildExt(build_ext):
                          " (no <liburing.h> and liburing.a: apt-get install liburing-dev)"),
                       level=2)
         self.uring = uring
+        crypto = not libcrypto_refused() and find_libcrypto(compiler_command(self.compiler))
+        for ext in self.extensions:
+            if crypto:
+                ext.define_macros.append(("UKVM_HAVE_LIBCRYPTO", "1"))
+                ext.libraries.append("dl")   # dlopen: in libc since glibc 2.34, libdl before
+        self.announce(f"uffdkvm: page server keys {'with libcrypto' if crypto else 'not built'}"
+                      + ("" if crypto else " (UFFDKVM_NO_LIBCRYPTO=1)" if libcrypto_refused()
+                         else " (no <openssl/hmac.h> and libcrypto: apt-get install "
+                              "libssl-dev); TCP page servers are refused"), level=2)
+        self.crypto = crypto
         super().build_extensions()
 
     def build_extension(self, ext):
         # The choices the objects in build_temp were compiled with.
         stamp = Path(self.build_temp) / "uffdkvm-test-hooks"
-        want = ("1" if test_hooks_requested() else "0") + (" uring" if self.uring else "")
+        want = ("1" if test_hooks_requested() else "0") + (" uring" if self.uring else "") + \
+            (" crypto" if self.crypto else "")
         force = self.force
         if not stamp.exists() or stamp.read_text() != want:
             self.force = True

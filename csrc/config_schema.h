@@ -368,6 +368,7 @@ enum ukvm_prefetch {
 	enum ukvm_source_kind source; \
 	char source_path[UKVM_SOURCE_PATH_MAX]; \
 	char source_address[UKVM_SOURCE_ADDRESS_MAX]; \
+	char source_key_file[UKVM_SOURCE_PATH_MAX]; \
 	enum ukvm_source_read source_read; \
 	enum ukvm_source_cache source_cache; \
 	uint32_t touch_percent; \
@@ -418,6 +419,7 @@ enum ukvm_prefetch {
 	X(ENUM, source, "source", UKVM_SOURCE_SYNTHETIC, 0, 2, "'synthetic'") \
 	X(STRING, source_path, "source_path", 0, 0, 0, "None") \
 	X(STRING, source_address, "source_address", 0, 0, 0, "None") \
+	X(STRING, source_key_file, "source_key_file", 0, 0, 0, "None") \
 	X(ENUM, source_read, "source_read", UKVM_SOURCE_READ_PREAD, 0, 1, "'pread'") \
 	X(ENUM, source_cache, "source_cache", UKVM_SOURCE_CACHE_WARM, 0, 1, "'warm'") \
 	X(U32, touch_percent, "touch_percent", 100, 1, 100, "100") \
@@ -445,6 +447,7 @@ enum ukvm_prefetch {
 	A(BOOL, wp_async, "wp_async", false, uffd_mode, uffd_mode, (c->uffd_mode == UKVM_UFFD_WP), "uffd_mode='wp'", "False") \
 	A(STRING, source_path, "source_path", 0, source, source_kind, (c->source == UKVM_SOURCE_FILE || c->source == UKVM_SOURCE_REMOTE), "source='file' or source='remote'", "None") \
 	A(STRING, source_address, "source_address", 0, source, source_kind, (c->source == UKVM_SOURCE_REMOTE), "source='remote'", "None") \
+	A(STRING, source_key_file, "source_key_file", 0, source, source_kind, (c->source == UKVM_SOURCE_REMOTE), "source='remote'", "None") \
 	A(ENUM, source_read, "source_read", UKVM_SOURCE_READ_PREAD, source, source_kind, (c->source == UKVM_SOURCE_FILE), "source='file'", "'pread'") \
 	A(ENUM, source_cache, "source_cache", UKVM_SOURCE_CACHE_WARM, source, source_kind, (c->source == UKVM_SOURCE_FILE), "source='file'", "'warm'") \
 	A(DOUBLE, zipf_theta, "zipf_theta", 0.0, access, access, (c->access == UKVM_ACCESS_ZIPF), "access='zipf'", "None") \

@@ -360,6 +360,12 @@ struct ukvm_result {
 	uint64_t nr_touch_order;
 	uint64_t *touch_order;
 	bool verified;		/* every page holds what it must */
+	/*
+	 * The pages' bytes were compared with what they must hold; false for
+	 * source remote without a local copy (source_path): then only the
+	 * counts (faults, pages touched) were, and verified says no more.
+	 */
+	bool contents_verified;
 	uint64_t bad_pages;	/* pages that did not, when !verified */
 	char verify_message[256]; /* the first bad page, explained */
 };
@@ -436,6 +442,14 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err);
 
 /*
+ * The threads a run of cfg starts, besides the caller's (the controller,
+ * the vCPUs, the readers, the pusher), counted from the shapes the run
+ * builds; why: what they are, for a message. Each counts against the pids
+ * cgroup and RLIMIT_NPROC, which the Python layer checks before a run.
+ */
+uint64_t ukvm_threads_needed(const struct ukvm_config *cfg, char *why, size_t why_len);
+
+/*
  * Waits until every earlier experiment has released all of its threads, fds
  * and memory, timeout_ns at most: 0, or -ETIMEDOUT with err saying which
  * one still holds on (a thread that would not stop, named).
@@ -477,6 +491,13 @@ uint64_t ukvm_backing_page_size(enum ukvm_backing b);
 struct ukvm_pageserver_config {
 	const char *snapshot_path;	/* the file served, opened read-only */
 	const char *listen;		/* "unix:/path" or "tcp:HOST:PORT" (0: any free port) */
+	/*
+	 * The key every client must prove it holds (ukvm_remote_key_load's
+	 * file), or NULL: then only a Unix socket, whose peers are checked by
+	 * uid (SO_PEERCRED: the server's own, or root). A TCP server needs one.
+	 */
+	const char *key_file;
+	uint64_t handshake_timeout_ns;	/* a new connection's handshake, at most (0: 5 s) */
 	uint64_t latency_ns;		/* from a request taking its slot to its reply being ready */
 	uint64_t bandwidth_mbps;	/* megabits (10^6 bits) per second, 0 = unlimited */
 	uint32_t max_inflight;		/* requests served at once, 0 = no cap */
@@ -501,7 +522,9 @@ struct ukvm_pageserver_config {
 	X(queue_ns_max,   "the longest queue time of a served request, in ns") \
 	X(connections,    "connections accepted since the start") \
 	X(dropped,        "requests whose connection closed before the reply") \
-	X(stats_requests, "STATS requests answered")
+	X(stats_requests, "STATS requests answered") \
+	X(refused,        "connections refused: no key or a wrong one, a bad or late " \
+			  "handshake, a Unix peer of another uid")
 
 struct ukvm_remote_stats {
 #define UKVM_REMOTE_STATS_MEMBER(name, meaning) uint64_t name;
@@ -558,9 +581,36 @@ struct ukvm_remote_answer {
 	int32_t status;			/* 0, or the server's refusal: -EINVAL, -ERANGE */
 };
 
-/* address: "unix:/path" or "tcp:HOST:PORT". 0 and *out, or -errno with err set. */
-int ukvm_remote_connect(const char *address, struct ukvm_remote_conn **out,
-			struct ukvm_error *err);
+/*
+ * A page server's key: 32 to 64 bytes, from a file of 64 to 128 hex digits
+ * (whitespace at its end ignored) that is a regular file of its owner's
+ * (the effective uid's) with no group or other permission bits (0600 or
+ * 0400). load: 0, or -errno with err (UKVM_ERR_CONFIG, its message
+ * starting with "FIELD: ", field naming where the path came from, e.g.
+ * "source_key_file", and saying what to do: chmod 600 PATH).
+ * A key proves itself by HMAC-SHA256 (OpenSSL's libcrypto) and never goes on
+ * the wire (csrc/remote/protocol.h: the handshake).
+ */
+#define UKVM_REMOTE_KEY_MIN	32
+#define UKVM_REMOTE_KEY_MAX	64
+struct ukvm_remote_key {
+	uint32_t len;			/* 0: no key */
+	uint8_t bytes[UKVM_REMOTE_KEY_MAX];
+};
+int ukvm_remote_key_load(const char *path, const char *field, struct ukvm_remote_key *key,
+			 struct ukvm_error *err);
+/* Whether this build checks keys (built with libcrypto: UKVM_HAVE_LIBCRYPTO). */
+bool ukvm_remote_auth_available(void);
+
+/*
+ * address: "unix:/path" or "tcp:HOST:PORT"; key: the server's, or NULL (a
+ * Unix socket's server without one). Connects, then the handshake: both
+ * sides prove they hold the key. 0 and *out, or -errno with err set naming
+ * the address: -EACCES for a key refused or missing, -EKEYREJECTED for a
+ * server that could not prove it holds the key.
+ */
+int ukvm_remote_connect(const char *address, const struct ukvm_remote_key *key,
+			struct ukvm_remote_conn **out, struct ukvm_error *err);
 void ukvm_remote_close(struct ukvm_remote_conn *c);
 /* Requests sent and whose replies are not yet taken by recv. */
 uint32_t ukvm_remote_outstanding(const struct ukvm_remote_conn *c);

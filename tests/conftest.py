@@ -29,6 +29,7 @@ from hostfacts import (  # noqa: F401 - re-exported for the tests
     add_hugepages, cpus_unavailable, fact, fewer_cpus_than, facts_for_run, host_skip, mem_available_below,
     mem_info, missing_module, missing_tool, nofile_hard_limit_below, remove_hugepages)
 from hostfacts import BUILT_WITHOUT_LIBURING, NO_IO_URING_UFFD  # noqa: F401, E402
+from hostfacts import WITHOUT_LIBCRYPTO  # noqa: E402
 
 pytest_plugins = ("pytester", "hostfacts")
 
@@ -82,6 +83,13 @@ def needs_loopback(detail="talks TCP on 127.0.0.1"):
         host_skip(LOOPBACK_DOWN, f"{detail}: {LOOPBACK_DOWN.evidence}")
 
 
+def needs_keys(detail="a page server with a key (every TCP one)"):
+    """Skips, citing WITHOUT_LIBCRYPTO, where uffdkvm cannot check keys."""
+    __tracebackhide__ = True
+    if WITHOUT_LIBCRYPTO.holds:
+        host_skip(WITHOUT_LIBCRYPTO, f"{detail}: {WITHOUT_LIBCRYPTO.evidence}")
+
+
 @pytest.fixture(autouse=True)
 def _io_uring_cases(request):
     """A parametrized test's io_uring case (wait="io_uring", or an id that
@@ -93,6 +101,7 @@ def _io_uring_cases(request):
         needs_io_uring()
     if callspec is not None and callspec.params.get("transport") == "tcp":
         needs_loopback('transport="tcp"')
+        needs_keys('transport="tcp"')
 
 
 def run_with_fault(*args, **kwargs):

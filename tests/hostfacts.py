@@ -789,6 +789,24 @@ def BUILT_WITHOUT_TEST_HOOKS():
     return True, f"{_core.__file__} exports no INJECT_* constant"
 
 
+@fact("without-libcrypto", "uffdkvm cannot check page server keys here (built without "
+      "OpenSSL's headers, or no libcrypto to load), so TCP page servers and keys are refused: "
+      "apt-get install libssl-dev and build again")
+def WITHOUT_LIBCRYPTO():
+    # The probe looks at the binary and the library, not at _core.HAVE_LIBCRYPTO:
+    # auth.c compiles the soname it loads in only with the headers.
+    from uffdkvm import _core
+    found = re.search(rb"libcrypto\.so\.\d+", Path(_core.__file__).read_bytes())
+    if found is None:
+        return True, f"{_core.__file__} names no libcrypto soname (built without its headers)"
+    soname = found.group().decode()
+    try:
+        ctypes.CDLL(soname)
+    except OSError as e:
+        return True, f"{_core.__file__} loads {soname}, which does not load here: {e}"
+    return False, f"{_core.__file__} loads {soname}, which loads here"
+
+
 @fact("built-without-liburing", "uffdkvm._core was built without liburing, so without "
       "wait=\"io_uring\": apt-get install liburing-dev and build again")
 def BUILT_WITHOUT_LIBURING():
@@ -841,6 +859,29 @@ def LOOPBACK_DOWN():
     except OSError as e:
         return True, f"lo is up ({flags:#x}) but TCP on 127.0.0.1 failed: {e}"
     return False, f"lo is up ({flags:#x}) and a TCP connection to 127.0.0.1:{port} worked"
+
+
+@fact("no-netns", "this host cannot give a test two network namespaces joined by a veth "
+      "pair (it needs root, iproute2's ip and a kernel with network namespaces and veth)")
+def NO_NETNS():
+    ip = shutil.which("ip")
+    if os.geteuid() != 0 or ip is None:
+        return True, f"euid {os.geteuid()}, ip at {ip}"
+    name = f"uffdkvm-probe-{os.getpid()}"
+    try:
+        made = subprocess.run([ip, "netns", "add", name], capture_output=True, text=True,
+                              timeout=30)
+        if made.returncode:
+            return True, f"ip netns add: {made.stderr.strip()}"
+        veth = subprocess.run([ip, "-n", name, "link", "add", "p0", "type", "veth", "peer",
+                               "name", "p1"], capture_output=True, text=True, timeout=30)
+        if veth.returncode:
+            return True, f"ip link add type veth: {veth.stderr.strip()}"
+    except (OSError, subprocess.SubprocessError) as e:
+        return True, f"ip: {e}"
+    finally:
+        subprocess.run([ip, "netns", "delete", name], capture_output=True, timeout=30)
+    return False, "ip netns add and a veth pair in it worked"
 
 
 # ---- privileges, CPUs, tools ----

@@ -165,17 +165,25 @@ def test_huge_pages_reserved_by_root_serve_an_unprivileged_user(broken_host, hug
 
 NPROC_PROBE = """
 import json, os, resource, time, uffdkvm
+from uffdkvm import _core, config
 
 def counts():
     return [len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))]
 
 resource.setrlimit(resource.RLIMIT_NPROC, (12, 12))  # threads count too
 before, out = counts(), {}
+big = uffdkvm.Config(vcpus=16, mem_per_vcpu="64K", single_uffd=True)
 try:
-    uffdkvm.run(vcpus=16, mem_per_vcpu="64K", single_uffd=True)
-    out["ok"] = True
+    uffdkvm.run(big)
+    out["checked"] = "ran"
 except uffdkvm.UffdkvmError as e:
-    out.update(error=type(e).__name__, errno=e.errno, message=str(e))
+    out["checked"] = [type(e).__name__, e.errno, str(e)]
+try:  # the core itself, the check bypassed: the thread it cannot make
+    _core.run(config.core_config(big))
+    out["ok"] = True
+except _core.CoreError as e:
+    out.update(error="RunError" if e.args[0] == _core.ERR_RUN else str(e.args[0]),
+               errno=e.args[1], message=e.args[2])
 time.sleep(0.05)
 out["released"] = counts() == before
 out["next"] = uffdkvm.run(vcpus=4, mem_per_vcpu="64K", readers=2, single_uffd=True).verified
@@ -184,9 +192,15 @@ print(json.dumps(out))
 
 
 def test_a_users_thread_limit_fails_the_run_naming_the_thread(broken_host, unprivileged):
-    """RLIMIT_NPROC (ulimit -u) counts threads: a run past it fails for real
-    with EAGAIN from pthread_create, named, and gives back what it made."""
+    """RLIMIT_NPROC (ulimit -u) counts threads: run() refuses a run past it
+    before it starts, naming the limit and the fix; the core called past the
+    check fails for real with EAGAIN from pthread_create, named, and gives
+    back what it made."""
     out = broken_host([KVM_GROUP, USERFAULTFD_OWNED], user=NOBODY, probe=NPROC_PROBE)
+    kind, errnum, message = out["checked"]
+    assert kind == "HostUnsupportedError" and errnum == 11, out
+    assert "starts 19 threads" in message and "RLIMIT_NPROC (ulimit -u) = 12" in message, out
+    assert "ulimit -u" in message and "resource.setrlimit(resource.RLIMIT_NPROC" in message
     assert out["error"] == "RunError" and out["errno"] == 11, out
     assert re.fullmatch(r"(uffd 0: )?pthread_create\((controller|vCPU \d+ of 16|reader 0 of 1)\): "
                         r"Resource temporarily unavailable \(EAGAIN\)", out["message"]), out

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 from children import ENV as CHILD_ENV
 from children import python
+from pagewire import client_handshake, read_key, recv_exact, server_handshake
 
 import uffdkvm
 from uffdkvm import ConfigError, schema
@@ -166,13 +167,15 @@ REPLY = struct.Struct("<QIiII")
 URGENT, STATS = 1 << 0, 1 << 1
 
 
-def raw_exchange(address: str, *batches: list[tuple[int, int, int]]) -> list[tuple]:
-    """On a plain socket, each batch of raw requests sent at once and its
-    replies read before the next: every reply (its header's fields and its
-    payload) in the order they came."""
+def raw_exchange(server: PageServer, *batches: list[tuple[int, int, int]]) -> list[tuple]:
+    """On a plain socket, after the handshake with the server's key, each
+    batch of raw requests sent at once and its replies read before the
+    next: every reply (its header's fields and its payload) in the order
+    they came."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(10)
-        sock.connect(address[len("unix:"):])
+        sock.connect(server.address[len("unix:"):])
+        assert client_handshake(sock, read_key(server.key_file)) == (0, True)
         out = []
         for requests in batches:
             sock.sendall(b"".join(REQUEST.pack(*r) for r in requests))
@@ -183,23 +186,13 @@ def raw_exchange(address: str, *batches: list[tuple[int, int, int]]) -> list[tup
         return out
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return buf
-
-
 def test_server_refuses_what_no_client_sends(snapshot, data):
     """The server's own checks, which the C client never lets a request
     reach: length 0, above the maximum, unknown flags. Each a whole reply
     (-EINVAL, no payload), the connection still served after them."""
     bad = [(0, 0, 0), (0, (1 << 30) + 1, 0), (0, 4096, 1 << 5)]
     with PageServer(snapshot) as server:
-        replies = raw_exchange(server.address, bad, [(8192, 4096, URGENT)])
+        replies = raw_exchange(server, bad, [(8192, 4096, URGENT)])
         stats = server.stats()
     for (offset, _, flags), (r_off, r_len, status, r_flags, reserved, payload) in \
             zip(bad, replies, strict=False):
@@ -217,7 +210,7 @@ def test_a_stats_reply_is_the_cores_list_in_order(snapshot):
     assert tuple(f for f in PageServerStats.__dataclass_fields__) == fields
     assert set(uffdkvm._core.REMOTE_STATS_MEANINGS) == set(fields)
     with PageServer(snapshot) as server:
-        replies = raw_exchange(server.address, [(0, 4096, URGENT), (4096, 8192, 0),
+        replies = raw_exchange(server, [(0, 4096, URGENT), (4096, 8192, 0),
                                                 (1 << 40, 4096, 0)], [(0, 0, STATS)])
     offset, length, status, flags, _, payload = replies[-1]
     assert (offset, length, status, flags) == (0, 8 * len(fields), 0, STATS)
@@ -226,7 +219,7 @@ def test_a_stats_reply_is_the_cores_list_in_order(snapshot):
         "requests": 2, "urgent": 1, "background": 1, "served": 2, "errors": 1,
         "bytes": 4096 + 8192, "queue_ns_total": counters["queue_ns_total"],
         "queue_ns_max": counters["queue_ns_max"], "connections": 1, "dropped": 0,
-        "stats_requests": 1}
+        "stats_requests": 1, "refused": 0}
     assert 0 <= counters["queue_ns_max"] <= counters["queue_ns_total"]
 
 
@@ -248,6 +241,7 @@ def fake_server(tmp_path: Path, answer: Callable[[int, int, int], bytes],
             conn, _ = listener.accept()
         with conn:
             conn.settimeout(10)
+            server_handshake(conn)
             offset, length, flags = REQUEST.unpack(recv_exact(conn, REQUEST.size))
             conn.sendall(answer(offset, length, flags))
             if not hang_up:
@@ -280,9 +274,9 @@ MALFORMED = [
     ("fetch: a length above the maximum", "fetch", lambda o, n, f: header(o, (1 << 31), 0, f)),
     ("fetch: unknown flags", "fetch", lambda o, n, f: header(o, n, flags=f | 1 << 9) + bytes(n)),
     ("fetch: reserved not 0", "fetch", lambda o, n, f: header(o, n, flags=f, reserved=1)),
-    ("stats: 10 counters", "stats", lambda o, n, f: header(0, 80, flags=STATS) + bytes(80)),
-    ("stats: 12 counters", "stats", lambda o, n, f: header(0, 96, flags=STATS) + bytes(96)),
-    ("stats: not a STATS reply", "stats", lambda o, n, f: header(0, 88, flags=0) + bytes(88)),
+    ("stats: 11 counters", "stats", lambda o, n, f: header(0, 88, flags=STATS) + bytes(88)),
+    ("stats: 13 counters", "stats", lambda o, n, f: header(0, 104, flags=STATS) + bytes(104)),
+    ("stats: not a STATS reply", "stats", lambda o, n, f: header(0, 96, flags=0) + bytes(96)),
     ("stats: a refusal", "stats", lambda o, n, f: header(0, 0, -errno.EINVAL, STATS)),
     ("recv: longer than any request asked", "recv",
      lambda o, n, f: header(o, n + 1, flags=f) + bytes(n + 1)),

@@ -78,6 +78,8 @@ VALID = {
     # source="file" needs a snapshot file: tests/test_source_file.py
     "source": cased(("synthetic",)),
     "source_path": st.just(None),
+    "source_address": st.just(None),
+    "source_key_file": st.just(None),
     "source_read": cased(SOURCE_READS),
     "source_cache": cased(SOURCE_CACHES),
     "touch_percent": st.sampled_from([100, 100, 1, 30, 99]),
@@ -138,7 +140,9 @@ def coherent_fields(draw):
         wp_async=False,  # uffd_mode "wp" only: tests/test_wp.py
         source_read="pread", source_cache="warm",  # source "file" only
         # source "remote" only (a page server per run: tests/test_source_remote.py)
-        remote_transport="unix", remote_latency_us=0, remote_bandwidth_mbps=0, max_inflight=0)
+        remote_transport="unix", remote_latency_us=0, remote_bandwidth_mbps=0, max_inflight=0,
+        # a server already running: tests/test_pageserver_auth.py
+        source_address=None, source_key_file=None)
     if fields["access"].lower() == "zipf":  # needs a skew and the sequential pattern
         fields.update(zipf_theta=draw(st.sampled_from([0.5, 0.99, 2.0])), pattern="sequential")
     else:  # the Zipf knobs only with access="zipf"

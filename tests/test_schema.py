@@ -231,6 +231,9 @@ def cases(snapshot):
                         lambda raw: raw["readers"][0]["source_bytes"] > 0),
         "source_address": (dict(source="remote", source_path=snapshot),
                            lambda raw: raw["readers"][0]["source_bytes"] > 0),
+        # run()'s server's fresh key: without it every reader's connect is refused.
+        "source_key_file": (dict(source="remote", source_path=snapshot),
+                            lambda raw: raw["readers"][0]["source_bytes"] > 0),
         # Copied from a mapping, not pread(2): a 4 MiB region's bytes fewer
         # through read calls than the same run with pread's.
         "source_read": (dict(source="file", source_path=snapshot, source_read="mmap"),
@@ -271,6 +274,8 @@ def expected(f, config, server):
     core's form (the derived one for pin_readers and timeout_s)."""
     if f.name == "source_address":
         return server.address
+    if f.name == "source_key_file":
+        return server.key_file
     if f.form == "pin_readers":
         return list(config.reader_cpus)
     if f.form == "seconds":

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import cli_sweep, tables
+from . import cli_serve, cli_sweep, tables
 from .cli_common import (  # noqa: F401 - the exit codes, for callers of main()
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Unlike upstream, the default is -u MISSING (upstream runs without "
                "userfaultfd unless -u is given; here that is -u NONE). "
                + EXIT_STATUS_HELP + " To run a grid of experiments and compare "
-               "them in one table: uffdkvm sweep --help.")
+               "them in one table: uffdkvm sweep --help. To serve a snapshot to runs "
+               "on this host or another: uffdkvm serve --help.")
     add_run_arguments(p, _same, "print the whole result as one line of JSON "
                       "(Result.to_json(), as sweep --out writes it) instead of text")
     return p
@@ -78,6 +79,9 @@ def remote_line(r: Result) -> str:
     fetch = "" if r.source_seconds is None else f" in {r.source_seconds:.6f}s"
     bandwidth = f"{c.remote_bandwidth_mbps} Mbit/s" if c.remote_bandwidth_mbps else "unlimited"
     inflight = str(c.max_inflight) if c.max_inflight else "no cap"
+    if c.source_address is not None:
+        return (f"Page source:\tthe page server at {c.source_address}, {r.source_bytes} bytes "
+                f"fetched{fetch}")
     line = (f"Page source:\tremote page server for {c.source_path} ({c.remote_transport}, "
             f"latency {c.remote_latency_us} us, bandwidth {bandwidth}, max in flight "
             f"{inflight}), {r.source_bytes} bytes fetched{fetch}")
@@ -107,7 +111,11 @@ def format_text(r: Result) -> str:
         f"Overall demand paging rate:\t{r.paging_rate:f} pgs/sec",
         "",
     ]
-    if r.verified:
+    if r.verified and not r.contents_verified:
+        lines.append(f"Memory counted, NOT verified:\tuserfaultfd resolved each page once, "
+                     f"but the bytes the page server at {r.config.source_address} sent were "
+                     f"not checked: give --source-path, a local copy of its snapshot")
+    elif r.verified:
         listed = r.touched_pages is not None and \
             r.touched_pages < r.config.region_bytes // 4096
         how = ((f", and userfaultfd resolved only what the guest touched "
@@ -182,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["sweep"]:  # uffdkvm sweep ...: many runs, one table
         return cli_sweep.main(argv[1:])
+    if argv[:1] == ["serve"]:  # uffdkvm serve SNAPSHOT --listen ...: a page server
+        return cli_serve.main(argv[1:])
     return guarded("uffdkvm", argv, lambda: _run_command(argv))
 
 

@@ -316,6 +316,14 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     p.add_argument("--source-path", dest="source_path", default=d.source_path, metavar="PATH",
                    help="--source file or remote: the snapshot file, at least the region's "
                    "size (uffdkvm.make_snapshot writes one)")
+    p.add_argument("--source-address", dest="source_address", default=d.source_address,
+                   metavar="ADDRESS",
+                   help="--source remote: a page server already running (uffdkvm serve), "
+                   "unix:/path or tcp:HOST:PORT, instead of one the run starts; "
+                   "--source-path is then the local copy every page is checked against")
+    p.add_argument("--source-key-file", dest="source_key_file", default=d.source_key_file,
+                   metavar="PATH", help="with --source-address: the server's key file "
+                   "(uffdkvm serve --key-file; mode 0600)")
     p.add_argument("--source-read", dest="source_read", type=listed(choice(SOURCE_READS)),
                    default=d.source_read, metavar="HOW",
                    help="--source file: pread (default) or mmap (memcpy from a mapping)")

@@ -184,35 +184,44 @@ def read_touch_order(path: str | os.PathLike[str]) -> tuple[int, ...]:
     """The page indices a file that :meth:`Result.save_touch_order` wrote
     holds: one non-negative integer a line, blank lines and lines starting
     with ``#`` skipped. Raises ConfigError (field ``replay_from``) naming
-    the line that is not one."""
+    the path and the line that is not one (or is longer than 4 KiB, or not
+    UTF-8, or cut short), or saying why the path cannot be read: only a
+    regular file is (not a FIFO, a device or a directory)."""
     return _read_touch_order(path)[0]
 
 
-def _read_touch_order(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], int | None]:
+def _read_touch_order(path: str | os.PathLike[str], max_pages: int | None = None
+                      ) -> tuple[tuple[int, ...], int | None]:
     try:
-        return touchorder.read(path)
+        return touchorder.read(path, max_pages=max_pages)
     except touchorder.FormatError as e:
         raise ConfigError(f"replay_from: {e}", field="replay_from") from None
 
 
-def _replay(value: Any, page_size: int) -> tuple[int, ...]:
+def _replay(value: Any, page_size: int, region_pages: int) -> tuple[int, ...]:
     """replay_from as a tuple of page indices: read from a path, or from any
     sequence of integers. A file recorded with pages of another size than
-    page_size is refused: its indices would name other memory. (That each
-    is a page of the region, none twice, is the core's to check.)"""
+    page_size is refused: its indices would name other memory. Neither is
+    read past region_pages + 1 entries (a replay names each page once), so
+    a huge file or an endless iterator fails early; a file's pages are
+    checked line by line, a sequence's by the core (each a page of the
+    region, none twice)."""
     if isinstance(value, (str, os.PathLike)):
-        order, recorded = _read_touch_order(value)
+        order, recorded = _read_touch_order(value, region_pages)
         if recorded is not None and recorded != page_size:
             raise ConfigError(f"replay_from: {os.fspath(value)!r} counts {recorded}-byte "
                               f"pages, and this run's backing has {page_size}-byte pages; "
                               f"record the order with the same backing", field="replay_from")
     elif isinstance(value, Iterable) and not isinstance(value, (bytes, dict, set, frozenset)):
-        pages = []
+        pages: list[int] = []
         for v in value:
             number = _as_int(v)
             if number is None or number < 0 or number >= 1 << 64:
                 raise ConfigError(f"replay_from: {v!r} is not a page index (a non-negative "
                                   f"int)", field="replay_from")
+            if len(pages) == region_pages:
+                raise ConfigError(f"replay_from: more than the region's {region_pages} pages: "
+                                  f"replay installs each page once", field="replay_from")
             pages.append(number)
         order = tuple(pages)
     else:
@@ -268,7 +277,10 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
                 f"--pin-vcpus on the command line)", field=f.name)
         return PIN_WITH_VCPUS
     if f.form == "replay_from":
-        return None if value is None else _replay(value, BACKING_PAGE_SIZES[c.backing])
+        page_size = BACKING_PAGE_SIZES[c.backing]
+        # Rounded up: a region that is no whole number of pages is mem_per_vcpu's error.
+        pages = -(-c.region_bytes // page_size)
+        return None if value is None else _replay(value, page_size, pages)
     if f.form == "path":
         if value is None:
             return None
@@ -280,6 +292,15 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
             raise ConfigError(f"{f.name}: expected the path of a file (a str or "
                               f"os.PathLike), not {value!r}", field=f.name)
         return path
+    if f.form == "address":
+        if value is None:
+            return None
+        if not isinstance(value, str) or "\x00" in value or \
+                not value.startswith(("unix:/", "tcp:")):
+            raise ConfigError(f"{f.name}: expected a page server's address, "
+                              f"\"unix:/path/to/socket\" or \"tcp:HOST:PORT\", not {value!r}",
+                              field=f.name)
+        return value
     if f.form == "optional" and value is None:
         return None
     if f.kind in ("u32", "u64"):
@@ -316,21 +337,59 @@ def _check_python_side(c: Any) -> None:
                                   field=f.name)
 
 
+# The fields that shape the page server run() starts, which a server at
+# source_address (someone else's) does not take from the Config.
+_STARTED_SERVER_FIELDS = ("remote_transport", "remote_latency_us", "remote_bandwidth_mbps",
+                          "max_inflight")
+
+
+def _check_remote(c: Any) -> None:
+    """source="remote": a server already running (source_address, with its
+    key file and an optional local copy) or one run() starts (source_path)."""
+    if c.source != "remote":
+        return
+    if c.source_address is None:
+        if c.source_path is None:
+            raise ConfigError("source_path: source='remote' needs the snapshot the page "
+                              "server run() starts serves (or source_address: a server "
+                              "already running); write one with uffdkvm.make_snapshot(path, "
+                              "config.region_bytes)", field="source_path")
+        if c.source_key_file is not None:
+            raise ConfigError("source_key_file: the key of the server at source_address; "
+                              "the server run() starts gets a fresh key of its own: give "
+                              "source_address too, or leave source_key_file at None",
+                              field="source_key_file")
+        return
+    for name in _STARTED_SERVER_FIELDS:
+        f = schema.BY_NAME[name]
+        if getattr(c, name) != f.default:
+            raise ConfigError(f"{name}: shapes the page server run() starts; the server at "
+                              f"source_address ({c.source_address}) has its own (uffdkvm "
+                              f"serve --latency-us, ...): leave {name} at its default "
+                              f"({schema.python_repr(f, f.default)})", field=name)
+
+
 # A stand-in for the page server's address while a Config is checked: run()
 # starts the server and gives the core its real address.
 _SERVER_PENDING = "unix:(the page server run() starts)"
 
 
-def core_config(c: Config, source_address: str | None = None) -> dict[str, Any]:
+def core_config(c: Config, source_address: str | None = None,
+                source_key_file: str | None = None) -> dict[str, Any]:
     """The dict the core takes: every core field of the schema, by its
     struct member's name, as the core holds it. pin_readers goes as
-    Config.reader_cpus, timeout_s as Config.effective_timeout_s."""
+    Config.reader_cpus, timeout_s as Config.effective_timeout_s;
+    source_address and source_key_file, where given, are the server's that
+    run() started."""
     out: dict[str, Any] = {}
     for f in schema.CORE_FIELDS:
         value: Any
         if f.name == "source_address":
             value = source_address if source_address is not None else \
+                c.source_address if c.source_address is not None else \
                 (_SERVER_PENDING if c.source == "remote" else None)
+        elif f.name == "source_key_file" and source_key_file is not None:
+            value = source_key_file
         elif f.form == "pin_readers":
             value = c.reader_cpus
         elif f.form == "seconds":
@@ -409,6 +468,8 @@ class Config:
         wp_async: bool
         source: str
         source_path: str | None
+        source_address: str | None
+        source_key_file: str | None
         source_read: str
         source_cache: str
         touch_percent: int
@@ -456,6 +517,8 @@ class Config:
             wp_async: bool = ...,
             source: str = ...,
             source_path: str | os.PathLike[str] | None = ...,
+            source_address: str | None = ...,
+            source_key_file: str | os.PathLike[str] | None = ...,
             source_read: str = ...,
             source_cache: str = ...,
             touch_percent: SupportsIndex = ...,
@@ -483,6 +546,7 @@ class Config:
         except _core.CoreError as e:
             message = e.args[2]
             raise ConfigError(message, field=_field_of(message)) from None
+        _check_remote(self)
 
     @property
     def region_bytes(self) -> int:

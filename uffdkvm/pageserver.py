@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import errno as errnos
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -46,9 +47,10 @@ from typing import IO, NamedTuple
 from . import _core
 from ._spawn import child_env, python_command
 from .config import REMOTE_TRANSPORTS as TRANSPORTS
-from .errors import ConfigError, RunError
+from .errors import ConfigError, HostUnsupportedError, RunError
 
 START_TIMEOUT_S = 30.0   # Python's start and the import of uffdkvm, on a loaded host
+KEY_BYTES = 32           # a fresh key's random bytes (written as 64 hex digits)
 STOP_TIMEOUT_S = 5.0     # after SIGTERM, before SIGKILL
 REPLY_TIMEOUT_S = 30.0
 
@@ -88,6 +90,7 @@ class PageServerStats:
     connections: int           # stats() holds one of them
     dropped: int
     stats_requests: int
+    refused: int               # connections that did not prove they may connect
 
     @property
     def queue_seconds_total(self) -> float:
@@ -124,6 +127,51 @@ class Reply(NamedTuple):
     data: bytes
 
 
+def write_key(path: str | os.PathLike[str]) -> str:
+    """A fresh key at ``path``: 32 random bytes (``secrets``) as 64 hex digits
+    and a newline, in a new file of mode 0600 (never over an existing one:
+    FileExistsError). Returns the path. The same format ``openssl rand -hex
+    32`` prints; a page server and its clients read it the same way
+    (csrc/remote/auth.c: ukvm_remote_key_load)."""
+    path = os.fspath(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)   # whatever the umask
+        os.write(fd, (secrets.token_hex(KEY_BYTES) + "\n").encode())
+    finally:
+        os.close(fd)
+    return path
+
+
+def serve(snapshot_path: str, listen: str, *, key_file: str | None = None,
+          latency_us: int = 0, bandwidth_mbps: int = 0, max_inflight: int = 0,
+          ready_fd: int = -1, stop_fd: int = -1, handshake_timeout_s: float = 0.0
+          ) -> PageServerStats:
+    """Serve ``snapshot_path`` on ``listen`` in this process until SIGTERM or
+    SIGINT (or ``stop_fd`` polls readable), writing "ready ADDRESS" to
+    ``ready_fd`` once listening: the body of ``uffdkvm serve`` and of the
+    process :class:`PageServer` starts. Every TCP server needs ``key_file``;
+    a Unix socket's without one lets in only this user and root
+    (SO_PEERCRED). Raises ConfigError naming the field (``key_file``,
+    ``listen``, a limit) or HostUnsupportedError (no libcrypto); returns the
+    final counters."""
+    check_limits(latency_us, bandwidth_mbps, max_inflight)
+    try:
+        counters = _core.pageserver_serve(snapshot_path, listen, latency_us * 1000,
+                                          bandwidth_mbps, max_inflight, ready_fd, stop_fd,
+                                          key_file, handshake_timeout_s)
+    except _core.CoreError as e:
+        kind, errnum, message = e.args
+        if kind == _core.ERR_CONFIG:
+            field = message.partition(":")[0]
+            raise ConfigError(message, errnum,
+                              field=field if field.isidentifier() else "listen") from None
+        if kind == _core.ERR_HOST:
+            raise HostUnsupportedError(message, errnum) from None
+        raise PageServerError(message, errnum) from None
+    return PageServerStats.from_counters(counters)
+
+
 def check_limits(latency_us: int, bandwidth_mbps: int, max_inflight: int) -> None:
     """The core's one check of a page server's limits (ukvm_pageserver_check,
     which the server process makes again): a ConfigError naming the field
@@ -152,6 +200,13 @@ def _client_error(e: _core.CoreError) -> PageServerError:
 class PageClient:
     """A Python client of a page server: one connection, one thread at a time.
 
+    ``key_file`` is the server's key (see :func:`write_key`), which a TCP
+    server requires and every server uffdkvm starts has: both sides prove
+    they hold it when the connection opens (HMAC-SHA256 over nonces from
+    both, no key on the wire), and a server that refuses it, or cannot
+    prove it holds it, raises :class:`PageServerError` (EACCES,
+    EKEYREJECTED) naming the address.
+
     It speaks the protocol through the C client (csrc/remote/client.c), the
     one the readers use, so every reply is checked as theirs are: one that
     does not answer its request, or that no request could have (a bad
@@ -165,13 +220,18 @@ class PageClient:
     spent, as a half-read reply may follow).
     """
 
-    def __init__(self, address: str, timeout_s: float = REPLY_TIMEOUT_S) -> None:
+    def __init__(self, address: str, timeout_s: float = REPLY_TIMEOUT_S,
+                 key_file: str | os.PathLike[str] | None = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
         self._conn: object | None = None
         try:
-            self._conn = _core.remote_connect(address)
+            self._conn = _core.remote_connect(
+                address, None if key_file is None else os.fspath(key_file))
         except _core.CoreError as e:
+            kind, _, message = e.args
+            if kind == _core.ERR_CONFIG:   # the key file's: its mode, owner, format
+                raise ConfigError(message, field="key_file") from None
             raise _client_error(e) from None
 
     def __enter__(self) -> PageClient:
@@ -362,7 +422,14 @@ class PageServer:
     """A page server process serving ``snapshot_path``; started at once.
 
     ``transport`` is ``"unix"`` (a socket in a private temporary directory)
-    or ``"tcp"`` (127.0.0.1, a free port). The model, on the server's side:
+    or ``"tcp"`` (127.0.0.1, a free port). Either way the server gets a fresh
+    random key (:func:`write_key`) in a file of mode 0600 in its own 0700
+    directory, ``key_file``, which every client must prove it holds
+    (:meth:`connect` does); a Unix socket's peer must also be this user or
+    root. (A build without libcrypto, ``_core.HAVE_LIBCRYPTO`` False, has
+    no keys: ``key_file`` is "", a Unix socket keeps its two other walls,
+    and transport="tcp" raises HostUnsupportedError.) The model, on the
+    server's side:
     each request is ready ``latency_us`` after it takes an inflight slot;
     at most ``max_inflight`` are served at once (0: no cap), the rest
     queue, faults (URGENT) ahead of background requests; replies share one
@@ -370,11 +437,14 @@ class PageServer:
 
     ``address`` is what clients connect to (``"unix:/path"`` or
     ``"tcp:127.0.0.1:PORT"``), ``pid`` the server's process id.
+    ``handshake_timeout_s``: how long a new connection has to prove it holds
+    the key (0: the server's default, 5 s).
     """
 
     def __init__(self, snapshot_path: str | os.PathLike[str], transport: str = "unix",
                  latency_us: int = 0, bandwidth_mbps: int = 0, max_inflight: int = 0,
-                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+                 start_timeout_s: float = START_TIMEOUT_S,
+                 handshake_timeout_s: float = 0.0) -> None:
         if transport not in TRANSPORTS:
             raise ConfigError(f"transport={transport!r}: expected one of {TRANSPORTS}",
                               field="transport")
@@ -389,7 +459,9 @@ class PageServer:
         self.latency_us = latency_us
         self.bandwidth_mbps = bandwidth_mbps
         self.max_inflight = max_inflight
+        self.handshake_timeout_s = handshake_timeout_s
         self.address = ""
+        self.key_file = ""
         self.pid = 0
         self._process = _Process()
         self._finalizer = weakref.finalize(self, self._process.stop)
@@ -401,15 +473,25 @@ class PageServer:
 
     def _start(self, timeout_s: float) -> None:
         p = self._process
-        if self.transport == "unix":
-            p.tmpdir = tempfile.mkdtemp(prefix="uffdkvm-pageserver-")
-        listen = self._listen_address(p.tmpdir)
+        if not _core.HAVE_LIBCRYPTO and self.transport == "tcp":
+            raise HostUnsupportedError(
+                "page server: transport='tcp' needs a key, and this build of uffdkvm has no "
+                "libcrypto (OpenSSL) to check one: use transport='unix', or install "
+                "libssl-dev (apt-get install libssl-dev) and build uffdkvm again",
+                errnos.EOPNOTSUPP)
+        # 0700 (mkdtemp): the socket and the key are this user's alone.
+        p.tmpdir = tempfile.mkdtemp(prefix="uffdkvm-pageserver-")
+        # Without libcrypto a Unix socket still has its directory and SO_PEERCRED.
+        if _core.HAVE_LIBCRYPTO:
+            self.key_file = write_key(os.path.join(p.tmpdir, "key"))
+        listen = self._listen_address(p.tmpdir if self.transport == "unix" else None)
         args = ["--snapshot", self.snapshot_path, "--listen", listen,
+                *(["--key-file", self.key_file] if self.key_file else []),
                 "--latency-us", str(self.latency_us),
                 "--bandwidth-mbps", str(self.bandwidth_mbps),
-                "--max-inflight", str(self.max_inflight)]
-        if p.tmpdir:
-            args += ["--remove-dir", p.tmpdir]
+                "--max-inflight", str(self.max_inflight),
+                "--handshake-timeout-s", repr(float(self.handshake_timeout_s)),
+                "--remove-dir", p.tmpdir]
         # The child imports this uffdkvm, wherever it was imported from, and
         # never a uffdkvm/ in our working directory (_spawn says why).
         cmd = python_command(module="uffdkvm.serve_pages", args=args)
@@ -477,8 +559,8 @@ class PageServer:
             return None
 
     def connect(self, timeout_s: float = REPLY_TIMEOUT_S) -> PageClient:
-        """A new Python client connection to this server."""
-        return PageClient(self.address, timeout_s)
+        """A new Python client connection to this server, with its key."""
+        return PageClient(self.address, timeout_s, key_file=self.key_file or None)
 
     def stats(self) -> PageServerStats:
         """The server's counters now (over a connection it keeps for this)."""

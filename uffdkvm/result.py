@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _core, frames, serial, tables, touchorder
+from . import _core, frames, invariants, serial, tables, touchorder
 from .config import Config, format_size
 from .errors import ResultError
 from .histogram import Histogram
@@ -331,6 +331,11 @@ class Result:
                    conversion)
     verified       every page of the region held what it must after the run,
                    and every vCPU touched and read what it should have
+    contents_verified  whether verified compared the pages' bytes: False for
+                   source="remote" with source_address and no local copy
+                   (source_path), when only the counts (every fault resolved
+                   once, every page touched) were checked, not the bytes the
+                   server sent
     bad_pages      pages that did not (0 when verified)
     page_server    source="remote": the page server's own counters after the
                    run (requests, urgent and background, bytes, queue time
@@ -429,6 +434,7 @@ class Result:
     page_server: PageServerStats | None = None
     source: str = "synthetic"
     source_cached_pages_at_start: int | None = None
+    contents_verified: bool = True
 
     pusher_source_bytes: int = 0
     source_bytes: int = 0
@@ -529,7 +535,9 @@ class Result:
             ("seconds", f"{self.seconds:.6f}"),
             ("faults", f"{self.faults} resolved, {self.eexist} EEXIST, "
                        f"{self.spurious_wakeups} spurious wakeups"),
-            ("verified", "yes" if self.verified else f"NO: {self.verify_message}"),
+            ("verified", f"NO: {self.verify_message}" if not self.verified else "yes"
+             if self.contents_verified else "counts only: the pages' bytes were not "
+             "checked (no local copy: give source_path)"),
         ]
         if self.blocktime_seconds is not None:
             summary.append(("blocktime_seconds", f"{self.blocktime_seconds:.6f}"))
@@ -573,10 +581,14 @@ class Result:
         return serial.to_json(self, **dumps_kwargs)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Result:
+    def from_json(cls, text: str | bytes, max_bytes: int = serial.MAX_JSON_BYTES) -> Result:
         """The Result that :meth:`to_json` wrote: ``Result.from_json(r.to_json()) == r``.
-        Raises ResultError (a ValueError) naming what is wrong."""
-        result: Result = serial.from_json(cls, text)
+        Raises ResultError (a ValueError) naming what is wrong, for anything
+        but a valid Result: text that is not JSON or over max_bytes, values
+        of the wrong type, and values no run could have made (uffdkvm.invariants:
+        a negative count, a total that is not the sum of its parts)."""
+        result: Result = serial.from_json(cls, text, max_bytes)
+        invariants.check_result(result)
         return result
 
     @classmethod

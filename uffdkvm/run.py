@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
+import resource
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from . import _core, schema
+from . import _core, limits, schema
 from .config import (
     BACKING_PAGE_SIZES,
     HUGETLB_BACKINGS,
@@ -119,10 +121,117 @@ def _snapshot_bytes(c: Config) -> int:
     return c.region_bytes if c.uffd_mode == "wp" and c.write_percent and not c.wp_async else 0
 
 
+# The memory a run charges beyond its region and copy sources, by stats
+# mode: per 4 KiB page of the region (the resident map, the verification
+# bits, page tables) and per backing page, which is a fault (the fault log,
+# the per-fault state). Measured as the peak charge of a memory cgroup less
+# the region (memory.max_usage_in_bytes, at two sizes, one vCPU, Linux
+# 6.18), the margin per 4 KiB page: 196 bytes at "full" (trace_faults and
+# guest_timing the same) and 46 at "basic" with 4 KiB pages; 25 and 12 with
+# 2 MiB hugetlb pages, 14 with THP. Rounded up; tests/test_limits.py
+# measures them again and fails if a run charges more.
+_BOOKKEEPING_PER_PAGE = {"full": 32, "basic": 16}
+_BOOKKEEPING_PER_FAULT = {"full": 192, "basic": 48}
+# What any run charges besides: thread stacks as they are touched, the VM,
+# the result's Python objects.
+_BOOKKEEPING_FIXED = 8 << 20
+
+
+def _bookkeeping_bytes(c: Config) -> int:
+    return (c.region_bytes // PAGE_SIZE * _BOOKKEEPING_PER_PAGE[c.stats]
+            + c.region_bytes // BACKING_PAGE_SIZES[c.backing] * _BOOKKEEPING_PER_FAULT[c.stats]
+            + _BOOKKEEPING_FIXED)
+
+
+def _mib(n: int) -> str:
+    return format_size(max(n, 0) // (1 << 20) << 20) if n >= 1 << 20 else format_size(n)
+
+
+def _memory_fix(lim: limits.Limit, needed: int) -> str:
+    want = -(-(lim.used + needed) // (64 << 20)) * (64 << 20)  # up to 64 MiB
+    also = " (and memory.max, if lower)" if lim.path.endswith("memory.high") else ""
+    return (f"use less memory per vCPU or fewer vCPUs, or give the cgroup more: "
+            f"echo {want} > {lim.path}{also}")
+
+
+def _check_memory_cgroup(c: Config, charged: int, found: limits.Hierarchies) -> None:
+    """charged: the ordinary memory the run puts on its memory cgroup."""
+    lim = limits.memory(found)
+    if lim is None or charged <= lim.room:
+        return
+    what = "mem_per_vcpu" if c.overlap else "vcpus * mem_per_vcpu"
+    region = (f"{format_size(c.region_bytes)} ({what})" if c.backing not in HUGETLB_BACKINGS
+              else f"{format_size(charged - _bookkeeping_bytes(c))} of copy sources")
+    raise HostUnsupportedError(
+        f"mem_per_vcpu: the run would charge {_mib(charged)} to its memory cgroup "
+        f"({region} and {_mib(_bookkeeping_bytes(c))} of bookkeeping at stats="
+        f"{c.stats!r}), more than the {_mib(lim.room)} left under {lim.path} = {lim.limit} "
+        f"(of which {lim.used} are in use); past it the kernel OOM-kills the process. "
+        f"{_memory_fix(lim, charged)}", errno.ENOMEM)
+
+
+def _check_hugetlb_cgroup(c: Config, found: limits.Hierarchies) -> None:
+    page = BACKING_PAGE_SIZES[c.backing]
+    lim = limits.hugetlb(page, found)
+    if lim is None or c.region_bytes <= lim.room:
+        return
+    want = lim.used + c.region_bytes
+    raise HostUnsupportedError(
+        f"mem_per_vcpu: the run needs {format_size(c.region_bytes)} of "
+        f"{format_size(page)} huge pages ({c.region_bytes // page}), more than the "
+        f"{format_size(lim.room)} left under its hugetlb cgroup's {lim.path} = {lim.limit} "
+        f"(of which {lim.used} are in use); use less memory per vCPU or fewer vCPUs, or "
+        f"give the cgroup more: echo {want} > {lim.path}", errno.ENOMEM)
+
+
+def _threads_needed(c: Config) -> tuple[int, str]:
+    """The threads (tasks) a run of c adds to this process's: the core's
+    own count, and the page server's process of a remote source."""
+    n, why = _core.threads_needed(core_config(c))
+    if c.source == "remote":
+        n, why = n + 1, why + ", 1 page server process"
+    return n, why
+
+
+def _check_threads(c: Config, found: limits.Hierarchies) -> None:
+    """The pids cgroup (pids.max counts threads) and RLIMIT_NPROC."""
+    pids, nproc = limits.pids(found), limits.nproc()
+    if pids is None and nproc is None:
+        return
+    needed, why = _threads_needed(c)
+    fewer = "use fewer vCPUs or readers (resolver='vcpu' starts no readers)"
+    if pids is not None and needed > pids.room:
+        raise HostUnsupportedError(
+            f"vcpus: the run starts {needed} threads ({why}), and its pids cgroup "
+            f"has room for {pids.room}: {pids.path} = {pids.limit} with {pids.used} "
+            f"tasks in it; {fewer}, or raise the limit: echo {pids.used + needed} > "
+            f"{pids.path}", errno.EAGAIN)
+    if nproc is not None and needed > nproc.room:
+        _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        hard_s = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+        want = nproc.used + needed
+        raise HostUnsupportedError(
+            f"vcpus: the run starts {needed} threads ({why}), and RLIMIT_NPROC "
+            f"(ulimit -u) = {nproc.limit} (hard limit {hard_s}) leaves room for "
+            f"{nproc.room}: this user (uid {os.getuid()}) has {nproc.used} threads; "
+            f"{fewer}, or raise the soft limit: 'ulimit -u {want}' in the shell that "
+            f"starts the program, or resource.setrlimit(resource.RLIMIT_NPROC, ({want}, "
+            f"hard)) in Python before the run", errno.EAGAIN)
+
+
 def _check_fits_host(c: Config) -> None:
-    """Refuse a region the host cannot hold before the OOM killer decides."""
+    """Refuse a run the host, or the cgroups and limits this process is in,
+    cannot hold before the OOM killer or a refused thread decides."""
     source = _copy_source_bytes(c)
     snapshot = _snapshot_bytes(c)
+    bookkeeping = _bookkeeping_bytes(c)
+    found = limits.hierarchies()
+    _check_threads(c, found)
+    if c.backing in HUGETLB_BACKINGS:
+        _check_hugetlb_cgroup(c, found)
+        _check_memory_cgroup(c, source + bookkeeping, found)
+    else:
+        _check_memory_cgroup(c, c.region_bytes + source + snapshot + bookkeeping, found)
     available = _mem_available()
     if c.backing in HUGETLB_BACKINGS:
         # From the reserved huge page pool, which the core checks; but no pool
@@ -214,8 +323,9 @@ def _check_snapshot(config: Config) -> None:
 @contextlib.contextmanager
 def _page_server(config: Config) -> Iterator[PageServer | None]:
     """source="remote": a page server process for this run, stopped after it
-    on every way out (its socket and directory removed); else None."""
-    if config.source != "remote":
+    on every way out (its socket, key and directory removed); else None (a
+    run with source_address pages from a server already running)."""
+    if config.source != "remote" or config.source_address is not None:
         yield None
         return
     _check_snapshot(config)
@@ -231,8 +341,10 @@ def _page_server(config: Config) -> Iterator[PageServer | None]:
 
 
 def _core_config(config: Config, server: PageServer | None) -> dict[str, Any]:
-    """Every core field, from the schema; source="remote": the server's address."""
-    return core_config(config, server.address if server else None)
+    """Every core field, from the schema; source="remote": the server's
+    address and key file, unless the Config names a server of its own."""
+    return core_config(config, server.address if server else None,
+                       (server.key_file or None) if server else None)
 
 
 # How long a run whose fetch from the server failed waits for the server's
@@ -264,6 +376,8 @@ def probe(config: Config | None = None, **fields: Any) -> None:
     setting up: HostUnsupportedError for a missing capability.
     """
     config = _config_of(config, fields)
+    _wait_for_earlier_runs()
+    _check_fits_host(config)
     _check_pins(config)
     _check_spinners(config)
     with _page_server(config) as server:

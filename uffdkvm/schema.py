@@ -21,8 +21,7 @@ stale.
 A field's `kind` is how the core holds it; `form` is how Python holds it
 where that differs (see FORMS). `core` is the struct ukvm_config member's
 name (None: a Python-side field, never seen by the core); `config` is False
-for a field only the core has (source_address: run() fills it from the page
-server it starts).
+for a field only the core has.
 
 `applies` is the rule "this field may leave its default only when field F
 is one of V...": ((F, (V, ...)), ...), every pair required. The core's
@@ -47,11 +46,12 @@ KINDS = ("u32", "u64", "bool", "enum", "double", "string", "cpus", "pages")
 #:               limit: Config.effective_timeout_s); the core holds ns, 0: none
 #:   optional    None is the core's 0 (which means "unset" there)
 #:   path        a str or os.PathLike, stored as a str; None is the core's ""
+#:   address     a page server's "unix:/path" or "tcp:HOST:PORT"; None is the core's ""
 #:   pin_readers a CPU list or "vcpus"; the core gets Config.reader_cpus
 #:   replay_from a path to a touch-order file or a sequence of page indices,
 #:               stored as a tuple; the core gets the list
 FORMS = ("size", "page_size", "none_choice", "seconds", "optional", "path", "pin_readers",
-         "replay_from")
+         "replay_from", "address")
 
 
 @dataclass(frozen=True)
@@ -222,11 +222,17 @@ FIELDS: tuple[Field, ...] = (
           "that run() starts, serving source_path)", choices=("synthetic", "file", "remote"),
           c_enum="source_kind"),
     Field("source_path", "string", None, "the snapshot file, at least the region's size "
-          "(uffdkvm.make_snapshot writes one)", form="path", size="SOURCE_PATH_MAX",
+          "(uffdkvm.make_snapshot writes one); with source_address, the local copy every "
+          "page is checked against (None: contents not checked)", form="path",
+          size="SOURCE_PATH_MAX",
           applies=(("source", ("file", "remote")),)),
-    Field("source_address", "string", None, "the page server's address, \"unix:/path\" or "
-          "\"tcp:HOST:PORT\" (run() fills it from the server it starts)", config=False,
-          size="SOURCE_ADDRESS_MAX", applies=_REMOTE_ONLY),
+    Field("source_address", "string", None, "a page server already running (uffdkvm serve), "
+          "\"unix:/path\" or \"tcp:HOST:PORT\"; None: run() starts one serving "
+          "source_path", form="address", size="SOURCE_ADDRESS_MAX", applies=_REMOTE_ONLY),
+    Field("source_key_file", "string", None, "the key file of the server at source_address "
+          "(uffdkvm serve --key-file; mode 0600), which a TCP server requires; run() gives "
+          "the server it starts a fresh key of its own", form="path", size="SOURCE_PATH_MAX",
+          applies=_REMOTE_ONLY),
     Field("source_read", "enum", "pread", "how a page is read from the file: \"pread\" or "
           "\"mmap\"", choices=("pread", "mmap"), applies=(("source", ("file",)),)),
     Field("source_cache", "enum", "warm", "the file's page cache as the vCPUs start: "
@@ -541,6 +547,8 @@ def _pyi_type(f: Field) -> str:
         return "float | None"
     if f.form == "path":
         return "str | os.PathLike[str] | None"
+    if f.form == "address":
+        return "str | None"
     if f.form == "pin_readers" or f.kind == "cpus":
         return "CpuList | None"
     if f.form == "replay_from":
@@ -556,7 +564,7 @@ def stored_type(f: Field) -> str:
         return "tuple[int, ...] | str | None"
     if f.kind in ("cpus", "pages"):
         return "tuple[int, ...] | None"
-    if f.form in ("none_choice", "path"):
+    if f.form in ("none_choice", "path", "address"):
         return "str | None"
     if f.form == "page_size":
         return "str"

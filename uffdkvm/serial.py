@@ -15,13 +15,23 @@ Only what uffdkvm's own types hold is handled: frozen dataclasses, tuples
 bool. Decoding is tolerant where that keeps old files readable and strict
 where it catches real mistakes:
 
-- a key the class does not have (a derived value such as ``per_vcpu_rate``
-  from ``to_dict()``, or a field a newer uffdkvm added) is ignored;
+- a key the class does not have is a ResultError (a field a newer uffdkvm
+  added: upgrade), but for what uffdkvm itself wrote there: the derived
+  values of ``to_dict()`` (``per_vcpu_rate``) and the fields older versions
+  had (:data:`FORMER_KEYS`), which are dropped;
 - a missing field takes its default (``host`` is None in JSON written before
   hosts were recorded); a missing field without a default is a ResultError;
 - a value of the wrong type is a ResultError naming where it is
-  (``$.vcpus[1].seconds``);
-- a ``schema`` newer than this uffdkvm knows is a ResultError.
+  (``$.vcpus[1].seconds``), and so is one its class refuses (a Config
+  field out of range, a histogram whose counts do not add up);
+- a ``schema`` newer than this uffdkvm knows is a ResultError;
+- so is text over ``max_bytes`` (:data:`MAX_JSON_BYTES`), bytes that are
+  not UTF-8, and JSON nested deeper than Python's recursion limit: whatever
+  the input, from_json raises a ResultError and nothing else.
+
+What the values mean (counts non-negative, totals the sums of their parts)
+is checked after decoding, by the class's own check (Result's is
+uffdkvm.invariants).
 
 ``schema`` is raised when an existing field changes meaning or type; older
 schemas are read by migrating them first (:data:`MIGRATIONS`).
@@ -57,6 +67,8 @@ import dataclasses
 import functools
 import json
 import math
+import reprlib
+import sys
 import types
 import typing
 from typing import Any
@@ -64,6 +76,22 @@ from typing import Any
 from .errors import ResultError
 
 SCHEMA = 4
+
+#: The most text from_json reads, by default: 1 GiB. A Result's JSON is some
+#: kilobytes, a fault trace adds about 100 bytes a fault and the touch order
+#: 6 a page (4 GiB of 4 KiB pages traced: some 110 MiB); past this, parsing
+#: alone would take the memory of the machine (Python's objects are some ten
+#: times the text).
+MAX_JSON_BYTES = 1 << 30
+
+#: Keys uffdkvm itself wrote that are not fields (any more), by class:
+#: to_dict()'s derived values, and fields older versions had (found in
+#: git history), dropped when read. Any other unknown key is a ResultError.
+FORMER_KEYS: dict[str, frozenset[str]] = {
+    "Result": frozenset({"per_vcpu_rate"}),
+    "PageServerStats": frozenset({"queue_seconds_total", "queue_seconds_max"}),
+    "Config": frozenset({"source_address"}),
+}
 
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
@@ -94,22 +122,65 @@ def to_json(obj: Any, **dumps_kwargs: Any) -> str:
     return json.dumps({"schema": SCHEMA, **encode(obj)}, allow_nan=False, **dumps_kwargs)
 
 
-def from_json(cls: type, text: str | bytes) -> Any:
-    """A cls from the JSON that :func:`to_json` wrote (or ``to_dict()`` output)."""
+def from_json(cls: type, text: str | bytes, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """A cls from the JSON that :func:`to_json` wrote (or ``to_dict()`` output).
+    Raises ResultError, and only that, for anything else (see the module
+    docstring)."""
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise ResultError(f"$: expected JSON text (str or bytes), not {type(text).__name__}")
+    if len(text) > max_bytes:
+        unit = "characters" if isinstance(text, str) else "bytes"
+        raise ResultError(f"$: {len(text)} {unit} of JSON, more than the {max_bytes} "
+                          f"read at most (max_bytes=): not a Result, or pass a larger "
+                          f"max_bytes")
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ResultError(f"$: not UTF-8 text: {e}") from None
     try:
         data = json.loads(text)
-    except ValueError as e:  # json.JSONDecodeError, and bytes that are not UTF-8
-        raise ResultError(f"$: not JSON: {e}") from None
+    except ValueError as e:  # json.JSONDecodeError; an integer of over 4300 digits
+        raise ResultError(f"$: not JSON: {_short(str(e))}") from None
+    except RecursionError:
+        raise ResultError(f"$: nested deeper than Python's recursion limit "
+                          f"({sys.getrecursionlimit()}): not a Result") from None
     if not isinstance(data, dict):
         raise ResultError(f"$: expected a JSON object for {cls.__name__}, "
                           f"not {type(data).__name__}")
-    schema = data.get("schema", _schema_of_unmarked(data))
+    try:
+        schema = data.get("schema", _schema_of_unmarked(data))
+    except (TypeError, AttributeError) as e:
+        raise ResultError(f"$: not a {cls.__name__} of any schema ({e})") from None
     if isinstance(schema, bool) or not isinstance(schema, int) or not 1 <= schema <= SCHEMA:
-        raise ResultError(f"$.schema: {schema!r} is not a schema this uffdkvm reads "
-                          f"(1 to {SCHEMA}); upgrade uffdkvm to read this file")
+        raise ResultError(f"$.schema: {_shown(schema)} is not a schema this uffdkvm "
+                          f"reads (1 to {SCHEMA}); upgrade uffdkvm to read this file")
     for version in range(schema, SCHEMA):
-        data = MIGRATIONS[version](data)
+        try:
+            data = MIGRATIONS[version](data)
+        except (TypeError, AttributeError, ValueError) as e:
+            # a migration sums and renames what the old schema held; values
+            # of the wrong type there are decode's to name, this is the rest
+            raise ResultError(f"$: not a {cls.__name__} of schema {version} "
+                              f"({type(e).__name__}: {_short(str(e))})") from None
     return decode(cls, data)
+
+
+def _short(text: str, limit: int = 120) -> str:
+    """text cut to limit characters: a message names a value, it does not
+    repeat a megabyte of it."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+# A value's repr in a message: a few levels and items of it, made without
+# walking the rest (a repr of the whole would take as long as the value is
+# large, and recurse as deep as it nests).
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 8, 6, 60, 60
+
+
+def _shown(value: Any) -> str:
+    return _short(_REPR.repr(value))
 
 
 def _schema_of_unmarked(data: dict[str, Any]) -> int:
@@ -205,7 +276,7 @@ def type_hints(cls: type) -> dict[str, Any]:
 
 def _fail(path: str, hint: Any, value: Any) -> ResultError:
     name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-    return ResultError(f"{path}: expected {name}, not {value!r}")
+    return ResultError(f"{path}: expected {name}, not {_shown(value)}")
 
 
 def decode(hint: Any, value: Any, path: str = "$") -> Any:
@@ -217,6 +288,9 @@ def decode(hint: Any, value: Any, path: str = "$") -> Any:
     if origin is typing.Union or origin is types.UnionType:  # X | None
         if value is None and type(None) in args:
             return None
+        arms = [arm for arm in args if arm is not type(None)]
+        if len(arms) == 1:  # X | None: X's own error, which says where inside
+            return decode(arms[0], value, path)
         for arm in args:
             if arm is not type(None):
                 try:
@@ -228,13 +302,30 @@ def decode(hint: Any, value: Any, path: str = "$") -> Any:
         if not isinstance(value, dict):
             raise _fail(path, hint, value)
         hints = type_hints(hint)
+        fields = dataclasses.fields(hint)
+        unknown = set(value) - {f.name for f in fields} - \
+            FORMER_KEYS.get(hint.__name__, frozenset())
+        if path == "$":
+            unknown.discard("schema")
+        if unknown:
+            key = sorted(unknown)[0]
+            raise ResultError(f"{path}.{_short(key, 60)}: not a field of {hint.__name__} "
+                              f"({len(unknown)} unknown key{'s' * (len(unknown) > 1)}): "
+                              f"written by a newer uffdkvm (upgrade it), or not a "
+                              f"{hint.__name__}")
         kwargs = {}
-        for f in dataclasses.fields(hint):
+        for f in fields:
             if f.name in value:
                 kwargs[f.name] = decode(hints[f.name], value[f.name], f"{path}.{f.name}")
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ResultError(f"{path}: no {f.name!r}, which {hint.__name__} requires")
-        return hint(**kwargs)
+        try:
+            return hint(**kwargs)
+        except ResultError as e:
+            raise ResultError(f"{path}: {e}") from None
+        except (ValueError, TypeError) as e:  # ConfigError is a ValueError
+            raise ResultError(f"{path}: not a valid {hint.__name__}: {_short(str(e), 300)}") \
+                from None
     if origin is tuple:  # tuple[X, ...]
         if not isinstance(value, list):
             raise _fail(path, hint, value)

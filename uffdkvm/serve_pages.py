@@ -1,8 +1,9 @@
 """The page server process's body: ``python -m uffdkvm.serve_pages``.
 
-:class:`uffdkvm.pageserver.PageServer` starts it. A module of its own, which
-the package never imports, so that running it does not run a module the
-package has imported already.
+:class:`uffdkvm.pageserver.PageServer` starts it; ``uffdkvm serve`` is the
+same server as a user command (uffdkvm/cli_serve.py). A module of its own,
+which the package never imports, so that running it does not run a module
+the package has imported already.
 """
 from __future__ import annotations
 
@@ -21,25 +22,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--snapshot", required=True, help="the file to serve")
     parser.add_argument("--listen", required=True,
                         help="unix:/path or tcp:HOST:PORT (port 0: any free one)")
+    parser.add_argument("--key-file", help="the key every client must prove it holds "
+                        "(required for TCP)")
     parser.add_argument("--latency-us", type=int, default=0)
     parser.add_argument("--bandwidth-mbps", type=int, default=0,
                         help="megabits per second, 0 = unlimited")
     parser.add_argument("--max-inflight", type=int, default=0, help="0 = no cap")
-    parser.add_argument("--remove-dir", help="a directory to remove on exit (the socket's)")
+    parser.add_argument("--handshake-timeout-s", type=float, default=0.0,
+                        help="a new connection's handshake at most (0: 5 s)")
+    parser.add_argument("--remove-dir", help="a directory to remove on exit (the socket's and "
+                        "the key's: the key file in it is removed first)")
     args = parser.parse_args(argv)
-    from . import _core
+    from .errors import UffdkvmError
+    from .pageserver import serve
 
     try:
-        # The core checks the limits (ukvm_pageserver_check), naming the field.
-        _core.pageserver_serve(args.snapshot, args.listen, args.latency_us * 1000,
-                               args.bandwidth_mbps, args.max_inflight, sys.stdout.fileno(),
-                               sys.stdin.fileno())
-    except _core.CoreError as e:
-        message = e.args[2]
-        print(f"uffdkvm.serve_pages: {message}", file=sys.stderr)
+        serve(args.snapshot, args.listen, key_file=args.key_file, latency_us=args.latency_us,
+              bandwidth_mbps=args.bandwidth_mbps, max_inflight=args.max_inflight,
+              ready_fd=sys.stdout.fileno(), stop_fd=sys.stdin.fileno(),
+              handshake_timeout_s=args.handshake_timeout_s)
+    except UffdkvmError as e:
+        print(f"uffdkvm.serve_pages: {e}", file=sys.stderr)
         return 1
     finally:
         if args.remove_dir:
+            if args.key_file and os.path.dirname(os.path.abspath(args.key_file)) == \
+                    os.path.abspath(args.remove_dir):
+                with contextlib.suppress(OSError):
+                    os.unlink(args.key_file)
             with contextlib.suppress(OSError):
                 os.rmdir(args.remove_dir)
     return 0

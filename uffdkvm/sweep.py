@@ -35,7 +35,7 @@ from .errors import ConfigError, UffdkvmError
 from .frames import _pandas, config_row, run_row
 from .result import Result
 from .run import run
-from .serial import encode
+from .serial import MAX_JSON_BYTES, encode
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -48,19 +48,29 @@ class SweepWarning(UserWarning):
     file could not be read."""
 
 
-def read_results(path: PathLike) -> list[Result]:
+def read_results(path: PathLike, max_bytes: int = MAX_JSON_BYTES) -> list[Result]:
     """The Results in a JSON-lines file, such as sweep(out=...) writes.
 
-    A line that is not a Result (a run cut off mid-write, say) is skipped
-    with a SweepWarning naming the line.
+    A line that is not a Result (a run cut off mid-write, say, or one over
+    max_bytes, which is skipped unread) is skipped with a SweepWarning
+    naming the line.
     """
     results = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        lineno = 0
+        while line := f.readline(max_bytes + 1):
+            lineno += 1
+            if len(line) > max_bytes and not line.endswith(b"\n"):
+                while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    pass
+                warnings.warn(f"{path}:{lineno}: skipped, not a uffdkvm Result: a line "
+                              f"longer than the {max_bytes} bytes read at most (max_bytes=)",
+                              SweepWarning, stacklevel=2)
+                continue
             if not line.strip():
                 continue
             try:
-                results.append(Result.from_json(line))
+                results.append(Result.from_json(line.rstrip(b"\r\n"), max_bytes))
             except UffdkvmError as e:
                 warnings.warn(f"{path}:{lineno}: skipped, not a uffdkvm Result: {e}",
                               SweepWarning, stacklevel=2)

@@ -28,6 +28,8 @@ struct ukvm_ctl {
 	enum ukvm_inject inject;
 	uint64_t inject_after;
 	atomic_uint_fast64_t inject_count;
+	/* Threads ukvm_thread_create() started: the thread budget's check (experiment.c). */
+	atomic_uint_fast64_t threads_made;
 #endif
 };
 

@@ -32,6 +32,10 @@ int ukvm_thread_create(struct ukvm_ctl *ctl, pthread_t *thread, size_t stack_byt
 	if (!ret)
 		ret = pthread_create(thread, &attr, fn, arg);
 	pthread_attr_destroy(&attr);
+#ifdef UKVM_TEST_HOOKS
+	if (!ret)
+		atomic_fetch_add(&ctl->threads_made, 1);
+#endif
 	return -ret;
 }
 

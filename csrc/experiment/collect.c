@@ -23,6 +23,7 @@
 #include "uffd/faultlog.h"
 #include "uffd/pagemap.h"
 #include "uffd/resident.h"
+#include "uffd/source.h"
 #include "uffd/verify.h"
 
 /* KVM's VM-wide statistics into the result; absent stats are not an error. */
@@ -351,6 +352,23 @@ static void collect_reader_sums(struct ukvm_result *res, const struct ukvm_reade
 	res->source_ns += x->source_ns;
 }
 
+/*
+ * Verification found pages other than the source file's, and the file was
+ * written to during the run: the pages fetched before the write hold what
+ * it held then. Said first, before the page that shows it.
+ */
+static void collect_source_changed(struct ukvm_result *res)
+{
+	char page[sizeof(res->verify_message)];
+	static const char why[] = "the source changed during the run (source_path was written "
+				  "to after it was opened), so pages fetched before differ from it: ";
+
+	memcpy(page, res->verify_message, sizeof(page));
+	/* The page's own message after it, as much of it as fits. */
+	snprintf(res->verify_message, sizeof(res->verify_message), "%s%.*s", why,
+		 (int)(sizeof(res->verify_message) - sizeof(why)), page);
+}
+
 /* Verifies memory and what each vCPU's guest reported; fills the result. */
 int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
@@ -374,6 +392,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	};
 	uint64_t checksums = 0;
 	uint32_t i, u, r, n;
+	bool source_modified;
 	int ret;
 
 	res->nr_vcpus = cfg->vcpus;
@@ -463,7 +482,13 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		exp->mem.hva[cfg->inject_after * UKVM_PAGE_SIZE + 100] ^= 0x40;
 #endif
 
+	/* A file cut short or replaced under the run fails it, before verify reads it. */
+	ret = ukvm_source_check(&exp->source, &source_modified, err);
+	if (ret)
+		return ret;
 	res->verified = true;
+	/* A page server's bytes with no local copy to hold them against: counts only. */
+	res->contents_verified = !(cfg->source == UKVM_SOURCE_REMOTE && !exp->source.map);
 	for (i = 0; i < cfg->vcpus; i++) {
 		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
 		struct ukvm_vcpu_result *vr = &res->vcpus[i];
@@ -496,7 +521,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		}
 
 		/* Partitioned: verify this vCPU's slice. Overlapped: the region, once. */
-		if (!cfg->overlap || i == 0) {
+		if (res->contents_verified && (!cfg->overlap || i == 0)) {
 			vp.hva = exp->mem.hva + (cfg->overlap ? 0 : i * exp->slice_size);
 			vp.gpa = exp->region_gpa + (cfg->overlap ? 0 : i * exp->slice_size);
 			/* Read after every installer has stopped: plain bytes now. */
@@ -527,7 +552,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		res->guest_accesses += vr->pages;
 		/* Overlapped lists: each vCPU reads its own draws; their sum is checked below. */
 		checksums += guest_arg(a, GA_CHECKSUM);
-		if (cfg->overlap && exp->visits)
+		if ((cfg->overlap && exp->visits) || !res->contents_verified)
 			continue;
 		/* A bad page the guest read explains a bad checksum, and names the page. */
 		if (guest_arg(a, GA_CHECKSUM) != read_sum * exp->passes && res->verified &&
@@ -541,7 +566,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		}
 	}
 	if (cfg->overlap && exp->visits && checksums != read_sum * exp->passes && res->verified &&
-	    !res->bad_pages) {
+	    !res->bad_pages && res->contents_verified) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "the vCPUs read data other than what was resolved: their checksums sum "
 			 "to 0x%llx, expected 0x%llx", (unsigned long long)checksums,
@@ -579,6 +604,12 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		if (res->bad_pages)
 			res->verified = false;
 	}
+	/* Or during verification, which then stopped at the first page gone. */
+	ret = ukvm_source_check(&exp->source, &source_modified, err);
+	if (ret)
+		return ret;
+	if (!res->verified && source_modified)
+		collect_source_changed(res);
 	if (res->verified)
 		collect_verify_faults(exp, &log, wp_written, prefetched_touched);
 	return 0;

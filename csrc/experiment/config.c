@@ -316,8 +316,9 @@ static int config_check_resolve(const struct ukvm_config *c, struct ukvm_error *
 		    c->prefault ? " and prefault=True" : "");
 	if (c->source == UKVM_SOURCE_REMOTE && !c->source_address[0])
 		BAD("source_address: source='remote' needs the page server's address "
-		    "(uffdkvm.run starts the server and gives it)");
-	if (c->source != UKVM_SOURCE_SYNTHETIC && !c->source_path[0])
+		    "(uffdkvm.run starts a server and gives it, or give one already running)");
+	/* remote: source_path is the local copy to verify against, if there is one. */
+	if (c->source == UKVM_SOURCE_FILE && !c->source_path[0])
 		BAD("source_path: source=%s needs the path of a snapshot file; write one with "
 		    "uffdkvm.make_snapshot(path, config.region_bytes)",
 		    config_py_source_kind(c->source));

@@ -304,6 +304,28 @@ static void experiment_linger(struct ukvm_experiment *exp)
 	pthread_mutex_unlock(&exp->ctl.lock);
 }
 
+#ifdef UKVM_TEST_HOOKS
+/*
+ * The thread budget (ukvm_setup_threads_needed, which Python checks against
+ * pids.max and RLIMIT_NPROC) counts what the run started: the threads made
+ * through ukvm_thread_create, this controller and KVM's worker. A drift
+ * fails every test that runs the config.
+ */
+static int experiment_check_threads(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	char why[256];
+	uint64_t counted = ukvm_setup_threads_needed(&exp->cfg, why, sizeof(why));
+	uint64_t made = atomic_load(&exp->ctl.threads_made) + 2;
+
+	if (made == counted)
+		return 0;
+	return ukvm_err_set(err, UKVM_ERR_RUN, 0, "the run started %llu threads (with the "
+			    "controller and KVM's worker), but its thread budget "
+			    "(ukvm_setup_threads_needed) counts %llu (%s): the two have drifted "
+			    "apart", (unsigned long long)made, (unsigned long long)counted, why);
+}
+#endif
+
 static void *experiment_controller(void *arg)
 {
 	struct ukvm_experiment *exp = arg;
@@ -324,6 +346,10 @@ static void *experiment_controller(void *arg)
 		exp->phase = ukvm_watch_phase_running;
 		pthread_mutex_unlock(&exp->ctl.lock);
 		ret = ukvm_execute_run(exp, &err);
+#ifdef UKVM_TEST_HOOKS
+		if (!ret && !exp_aborted(exp))
+			ret = experiment_check_threads(exp, &err);
+#endif
 	}
 	if (ret)
 		exp_fail(exp, &err);
@@ -611,6 +637,11 @@ int ukvm_experiment_finish(struct ukvm_experiment *exp, struct ukvm_result *res,
 	}
 	experiment_free(exp);
 	return ret;
+}
+
+uint64_t ukvm_threads_needed(const struct ukvm_config *cfg, char *why, size_t why_len)
+{
+	return ukvm_setup_threads_needed(cfg, why, why_len);
 }
 
 int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)

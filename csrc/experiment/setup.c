@@ -745,6 +745,38 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 	return 3 + 2 * vcpus + memfd + pools + source + pusher + 1;
 }
 
+/*
+ * The threads a run of cfg starts, besides the caller's: the controller,
+ * a thread per vCPU, each pool's readers (ukvm_pool_threads, of pools
+ * shaped by setup_pool_shape() as the run's will be), the pusher, and the
+ * worker task KVM itself starts for the VM at the first KVM_RUN
+ * (kvm-nx-lpage-recovery, in this process's cgroups and counted against
+ * RLIMIT_NPROC; refused, KVM_RUN fails with EAGAIN). Nothing is allocated:
+ * the count cannot fail.
+ */
+uint64_t ukvm_setup_threads_needed(const struct ukvm_config *cfg, char *why, size_t why_len)
+{
+	uint32_t nr_pools = setup_nr_pools(cfg), u;
+	uint64_t readers = 0, pusher = setup_has_pusher(cfg) ? 1 : 0;
+	struct ukvm_pool pool;
+	size_t n;
+
+	for (u = 0; u < nr_pools; u++) {
+		ukvm_pool_init(&pool);
+		setup_pool_shape(cfg, nr_pools, &pool, u);
+		readers += ukvm_pool_threads(&pool);
+	}
+	n = (size_t)snprintf(why, why_len, "1 controller, %u for the vCPUs, 1 KVM worker "
+			     "(kvm-nx-lpage-recovery)", cfg->vcpus);
+	if (readers && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", %llu reader%s of %u uffd%s",
+				      (unsigned long long)readers, readers > 1 ? "s" : "",
+				      nr_pools, nr_pools > 1 ? "s" : "");
+	if (pusher && n < why_len)
+		snprintf(why + n, why_len - n, ", 1 prefetch pusher");
+	return 1 + cfg->vcpus + 1 + readers + pusher;
+}
+
 void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)
 {
 	uint32_t i;

@@ -37,6 +37,8 @@
 #define CR4_OSXMMEXCPT (1ULL << 10)
 #define EFER_LME (1ULL << 8)
 #define EFER_LMA (1ULL << 10)
+/* How long KVM_RUN may keep failing with EAGAIN before the run fails (vcpu_eagain_retry). */
+#define VCPU_EAGAIN_NS	NSEC_PER_SEC
 
 void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
 {
@@ -469,11 +471,38 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 	return -EPROTO;
 }
 
+/*
+ * KVM_RUN failed with EAGAIN. KVM starts a worker task of the VM's
+ * (kvm-nx-lpage-recovery, a vhost_task since Linux 6.13) at a vCPU's first
+ * KVM_RUN and fails the ioctl with fork's EAGAIN when the pids cgroup or
+ * RLIMIT_NPROC refuses it, again on every retry: retried, 1 ms apart, for
+ * VCPU_EAGAIN_NS; then the run fails naming the limits. True: retry.
+ */
+static bool vcpu_eagain_retry(struct ukvm_vcpu *vcpu, uint64_t *since_ns)
+{
+	uint64_t now = ukvm_now_ns();
+
+	if (!*since_ns)
+		*since_ns = now;
+	if (now - *since_ns < VCPU_EAGAIN_NS) {
+		ukvm_sleep_ns(NSEC_PER_MSEC);
+		return true;
+	}
+	ukvm_ctl_fail(vcpu->ctl, UKVM_ERR_RUN, EAGAIN,
+		      "vCPU %u: KVM_RUN failed with EAGAIN for %.1f s: KVM could not start the "
+		      "VM's worker thread (kvm-nx-lpage-recovery), which counts against the "
+		      "pids cgroup's pids.max and RLIMIT_NPROC (ulimit -u) like any thread; "
+		      "raise the limit or use fewer vCPUs or readers", vcpu->index,
+		      (double)VCPU_EAGAIN_NS / NSEC_PER_SEC);
+	return false;
+}
+
 void *ukvm_vcpu_thread(void *arg)
 {
 	struct ukvm_vcpu *vcpu = arg;
 	struct ukvm_ctl *ctl = vcpu->ctl;
 	struct ukvm_thread_usage usage;
+	uint64_t eagain_since_ns;
 	int go, ret;
 
 	ukvm_kick_thread_init();
@@ -503,6 +532,7 @@ void *ukvm_vcpu_thread(void *arg)
 
 	vcpu->done = false;
 	vcpu->start_ns = ukvm_now_ns();
+	eagain_since_ns = 0;
 	for (;;) {
 		uint64_t tsc_before = 0, tsc_after = 0;
 
@@ -514,13 +544,19 @@ void *ukvm_vcpu_thread(void *arg)
 		if (vcpu->timing)
 			tsc_after = ukvm_tsc_read();
 		vcpu->userspace_exits++;
-		if (ret == 0)
+		if (ret == 0) {
 			vcpu->efault_pending = false;	/* the guest ran on */
+			eagain_since_ns = 0;
+		}
 		if (ret < 0) {
 			int e = errno;
 
-			if (e == EINTR || e == EAGAIN)
+			if (e == EINTR)
 				continue;	/* kicked: the loop re-checks stop */
+			if (e == EAGAIN && vcpu_eagain_retry(vcpu, &eagain_since_ns))
+				continue;
+			if (e == EAGAIN)
+				break;	/* the failure is recorded */
 			if (e == EFAULT) {
 				ret = vcpu_resolve_efault(vcpu);
 				if (!ret)

@@ -169,6 +169,20 @@ static PyObject *core_validate(PyObject *self, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
+static PyObject *core_threads_needed(PyObject *self, PyObject *arg)
+{
+	struct ukvm_config cfg;
+	char why[256];
+	uint64_t n;
+
+	(void)self;
+	if (pyconfig_from_dict(arg, "threads_needed", &cfg))
+		return NULL;
+	n = ukvm_threads_needed(&cfg, why, sizeof(why));	/* a count: the GIL is kept */
+	pyconfig_free(&cfg);
+	return Py_BuildValue("(Ks)", (unsigned long long)n, why);
+}
+
 static PyObject *core_probe(PyObject *self, PyObject *arg)
 {
 	struct ukvm_config cfg;
@@ -254,6 +268,10 @@ static PyMethodDef core_methods[] = {
 	  "validate(config: dict) -> None\n\nRun the core's validator alone (the one "
 	  "validator: uffdkvm.Config calls it). Raises CoreError(ERR_CONFIG, 0, message), the "
 	  "message starting with the field's name, for a config the core refuses." },
+	{ "threads_needed", core_threads_needed, METH_O,
+	  "threads_needed(config: dict) -> tuple[int, str]\n\nThe threads a run of the "
+	  "config starts (the controller, the vCPUs, the readers, the pusher), counted from "
+	  "the shapes the run builds, and what they are." },
 	{ "probe", core_probe, METH_O,
 	  "probe(config: dict) -> None\n\nBuild what the config needs and register it, "
 	  "run nothing. Raises CoreError(kind, errno, message) if the host cannot." },

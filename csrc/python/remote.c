@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The page server's side of the binding (remote.h). */
 #include <stdbool.h>
+#include <string.h>
 
 #include "python/remote.h"
 
@@ -80,13 +81,21 @@ static PyObject *core_pageserver_serve(PyObject *self, PyObject *args)
 	uint64_t latency_ns, bandwidth_mbps, max_inflight;
 	struct ukvm_remote_stats st;
 	struct ukvm_error err;
+	double handshake_s = 0;
 	int ready_fd, stop_fd, ret;
 
 	(void)self;
-	if (!PyArg_ParseTuple(args, "ssO&O&O&ii:pageserver_serve", &cfg.snapshot_path,
+	if (!PyArg_ParseTuple(args, "ssO&O&O&ii|zd:pageserver_serve", &cfg.snapshot_path,
 			      &cfg.listen, limit_converter, &latency_ns, limit_converter,
-			      &bandwidth_mbps, limit_converter, &max_inflight, &ready_fd, &stop_fd))
+			      &bandwidth_mbps, limit_converter, &max_inflight, &ready_fd, &stop_fd,
+			      &cfg.key_file, &handshake_s))
 		return NULL;
+	if (!(handshake_s >= 0 && handshake_s < 1e6)) {
+		PyErr_SetString(PyExc_ValueError, "page server: handshake_timeout_s must be in "
+				"[0, 1e6) seconds (0: the default, 5 s)");
+		return NULL;
+	}
+	cfg.handshake_timeout_ns = (uint64_t)(handshake_s * 1e9);
 	set_limits(&cfg, latency_ns, bandwidth_mbps, max_inflight);
 	Py_BEGIN_ALLOW_THREADS
 	ret = ukvm_pageserver_serve(&cfg, ready_fd, stop_fd, &st, &err);
@@ -157,21 +166,27 @@ static int remote_timeout_ns(double timeout_s, uint64_t *out)
 static PyObject *core_remote_connect(PyObject *self, PyObject *args)
 {
 	struct ukvm_remote_conn *conn = NULL;
+	struct ukvm_remote_key key = { 0 };
+	const char *address, *key_file = NULL;
 	struct remote_client *rc;
 	struct ukvm_error err;
-	const char *address;
 	PyObject *capsule;
 	int ret;
 
 	(void)self;
-	if (!PyArg_ParseTuple(args, "s:remote_connect", &address))
+	if (!PyArg_ParseTuple(args, "s|z:remote_connect", &address, &key_file))
 		return NULL;
+	if (key_file && ukvm_remote_key_load(key_file, "key_file", &key, &err)) {
+		py_raise_core_error(&err);
+		return NULL;
+	}
 	rc = PyMem_Calloc(1, sizeof(*rc));
 	if (!rc)
 		return PyErr_NoMemory();
 	Py_BEGIN_ALLOW_THREADS
-	ret = ukvm_remote_connect(address, &conn, &err);
+	ret = ukvm_remote_connect(address, key_file ? &key : NULL, &conn, &err);
 	Py_END_ALLOW_THREADS
+	explicit_bzero(&key, sizeof(key));
 	if (ret) {
 		PyMem_Free(rc);
 		py_raise_core_error(&err);
@@ -422,9 +437,11 @@ out:
 static PyMethodDef remote_methods[] = {
 	{ "pageserver_serve", core_pageserver_serve, METH_VARARGS,
 	  "pageserver_serve(snapshot_path, listen, latency_ns, bandwidth_mbps, max_inflight, "
-	  "ready_fd, stop_fd) -> dict\n\nServe the snapshot (the page server process's "
-	  "body: uffdkvm/pageserver.py), the GIL released, until SIGTERM or SIGINT or "
-	  "stop_fd polls readable; writes \"ready ADDRESS\" to ready_fd once listening. "
+	  "ready_fd, stop_fd, key_file=None, handshake_timeout_s=0) -> dict\n\nServe the "
+	  "snapshot (the page server process's body: uffdkvm/pageserver.py), the GIL "
+	  "released, until SIGTERM or SIGINT or stop_fd (if >= 0) polls readable; writes "
+	  "\"ready ADDRESS\" to ready_fd once listening; every client proves it holds "
+	  "key_file's key (required for TCP). "
 	  "Returns the final counters. Raises CoreError on failure." },
 	{ "pageserver_check", core_pageserver_check, METH_VARARGS,
 	  "pageserver_check(latency_ns, bandwidth_mbps, max_inflight) -> None\n\nThe core's "
@@ -432,8 +449,9 @@ static PyMethodDef remote_methods[] = {
 	  "CoreError (ERR_CONFIG, the message starting with the field's name) for a value "
 	  "outside them." },
 	{ "remote_connect", core_remote_connect, METH_VARARGS,
-	  "remote_connect(address) -> connection\n\nA page server client connection "
-	  "(csrc/remote/client.c), closed by remote_close() or when collected." },
+	  "remote_connect(address, key_file=None) -> connection\n\nA page server client "
+	  "connection (csrc/remote/client.c), the handshake made with key_file's key, "
+	  "closed by remote_close() or when collected." },
 	{ "remote_close", core_remote_close, METH_O,
 	  "remote_close(connection) -> None\n\nClose the connection (idempotent)." },
 	{ "remote_outstanding", core_remote_outstanding, METH_O,
@@ -458,6 +476,10 @@ static PyMethodDef remote_methods[] = {
 int pyremote_init(PyObject *m)
 {
 	if (PyModule_AddFunctions(m, remote_methods))
+		return -1;
+	/* Keys (HMAC-SHA256) and so TCP: whether setup.py found libcrypto. */
+	if (PyModule_AddObjectRef(m, "HAVE_LIBCRYPTO",
+				  ukvm_remote_auth_available() ? Py_True : Py_False))
 		return -1;
 	return add_remote_stats_fields(m);
 }

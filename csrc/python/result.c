@@ -98,6 +98,7 @@ static const struct result_field result_fields[] = {
 	RES(pusher_source_bytes, R_U64),
 	RES(touch_order, R_TOUCH_ORDER),
 	RES(verified, R_BOOL),
+	RES(contents_verified, R_BOOL),
 	RES(bad_pages, R_U64),
 	RES(verify_message, R_STRING),
 };

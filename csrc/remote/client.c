@@ -13,6 +13,7 @@
 #include "base/errors.h"
 #include "base/util.h"
 #include "remote/address.h"
+#include "remote/auth.h"
 #include "remote/client.h"
 #include "remote/wire.h"
 
@@ -151,8 +152,71 @@ static int client_connect_wait(int fd, const struct ukvm_remote_address *addr)
 	}
 }
 
-int ukvm_remote_connect(const char *address, struct ukvm_remote_conn **out,
-			struct ukvm_error *err)
+/*
+ * The handshake (protocol.h) on c's new connection, key NULL or empty for
+ * none, within the connect deadline. 0, or -errno with err naming the
+ * address and what to do.
+ */
+static int client_handshake(struct ukvm_remote_conn *c, const struct ukvm_remote_key *key,
+			    struct ukvm_error *err)
+{
+	uint64_t deadline = ukvm_deadline_after(UKVM_REMOTE_CONNECT_TIMEOUT_NS);
+	bool keyed = key && key->len;
+	struct ukvm_remote_welcome welcome;
+	struct ukvm_remote_hello hello;
+	struct ukvm_remote_auth auth;
+	const char *why;
+	int ret;
+
+	ret = client_recv_all(c, &hello, sizeof(hello), -1, deadline);
+	if (!ret)
+		ret = ukvm_auth_hello_check(&hello, sizeof(hello), &hello);
+	if (ret == -EPROTO)
+		return ukvm_err_set(err, UKVM_ERR_RUN, EPROTO, "page server client: %s: what "
+				    "answered is not a uffdkvm page server (no hello), or one of "
+				    "another version", c->address);
+	if (ret == -ECONNRESET || ret == -EPIPE)
+		return ukvm_err_set(err, UKVM_ERR_RUN, ECONNRESET, "page server client: %s "
+				    "closed the connection before its hello (a Unix socket's server "
+				    "lets in only its own user and root)", c->address);
+	if (ret)
+		return ukvm_err_set(err, UKVM_ERR_RUN, -ret, "page server client: %s: its hello: "
+				    "%s", c->address, ukvm_remote_strerror(ret));
+	if ((hello.flags & UKVM_REMOTE_KEYED) && !keyed)
+		return ukvm_err_set(err, UKVM_ERR_RUN, EACCES, "page server client: %s requires "
+				    "a key and none was given: give the server's key file "
+				    "(source_key_file, or PageClient's key_file)", c->address);
+	if (!(hello.flags & UKVM_REMOTE_KEYED) && keyed)
+		return ukvm_err_set(err, UKVM_ERR_RUN, EKEYREJECTED, "page server client: %s "
+				    "holds no key, so it cannot prove it holds the one given: "
+				    "refused (is it the server you meant?)", c->address);
+	if (keyed && !ukvm_remote_auth_available())
+		return ukvm_err_set(err, UKVM_ERR_HOST, EOPNOTSUPP, "page server client: %s "
+				    "wants a key, and this build of uffdkvm has no libcrypto "
+				    "(OpenSSL) to prove it: install libssl-dev and build it again",
+				    c->address);
+	ret = ukvm_auth_answer_make(key, &hello, &auth);
+	if (!ret)
+		ret = client_send_all(c, &auth, sizeof(auth), -1, deadline);
+	if (!ret)
+		ret = client_recv_all(c, &welcome, sizeof(welcome), -1, deadline);
+	if (!ret)
+		ret = ukvm_auth_welcome_check(key, &hello, &auth, &welcome, sizeof(welcome));
+	explicit_bzero(&auth, sizeof(auth));
+	if (!ret)
+		return 0;
+	why = ret == -EACCES ? "refused the key: it serves with another one (wrong key file?)" :
+	      ret == -EKEYREJECTED ? "did not prove it holds the key: its answer is not the "
+				     "key's (another server at that address?)" :
+	      ret == -EPROTO ? "answered the handshake with something else" :
+	      ret == -ECONNRESET || ret == -EPIPE ? "closed the connection during the handshake" :
+	      ukvm_remote_strerror(ret);
+	return ukvm_err_set(err, ret == -ETIMEDOUT ? UKVM_ERR_TIMEOUT : UKVM_ERR_RUN, -ret,
+			    "page server client: %s %s", c->address, why);
+}
+
+int ukvm_remote_connect(const char *address, const struct ukvm_remote_key *key,
+			struct ukvm_remote_conn **out, struct ukvm_error *err)
 {
 	struct ukvm_remote_address addr;
 	struct ukvm_remote_conn *c = NULL;
@@ -187,12 +251,17 @@ int ukvm_remote_connect(const char *address, struct ukvm_remote_conn **out,
 		goto error;
 	}
 	c->fd = fd;
+	fd = -1;
 	snprintf(c->address, sizeof(c->address), "%s", address);
+	ret = client_handshake(c, key, err);
+	if (ret)
+		goto error;
 	*out = c;
 	return 0;
 error:
 	if (fd >= 0)
 		close(fd);
+	ukvm_remote_close(c);
 	return ret;
 }
 
@@ -213,7 +282,7 @@ uint32_t ukvm_remote_outstanding(const struct ukvm_remote_conn *c)
 static int client_request_many(struct ukvm_remote_conn *c, const struct ukvm_remote_range *ranges,
 			       uint32_t n, uint32_t flags, int stop_fd, uint64_t deadline_ns)
 {
-	struct ukvm_remote_request one, *reqs = &one;
+	struct ukvm_remote_request one = { 0 }, *reqs = &one;
 	uint32_t i;
 	int ret;
 

@@ -7,6 +7,38 @@
  * A stream socket (Unix or TCP) carries fixed-size little-endian records;
  * both ends are x86-64, so the structs below go on the wire as they are.
  *
+ * The handshake comes first on every connection, before any request is
+ * read (auth.c makes and checks its records; no key ever goes on the wire):
+ *
+ * Hello, server to client at accept, 40 bytes:
+ *	magic	u32	UKVM_REMOTE_MAGIC
+ *	version	u16	UKVM_REMOTE_VERSION
+ *	flags	u16	UKVM_REMOTE_KEYED: the server holds a key, and wants
+ *			the client to prove it holds the same one
+ *	nonce	32 bytes, random (getrandom)
+ *
+ * Auth, client to server, 72 bytes:
+ *	magic, version, flags (0), as the hello's
+ *	nonce	32 bytes, the client's own, random
+ *	mac	HMAC-SHA256(key, UKVM_REMOTE_LABEL_CLIENT || server nonce ||
+ *		client nonce); zero when the server holds no key
+ *
+ * Welcome, server to client, 40 bytes:
+ *	magic	u32	UKVM_REMOTE_MAGIC
+ *	status	i32	0, or -EACCES (a wrong mac) or -EPROTO (no auth record),
+ *			after which the server closes the connection
+ *	mac	HMAC-SHA256(key, UKVM_REMOTE_LABEL_SERVER || client nonce ||
+ *		server nonce): the server's proof that it holds the key (a
+ *		different label and order, so that neither side's mac can be
+ *		sent back as the other's); zero without a key or on refusal
+ *
+ * The server closes a connection whose auth record is not whole within its
+ * handshake timeout (5 s), and a Unix socket's peer whose uid is neither
+ * the server's nor root before the hello. A client that holds a key refuses
+ * a server whose hello is not keyed or whose welcome's mac is wrong.
+ * The nonces of both sides make every handshake's macs new: one recorded
+ * from an earlier connection proves nothing on the next.
+ *
  * Request, client to server, 16 bytes:
  *	offset	u64	first byte of the snapshot wanted
  *	length	u32	bytes wanted, 1..UKVM_REMOTE_MAX_LENGTH (ukvm.h: 1 GiB)
@@ -63,6 +95,38 @@ struct ukvm_remote_reply {
 	uint32_t reserved;
 };
 
+#define UKVM_REMOTE_MAGIC	0x53504b55u	/* "UKPS" */
+#define UKVM_REMOTE_VERSION	1
+#define UKVM_REMOTE_KEYED	(1u << 0)
+#define UKVM_REMOTE_NONCE_LEN	32
+#define UKVM_REMOTE_MAC_LEN	32	/* SHA-256 */
+#define UKVM_REMOTE_LABEL_CLIENT	"uffdkvm page server v1: client"
+#define UKVM_REMOTE_LABEL_SERVER	"uffdkvm page server v1: server"
+
+struct ukvm_remote_hello {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t flags;
+	uint8_t nonce[UKVM_REMOTE_NONCE_LEN];
+};
+
+struct ukvm_remote_auth {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t flags;
+	uint8_t nonce[UKVM_REMOTE_NONCE_LEN];
+	uint8_t mac[UKVM_REMOTE_MAC_LEN];
+};
+
+struct ukvm_remote_welcome {
+	uint32_t magic;
+	int32_t status;
+	uint8_t mac[UKVM_REMOTE_MAC_LEN];
+};
+
+_Static_assert(sizeof(struct ukvm_remote_hello) == 40, "hello is 40 bytes on the wire");
+_Static_assert(sizeof(struct ukvm_remote_auth) == 72, "auth is 72 bytes on the wire");
+_Static_assert(sizeof(struct ukvm_remote_welcome) == 40, "welcome is 40 bytes on the wire");
 _Static_assert(sizeof(struct ukvm_remote_request) == 16, "request is 16 bytes on the wire");
 _Static_assert(sizeof(struct ukvm_remote_reply) == 24, "reply header is 24 bytes on the wire");
 /*

@@ -13,6 +13,14 @@
  * SIGTERM/SIGINT and the stop fd (stdin). Each connection keeps a list of
  * its requests still in the model, so that a connection that closes takes
  * them out of it.
+ *
+ * A new connection starts with the handshake (protocol.h, auth.c): a Unix
+ * socket's peer of another uid than the server's (or root) is closed at
+ * once; the others get the hello and have until their deadline to send
+ * the auth record, which is read in the same loop as every connection's
+ * requests, so that a silent or slow client stalls nobody else. Until it
+ * passes, nothing it sends is taken as a request. Every refusal is counted
+ * (stats.refused) and logged on stderr, naming the peer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +45,7 @@
 #include "base/errors.h"
 #include "base/util.h"
 #include "remote/address.h"
+#include "remote/auth.h"
 #include "remote/list.h"
 #include "remote/model.h"
 #include "remote/protocol.h"
@@ -50,6 +59,8 @@
 #define SERVER_WAIT_MS		1000
 /* Timer slack for this thread: the model's waits are microseconds. */
 #define SERVER_TIMER_SLACK_NS	1000
+/* A new connection's handshake, at most, unless the config says otherwise. */
+#define SERVER_HANDSHAKE_NS	(5 * NSEC_PER_SEC)
 
 /* A reply being written: header, then payload (from the mapping or stats). */
 struct out {
@@ -70,6 +81,12 @@ struct conn {
 	uint32_t pending;		/* requests read, reply not yet written */
 	struct list requests;		/* its requests still in the model (in_owner) */
 	struct list outs;		/* replies being written, in order */
+	bool ready;			/* the handshake passed: what it sends are requests */
+	uint64_t deadline_ns;		/* for the handshake */
+	struct ukvm_remote_hello hello;	/* the one sent it */
+	size_t hs_got;
+	uint8_t hs[sizeof(struct ukvm_remote_auth)];
+	char peer[UKVM_REMOTE_ADDRESS_MAX + 48];	/* for the log */
 	size_t in_got;
 	uint8_t in[SERVER_READ_BATCH * sizeof(struct ukvm_remote_request)];
 };
@@ -82,6 +99,8 @@ struct server {
 	struct ukvm_model model;
 	struct list conns;
 	struct ukvm_remote_stats stats;
+	struct ukvm_remote_key key;	/* len 0: none (a Unix socket's, peers checked by uid) */
+	uint64_t handshake_ns;
 	bool stop;
 };
 
@@ -310,12 +329,136 @@ static int server_read(struct server *s, struct conn *c)
 	return 0;
 }
 
+/* ---- the handshake ---- */
+
+/* Closes c, counted and logged: a peer that did not prove it may connect. */
+static void conn_refuse(struct server *s, struct conn *c, const char *why)
+{
+	s->stats.refused++;
+	fprintf(stderr, "uffdkvm page server: refused %s: %s\n", c->peer, why);
+	conn_close(s, c);
+}
+
+/* A handshake record written whole on a socket that has room (the first bytes each way). */
+static int conn_send_record(struct conn *c, const void *rec, size_t len)
+{
+	ssize_t n;
+
+	do
+		n = send(c->fd, rec, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	return (size_t)n == len ? 0 : -EAGAIN;
+}
+
+/* The auth record's bytes as they come; then checked, and c welcomed or refused. */
+static void conn_handshake(struct server *s, struct conn *c)
+{
+	struct ukvm_remote_welcome welcome;
+	ssize_t n;
+	int ret;
+
+	while (c->hs_got < sizeof(c->hs)) {
+		n = read(c->fd, c->hs + c->hs_got, sizeof(c->hs) - c->hs_got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			conn_refuse(s, c, c->hs_got ? "closed in the middle of its handshake" :
+				    "closed without a handshake (no key?)");
+			return;
+		}
+		c->hs_got += (size_t)n;
+	}
+	ret = ukvm_auth_answer_check(&s->key, &c->hello, c->hs, sizeof(c->hs));
+	if (ret == -EPROTO || ret == -EACCES) {
+		/* Told why, so that a client with the wrong key can say so; then closed. */
+		ukvm_auth_welcome_make(&s->key, &c->hello, NULL, ret, &welcome);
+		conn_send_record(c, &welcome, sizeof(welcome));
+		conn_refuse(s, c, ret == -EACCES ? "wrong key (its HMAC is not this server's key's)"
+			    : "not a uffdkvm handshake (no auth record)");
+		return;
+	}
+	if (!ret)
+		ret = ukvm_auth_welcome_make(&s->key, &c->hello,
+					     (const struct ukvm_remote_auth *)c->hs, 0, &welcome);
+	if (!ret)
+		ret = conn_send_record(c, &welcome, sizeof(welcome));
+	explicit_bzero(&welcome, sizeof(welcome));
+	if (ret) {
+		conn_refuse(s, c, "the handshake failed on the server's side");
+		return;
+	}
+	c->ready = true;
+}
+
+/* Refuses the connections whose handshake is past its deadline. */
+static void server_expire(struct server *s, uint64_t now)
+{
+	struct list *p;
+
+	for (p = s->conns.next; p != &s->conns; p = p->next) {
+		struct conn *c = list_entry(p, struct conn, node);
+
+		if (!c->dead && !c->ready && now >= c->deadline_ns)
+			conn_refuse(s, c, "no handshake before its deadline");
+	}
+}
+
+/* The earliest handshake deadline, or UINT64_MAX. */
+static uint64_t server_next_deadline(const struct server *s)
+{
+	uint64_t next = UINT64_MAX;
+	const struct list *p;
+
+	for (p = s->conns.next; p != &s->conns; p = p->next) {
+		const struct conn *c = list_entry(p, struct conn, node);
+
+		if (!c->dead && !c->ready && c->deadline_ns < next)
+			next = c->deadline_ns;
+	}
+	return next;
+}
+
+/*
+ * The new connection c's peer, named for the log; a Unix socket's checked
+ * by uid (the server's own, or root). 0, or -EACCES (c refused).
+ */
+static int conn_peer(struct server *s, struct conn *c, const struct sockaddr_storage *sa,
+		     socklen_t len)
+{
+	struct ukvm_remote_address addr = { .len = len };
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
+
+	memcpy(&addr.sa, sa, sizeof(addr.sa));
+	if (sa->ss_family != AF_UNIX) {
+		if (ukvm_remote_address_format(&addr, c->peer, sizeof(c->peer)))
+			snprintf(c->peer, sizeof(c->peer), "a peer of family %d", sa->ss_family);
+		return 0;
+	}
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen)) {
+		snprintf(c->peer, sizeof(c->peer), "a Unix socket peer");
+		return -errno;
+	}
+	snprintf(c->peer, sizeof(c->peer), "Unix socket peer pid %d uid %u", (int)cred.pid,
+		 (unsigned)cred.uid);
+	if (cred.uid != geteuid() && cred.uid != 0)
+		return -EACCES;
+	return 0;
+}
+
 static int server_accept(struct server *s, struct ukvm_error *err)
 {
 	for (;;) {
 		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
+		struct sockaddr_storage peer;
+		socklen_t peer_len = sizeof(peer);
 		struct conn *c;
-		int one = 1, fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int one = 1, fd = accept4(s->lfd, (struct sockaddr *)&peer, &peer_len,
+					  SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0 && errno == EINTR)
 			continue;
@@ -348,6 +491,14 @@ static int server_accept(struct server *s, struct ukvm_error *err)
 		}
 		list_add_tail(&s->conns, &c->node);
 		s->stats.connections++;
+		c->deadline_ns = ukvm_now_ns() + s->handshake_ns;
+		if (conn_peer(s, c, &peer, peer_len)) {
+			conn_refuse(s, c, "its uid is neither this server's nor root's");
+			continue;
+		}
+		if (ukvm_auth_hello_make(&c->hello, s->key.len != 0) ||
+		    conn_send_record(c, &c->hello, sizeof(c->hello)))
+			conn_refuse(s, c, "the hello could not be sent");
 	}
 }
 
@@ -369,9 +520,11 @@ static void server_reap(struct server *s)
 
 static int server_arm(struct server *s, struct ukvm_error *err)
 {
-	uint64_t next = ukvm_model_next_ns(&s->model);
+	uint64_t next = ukvm_model_next_ns(&s->model), hs = server_next_deadline(s);
 	struct itimerspec its = { 0 };
 
+	if (hs < next)
+		next = hs;
 	if (next != UINT64_MAX) {
 		/* 0 would disarm the timer: an event already due fires at 1 ns. */
 		next = next ? next : 1;
@@ -390,6 +543,8 @@ static int server_loop(struct server *s, struct ukvm_error *err)
 	int i, n, ret;
 
 	while (!s->stop) {
+		server_expire(s, ukvm_now_ns());
+		server_reap(s);
 		ret = server_advance(s, ukvm_now_ns());
 		if (!ret)
 			ret = server_arm(s, err);
@@ -428,6 +583,8 @@ static int server_loop(struct server *s, struct ukvm_error *err)
 				ret = server_accept(s, err);
 				if (ret)
 					return ret;
+			} else if (!c->dead && !c->ready) {
+				conn_handshake(s, c);
 			} else if (!c->dead) {
 				if (evs[i].events & EPOLLOUT)
 					conn_flush(s, c);
@@ -500,6 +657,16 @@ out:
 	return ret;
 }
 
+static bool server_is_loopback(const struct ukvm_remote_address *addr)
+{
+	const struct sockaddr_in *in4 = (const struct sockaddr_in *)&addr->sa;
+	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&addr->sa;
+
+	if (addr->sa.ss_family == AF_INET)
+		return (ntohl(in4->sin_addr.s_addr) >> 24) == 127;
+	return addr->sa.ss_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+}
+
 static int server_listen(struct server *s, struct ukvm_remote_address *addr, bool *bound,
 			 struct ukvm_error *err)
 {
@@ -508,6 +675,20 @@ static int server_listen(struct server *s, struct ukvm_remote_address *addr, boo
 	ret = ukvm_remote_address_parse(s->cfg->listen, addr, err);
 	if (ret)
 		return ret;
+	if (addr->sa.ss_family != AF_UNIX && !ukvm_remote_auth_available())
+		return ukvm_err_set(err, UKVM_ERR_HOST, EOPNOTSUPP, "page server %s: this build "
+				    "of uffdkvm has no libcrypto (OpenSSL), so it cannot check keys, "
+				    "and a TCP server serves only clients that prove they hold one: "
+				    "use a Unix socket, or install libssl-dev (apt-get install "
+				    "libssl-dev) and build it again", s->cfg->listen);
+	if (addr->sa.ss_family != AF_UNIX && !s->key.len)
+		return ukvm_err_set(err, UKVM_ERR_CONFIG, EACCES, "key_file: page server %s: %s",
+				    s->cfg->listen, server_is_loopback(addr) ?
+				    "a TCP server needs a key (any local user can connect to a "
+				    "TCP port): give a key file" :
+				    "listens beyond loopback, so it needs a key file that every "
+				    "client must hold: give one (and tunnel the link: it is not "
+				    "encrypted)");
 	s->lfd = socket(addr->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (s->lfd < 0) {
 		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "page server: socket");
@@ -604,6 +785,18 @@ int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd
 	if (ret)
 		return ret;
 	list_init(&s.conns);
+	s.handshake_ns = cfg->handshake_timeout_ns ? cfg->handshake_timeout_ns :
+			 SERVER_HANDSHAKE_NS;
+	if (cfg->key_file && !ukvm_remote_auth_available())
+		return ukvm_err_set(err, UKVM_ERR_HOST, EOPNOTSUPP, "key_file: this build of "
+				    "uffdkvm has no libcrypto (OpenSSL), so it cannot check keys; "
+				    "install libssl-dev (apt-get install libssl-dev) and build it "
+				    "again");
+	if (cfg->key_file) {
+		ret = ukvm_remote_key_load(cfg->key_file, "key_file", &s.key, err);
+		if (ret)
+			return ret;
+	}
 	ukvm_model_init(&s.model, cfg->latency_ns, cfg->bandwidth_mbps, cfg->max_inflight,
 			&s.stats);
 	ret = server_open_snapshot(&s, err);
@@ -676,6 +869,7 @@ out:
 		munmap((void *)s.map, s.size);
 	if (masked)
 		pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+	explicit_bzero(&s.key, sizeof(s.key));
 	if (old_slack > 0)
 		prctl(PR_SET_TIMERSLACK, old_slack, 0, 0, 0);
 	return ret;

@@ -400,6 +400,11 @@ uint32_t ukvm_pool_fds(const struct ukvm_pool *pool, enum ukvm_source_kind sourc
 	return 2 + pool->nr_readers * ((pool_wait_fd(pool) ? 1 : 0) + ukvm_resolve_fds(source));
 }
 
+uint32_t ukvm_pool_threads(const struct ukvm_pool *pool)
+{
+	return pool->area.vcpu_resolvers ? 0 : pool->nr_readers;
+}
+
 #ifdef UKVM_TEST_HOOKS
 /* The fds a started pool holds, from its state: what ukvm_pool_fds() must have said. */
 static uint32_t pool_fds_held(const struct ukvm_pool *pool)

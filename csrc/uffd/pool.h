@@ -72,6 +72,11 @@ void ukvm_pool_init(struct ukvm_pool *pool);
  * test build ukvm_pool_start() fails if the pool then holds another number.
  */
 uint32_t ukvm_pool_fds(const struct ukvm_pool *pool, enum ukvm_source_kind source);
+/*
+ * The threads the pool starts (its readers; none when its vCPUs resolve
+ * their own faults): the run's thread budget (setup.c) counts a pool with it.
+ */
+uint32_t ukvm_pool_threads(const struct ukvm_pool *pool);
 int ukvm_pool_start(struct ukvm_pool *pool, struct ukvm_error *err);
 /*
  * Tells every reader to leave (the stop flag and eventfd; a resolving

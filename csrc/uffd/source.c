@@ -7,7 +7,9 @@
  *              a fetch writes two words per 4 KiB.
  *   file       a snapshot file mapped onto the region byte for byte (region
  *              offset o is file offset o), read with pread(2) or copied out
- *              of a read-only MAP_SHARED mapping. Its page cache is put in
+ *              of a read-only MAP_SHARED mapping (under base/mapguard.h's
+ *              SIGBUS guard: a page gone with a truncation is -EIO, as
+ *              for pread). Its page cache is put in
  *              the state asked for before the vCPUs start: cold (written
  *              back with fdatasync, then dropped with POSIX_FADV_DONTNEED),
  *              or warm (read through once); mincore() on the mapping then
@@ -31,6 +33,7 @@
 #include <unistd.h>
 
 #include "base/errors.h"
+#include "base/mapguard.h"
 #include "base/util.h"
 #include "remote/client.h"
 #include "uffd/fill.h"
@@ -159,6 +162,10 @@ static int source_open_file(struct ukvm_source *src, const struct ukvm_config *c
 			     (unsigned long long)size, (unsigned long long)size);
 		return -EINVAL;
 	}
+	src->st_dev = st.st_dev;
+	src->st_ino = st.st_ino;
+	src->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	src->ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
 	/* remote: the server reads the file; it is mapped here for verification only. */
 	ret = cfg->source != UKVM_SOURCE_FILE ? 0 :
 	      cfg->source_cache == UKVM_SOURCE_CACHE_COLD ? source_drop(src, err) :
@@ -171,6 +178,12 @@ static int source_open_file(struct ukvm_source *src, const struct ukvm_config *c
 		return ukvm_err_set(err, UKVM_ERR_HOST, errno, "mmap(source_path %s, %llu bytes)",
 				    src->path, (unsigned long long)size);
 	src->map = map;
+	/* Verification reads the mapping in every mode: guarded from here on. */
+	ret = ukvm_mapguard_hold();
+	if (ret)
+		return ukvm_err_set(err, UKVM_ERR_HOST, -ret, "sigaction(SIGBUS), to guard the "
+				    "copies from source_path %s", src->path);
+	src->guarded = true;
 	ret = source_count_cached(src, &src->cached_pages_at_start, err);
 	if (ret)
 		return ret;
@@ -208,6 +221,18 @@ int ukvm_source_open(struct ukvm_source *src, const struct ukvm_config *cfg, uin
 		memcpy(src->address, cfg->source_address, sizeof(src->address));
 		src->wait_ns = cfg->timeout_ns > UKVM_SOURCE_REMOTE_WAIT_NS ? cfg->timeout_ns :
 			       UKVM_SOURCE_REMOTE_WAIT_NS;
+		if (cfg->source_key_file[0]) {
+			int ret = ukvm_remote_key_load(cfg->source_key_file, "source_key_file",
+						       &src->key, err);
+
+			if (ret)
+				return ret;
+		}
+		/* No local copy: the server's bytes cannot be checked (collect says so). */
+		if (!cfg->source_path[0]) {
+			src->size = size;
+			return 0;
+		}
 		return source_open_file(src, cfg, size, err);
 	}
 }
@@ -216,6 +241,8 @@ void ukvm_source_close(struct ukvm_source *src)
 {
 	if (src->map)
 		munmap((void *)src->map, src->size);
+	if (src->guarded)
+		ukvm_mapguard_release();
 	if (src->fd >= 0)
 		close(src->fd);
 	ukvm_source_init(src);
@@ -239,7 +266,7 @@ int ukvm_source_conn_open(struct ukvm_source_conn *conn, const struct ukvm_sourc
 	conn->stop_fd = stop_fd;
 	if (src->kind != UKVM_SOURCE_REMOTE)
 		return 0;
-	return ukvm_remote_connect(src->address, &conn->remote, err);
+	return ukvm_remote_connect(src->address, &src->key, &conn->remote, err);
 }
 
 void ukvm_source_conn_close(struct ukvm_source_conn *conn)
@@ -248,6 +275,36 @@ void ukvm_source_conn_close(struct ukvm_source_conn *conn)
 		ukvm_remote_close(conn->remote);
 	conn->remote = NULL;
 	conn->source = NULL;
+}
+
+int ukvm_source_check(const struct ukvm_source *src, bool *modified, struct ukvm_error *err)
+{
+	struct stat st, now;
+	bool gone;
+
+	*modified = false;
+	if (src->fd < 0)
+		return 0;
+	if (fstat(src->fd, &st))
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "fstat(source_path %s)", src->path);
+	if ((uint64_t)st.st_size < src->size)
+		return ukvm_err_set(err, UKVM_ERR_RUN, EIO, "source_path %s is %llu bytes now, "
+				    "shorter than the test region (%llu bytes) it held when the run "
+				    "began: it was truncated during the run", src->path,
+				    (unsigned long long)st.st_size, (unsigned long long)src->size);
+	gone = stat(src->path, &now) != 0;
+	if (gone && errno != ENOENT && errno != ENOTDIR)
+		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "stat(source_path %s)", src->path);
+	if (gone || now.st_dev != src->st_dev || now.st_ino != src->st_ino)
+		return ukvm_err_set(err, UKVM_ERR_RUN, ESTALE, "source_path %s %s during the run: "
+				    "the run read the file it opened, to its end, but the path "
+				    "now names %s, so the result would name bytes it does not "
+				    "hold; run again with the file as it is", src->path,
+				    gone ? "was removed" : "was replaced",
+				    gone ? "nothing" : "another file");
+	*modified = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != src->mtime_ns ||
+		    (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec != src->ctime_ns;
+	return 0;
 }
 
 const char *ukvm_source_strerror(const struct ukvm_source *src, int ret)
@@ -302,7 +359,7 @@ static void source_wrong_page(const struct ukvm_source *src, uint64_t region_off
 		return;
 	page = src->wrong_offset_at / unit * unit;
 	from = page + unit < src->size ? page + unit : 0;
-	memcpy(dst + (page - region_off), src->map + from, unit);
+	(void)ukvm_mapguard_copy(dst + (page - region_off), src->map + from, unit);
 }
 #endif
 
@@ -321,7 +378,7 @@ int ukvm_source_fetch(struct ukvm_source_conn *conn, uint64_t region_off, uint64
 		break;
 	case UKVM_SOURCE_FILE:
 		if (src->read == UKVM_SOURCE_READ_MMAP)
-			memcpy(dst, src->map + region_off, len);
+			ret = ukvm_mapguard_copy(dst, src->map + region_off, len);
 		else
 			ret = source_pread(src, region_off, len, dst);
 		break;

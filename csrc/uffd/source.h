@@ -26,8 +26,13 @@ struct ukvm_source {
 	const uint8_t *map;		/* file: a read-only MAP_SHARED mapping of size bytes */
 	char path[UKVM_SOURCE_PATH_MAX];
 	char address[UKVM_SOURCE_ADDRESS_MAX];	/* remote: the page server */
+	struct ukvm_remote_key key;	/* remote: source_key_file's (len 0: none) */
 	uint64_t wait_ns;		/* remote: the longest a fetch waits for its answer */
 	uint64_t cached_pages_at_start;	/* file: page-cache pages of it when the run began */
+	/* file: what fstat() said when it was opened, to tell a change after the run */
+	uint64_t st_dev, st_ino;
+	int64_t mtime_ns, ctime_ns;
+	bool guarded;			/* file: holds the SIGBUS guard (base/mapguard.h) */
 #ifdef UKVM_TEST_HOOKS
 	uint64_t wrong_offset_at;	/* UKVM_INJECT_SOURCE_WRONG_OFFSET: that byte's page */
 	uint64_t wrong_unit;		/* the pages fetched: the backing's page size */
@@ -79,7 +84,8 @@ void ukvm_source_prepare(const struct ukvm_source *src, uint8_t *dst, uint64_t l
  * every uffd) into dst, which the thread has prepared; gpa is the guest
  * physical address of region_off, for the synthetic stamp. urgent: a fault
  * waits for it (a prefetch does not; a page server serves faults first).
- * 0, or -errno: -EIO, the file ended early; remote, those of
+ * 0, or -errno: -EIO, the file ended early (pread(2) found its end, or the
+ * mapping had no page there: the guard turns that SIGBUS into -EIO); remote, those of
  * remote/client.h (-ECANCELED: the thread's stop; -ECONNRESET or -EPIPE:
  * the server went away; -ETIMEDOUT: no answer in src->wait_ns).
  */
@@ -108,6 +114,18 @@ int ukvm_source_recv(struct ukvm_source_conn *conn, uint64_t *region_off, uint64
  * asks for a slow server and gives it the time must not fail here first).
  */
 #define UKVM_SOURCE_REMOTE_WAIT_NS	(60ULL * 1000 * 1000 * 1000)
+
+/*
+ * After the run, is the file still the one it read? 0, or -errno with err
+ * set (UKVM_ERR_RUN, naming source_path): -EIO, it is shorter than the
+ * region now (truncated during the run); -ESTALE, the path names another
+ * file or none (replaced or removed: the run read the old one throughout,
+ * but its result would name a file that does not hold those bytes).
+ * *modified: written to since it was opened (its mtime or ctime moved),
+ * for the message of a verification that finds pages other than it.
+ * Nothing to check for the synthetic source.
+ */
+int ukvm_source_check(const struct ukvm_source *src, bool *modified, struct ukvm_error *err);
 
 /* What a failed fetch's return means, for the run's error message. */
 const char *ukvm_source_strerror(const struct ukvm_source *src, int ret);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -362,6 +363,24 @@ static bool injected_eagain(void)
 #endif
 
 /*
+ * Whether the page at addr is there, as EEXIST says it is. It may not be:
+ * hugetlb_mfill_atomic_pte (mm/hugetlb.c) answers EEXIST, not ENOMEM, when
+ * it cannot allocate the huge page (a hugetlb cgroup's hugetlb.<size>.max
+ * met, the pool empty) and a page table is already there; nothing is
+ * installed, and the vCPU would fault on the page for ever. An address
+ * mincore() cannot say anything about counts as there.
+ */
+static bool resolve_present(uint64_t addr)
+{
+	unsigned char vec = 0;
+
+	if (mincore((void *)(uintptr_t)(addr & ~(uint64_t)(UKVM_PAGE_SIZE - 1)), UKVM_PAGE_SIZE,
+		    &vec))
+		return true;
+	return vec & 1;
+}
+
+/*
  * 0 resolved here, -EEXIST resolved already (another reader won), or
  * another -errno. EAGAIN (the mm changed under the ioctl) and EINTR are retried
  * from where the kernel got to, as VMMs do, backing off (see RETRY_*);
@@ -372,6 +391,7 @@ static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t add
 		   const uint8_t *src, uint64_t len)
 {
 	uint64_t start = 0, now, pause = RETRY_SLEEP_MIN_NS;
+	bool absent = false;
 	unsigned tries;
 	int ret;
 
@@ -384,6 +404,10 @@ static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t add
 		else
 #endif
 			ret = attempt(uffd, addr, len, src, &done);
+		/* EEXIST for a page that is not there: retried as EAGAIN, then an error. */
+		absent = ret == -EEXIST && !resolve_present(addr);
+		if (absent)
+			ret = -EAGAIN;
 		if (ret != -EAGAIN && ret != -EINTR)
 			return ret;	/* 0, -EEXIST (another reader won), or a failure */
 		if (done > 0) {
@@ -401,6 +425,18 @@ static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t add
 			start = now;
 		if (thread_ctl && ukvm_ctl_aborted(thread_ctl))
 			return ret;	/* the run is over: nobody needs this page */
+		if (now - start >= RETRY_LIMIT_NS && absent) {
+			if (thread_ctl)
+				ukvm_ctl_fail(thread_ctl, UKVM_ERR_RUN, ENOMEM,
+					      "%s: %s(%llu bytes at 0x%llx) failed with EEXIST for "
+					      "%.1f s (%u tries) and the page is not there: the kernel "
+					      "could not allocate it (for huge pages: the hugetlb "
+					      "cgroup's hugetlb.<size>.max reached, or the pool empty)",
+					      thread_who, name, (unsigned long long)len,
+					      (unsigned long long)addr,
+					      (double)(now - start) / NSEC_PER_SEC, tries);
+			return -ENOMEM;
+		}
 		if (now - start >= RETRY_LIMIT_NS) {
 			if (thread_ctl)
 				ukvm_ctl_fail(thread_ctl, UKVM_ERR_RUN, -ret,

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/ctl.h"
+#include "base/mapguard.h"
 #include "base/util.h"
 #include "kvm/guest_abi.h"
 #include "uffd/fill.h"
@@ -91,7 +92,16 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 			 (p->installed && p->installed[off / unit] == UKVM_PAGE_PREFETCHED);
 		from_file = filled && p->expect;
 		if (from_file) {
-			memcpy(file_ref, p->expect + off, UKVM_PAGE_SIZE);
+			/* Guarded: the file may have been cut short under its mapping. */
+			if (ukvm_mapguard_copy(file_ref, p->expect + off, UKVM_PAGE_SIZE)) {
+				if (first)
+					snprintf(msg, msg_len, "page at gpa 0x%llx: the source file "
+						 "has no bytes at its offset any more: was it "
+						 "truncated during the run?", (unsigned long long)gpa);
+				if (read_sum)
+					*read_sum = sum;
+				return bad + 1;	/* nor any further page: nothing to compare with */
+			}
 			ref = file_ref;
 		} else {
 			ref = filled ? fill_ref : zero_ref;

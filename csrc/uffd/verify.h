@@ -58,7 +58,9 @@ bool ukvm_guest_touches(const struct ukvm_verify_params *p, uint64_t gpa);
  * gets the sum of word 1 over the pages the guest reads, each times its
  * visits (p->visits, else once): one pass's checksum (with visits and
  * overlap, all vCPUs' together).
- * Stops early (with the count so far) once ctl's run is aborted.
+ * Stops early (with the count so far) once ctl's run is aborted, and at
+ * the first page of p->expect the file no longer has (truncated under its
+ * mapping: counted bad, msg says so; read with base/mapguard.h's guard).
  */
 uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl *ctl,
 			    uint64_t *read_sum, char *msg, size_t msg_len);

@@ -31,6 +31,29 @@
 
 static char snap_path[] = "/tmp/ukvm-remote-snap-XXXXXX";
 static uint8_t *snap;
+/* A TCP server's key (every TCP server needs one), in a 0600 file. */
+static char key_path[] = "/tmp/ukvm-remote-key-XXXXXX";
+static struct ukvm_remote_key key;
+
+static bool make_key(void)
+{
+	static const char hex[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
+	struct ukvm_error err;
+	int fd = mkstemp(key_path);	/* 0600 */
+
+	if (fd < 0 || write(fd, hex, strlen(hex)) != (ssize_t)strlen(hex)) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	close(fd);
+	return ukvm_remote_key_load(key_path, "key_file", &key, &err) == 0;
+}
+
+static const struct ukvm_remote_key *key_for(const char *address)
+{
+	return strncmp(address, "tcp:", 4) ? NULL : &key;
+}
 
 struct server {
 	pid_t pid;
@@ -81,6 +104,7 @@ static bool server_start(struct server *s, bool tcp, uint64_t latency_ns, uint64
 		struct ukvm_pageserver_config cfg = {
 			.snapshot_path = snap_path, .latency_ns = latency_ns,
 			.bandwidth_mbps = mbps, .max_inflight = cap,
+			.key_file = tcp ? key_path : NULL,
 		};
 		struct ukvm_error err;
 		char listen[96];
@@ -150,7 +174,7 @@ static struct ukvm_remote_conn *connect_to(const struct server *s)
 {
 	struct ukvm_remote_conn *c = NULL;
 	struct ukvm_error err;
-	int ret = ukvm_remote_connect(s->address, &c, &err);
+	int ret = ukvm_remote_connect(s->address, key_for(s->address), &c, &err);
 
 	CHECK(ret == 0, "connect(%s): %s", s->address, err.message);
 	return c;
@@ -206,12 +230,13 @@ int main(void)
 	setvbuf(stderr, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
 	sigaction(SIGUSR1, &sa, NULL);
-	if (!make_snapshot()) {
-		printf("remote: cannot write %s\n", snap_path);
+	if (!make_snapshot() || !make_key()) {
+		printf("remote: cannot write %s and %s\n", snap_path, key_path);
 		return T_EXIT_FAIL;
 	}
 
-	for (int tcp = 0; tcp < 2; tcp++) {
+	/* Without libcrypto a TCP server is refused (auth.c tests that): Unix only. */
+	for (int tcp = 0; tcp < 1 + ukvm_remote_auth_available(); tcp++) {
 		UKT_CASE("%s: fetch gives the file's bytes", tcp ? "tcp" : "unix") {
 			static const uint64_t cases[][2] = {
 				{ 0, PAGE }, { PAGE, PAGE }, { 123, PAGE }, { 0, 2 * MiB },
@@ -412,7 +437,7 @@ int main(void)
 		CHECK_EQ(stat(s.sock_path, &st), 0);
 		CHECK_EQ(server_reap(&s), 0);	/* closes stop_w: the parent "died" */
 		CHECK(stat(s.sock_path, &st) && errno == ENOENT, "%s is still there", s.sock_path);
-		ret = ukvm_remote_connect(s.address, &c, &err);
+		ret = ukvm_remote_connect(s.address, NULL, &c, &err);
 		CHECK(ret == -ENOENT || ret == -ECONNREFUSED, "connect after the stop: %d", ret);
 		CHECK(ret && strstr(err.message, s.address), "%s", err.message);
 	}
@@ -422,7 +447,7 @@ int main(void)
 						   "tcp::80" };
 
 		for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
-			ret = ukvm_remote_connect(bad[i], &c, &err);
+			ret = ukvm_remote_connect(bad[i], NULL, &c, &err);
 			CHECK_EQ(ret, -EINVAL);
 			CHECK(strstr(err.message, bad[i]) != NULL, "%s", err.message);
 		}
@@ -458,6 +483,7 @@ int main(void)
 	}
 
 	unlink(snap_path);
+	unlink(key_path);
 	free(snap);
 	printf("%s: %u cases, %u checks failed, %u skipped\n", ukt_program, ukt_cases,
 	       ukt_failures, ukt_skips);

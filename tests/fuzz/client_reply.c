@@ -4,7 +4,11 @@
  * its checks csrc/remote/wire.c), over a real Unix socket, as a reader or
  * PageClient meets a server that answers garbage.
  *
- * The input is a script of calls, then the server's side of the stream:
+ * The connection starts with the handshake (protocol.h), made right by the
+ * server's side here (a thread: the client waits for its hello in connect)
+ * without a key, as a Unix socket's server may run; the handshake's own
+ * records are for a target of their own. Then the input is a script of
+ * calls, and the server's side of the stream after its welcome:
  *	byte 0		bits 0-3: the number of calls less one (1..16);
  *			bit 4: the server closes its end (send then fails with
  *			EPIPE) instead of only shutting its writing side
@@ -25,6 +29,7 @@
  * protocol.h allows.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,6 +40,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "remote/auth.h"
 #include "remote/client.h"
 
 #define STREAM_MAX	(64 * 1024)	/* under a Unix socket's buffer: the write never blocks */
@@ -86,35 +92,76 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/* The server's side of one connection: the handshake, then the stream. */
+struct server_side {
+	const uint8_t *stream;
+	size_t len;
+	bool close_all;
+	int fd;
+};
+
+static void write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		REQUIRE(n > 0, "write: %s", strerror(errno));
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static void *serve(void *arg)
+{
+	struct server_side *s = arg;
+	struct ukvm_remote_hello hello;
+	struct ukvm_remote_auth auth;
+	struct ukvm_remote_welcome welcome;
+	size_t got = 0;
+
+	s->fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	REQUIRE(s->fd >= 0, "accept4: %s", strerror(errno));
+	REQUIRE(!ukvm_auth_hello_make(&hello, false), "hello");
+	write_all(s->fd, &hello, sizeof(hello));
+	while (got < sizeof(auth)) {
+		ssize_t n = read(s->fd, (uint8_t *)&auth + got, sizeof(auth) - got);
+
+		REQUIRE(n > 0, "reading the client's auth: %zd, %s", n, strerror(errno));
+		got += (size_t)n;
+	}
+	REQUIRE(!ukvm_auth_answer_check(NULL, &hello, &auth, sizeof(auth)), "the client's auth");
+	REQUIRE(!ukvm_auth_welcome_make(NULL, &hello, &auth, 0, &welcome), "welcome");
+	write_all(s->fd, &welcome, sizeof(welcome));
+	write_all(s->fd, s->stream, s->len);
+	if (s->close_all) {
+		close(s->fd);
+		s->fd = -1;
+	} else {
+		shutdown(s->fd, SHUT_WR);
+	}
+	return NULL;
+}
+
 /*
  * Connects through ukvm_remote_connect() (as the readers do) to the
- * listening socket and writes the stream from the server's end.
+ * listening socket, whose side writes the handshake and the stream.
  */
 static struct ukvm_remote_conn *connect_with(const uint8_t *stream, size_t len, bool close_all,
 					     int *server_fd)
 {
+	struct server_side side = { .stream = stream, .len = len, .close_all = close_all };
 	struct ukvm_remote_conn *c = NULL;
 	struct ukvm_error err;
-	size_t done = 0;
-	int ret, fd;
+	pthread_t thread;
+	int ret;
 
-	ret = ukvm_remote_connect(address, &c, &err);
+	REQUIRE(!pthread_create(&thread, NULL, serve, &side), "pthread_create");
+	ret = ukvm_remote_connect(address, NULL, &c, &err);
+	pthread_join(thread, NULL);
 	REQUIRE(!ret, "connect: %s", err.message);
-	fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-	REQUIRE(fd >= 0, "accept4: %s", strerror(errno));
-	while (done < len) {
-		ssize_t n = write(fd, stream + done, len - done);
-
-		REQUIRE(n > 0, "write: %s", strerror(errno));
-		done += (size_t)n;
-	}
-	if (close_all) {
-		close(fd);
-		fd = -1;
-	} else {
-		shutdown(fd, SHUT_WR);
-	}
-	*server_fd = fd;
+	*server_fd = side.fd;
 	return c;
 }
 
