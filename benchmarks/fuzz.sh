@@ -35,9 +35,8 @@ make -s -C "$fuzz" BUILD="$build" PYTHON="$python" all atheris-asan >"$work/make
 	cat "$work/make.log"
 	exit 2
 }
-# Every target the Makefile lists. The next one (the page server's handshake
-# check, csrc/remote/auth.c: see the Makefile's handshake_SRCS) joins this
-# run, and tests/test_fuzz.py, by being added to TARGETS there.
+# Every target the Makefile lists: a new one joins this run, and
+# tests/test_fuzz.py, by being added to TARGETS (or ATHERIS) there.
 c_targets=$(make -s -C "$fuzz" list)
 py_targets=$(make -s -C "$fuzz" list-atheris)
 asan_env=$(make -s -C "$fuzz" BUILD="$build" PYTHON="$python" asan-env)

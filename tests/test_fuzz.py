@@ -2,7 +2,7 @@
 parsers of what comes from outside, under ASan and UBSan.
 
 The libFuzzer targets (the client's reply parser, the server's request
-parser, addresses) and the atheris ones (the binding's config dict, the
+parser, the handshake's records, addresses) and the atheris ones (the binding's config dict, the
 touch-order reader), as tests/fuzz/Makefile lists them, are built once in a
 temporary directory; then each:
 
