@@ -1005,6 +1005,28 @@ def NO_TSAN_RUNTIME():
     return _cannot_link(SANITIZER_FLAGS["tsan"])
 
 
+# The fuzz targets' compiler (tests/fuzz/Makefile's CLANG): libFuzzer is clang's.
+FUZZ_CLANG = os.environ.get("CLANG", "clang-14")
+
+
+@fact("no-libfuzzer", f"{FUZZ_CLANG} cannot link libFuzzer targets with ASan+UBSan "
+      "(clang-14 and libclang-rt-14-dev missing)")
+def NO_LIBFUZZER():
+    if not shutil.which(FUZZ_CLANG):
+        return True, f"{FUZZ_CLANG} is not on PATH"
+    flags = ["-fsanitize=fuzzer,address,undefined"]
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text("#include <stddef.h>\n#include <stdint.h>\n"
+                       "int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) "
+                       "{ return 0; }\n")
+        p = subprocess.run([FUZZ_CLANG, *flags, "-o", str(Path(tmp) / "probe"), str(src)],
+                           capture_output=True, text=True, timeout=60)
+    if p.returncode:
+        return True, f"{FUZZ_CLANG} {flags[0]} cannot link: {p.stderr.strip()[-300:]}"
+    return False, f"{FUZZ_CLANG} {flags[0]} links"
+
+
 # ---- which facts can stop a run ----
 
 HUGETLB_FACTS = {

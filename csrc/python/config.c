@@ -48,6 +48,39 @@ static const char *const test_hook_fields[] = { "inject", "inject_after" };
 
 #define NFIELDS(t) (sizeof(t) / sizeof((t)[0]))
 
+/*
+ * A value that does not convert: the exception set (TypeError, OverflowError,
+ * or whatever the value's own __iter__, __index__ or __float__ raised)
+ * replaced by type with fmt's message, which names the field; the first is
+ * kept as its __cause__. A KeyboardInterrupt, SystemExit or MemoryError
+ * goes on as it is. -1, for the caller to return.
+ */
+static int config_refuse(PyObject *type, const char *fmt, const char *name)
+{
+	PyObject *t, *v, *tb, *t2, *v2, *tb2;
+
+	if (!PyErr_Occurred()) {
+		PyErr_Format(type, fmt, name);
+		return -1;
+	}
+	if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+		return -1;
+	PyErr_Fetch(&t, &v, &tb);
+	PyErr_NormalizeException(&t, &v, &tb);
+	if (tb)
+		PyException_SetTraceback(v, tb);
+	PyErr_Format(type, fmt, name);
+	PyErr_Fetch(&t2, &v2, &tb2);
+	PyErr_NormalizeException(&t2, &v2, &tb2);
+	Py_INCREF(v);
+	PyException_SetContext(v2, v);	/* each steals a reference */
+	PyException_SetCause(v2, v);
+	PyErr_Restore(t2, v2, tb2);
+	Py_XDECREF(t);
+	Py_XDECREF(tb);
+	return -1;
+}
+
 /* A list of CPU numbers, into an int32 array the caller frees. */
 static int cpu_list(PyObject *item, const char *key, uint32_t *nr, const int32_t **out)
 {
@@ -60,13 +93,8 @@ static int cpu_list(PyObject *item, const char *key, uint32_t *nr, const int32_t
 	if (item == Py_None)
 		return 0;
 	seq = PySequence_List(item);	/* any iterable, copied into a list */
-	if (!seq) {
-		if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_TypeError, "%s: expected a list of CPU numbers", key);
-		}
-		return -1;
-	}
+	if (!seq)
+		return config_refuse(PyExc_TypeError, "%s: expected a list of CPU numbers", key);
 	n = PyList_Size(seq);
 	cpus = PyMem_Calloc(n ? (size_t)n : 1, sizeof(int32_t));
 	if (!cpus) {
@@ -78,11 +106,9 @@ static int cpu_list(PyObject *item, const char *key, uint32_t *nr, const int32_t
 		long v = PyLong_AsLong(PyList_GetItem(seq, i));	/* borrowed */
 
 		if ((v == -1 && PyErr_Occurred()) || v < 0 || v > INT32_MAX) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_ValueError, "%s: expected CPU numbers", key);
 			Py_DECREF(seq);
 			PyMem_Free(cpus);
-			return -1;
+			return config_refuse(PyExc_ValueError, "%s: expected CPU numbers", key);
 		}
 		cpus[i] = (int32_t)v;
 	}
@@ -105,7 +131,7 @@ static int page_list(PyObject *item, const char *key, uint64_t *nr, const uint64
 		return 0;
 	seq = PySequence_List(item);
 	if (!seq)
-		return -1;
+		return config_refuse(PyExc_TypeError, "%s: expected a list of page indices", key);
 	n = PyList_Size(seq);
 	pages = PyMem_Calloc(n ? (size_t)n : 1, sizeof(uint64_t));
 	if (!pages) {
@@ -117,11 +143,9 @@ static int page_list(PyObject *item, const char *key, uint64_t *nr, const uint64
 		unsigned long long v = PyLong_AsUnsignedLongLong(PyList_GetItem(seq, i));
 
 		if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_ValueError, "%s: expected page indices", key);
 			Py_DECREF(seq);
 			PyMem_Free(pages);
-			return -1;
+			return config_refuse(PyExc_ValueError, "%s: expected page indices", key);
 		}
 		pages[i] = v;
 	}
@@ -186,10 +210,8 @@ static int config_field(const struct field *f, PyObject *item, struct ukvm_confi
 	case F_DOUBLE: {
 		double x = PyFloat_AsDouble(item);
 
-		if (x == -1.0 && PyErr_Occurred()) {
-			PyErr_Format(PyExc_ValueError, "%s: expected a number", f->name);
-			return -1;
-		}
+		if (x == -1.0 && PyErr_Occurred())
+			return config_refuse(PyExc_ValueError, "%s: expected a number", f->name);
 		*(double *)dst = x;
 		return 0;
 	}
@@ -205,10 +227,9 @@ static int config_field(const struct field *f, PyObject *item, struct ukvm_confi
 		break;
 	}
 	v = PyLong_AsUnsignedLongLong(item);
-	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-		PyErr_Format(PyExc_ValueError, "%s: expected a non-negative integer", f->name);
-		return -1;
-	}
+	if (v == (unsigned long long)-1 && PyErr_Occurred())
+		return config_refuse(PyExc_ValueError, "%s: expected a non-negative integer",
+				     f->name);
 	if ((f->type == F_U32 || f->type == F_ENUM) && v > UINT32_MAX) {
 		PyErr_Format(PyExc_ValueError, "%s: %llu is too large", f->name, v);
 		return -1;
@@ -244,6 +265,7 @@ int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 	PyObject *key, *item;
 	Py_ssize_t pos = 0;
 	size_t i;
+	int ret;
 
 	ukvm_config_init(cfg);
 	if (!PyDict_Check(dict)) {
@@ -251,11 +273,18 @@ int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 		return -1;
 	}
 	while (PyDict_Next(dict, &pos, &key, &item)) {
-		const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, NULL) : NULL;
+		Py_ssize_t len = 0;
+		const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &len) : NULL;
 
 		if (!name) {
 			PyErr_Clear();
 			PyErr_SetString(PyExc_TypeError, "config keys must be field names (str)");
+			return -1;
+		}
+		/* The names are C strings: "vcpus\0x" would pass for "vcpus". */
+		if (strlen(name) != (size_t)len) {
+			PyErr_Format(PyExc_KeyError, "%R: not a field of the core's config (a NUL "
+				     "in the name)", key);
 			return -1;
 		}
 		if (field_named(config_fields, NFIELDS(config_fields), name))
@@ -288,7 +317,14 @@ int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 				     "its config (uffdkvm/schema.py)", f->name);
 			return -1;
 		}
-		if (config_field(f, item, cfg)) {
+		/*
+		 * Held while converted: the conversion may run the value's own code
+		 * (__iter__, __float__), which may take it out of the dict.
+		 */
+		Py_INCREF(item);
+		ret = config_field(f, item, cfg);
+		Py_DECREF(item);
+		if (ret) {
 			pyconfig_free(cfg);
 			return -1;
 		}
@@ -296,7 +332,12 @@ int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 #ifdef UKVM_TEST_HOOKS
 	for (i = 0; i < NFIELDS(test_fields); i++) {
 		item = PyDict_GetItemString(dict, test_fields[i].name);
-		if (item && config_field(&test_fields[i], item, cfg)) {
+		if (!item)
+			continue;
+		Py_INCREF(item);
+		ret = config_field(&test_fields[i], item, cfg);
+		Py_DECREF(item);
+		if (ret) {
 			pyconfig_free(cfg);
 			return -1;
 		}

@@ -111,7 +111,12 @@ int ukvm_remote_address_format(const struct ukvm_remote_address *addr, char *buf
 		break;
 	case AF_INET6:
 		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-		n = snprintf(buf, size, "tcp:[%s]:%u", host, ntohs(in6->sin6_port));
+		/* A link-local address names its interface: by number, which parses anywhere. */
+		if (in6->sin6_scope_id)
+			n = snprintf(buf, size, "tcp:[%s%%%u]:%u", host, in6->sin6_scope_id,
+				     ntohs(in6->sin6_port));
+		else
+			n = snprintf(buf, size, "tcp:[%s]:%u", host, ntohs(in6->sin6_port));
 		break;
 	default:
 		return -EAFNOSUPPORT;

@@ -2,7 +2,8 @@
 /*
  * Page server addresses as strings, both ways: "unix:/path/to/socket" and
  * "tcp:HOST:PORT" (HOST a name or a numeric address, IPv6 in brackets:
- * "tcp:[::1]:4000"; PORT 0 asks the kernel for a free one when binding).
+ * "tcp:[::1]:4000", a link-local one with its interface, "tcp:[fe80::1%2]:4000";
+ * PORT 0 asks the kernel for a free one when binding).
  */
 #ifndef UKVM_REMOTE_ADDRESS_H
 #define UKVM_REMOTE_ADDRESS_H

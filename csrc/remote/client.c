@@ -15,6 +15,7 @@
 #include "remote/address.h"
 #include "remote/auth.h"
 #include "remote/client.h"
+#include "remote/wire.h"
 
 /* The longest single poll: a deadline of "never" still wakes up to look again. */
 #define CLIENT_SLICE_NS		NSEC_PER_SEC
@@ -322,13 +323,9 @@ static int client_header(struct ukvm_remote_conn *c, struct ukvm_remote_reply *r
 {
 	int ret = client_recv_all(c, reply, sizeof(*reply), stop_fd, deadline_ns);
 
-	if (ret)
-		return client_spend(c, ret);
-	if (reply->status > 0 || reply->status < -4095 || (reply->status && reply->length) ||
-	    reply->length > UKVM_REMOTE_MAX_LENGTH || reply->flags & ~UKVM_REMOTE_FLAGS ||
-	    reply->reserved)
-		return client_spend(c, -EPROTO);
-	return 0;
+	if (!ret)
+		ret = ukvm_wire_reply_check(reply);
+	return ret ? client_spend(c, ret) : 0;
 }
 
 int ukvm_remote_send(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len, bool urgent,
@@ -350,8 +347,9 @@ int ukvm_remote_recv(struct ukvm_remote_conn *c, struct ukvm_remote_reply *reply
 	ret = client_header(c, reply, stop_fd, deadline_ns);
 	if (ret)
 		return ret;
-	if (reply->length > dst_len || reply->flags & UKVM_REMOTE_STATS)
-		return client_spend(c, -EPROTO);
+	ret = ukvm_wire_reply_pipelined(reply, dst_len);
+	if (ret)
+		return client_spend(c, ret);
 	ret = client_recv_all(c, dst, reply->length, stop_fd, deadline_ns);
 	if (ret)
 		return client_spend(c, ret);
@@ -362,7 +360,8 @@ int ukvm_remote_recv(struct ukvm_remote_conn *c, struct ukvm_remote_reply *reply
 int ukvm_remote_fetch(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len, bool urgent,
 		      void *dst, int stop_fd, uint64_t deadline_ns)
 {
-	uint32_t flags = urgent ? UKVM_REMOTE_URGENT : 0;
+	struct ukvm_remote_request req = { .offset = offset, .length = (uint32_t)len,
+					   .flags = urgent ? UKVM_REMOTE_URGENT : 0 };
 	struct ukvm_remote_reply reply;
 	int ret;
 
@@ -370,13 +369,12 @@ int ukvm_remote_fetch(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
 		return c->spent;
 	if (c->outstanding)
 		return -EBUSY;
-	ret = client_request(c, offset, len, flags, stop_fd, deadline_ns);
+	ret = client_request(c, offset, len, req.flags, stop_fd, deadline_ns);
 	if (!ret)
 		ret = client_header(c, &reply, stop_fd, deadline_ns);
 	if (ret)
 		return ret;
-	if (reply.offset != offset || reply.flags != flags ||
-	    (!reply.status && reply.length != len))
+	if (ukvm_wire_reply_answers(&reply, &req))
 		return client_spend(c, -EPROTO);
 	if (!reply.status)
 		ret = client_recv_all(c, dst, len, stop_fd, deadline_ns);
@@ -389,6 +387,7 @@ int ukvm_remote_fetch(struct ukvm_remote_conn *c, uint64_t offset, uint64_t len,
 int ukvm_remote_stats(struct ukvm_remote_conn *c, struct ukvm_remote_stats *stats, int stop_fd,
 		      uint64_t deadline_ns)
 {
+	const struct ukvm_remote_request req = { .flags = UKVM_REMOTE_STATS };
 	struct ukvm_remote_reply reply;
 	int ret;
 
@@ -396,12 +395,12 @@ int ukvm_remote_stats(struct ukvm_remote_conn *c, struct ukvm_remote_stats *stat
 		return c->spent;
 	if (c->outstanding)
 		return -EBUSY;
-	ret = client_request(c, 0, 0, UKVM_REMOTE_STATS, stop_fd, deadline_ns);
+	ret = client_request(c, 0, 0, req.flags, stop_fd, deadline_ns);
 	if (!ret)
 		ret = client_header(c, &reply, stop_fd, deadline_ns);
 	if (ret)
 		return ret;
-	if (reply.status || reply.flags != UKVM_REMOTE_STATS || reply.length != sizeof(*stats))
+	if (ukvm_wire_reply_answers(&reply, &req))
 		return client_spend(c, -EPROTO);
 	ret = client_recv_all(c, stats, sizeof(*stats), stop_fd, deadline_ns);
 	if (ret)

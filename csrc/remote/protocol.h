@@ -57,7 +57,7 @@
  *			STATS, 0 on error
  *	status	i32	0, or -errno: -EINVAL (length 0 or above the maximum,
  *			unknown flags), -ERANGE (the range ends past the
- *			snapshot's end)
+ *			snapshot's end); the client takes no other
  *	flags	u32	the request's flags
  *	reserved u32	0
  *

@@ -58,6 +58,7 @@
 #include "remote/list.h"
 #include "remote/model.h"
 #include "remote/protocol.h"
+#include "remote/wire.h"
 
 /* A connection with this many requests unanswered is not read until it drains. */
 #define SERVER_PENDING_MAX	4096
@@ -292,10 +293,10 @@ static int server_request(struct server *s, struct conn *c, const struct ukvm_re
 {
 	struct ukvm_model_req *r;
 	struct out *o;
-	int32_t status = 0;
+	int32_t status = ukvm_wire_request_check(req, s->size);
 	int ret;
 
-	if (req->flags & UKVM_REMOTE_STATS) {
+	if (status == UKVM_WIRE_STATS) {
 		s->stats.stats_requests++;
 		ret = conn_reply(c, req, 0, sizeof(o->stats), NULL, &o);
 		if (ret)
@@ -305,10 +306,6 @@ static int server_request(struct server *s, struct conn *c, const struct ukvm_re
 		o->data = (const uint8_t *)&o->stats;
 		return 0;
 	}
-	if (req->flags & ~UKVM_REMOTE_FLAGS || !req->length || req->length > UKVM_REMOTE_MAX_LENGTH)
-		status = -EINVAL;
-	else if (req->offset > s->size || req->length > s->size - req->offset)
-		status = -ERANGE;
 	if (status) {
 		s->stats.errors++;
 		return conn_reply(c, req, status, 0, NULL, &o);
