@@ -21,8 +21,9 @@
  * would not do: the file can still shrink between it and the copy.
  *
  * Everything else is left as it was. The first hold installs the handler
- * and it stays for the life of the process: with no copy in progress it
- * only hands each SIGBUS to the handler it found then (faulthandler's, a C
+ * and it stays for the life of the process: a SIGBUS it does not own
+ * (another address, another thread, one sent by kill(), any with no copy in
+ * progress) goes to the handler it found then (faulthandler's, a C
  * program's, or the default action, which then kills as it would have), so
  * staying costs nothing. It is never put back or installed again: a handler
  * installed after ours that chains to the one it replaced (a crash
