@@ -155,6 +155,40 @@ def test_memory_limit_counts_the_bookkeeping():
         assert "of bookkeeping at stats='full'" in out["message"], out
 
 
+def test_memory_limit_v1_leaves_out_page_cache_read_twice(tmp_path):
+    """Page cache is reclaimed before a charge fails, active (read twice) as
+    well as inactive: a run that fits beside 128 MiB of it in a 192 MiB
+    cgroup is not refused, and runs. Red when only inactive_file was left
+    out of the usage: the cache read twice is active, and the room left
+    looked smaller than the run."""
+    need(NOT_ROOT, NO_V1_MEMORY)
+    cached = tmp_path / "cached"
+    with open(cached, "wb") as f:
+        for _ in range(128):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # read by the child
+    body = (f"for _ in range(2):\n"
+            f"    with open({str(cached)!r}, 'rb') as f:\n"
+            f"        while f.read(1 << 20): pass\n"
+            f"import uffdkvm.limits\n"
+            f"lim = uffdkvm.limits.memory()\n"
+            f"stat = dict(line.split() for line in open(os.path.join(os.path.dirname(lim.path),"
+            f" 'memory.stat')))\n"
+            f"print(json.dumps({{'active_file': int(stat['total_active_file'])}}))\n"
+            + RUN.format('mem_per_vcpu="64M"'))
+    with Cgroup("memory") as cg:
+        cg.write("memory.limit_in_bytes", 192 << 20)
+        p = subprocess.run(python(code=cg.join_code() + RESULT + body), env=ENV,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        lines = [json.loads(line) for line in p.stdout.splitlines()]
+        assert lines[0]["active_file"] >= 64 << 20, lines  # the case: cache read twice
+        assert lines[-1] == {"ok": True}, lines
+        assert cg.read("memory.oom_control").endswith("oom_kill 0")
+
+
 MEASURE = r'''
 uffdkvm.run(mem_per_vcpu="4M", stats=STATS, backing=BACKING)  # the first use
 JOIN
