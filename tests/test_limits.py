@@ -307,6 +307,41 @@ def test_threads_refused_mid_run_fail_the_run_naming_the_thread(extra):
             "KVM_RUN failed with EAGAIN" in out["message"], out
 
 
+def test_kvm_run_retried_for_its_worker_counts_no_userspace_exits():
+    """KVM's worker refused at the first KVM_RUN (pids.max one short), then
+    allowed 0.3 s later: the vCPUs retried KVM_RUN's EAGAIN 1 ms apart and
+    the run goes on. A retry never entered the guest, so userspace_exits is
+    what the same run counts without one (2 a vCPU: the guest's reports).
+    Red when every EAGAIN was counted: some 300 more a vCPU."""
+    need(NOT_ROOT, NO_V1_PIDS)
+    body = (f"import threading, time, uffdkvm.limits\n"
+            f"lim = uffdkvm.limits.pids()\n"
+            f"def allow():\n"
+            f"    time.sleep(0.3)\n"
+            f"    open(lim.path, 'w').write(str(used + n + 8))\n"
+            f"t = threading.Thread(target=allow)\n"
+            f"t.start()\n"  # before pids.current is read: it counts the thread
+            f"rm = importlib.import_module('uffdkvm.run')\n"
+            f"c = uffdkvm.Config({PIDS_FIELDS})\n"
+            f"n, _ = rm._threads_needed(c)\n"
+            f"used = int(open(lim.path.replace('pids.max', 'pids.current')).read())\n"
+            f"if REFUSE: open(lim.path, 'w').write(str(used + n - 1))\n"
+            f"start = time.monotonic()\n"
+            f"r = _core.run(config.core_config(c))\n"
+            f"seconds = time.monotonic() - start\n"
+            f"t.join()\n"
+            f"print(json.dumps({{'exits': [v['userspace_exits'] for v in r['vcpus']],\n"
+            f"                  'seconds': seconds}}))\n")
+    with Cgroup("pids") as cg:
+        cg.write("pids.max", 1000)
+        plain = child([cg], "import importlib\nREFUSE = False\n" + body)
+        retried = child([cg], "import importlib\nREFUSE = True\n" + body)
+    assert plain["exits"] == [2, 2], plain
+    # The worker was refused, and the vCPUs retried until it was allowed.
+    assert plain["seconds"] < 0.2 and retried["seconds"] >= 0.25, (plain, retried)
+    assert retried["exits"] == plain["exits"], (plain, retried)
+
+
 HUGE = 'backing="anonymous_hugetlb", mem_per_vcpu="16M"'
 
 
