@@ -342,7 +342,16 @@ def _tasks_of_user(uid: int) -> int | None:
 
 def nproc_enforced(status: str | None = None, uid: int | None = None) -> bool:
     """Whether the kernel holds this process to RLIMIT_NPROC: not for the
-    root user, nor with CAP_SYS_ADMIN or CAP_SYS_RESOURCE in effect."""
+    root user, nor with CAP_SYS_ADMIN or CAP_SYS_RESOURCE in effect.
+
+    Both are read as this process sees them, but the kernel (copy_process)
+    exempts only the initial user namespace's root and capable(), which
+    asks of the initial namespace: inside a user namespace (a rootless
+    container) uid 0 or those capabilities in CapEff do not exempt the
+    process, and this says False where the kernel enforces the limit. The
+    check before a run then misses it (a thread refused mid-run fails the
+    run with a RunError naming the thread); it never refuses a run that
+    fits."""
     if (os.getuid() if uid is None else uid) == 0:
         return False
     caps = _effective_caps(status)
