@@ -76,5 +76,50 @@ int main(void)
 			close(uffd);
 	}
 
+	UKT_CASE("an address registered over hugetlb, then over anonymous memory, is anonymous's") {
+		const uint64_t huge = 2 * MiB;
+		uint8_t *mem = MAP_FAILED, *anon = MAP_FAILED;
+		uint64_t start, ms;
+		int ret;
+
+		uffd = ukvm_uffd_open(false, T_UFFD_FEATURE_POISON, &err);
+		if (uffd < 0) {
+			ukt_skip_case(ukt_fmt("no UFFD_FEATURE_POISON (Linux 6.6): %s", err.message));
+		} else {
+			mem = mmap(NULL, huge, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+			if (mem == MAP_FAILED)
+				ukt_skip_case("no free 2 MiB huge page");
+		}
+		if (mem != MAP_FAILED &&
+		    CHECK_EQ(ukvm_uffd_register(uffd, mem, huge, UKVM_UFFD_MISSING,
+						UKVM_BACKING_ANONYMOUS_HUGETLB, &err), 0)) {
+			/* The next run's memory at the same address (the range stays noted). */
+			anon = mmap(mem, huge, PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+			mem = MAP_FAILED;
+			if (CHECK(anon != MAP_FAILED) &&
+			    CHECK_EQ(ukvm_uffd_register(uffd, anon, huge, UKVM_UFFD_MISSING,
+							UKVM_BACKING_ANONYMOUS, &err), 0)) {
+				struct t_uffdio_poison poison = {
+					.range = { .start = (uint64_t)(uintptr_t)anon, .len = PAGE },
+				};
+
+				CHECK_EQ(ioctl(uffd, T_UFFDIO_POISON, &poison), 0);
+				start = ukt_now_ns();
+				ret = ukvm_uffd_zeropage(uffd, (uint64_t)(uintptr_t)anon, PAGE);
+				ms = (ukt_now_ns() - start) / 1000000;
+				CHECK_EQ(ret, -EEXIST);	/* -ENOMEM, after 1 s, had the range stayed */
+				CHECK(ms < 500, "returned after %llu ms", (unsigned long long)ms);
+			}
+		}
+		if (mem != MAP_FAILED)
+			munmap(mem, huge);
+		if (anon != MAP_FAILED)
+			munmap(anon, huge);
+		if (uffd >= 0)
+			close(uffd);
+	}
+
 	return ukt_exit();
 }
