@@ -210,7 +210,7 @@ struct ukvm_vcpu_result {
 	uint64_t end_ns;	/* the guest reported it was done */
 	uint64_t pages;		/* pages the guest says it touched */
 	uint64_t exits;		/* VM exits, from KVM's own "exits" stat (or UKVM_RESULT_NONE) */
-	uint64_t userspace_exits; /* returns from KVM_RUN */
+	uint64_t userspace_exits; /* returns from KVM_RUN (not its EAGAIN retries) */
 	uint64_t fault_exits;	/* resolver vCPU: of those, faults it resolved itself */
 	uint64_t regs_fault_exits; /* of those, bare EFAULTs whose page the guest's registers named */
 	uint64_t *kvm_stats;	/* ukvm_result.nr_vcpu_stats values, or NULL */

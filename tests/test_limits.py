@@ -155,6 +155,40 @@ def test_memory_limit_counts_the_bookkeeping():
         assert "of bookkeeping at stats='full'" in out["message"], out
 
 
+def test_memory_limit_v1_leaves_out_page_cache_read_twice(tmp_path):
+    """Page cache is reclaimed before a charge fails, active (read twice) as
+    well as inactive: a run that fits beside 128 MiB of it in a 192 MiB
+    cgroup is not refused, and runs. Red when only inactive_file was left
+    out of the usage: the cache read twice is active, and the room left
+    looked smaller than the run."""
+    need(NOT_ROOT, NO_V1_MEMORY)
+    cached = tmp_path / "cached"
+    with open(cached, "wb") as f:
+        for _ in range(128):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # read by the child
+    body = (f"for _ in range(2):\n"
+            f"    with open({str(cached)!r}, 'rb') as f:\n"
+            f"        while f.read(1 << 20): pass\n"
+            f"import uffdkvm.limits\n"
+            f"lim = uffdkvm.limits.memory()\n"
+            f"stat = dict(line.split() for line in open(os.path.join(os.path.dirname(lim.path),"
+            f" 'memory.stat')))\n"
+            f"print(json.dumps({{'active_file': int(stat['total_active_file'])}}))\n"
+            + RUN.format('mem_per_vcpu="64M"'))
+    with Cgroup("memory") as cg:
+        cg.write("memory.limit_in_bytes", 192 << 20)
+        p = subprocess.run(python(code=cg.join_code() + RESULT + body), env=ENV,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        lines = [json.loads(line) for line in p.stdout.splitlines()]
+        assert lines[0]["active_file"] >= 64 << 20, lines  # the case: cache read twice
+        assert lines[-1] == {"ok": True}, lines
+        assert cg.read("memory.oom_control").endswith("oom_kill 0")
+
+
 MEASURE = r'''
 uffdkvm.run(mem_per_vcpu="4M", stats=STATS, backing=BACKING)  # the first use
 JOIN
@@ -271,6 +305,41 @@ def test_threads_refused_mid_run_fail_the_run_naming_the_thread(extra):
         assert out.get("error") == "RunError" and out["errno"] == 11, out
         assert "pthread_create(" in out["message"] or \
             "KVM_RUN failed with EAGAIN" in out["message"], out
+
+
+def test_kvm_run_retried_for_its_worker_counts_no_userspace_exits():
+    """KVM's worker refused at the first KVM_RUN (pids.max one short), then
+    allowed 0.3 s later: the vCPUs retried KVM_RUN's EAGAIN 1 ms apart and
+    the run goes on. A retry never entered the guest, so userspace_exits is
+    what the same run counts without one (2 a vCPU: the guest's reports).
+    Red when every EAGAIN was counted: some 300 more a vCPU."""
+    need(NOT_ROOT, NO_V1_PIDS)
+    body = (f"import threading, time, uffdkvm.limits\n"
+            f"lim = uffdkvm.limits.pids()\n"
+            f"def allow():\n"
+            f"    time.sleep(0.3)\n"
+            f"    open(lim.path, 'w').write(str(used + n + 8))\n"
+            f"t = threading.Thread(target=allow)\n"
+            f"t.start()\n"  # before pids.current is read: it counts the thread
+            f"rm = importlib.import_module('uffdkvm.run')\n"
+            f"c = uffdkvm.Config({PIDS_FIELDS})\n"
+            f"n, _ = rm._threads_needed(c)\n"
+            f"used = int(open(lim.path.replace('pids.max', 'pids.current')).read())\n"
+            f"if REFUSE: open(lim.path, 'w').write(str(used + n - 1))\n"
+            f"start = time.monotonic()\n"
+            f"r = _core.run(config.core_config(c))\n"
+            f"seconds = time.monotonic() - start\n"
+            f"t.join()\n"
+            f"print(json.dumps({{'exits': [v['userspace_exits'] for v in r['vcpus']],\n"
+            f"                  'seconds': seconds}}))\n")
+    with Cgroup("pids") as cg:
+        cg.write("pids.max", 1000)
+        plain = child([cg], "import importlib\nREFUSE = False\n" + body)
+        retried = child([cg], "import importlib\nREFUSE = True\n" + body)
+    assert plain["exits"] == [2, 2], plain
+    # The worker was refused, and the vCPUs retried until it was allowed.
+    assert plain["seconds"] < 0.2 and retried["seconds"] >= 0.25, (plain, retried)
+    assert retried["exits"] == plain["exits"], (plain, retried)
 
 
 HUGE = 'backing="anonymous_hugetlb", mem_per_vcpu="16M"'

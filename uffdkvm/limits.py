@@ -204,18 +204,32 @@ def _tightest(limits: list[Limit]) -> Limit | None:
     return min(limits, key=lambda lim: lim.room) if limits else None
 
 
-def _inactive_file(directory: str, version: int) -> int:
-    """Page cache the kernel reclaims before it fails a charge (what the
-    kubelet leaves out of its working set too)."""
-    key = "total_inactive_file" if version == 1 else "inactive_file"
+# The page cache in memory.stat, active and inactive, and of it what is dirty
+# or under writeback: v1's hierarchical totals (this cgroup and those below
+# it, as memory.usage_in_bytes counts them), v2's (always hierarchical).
+_FILE_CACHE = {
+    1: (("total_active_file", "total_inactive_file"), ("total_dirty", "total_writeback")),
+    2: (("active_file", "inactive_file"), ("file_dirty", "file_writeback")),
+}
+
+
+def _reclaimable_file(directory: str, version: int) -> int:
+    """Page cache the kernel reclaims before it fails a charge: all of it,
+    active or inactive (reclaim deactivates active pages and takes them
+    too), less what is dirty or under writeback, which can be taken only
+    once written, and a charge at the limit waits for that or fails (the
+    reclaim a charge does writes no file pages itself). Counting those
+    as used may refuse a run that a flush would let fit; leaving them out
+    could let one start that the kernel then kills."""
+    cache, unclean = _FILE_CACHE[version]
+    values = {}
     for line in (_read(os.path.join(directory, "memory.stat")) or "").splitlines():
         name, _, value = line.partition(" ")
-        if name == key:
-            try:
-                return int(value)
-            except ValueError:
-                return 0
-    return 0
+        try:
+            values[name] = int(value)
+        except ValueError:
+            pass
+    return max(sum(values.get(k, 0) for k in cache) - sum(values.get(k, 0) for k in unclean), 0)
 
 
 def memory(found: Hierarchies | None = None) -> Limit | None:
@@ -238,7 +252,7 @@ def memory(found: Hierarchies | None = None) -> Limit | None:
             value = _read_int(os.path.join(d, name))
             if value is None or value >= _V1_UNLIMITED or usage is None:
                 continue
-            used = max(usage - _inactive_file(d, h.version), 0)
+            used = max(usage - _reclaimable_file(d, h.version), 0)
             limits.append(Limit(os.path.join(d, name), value, used))
     return _tightest(limits)
 
@@ -328,7 +342,16 @@ def _tasks_of_user(uid: int) -> int | None:
 
 def nproc_enforced(status: str | None = None, uid: int | None = None) -> bool:
     """Whether the kernel holds this process to RLIMIT_NPROC: not for the
-    root user, nor with CAP_SYS_ADMIN or CAP_SYS_RESOURCE in effect."""
+    root user, nor with CAP_SYS_ADMIN or CAP_SYS_RESOURCE in effect.
+
+    Both are read as this process sees them, but the kernel (copy_process)
+    exempts only the initial user namespace's root and capable(), which
+    asks of the initial namespace: inside a user namespace (a rootless
+    container) uid 0 or those capabilities in CapEff do not exempt the
+    process, and this says False where the kernel enforces the limit. The
+    check before a run then misses it (a thread refused mid-run fails the
+    run with a RunError naming the thread); it never refuses a run that
+    fits."""
     if (os.getuid() if uid is None else uid) == 0:
         return False
     caps = _effective_caps(status)

@@ -58,7 +58,8 @@ class VcpuStats:
     pages            4 KiB pages the guest says it touched (all passes)
     exits            VM exits during the run, from KVM's own "exits" counter
                      (None where the kernel has no binary stats)
-    userspace_exits  returns from KVM_RUN to the vCPU thread (with
+    userspace_exits  returns from KVM_RUN to the vCPU thread, not counting
+                     the EAGAIN retries that never entered the guest (with
                      guest_timing, 32 of them are the clock-sync exits)
     fault_exits      with resolver="vcpu": those returns that were a fault
                      this vCPU's own thread resolved (0 with readers)

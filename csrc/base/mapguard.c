@@ -20,13 +20,17 @@
  * thread-local stores: within 0.5% of memcpy there. MADV_POPULATE_READ first
  * would not do: the file can still shrink between it and the copy.
  *
- * Everything else is left as it was. The handler is installed only while
- * some run holds a mapped file (counted: runs may overlap in threads), and
- * a SIGBUS it does not own (another address, another thread, one sent by
- * kill()) goes to the handler it replaced: faulthandler's, a C program's,
- * or the default action, which then kills as it would have. The last
- * release puts the old handler back, unless someone replaced ours since
- * (they may chain to it: it stays valid, and chains on in turn).
+ * Everything else is left as it was. The first hold installs the handler
+ * and it stays for the life of the process: a SIGBUS it does not own
+ * (another address, another thread, one sent by kill(), any with no copy in
+ * progress) goes to the handler it found then (faulthandler's, a C
+ * program's, or the default action, which then kills as it would have), so
+ * staying costs nothing. It is never put back or installed again: a handler
+ * installed after ours that chains to the one it replaced (a crash
+ * reporter, faulthandler) calls ours, and ours installed again over it
+ * would call it back, and so on until the stack ran out. The price: a
+ * handler put over ours that does not chain takes the guard out for the
+ * runs after it, as it would during a run.
  *
  * The handler uses only async-signal-safe calls (sigaction, raise,
  * pthread_sigmask after the jump) and a thread-local of the initial-exec
@@ -51,8 +55,8 @@ static __thread struct mapguard_copy *volatile mapguard_current
 	__attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t mapguard_lock = PTHREAD_MUTEX_INITIALIZER;
-static unsigned mapguard_holds;
-static struct sigaction mapguard_prev;	/* the handler found by the first hold */
+static bool mapguard_installed;
+static struct sigaction mapguard_prev;	/* the handler the first hold found */
 
 /* The signal is not a guarded copy's: hand it to what was there before us. */
 static void mapguard_chain(int sig, siginfo_t *si, void *uc)
@@ -101,28 +105,27 @@ int ukvm_mapguard_hold(void)
 	int ret = 0;
 
 	pthread_mutex_lock(&mapguard_lock);
-	if (mapguard_holds) {
-		mapguard_holds++;
+	if (mapguard_installed)
 		goto out;
-	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = mapguard_handler;
 	sigemptyset(&sa.sa_mask);
 	/* SA_ONSTACK: a thread with an alternate stack (faulthandler's) keeps using it. */
 	sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+	/*
+	 * The handler to chain to is in place before ours is: a SIGBUS that
+	 * comes the moment ours is installed finds it, not a zeroed one.
+	 */
 	if (sigaction(SIGBUS, NULL, &old)) {
 		ret = -errno;
 		goto out;
 	}
-	/* Ours already (put back by whoever replaced it): chain to what we found first. */
-	if (!((old.sa_flags & SA_SIGINFO) && old.sa_sigaction == mapguard_handler)) {
-		if (sigaction(SIGBUS, &sa, &old)) {
-			ret = -errno;
-			goto out;
-		}
-		mapguard_prev = old;
+	mapguard_prev = old;
+	if (sigaction(SIGBUS, &sa, NULL)) {
+		ret = -errno;
+		goto out;
 	}
-	mapguard_holds = 1;
+	mapguard_installed = true;
 out:
 	pthread_mutex_unlock(&mapguard_lock);
 	return ret;
@@ -130,13 +133,7 @@ out:
 
 void ukvm_mapguard_release(void)
 {
-	struct sigaction cur;
-
-	pthread_mutex_lock(&mapguard_lock);
-	if (mapguard_holds && !--mapguard_holds && !sigaction(SIGBUS, NULL, &cur) &&
-	    (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == mapguard_handler)
-		sigaction(SIGBUS, &mapguard_prev, NULL);
-	pthread_mutex_unlock(&mapguard_lock);
+	/* Nothing to undo: the handler stays (see the top of this file for why). */
 }
 
 int ukvm_mapguard_copy(void *dst, const void *src, size_t len)

@@ -2,9 +2,9 @@
 /*
  * Copies out of a mapping of a file that someone else may truncate: a
  * page past the file's new end is an error (-EIO), never the process's
- * SIGBUS. The guard's handler is installed while a guarded mapping is in
- * use (counted: ukvm_mapguard_hold, ukvm_mapguard_release), and any SIGBUS
- * that is not a guarded copy's goes on to the handler that was there before.
+ * SIGBUS. The guard's handler is installed by the first hold and stays for
+ * the life of the process, and any SIGBUS that is not a guarded copy's goes
+ * on to the handler that was there before it.
  */
 #ifndef UKVM_BASE_MAPGUARD_H
 #define UKVM_BASE_MAPGUARD_H
@@ -12,11 +12,11 @@
 #include <stddef.h>
 
 /*
- * Takes a hold on the guard, installing its SIGBUS handler if this is the
- * first: 0, or -errno (sigaction's). Each hold is released once.
+ * Takes a hold on the guard, installing its SIGBUS handler if no hold has
+ * before: 0, or -errno (sigaction's). Each hold is released once.
  */
 int ukvm_mapguard_hold(void);
-/* Lets go of a hold; the last puts back the handler the first found, if still ours. */
+/* Lets go of a hold. The handler stays: it is never uninstalled or installed twice. */
 void ukvm_mapguard_release(void);
 /*
  * len bytes from src, a mapping of a file, into dst, with a hold taken: 0,

@@ -307,20 +307,24 @@ static void experiment_linger(struct ukvm_experiment *exp)
 #ifdef UKVM_TEST_HOOKS
 /*
  * The thread budget (ukvm_setup_threads_needed, which Python checks against
- * pids.max and RLIMIT_NPROC) counts what the run started: the threads made
- * through ukvm_thread_create, this controller and KVM's worker. A drift
- * fails every test that runs the config.
+ * pids.max and RLIMIT_NPROC) against the threads the run made through
+ * ukvm_thread_create. Only those are checked: the controller and KVM's
+ * worker are added here as the 2 the budget counts them as, so a budget
+ * that miscounted either would still pass (counting the process's tasks
+ * instead would take in Python's own threads). A drift in the core's own
+ * threads fails every test that runs the config.
  */
 static int experiment_check_threads(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	char why[256];
 	uint64_t counted = ukvm_setup_threads_needed(&exp->cfg, why, sizeof(why));
-	uint64_t made = atomic_load(&exp->ctl.threads_made) + 2;
+	uint64_t made = atomic_load(&exp->ctl.threads_made) + 2;	/* see above */
 
 	if (made == counted)
 		return 0;
-	return ukvm_err_set(err, UKVM_ERR_RUN, 0, "the run started %llu threads (with the "
-			    "controller and KVM's worker), but its thread budget "
+	return ukvm_err_set(err, UKVM_ERR_RUN, 0, "the run made %llu threads through "
+			    "ukvm_thread_create (shown with 2 added for the controller and "
+			    "KVM's worker, not counted), but its thread budget "
 			    "(ukvm_setup_threads_needed) counts %llu (%s): the two have drifted "
 			    "apart", (unsigned long long)made, (unsigned long long)counted, why);
 }

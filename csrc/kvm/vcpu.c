@@ -543,7 +543,13 @@ void *ukvm_vcpu_thread(void *arg)
 		ret = ioctl(vcpu->fd, KVM_RUN, 0);
 		if (vcpu->timing)
 			tsc_after = ukvm_tsc_read();
-		vcpu->userspace_exits++;
+		/*
+		 * A return from the guest. KVM_RUN's EAGAIN (its worker could not
+		 * be started, vcpu_eagain_retry) comes before the guest is
+		 * entered: a retry of it is no exit.
+		 */
+		if (ret == 0 || errno != EAGAIN)
+			vcpu->userspace_exits++;
 		if (ret == 0) {
 			vcpu->efault_pending = false;	/* the guest ran on */
 			eagain_since_ns = 0;

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +45,55 @@ void ukvm_uffd_thread_init(struct ukvm_ctl *ctl, const char *who)
 {
 	thread_ctl = ctl;
 	snprintf(thread_who, sizeof(thread_who), "%s", who);
+}
+
+/*
+ * The ranges registered over hugetlb memory, for the one EEXIST that does
+ * not mean "there already" (resolve_present): elsewhere an EEXIST for a
+ * page mincore() calls absent is still a page that is there (an anonymous
+ * page swapped out and out of the swap cache, a pte marker, shmem's
+ * swapped-out pages), and doubting it failed good runs. Each registration
+ * drops the ranges it overlaps (that memory is now of its backing) and a
+ * hugetlb one adds its own, so a range stays here after its run only until
+ * the address is registered again; every address a resolving ioctl works
+ * on was registered here first. Full, the oldest slot goes.
+ */
+#define HUGETLB_RANGES	64
+static struct { uint64_t start, end; } hugetlb_ranges[HUGETLB_RANGES];
+static unsigned hugetlb_next;
+static pthread_mutex_t hugetlb_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void hugetlb_ranges_note(uint64_t start, uint64_t len, bool hugetlb)
+{
+	unsigned i, slot = HUGETLB_RANGES;
+
+	pthread_mutex_lock(&hugetlb_lock);
+	for (i = 0; i < HUGETLB_RANGES; i++) {
+		if (hugetlb_ranges[i].start < start + len && start < hugetlb_ranges[i].end)
+			hugetlb_ranges[i].start = hugetlb_ranges[i].end = 0;
+		if (hugetlb_ranges[i].start == hugetlb_ranges[i].end && slot == HUGETLB_RANGES)
+			slot = i;
+	}
+	if (hugetlb) {
+		if (slot == HUGETLB_RANGES)
+			slot = hugetlb_next++ % HUGETLB_RANGES;
+		hugetlb_ranges[slot].start = start;
+		hugetlb_ranges[slot].end = start + len;
+	}
+	pthread_mutex_unlock(&hugetlb_lock);
+}
+
+/* Whether addr lies in a range registered over hugetlb memory. */
+static bool hugetlb_at(uint64_t addr)
+{
+	bool found = false;
+	unsigned i;
+
+	pthread_mutex_lock(&hugetlb_lock);
+	for (i = 0; i < HUGETLB_RANGES && !found; i++)
+		found = hugetlb_ranges[i].start <= addr && addr < hugetlb_ranges[i].end;
+	pthread_mutex_unlock(&hugetlb_lock);
+	return found;
 }
 
 static int uffd_open_raw(int flags, struct ukvm_error *err)
@@ -254,6 +304,7 @@ int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode m
 			     "this memory", name, ioctl_name);
 		return -EOPNOTSUPP;
 	}
+	hugetlb_ranges_note(reg.range.start, len, ukvm_backing_is_hugetlb(backing));
 	return 0;
 }
 
@@ -363,12 +414,13 @@ static bool injected_eagain(void)
 #endif
 
 /*
- * Whether the page at addr is there, as EEXIST says it is. It may not be:
- * hugetlb_mfill_atomic_pte (mm/hugetlb.c) answers EEXIST, not ENOMEM, when
- * it cannot allocate the huge page (a hugetlb cgroup's hugetlb.<size>.max
- * met, the pool empty) and a page table is already there; nothing is
- * installed, and the vCPU would fault on the page for ever. An address
- * mincore() cannot say anything about counts as there.
+ * Whether the huge page at addr is there, as EEXIST says it is. It may not
+ * be: hugetlb_mfill_atomic_pte (mm/hugetlb.c) answers EEXIST, not ENOMEM,
+ * when it cannot allocate the huge page (a hugetlb cgroup's
+ * hugetlb.<size>.max met, the pool empty) and a page table is already
+ * there; nothing is installed, and the vCPU would fault on the page for
+ * ever. Asked only in hugetlb ranges (hugetlb_ranges). An address mincore()
+ * cannot say anything about counts as there.
  */
 static bool resolve_present(uint64_t addr)
 {
@@ -404,8 +456,8 @@ static int resolve(const char *name, resolve_try attempt, int uffd, uint64_t add
 		else
 #endif
 			ret = attempt(uffd, addr, len, src, &done);
-		/* EEXIST for a page that is not there: retried as EAGAIN, then an error. */
-		absent = ret == -EEXIST && !resolve_present(addr);
+		/* EEXIST for a huge page that is not there: retried as EAGAIN, then an error. */
+		absent = ret == -EEXIST && hugetlb_at(addr) && !resolve_present(addr);
 		if (absent)
 			ret = -EAGAIN;
 		if (ret != -EAGAIN && ret != -EINTR)

@@ -3,8 +3,9 @@
  * White-box cases of the SIGBUS guard (csrc/base/mapguard.c) and of
  * verify's read of a snapshot through it (csrc/uffd/verify.c): a copy from
  * a mapping of a file cut short is -EIO, in any thread, while a SIGBUS of
- * anyone else's still reaches the handler that was there before, and the
- * last release puts that handler back. A run cannot time a truncation to
+ * anyone else's still reaches the handler that was there before the first
+ * hold, and one installed after that chains, without a loop between the
+ * two. A run cannot time a truncation to
  * land inside verification; here the file is cut before verify reads it.
  */
 #include "helpers.h"
@@ -74,9 +75,11 @@ static void (*current_handler(void))(int, siginfo_t *, void *)
 /* The handler "before the guard": records the fault and jumps back to the case. */
 static sigjmp_buf prev_env;
 static volatile uintptr_t prev_addr;
+static volatile unsigned prev_calls;
 
 static void prev_handler(int sig, siginfo_t *si, void *uc)
 {
+	prev_calls++;
 	prev_addr = (uintptr_t)si->si_addr;
 	siglongjmp(prev_env, 1);
 }
@@ -90,6 +93,87 @@ static void install_prev(struct sigaction *old)
 	sa.sa_flags = SA_SIGINFO;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGBUS, &sa, old);
+}
+
+/*
+ * X: a handler installed over the guard's after a run that chains to the
+ * one it replaced, as faulthandler and crash reporters do. It counts its
+ * calls, and gives up (exit 4) at a depth a loop would reach.
+ */
+static struct sigaction x_prev;
+static volatile unsigned x_calls;
+
+static void x_handler(int sig, siginfo_t *si, void *uc)
+{
+	if (++x_calls > 1000)
+		_exit(4);
+	if (x_prev.sa_flags & SA_SIGINFO)
+		x_prev.sa_sigaction(sig, si, uc);
+	else
+		_exit(5);	/* it replaced no handler of ours */
+}
+
+static void install_x(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = x_handler;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &x_prev);
+}
+
+/* In a child: the exit status of fn, which may die of a loop in the handlers. */
+static int in_child(int (*fn)(struct file_map *), struct file_map *f)
+{
+	int status = 0;
+	pid_t pid;
+
+	pid = fork();
+	if (pid == 0) {
+		alarm(10);
+		_exit(fn(f));
+	}
+	if (!CHECK(pid > 0 && waitpid(pid, &status, 0) == pid))
+		return -1;
+	CHECK(WIFEXITED(status), "the child died of signal %d", WTERMSIG(status));
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/*
+ * Three runs, X put over the guard's after the first: each run a SIGBUS
+ * sent and a fault outside any copy reach X once and then the handler
+ * before the first hold; a copy past the file's end is still -EIO.
+ * 0, or the number of the first check that failed.
+ */
+static int runs_with_x(struct file_map *f)
+{
+	uint8_t buf[PAGE];
+	volatile unsigned run;	/* kept across the jumps back from prev_handler */
+
+	for (run = 0; run < 3; run++) {
+		if (ukvm_mapguard_hold())
+			return 10;
+		if (run == 1)
+			install_x();
+		x_calls = 0;
+		prev_calls = 0;
+		if (!sigsetjmp(prev_env, 1))
+			kill(getpid(), SIGBUS);
+		if (prev_calls != 1 || x_calls != (run > 0))
+			return 11 + run;
+		x_calls = 0;
+		prev_addr = 0;
+		if (!sigsetjmp(prev_env, 1))
+			(void)*(volatile uint8_t *)(f->map + 2 * PAGE + 8);
+		if (prev_addr != (uintptr_t)(f->map + 2 * PAGE + 8) || x_calls != (run > 0))
+			return 21 + run;
+		if (ukvm_mapguard_copy(buf, f->map + 3 * PAGE, PAGE) != -EIO)
+			return 31 + run;
+		ukvm_mapguard_release();
+	}
+	return 0;
 }
 
 struct copier {
@@ -119,72 +203,7 @@ int main(void)
 	setvbuf(stderr, NULL, _IOLBF, 0);
 	install_prev(&old);
 
-	UKT_CASE("a copy from the file's pages is theirs; past its new end, -EIO") {
-		if (file_map_make(&f)) {
-			CHECK_EQ(ukvm_mapguard_hold(), 0);
-			CHECK_EQ(ukvm_mapguard_copy(buf, f.map + 3 * PAGE, PAGE), 0);
-			CHECK(buf[0] == 4 && buf[PAGE - 1] == 4);
-			CHECK_EQ(ftruncate(f.fd, 2 * PAGE), 0);
-			CHECK_EQ(ukvm_mapguard_copy(buf, f.map + 3 * PAGE, PAGE), -EIO);
-			CHECK_EQ(ukvm_mapguard_copy(buf, f.map + PAGE, 2 * PAGE), -EIO);  /* straddles */
-			CHECK_EQ(ukvm_mapguard_copy(buf, f.map + PAGE, PAGE), 0);
-			CHECK(buf[0] == 2);
-			/* Again after a caught one: the jump left SIGBUS unblocked. */
-			CHECK_EQ(ukvm_mapguard_copy(buf, f.map + 2 * PAGE, PAGE), -EIO);
-			ukvm_mapguard_release();
-			CHECK(current_handler() == prev_handler, "the handler before was not put back");
-		}
-		file_map_free(&f);
-	}
-
-	UKT_CASE("a SIGBUS outside a guarded copy goes to the handler before") {
-		if (file_map_make(&f)) {
-			CHECK_EQ(ukvm_mapguard_hold(), 0);
-			CHECK(current_handler() != prev_handler, "the guard is not installed");
-			CHECK_EQ(ftruncate(f.fd, PAGE), 0);
-			prev_addr = 0;
-			if (!sigsetjmp(prev_env, 1))
-				(void)*(volatile uint8_t *)(f.map + 2 * PAGE + 8);
-			CHECK(prev_addr == (uintptr_t)(f.map + 2 * PAGE + 8),
-			      "the handler before saw 0x%lx", (unsigned long)prev_addr);
-			ukvm_mapguard_release();
-		}
-		file_map_free(&f);
-	}
-
-	UKT_CASE("holds are counted; one put over the guard's is left in place") {
-		CHECK_EQ(ukvm_mapguard_hold(), 0);
-		CHECK_EQ(ukvm_mapguard_hold(), 0);
-		ukvm_mapguard_release();
-		CHECK(current_handler() != prev_handler, "released with a hold left");
-		ukvm_mapguard_release();
-		CHECK(current_handler() == prev_handler);
-		CHECK_EQ(ukvm_mapguard_hold(), 0);
-		install_prev(NULL);		/* someone else's, over ours */
-		ukvm_mapguard_release();
-		CHECK(current_handler() == prev_handler, "the newer handler was replaced");
-	}
-
-	UKT_CASE("threads copy at once, each caught on its own") {
-		struct copier cut = { .want = -EIO }, whole = { .want = 0 };
-		pthread_t a, b;
-
-		if (file_map_make(&f)) {
-			CHECK_EQ(ukvm_mapguard_hold(), 0);
-			CHECK_EQ(ftruncate(f.fd, 2 * PAGE), 0);
-			cut.src = f.map + 3 * PAGE;
-			whole.src = f.map;
-			CHECK_EQ(pthread_create(&a, NULL, copier_thread, &cut), 0);
-			CHECK_EQ(pthread_create(&b, NULL, copier_thread, &whole), 0);
-			pthread_join(a, NULL);
-			pthread_join(b, NULL);
-			CHECK_EQ(cut.wrong, 0u);
-			CHECK_EQ(whole.wrong, 0u);
-			ukvm_mapguard_release();
-		}
-		file_map_free(&f);
-	}
-
+	/* First: its child must make the first hold (the guard is installed once a process). */
 	UKT_CASE("with the default action before, a SIGBUS not the guard's still kills") {
 		struct sigaction dfl;
 		int status = 0;
@@ -206,6 +225,68 @@ int main(void)
 			CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
 			CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS,
 			      "the child ended with status 0x%x", status);
+		}
+		file_map_free(&f);
+	}
+
+	UKT_CASE("a copy from the file's pages is theirs; past its new end, -EIO") {
+		if (file_map_make(&f)) {
+			CHECK_EQ(ukvm_mapguard_hold(), 0);
+			CHECK_EQ(ukvm_mapguard_copy(buf, f.map + 3 * PAGE, PAGE), 0);
+			CHECK(buf[0] == 4 && buf[PAGE - 1] == 4);
+			CHECK_EQ(ftruncate(f.fd, 2 * PAGE), 0);
+			CHECK_EQ(ukvm_mapguard_copy(buf, f.map + 3 * PAGE, PAGE), -EIO);
+			CHECK_EQ(ukvm_mapguard_copy(buf, f.map + PAGE, 2 * PAGE), -EIO);  /* straddles */
+			CHECK_EQ(ukvm_mapguard_copy(buf, f.map + PAGE, PAGE), 0);
+			CHECK(buf[0] == 2);
+			/* Again after a caught one: the jump left SIGBUS unblocked. */
+			CHECK_EQ(ukvm_mapguard_copy(buf, f.map + 2 * PAGE, PAGE), -EIO);
+			ukvm_mapguard_release();
+			CHECK(current_handler() != prev_handler, "the guard was uninstalled");
+		}
+		file_map_free(&f);
+	}
+
+	UKT_CASE("a SIGBUS outside a guarded copy goes to the handler before") {
+		if (file_map_make(&f)) {
+			CHECK_EQ(ukvm_mapguard_hold(), 0);
+			CHECK(current_handler() != prev_handler, "the guard is not installed");
+			CHECK_EQ(ftruncate(f.fd, PAGE), 0);
+			prev_addr = 0;
+			if (!sigsetjmp(prev_env, 1))
+				(void)*(volatile uint8_t *)(f.map + 2 * PAGE + 8);
+			CHECK(prev_addr == (uintptr_t)(f.map + 2 * PAGE + 8),
+			      "the handler before saw 0x%lx", (unsigned long)prev_addr);
+			ukvm_mapguard_release();
+		}
+		file_map_free(&f);
+	}
+
+	UKT_CASE("a handler put over the guard's that chains to it: no loop, over runs") {
+		/* Red when a later hold installed the guard over X again: X, ours, X, ... */
+		if (file_map_make(&f)) {
+			CHECK_EQ(ftruncate(f.fd, PAGE), 0);
+			CHECK_EQ(in_child(runs_with_x, &f), 0);
+		}
+		file_map_free(&f);
+	}
+
+	UKT_CASE("threads copy at once, each caught on its own") {
+		struct copier cut = { .want = -EIO }, whole = { .want = 0 };
+		pthread_t a, b;
+
+		if (file_map_make(&f)) {
+			CHECK_EQ(ukvm_mapguard_hold(), 0);
+			CHECK_EQ(ftruncate(f.fd, 2 * PAGE), 0);
+			cut.src = f.map + 3 * PAGE;
+			whole.src = f.map;
+			CHECK_EQ(pthread_create(&a, NULL, copier_thread, &cut), 0);
+			CHECK_EQ(pthread_create(&b, NULL, copier_thread, &whole), 0);
+			pthread_join(a, NULL);
+			pthread_join(b, NULL);
+			CHECK_EQ(cut.wrong, 0u);
+			CHECK_EQ(whole.wrong, 0u);
+			ukvm_mapguard_release();
 		}
 		file_map_free(&f);
 	}
