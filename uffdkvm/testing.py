@@ -326,7 +326,9 @@ def trials_needed(cv: float, tolerance: float) -> int:
     the sample's extremes). A difference that is the tolerance itself is
     then resolved about half of the time; for b slower than a by d to fail
     assert_not_slower(tolerance) reliably, d must be about the tolerance
-    plus twice the half width.
+    plus twice the half width. The two sides' noise is taken as independent:
+    where the two runs of a pair share it (drift of the host), the ratios
+    vary less and fewer trials do; a first comparison shows which.
     """
     for name, v in (("cv", cv), ("tolerance", tolerance)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 \
