@@ -48,7 +48,9 @@ def main() -> int:
             verdict = "FAIL"
             c = None
             print(e, file=sys.stderr)
-        line = f"{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c else ""
+        line = (f"{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] cv a "
+                f"{uffdkvm.spread_of(c.a).cv:.1%} b {uffdkvm.spread_of(c.b).cv:.1%}"
+                if c else "")
         print(f"rep {rep + 1}/{a.reps}: {verdict} {line}", flush=True)
     print(f"assert_not_slower(c, c, tolerance={a.tolerance}, trials={a.trials}, "
           f"metric={a.metric!r}) with c = {' '.join(a.fields)}: "
