@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -90,7 +90,7 @@ class _Recorder:
 
 # ---- the marker: checked at collection, established when a test runs ----
 
-def _usage_errors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+def _usage_errors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
     errors = []
     for feature in args:
         if feature not in FEATURES:

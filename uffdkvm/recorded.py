@@ -50,4 +50,5 @@ def load_results(path: PathLike, max_bytes: int = MAX_JSON_BYTES) -> pandas.Data
                 raise ResultError(f"{where}: not a line that pytest --uffdkvm-results "
                                   f"writes: {type(e).__name__}: {e}") from None
             rows.append({"nodeid": nodeid, **run_row(result)})
-    return _pandas().DataFrame(rows, columns=None if rows else ["nodeid"])
+    frame: pandas.DataFrame = _pandas().DataFrame(rows, columns=None if rows else ["nodeid"])
+    return frame
