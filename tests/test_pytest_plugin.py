@@ -289,3 +289,16 @@ def test_the_plugin_imports_nothing_heavy():
     out = subprocess.run(python(code=code), env=ENV, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_uffdkvm_host_is_this_hosts_hostinfo(pytester, kvm):
+    host = uffdkvm.HostInfo.current()
+    pytester.makepyfile(f"""
+        import uffdkvm
+
+        def test_host(uffdkvm_host):
+            assert isinstance(uffdkvm_host, uffdkvm.HostInfo)
+            assert uffdkvm_host.kernel_release == {host.kernel_release!r}
+            assert uffdkvm_host.kvm_module == {host.kvm_module!r}
+    """)
+    pytester.runpytest("-rs").assert_outcomes(passed=1)
