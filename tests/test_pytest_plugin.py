@@ -302,3 +302,20 @@ def test_uffdkvm_host_is_this_hosts_hostinfo(pytester, kvm):
             assert uffdkvm_host.kvm_module == {host.kvm_module!r}
     """)
     pytester.runpytest("-rs").assert_outcomes(passed=1)
+
+
+def test_a_field_whose_value_does_not_hash_is_probed(pytester, kvm):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.uffdkvm_requires(vcpus=1, pin_vcpus=[0])
+        def test_pinned():
+            pass
+
+        @pytest.mark.uffdkvm_requires(vcpus=1, pin_vcpus=[1000])
+        def test_pinned_to_a_cpu_it_lacks():
+            pass
+    """)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert "pin_vcpus=[1000]: " in result.stdout.str()

@@ -152,7 +152,12 @@ def _missing(features: tuple[str, ...], kwargs: tuple[tuple[str, Any], ...]) -> 
                 return why
         else:
             fields[name] = value
-    return _config_refused(tuple(fields.items())) if fields else None
+    if not fields:
+        return None
+    try:
+        return _config_refused(tuple(fields.items()))
+    except TypeError:  # a value that does not hash (a list of CPUs, say): asked uncached
+        return _config_refused.__wrapped__(tuple(fields.items()))
 
 
 @functools.cache
