@@ -24,6 +24,7 @@ from .errors import (
 from .histogram import Histogram
 from .host import HostInfo
 from .progress import Progress
+from .recorded import load_results
 from .result import FaultTrace, ReaderStats, Result, VcpuStats
 from .run import probe, run
 from .snapshot import make_snapshot
@@ -36,7 +37,7 @@ __all__ = [
     "MissingDependencyError", "Progress", "Ratio", "ReaderStats", "Result", "ResultError",
     "RunError", "RunTimeoutError", "Spread", "SweepWarning",
     "UffdkvmError", "VcpuStats", "__version__", "backing_support", "fault_path_support",
-    "make_snapshot", "parse_size", "probe",
+    "load_results", "make_snapshot", "parse_size", "probe",
     "ratio_of", "read_results", "read_touch_order", "run", "source_support", "spread_of",
     "summarize", "sweep",
 ]
