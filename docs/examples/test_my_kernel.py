@@ -1,5 +1,11 @@
 """An example suite: regression tests of a kernel change with uffdkvm.
 
+It uses uffdkvm's pytest plugin (installed with uffdkvm): the fixtures
+``uffdkvm_host`` (skips, with the host's reason, where /dev/kvm or
+userfaultfd is unusable) and ``uffdkvm_run`` (run(), each Result recorded
+into the report), and the marker ``uffdkvm_requires`` (skips where the
+host cannot run a config).
+
 Copy it into your own tests and change the configs, the knob and the
 thresholds to yours (docs/testing.md walks through it). Run it as root, with
 /dev/kvm and userfaultfd usable:
@@ -36,17 +42,6 @@ KNOB_VALUE = "10"
 MINOR_P99_NS = 200_000
 
 
-@pytest.fixture
-def host() -> uffdkvm.HostInfo:
-    """Skip, with the host's own reason, where the experiment cannot run."""
-    try:
-        uffdkvm.probe(EPOLL_READERS)
-        uffdkvm.probe(MINOR)
-    except uffdkvm.HostUnsupportedError as e:
-        pytest.skip(str(e))
-    return uffdkvm.HostInfo.current()
-
-
 def set_knob(value: str) -> Callable[[], Callable[[], None]]:
     """A setup for compare(): write value to KNOB before a run, and return
     the undo that writes the old value back after it."""
@@ -57,7 +52,7 @@ def set_knob(value: str) -> Callable[[], Callable[[], None]]:
     return setup
 
 
-def test_knob_does_not_slow_epoll_readers(host: uffdkvm.HostInfo) -> None:
+def test_knob_does_not_slow_epoll_readers(uffdkvm_host: uffdkvm.HostInfo) -> None:
     """The same config with the knob off (a) and on (b), interleaved: b may
     not page in more than 5% slower than a, as far as 15 pairs can tell."""
     if not KNOB.exists():
@@ -66,7 +61,7 @@ def test_knob_does_not_slow_epoll_readers(host: uffdkvm.HostInfo) -> None:
                       setup_b=set_knob(KNOB_VALUE))
 
 
-def test_basic_stats_cost_no_more_per_fault(host: uffdkvm.HostInfo) -> None:
+def test_basic_stats_cost_no_more_per_fault(uffdkvm_host: uffdkvm.HostInfo) -> None:
     """Two configs: the per-fault overhead (uffd less no uffd, the guest's
     own time cancelled) with the readers keeping basic statistics may not
     exceed that with full statistics (the default) by more than 5%."""
@@ -76,13 +71,14 @@ def test_basic_stats_cost_no_more_per_fault(host: uffdkvm.HostInfo) -> None:
                       trials=15)
 
 
-def test_minor_faults_p99(host: uffdkvm.HostInfo) -> None:
+@pytest.mark.uffdkvm_requires(uffd_mode="minor", backing="shmem")
+def test_minor_faults_p99(uffdkvm_run: Callable[..., uffdkvm.Result]) -> None:
     """Our MINOR handler keeps its service time under budget at p99: the
     median of three runs' p99 (one run's p99 rests on its ten slowest of
     1,024 faults, and a preempted reader can spoil it)."""
     p99s = []
     for _ in range(3):
-        r = uffdkvm.run(MINOR)
+        r = uffdkvm_run(MINOR)
         assert r.verified, r.verify_message
         assert r.service_latency is not None  # stats="full", the default
         p99 = r.service_latency.percentile(99)
