@@ -1,6 +1,7 @@
 """The pytest plugin (uffdkvm.pytest_plugin), run through pytester: inner
 suites that use its fixtures and marker, with and without the plugin."""
 import json
+import os
 import subprocess
 import textwrap
 import xml.etree.ElementTree as ET
@@ -97,6 +98,38 @@ def test_a_named_feature_runs_where_the_host_has_it(pytester, kvm):
         result.assert_outcomes(passed=1)
     else:
         result.assert_outcomes(skipped=1)
+
+
+def test_a_kvm_capability_feature_is_kvms_answer(pytester, kvm):
+    # The dirty ring asked of /dev/kvm here, by hand, as the record to match.
+    import fcntl
+    fd = os.open("/dev/kvm", os.O_RDWR)
+    try:
+        ring_bytes = fcntl.ioctl(fd, 0xAE03, 192)  # KVM_CHECK_EXTENSION(KVM_CAP_DIRTY_LOG_RING)
+    finally:
+        os.close(fd)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.uffdkvm_requires("dirty_ring")
+        def test_ring():
+            pass
+    """)
+    result = pytester.runpytest("-rs")
+    if ring_bytes > 0:
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(skipped=1)
+        result.stdout.fnmatch_lines(["*KVM_CAP_DIRTY_LOG_RING*"])
+
+
+def test_a_capability_kvm_lacks_is_missing_with_its_name():
+    from uffdkvm.pytest_plugin import kvm_cap_missing
+    # No KVM numbers a capability this high: KVM_CHECK_EXTENSION answers 0.
+    why = kvm_cap_missing("KVM_CAP_NOT_ONE", 1 << 20)
+    assert why is not None and "KVM_CAP_NOT_ONE" in why and "answers 0" in why
+    why = kvm_cap_missing("KVM_CAP_DIRTY_LOG_RING", 192, path="/nonexistent/kvm")
+    assert why is not None and "cannot open /nonexistent/kvm" in why
 
 
 @pytest.mark.parametrize("marker, says", [

@@ -40,6 +40,16 @@ FEATURES: dict[str, dict[str, Any]] = {
     "io_uring": {"wait": "io_uring"},
     "minor_shmem": {"backing": "shmem", "uffd_mode": "minor"},
 }
+#: Named features that are KVM capabilities, not configs (uffdkvm runs none
+#: of them yet: a user's own code may): the name, KVM_CAP_* and its number
+#: (include/uapi/linux/kvm.h). The host has one where /dev/kvm's
+#: KVM_CHECK_EXTENSION answers it with a positive value (for the dirty ring:
+#: the ring's largest size in bytes).
+KVM_CAPS: dict[str, tuple[str, int]] = {
+    "dirty_ring": ("KVM_CAP_DIRTY_LOG_RING", 192),
+    "dirty_ring_acq_rel": ("KVM_CAP_DIRTY_LOG_RING_ACQ_REL", 223),
+}
+_KVM_CHECK_EXTENSION = 0xAE03  # _IO(KVMIO, 0x03)
 #: Keywords of the marker that are counts, not Config fields.
 COUNTS = ("hugepages", "cpus")
 #: The key figures of each run that go into user_properties, with the name
@@ -93,8 +103,9 @@ class _Recorder:
 def _usage_errors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
     errors = []
     for feature in args:
-        if feature not in FEATURES:
-            errors.append(f"unknown feature {feature!r} (known: {', '.join(FEATURES)})")
+        if feature not in FEATURES and feature not in KVM_CAPS:
+            errors.append(f"unknown feature {feature!r} "
+                          f"(known: {', '.join([*FEATURES, *KVM_CAPS])})")
     fields = {}
     for name, value in kwargs.items():
         if name in COUNTS:
@@ -173,8 +184,30 @@ def _kvm_unusable() -> str | None:
     return None
 
 
+def kvm_cap_missing(cap: str, number: int, path: str = "/dev/kvm") -> str | None:
+    """Why KVM does not offer capability `cap` (KVM_CAP_*, `number`), or None:
+    its KVM_CHECK_EXTENSION answer on /dev/kvm, 0 meaning absent."""
+    import fcntl
+    import os
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e:
+        return f"cannot open {path}: {e}"
+    try:
+        answer = fcntl.ioctl(fd, _KVM_CHECK_EXTENSION, number)
+    except OSError as e:
+        return f"KVM_CHECK_EXTENSION({cap}) on {path}: {e}"
+    finally:
+        os.close(fd)
+    if answer <= 0:
+        return f"this KVM does not offer {cap} (KVM_CHECK_EXTENSION answers {answer})"
+    return None
+
+
 @functools.cache
 def _feature_missing(feature: str) -> str | None:
+    if feature in KVM_CAPS:
+        return kvm_cap_missing(*KVM_CAPS[feature])
     from .config import Config
     from .errors import HostUnsupportedError
     from .run import run
