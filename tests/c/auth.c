@@ -106,9 +106,6 @@ static bool server_start(struct server *s, const char *listen, const char *key_f
 			 uint64_t handshake_ns)
 {
 	int ready[2], stop[2], errp[2];
-	char line[256] = "";
-	size_t got = 0;
-
 	memset(s, 0, sizeof(*s));
 	if (pipe2(ready, O_CLOEXEC) || pipe2(stop, O_CLOEXEC) || pipe2(errp, O_CLOEXEC))
 		return false;
@@ -136,25 +133,7 @@ static bool server_start(struct server *s, const char *listen, const char *key_f
 	close(errp[1]);
 	s->stop_w = stop[1];
 	s->err_r = errp[0];
-	while (s->pid > 0 && !strchr(line, '\n') && got < sizeof(line) - 1) {
-		struct pollfd p = { .fd = ready[0], .events = POLLIN };
-		ssize_t n;
-
-		if (poll(&p, 1, 10000) <= 0)
-			break;
-		n = read(ready[0], line + got, sizeof(line) - 1 - got);
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	close(ready[0]);
-	if (strncmp(line, "ready ", 6) || !strchr(line, '\n')) {
-		CHECK(false, "the server said \"%s\", not ready", line);
-		return false;
-	}
-	*strchr(line, '\n') = '\0';
-	snprintf(s->address, sizeof(s->address), "%s", line + 6);
-	return true;
+	return ukt_read_ready(ready[0], s->address, sizeof(s->address));
 }
 
 /* Stops the server; its status, and what it wrote on stderr into log. */

@@ -22,12 +22,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ukvm.h"
 
@@ -142,6 +144,36 @@ static inline void ukt_sleep_ms(unsigned ms)
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
+}
+
+/*
+ * Reads a forked page server's "ready ADDRESS\n" line from fd (10 s at
+ * most), puts ADDRESS in address and closes fd: true when the line came.
+ */
+static inline bool ukt_read_ready(int fd, char *address, size_t size)
+{
+	char line[256] = "";
+	size_t got = 0;
+
+	while (!strchr(line, '\n') && got < sizeof(line) - 1) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&p, 1, 10000) <= 0)
+			break;
+		n = read(fd, line + got, sizeof(line) - 1 - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	if (strncmp(line, "ready ", 6) || !strchr(line, '\n')) {
+		CHECK(false, "the server said \"%s\", not ready", line);
+		return false;
+	}
+	*strchr(line, '\n') = '\0';
+	snprintf(address, size, "%s", line + 6);
+	return true;
 }
 
 /* ---- configs ---- */

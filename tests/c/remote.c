@@ -11,7 +11,6 @@
  * the child exits through exit()) leaks nothing. No KVM needed.
  */
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -89,9 +88,6 @@ static bool server_start(struct server *s, bool tcp, uint64_t latency_ns, uint64
 {
 	static unsigned seq;
 	int ready[2], stop[2];
-	char line[256] = "";
-	size_t got = 0;
-
 	memset(s, 0, sizeof(*s));
 	if (pipe2(ready, O_CLOEXEC) || pipe2(stop, O_CLOEXEC))
 		return false;
@@ -123,25 +119,7 @@ static bool server_start(struct server *s, bool tcp, uint64_t latency_ns, uint64
 	close(ready[1]);
 	close(stop[0]);
 	s->stop_w = stop[1];
-	while (s->pid > 0 && !strchr(line, '\n') && got < sizeof(line) - 1) {
-		struct pollfd p = { .fd = ready[0], .events = POLLIN };
-		ssize_t n;
-
-		if (poll(&p, 1, 10000) <= 0)
-			break;
-		n = read(ready[0], line + got, sizeof(line) - 1 - got);
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	close(ready[0]);
-	if (strncmp(line, "ready ", 6) || !strchr(line, '\n')) {
-		CHECK(false, "the server said \"%s\", not ready", line);
-		return false;
-	}
-	*strchr(line, '\n') = '\0';
-	snprintf(s->address, sizeof(s->address), "%s", line + 6);
-	return true;
+	return ukt_read_ready(ready[0], s->address, sizeof(s->address));
 }
 
 /* Waits (bounded) for the server to exit; its status, or -1 if it had to be killed. */
