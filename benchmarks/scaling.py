@@ -15,8 +15,9 @@ Sweeps (--sweeps, default all three):
   memory  total guest memory --sizes (default 64M,1G,4G,16G), 1 vCPU, so
           -b is the total; backings --backings (default anonymous and
           anonymous_hugetlb, 2 MiB pages). For hugetlb the script raises
-          /proc/sys/vm/nr_hugepages to what the biggest size needs and puts
-          it back as it found it when it ends (also on error and Ctrl-C);
+          /proc/sys/vm/nr_hugepages to what the biggest size needs, for the
+          hugetlb points alone, and takes back what it added when they end
+          (also on error, Ctrl-C and SIGTERM);
           a size the host cannot reserve, or whose memory is not available,
           is skipped with the reason printed. Sizes of --big-from and up
           (default 4G) run only --big-trials trials (default 2): the table
@@ -43,13 +44,17 @@ anonymous, 512 for 2 MiB hugetlb).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import signal
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +66,8 @@ import uffdkvm  # noqa: E402
 from uffdkvm._spawn import python_command  # noqa: E402
 
 NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
+# The lock tests/hostfacts.py takes around its own changes to the pools.
+HUGEPAGES_LOCK = os.path.join(tempfile.gettempdir(), "uffdkvm-hugepages.lock")
 HUGE = 2 << 20
 PAGE = 4096
 PAGES_PER_FAULT = {"anonymous": 1, "anonymous_hugetlb": HUGE // PAGE}
@@ -169,25 +176,42 @@ def rate_cell(values: list[float | None]) -> str:
 
 
 class Hugepages:
-    """nr_hugepages raised for the run and put back as found, whatever happens."""
+    """nr_hugepages raised for the run and put back, whatever happens.
+
+    Changes are relative and made under the lock the test suite's host
+    probes take (tests/hostfacts.py), so that a test session adding pages
+    meanwhile keeps its own: the script adds what it lacks and later takes
+    away exactly what it added."""
 
     def __init__(self) -> None:
-        self.found: int | None = None
-        self.written: int | None = None  # what this script set it to, if it did
+        self.found: int | None = None  # nr_hugepages when first asked
+        self.added = 0
+
+    @staticmethod
+    @contextlib.contextmanager
+    def locked() -> Iterator[None]:
+        fd = os.open(HUGEPAGES_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def reserve(self, pages: int) -> int:
         """Raise the pool so that `pages` are free; returns how many are."""
-        now = int(NR_HUGEPAGES.read_text())
-        if self.found is None:
-            self.found = now
-        free = self.free()
-        want = now + max(0, pages - free)
-        if want > now:
-            try:
-                NR_HUGEPAGES.write_text(f"{want}\n")
-                self.written = want
-            except OSError as e:
-                print(f"note: cannot raise {NR_HUGEPAGES} to {want}: {e}", file=sys.stderr)
+        with self.locked():
+            now = int(NR_HUGEPAGES.read_text())
+            if self.found is None:
+                self.found = now
+            lack = max(0, pages - self.free())
+            if lack:
+                try:
+                    NR_HUGEPAGES.write_text(f"{now + lack}\n")
+                except OSError as e:
+                    print(f"note: cannot raise {NR_HUGEPAGES} to {now + lack}: {e}",
+                          file=sys.stderr)
+                # what the kernel found, not what was asked
+                self.added += max(0, int(NR_HUGEPAGES.read_text()) - now)
         return self.free()
 
     @staticmethod
@@ -198,16 +222,14 @@ class Hugepages:
         return 0
 
     def restore(self) -> None:
-        """Back to what it was; if something else changed it meanwhile, only
-        what this script added is taken away."""
-        if self.found is not None and self.written is not None:
-            now = int(NR_HUGEPAGES.read_text())
-            back = self.found if now == self.written else \
-                max(self.found, now - (self.written - self.found))
-            NR_HUGEPAGES.write_text(f"{back}\n")
-            print(f"{NR_HUGEPAGES} put back to {back} (found {self.found}, raised to "
-                  f"{self.written}, {now} before putting back)", file=sys.stderr)
-        self.found = self.written = None
+        if self.added:
+            with self.locked():
+                now = int(NR_HUGEPAGES.read_text())
+                NR_HUGEPAGES.write_text(f"{max(now - self.added, 0)}\n")
+                print(f"{NR_HUGEPAGES}: the {self.added} pages added taken back "
+                      f"({now} -> {NR_HUGEPAGES.read_text().strip()}; found "
+                      f"{self.found})", file=sys.stderr)
+        self.found, self.added = None, 0
 
 
 def available_bytes() -> int:

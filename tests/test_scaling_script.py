@@ -96,7 +96,7 @@ def test_phases_add_up(tiny):
         assert 0 < p["paging_s"] < p["wall_s"]
         assert math.isclose(p["outside_paging_s"], p["wall_s"] - p["paging_s"], rel_tol=1e-9)
         setup, after = p["setup_seen_s"], p["after_paging_seen_s"]
-        # None where no progress tick came after setup (after paging: after paging)
+        # None where no progress tick came after setup (or after paging)
         assert after is None or setup is not None
         assert setup is None or 0 <= setup <= p["wall_s"]
         assert after is None or 0 <= after <= p["wall_s"] - setup
