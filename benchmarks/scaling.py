@@ -25,6 +25,11 @@ Sweeps (--sweeps, default all three):
   vcpus   --vcpus (default 1,2,4,8,16) at --mem-per-vcpu (default 64M):
           aggregate rate (pages/s over all vCPUs, uffd and none) and the
           per-fault overhead; more vCPUs than host CPUs is "oversubscribed".
+          There a vCPU's time per fault includes waiting for a CPU, so the
+          table also gives "CPU us/fault", the same formula with the CPUs
+          the vCPUs can use, min(vcpus, host CPUs), for vcpus: the CPU time
+          a fault adds if those CPUs are busy the whole run (as they are
+          when oversubscribed).
   phases  one in-process uffdkvm.run() per memory size (1 vCPU) and vCPU
           count: its wall clock less paging (Result.seconds), exact, and
           how that splits as the core's progress phases show it: setup
@@ -71,8 +76,10 @@ HUGEPAGES_LOCK = os.path.join(tempfile.gettempdir(), "uffdkvm-hugepages.lock")
 HUGE = 2 << 20
 PAGE = 4096
 PAGES_PER_FAULT = {"anonymous": 1, "anonymous_hugetlb": HUGE // PAGE}
-# For the time estimate only: this host's rate with and without faults.
-GUESS_PAGES_PER_S = 15_000
+# For the time estimate only: this host's rates (pages/s, 1 vCPU, measured
+# under load on 2026-12-01): with 4 KiB faults, with 2 MiB faults, without.
+GUESS_UFFD_PAGES_PER_S = {"anonymous": 40_000, "anonymous_hugetlb": 110_000}
+GUESS_NONE_PAGES_PER_S = 130_000
 GUESS_START_S = 1.0
 
 
@@ -144,15 +151,20 @@ def measure(points: list[Point], trials: int) -> None:
 
 
 def estimate_s(points: list[Point]) -> float:
-    return sum(p.trials * 2 * (GUESS_START_S + p.pages / GUESS_PAGES_PER_S /
-                               PAGES_PER_FAULT.get(p.backing, 1) ** 0.5)
-               for p in points)
+    return sum(p.trials * (2 * GUESS_START_S + p.pages / GUESS_UFFD_PAGES_PER_S[p.backing] +
+                           p.pages / GUESS_NONE_PAGES_PER_S) for p in points)
 
 
 def summary(p: Point) -> dict[str, Any]:
     us = overhead.overheads_us(p.rates, "uffdkvm", "uffdkvm", p.vcpus)
     ppf = PAGES_PER_FAULT[p.backing]
     per_fault = [None if x is None else x * ppf for x in us]
+    # The same difference on the CPUs the vCPUs can use, all busy (overhead.py's
+    # formula with min(vcpus, host CPUs) for vcpus): past the host's CPUs a
+    # vCPU's wall time per fault includes waiting for a CPU, this does not.
+    busy = min(p.vcpus, os.cpu_count() or 1)
+    cpu_per_fault = overhead.overheads_us(p.rates, "uffdkvm", "uffdkvm", busy)
+    cpu_per_fault = [None if x is None else x * ppf for x in cpu_per_fault]
     med = {n: statistics.median([x for x in v if x] or [float("nan")])
            for n, v in p.rates.items()}
     return {"sweep": p.sweep, "label": p.label, "flags": " ".join(p.flags),
@@ -160,7 +172,8 @@ def summary(p: Point) -> dict[str, Any]:
             "pages_per_fault": ppf, "trials": p.trials,
             "oversubscribed": p.vcpus > (os.cpu_count() or 1),
             "rates": p.rates, "median_rates": med,
-            "us_per_page": us, "us_per_fault": per_fault}
+            "us_per_page": us, "us_per_fault": per_fault, "busy_cpus": busy,
+            "cpu_us_per_fault": cpu_per_fault}
 
 
 def cell(values: list[float | None]) -> str:
@@ -370,10 +383,12 @@ def main() -> None:
         vcp = vcpu_points(a) if "vcpus" in sweeps else []
         phases = phase_points(a) if "phases" in sweeps else []
         guess = estimate_s(mem) + estimate_s(vcp) + sum(
-            2 + size_bytes(s) * v / PAGE / GUESS_PAGES_PER_S for s, v in phases)
-        print(f"estimate: about {guess / 60:.0f} min (at ~{GUESS_PAGES_PER_S} pages/s, "
-              f"{len(mem)} memory points, {len(vcp)} vCPU points, {len(phases)} phase runs)",
-              file=sys.stderr)
+            2 + 2 * size_bytes(s) * v / PAGE / GUESS_UFFD_PAGES_PER_S["anonymous"]
+            for s, v in phases)
+        print(f"estimate: about {guess / 60:.0f} min (at this host's rates with and without "
+              f"faults, {GUESS_UFFD_PAGES_PER_S['anonymous']} and {GUESS_NONE_PAGES_PER_S} "
+              f"pages/s; {len(mem)} memory points, {len(vcp)} vCPU points, {len(phases)} "
+              f"phase runs)", file=sys.stderr)
         started = time.monotonic()
         if mem:
             # Interleaved within each backing: the hugetlb points' pages are
@@ -421,10 +436,11 @@ def main() -> None:
     if record["vcpus"]:
         print(f"\nvCPU sweep, {a.mem_per_vcpu} per vCPU, anonymous, default fault path\n")
         print(table(["vCPUs", "", "trials", "uffd pages/s (all vCPUs)",
-                     "none pages/s (all vCPUs)", "us/fault"],
+                     "none pages/s (all vCPUs)", "us/fault", "CPU us/fault"],
                     [[str(m["vcpus"]), "oversubscribed" if m["oversubscribed"] else "",
                       str(m["trials"]), rate_cell(m["rates"]["uffdkvm uffd"]),
-                      rate_cell(m["rates"]["uffdkvm none"]), cell(m["us_per_fault"])]
+                      rate_cell(m["rates"]["uffdkvm none"]), cell(m["us_per_fault"]),
+                      cell(m["cpu_us_per_fault"])]
                      for m in record["vcpus"]]))
     if record["phases"]:
         print("\nOne run each, in process, seconds: outside paging = run()'s wall clock less "
