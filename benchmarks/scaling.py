@@ -252,13 +252,22 @@ def available_bytes() -> int:
     return 0
 
 
-def memory_points(a: argparse.Namespace, backing: str,
-                  huge: Hugepages) -> tuple[list[Point], list[str]]:
-    """The sweep's points on one backing; for hugetlb, with the pages reserved."""
+def memory_points(a: argparse.Namespace, backing: str, huge: Hugepages | None
+                  ) -> tuple[list[Point], list[str]]:
+    """The sweep's points on one backing; for hugetlb, with the pages reserved
+    (huge None: not reserved, the points as they will be if the pages are had)."""
     points: list[Point] = []
     skipped: list[str] = []
     big_from = size_bytes(a.big_from)
-    need_huge = max((size_bytes(s) for s in a.sizes), default=0) // HUGE
+
+    def beyond_memory(n: int) -> bool:
+        """Huge pages for n bytes would take more than 90% of MemAvailable:
+        not asked for, so that the pool never takes what other work needs."""
+        lack = n - Hugepages.free() * HUGE if backing == "anonymous_hugetlb" else n
+        return lack > available_bytes() * 0.9
+
+    need_huge = max((size_bytes(s) for s in a.sizes if not beyond_memory(size_bytes(s))),
+                    default=0) // HUGE
     for s in a.sizes:
         n = size_bytes(s)
         label = f"{s} {backing}"
@@ -266,12 +275,22 @@ def memory_points(a: argparse.Namespace, backing: str,
             if n % HUGE:
                 skipped.append(f"{label}: not a whole number of 2 MiB pages")
                 continue
-            free = huge.reserve(need_huge) if huge.found is None else huge.free()
+            if beyond_memory(n):
+                skipped.append(f"{label}: its {n // HUGE} 2 MiB pages (less the "
+                               f"{Hugepages.free()} free) are more than 90% of MemAvailable "
+                               f"({available_bytes() >> 20} MiB): not reserved")
+                continue
+            if huge is None:
+                free = n // HUGE
+            elif huge.found is None:
+                free = huge.reserve(need_huge)
+            else:
+                free = huge.free()
             if free < n // HUGE:
                 skipped.append(f"{label}: the host reserved only {free} free 2 MiB pages "
                                f"of the {n // HUGE} it needs")
                 continue
-        elif n > available_bytes() * 0.9:
+        elif beyond_memory(n):
             skipped.append(f"{label}: {n >> 20} MiB is more than 90% of MemAvailable "
                            f"({available_bytes() >> 20} MiB)")
             continue
@@ -370,16 +389,12 @@ def main() -> None:
         mem: list[Point] = []
         if "memory" in sweeps:
             for backing in a.backings:
-                if backing != "anonymous_hugetlb":
-                    got, skipped = memory_points(a, backing, huge)
-                else:  # counted here, reserved when measured: not held during the rest
-                    got = [Point("memory", f"{s} {backing}", ["-v", "1", "-b", s, "-s", backing],
-                                 1, size_bytes(s) // PAGE, backing,
-                                 a.big_trials if size_bytes(s) >= size_bytes(a.big_from)
-                                 else a.trials) for s in a.sizes]
-                    skipped = []
+                # hugetlb: counted here, reserved when measured, not held during the rest
+                got, skipped = memory_points(
+                    a, backing, None if backing == "anonymous_hugetlb" else huge)
                 mem += got
-                record["skipped"] += skipped
+                if backing != "anonymous_hugetlb":
+                    record["skipped"] += skipped
         vcp = vcpu_points(a) if "vcpus" in sweeps else []
         phases = phase_points(a) if "phases" in sweeps else []
         guess = estimate_s(mem) + estimate_s(vcp) + sum(
@@ -401,7 +416,7 @@ def main() -> None:
                 else:
                     points = [p for p in mem if p.backing == backing]
                 print(f"memory sweep, {backing}", file=sys.stderr)
-                measure(points, max(a.trials, a.big_trials))
+                measure(points, max((p.trials for p in points), default=0))
                 huge.restore()
                 done += points
             record["memory"] = [summary(p) for p in done]
