@@ -18,8 +18,9 @@ Sweeps (--sweeps, default all three):
           /proc/sys/vm/nr_hugepages to what the biggest size needs, for the
           hugetlb points alone, and takes back what it added when they end
           (also on error, Ctrl-C and SIGTERM);
-          a size the host cannot reserve, or whose memory is not available,
-          is skipped with the reason printed. Sizes of --big-from and up
+          a size whose pages the kernel does not find, or whose memory
+          (its huge pages beyond those free) is more than 90% of
+          MemAvailable, is skipped with the reason printed. Sizes of --big-from and up
           (default 4G) run only --big-trials trials (default 2): the table
           says how many each point had.
   vcpus   --vcpus (default 1,2,4,8,16) at --mem-per-vcpu (default 64M):
@@ -30,10 +31,11 @@ Sweeps (--sweeps, default all three):
           the vCPUs can use, min(vcpus, host CPUs), for vcpus: the CPU time
           a fault adds if those CPUs are busy the whole run (as they are
           when oversubscribed).
-  phases  one in-process uffdkvm.run() per memory size (1 vCPU) and vCPU
-          count: its wall clock less paging (Result.seconds), exact, and
-          how that splits as the core's progress phases show it: setup
-          (until "running" is first reported) and after paging (from the
+  phases  one in-process uffdkvm.run() per memory size (1 vCPU, anonymous;
+          --phase-sizes, default the --sizes up to 4G) and vCPU count: its
+          wall clock less paging (Result.seconds), exact, and how that
+          splits as the core's progress phases show it: setup (until
+          "running" is first reported) and after paging (from the
           first of stopping, verifying, releasing to run()'s return:
           verification, the result, unmapping). Phases are seen at the
           core's 50 ms progress tick: setup reads up to 50 ms long, after
@@ -44,7 +46,10 @@ page (the run verifies each page was resolved once), so the overhead per
 fault is the overhead per 4 KiB page times the pages per backing page (1 for
 anonymous, 512 for 2 MiB hugetlb).
 
-    python benchmarks/scaling.py --trials 5 --big-trials 2 --json scaling.json
+    python benchmarks/scaling.py --trials 9 --big-trials 2 --json scaling.json
+
+(about 18 minutes on the development host, the estimate it prints first;
+benchmarks/RESULTS.md, "Flat as work grows").
 """
 from __future__ import annotations
 

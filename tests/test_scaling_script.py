@@ -3,7 +3,7 @@ process with the CLI's flags): the JSON has every sweep's points, every
 overhead is the one its rates give, by overhead.py's formula, and the
 script's raise of /proc/sys/vm/nr_hugepages is taken back.
 
-    python benchmarks/scaling.py --trials 5 --big-trials 2 --json scaling.json
+    python benchmarks/scaling.py --trials 9 --big-trials 2 --json scaling.json
 """
 import importlib.util
 import json
