@@ -1,0 +1,130 @@
+"""benchmarks/scaling.py in its tiny mode, as the lead runs it (a child
+process with the CLI's flags): the JSON has every sweep's points, every
+overhead is the one its rates give, by overhead.py's formula, and the
+script's raise of /proc/sys/vm/nr_hugepages is taken back.
+
+    python benchmarks/scaling.py --trials 9 --big-trials 2 --json scaling.json
+"""
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from conftest import skip_without_kvm
+
+from uffdkvm._spawn import child_env
+
+pytestmark = pytest.mark.kvm
+
+SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "scaling.py"
+NR_HUGEPAGES = pathlib.Path("/proc/sys/vm/nr_hugepages")
+
+
+def load_scaling():
+    spec = importlib.util.spec_from_file_location("scaling", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scaling"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def hugepages():
+    return NR_HUGEPAGES.read_text().strip() if NR_HUGEPAGES.exists() else None
+
+
+@pytest.fixture(scope="module")
+def tiny(kvm_reason, tmp_path_factory):
+    skip_without_kvm(kvm_reason)
+    out = tmp_path_factory.mktemp("scaling") / "scaling.json"
+    p = subprocess.run([sys.executable, str(SCRIPT), "--sizes", "8M", "--vcpus", "1,2",
+                        "--mem-per-vcpu", "4M", "--trials", "2", "--big-trials", "1",
+                        "--big-from", "8M", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300, env=child_env())
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text()), p.stdout, p.stderr
+
+
+def test_every_sweep_has_its_points(tiny):
+    record, _, _ = tiny
+    assert [m["vcpus"] for m in record["vcpus"]] == [1, 2]
+    backings = [m["backing"] for m in record["memory"]]
+    assert "anonymous" in backings
+    # hugetlb measured, or its skip given with the reason
+    assert "anonymous_hugetlb" in backings or any(
+        "anonymous_hugetlb" in s for s in record["skipped"])
+    assert [(p["mem_per_vcpu"], p["vcpus"]) for p in record["phases"]] == \
+        [("8M", 1), ("4M", 1), ("4M", 2)]
+
+
+def test_big_sizes_run_their_own_trials(tiny):
+    """--big-from 8M: the 8M points are big, and run --big-trials (1) trials;
+    the vCPU sweep's run --trials (2)."""
+    record, _, _ = tiny
+    for m in record["memory"]:
+        assert m["trials"] == 1
+        assert all(len(v) == 1 for v in m["rates"].values())
+    for m in record["vcpus"]:
+        assert m["trials"] == 2
+        assert all(len(v) == 2 for v in m["rates"].values())
+
+
+def test_every_overhead_is_computed_from_its_rates(tiny):
+    record, _, _ = tiny
+    for m in record["memory"] + record["vcpus"]:
+        uffd, none = m["rates"]["uffdkvm uffd"], m["rates"]["uffdkvm none"]
+        assert len(m["us_per_page"]) == len(uffd) == len(none) == m["trials"]
+        for u, n, page, fault in zip(uffd, none, m["us_per_page"], m["us_per_fault"],
+                                     strict=True):
+            assert u and n, m  # every run of this tiny mode succeeds
+            assert math.isclose(page, m["vcpus"] * (1 / u - 1 / n) * 1e6, rel_tol=1e-9)
+            assert math.isclose(fault, page * m["pages_per_fault"], rel_tol=1e-9)
+        busy = min(m["vcpus"], os.cpu_count())
+        assert m["busy_cpus"] == busy
+        for u, n, cpu in zip(uffd, none, m["cpu_us_per_fault"], strict=True):
+            assert math.isclose(cpu, busy * (1 / u - 1 / n) * 1e6 * m["pages_per_fault"],
+                                rel_tol=1e-9)
+        assert m["pages_per_fault"] == (512 if m["backing"] == "anonymous_hugetlb" else 1)
+        assert m["oversubscribed"] == (m["vcpus"] > os.cpu_count())
+        assert m["pages"] == m["vcpus"] * (8 if m["sweep"] == "memory" else 4) * 256
+
+
+def test_phases_add_up(tiny):
+    record, _, _ = tiny
+    for p in record["phases"]:
+        assert p["verified"]
+        assert 0 < p["paging_s"] < p["wall_s"]
+        assert math.isclose(p["outside_paging_s"], p["wall_s"] - p["paging_s"], rel_tol=1e-9)
+        setup, after = p["setup_seen_s"], p["after_paging_seen_s"]
+        # None where no progress tick came after setup (or after paging)
+        assert after is None or setup is not None
+        assert setup is None or 0 <= setup <= p["wall_s"]
+        assert after is None or 0 <= after <= p["wall_s"] - setup
+
+
+def test_the_tables_and_the_estimate_are_printed(tiny):
+    _, out, err = tiny
+    assert "estimate: about" in err
+    assert "| memory | backing | trials |" in out
+    assert "| us/fault | CPU us/fault |" in out
+    assert "| memory/vCPU | vCPUs | pages | paging | outside paging |" in out
+
+
+def test_hugepages_are_raised_for_the_run_and_put_back():
+    """The script's own Hugepages, on the real pool: asked for 2 pages more
+    than are free, it raises nr_hugepages by 2, and restore() puts it back."""
+    scaling = load_scaling()
+    before = int(hugepages())
+    h = scaling.Hugepages()
+    try:
+        want = h.free() + 2
+        got = h.reserve(want)
+        raised = int(hugepages())
+    finally:
+        h.restore()
+    assert raised == before + 2
+    assert got >= want
+    assert int(hugepages()) == before
