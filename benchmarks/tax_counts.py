@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Per-fault counts, uffdkvm beside the kernel's demand_paging_test.
+
+What each tool's threads do per fault, from the kernel's own tracepoints
+(`perf record` of the tool's process and every thread it starts, nothing
+system-wide): the system calls by kind, the context switches (voluntary:
+the thread blocked; involuntary: it was preempted), the CPU time
+(`sched_stat_runtime`), the migrations, and every wakeup one of its threads
+made of another, local (the wakee placed on the waker's CPU) or across
+CPUs. A thread's role comes from what it calls: a vCPU thread calls
+`ioctl(KVM_RUN)`, a reader a resolving ioctl (`UFFDIO_COPY`, `CONTINUE`,
+...) or waits on the uffd; every other thread of the process (Python's main
+thread, uffdkvm's controller and watch, upstream's main thread) is "other",
+and its context switches are reported per second of the vCPUs' run.
+
+Counts are divided by the run's faults (pages: every page of 4 KiB faults
+once in these settings). perf slows every command (each event is a record),
+so its paging rates are not rates to quote: `overhead.py` times, this script
+counts.
+
+    python benchmarks/tax_counts.py --upstream PATH/demand_paging_test \\
+        --trials 3 --json tax_counts.json
+
+Configurations are upstream's flags, "LABEL=FLAGS" (--config, repeatable;
+the default: the three settings of overhead.py, pinned with -c 0,1, and
+MINOR unpinned). --variant LABEL=FLAGS adds a uffdkvm command with extra
+flags (repeatable; default: uffdkvm as it is, and
+`--pin-readers scheduler`, upstream's placement).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from uffdkvm._spawn import child_env, python_command
+
+RATE = re.compile(r"Overall demand paging rate:\s+([\d.]+) pgs/sec")
+CONFIGS = {
+    "MISSING, one uffd per vCPU, 1 reader, -c 0,1": "-u MISSING -v 2 -b 64M -r 1 -c 0,1",
+    "MISSING, one uffd, 4 readers, -c 0,1": "-u MISSING -v 2 -b 64M -a -r 4 -c 0,1",
+    "MINOR shmem, 2 readers per uffd, -c 0,1": "-u MINOR -s shmem -v 2 -b 64M -r 2 -c 0,1",
+    "MINOR shmem, 2 readers per uffd, unpinned": "-u MINOR -s shmem -v 2 -b 64M -r 2",
+}
+EVENTS = ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_migrate_task",
+          "sched:sched_stat_runtime", "raw_syscalls:sys_enter"]
+# x86-64 system call numbers of the calls these tools make on their hot paths.
+SYSCALLS = {0: "read", 1: "write", 7: "poll", 16: "ioctl", 24: "sched_yield",
+            35: "nanosleep", 98: "getrusage", 186: "gettid", 202: "futex",
+            228: "clock_gettime", 230: "clock_nanosleep", 232: "epoll_wait",
+            271: "ppoll", 281: "epoll_pwait", 426: "io_uring_enter", 441: "epoll_pwait2"}
+IOCTLS = {0xAE80: "KVM_RUN", 0xC028AA03: "UFFDIO_COPY", 0xC020AA04: "UFFDIO_ZEROPAGE",
+          0x8010AA02: "UFFDIO_WAKE", 0xC020AA07: "UFFDIO_CONTINUE",
+          0xC028AA05: "UFFDIO_MOVE", 0xC018AA06: "UFFDIO_WRITEPROTECT"}
+RESOLVING = {"UFFDIO_COPY", "UFFDIO_ZEROPAGE", "UFFDIO_CONTINUE", "UFFDIO_MOVE",
+             "UFFDIO_WRITEPROTECT"}
+WAITS = {"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "io_uring_enter"}
+
+LINE = re.compile(r"^\s*(?P<comm>.*?)\s+(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<time>[\d.]+):\s+"
+                  r"(?P<event>[\w:]+):\s+(?P<rest>.*)$")
+FIELD = re.compile(r"(\w+)=(\S+)")
+NR = re.compile(r"NR (\d+) \(([0-9a-fx]+)?,?\s*([0-9a-fx]+)?")
+
+
+class Thread:
+    def __init__(self) -> None:
+        self.syscalls: collections.Counter[str] = collections.Counter()
+        self.voluntary = 0
+        self.involuntary = 0
+        self.runtime_ns = 0
+        self.migrations = 0
+        self.cpus: collections.Counter[int] = collections.Counter()  # switch-outs by CPU
+        self.first = self.last = 0.0
+
+    def role(self) -> str:
+        if self.syscalls["ioctl(KVM_RUN)"]:
+            return "vcpu"
+        if any(self.syscalls[f"ioctl({n})"] for n in RESOLVING):
+            return "reader"
+        return "other"
+
+
+def parse(script: str) -> tuple[dict[int, Thread], list[tuple[int, int, int, int]]]:
+    """Threads by tid, and the wakeups (waker tid, waker CPU, wakee tid, target CPU)."""
+    threads: dict[int, Thread] = collections.defaultdict(Thread)
+    wakeups: list[tuple[int, int, int, int]] = []
+    for line in script.splitlines():
+        m = LINE.match(line)
+        if not m:
+            continue
+        tid, cpu, t = int(m["tid"]), int(m["cpu"]), float(m["time"])
+        ev, rest = m["event"], m["rest"]
+        th = threads[tid]
+        th.first = th.first or t
+        th.last = t
+        if ev == "raw_syscalls:sys_enter":
+            n = NR.search(rest)
+            if not n:
+                continue
+            nr = int(n[1])
+            name = SYSCALLS.get(nr, f"nr {nr}")
+            if nr == 16 and n[3]:
+                req = int(n[3], 16)
+                name = f"ioctl({IOCTLS.get(req, hex(req))})"
+            th.syscalls[name] += 1
+            continue
+        f = dict(FIELD.findall(rest))
+        if ev == "sched:sched_switch":
+            prev = int(f["prev_pid"])
+            p = threads[prev]
+            p.cpus[cpu] += 1
+            if f["prev_state"].startswith("R"):
+                p.involuntary += 1
+            else:
+                p.voluntary += 1
+        elif ev == "sched:sched_wakeup":
+            wakeups.append((tid, cpu, int(f["pid"]), int(f["target_cpu"])))
+        elif ev == "sched:sched_stat_runtime":
+            threads[int(f.get("pid", tid))].runtime_ns += int(f["runtime"].rstrip("[ns]"))
+        elif ev == "sched:sched_migrate_task":
+            threads[int(f["pid"])].migrations += 1
+    return threads, wakeups
+
+
+def count_run(cmd: list[str], pages: int) -> dict[str, Any]:
+    """One run of cmd under perf: its counts per fault, and its (perf-slowed) rate."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "perf.data")
+        p = subprocess.run(["perf", "record", "-q", "-o", data, "-m", "4M",
+                            "-e", ",".join(EVENTS), "--"] + cmd,
+                           capture_output=True, text=True, timeout=1800, env=child_env())
+        m = RATE.search(p.stdout)
+        if p.returncode or not m:
+            raise SystemExit(f"{shlex.join(cmd)} failed under perf ({p.returncode}):\n"
+                             f"{p.stdout}\n{p.stderr}")
+        s = subprocess.run(["perf", "script", "-i", data, "-F", "comm,tid,cpu,time,event,trace"],
+                           capture_output=True, text=True, check=True)
+    threads, wakeups = parse(s.stdout)
+    ours = {tid for tid, th in threads.items() if th.syscalls}  # the process's own threads
+    roles = {tid: threads[tid].role() for tid in ours}
+    vcpus = [t for t in ours if roles[t] == "vcpu"]
+    start = min(threads[t].first for t in vcpus)
+    end = max(threads[t].last for t in vcpus)
+    out: dict[str, Any] = {"rate_under_perf": float(m[1]), "pages": pages,
+                           "threads": {r: sum(1 for t in ours if roles[t] == r)
+                                       for r in ("vcpu", "reader", "other")}}
+    for role in ("reader", "vcpu", "other"):
+        ts = [threads[t] for t in ours if roles[t] == role]
+        calls: collections.Counter[str] = collections.Counter()
+        for th in ts:
+            calls.update(th.syscalls)
+        out[role] = {
+            "syscalls_per_fault": {k: v / pages for k, v in sorted(calls.items())},
+            "voluntary_per_fault": sum(th.voluntary for th in ts) / pages,
+            "involuntary_per_fault": sum(th.involuntary for th in ts) / pages,
+            "cpu_us_per_fault": sum(th.runtime_ns for th in ts) / pages / 1e3,
+            "migrations_per_fault": sum(th.migrations for th in ts) / pages,
+        }
+    out["other"]["switches_per_s"] = sum(
+        threads[t].voluntary + threads[t].involuntary for t in ours if roles[t] == "other"
+    ) / max(end - start, 1e-9)
+    # Wakeups between the process's threads, by who woke whom and where.
+    pairs: collections.Counter[str] = collections.Counter()
+    for waker, wcpu, wakee, target in wakeups:
+        if waker in roles and wakee in roles:
+            where = "local" if wcpu == target else "cross"
+            pairs[f"{roles[waker]}->{roles[wakee]} {where}"] += 1
+    out["wakeups_per_fault"] = {k: v / pages for k, v in sorted(pairs.items())}
+    # Where each reader's switch-outs happened: the CPUs a reader used.
+    out["reader_cpus"] = [dict(sorted(threads[t].cpus.items())) for t in sorted(ours)
+                          if roles[t] == "reader"]
+    return out
+
+
+def pages_of(flags: list[str]) -> int:
+    size = flags[flags.index("-b") + 1] if "-b" in flags else "1G"
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    b = int(size[:-1]) * mult[size[-1].upper()] if size[-1].isalpha() else int(size)
+    vcpus = int(flags[flags.index("-v") + 1]) if "-v" in flags else 1
+    return vcpus * b // 4096
+
+
+def median_of(runs: list[dict[str, Any]], path: list[str]) -> float:
+    vals = []
+    for r in runs:
+        v: Any = r
+        for k in path:
+            v = v.get(k, 0.0) if isinstance(v, dict) else 0.0
+        vals.append(float(v))
+    return statistics.median(vals)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--upstream", help="path to demand_paging_test (else uffdkvm only)")
+    ap.add_argument("--trials", type=int, default=3, help="runs per command (default 3)")
+    ap.add_argument("--config", action="append", metavar="LABEL=FLAGS")
+    ap.add_argument("--variant", action="append", metavar="LABEL=FLAGS",
+                    help="a uffdkvm command with these flags added (repeatable)")
+    ap.add_argument("--json", metavar="PATH", help="every run's counts")
+    a = ap.parse_args()
+    configs = dict(c.split("=", 1) for c in a.config) if a.config else CONFIGS
+    variants = dict(v.split("=", 1) for v in a.variant) if a.variant else {
+        "uffdkvm": "", "uffdkvm, scheduler's placement": "--pin-readers scheduler"}
+    me = python_command(module="uffdkvm")
+    record: dict[str, Any] = {"trials": a.trials, "upstream": a.upstream, "configs": []}
+    rows = []
+    for label, text in configs.items():
+        flags = shlex.split(text)
+        pages = pages_of(flags)
+        cmds = {name: me + flags + shlex.split(extra) for name, extra in variants.items()}
+        if "-c" not in flags:  # --pin-readers scheduler needs no pins; "vcpus" does
+            cmds = {k: v for k, v in cmds.items() if "--pin-readers vcpus" not in shlex.join(v)}
+        if a.upstream:
+            cmds = {"upstream": [a.upstream] + flags, **cmds}
+        runs: dict[str, list[dict[str, Any]]] = {n: [] for n in cmds}
+        for t in range(a.trials):
+            for name in list(cmds)[t % len(cmds):] + list(cmds)[:t % len(cmds)]:
+                runs[name].append(count_run(cmds[name], pages))
+            print(f"{label}: trial {t + 1}/{a.trials}", file=sys.stderr)
+        record["configs"].append({"label": label, "flags": text, "runs": runs})
+        for name, rs in runs.items():
+            rd = rs[0]["reader"]["syscalls_per_fault"]
+            kinds = sorted({k for r in rs for k in r["reader"]["syscalls_per_fault"]} | set(rd))
+            # Calls made fewer than once in 200 faults (start-up, the end) are left out.
+            sysc = ", ".join(f"{k} {v:.2f}" for k in kinds
+                             if (v := median_of(rs, ['reader', 'syscalls_per_fault', k])) >= 0.005)
+            wk = sorted({k for r in rs for k in r["wakeups_per_fault"]})
+            wake = ", ".join(f"{k} {v:.2f}" for k in wk
+                             if (v := median_of(rs, ['wakeups_per_fault', k])) >= 0.005)
+            rows.append([
+                label, name, sysc or "-",
+                f"{median_of(rs, ['reader', 'voluntary_per_fault']):.2f} / "
+                f"{median_of(rs, ['reader', 'involuntary_per_fault']):.2f}",
+                f"{median_of(rs, ['vcpu', 'voluntary_per_fault']):.2f} / "
+                f"{median_of(rs, ['vcpu', 'involuntary_per_fault']):.2f}",
+                wake or "-",
+                f"{median_of(rs, ['reader', 'cpu_us_per_fault']):.1f}",
+                f"{median_of(rs, ['vcpu', 'migrations_per_fault']) + median_of(rs, ['reader', 'migrations_per_fault']):.3f}",
+                f"{median_of(rs, ['other', 'switches_per_s']):.0f}",
+            ])
+    head = ["config", "tool", "reader syscalls / fault", "reader switches vol / invol",
+            "vCPU switches vol / invol", "wakeups / fault (waker->wakee, CPU)",
+            "reader CPU us / fault", "migrations / fault", "other threads' switches / s"]
+    print(f"\nPer fault, median of {a.trials} runs under perf (counts; no timing)")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(record, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
