@@ -180,12 +180,95 @@ def count_run(cmd: list[str], pages: int) -> dict[str, Any]:
     return out
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def sample_run(cmd: list[str], pages: int, uffds: int, readers: int,
+               every_s: float) -> dict[str, Any]:
+    """One run of cmd without perf, its threads sampled from /proc every
+    every_s: each thread's last context-switch counts and CPU time
+    (schedstat), the CPUs it was seen on, and what it was in (syscall).
+    Threads are numbered in the order they were made (tids), which both
+    tools make vCPU i's uffd's readers in: reader k serves uffd k // readers,
+    which serves vCPU k // readers (one uffd per vCPU). What the last sample
+    missed (at most every_s of the run's end) is missing here."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=child_env())
+    seen: dict[int, dict[str, Any]] = {}
+    while p.poll() is None:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{p.pid}/task")]
+        except OSError:
+            break
+        for tid in tids:
+            base = f"/proc/{p.pid}/task/{tid}"
+            st = _read(f"{base}/stat")
+            status = _read(f"{base}/status")
+            sched = _read(f"{base}/schedstat").split()
+            call = _read(f"{base}/syscall").split()
+            if not st or not sched:
+                continue
+            d = seen.setdefault(tid, {"cpus": collections.Counter(), "calls": set()})
+            fields = st[st.rindex(")") + 2:].split()
+            d["cpus"][int(fields[36])] += 1  # field 39, the CPU it last ran on
+            for line in status.splitlines():
+                if line.startswith("voluntary_ctxt_switches"):
+                    d["voluntary"] = int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches"):
+                    d["involuntary"] = int(line.split()[1])
+            d["cpu_ns"] = int(sched[0])
+            if call and call[0].isdigit():
+                nr = int(call[0])
+                d["calls"].add(f"ioctl({IOCTLS.get(int(call[2], 16), call[2])})"
+                               if nr == 16 and len(call) > 2 else SYSCALLS.get(nr, f"nr {nr}"))
+        __import__("time").sleep(every_s)
+    out_text, err = p.communicate()
+    m = RATE.search(out_text)
+    if p.returncode or not m:
+        raise SystemExit(f"{shlex.join(cmd)} failed ({p.returncode}):\n{out_text}\n{err}")
+    # The vCPU threads spend the most CPU (the guest's emulated instructions),
+    # the readers block the most; the process's first thread is neither.
+    nv = int(cmd[cmd.index("-v") + 1]) if "-v" in cmd else 1
+    rest = [t for t in seen if t != p.pid]
+    vcpus = sorted(sorted(rest, key=lambda t: -seen[t]["cpu_ns"])[:nv])
+    rdrs = sorted(sorted((t for t in rest if t not in vcpus),
+                         key=lambda t: -seen[t].get("voluntary", 0))[:uffds * readers])
+    others = [t for t in seen if t not in vcpus and t not in rdrs]
+
+    def where(t: int) -> int:
+        return seen[t]["cpus"].most_common(1)[0][0]
+    with_vcpu = None
+    if uffds == len(vcpus) and len(rdrs) == uffds * readers:
+        with_vcpu = sum(where(r) == where(vcpus[k // readers])
+                        for k, r in enumerate(rdrs)) / len(rdrs)
+    return {
+        "rate": float(m[1]), "pages": pages, "sample_s": every_s,
+        "reader_voluntary_per_fault": sum(seen[t].get("voluntary", 0) for t in rdrs) / pages,
+        "reader_involuntary_per_fault": sum(seen[t].get("involuntary", 0) for t in rdrs) / pages,
+        "reader_cpu_us_per_fault": sum(seen[t]["cpu_ns"] for t in rdrs) / pages / 1e3,
+        "vcpu_involuntary_per_fault": sum(seen[t].get("involuntary", 0) for t in vcpus) / pages,
+        "readers_with_their_vcpu": with_vcpu,
+        "reader_cpus": [where(t) for t in rdrs], "vcpu_cpus": [where(t) for t in vcpus],
+        "readers_moved": sum(len(seen[t]["cpus"]) > 1 for t in rdrs),
+        "other_threads": len(others),
+    }
+
+
 def pages_of(flags: list[str]) -> int:
     size = flags[flags.index("-b") + 1] if "-b" in flags else "1G"
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     b = int(size[:-1]) * mult[size[-1].upper()] if size[-1].isalpha() else int(size)
     vcpus = int(flags[flags.index("-v") + 1]) if "-v" in flags else 1
     return vcpus * b // 4096
+
+
+def vcpus_of(flags: list[str]) -> int:
+    return int(flags[flags.index("-v") + 1]) if "-v" in flags else 1
 
 
 def median_of(runs: list[dict[str, Any]], path: list[str]) -> float:
@@ -206,6 +289,9 @@ def main() -> None:
     ap.add_argument("--variant", action="append", metavar="LABEL=FLAGS",
                     help="a uffdkvm command with these flags added (repeatable)")
     ap.add_argument("--json", metavar="PATH", help="every run's counts")
+    ap.add_argument("--proc", type=float, metavar="SECONDS", default=None,
+                    help="instead of perf, sample each thread's /proc files this often "
+                    "(e.g. 0.01): placement and switches of runs perf does not slow")
     a = ap.parse_args()
     configs = dict(c.split("=", 1) for c in a.config) if a.config else CONFIGS
     variants = dict(v.split("=", 1) for v in a.variant) if a.variant else {
@@ -224,10 +310,24 @@ def main() -> None:
         runs: dict[str, list[dict[str, Any]]] = {n: [] for n in cmds}
         for t in range(a.trials):
             for name in list(cmds)[t % len(cmds):] + list(cmds)[:t % len(cmds)]:
-                runs[name].append(count_run(cmds[name], pages))
+                if a.proc:
+                    uffds = 1 if "-a" in flags or "-o" in flags else vcpus_of(flags)
+                    r = int(flags[flags.index("-r") + 1]) if "-r" in flags else 1
+                    runs[name].append(sample_run(cmds[name], pages, uffds, r, a.proc))
+                else:
+                    runs[name].append(count_run(cmds[name], pages))
             print(f"{label}: trial {t + 1}/{a.trials}", file=sys.stderr)
         record["configs"].append({"label": label, "flags": text, "runs": runs})
         for name, rs in runs.items():
+            if a.proc:
+                rows.append([label, name] + [
+                    f"{statistics.median(x[k] for x in rs):.2f}" for k in
+                    ("reader_voluntary_per_fault", "reader_involuntary_per_fault",
+                     "reader_cpu_us_per_fault", "vcpu_involuntary_per_fault")] + [
+                    " ".join("-" if x["readers_with_their_vcpu"] is None else
+                             f"{x['readers_with_their_vcpu']:.2f}" for x in rs),
+                    " ".join(f"{x['rate'] / 1e3:.0f}k" for x in rs)])
+                continue
             rd = rs[0]["reader"]["syscalls_per_fault"]
             kinds = sorted({k for r in rs for k in r["reader"]["syscalls_per_fault"]} | set(rd))
             # Calls made fewer than once in 200 faults (start-up, the end) are left out.
@@ -244,12 +344,28 @@ def main() -> None:
                 f"{median_of(rs, ['vcpu', 'involuntary_per_fault']):.2f}",
                 wake or "-",
                 f"{median_of(rs, ['reader', 'cpu_us_per_fault']):.1f}",
-                f"{median_of(rs, ['vcpu', 'migrations_per_fault']) + median_of(rs, ['reader', 'migrations_per_fault']):.3f}",
+                f"{median_of(rs, ['vcpu', 'migrations_per_fault']):.3f} / "
+                f"{median_of(rs, ['reader', 'migrations_per_fault']):.3f}",
                 f"{median_of(rs, ['other', 'switches_per_s']):.0f}",
             ])
+    if a.proc:
+        print(f"\nPer fault, median of {a.trials} runs sampled from /proc every {a.proc} s "
+              "(no perf; the last sample's interval is missed)")
+        head = ["config", "tool", "reader switches vol / fault", "reader switches invol / fault",
+                "reader CPU us / fault", "vCPU switches invol / fault",
+                "share of readers on their vCPU's CPU, each run", "rate, each run"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(record, f, indent=1, default=list)
+        return
     head = ["config", "tool", "reader syscalls / fault", "reader switches vol / invol",
             "vCPU switches vol / invol", "wakeups / fault (waker->wakee, CPU)",
-            "reader CPU us / fault", "migrations / fault", "other threads' switches / s"]
+            "reader CPU us / fault", "migrations / fault, vCPU / reader",
+            "other threads' switches / s"]
     print(f"\nPer fault, median of {a.trials} runs under perf (counts; no timing)")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
