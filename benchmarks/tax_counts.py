@@ -217,7 +217,9 @@ def sample_run(cmd: list[str], pages: int, uffds: int, readers: int,
             fields = st[st.rindex(")") + 2:].split()
             d["cpus"][int(fields[36])] += 1  # field 39, the CPU it last ran on
             for line in status.splitlines():
-                if line.startswith("voluntary_ctxt_switches"):
+                if line.startswith("Cpus_allowed_list"):
+                    d["allowed"] = line.split()[1]
+                elif line.startswith("voluntary_ctxt_switches"):
                     d["voluntary"] = int(line.split()[1])
                 elif line.startswith("nonvoluntary_ctxt_switches"):
                     d["involuntary"] = int(line.split()[1])
@@ -236,6 +238,11 @@ def sample_run(cmd: list[str], pages: int, uffds: int, readers: int,
     nv = int(cmd[cmd.index("-v") + 1]) if "-v" in cmd else 1
     rest = [t for t in seen if t != p.pid]
     vcpus = sorted(sorted(rest, key=lambda t: -seen[t]["cpu_ns"])[:nv])
+    if "-c" in cmd:  # pinned: vCPU i is the busiest thread allowed only the i-th CPU
+        pins = cmd[cmd.index("-c") + 1].split(",")[:nv]
+        vcpus = [max((t for t in rest if seen[t].get("allowed") == cpu),
+                     key=lambda t: seen[t]["cpu_ns"], default=0) for cpu in pins]
+        vcpus = [t for t in vcpus if t]
     rdrs = sorted(sorted((t for t in rest if t not in vcpus),
                          key=lambda t: -seen[t].get("voluntary", 0))[:uffds * readers])
     others = [t for t in seen if t not in vcpus and t not in rdrs]
