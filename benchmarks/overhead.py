@@ -28,7 +28,10 @@ all share one run without userfaultfd per trial (what changes the guest,
 such as -c, belongs in the configuration or --ours). Without --upstream only
 uffdkvm is measured. uffdkvm runs with its CLI's defaults, stats="full"
 among them: its userfaultfd runs pay for timing every fault, which
-upstream's do not.
+upstream's do not. With -c (and no main-thread entry) that default puts each
+reader on its vCPU's CPU (issue 21); --variant "scheduler=--pin-readers
+scheduler" measures upstream's placement, readers where the scheduler puts
+them, in the same trials.
 """
 from __future__ import annotations
 

@@ -175,11 +175,17 @@ def test_c_pins_one_cpu_per_vcpu_and_the_extra_one_pins_the_main_thread(kvm):
         assert [list(x.cpus) for x in r.readers] == [[main_cpu]]
         # HostInfo was taken before the pinning: the CPUs the command was given.
         assert r.host.usable_cpus == len(parent_cpus)
-    # Without the extra entry the main thread stays free.
+    # Without the extra entry the main thread stays free, and the readers
+    # run with their vCPUs (the default with pinned vCPUs, issue 21) ...
     p = uffdkvm_cli("-v", "2", "-c", "1,0", "-b", "1M", "--json")
     assert p.returncode == 0, p.stderr
     r = uffdkvm.Result.from_json(p.stdout)
     assert [list(v.cpus) for v in r.vcpus] == [[1], [0]]
+    assert [set(x.cpus) for x in r.readers] == [{1}, {0}]
+    # ... unless told to stay where the scheduler puts them, as upstream's do.
+    p = uffdkvm_cli("-v", "2", "-c", "1,0", "-b", "1M", "--pin-readers", "scheduler", "--json")
+    assert p.returncode == 0, p.stderr
+    r = uffdkvm.Result.from_json(p.stdout)
     assert [set(x.cpus) for x in r.readers] == [parent_cpus, parent_cpus]
 
 

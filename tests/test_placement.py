@@ -69,6 +69,72 @@ def test_reader_cpus_spells_the_placement_out() -> None:
     assert Config().reader_cpus is None
 
 
+def test_readers_go_with_pinned_vcpus_by_default(two_cpus) -> None:
+    """No pin_readers, vCPUs pinned: each reader on its vCPU's CPU, as
+    pin_readers="vcpus" would put it, in the readers' own record and the
+    kernel's. A default silently back at the scheduler's placement leaves
+    every reader every CPU, and fails here."""
+    pins = (CPUS[1], CPUS[0])  # crossed, so that reader k on CPU k would be wrong
+    r, kernel = run_watching_affinity(vcpus=2, readers=2, pin_vcpus=pins, **WATCHED)
+    assert r.config.pin_readers is None
+    for reader in r.readers:
+        assert reader.cpus == (pins[reader.uffd],), reader
+        assert kernel[reader.tid] == {pins[reader.uffd]}, reader
+
+
+def test_the_default_placement_spelled_out() -> None:
+    """What pin_readers=None means, field by field: with the vCPUs' CPUs when
+    they are pinned and the readers sleep; the scheduler's otherwise."""
+    assert Config(vcpus=2, readers=2, pin_vcpus="1,0").reader_cpus == (1, 1, 0, 0)
+    assert Config(vcpus=2, readers=2, pin_vcpus="1,0").readers_with_vcpus
+    assert Config(vcpus=2, readers=3, single_uffd=True,
+                  pin_vcpus="0,1").reader_cpus == (0, 1, 0)
+    assert Config(vcpus=2, readers=2).reader_cpus is None            # vCPUs unpinned
+    assert Config(vcpus=2, pin_vcpus="0,1", wait="spin").reader_cpus is None
+    assert Config(vcpus=2, pin_vcpus="0,1", resolver="vcpu").reader_cpus is None
+    assert Config(vcpus=2, pin_vcpus="0,1", uffd_mode=None).reader_cpus is None
+    for wait in ("poll", "epoll", "read", "io_uring"):
+        assert Config(vcpus=2, pin_vcpus="0,1", wait=wait).reader_cpus == (0, 1)
+
+
+def test_scheduler_keeps_upstreams_placement() -> None:
+    c = Config(vcpus=2, readers=2, pin_vcpus="0,1", pin_readers="Scheduler")
+    assert c.pin_readers == "scheduler"
+    assert c.reader_cpus is None and not c.readers_with_vcpus
+    assert Config(**c.to_dict()) == c
+    assert Config(pin_readers="scheduler").reader_cpus is None
+
+
+def test_scheduler_placement_leaves_the_readers_every_cpu(two_cpus) -> None:
+    allowed = frozenset(os.sched_getaffinity(0))
+    pins = (CPUS[1], CPUS[0])
+    r, kernel = run_watching_affinity(vcpus=2, readers=2, pin_vcpus=pins,
+                                      pin_readers="scheduler", **WATCHED)
+    for reader in r.readers:
+        assert reader.cpus == tuple(sorted(allowed)), reader
+        assert kernel[reader.tid] == allowed, reader
+
+
+def test_cli_default_and_scheduler(two_cpus) -> None:
+    """-c alone puts the readers with their vCPUs; --pin-readers scheduler
+    and -c's main-thread entry leave them unpinned (the main thread's CPU is
+    what they inherit, as upstream's readers do)."""
+    import subprocess
+
+    def readers_cpus(*args: str) -> list[tuple[int, ...]]:
+        p = subprocess.run(uffdkvm_command("-q", "-v", "2", "-b", "4M", *args, "--json"),
+                           capture_output=True, text=True, env=CHILD_ENV)
+        assert p.returncode == 0, p.stderr
+        return [x.cpus for x in uffdkvm.Result.from_json(p.stdout).readers]
+
+    crossed = f"{CPUS[1]},{CPUS[0]}"
+    assert readers_cpus("-c", crossed) == [(CPUS[1],), (CPUS[0],)]
+    everything = tuple(CPUS)
+    assert readers_cpus("-c", crossed, "--pin-readers", "scheduler") == [everything] * 2
+    # The main thread's entry: the readers inherit that one CPU.
+    assert readers_cpus("-c", f"{crossed},{CPUS[0]}") == [(CPUS[0],)] * 2
+
+
 def test_vcpus_placement_needs_vcpu_pins() -> None:
     with pytest.raises(ConfigError, match="pin_vcpus") as e:
         Config(vcpus=2, pin_readers="vcpus")
@@ -116,7 +182,8 @@ def test_threads_run_where_they_were_pinned(kvm):
 
 
 def test_unpinned_threads_may_run_anywhere_beside_pinned_ones(kvm):
-    """vCPUs pinned, readers not, in one run: the readers keep every CPU the
+    """vCPUs pinned, readers left to the scheduler (pin_readers="scheduler",
+    upstream's placement) in one run: the readers keep every CPU the
     process may use (in the kernel's record too), while the vCPUs have their
     one. A run that pinned nothing, or everything, fails this."""
     allowed = frozenset(os.sched_getaffinity(0))
@@ -124,7 +191,7 @@ def test_unpinned_threads_may_run_anywhere_beside_pinned_ones(kvm):
         host_skip(fewer_cpus_than(2), "needs two CPUs to tell pinned from unpinned")
     pin = min(allowed)
     r, kernel = run_watching_affinity(vcpus=2, readers=1, pin_vcpus=[pin], mem_per_vcpu="4M",
-                                      delay_us=300)
+                                      delay_us=300, pin_readers="scheduler")
     for v in r.vcpus:
         assert v.cpus == (pin,)
         assert kernel[v.tid] == {pin}

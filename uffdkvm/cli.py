@@ -33,7 +33,7 @@ from .cli_common import (  # noqa: F401 - the exit codes, for callers of main()
     pop_cli_options,
     split_pins,
 )
-from .config import Config
+from .config import PIN_SCHEDULER, Config
 from .histogram import Histogram
 from .result import Result
 from .run import run
@@ -207,6 +207,9 @@ def _run_command(argv: list[str]) -> int:
     main_cpu = None
     if cpus is not None:
         fields["pin_vcpus"], main_cpu = split_pins(cpus, fields["vcpus"])
+    if main_cpu is not None and fields["pin_readers"] is None:
+        # -c's main-thread entry: the readers inherit its CPU, as upstream's do.
+        fields["pin_readers"] = PIN_SCHEDULER
     config = Config(**fields)  # ConfigError for a bad value, before anything is pinned
     if main_cpu is not None:
         pin_main_thread(main_cpu)

@@ -23,6 +23,7 @@ from .config import (
     DELAY_DISTS,
     GUEST_PAGE_SIZES,
     PATTERNS,
+    PIN_SCHEDULER,
     PIN_WITH_VCPUS,
     PREFETCHES,
     REMOTE_TRANSPORTS,
@@ -183,9 +184,9 @@ def cpu_list(value: str) -> tuple[int, ...]:
 
 
 def reader_pins(value: str) -> tuple[int, ...] | str:
-    """--pin-readers: a CPU list, or "vcpus" (Config.pin_readers)."""
-    if value.strip().lower() == PIN_WITH_VCPUS:
-        return PIN_WITH_VCPUS
+    """--pin-readers: a CPU list, "vcpus" or "scheduler" (Config.pin_readers)."""
+    if value.strip().lower() in (PIN_WITH_VCPUS, PIN_SCHEDULER):
+        return value.strip().lower()
     return cpu_list(value)
 
 
@@ -205,7 +206,8 @@ def split_pins(cpus: tuple[int, ...], vcpus: int) -> tuple[tuple[int, ...], int 
 
 def pin_main_thread(cpu: int) -> None:
     """The last entry of -c: this thread, and the threads it starts after
-    (the reader threads, unless --pin-readers), run on that CPU only."""
+    (the reader threads, which the caller leaves to the scheduler unless
+    --pin-readers says otherwise), run on that CPU only."""
     try:
         os.sched_setaffinity(0, {cpu})
     except OSError as e:
@@ -258,7 +260,9 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     p.add_argument("--pin-readers", dest="pin_readers", type=reader_pins, default=None,
                    metavar="CPULIST", help="pin reader threads to host CPUs, round-robin; "
                    "'vcpus': each reader on the CPU of the vCPU it serves (with -c or "
-                   "--pin-vcpus)")
+                   "--pin-vcpus; the default when the vCPUs are pinned and the readers "
+                   "sleep); 'scheduler': unpinned, where the scheduler puts them "
+                   "(upstream's placement)")
     p.add_argument("--resolver", type=listed(choice(RESOLVERS)), default=d.resolver,
                    metavar="WHO", help="who resolves faults: readers (reader threads, the "
                    "default) or vcpu (each vCPU's own thread, through UFFD_FEATURE_SIGBUS: "

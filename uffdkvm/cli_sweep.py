@@ -54,7 +54,7 @@ from .cli_common import (
     pop_cli_options,
     split_pins,
 )
-from .config import BACKING_PAGE_SIZES, GUEST_PAGE_SIZES, Config, format_size
+from .config import BACKING_PAGE_SIZES, GUEST_PAGE_SIZES, PIN_SCHEDULER, Config, format_size
 from .errors import HostUnsupportedError, UffdkvmError
 from .run import probe, run
 from .spread import Spread, spread_of
@@ -314,6 +314,9 @@ def _sweep_command(argv: list[str]) -> int:
     main_cpu = None
     if cpus is not None:
         grid["pin_vcpus"], main_cpu = _sweep_pins(cpus, grid["vcpus"])
+    if main_cpu is not None and grid.get("pin_readers") is None:
+        # -c's main-thread entry: the readers inherit its CPU, as upstream's do.
+        grid["pin_readers"] = PIN_SCHEDULER
     configs = points(**grid)  # ConfigError for a bad value, before anything runs
     _check_out(out)
     if main_cpu is not None:

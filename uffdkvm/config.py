@@ -248,6 +248,7 @@ def _page_size(field: str, value: Any) -> str:
 # A CPU list as Config takes it: "0,2,3", one number, or any iterable of them.
 CpuList = str | SupportsIndex | Iterable[SupportsIndex]
 PIN_WITH_VCPUS = "vcpus"  # pin_readers: each reader on the CPU of the vCPU it serves
+PIN_SCHEDULER = "scheduler"  # pin_readers: unpinned, where the scheduler puts them (upstream's)
 
 
 def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
@@ -276,6 +277,9 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
                 f"vCPUs need CPUs: set pin_vcpus too (e.g. pin_vcpus='0,1'; -c or "
                 f"--pin-vcpus on the command line)", field=f.name)
         return PIN_WITH_VCPUS
+    if f.form == "pin_readers" and isinstance(value, str) and \
+            value.strip().lower() == PIN_SCHEDULER:
+        return PIN_SCHEDULER
     if f.form == "replay_from":
         page_size = BACKING_PAGE_SIZES[c.backing]
         # Rounded up: a region that is no whole number of pages is mem_per_vcpu's error.
@@ -590,12 +594,26 @@ class Config:
         return 1 if self.single_uffd or self.overlap else self.vcpus
 
     @property
+    def readers_with_vcpus(self) -> bool:
+        """Whether each reader runs on the CPU of the vCPU it serves:
+        pin_readers="vcpus", or by default (pin_readers None) whenever the
+        vCPUs are pinned and the readers sleep (every wait but "spin", whose
+        readers need CPUs of their own). pin_readers="scheduler" leaves them
+        where the scheduler puts them, as upstream's demand_paging_test does."""
+        if self.pin_readers == PIN_WITH_VCPUS:
+            return True
+        return (self.pin_readers is None and self.pin_vcpus is not None and
+                self.uffd_mode is not None and self.resolver == "readers" and
+                self.wait != "spin")
+
+    @property
     def reader_cpus(self) -> tuple[int, ...] | None:
         """The CPU of every reader, in the core's order (reader k of all uffds,
         a uffd's readers together, runs on entry k modulo the length), or
-        None: unpinned. pin_readers, with "vcpus" spelled out."""
-        if not isinstance(self.pin_readers, str):
-            return self.pin_readers
+        None: unpinned. pin_readers, with "vcpus" (and the default with
+        pinned vCPUs, readers_with_vcpus) spelled out."""
+        if not self.readers_with_vcpus:
+            return None if isinstance(self.pin_readers, str) else self.pin_readers
         pins = self.pin_vcpus or ()
         # vCPU v runs on pins[v % len(pins)]: the CPUs the vCPUs get, in order
         vcpu_cpus = [pins[v % len(pins)] for v in range(self.vcpus)]

@@ -47,7 +47,7 @@ KINDS = ("u32", "u64", "bool", "enum", "double", "string", "cpus", "pages")
 #:   optional    None is the core's 0 (which means "unset" there)
 #:   path        a str or os.PathLike, stored as a str; None is the core's ""
 #:   address     a page server's "unix:/path" or "tcp:HOST:PORT"; None is the core's ""
-#:   pin_readers a CPU list or "vcpus"; the core gets Config.reader_cpus
+#:   pin_readers a CPU list, "vcpus" or "scheduler"; the core gets Config.reader_cpus
 #:   replay_from a path to a touch-order file or a sequence of page indices,
 #:               stored as a tuple; the core gets the list
 FORMS = ("size", "page_size", "none_choice", "seconds", "optional", "path", "pin_readers",
@@ -201,7 +201,10 @@ FIELDS: tuple[Field, ...] = (
           "iterable of CPU numbers, one number or a string \"0,2,3\"; stored as a tuple "
           "(None: unpinned)", min=0, max=LIMITS["MAX_CPU"]),
     Field("pin_readers", "cpus", None, "host CPUs for the reader threads, likewise; or "
-          "\"vcpus\": each reader on the CPU of the vCPU it serves (needs pin_vcpus)",
+          "\"vcpus\": each reader on the CPU of the vCPU it serves (needs pin_vcpus); or "
+          "\"scheduler\": unpinned, where the scheduler puts them (upstream's placement). "
+          "None: \"vcpus\" when pin_vcpus is set and the readers sleep (every wait but "
+          "\"spin\"), else \"scheduler\"",
           min=0, max=LIMITS["MAX_CPU"], applies=_READERS_ONLY, form="pin_readers"),
     Field("prefault", "bool", False, "populate the whole region before the vCPUs start: "
           "no userfaults at all, the ceiling"),
@@ -625,7 +628,7 @@ def docs_section() -> str:
             elif f.form == "seconds":
                 takes = "seconds"
             elif f.form == "pin_readers":
-                takes = "CPU list or `'vcpus'`"
+                takes = "CPU list, `'vcpus'` or `'scheduler'`"
             if f.form == "optional":
                 takes += " or None"
         rng = ""
