@@ -172,6 +172,7 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 		.match_bytes = ukvm_backing_is_hugetlb(cfg->backing) && !exp->exact_address ?
 			       exp->mem.page_size : UKVM_PAGE_SIZE,
 		.visits = exp->visits,
+		.keep_all = cfg->trace_faults,
 		.vcpus = res->vcpus,
 		.readers = res->readers,
 		/* The same for every pool: cfg->readers, or the vCPUs a pool serves. */

@@ -118,6 +118,44 @@ static int cmp_event(const void *a, const void *b)
 	return x->delta - y->delta;
 }
 
+/*
+ * ev sorted by cmp_event in place: a heapsort, where qsort() (glibc's
+ * merge sort) would take a second array as large as ev, 32 bytes a fault.
+ */
+static void sift(struct event *ev, uint64_t root, uint64_t n)
+{
+	for (;;) {
+		uint64_t child = 2 * root + 1;
+		struct event tmp;
+
+		if (child >= n)
+			return;
+		if (child + 1 < n && cmp_event(&ev[child], &ev[child + 1]) < 0)
+			child++;
+		if (cmp_event(&ev[root], &ev[child]) >= 0)
+			return;
+		tmp = ev[root];
+		ev[root] = ev[child];
+		ev[child] = tmp;
+		root = child;
+	}
+}
+
+static void sort_events(struct event *ev, uint64_t n)
+{
+	uint64_t i;
+	struct event tmp;
+
+	for (i = n / 2; i-- > 0;)
+		sift(ev, i, n);
+	for (i = n; i-- > 1;) {
+		tmp = ev[0];
+		ev[0] = ev[i];
+		ev[i] = tmp;
+		sift(ev, 0, i);
+	}
+}
+
 static int32_t vcpu_of(const struct tid_index *map, uint32_t n, int32_t tid)
 {
 	struct tid_index key = { .tid = tid };
@@ -165,6 +203,23 @@ static uint64_t store_used(struct ukvm_faultlog_store *store)
 	uint64_t used = atomic_load(&store->chunks) * UKVM_LOG_CHUNK;
 
 	return store->records ? (used > store->cap ? store->cap : used) : 0;
+}
+
+/*
+ * The records of store the resolvers wrote, moved down over the unwritten
+ * tails of its chunks: no copy, no memory. Returns how many.
+ */
+static uint64_t compact(struct ukvm_faultlog_store *store)
+{
+	uint64_t used = store_used(store), i, k = 0;
+
+	for (i = 0; i < used; i++)
+		if (store->records[i].read_ns) {
+			if (k != i)
+				store->records[k] = store->records[i];
+			k++;
+		}
+	return k;
 }
 
 /* Every record the resolvers wrote, from the stores, into log->all. */
@@ -280,25 +335,33 @@ out:
  * aside? Two bits a page (resolved at all, resolved again): a 4 GiB region
  * of 4 KiB pages takes 64 KiB.
  */
-static int count_pages(struct ukvm_faultlog *log)
+/* A run of records: log->all, or one store's (compacted in place). */
+struct segment {
+	struct ukvm_fault_record *recs;
+	uint64_t n;
+};
+
+static int count_pages(struct ukvm_faultlog *log, const struct segment *segs, uint32_t nr_segs)
 {
 	uint64_t words = log->region_pages / 64 + 1, i;
 	uint64_t *once = calloc(words, sizeof(*once)), *again = calloc(words, sizeof(*again));
+	uint32_t s;
 	int ret = -ENOMEM;
 
 	if (!once || !again)
 		goto out;
-	for (i = 0; i < log->nr_all; i++) {
-		const struct ukvm_fault_record *rec = &log->all[i];
-		uint64_t page = (rec->gpa - log->region_gpa) / log->page_size, bit;
+	for (s = 0; s < nr_segs; s++)
+		for (i = 0; i < segs[s].n; i++) {
+			const struct ukvm_fault_record *rec = &segs[s].recs[i];
+			uint64_t page = (rec->gpa - log->region_gpa) / log->page_size, bit;
 
-		if (rec->eexist || rec->gpa < log->region_gpa || page >= log->region_pages)
-			continue;
-		bit = 1ULL << (page % 64);
-		if (once[page / 64] & bit)
-			again[page / 64] |= bit;
-		once[page / 64] |= bit;
-	}
+			if (rec->eexist || rec->gpa < log->region_gpa || page >= log->region_pages)
+				continue;
+			bit = 1ULL << (page % 64);
+			if (once[page / 64] & bit)
+				again[page / 64] |= bit;
+			once[page / 64] |= bit;
+		}
 	for (i = 0; i < log->region_pages; i++) {
 		uint64_t bit = 1ULL << (i % 64);
 		bool seen = once[i / 64] & bit, twice = again[i / 64] & bit;
@@ -440,45 +503,65 @@ blocked:
 int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *const *stores,
 			uint32_t nr_stores)
 {
+	bool in_place = !log->keep_all && !log->guest;
 	struct tid_index *map = NULL;
+	struct segment *segs = NULL;
 	uint64_t *resolver = NULL;
 	struct event *ev = NULL;
+	uint32_t nr_segs = 0, s;
 	uint64_t i, k = 0;
 	int ret;
 
-	ret = gather(log, stores, nr_stores);
-	if (ret)
-		return ret;
+	segs = calloc((in_place ? nr_stores : 1) ?: 1, sizeof(*segs));
+	if (!segs)
+		return -ENOMEM;
+	if (in_place) {
+		log->nr_all = 0;
+		for (s = 0; s < nr_stores; s++) {
+			segs[nr_segs++] = (struct segment){ stores[s]->records, compact(stores[s]) };
+			log->nr_all += segs[s].n;
+		}
+	} else {
+		ret = gather(log, stores, nr_stores);
+		if (ret)
+			goto out_segs;
+		segs[nr_segs++] = (struct segment){ log->all, log->nr_all };
+	}
 	ret = -ENOMEM;
 	map = malloc((log->nr_vcpus ?: 1) * sizeof(*map));
 	ev = malloc((2 * log->nr_all ?: 1) * sizeof(*ev));
 	if (!map || !ev)
 		goto out;
-	qsort(log->all, log->nr_all, sizeof(*log->all), cmp_read);
+	if (!in_place)
+		qsort(log->all, log->nr_all, sizeof(*log->all), cmp_read);
 
 	for (i = 0; i < log->nr_vcpus; i++)
 		map[i] = (struct tid_index){ .tid = log->tids[i], .index = (int32_t)i };
 	qsort(map, log->nr_vcpus, sizeof(*map), cmp_tid);
-	for (i = 0; i < log->nr_all; i++)
-		log->all[i].vcpu = vcpu_of(map, log->nr_vcpus, log->all[i].vcpu);
+	for (s = 0; s < nr_segs; s++)
+		for (i = 0; i < segs[s].n; i++)
+			segs[s].recs[i].vcpu = vcpu_of(map, log->nr_vcpus, segs[s].recs[i].vcpu);
 	if (log->guest && stamp(log))
 		goto out;
-	if (count_pages(log))
+	if (count_pages(log, segs, nr_segs))
 		goto out;
 
-	if (resolvers(log, &resolver))
+	if (resolvers(log, &resolver))	/* guest stamps only: never in place */
 		goto out;
-	for (i = 0; i < log->nr_all; i++) {
-		if (log->all[i].vcpu < 0)
-			continue;	/* not a vCPU's fault (no THREAD_ID, say) */
-		account(log, &log->all[i], resolver, &ev[k]);
-		k += 2;
-	}
-	qsort(ev, k, sizeof(*ev), cmp_event);
+	for (s = 0; s < nr_segs; s++)
+		for (i = 0; i < segs[s].n; i++) {
+			if (segs[s].recs[i].vcpu < 0)
+				continue;	/* not a vCPU's fault (no THREAD_ID, say) */
+			account(log, &segs[s].recs[i], resolver, &ev[k]);
+			k += 2;
+		}
+	sort_events(ev, k);
 	ret = sweep(log, ev, k);
 out:
 	free(map);
 	free(ev);
 	free(resolver);
+out_segs:
+	free(segs);
 	return ret;
 }
