@@ -164,36 +164,120 @@ static int32_t vcpu_of(const struct tid_index *map, uint32_t n, int32_t tid)
 	return hit ? hit->index : -1;
 }
 
+/* The sweep's state between events: each vCPU's open faults, and since when. */
+struct sweep_state {
+	uint32_t *depth;
+	uint64_t *since;
+	uint32_t blocked;	/* vCPUs with a fault open */
+	uint64_t last;		/* the previous event's time */
+	bool started;
+};
+
+/* One event, in time order (at equal t, ends before starts): the sweep's step. */
+static void sweep_step(struct ukvm_faultlog *log, struct sweep_state *st, uint64_t t,
+		       int32_t vcpu, int32_t delta)
+{
+	if (st->blocked == log->nr_vcpus && st->started)
+		log->blocktime_ns += t - st->last;
+	st->started = true;
+	st->last = t;
+	if (delta > 0) {
+		if (st->depth[vcpu]++ == 0) {
+			st->since[vcpu] = t;
+			st->blocked++;
+		}
+	} else if (st->depth[vcpu] && --st->depth[vcpu] == 0) {
+		log->vcpus[vcpu].blocked_ns += t - st->since[vcpu];
+		st->blocked--;
+	}
+}
+
+static int sweep_begin(struct ukvm_faultlog *log, struct sweep_state *st)
+{
+	*st = (struct sweep_state){ .depth = calloc(log->nr_vcpus ?: 1, sizeof(*st->depth)),
+				    .since = calloc(log->nr_vcpus ?: 1, sizeof(*st->since)) };
+	return st->depth && st->since ? 0 : -ENOMEM;
+}
+
+static void sweep_end(struct sweep_state *st)
+{
+	free(st->depth);
+	free(st->since);
+}
+
 static int sweep(struct ukvm_faultlog *log, struct event *ev, uint64_t n)
 {
-	uint32_t *depth = calloc(log->nr_vcpus, sizeof(*depth));
-	uint64_t *since = calloc(log->nr_vcpus, sizeof(*since));
-	uint32_t blocked = 0;
-	uint64_t i, last = 0;
-	int ret = -ENOMEM;
+	struct sweep_state st;
+	uint64_t i;
+	int ret = sweep_begin(log, &st);
 
-	if (!depth || !since)
-		goto out;
-	for (i = 0; i < n; i++) {
-		struct event *e = &ev[i];
+	for (i = 0; !ret && i < n; i++)
+		sweep_step(log, &st, ev[i].t, ev[i].vcpu, ev[i].delta);
+	sweep_end(&st);
+	return ret;
+}
 
-		if (blocked == log->nr_vcpus && i)
-			log->blocktime_ns += e->t - last;
-		last = e->t;
-		if (e->delta > 0) {
-			if (depth[e->vcpu]++ == 0) {
-				since[e->vcpu] = e->t;
-				blocked++;
-			}
-		} else if (depth[e->vcpu] && --depth[e->vcpu] == 0) {
-			log->vcpus[e->vcpu].blocked_ns += e->t - since[e->vcpu];
-			blocked--;
-		}
+/*
+ * An event in 8 bytes, for the log built in place (read to resolved spans
+ * only): the time since the earliest read above EV_SHIFT bits, then 1 for
+ * a start (0 for an end: at equal times ends sort first, as cmp_event
+ * has it), then the vCPU. Sorted as plain integers. Only where every time
+ * fits (spans under 2^51 ns, 26 days): else the 16-byte events.
+ */
+#define EV_VCPU_BITS	12	/* UKVM_MAX_VCPUS = 4096 */
+#define EV_SHIFT	(EV_VCPU_BITS + 1)
+_Static_assert(UKVM_MAX_VCPUS <= 1 << EV_VCPU_BITS, "a vCPU index fits a packed event");
+
+static uint64_t ev_pack(uint64_t t, int32_t vcpu, int32_t delta)
+{
+	return t << EV_SHIFT | (uint64_t)(delta > 0) << EV_VCPU_BITS | (uint64_t)vcpu;
+}
+
+static void sift_u64(uint64_t *v, uint64_t root, uint64_t n)
+{
+	for (;;) {
+		uint64_t child = 2 * root + 1, tmp;
+
+		if (child >= n)
+			return;
+		if (child + 1 < n && v[child] < v[child + 1])
+			child++;
+		if (v[root] >= v[child])
+			return;
+		tmp = v[root];
+		v[root] = v[child];
+		v[child] = tmp;
+		root = child;
 	}
-	ret = 0;
-out:
-	free(depth);
-	free(since);
+}
+
+/* v sorted in place (a heapsort: no second array). */
+static void sort_u64(uint64_t *v, uint64_t n)
+{
+	uint64_t i, tmp;
+
+	for (i = n / 2; i-- > 0;)
+		sift_u64(v, i, n);
+	for (i = n; i-- > 1;) {
+		tmp = v[0];
+		v[0] = v[i];
+		v[i] = tmp;
+		sift_u64(v, 0, i);
+	}
+}
+
+static int sweep_packed(struct ukvm_faultlog *log, uint64_t *ev, uint64_t n, uint64_t t0)
+{
+	struct sweep_state st;
+	uint64_t i;
+	int ret = sweep_begin(log, &st);
+
+	sort_u64(ev, n);
+	for (i = 0; !ret && i < n; i++)
+		sweep_step(log, &st, t0 + (ev[i] >> EV_SHIFT),
+			   (int32_t)(ev[i] & ((1u << EV_VCPU_BITS) - 1)),
+			   ev[i] >> EV_VCPU_BITS & 1 ? +1 : -1);
+	sweep_end(&st);
 	return ret;
 }
 
@@ -508,6 +592,8 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *c
 	struct segment *segs = NULL;
 	uint64_t *resolver = NULL;
 	struct event *ev = NULL;
+	uint64_t *pev = NULL, t0 = 0, t1 = 0;
+	bool packed = false;
 	uint32_t nr_segs = 0, s;
 	uint64_t i, k = 0;
 	int ret;
@@ -527,10 +613,26 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *c
 			goto out_segs;
 		segs[nr_segs++] = (struct segment){ log->all, log->nr_all };
 	}
+	if (in_place) {	/* spans are read to resolved: do their times fit a packed event? */
+		t0 = UINT64_MAX;
+		for (s = 0; s < nr_segs; s++)
+			for (i = 0; i < segs[s].n; i++) {
+				const struct ukvm_fault_record *rec = &segs[s].recs[i];
+
+				t0 = rec->read_ns < t0 ? rec->read_ns : t0;
+				t0 = rec->resolved_ns < t0 ? rec->resolved_ns : t0;
+				t1 = rec->read_ns > t1 ? rec->read_ns : t1;
+				t1 = rec->resolved_ns > t1 ? rec->resolved_ns : t1;
+			}
+		packed = !log->nr_all || t1 - t0 < 1ULL << (64 - EV_SHIFT);
+	}
 	ret = -ENOMEM;
 	map = malloc((log->nr_vcpus ?: 1) * sizeof(*map));
-	ev = malloc((2 * log->nr_all ?: 1) * sizeof(*ev));
-	if (!map || !ev)
+	if (packed)
+		pev = malloc((2 * log->nr_all ?: 1) * sizeof(*pev));
+	else
+		ev = malloc((2 * log->nr_all ?: 1) * sizeof(*ev));
+	if (!map || (!ev && !pev))
 		goto out;
 	if (!in_place)
 		qsort(log->all, log->nr_all, sizeof(*log->all), cmp_read);
@@ -552,14 +654,27 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *c
 		for (i = 0; i < segs[s].n; i++) {
 			if (segs[s].recs[i].vcpu < 0)
 				continue;	/* not a vCPU's fault (no THREAD_ID, say) */
-			account(log, &segs[s].recs[i], resolver, &ev[k]);
+			if (packed) {
+				struct event two[2];
+
+				account(log, &segs[s].recs[i], resolver, two);
+				pev[k] = ev_pack(two[0].t - t0, two[0].vcpu, two[0].delta);
+				pev[k + 1] = ev_pack(two[1].t - t0, two[1].vcpu, two[1].delta);
+			} else {
+				account(log, &segs[s].recs[i], resolver, &ev[k]);
+			}
 			k += 2;
 		}
-	sort_events(ev, k);
-	ret = sweep(log, ev, k);
+	if (packed) {
+		ret = sweep_packed(log, pev, k, t0);
+	} else {
+		sort_events(ev, k);
+		ret = sweep(log, ev, k);
+	}
 out:
 	free(map);
 	free(ev);
+	free(pev);
 	free(resolver);
 out_segs:
 	free(segs);
