@@ -23,9 +23,9 @@ against.
 
     python benchmarks/footprint.py --trials 1 --json footprint.json
 
-RSS is not timing: a loaded machine gives the same numbers. One trial of
-all nine runs takes about a minute per 4 GiB of guest memory per second of
-paging on this host (a few minutes in all).
+RSS is not timing: a loaded machine gives the same numbers. One trial (nine
+runs, 15.75 GiB of guest memory paged in all) takes about 5 minutes on the
+development host.
 """
 from __future__ import annotations
 
