@@ -358,7 +358,7 @@ struct ukvm_result {
 	uint64_t pusher_source_bytes;	/* bytes the pusher fetched from the page source
 					 * (its own connection; not in readers[]) */
 	uint64_t nr_touch_order;
-	uint64_t *touch_order;
+	uint32_t *touch_order;		/* page indexes (of page_size) */
 	bool verified;		/* every page holds what it must */
 	/*
 	 * The pages' bytes were compared with what they must hold; false for

@@ -115,6 +115,26 @@ def test_blocktime_is_the_time_every_vcpu_waited_at_once(kvm, traced):
     assert round(traced.blocktime_seconds * 1e9) == length(all_blocked)
 
 
+def test_untraced_stats_say_the_same_kinds_of_things(kvm, traced):
+    """Without trace_faults the log is built in place in the resolvers'
+    stores (faultlog.c; tests/c/faultlog_accounting.c checks that both ways
+    agree number for number): the traced run's settings again, untraced,
+    give every vCPU's faults (one per page of its own memory), EEXIST as
+    the readers counted it, a service time for every message, blocked time
+    and a blocktime no longer than any vCPU's blocked time."""
+    fields = {k: v for k, v in traced.config.to_dict().items() if k != "trace_faults"}
+    r = small(**fields, trace_faults=False)
+    assert r.fault_trace is None
+    assert sum(v.faults for v in r.vcpus) == r.faults == 2 * PAGES_PER_VCPU
+    assert all(v.faults == PAGES_PER_VCPU for v in r.vcpus)
+    assert sum(v.eexist for v in r.vcpus) == sum(x.eexist for x in r.readers)
+    for v in r.vcpus:
+        assert v.service_latency.count == v.faults + v.eexist
+        assert v.blocked_seconds > 0
+        assert r.blocktime_seconds <= v.blocked_seconds
+    assert r.blocktime_seconds > 0, "as in the traced run, vCPUs waited at once"
+
+
 # The *_seconds fields that time faults. seconds, pass_seconds and
 # cpu_seconds stay: the vCPU's clock at each pass end and getrusage, not a
 # clock per fault.

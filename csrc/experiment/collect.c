@@ -172,6 +172,7 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 		.match_bytes = ukvm_backing_is_hugetlb(cfg->backing) && !exp->exact_address ?
 			       exp->mem.page_size : UKVM_PAGE_SIZE,
 		.visits = exp->visits,
+		.keep_all = cfg->trace_faults,
 		.vcpus = res->vcpus,
 		.readers = res->readers,
 		/* The same for every pool: cfg->readers, or the vCPUs a pool serves. */
@@ -220,7 +221,7 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 	uint32_t i;
 
 	*prefetched_touched = 0;
-	if (!rs->state)
+	if (!rs->faulted)
 		return 0;
 	vp.gpa = exp->region_gpa;
 	vp.hva = exp->mem.hva;
@@ -229,13 +230,13 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 	res->resident_tracked = true;
 	for (page = 0; page < rs->pages; page++) {
 		uint64_t gpa = exp->region_gpa + page * exp->mem.page_size;
-		bool touched = false, prefetched = atomic_load(&rs->state[page]) ==
+		bool touched = false, prefetched = ukvm_resident_state(rs, page) ==
 						  UKVM_PAGE_PREFETCHED;
 
 		for (sub = 0; sub < exp->mem.page_size && !touched; sub += UKVM_PAGE_SIZE)
 			touched = ukvm_guest_touches(&vp, gpa + sub);
 		res->touched_units += touched;
-		res->faulted_pages += atomic_load(&rs->waited[page]);
+		res->faulted_pages += ukvm_resident_bit(rs->waited, page);
 		res->prefetched_pages += prefetched;
 		res->wasted_prefetch_pages += prefetched && !touched;
 		*prefetched_touched += prefetched && touched;
@@ -252,10 +253,9 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 			   all_ns > res->start_ns ? all_ns - res->start_ns : 0;
 	n = atomic_load(&rs->nr_order);
 	n = n < rs->pages ? n : rs->pages;
-	res->touch_order = malloc((n ?: 1) * sizeof(*res->touch_order));
-	if (!res->touch_order)
-		return -ENOMEM;
-	memcpy(res->touch_order, rs->order, n * sizeof(*res->touch_order));
+	/* Handed over, not copied: the result frees it. */
+	res->touch_order = rs->order;
+	rs->order = NULL;
 	res->nr_touch_order = n;
 	return 0;
 }
@@ -525,8 +525,8 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			vp.hva = exp->mem.hva + (cfg->overlap ? 0 : i * exp->slice_size);
 			vp.gpa = exp->region_gpa + (cfg->overlap ? 0 : i * exp->slice_size);
 			/* Read after every installer has stopped: plain bytes now. */
-			vp.installed = exp->resident.state ? (const uint8_t *)exp->resident.state +
-				(vp.gpa - exp->region_gpa) / exp->mem.page_size : NULL;
+			vp.installed = exp->resident.faulted ? &exp->resident : NULL;
+			vp.installed_first = (vp.gpa - exp->region_gpa) / exp->mem.page_size;
 			vp.size = exp->slice_size;
 			/* source file: the file maps onto the region byte for byte. */
 			vp.expect = exp->source.map ? exp->source.map + (vp.gpa - exp->region_gpa)

@@ -432,7 +432,7 @@ static void setup_pool(struct ukvm_experiment *exp, struct ukvm_pool *pool, uint
 	a->gpa_base = exp->region_gpa + u * range;
 	a->region_off = u * range;
 	a->source = &exp->source;
-	a->resident = exp->resident.state ? &exp->resident : NULL;
+	a->resident = exp->resident.faulted ? &exp->resident : NULL;
 	a->resident_first = u * (range / exp->mem.page_size);
 	a->snapshot = exp->snapshot ? exp->snapshot + u * range : NULL;
 	a->wp_state = exp->wp_state ? exp->wp_state + u * range / UKVM_PAGE_SIZE : NULL;

@@ -225,6 +225,19 @@ static PyObject *hist_to_dict(const struct ukvm_hist *h)
 }
 
 /* Result.page_visits: a list of counts, or None. */
+static PyObject *u32_to_list(const uint32_t *v, uint64_t n)
+{
+	PyObject *list = py_list_new(v ? n : 0), *item;
+	uint64_t i;
+
+	for (i = 0; list && v && i < n; i++) {
+		item = PyLong_FromUnsignedLong(v[i]);
+		if (!item || PyList_SetItem(list, (Py_ssize_t)i, item))	/* steals item */
+			Py_CLEAR(list);
+	}
+	return list;
+}
+
 static PyObject *visits_to_list(const uint32_t *v, uint64_t n)
 {
 	PyObject *list, *item;
@@ -290,7 +303,7 @@ static PyObject *field_value(const void *base, const struct result_field *f,
 	case R_KVM_STATS:
 		return stats_dict(res->kvm_stat_names, res->kvm_stats, res->nr_kvm_stats);
 	case R_TOUCH_ORDER:
-		return py_u64_list(res->touch_order, res->nr_touch_order);
+		return u32_to_list(res->touch_order, res->nr_touch_order);
 	case R_PAGE_VISITS:
 		return visits_to_list(res->page_visits, res->nr_page_visits);
 	case R_FAULT_TRACE:

@@ -118,6 +118,44 @@ static int cmp_event(const void *a, const void *b)
 	return x->delta - y->delta;
 }
 
+/*
+ * ev sorted by cmp_event in place: a heapsort, where qsort() (glibc's
+ * merge sort) would take a second array as large as ev, 32 bytes a fault.
+ */
+static void sift(struct event *ev, uint64_t root, uint64_t n)
+{
+	for (;;) {
+		uint64_t child = 2 * root + 1;
+		struct event tmp;
+
+		if (child >= n)
+			return;
+		if (child + 1 < n && cmp_event(&ev[child], &ev[child + 1]) < 0)
+			child++;
+		if (cmp_event(&ev[root], &ev[child]) >= 0)
+			return;
+		tmp = ev[root];
+		ev[root] = ev[child];
+		ev[child] = tmp;
+		root = child;
+	}
+}
+
+static void sort_events(struct event *ev, uint64_t n)
+{
+	uint64_t i;
+	struct event tmp;
+
+	for (i = n / 2; i-- > 0;)
+		sift(ev, i, n);
+	for (i = n; i-- > 1;) {
+		tmp = ev[0];
+		ev[0] = ev[i];
+		ev[i] = tmp;
+		sift(ev, 0, i);
+	}
+}
+
 static int32_t vcpu_of(const struct tid_index *map, uint32_t n, int32_t tid)
 {
 	struct tid_index key = { .tid = tid };
@@ -126,36 +164,120 @@ static int32_t vcpu_of(const struct tid_index *map, uint32_t n, int32_t tid)
 	return hit ? hit->index : -1;
 }
 
+/* The sweep's state between events: each vCPU's open faults, and since when. */
+struct sweep_state {
+	uint32_t *depth;
+	uint64_t *since;
+	uint32_t blocked;	/* vCPUs with a fault open */
+	uint64_t last;		/* the previous event's time */
+	bool started;
+};
+
+/* One event, in time order (at equal t, ends before starts): the sweep's step. */
+static void sweep_step(struct ukvm_faultlog *log, struct sweep_state *st, uint64_t t,
+		       int32_t vcpu, int32_t delta)
+{
+	if (st->blocked == log->nr_vcpus && st->started)
+		log->blocktime_ns += t - st->last;
+	st->started = true;
+	st->last = t;
+	if (delta > 0) {
+		if (st->depth[vcpu]++ == 0) {
+			st->since[vcpu] = t;
+			st->blocked++;
+		}
+	} else if (st->depth[vcpu] && --st->depth[vcpu] == 0) {
+		log->vcpus[vcpu].blocked_ns += t - st->since[vcpu];
+		st->blocked--;
+	}
+}
+
+static int sweep_begin(struct ukvm_faultlog *log, struct sweep_state *st)
+{
+	*st = (struct sweep_state){ .depth = calloc(log->nr_vcpus ?: 1, sizeof(*st->depth)),
+				    .since = calloc(log->nr_vcpus ?: 1, sizeof(*st->since)) };
+	return st->depth && st->since ? 0 : -ENOMEM;
+}
+
+static void sweep_end(struct sweep_state *st)
+{
+	free(st->depth);
+	free(st->since);
+}
+
 static int sweep(struct ukvm_faultlog *log, struct event *ev, uint64_t n)
 {
-	uint32_t *depth = calloc(log->nr_vcpus, sizeof(*depth));
-	uint64_t *since = calloc(log->nr_vcpus, sizeof(*since));
-	uint32_t blocked = 0;
-	uint64_t i, last = 0;
-	int ret = -ENOMEM;
+	struct sweep_state st;
+	uint64_t i;
+	int ret = sweep_begin(log, &st);
 
-	if (!depth || !since)
-		goto out;
-	for (i = 0; i < n; i++) {
-		struct event *e = &ev[i];
+	for (i = 0; !ret && i < n; i++)
+		sweep_step(log, &st, ev[i].t, ev[i].vcpu, ev[i].delta);
+	sweep_end(&st);
+	return ret;
+}
 
-		if (blocked == log->nr_vcpus && i)
-			log->blocktime_ns += e->t - last;
-		last = e->t;
-		if (e->delta > 0) {
-			if (depth[e->vcpu]++ == 0) {
-				since[e->vcpu] = e->t;
-				blocked++;
-			}
-		} else if (depth[e->vcpu] && --depth[e->vcpu] == 0) {
-			log->vcpus[e->vcpu].blocked_ns += e->t - since[e->vcpu];
-			blocked--;
-		}
+/*
+ * An event in 8 bytes, for the log built in place (read to resolved spans
+ * only): the time since the earliest read above EV_SHIFT bits, then 1 for
+ * a start (0 for an end: at equal times ends sort first, as cmp_event
+ * has it), then the vCPU. Sorted as plain integers. Only where every time
+ * fits (spans under 2^51 ns, 26 days): else the 16-byte events.
+ */
+#define EV_VCPU_BITS	12	/* UKVM_MAX_VCPUS = 4096 */
+#define EV_SHIFT	(EV_VCPU_BITS + 1)
+_Static_assert(UKVM_MAX_VCPUS <= 1 << EV_VCPU_BITS, "a vCPU index fits a packed event");
+
+static uint64_t ev_pack(uint64_t t, int32_t vcpu, int32_t delta)
+{
+	return t << EV_SHIFT | (uint64_t)(delta > 0) << EV_VCPU_BITS | (uint64_t)vcpu;
+}
+
+static void sift_u64(uint64_t *v, uint64_t root, uint64_t n)
+{
+	for (;;) {
+		uint64_t child = 2 * root + 1, tmp;
+
+		if (child >= n)
+			return;
+		if (child + 1 < n && v[child] < v[child + 1])
+			child++;
+		if (v[root] >= v[child])
+			return;
+		tmp = v[root];
+		v[root] = v[child];
+		v[child] = tmp;
+		root = child;
 	}
-	ret = 0;
-out:
-	free(depth);
-	free(since);
+}
+
+/* v sorted in place (a heapsort: no second array). */
+static void sort_u64(uint64_t *v, uint64_t n)
+{
+	uint64_t i, tmp;
+
+	for (i = n / 2; i-- > 0;)
+		sift_u64(v, i, n);
+	for (i = n; i-- > 1;) {
+		tmp = v[0];
+		v[0] = v[i];
+		v[i] = tmp;
+		sift_u64(v, 0, i);
+	}
+}
+
+static int sweep_packed(struct ukvm_faultlog *log, uint64_t *ev, uint64_t n, uint64_t t0)
+{
+	struct sweep_state st;
+	uint64_t i;
+	int ret = sweep_begin(log, &st);
+
+	sort_u64(ev, n);
+	for (i = 0; !ret && i < n; i++)
+		sweep_step(log, &st, t0 + (ev[i] >> EV_SHIFT),
+			   (int32_t)(ev[i] & ((1u << EV_VCPU_BITS) - 1)),
+			   ev[i] >> EV_VCPU_BITS & 1 ? +1 : -1);
+	sweep_end(&st);
 	return ret;
 }
 
@@ -165,6 +287,23 @@ static uint64_t store_used(struct ukvm_faultlog_store *store)
 	uint64_t used = atomic_load(&store->chunks) * UKVM_LOG_CHUNK;
 
 	return store->records ? (used > store->cap ? store->cap : used) : 0;
+}
+
+/*
+ * The records of store the resolvers wrote, moved down over the unwritten
+ * tails of its chunks: no copy, no memory. Returns how many.
+ */
+static uint64_t compact(struct ukvm_faultlog_store *store)
+{
+	uint64_t used = store_used(store), i, k = 0;
+
+	for (i = 0; i < used; i++)
+		if (store->records[i].read_ns) {
+			if (k != i)
+				store->records[k] = store->records[i];
+			k++;
+		}
+	return k;
 }
 
 /* Every record the resolvers wrote, from the stores, into log->all. */
@@ -280,25 +419,33 @@ out:
  * aside? Two bits a page (resolved at all, resolved again): a 4 GiB region
  * of 4 KiB pages takes 64 KiB.
  */
-static int count_pages(struct ukvm_faultlog *log)
+/* A run of records: log->all, or one store's (compacted in place). */
+struct segment {
+	struct ukvm_fault_record *recs;
+	uint64_t n;
+};
+
+static int count_pages(struct ukvm_faultlog *log, const struct segment *segs, uint32_t nr_segs)
 {
 	uint64_t words = log->region_pages / 64 + 1, i;
 	uint64_t *once = calloc(words, sizeof(*once)), *again = calloc(words, sizeof(*again));
+	uint32_t s;
 	int ret = -ENOMEM;
 
 	if (!once || !again)
 		goto out;
-	for (i = 0; i < log->nr_all; i++) {
-		const struct ukvm_fault_record *rec = &log->all[i];
-		uint64_t page = (rec->gpa - log->region_gpa) / log->page_size, bit;
+	for (s = 0; s < nr_segs; s++)
+		for (i = 0; i < segs[s].n; i++) {
+			const struct ukvm_fault_record *rec = &segs[s].recs[i];
+			uint64_t page = (rec->gpa - log->region_gpa) / log->page_size, bit;
 
-		if (rec->eexist || rec->gpa < log->region_gpa || page >= log->region_pages)
-			continue;
-		bit = 1ULL << (page % 64);
-		if (once[page / 64] & bit)
-			again[page / 64] |= bit;
-		once[page / 64] |= bit;
-	}
+			if (rec->eexist || rec->gpa < log->region_gpa || page >= log->region_pages)
+				continue;
+			bit = 1ULL << (page % 64);
+			if (once[page / 64] & bit)
+				again[page / 64] |= bit;
+			once[page / 64] |= bit;
+		}
 	for (i = 0; i < log->region_pages; i++) {
 		uint64_t bit = 1ULL << (i % 64);
 		bool seen = once[i / 64] & bit, twice = again[i / 64] & bit;
@@ -440,45 +587,96 @@ blocked:
 int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *const *stores,
 			uint32_t nr_stores)
 {
+	bool in_place = !log->keep_all && !log->guest;
 	struct tid_index *map = NULL;
+	struct segment *segs = NULL;
 	uint64_t *resolver = NULL;
 	struct event *ev = NULL;
+	uint64_t *pev = NULL, t0 = 0, t1 = 0;
+	bool packed = false;
+	uint32_t nr_segs = 0, s;
 	uint64_t i, k = 0;
 	int ret;
 
-	ret = gather(log, stores, nr_stores);
-	if (ret)
-		return ret;
+	segs = calloc((in_place ? nr_stores : 1) ?: 1, sizeof(*segs));
+	if (!segs)
+		return -ENOMEM;
+	if (in_place) {
+		log->nr_all = 0;
+		for (s = 0; s < nr_stores; s++) {
+			segs[nr_segs++] = (struct segment){ stores[s]->records, compact(stores[s]) };
+			log->nr_all += segs[s].n;
+		}
+	} else {
+		ret = gather(log, stores, nr_stores);
+		if (ret)
+			goto out_segs;
+		segs[nr_segs++] = (struct segment){ log->all, log->nr_all };
+	}
+	if (in_place) {	/* spans are read to resolved: do their times fit a packed event? */
+		t0 = UINT64_MAX;
+		for (s = 0; s < nr_segs; s++)
+			for (i = 0; i < segs[s].n; i++) {
+				const struct ukvm_fault_record *rec = &segs[s].recs[i];
+
+				t0 = rec->read_ns < t0 ? rec->read_ns : t0;
+				t0 = rec->resolved_ns < t0 ? rec->resolved_ns : t0;
+				t1 = rec->read_ns > t1 ? rec->read_ns : t1;
+				t1 = rec->resolved_ns > t1 ? rec->resolved_ns : t1;
+			}
+		packed = !log->nr_all || t1 - t0 < 1ULL << (64 - EV_SHIFT);
+	}
 	ret = -ENOMEM;
 	map = malloc((log->nr_vcpus ?: 1) * sizeof(*map));
-	ev = malloc((2 * log->nr_all ?: 1) * sizeof(*ev));
-	if (!map || !ev)
+	if (packed)
+		pev = malloc((2 * log->nr_all ?: 1) * sizeof(*pev));
+	else
+		ev = malloc((2 * log->nr_all ?: 1) * sizeof(*ev));
+	if (!map || (!ev && !pev))
 		goto out;
-	qsort(log->all, log->nr_all, sizeof(*log->all), cmp_read);
+	if (!in_place)
+		qsort(log->all, log->nr_all, sizeof(*log->all), cmp_read);
 
 	for (i = 0; i < log->nr_vcpus; i++)
 		map[i] = (struct tid_index){ .tid = log->tids[i], .index = (int32_t)i };
 	qsort(map, log->nr_vcpus, sizeof(*map), cmp_tid);
-	for (i = 0; i < log->nr_all; i++)
-		log->all[i].vcpu = vcpu_of(map, log->nr_vcpus, log->all[i].vcpu);
+	for (s = 0; s < nr_segs; s++)
+		for (i = 0; i < segs[s].n; i++)
+			segs[s].recs[i].vcpu = vcpu_of(map, log->nr_vcpus, segs[s].recs[i].vcpu);
 	if (log->guest && stamp(log))
 		goto out;
-	if (count_pages(log))
+	if (count_pages(log, segs, nr_segs))
 		goto out;
 
-	if (resolvers(log, &resolver))
+	if (resolvers(log, &resolver))	/* guest stamps only: never in place */
 		goto out;
-	for (i = 0; i < log->nr_all; i++) {
-		if (log->all[i].vcpu < 0)
-			continue;	/* not a vCPU's fault (no THREAD_ID, say) */
-		account(log, &log->all[i], resolver, &ev[k]);
-		k += 2;
+	for (s = 0; s < nr_segs; s++)
+		for (i = 0; i < segs[s].n; i++) {
+			if (segs[s].recs[i].vcpu < 0)
+				continue;	/* not a vCPU's fault (no THREAD_ID, say) */
+			if (packed) {
+				struct event two[2];
+
+				account(log, &segs[s].recs[i], resolver, two);
+				pev[k] = ev_pack(two[0].t - t0, two[0].vcpu, two[0].delta);
+				pev[k + 1] = ev_pack(two[1].t - t0, two[1].vcpu, two[1].delta);
+			} else {
+				account(log, &segs[s].recs[i], resolver, &ev[k]);
+			}
+			k += 2;
+		}
+	if (packed) {
+		ret = sweep_packed(log, pev, k, t0);
+	} else {
+		sort_events(ev, k);
+		ret = sweep(log, ev, k);
 	}
-	qsort(ev, k, sizeof(*ev), cmp_event);
-	ret = sweep(log, ev, k);
 out:
 	free(map);
 	free(ev);
+	free(pev);
 	free(resolver);
+out_segs:
+	free(segs);
 	return ret;
 }

@@ -80,6 +80,13 @@ struct ukvm_faultlog {
 	/* touch_percent, access zipf: accesses to each 4 KiB page of the region
 	 * (0: the guest never touches it, so it must never fault); NULL: all */
 	const uint32_t *visits;
+	/*
+	 * Keep every record in all, by read time (trace_faults). Without it
+	 * and without guest stamps the records are read where the resolvers
+	 * wrote them (compacted in place, unsorted: nothing but the trace
+	 * needs their order) and all stays NULL.
+	 */
+	bool keep_all;
 	/* out */
 	struct ukvm_vcpu_result *vcpus;	/* gets faults, blocked_ns, the latencies */
 	struct ukvm_reader_result *readers;	/* gets queue_latency; uffd-major order */
@@ -91,8 +98,8 @@ struct ukvm_faultlog {
 	uint64_t first_bad_gpa;		/* the first such page... */
 	bool first_bad_resolved_again;	/* ...resolved more than once (else never) */
 	bool first_bad_untouched;	/* ...resolved though the guest never touches it */
-	struct ukvm_fault_record *all;	/* every record, by read time (owned) */
-	uint64_t nr_all;
+	struct ukvm_fault_record *all;	/* every record, by read time (owned; keep_all) */
+	uint64_t nr_all;		/* records, kept or not */
 };
 
 /* Attributes, stamps, times and merges the records of every store: 0 or -ENOMEM. */

@@ -13,7 +13,7 @@
 
 #include "ukvm.h"
 
-/* A page's state: the byte the installer stores after its UFFDIO_COPY succeeded. */
+/* A page's state: the bit the installer sets after its UFFDIO_COPY succeeded. */
 enum ukvm_page_state {
 	UKVM_PAGE_ABSENT = 0,
 	UKVM_PAGE_FAULTED,	/* a fault's resolver installed it */
@@ -28,36 +28,57 @@ enum ukvm_page_state {
  * each page is marked once.
  */
 struct ukvm_resident {
-	_Atomic uint8_t *state;		/* enum ukvm_page_state, a byte per page */
 	/*
-	 * 1 for each page a vCPU faulted on (a message was resolved for it,
+	 * Bitmaps of 64 pages a word (pages + 63) / 64 words each: the pages a
+	 * fault installed, the pages prefetch installed (neither: absent).
+	 */
+	_Atomic uint64_t *faulted;
+	_Atomic uint64_t *prefetched;
+	/*
+	 * A bit for each page a vCPU faulted on (a message was resolved for it,
 	 * EEXIST included: the vCPU waited, whoever installed the page), so
 	 * that the faults prefetch avoided are the pages no vCPU waited for.
 	 */
-	_Atomic uint8_t *waited;
-	uint64_t pages;
-	uint64_t *order;		/* first touches: the pages faults installed, in order */
+	_Atomic uint64_t *waited;
+	uint64_t pages;			/* at most UKVM_RESIDENT_MAX_PAGES */
+	uint32_t *order;		/* first touches: the pages faults installed, in order */
 	atomic_uint_fast64_t nr_order;
 	atomic_uint_fast64_t nr_resident;
 	atomic_uint_fast64_t all_ns;	/* CLOCK_MONOTONIC when the last page went in, or 0 */
 	bool timed;			/* stamp all_ns (stats basic reads no clock on the hot path) */
 };
 
+/* order holds 32-bit page indexes: 16 TiB of 4 KiB pages. */
+#define UKVM_RESIDENT_MAX_PAGES	((uint64_t)UINT32_MAX + 1)
+
 /* Empty, destroyable. */
 void ukvm_resident_init(struct ukvm_resident *rs);
-/* Every page absent: 0 or -ENOMEM with err set. */
+/* Every page absent: 0, or -ENOMEM (-EOVERFLOW: too many pages) with err set. */
 int ukvm_resident_create(struct ukvm_resident *rs, uint64_t pages, struct ukvm_error *err);
 void ukvm_resident_destroy(struct ukvm_resident *rs);
 
+static inline bool ukvm_resident_bit(_Atomic uint64_t *map, uint64_t page)
+{
+	return atomic_load_explicit(&map[page / 64], memory_order_relaxed) >> (page % 64) & 1;
+}
+
 static inline bool ukvm_resident_absent(struct ukvm_resident *rs, uint64_t page)
 {
-	return atomic_load_explicit(&rs->state[page], memory_order_relaxed) == UKVM_PAGE_ABSENT;
+	return !ukvm_resident_bit(rs->faulted, page) && !ukvm_resident_bit(rs->prefetched, page);
+}
+
+/* How the page went in (after every installer stopped, or racing them: a snapshot). */
+static inline enum ukvm_page_state ukvm_resident_state(struct ukvm_resident *rs, uint64_t page)
+{
+	return ukvm_resident_bit(rs->faulted, page) ? UKVM_PAGE_FAULTED :
+	       ukvm_resident_bit(rs->prefetched, page) ? UKVM_PAGE_PREFETCHED : UKVM_PAGE_ABSENT;
 }
 
 /* A vCPU faulted on the page (and waited for it, whoever installed it). */
 static inline void ukvm_resident_waited(struct ukvm_resident *rs, uint64_t page)
 {
-	atomic_store_explicit(&rs->waited[page], 1, memory_order_relaxed);
+	atomic_fetch_or_explicit(&rs->waited[page / 64], 1ULL << (page % 64),
+				 memory_order_relaxed);
 }
 
 /* The page went in (its copy returned 0), by a fault or by prefetch. */

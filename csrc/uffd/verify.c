@@ -52,6 +52,12 @@ static bool guest_writes(const struct ukvm_verify_params *p, uint64_t gpa)
 	return ukvm_guest_touches(p, gpa) && guest_writes_page(gpa, p->write_pct, p->write_key);
 }
 
+/* How the resident map says the verified range's unit-th page went in. */
+static enum ukvm_page_state installed_as(const struct ukvm_verify_params *p, uint64_t unit)
+{
+	return ukvm_resident_state(p->installed, p->installed_first + unit);
+}
+
 static void describe_word(char *msg, size_t len, uint64_t gpa, unsigned word, uint64_t got,
 			  uint64_t want, const char *why)
 {
@@ -89,7 +95,7 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 				unit_touched = p->visits[(off + k) / UKVM_PAGE_SIZE];
 		/* The data a page holds unless the guest wrote it: resolved, or prefilled. */
 		filled = unit_touched ? p->filled : p->untouched_filled ||
-			 (p->installed && p->installed[off / unit] == UKVM_PAGE_PREFETCHED);
+			 (p->installed && installed_as(p, off / unit) == UKVM_PAGE_PREFETCHED);
 		from_file = filled && p->expect;
 		if (from_file) {
 			/* Guarded: the file may have been cut short under its mapping. */
@@ -116,7 +122,7 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 				       : "untouched by the guest, resolved with the page around it: zero")
 		       : p->untouched_filled ? "untouched by the guest: the data it held before the run"
 		       /* prefetch's map knows a fault installed it: the record of visits is wrong */
-		       : p->installed && p->installed[off / unit] == UKVM_PAGE_FAULTED ?
+		       : p->installed && installed_as(p, off / unit) == UKVM_PAGE_FAULTED ?
 			 "untouched by the guest, yet a fault installed it: zero expected"
 		       : !filled ? "untouched by the guest and never installed: zero"
 		       : from_file ? "untouched by the guest, installed by prefetch: the source "

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "base/ctl.h"
+#include "uffd/resident.h"
 
 struct ukvm_verify_params {
 	const uint8_t *hva;		/* the region as the guest wrote it */
@@ -37,11 +38,12 @@ struct ukvm_verify_params {
 	/* What an untouched page holds: the resolver's data (it was filled
 	 * before the run), else zeros (nothing may have installed it)... */
 	bool untouched_filled;
-	/* ...unless prefetch installed it: the resident map's byte (enum
-	 * ukvm_page_state, resident.h) for each unit_size page from gpa, or
-	 * NULL. Only prefetch may install a page the guest never touches: one
-	 * a fault installed is not counted as filled, and fails. */
-	const uint8_t *installed;
+	/* ...unless prefetch installed it: the resident map (resident.h), whose
+	 * page installed_first (of unit_size) is the one at gpa, or NULL. Only
+	 * prefetch may install a page the guest never touches: one a fault
+	 * installed is not counted as filled, and fails. */
+	struct ukvm_resident *installed;
+	uint64_t installed_first;
 };
 
 /* Does the guest touch the page at gpa (p->gpa <= gpa < p->gpa + p->size)? */
