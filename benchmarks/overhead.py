@@ -115,6 +115,38 @@ def overheads_us(rates: dict[str, list[float | None]], variant: str, tool: str,
             for u, n in zip(rates[f"{variant} uffd"], rates[f"{tool} none"], strict=True)]
 
 
+# Below this many trials a table gives the range (min-max), labelled as such,
+# not a bootstrap interval.
+RANGE_BELOW = 5
+
+
+def interval_name(n: int) -> str:
+    """What the [low, high] beside a median of n trials is."""
+    return "range (min-max)" if n < RANGE_BELOW else "bootstrap 95% interval"
+
+
+def bounds(values: list[float | None]) -> tuple[float, float]:
+    """(low, high) of the trials that did not fail: min and max below
+    RANGE_BELOW trials, else the bootstrap 95% interval of the median (NaN
+    where there is none)."""
+    ok = [v for v in values if v is not None and v == v]
+    if not ok:
+        return float("nan"), float("nan")
+    if len(ok) < RANGE_BELOW:
+        return min(ok), max(ok)
+    s = uffdkvm.spread_of(ok)
+    return s.ci_low, s.ci_high
+
+
+def ratio_text(value: float | None, low: float | None, high: float | None,
+               by: float, fmt: str = ".2f") -> str:
+    """value / by, or "-" where there is no value or its interval spans 0
+    (a ratio of an overhead not distinguishable from none)."""
+    if value is None or low is None or high is None or low <= 0 <= high:
+        return "-"
+    return format(value / by, fmt)
+
+
 def cell(values: list[float | None]) -> str:
     s = uffdkvm.spread_of(values)
     failed = f" ({s.failed} failed)" if s.failed else ""
