@@ -192,8 +192,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         jobs: list[tuple[str, str]] = [("part", p) for p in PARTS]
         jobs += [(s, n) for s in cmds for n in cmds[s]]
         for t in range(a.trials):
-            k = t % len(jobs)
-            for kind, name in jobs[k:] + jobs[:k]:  # rotating: nothing always first
+            for kind, name in overhead.rotated(jobs, t):  # nothing always first
                 if kind == "part":
                     ns, got, asked = run_part(binary, name, reps,
                                               exit_iters if name == "exit" else iters)

@@ -94,14 +94,19 @@ def commands(flags: list[str], ours: list[str], variants: dict[str, list[str]],
     return cmds
 
 
+def rotated(names: list[Any], t: int) -> list[Any]:
+    """Trial t's order of names: rotated by t, so that no command always runs first."""
+    k = t % len(names) if names else 0
+    return names[k:] + names[:k]
+
+
 def measure(flags: list[str], ours: list[str], variants: dict[str, list[str]],
             upstream: str | None, trials: int) -> dict[str, list[float | None]]:
     cmds = commands(flags, ours, variants, upstream)
     names = list(cmds)
     rates: dict[str, list[float | None]] = {n: [] for n in names}
     for t in range(trials):
-        k = t % len(names)
-        for name in names[k:] + names[:k]:  # a rotating order: no command always first
+        for name in rotated(names, t):
             rates[name].append(rate_of(cmds[name]))
         print(f"  trial {t + 1}/{trials}: " +
               "  ".join(f"{n} {rates[n][-1] or 0:.0f}" for n in names), file=sys.stderr)
