@@ -7,7 +7,11 @@ system-wide): the system calls by kind, the context switches (voluntary:
 the thread blocked; involuntary: it was preempted), the CPU time
 (`sched_stat_runtime`), the migrations, and every wakeup one of its threads
 made of another, local (the wakee placed on the waker's CPU) or across
-CPUs. A thread's role comes from what it calls: a vCPU thread calls
+CPUs: the waker and its CPU from `sched_waking` (which fires in the
+waker's context), the CPU the wakee was placed on from the `target_cpu` of
+the `sched_wakeup` that follows for the same wakee (`sched_wakeup` alone
+can fire on the target CPU, for a queued wakeup, and so cannot say where
+the waker was). A thread's role comes from what it calls: a vCPU thread calls
 `ioctl(KVM_RUN)`, a reader a resolving ioctl (`UFFDIO_COPY`, `CONTINUE`,
 ...) or waits on the uffd; every other thread of the process (Python's main
 thread, uffdkvm's controller and watch, upstream's main thread) is "other",
