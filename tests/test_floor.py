@@ -104,3 +104,21 @@ def test_floor_quick_json(kvm, tmp_path):
             assert row["ratio"] is None, row
             continue
         assert math.isclose(row["ratio"], row["overhead_ns"] / row["floor_ns"], rel_tol=1e-9)
+
+
+def test_small_trial_counts_give_ranges_and_spanning_ratios_give_none():
+    """overhead.py's helpers the new scripts print with: below 5 trials the
+    [low, high] is the min-max range, and a ratio whose interval spans 0 is
+    "-" (not a negative or near-zero ratio)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import overhead
+    finally:
+        sys.path.remove(str(BENCH))
+    assert overhead.bounds([3.0, None, 1.0, 7.0]) == (1.0, 7.0)
+    assert overhead.interval_name(4) == "range (min-max)"
+    assert overhead.interval_name(5) == "bootstrap 95% interval"
+    assert overhead.ratio_text(-3.0, -12.0, 2.0, 5.0) == "-"
+    assert overhead.ratio_text(3.0, -1.0, 8.0, 5.0) == "-"
+    assert overhead.ratio_text(3.0, 1.0, 8.0, 5.0) == "0.60"
+    assert overhead.ratio_text(None, None, None, 5.0) == "-"
