@@ -396,8 +396,12 @@ static int part_pingpong(int cpu_a, int cpu_b)
 		goto error;
 	}
 	e = pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
-	if (!e)
-		e = pthread_create(&th, &attr, pong_thread, &p);
+	if (e) {
+		fprintf(stderr, "pthread_attr_setaffinity_np(CPU %d): %s\n", cpu_b, strerror(e));
+		pthread_attr_destroy(&attr);
+		goto error;
+	}
+	e = pthread_create(&th, &attr, pong_thread, &p);
 	pthread_attr_destroy(&attr);
 	if (e) {
 		fprintf(stderr, "pthread_create: %s\n", strerror(e));
