@@ -35,6 +35,7 @@
 #include <fcntl.h>
 #include <linux/kvm.h>
 #include <linux/userfaultfd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -237,8 +238,13 @@ static int part_copy(void)
 			struct uffdio_copy c = { .dst = (uint64_t)(uintptr_t)(dst + i * PAGE),
 				.src = (uint64_t)(uintptr_t)src, .len = PAGE };
 
-			if (ioctl(fd, UFFDIO_COPY, &c) || c.copy != (int64_t)PAGE) {
+			if (ioctl(fd, UFFDIO_COPY, &c)) {
 				fprintf(stderr, "UFFDIO_COPY page %ld: %s\n", i, strerror(errno));
+				goto error;
+			}
+			if (c.copy != (int64_t)PAGE) {
+				fprintf(stderr, "UFFDIO_COPY page %ld: copied %lld of %ld bytes\n",
+					i, (long long)c.copy, (long)PAGE);
 				goto error;
 			}
 		}
@@ -293,8 +299,13 @@ static int part_continue(void)
 			struct uffdio_continue c = { .range = {
 				.start = (uint64_t)(uintptr_t)(dst + i * PAGE), .len = PAGE } };
 
-			if (ioctl(fd, UFFDIO_CONTINUE, &c) || c.mapped != (int64_t)PAGE) {
+			if (ioctl(fd, UFFDIO_CONTINUE, &c)) {
 				fprintf(stderr, "UFFDIO_CONTINUE page %ld: %s\n", i, strerror(errno));
+				goto error;
+			}
+			if (c.mapped != (int64_t)PAGE) {
+				fprintf(stderr, "UFFDIO_CONTINUE page %ld: mapped %lld of %ld bytes\n",
+					i, (long long)c.mapped, (long)PAGE);
 				goto error;
 			}
 		}
@@ -324,15 +335,36 @@ struct pong {
 	long rounds;
 };
 
+/* How long the main thread waits for one pong before it gives up. */
+#define PONG_TIMEOUT_MS 10000
+
+/* One eventfd value moved: 0, or an error said on stderr (errno taken at
+ * the failing call; a short count printed as the count). */
+static int move8(int fd, int writing, uint64_t *v, const char *who, long round)
+{
+	ssize_t n = writing ? write(fd, v, sizeof(*v)) : read(fd, v, sizeof(*v));
+	int e = errno;
+
+	if (n == (ssize_t)sizeof(*v))
+		return 0;
+	if (n < 0)
+		fprintf(stderr, "%s round %ld: %s: %s\n", who, round,
+			writing ? "write" : "read", strerror(e));
+	else
+		fprintf(stderr, "%s round %ld: %s moved %zd of %zu bytes\n", who, round,
+			writing ? "write" : "read", n, sizeof(*v));
+	return 1;
+}
+
 static void *pong_thread(void *arg)
 {
 	struct pong *p = arg;
 	uint64_t v;
 
 	for (long i = 0; i < p->rounds; i++) {
-		if (read(p->ping, &v, sizeof(v)) != sizeof(v) ||
-		    write(p->pongfd, &v, sizeof(v)) != sizeof(v)) {
-			p->err = errno ? errno : EIO;
+		if (move8(p->ping, 0, &v, "pong thread", i) ||
+		    move8(p->pongfd, 1, &v, "pong thread", i)) {
+			p->err = 1;  /* said on stderr; the main thread's poll times out */
 			return NULL;
 		}
 	}
@@ -359,10 +391,17 @@ static int part_pingpong(int cpu_a, int cpu_b)
 	CPU_ZERO(&set);
 	CPU_SET(cpu_b, &set);
 	e = pthread_attr_init(&attr);
-	if (!e)
-		e = pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
-	if (!e)
-		e = pthread_create(&th, &attr, pong_thread, &p);
+	if (e) {
+		fprintf(stderr, "pthread_attr_init: %s\n", strerror(e));
+		goto error;
+	}
+	e = pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+	if (e) {
+		fprintf(stderr, "pthread_attr_setaffinity_np(CPU %d): %s\n", cpu_b, strerror(e));
+		pthread_attr_destroy(&attr);
+		goto error;
+	}
+	e = pthread_create(&th, &attr, pong_thread, &p);
 	pthread_attr_destroy(&attr);
 	if (e) {
 		fprintf(stderr, "pthread_create: %s\n", strerror(e));
@@ -373,14 +412,24 @@ static int part_pingpong(int cpu_a, int cpu_b)
 		uint64_t t0 = now_ns();
 
 		for (long i = 0; i < iters; i++) {
-			if (write(p.ping, &one, sizeof(one)) != sizeof(one) ||
-			    read(p.pongfd, &v, sizeof(v)) != sizeof(v)) {
-				fprintf(stderr, "eventfd round %ld: %s\n", i, strerror(errno));
-				/* unblock the other thread so the join below returns */
-				close(p.ping);
-				p.ping = -1;
+			struct pollfd pfd = { .fd = p.pongfd, .events = POLLIN };
+			int n;
+
+			if (move8(p.ping, 1, &one, "ping", i))
+				goto error;
+			/* bounded: a pong thread that failed never answers */
+			n = poll(&pfd, 1, PONG_TIMEOUT_MS);
+			if (n < 0) {
+				fprintf(stderr, "ping round %ld: poll: %s\n", i, strerror(errno));
 				goto error;
 			}
+			if (n == 0) {
+				fprintf(stderr, "ping round %ld: no pong in %d ms\n", i,
+					PONG_TIMEOUT_MS);
+				goto error;
+			}
+			if (move8(p.pongfd, 0, &v, "ping", i))
+				goto error;
 			got += v == 1;
 		}
 		report(now_ns() - t0, 2 * iters);
@@ -388,14 +437,11 @@ static int part_pingpong(int cpu_a, int cpu_b)
 	rc = 0;
 error:
 	if (started) {
-		if (rc) {
+		if (rc)  /* it may be blocked in read(ping): a cancellation point */
 			pthread_cancel(th);
-		}
 		pthread_join(th, NULL);
-		if (p.err) {
-			fprintf(stderr, "ping-pong thread: %s\n", strerror(p.err));
+		if (p.err)
 			rc = 1;
-		}
 	}
 	if (p.ping >= 0)
 		close(p.ping);
@@ -435,9 +481,27 @@ error:
 	return rc;
 }
 
+/* A whole decimal number in [lo, hi] from text, or 1 with the field named. */
+static int number(const char *text, const char *field, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno || end == text || *end || v < lo || v > hi) {
+		fprintf(stderr, "%s: %s is not a whole number from %ld to %ld\n", field, text,
+			lo, hi);
+		return 1;
+	}
+	*out = v;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int cpu_a, cpu_b, rc;
+	long l;
 	const char *part;
 
 	if (argc < 4 || argc > 6) {
@@ -446,14 +510,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	part = argv[1];
-	reps = strtol(argv[2], NULL, 10);
-	iters = strtol(argv[3], NULL, 10);
-	cpu_a = argc > 4 ? atoi(argv[4]) : 0;
-	cpu_b = argc > 5 ? atoi(argv[5]) : 1;
-	if (reps < 1 || iters < 1) {
-		fprintf(stderr, "REPS and ITERS must be positive (got %s %s)\n", argv[2], argv[3]);
+	if (number(argv[2], "REPS", 1, 1L << 30, &reps) ||
+	    number(argv[3], "ITERS", 1, 1L << 30, &iters))
 		return 1;
-	}
+	if (number(argc > 4 ? argv[4] : "0", "CPU_A", 0, CPU_SETSIZE - 1, &l))
+		return 1;
+	cpu_a = (int)l;
+	if (number(argc > 5 ? argv[5] : "1", "CPU_B", 0, CPU_SETSIZE - 1, &l))
+		return 1;
+	cpu_b = (int)l;
 	if (!strcmp(part, "switch"))
 		rc = part_pingpong(cpu_a, cpu_a);
 	else if (!strcmp(part, "wakeup"))

@@ -21,26 +21,34 @@ fault paths (benchmarks/overhead.py's commands and rates, imported):
     fault_none        a first write to a page of anonymous memory in user
                       space, no uffd (a user-space fault, not the guest's)
 
-Each part's value is the median, over every repetition of every trial, of
-the mean ns per operation in that repetition, with a bootstrap 95% interval
-(uffdkvm.spread_of). The zapping between repetitions (MADV_DONTNEED) is
-outside the clock.
+Each part's value is, per trial, the median of its repetitions' mean ns per
+operation; the table gives the median of those per-trial values over the
+trials, with a bootstrap 95% interval over trials (uffdkvm.spread_of), or
+their range (min-max), labelled so, below 5 trials. Repetitions within a
+trial are not independent samples and are not pooled. The zapping between
+repetitions (MADV_DONTNEED) is outside the clock.
 
 A path's overhead is uffdkvm with that path less uffdkvm with
 uffd_mode=None, per page, as overhead.py defines it
 (vcpus * (1/rate(uffd) - 1/rate(none))); its floor is the sum of the parts
-its kernel path needs, with X = copy at MISSING and continue at MINOR:
+its kernel path needs, with X = copy at MISSING and continue at MINOR. Both
+settings pin the vCPUs (-c 0,1), so the default places each sleeping reader
+on its vCPU's CPU:
 
-    default (epoll_exclusive reader, placed by the scheduler), io_uring:
+    default (epoll_exclusive, readers on their vCPUs' CPUs), wait="io_uring",
+    pin_readers="vcpus":
+        2 * switch_same_cpu + X
+        the vCPU blocks and the CPU switches to the reader it woke, the
+        reader resolves (X) and blocks again, the CPU switches back. No
+        exit: the fault is handled inside KVM_RUN.
+    pin_readers="scheduler" (upstream's placement; the reader sleeps where
+    the scheduler put it, taken here as the other CPU):
         2 * wakeup_cross_cpu + X
         handle_userfault queues the message and wakes the sleeping reader on
         the other CPU; the reader reads and resolves (X); the ioctl wakes
-        the vCPU thread sleeping in handle_userfault, back across CPUs. No
-        exit: the fault is handled inside KVM_RUN.
-    pin_readers="vcpus" (a sleeping reader on its vCPU's CPU):
-        2 * switch_same_cpu + X
-        the vCPU blocks and the CPU switches to the reader it woke, the
-        reader resolves and blocks again, the CPU switches back.
+        the vCPU thread sleeping in handle_userfault, back across CPUs. When
+        the scheduler puts the reader beside its vCPU, the same-CPU floor
+        applies instead.
     resolver="vcpu" (no reader; UFFD_FEATURE_SIGBUS):
         exit + X
         the access fails back to KVM_RUN (on PVM as an MMIO exit at the
@@ -50,9 +58,8 @@ fault_none enters no floor: the overhead already subtracts the run without
 userfaultfd, which pays the no-uffd fault. Where a uffd path skips work that
 fault does (MINOR: the page cache is filled before the guest runs; MISSING:
 the copy's page allocation stands in for the fault's), its overhead can go
-below the floor by up to about fault_none: a ratio below 1 means that. The
-default's floor assumes its reader sleeps on the other CPU; when the
-scheduler puts it beside its vCPU, pin_readers's floor applies.
+below the floor by up to about fault_none: a ratio below 1 means that. A
+ratio is "-" where the overhead's interval spans 0.
 
     python benchmarks/floor.py --trials 15 --json floor.json
 
@@ -69,6 +76,7 @@ import pathlib
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -91,9 +99,10 @@ SETTINGS = {
 }
 # path -> (flags for the uffd run only, the floor's terms besides X)
 PATHS: dict[str, tuple[str, dict[str, int]]] = {
-    "default (epoll_exclusive)": ("", {"wakeup_cross_cpu": 2}),
-    'wait="io_uring"': ("--wait io_uring", {"wakeup_cross_cpu": 2}),
+    "default (epoll_exclusive, readers on their vCPUs' CPUs)": ("", {"switch_same_cpu": 2}),
+    'wait="io_uring"': ("--wait io_uring", {"switch_same_cpu": 2}),
     'pin_readers="vcpus"': ("--pin-readers vcpus", {"switch_same_cpu": 2}),
+    'pin_readers="scheduler"': ("--pin-readers scheduler", {"wakeup_cross_cpu": 2}),
     'resolver="vcpu"': ("--resolver vcpu -r 1", {"exit": 1}),
 }
 COUNT = re.compile(r"^count (\d+) (\d+)$", re.M)
@@ -141,9 +150,16 @@ def finite(x: float) -> float | None:
 
 
 def spread_dict(values: list[float | None]) -> dict[str, float | None]:
-    s = uffdkvm.spread_of(values)
-    return {"median": finite(s.median), "ci_low": finite(s.ci_low),
-            "ci_high": finite(s.ci_high)}
+    """Median over trials and its [low, high]: overhead.bounds (the range
+    below 5 trials, else the bootstrap 95% interval)."""
+    lo, hi = overhead.bounds(values)
+    return {"median": finite(uffdkvm.spread_of(values).median), "ci_low": finite(lo),
+            "ci_high": finite(hi)}
+
+
+def ratio_text(o: dict[str, float | None], fl: float) -> str:
+    """The overhead's median over the floor, or "-" where its interval spans 0."""
+    return overhead.ratio_text(o["median"], o["ci_low"], o["ci_high"], fl)
 
 
 def num(x: float | None, fmt: str = ".0f") -> str:
@@ -162,7 +178,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     size = "4M" if a.quick else "64M"
     reps, iters = (3, 200) if a.quick else (20, 4000)
     exit_iters = 200 if a.quick else 2000
-    samples: dict[str, list[float]] = {p: [] for p in PARTS}
+    # part -> one list of per-repetition ns per trial
+    samples: dict[str, list[list[float]]] = {p: [] for p in PARTS}
     rates: dict[str, dict[str, list[float | None]]] = {}
     cmds: dict[str, dict[str, list[str]]] = {}
     for setting, (flags, _x) in SETTINGS.items():
@@ -175,19 +192,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         jobs: list[tuple[str, str]] = [("part", p) for p in PARTS]
         jobs += [(s, n) for s in cmds for n in cmds[s]]
         for t in range(a.trials):
-            k = t % len(jobs)
-            for kind, name in jobs[k:] + jobs[:k]:  # rotating: nothing always first
+            for kind, name in overhead.rotated(jobs, t):  # nothing always first
                 if kind == "part":
                     ns, got, asked = run_part(binary, name, reps,
                                               exit_iters if name == "exit" else iters)
                     if got != asked:
                         raise RuntimeError(f"{name}: {got} of {asked} operations "
                                            "did what they should")
-                    samples[name] += ns
+                    samples[name].append(ns)
                 else:
                     rates[kind][name].append(overhead.rate_of(cmds[kind][name]))
             print(f"  trial {t + 1}/{a.trials} done", file=sys.stderr)
-    parts = {p: spread_dict(list(v)) for p, v in samples.items()}
+    # One value per trial (the median of its repetitions), spread over trials.
+    per_trial_parts = {p: [statistics.median(ns) for ns in v] for p, v in samples.items()}
+    parts = {p: spread_dict(list(v)) for p, v in per_trial_parts.items()}
     medians: dict[str, float] = {}
     for p, s in parts.items():
         if s["median"] is None or s["median"] <= 0:
@@ -203,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             fl = floor_of(path, x, medians)
             paths.append({"path": path, "setting": setting, "overhead_ns": o["median"],
                           "floor_ns": fl,
-                          "ratio": None if o["median"] is None else o["median"] / fl,
+                          "ratio": None if ratio_text(o, fl) == "-" else o["median"] / fl,
                           "overhead_ns_ci": [o["ci_low"], o["ci_high"]],
                           "floor_formula": formula(path, x),
                           "overhead_ns_per_trial": per_trial})
@@ -213,23 +231,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "paths": paths,
         "trials": a.trials, "quick": a.quick,
         "settings": {s: f.format(size=size) for s, (f, _x) in SETTINGS.items()},
+        "interval": overhead.interval_name(a.trials),
+        "parts_ns_per_trial": per_trial_parts,
         "parts_samples_ns": samples, "rates": rates,
     }
-    print(f"\nThe parts, ns, median of {a.trials} trials x {reps} repetitions "
-          "[bootstrap 95% interval]")
+    iv = overhead.interval_name(a.trials)
+    print(f"\nThe parts, ns: median over {a.trials} trials of each trial's median of "
+          f"{reps} repetitions [{iv} over trials]")
     print("| part | ns |")
     print("|---|---|")
     for p, s in parts.items():
         print(f"| `{p}` | {num(s['median'])} [{num(s['ci_low'])}, {num(s['ci_high'])}] |")
     print(f"\nPer-page overhead against its floor, ns (overhead: median of {a.trials} "
-          "[bootstrap 95% interval])")
+          f"trials [{iv}]; ratio \"-\" where that spans 0)")
     print("| setting | path | overhead ns | floor | floor ns | ratio |")
     print("|---|---|---|---|---|---|")
     for row in paths:
         lo, hi = row["overhead_ns_ci"]
         print(f"| {row['setting']} | {row['path']} | {num(row['overhead_ns'])} "
               f"[{num(lo)}, {num(hi)}] | {row['floor_formula']} | {num(row['floor_ns'])} "
-              f"| {num(row['ratio'], '.2f')} |")
+              f"| {num(row['ratio'], '.2f')} |")  # None where the interval spans 0
     if a.json:
         with open(a.json, "w") as f:
             json.dump(record, f, indent=1, allow_nan=False)

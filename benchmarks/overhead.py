@@ -94,14 +94,19 @@ def commands(flags: list[str], ours: list[str], variants: dict[str, list[str]],
     return cmds
 
 
+def rotated(names: list[Any], t: int) -> list[Any]:
+    """Trial t's order of names: rotated by t, so that no command always runs first."""
+    k = t % len(names) if names else 0
+    return names[k:] + names[:k]
+
+
 def measure(flags: list[str], ours: list[str], variants: dict[str, list[str]],
             upstream: str | None, trials: int) -> dict[str, list[float | None]]:
     cmds = commands(flags, ours, variants, upstream)
     names = list(cmds)
     rates: dict[str, list[float | None]] = {n: [] for n in names}
     for t in range(trials):
-        k = t % len(names)
-        for name in names[k:] + names[:k]:  # a rotating order: no command always first
+        for name in rotated(names, t):
             rates[name].append(rate_of(cmds[name]))
         print(f"  trial {t + 1}/{trials}: " +
               "  ".join(f"{n} {rates[n][-1] or 0:.0f}" for n in names), file=sys.stderr)
@@ -113,6 +118,38 @@ def overheads_us(rates: dict[str, list[float | None]], variant: str, tool: str,
     """Per trial; None where either run of the trial failed."""
     return [vcpus * (1 / u - 1 / n) * 1e6 if u and n else None
             for u, n in zip(rates[f"{variant} uffd"], rates[f"{tool} none"], strict=True)]
+
+
+# Below this many trials a table gives the range (min-max), labelled as such,
+# not a bootstrap interval.
+RANGE_BELOW = 5
+
+
+def interval_name(n: int) -> str:
+    """What the [low, high] beside a median of n trials is."""
+    return "range (min-max)" if n < RANGE_BELOW else "bootstrap 95% interval"
+
+
+def bounds(values: list[float | None]) -> tuple[float, float]:
+    """(low, high) of the trials that did not fail: min and max below
+    RANGE_BELOW trials, else the bootstrap 95% interval of the median (NaN
+    where there is none)."""
+    ok = [v for v in values if v is not None and v == v]
+    if not ok:
+        return float("nan"), float("nan")
+    if len(ok) < RANGE_BELOW:
+        return min(ok), max(ok)
+    s = uffdkvm.spread_of(ok)
+    return s.ci_low, s.ci_high
+
+
+def ratio_text(value: float | None, low: float | None, high: float | None,
+               by: float, fmt: str = ".2f") -> str:
+    """value / by, or "-" where there is no value or its interval spans 0
+    (a ratio of an overhead not distinguishable from none)."""
+    if value is None or low is None or high is None or low <= 0 <= high:
+        return "-"
+    return format(value / by, fmt)
 
 
 def cell(values: list[float | None]) -> str:

@@ -74,6 +74,7 @@ import overhead  # noqa: E402 - benchmarks/overhead.py, beside this file
 
 import uffdkvm  # noqa: E402
 from uffdkvm._spawn import python_command  # noqa: E402
+from uffdkvm.config import parse_size  # noqa: E402
 
 NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
 # The lock tests/hostfacts.py takes around its own changes to the pools.
@@ -89,11 +90,13 @@ GUESS_START_S = 1.0
 
 
 def size_bytes(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    if t and t[-1] in units:
-        return int(float(t[:-1]) * units[t[-1]])
-    return int(t)
+    """Bytes of a size such as 64M: uffdkvm's own parser (uffdkvm.config.parse_size)."""
+    return parse_size(text.strip(), "size")
+
+
+def host_cpus() -> int:
+    """The CPUs this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
 
 
 def size_list(text: str) -> list[str]:
@@ -102,7 +105,7 @@ def size_list(text: str) -> list[str]:
         try:
             if size_bytes(s) <= 0:
                 raise ValueError
-        except ValueError:
+        except (ValueError, uffdkvm.ConfigError):
             raise argparse.ArgumentTypeError(
                 f"{s!r}: a size such as 64M, 1G or 4096 (bytes), comma-separated") from None
     return out
@@ -146,8 +149,7 @@ def measure(points: list[Point], trials: int) -> None:
         live = [c for c in cmds if t < c[0].trials]
         if not live:
             break
-        k = t % len(live)
-        for p, name, cmd in live[k:] + live[:k]:
+        for p, name, cmd in overhead.rotated(live, t):
             start = time.monotonic()
             p.rates[name].append(overhead.rate_of(cmd))
             print(f"  trial {t + 1}/{trials} {p.label} {name}: "
@@ -167,7 +169,7 @@ def summary(p: Point) -> dict[str, Any]:
     # The same difference on the CPUs the vCPUs can use, all busy (overhead.py's
     # formula with min(vcpus, host CPUs) for vcpus): past the host's CPUs a
     # vCPU's wall time per fault includes waiting for a CPU, this does not.
-    busy = min(p.vcpus, os.cpu_count() or 1)
+    busy = min(p.vcpus, host_cpus())
     cpu_per_fault = overhead.overheads_us(p.rates, "uffdkvm", "uffdkvm", busy)
     cpu_per_fault = [None if x is None else x * ppf for x in cpu_per_fault]
     med = {n: statistics.median([x for x in v if x] or [float("nan")])
@@ -175,17 +177,22 @@ def summary(p: Point) -> dict[str, Any]:
     return {"sweep": p.sweep, "label": p.label, "flags": " ".join(p.flags),
             "vcpus": p.vcpus, "pages": p.pages, "backing": p.backing,
             "pages_per_fault": ppf, "trials": p.trials,
-            "oversubscribed": p.vcpus > (os.cpu_count() or 1),
+            "oversubscribed": p.vcpus > host_cpus(),
             "rates": p.rates, "median_rates": med,
             "us_per_page": us, "us_per_fault": per_fault, "busy_cpus": busy,
             "cpu_us_per_fault": cpu_per_fault}
 
 
 def cell(values: list[float | None]) -> str:
+    """Median [low, high]: the range (min-max) below 5 trials, else the
+    bootstrap 95% interval (overhead.bounds)."""
     ok = [v for v in values if v is not None]
     if len(ok) < 2:
         return f"{ok[0]:.1f} (1 trial)" if ok else "failed"
-    return overhead.cell(values)
+    lo, hi = overhead.bounds(ok)
+    failed = len(values) - len(ok)
+    return (f"{statistics.median(ok):.1f} [{lo:.1f}, {hi:.1f}]"
+            + (f" ({failed} failed)" if failed else ""))
 
 
 def rate_cell(values: list[float | None]) -> str:
@@ -381,7 +388,7 @@ def main() -> None:
         ap.error("--trials and --big-trials: at least 1")
     if a.phase_sizes is None:
         a.phase_sizes = [s for s in a.sizes if size_bytes(s) <= 4 << 30]
-    cpus = os.cpu_count() or 1
+    cpus = host_cpus()
     huge = Hugepages()
     # SIGTERM as Ctrl-C, so that nr_hugepages is put back either way.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -440,8 +447,10 @@ def main() -> None:
     if a.json:
         with open(a.json, "w") as f:
             json.dump(record, f, indent=1)
-    print(f"\nHost CPUs: {cpus}. Median [bootstrap 95% interval] of the per-trial "
-          f"overheads; {a.trials} trials, {a.big_trials} for sizes of {a.big_from} and up.")
+    print(f"\nHost CPUs (this process's affinity): {cpus}. Median of the per-trial "
+          f"overheads [{overhead.interval_name(a.trials)}]; {a.trials} trials, "
+          f"{a.big_trials} for sizes of {a.big_from} and up "
+          f"([{overhead.interval_name(a.big_trials)}] there).")
     if record["memory"]:
         print("\nMemory sweep, 1 vCPU, default fault path (-u MISSING)\n")
         print(table(["memory", "backing", "trials", "uffd pages/s", "none pages/s",

@@ -7,7 +7,11 @@ system-wide): the system calls by kind, the context switches (voluntary:
 the thread blocked; involuntary: it was preempted), the CPU time
 (`sched_stat_runtime`), the migrations, and every wakeup one of its threads
 made of another, local (the wakee placed on the waker's CPU) or across
-CPUs. A thread's role comes from what it calls: a vCPU thread calls
+CPUs: the waker and its CPU from `sched_waking` (which fires in the
+waker's context), the CPU the wakee was placed on from the `target_cpu` of
+the `sched_wakeup` that follows for the same wakee (`sched_wakeup` alone
+can fire on the target CPU, for a queued wakeup, and so cannot say where
+the waker was). A thread's role comes from what it calls: a vCPU thread calls
 `ioctl(KVM_RUN)`, a reader a resolving ioctl (`UFFDIO_COPY`, `CONTINUE`,
 ...) or waits on the uffd; every other thread of the process (Python's main
 thread, uffdkvm's controller and watch, upstream's main thread) is "other",
@@ -42,15 +46,22 @@ import tempfile
 from typing import Any
 
 from uffdkvm._spawn import child_env, python_command
+from uffdkvm.config import parse_size
 
-RATE = re.compile(r"Overall demand paging rate:\s+([\d.]+) pgs/sec")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from overhead import RATE, rotated, vcpus_of  # noqa: E402  (benchmarks/overhead.py)
+
 CONFIGS = {
     "MISSING, one uffd per vCPU, 1 reader, -c 0,1": "-u MISSING -v 2 -b 64M -r 1 -c 0,1",
     "MISSING, one uffd, 4 readers, -c 0,1": "-u MISSING -v 2 -b 64M -a -r 4 -c 0,1",
     "MINOR shmem, 2 readers per uffd, -c 0,1": "-u MINOR -s shmem -v 2 -b 64M -r 2 -c 0,1",
     "MINOR shmem, 2 readers per uffd, unpinned": "-u MINOR -s shmem -v 2 -b 64M -r 2",
 }
-EVENTS = ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_migrate_task",
+# sched_waking fires in the waker's context, on the waker's CPU; sched_wakeup
+# can fire on the target CPU (a queued wakeup, TTWU_QUEUE) and then names
+# neither the waker nor its CPU. Its target_cpu is where the wakee was put.
+EVENTS = ["sched:sched_switch", "sched:sched_waking", "sched:sched_wakeup",
+          "sched:sched_migrate_task",
           "sched:sched_stat_runtime", "raw_syscalls:sys_enter"]
 # x86-64 system call numbers of the calls these tools make on their hot paths.
 SYSCALLS = {0: "read", 1: "write", 7: "poll", 16: "ioctl", 24: "sched_yield",
@@ -89,9 +100,12 @@ class Thread:
 
 
 def parse(script: str) -> tuple[dict[int, Thread], list[tuple[int, int, int, int]]]:
-    """Threads by tid, and the wakeups (waker tid, waker CPU, wakee tid, target CPU)."""
+    """Threads by tid, and the wakeups (waker tid, waker CPU, wakee tid, target CPU):
+    the waker and its CPU from sched_waking (its context), the target CPU
+    from the sched_wakeup of the same wakee that follows it."""
     threads: dict[int, Thread] = collections.defaultdict(Thread)
     wakeups: list[tuple[int, int, int, int]] = []
+    waking: dict[int, tuple[int, int]] = {}  # wakee -> (waker, waker's CPU), not yet placed
     for line in script.splitlines():
         m = LINE.match(line)
         if not m:
@@ -121,8 +135,13 @@ def parse(script: str) -> tuple[dict[int, Thread], list[tuple[int, int, int, int
                 p.involuntary += 1
             else:
                 p.voluntary += 1
+        elif ev == "sched:sched_waking":
+            waking[int(f["pid"])] = (tid, cpu)
         elif ev == "sched:sched_wakeup":
-            wakeups.append((tid, cpu, int(f["pid"]), int(f["target_cpu"])))
+            wakee = int(f["pid"])
+            if wakee in waking:  # a wakeup whose waking perf missed is left out
+                waker, wcpu = waking.pop(wakee)
+                wakeups.append((waker, wcpu, wakee, int(f["target_cpu"])))
         elif ev == "sched:sched_stat_runtime":
             threads[int(f.get("pid", tid))].runtime_ns += int(f["runtime"].rstrip("[ns]"))
         elif ev == "sched:sched_migrate_task":
@@ -268,14 +287,7 @@ def sample_run(cmd: list[str], pages: int, uffds: int, readers: int,
 
 def pages_of(flags: list[str]) -> int:
     size = flags[flags.index("-b") + 1] if "-b" in flags else "1G"
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    b = int(size[:-1]) * mult[size[-1].upper()] if size[-1].isalpha() else int(size)
-    vcpus = int(flags[flags.index("-v") + 1]) if "-v" in flags else 1
-    return vcpus * b // 4096
-
-
-def vcpus_of(flags: list[str]) -> int:
-    return int(flags[flags.index("-v") + 1]) if "-v" in flags else 1
+    return vcpus_of(flags) * parse_size(size, "-b") // 4096
 
 
 def median_of(runs: list[dict[str, Any]], path: list[str]) -> float:
@@ -316,7 +328,7 @@ def main() -> None:
             cmds = {"upstream": [a.upstream] + flags, **cmds}
         runs: dict[str, list[dict[str, Any]]] = {n: [] for n in cmds}
         for t in range(a.trials):
-            for name in list(cmds)[t % len(cmds):] + list(cmds)[:t % len(cmds)]:
+            for name in rotated(list(cmds), t):
                 if a.proc:
                     uffds = 1 if "-a" in flags or "-o" in flags else vcpus_of(flags)
                     r = int(flags[flags.index("-r") + 1]) if "-r" in flags else 1

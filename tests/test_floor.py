@@ -8,6 +8,7 @@ import json
 import math
 import pathlib
 import re
+import statistics
 import subprocess
 import sys
 
@@ -24,9 +25,12 @@ PARTS = {"exit", "copy", "continue", "switch_same_cpu", "wakeup_cross_cpu", "fau
 # The floors as the docstring and RESULTS.md state them, written out again
 # here, not read from floor.py: X is copy at MISSING, continue at MINOR.
 FLOORS = {
-    "default (epoll_exclusive)": lambda p, x: 2 * p["wakeup_cross_cpu"] + p[x],
-    'wait="io_uring"': lambda p, x: 2 * p["wakeup_cross_cpu"] + p[x],
+    # -c 0,1 pins the vCPUs: the default's readers sleep on their vCPUs' CPUs.
+    "default (epoll_exclusive, readers on their vCPUs' CPUs)":
+        lambda p, x: 2 * p["switch_same_cpu"] + p[x],
+    'wait="io_uring"': lambda p, x: 2 * p["switch_same_cpu"] + p[x],
     'pin_readers="vcpus"': lambda p, x: 2 * p["switch_same_cpu"] + p[x],
+    'pin_readers="scheduler"': lambda p, x: 2 * p["wakeup_cross_cpu"] + p[x],
     'resolver="vcpu"': lambda p, x: p["exit"] + p[x],
 }
 
@@ -73,10 +77,18 @@ def test_floor_quick_json(kvm, tmp_path):
                         "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "| part | ns |" in p.stdout and "| setting | path |" in p.stdout
+    # 2 trials: a range, said so, never a "95% interval"
+    assert "range (min-max)" in p.stdout and "95%" not in p.stdout, p.stdout
     record = json.loads(out.read_text())
     assert set(record["parts_ns"]) == PARTS
     parts = record["parts_ns"]
     assert all(isinstance(v, float) and v > 0 for v in parts.values()), parts
+    for name, trials in record["parts_samples_ns"].items():
+        # one median per trial, then the median and range over the trials
+        assert len(trials) == 2 and all(len(reps) == 3 for reps in trials), trials
+        per_trial = [statistics.median(reps) for reps in trials]
+        assert math.isclose(parts[name], statistics.median(per_trial), rel_tol=1e-9)
+        assert record["parts_ns_ci"][name] == [min(per_trial), max(per_trial)]
     settings = {row["setting"] for row in record["paths"]}
     assert len(settings) == 2 and len(record["paths"]) == 2 * len(FLOORS)
     for row in record["paths"]:
@@ -87,4 +99,26 @@ def test_floor_quick_json(kvm, tmp_path):
             assert row["path"] == 'wait="io_uring"' and BUILT_WITHOUT_LIBURING.holds, row
             assert row["ratio"] is None
             continue
+        lo, hi = row["overhead_ns_ci"]
+        if lo <= 0 <= hi:  # not distinguishable from no overhead: no ratio
+            assert row["ratio"] is None, row
+            continue
         assert math.isclose(row["ratio"], row["overhead_ns"] / row["floor_ns"], rel_tol=1e-9)
+
+
+def test_small_trial_counts_give_ranges_and_spanning_ratios_give_none():
+    """overhead.py's helpers the new scripts print with: below 5 trials the
+    [low, high] is the min-max range, and a ratio whose interval spans 0 is
+    "-" (not a negative or near-zero ratio)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import overhead
+    finally:
+        sys.path.remove(str(BENCH))
+    assert overhead.bounds([3.0, None, 1.0, 7.0]) == (1.0, 7.0)
+    assert overhead.interval_name(4) == "range (min-max)"
+    assert overhead.interval_name(5) == "bootstrap 95% interval"
+    assert overhead.ratio_text(-3.0, -12.0, 2.0, 5.0) == "-"
+    assert overhead.ratio_text(3.0, -1.0, 8.0, 5.0) == "-"
+    assert overhead.ratio_text(3.0, 1.0, 8.0, 5.0) == "0.60"
+    assert overhead.ratio_text(None, None, None, 5.0) == "-"

@@ -10,11 +10,13 @@ import json
 import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
 import pytest
-from conftest import skip_without_kvm
+from conftest import NO_HUGEPAGES_2M, NOT_ROOT, host_skip, skip_without_kvm
+from hostfacts import HUGEPAGES_LOCK, _pools_locked
 
 from uffdkvm._spawn import child_env
 
@@ -33,7 +35,10 @@ def load_scaling():
 
 
 def hugepages():
-    return NR_HUGEPAGES.read_text().strip() if NR_HUGEPAGES.exists() else None
+    """nr_hugepages, read under the lock the script and tests/hostfacts.py
+    change the pools under (so no other session's change is half seen)."""
+    with _pools_locked():
+        return int(NR_HUGEPAGES.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +87,14 @@ def test_every_overhead_is_computed_from_its_rates(tiny):
             assert u and n, m  # every run of this tiny mode succeeds
             assert math.isclose(page, m["vcpus"] * (1 / u - 1 / n) * 1e6, rel_tol=1e-9)
             assert math.isclose(fault, page * m["pages_per_fault"], rel_tol=1e-9)
-        busy = min(m["vcpus"], os.cpu_count())
+        cpus = len(os.sched_getaffinity(0))  # what the script counts, not os.cpu_count()
+        busy = min(m["vcpus"], cpus)
         assert m["busy_cpus"] == busy
         for u, n, cpu in zip(uffd, none, m["cpu_us_per_fault"], strict=True):
             assert math.isclose(cpu, busy * (1 / u - 1 / n) * 1e6 * m["pages_per_fault"],
                                 rel_tol=1e-9)
         assert m["pages_per_fault"] == (512 if m["backing"] == "anonymous_hugetlb" else 1)
-        assert m["oversubscribed"] == (m["vcpus"] > os.cpu_count())
+        assert m["oversubscribed"] == (m["vcpus"] > cpus)
         assert m["pages"] == m["vcpus"] * (8 if m["sweep"] == "memory" else 4) * 256
 
 
@@ -113,18 +119,31 @@ def test_the_tables_and_the_estimate_are_printed(tiny):
     assert "| memory/vCPU | vCPUs | pages | paging | outside paging |" in out
 
 
-def test_hugepages_are_raised_for_the_run_and_put_back():
+def test_hugepages_are_raised_for_the_run_and_put_back(capsys):
     """The script's own Hugepages, on the real pool: asked for 2 pages more
-    than are free, it raises nr_hugepages by 2, and restore() puts it back."""
+    than are free, it raises nr_hugepages by 2, and restore() takes exactly
+    those 2 back. Other sessions may change the pool meanwhile (by counts,
+    under the same lock), so what is checked is the script's own count and
+    the values it read under that lock, not a before/after of the pool."""
+    if NOT_ROOT.holds:
+        host_skip(NOT_ROOT, "the script raises /proc/sys/vm/nr_hugepages, which needs root")
+    if NO_HUGEPAGES_2M.holds or not NR_HUGEPAGES.exists():
+        host_skip(NO_HUGEPAGES_2M, f"the kernel finds 2 more 2 MiB pages ({NR_HUGEPAGES})")
     scaling = load_scaling()
-    before = int(hugepages())
+    assert scaling.HUGEPAGES_LOCK == HUGEPAGES_LOCK  # one lock for the script and the suite
     h = scaling.Hugepages()
     try:
         want = h.free() + 2
         got = h.reserve(want)
-        raised = int(hugepages())
+        added = h.added
+        raised = hugepages()
     finally:
         h.restore()
-    assert raised == before + 2
+    assert added == 2, f"asked for 2 more pages, the script counted {added} added"
     assert got >= want
-    assert int(hugepages()) == before
+    assert raised >= 2  # the pool held the 2 added while the run would use them
+    # restore() said, from its reads under the lock: NOW -> NOW - 2
+    m = re.search(r"the (\d+) pages added taken back \((\d+) -> (\d+);", capsys.readouterr().err)
+    assert m, "restore() did not say what it took back"
+    assert int(m[1]) == 2 and int(m[3]) == int(m[2]) - 2, m[0]
+    assert h.added == 0
