@@ -317,8 +317,8 @@ def _sweep_command(argv: list[str]) -> int:
     if main_cpu is not None and grid.get("pin_readers") is None:
         # -c's main-thread entry: the readers inherit its CPU, as upstream's do
         # (resolver="vcpu" has no readers, and pin_readers applies to none).
-        resolvers = set(grid.get("resolver") if isinstance(grid.get("resolver"), list)
-                        else [grid.get("resolver", "readers")])
+        resolver = grid.get("resolver", "readers")
+        resolvers = set(resolver) if isinstance(resolver, list) else {resolver}
         if resolvers == {"readers"}:
             grid["pin_readers"] = PIN_SCHEDULER
         elif "readers" in resolvers:
