@@ -267,6 +267,11 @@ def test_every_form_of_pin_readers_applies_to_readers_only(pins) -> None:
     assert e.value.field == "pin_readers"
     # The same Config with the readers it names is fine.
     Config(vcpus=2, resolver="readers", pin_vcpus="0,1", pin_readers=pins)
+    # Without pin_vcpus too: the rule's error, not "vcpus"' call for pin_vcpus,
+    # which would not cure it.
+    with pytest.raises(ConfigError) as e:
+        Config(vcpus=2, resolver="vcpu", pin_readers=pins)
+    assert str(e.value) == APPLIES_MESSAGE
 
 
 def test_pin_readers_without_a_userfaultfd_is_taken_as_readers_is() -> None:

@@ -280,7 +280,9 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
         return float(value)
     if f.form == "pin_readers" and isinstance(value, str) and \
             value.strip().lower() == PIN_WITH_VCPUS:
-        if c.pin_vcpus is None:
+        # (resolver="vcpu": no readers, the applies rule's error instead, which
+        # pin_vcpus would not cure; resolver comes before pin_readers)
+        if c.pin_vcpus is None and c.resolver == "readers":
             raise ConfigError(
                 f"{f.name}: {PIN_WITH_VCPUS!r} runs each reader on its vCPU's CPU, so the "
                 f"vCPUs need CPUs: set pin_vcpus too (e.g. pin_vcpus='0,1'; -c or "
