@@ -248,3 +248,148 @@ def test_pinned_threads_ran_only_where_they_were_pinned(kvm):
         for (kind, index), cpus_seen in seen.items():
             want = vcpu_cpu if kind == "vcpu" else reader_cpu
             assert set(cpus_seen) == {want}, f"{kind} {index} pinned to {want}: {cpus_seen}"
+
+
+# ---- pin_readers' words obey the reader fields' rules (issue 21, review item 5)
+
+APPLIES_MESSAGE = ("pin_readers: applies to resolver='readers' only, not resolver='vcpu'; "
+                   "set resolver='readers' or leave pin_readers at its default (None)")
+
+
+@pytest.mark.parametrize("pins", ["scheduler", "Scheduler", "vcpus", "0", [0, 1]])
+def test_every_form_of_pin_readers_applies_to_readers_only(pins) -> None:
+    """resolver="vcpu" has no readers to place: "scheduler" is refused as a
+    CPU list and "vcpus" are (the core sees only Config.reader_cpus, None
+    for "scheduler", so the check is Python's), with the one message."""
+    with pytest.raises(ConfigError) as e:
+        Config(vcpus=2, resolver="vcpu", pin_vcpus="0,1", pin_readers=pins)
+    assert str(e.value) == APPLIES_MESSAGE
+    assert e.value.field == "pin_readers"
+    # The same Config with the readers it names is fine.
+    Config(vcpus=2, resolver="readers", pin_vcpus="0,1", pin_readers=pins)
+    # Without pin_vcpus too: the rule's error, not "vcpus"' call for pin_vcpus,
+    # which would not cure it.
+    with pytest.raises(ConfigError) as e:
+        Config(vcpus=2, resolver="vcpu", pin_readers=pins)
+    assert str(e.value) == APPLIES_MESSAGE
+
+
+def test_pin_readers_without_a_userfaultfd_is_taken_as_readers_is() -> None:
+    """uffd_mode=None has no readers either, and readers=2 or a CPU list is
+    taken there (the core's rule names resolver only): so are the words,
+    and neither places a reader."""
+    for pins in ("scheduler", "vcpus", [0]):
+        c = Config(uffd_mode=None, pin_vcpus="0", pin_readers=pins)
+        assert not c.readers_with_vcpus
+    assert Config(uffd_mode=None, pin_vcpus="0", pin_readers="vcpus").reader_cpus is None
+
+
+@pytest.mark.parametrize("text", ["sched", "vcpu", "0,x"])
+def test_a_misspelt_placement_names_both_words_and_the_list(text) -> None:
+    with pytest.raises(ConfigError) as e:
+        Config(pin_readers=text)
+    assert str(e.value) == (f"pin_readers: {text!r} is not 'vcpus', 'scheduler' or a list "
+                            f"of CPU numbers like '0,1'")
+    assert e.value.field == "pin_readers"
+    with pytest.raises(ConfigError, match="'vcpus', 'scheduler', or a non-empty list"):
+        Config(pin_readers=2.5)
+    # pin_vcpus takes no words, and its message names none.
+    with pytest.raises(ConfigError) as e:
+        Config(pin_vcpus=text)
+    assert "scheduler" not in str(e.value)
+
+
+def test_the_cli_names_both_words_for_a_misspelt_placement(capsys) -> None:
+    from uffdkvm.cli import build_parser
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--pin-readers", "sched"])
+    assert "'sched' is not 'vcpus', 'scheduler' or a list of CPU numbers" in \
+        capsys.readouterr().err
+
+
+def test_cli_main_thread_cpu_with_resolver_vcpu(two_cpus) -> None:
+    """-c's main-thread entry leaves the readers to the scheduler; with
+    resolver vcpu there are none, and the run is not refused for it."""
+    import subprocess
+    p = subprocess.run(uffdkvm_command("-q", "-v", "2", "-b", "4M", "--resolver", "vcpu",
+                                       "-c", f"{CPUS[0]},{CPUS[1]},{CPUS[0]}", "--json"),
+                       capture_output=True, text=True, env=CHILD_ENV)
+    assert p.returncode == 0, p.stderr
+    r = uffdkvm.Result.from_json(p.stdout)
+    assert r.config.pin_readers is None and r.config.resolver == "vcpu"
+    assert r.readers_with_vcpus is False and r.reader_cpus is None
+
+
+def test_sweep_cli_refuses_a_main_thread_cpu_over_both_resolvers(capsys) -> None:
+    from uffdkvm import cli_sweep
+    code = cli_sweep.main(["-q", "-v", "2", "-b", "4M", "-c", "0,1,0",
+                           "--resolver", "readers,vcpu"])
+    assert code == 2
+    assert "applies to resolver='readers' only" in capsys.readouterr().err
+
+
+# ---- a Result says where its readers ran (review item 12)
+
+def test_the_result_and_its_frame_say_where_the_default_put_the_readers(two_cpus) -> None:
+    """pin_readers is None in the default run and "scheduler" in the other,
+    so grouping by pin_readers cannot tell them apart; readers_with_vcpus
+    and reader_cpus, recorded in the Result from what the core was handed,
+    do, in the run's frame, a sweep's and after a JSON round trip. The
+    readers' own affinities confirm each."""
+    pins = (CPUS[1], CPUS[0])
+    default = small(vcpus=2, readers=2, mem_per_vcpu="1M", pin_vcpus=pins)
+    upstream = small(vcpus=2, readers=2, mem_per_vcpu="1M", pin_vcpus=pins,
+                     pin_readers="scheduler")
+    assert default.config.pin_readers is None
+    assert default.readers_with_vcpus is True
+    assert default.reader_cpus == (pins[0], pins[0], pins[1], pins[1])
+    assert [x.cpus for x in default.readers] == [(pins[x.uffd],) for x in default.readers]
+    assert upstream.readers_with_vcpus is False and upstream.reader_cpus is None
+    assert all(x.cpus == tuple(CPUS) for x in upstream.readers)
+    for r in (default, upstream):
+        back = uffdkvm.Result.from_json(r.to_json())
+        assert back == r
+        assert (back.readers_with_vcpus, back.reader_cpus) == \
+            (r.readers_with_vcpus, r.reader_cpus)
+        row = back.to_frame().iloc[0]
+        assert row["readers_with_vcpus"] == r.readers_with_vcpus
+        assert row["reader_cpus"] == r.reader_cpus
+        assert "result_readers_with_vcpus" not in row.index  # one name, one column
+
+
+def test_frame_columns_come_from_the_result_not_the_config(two_cpus) -> None:
+    """JSON from before the Result recorded the placement (the keys
+    missing) reads as None, unknown: then pin_readers=None meant the
+    scheduler's placement, and Config.readers_with_vcpus would misread it."""
+    import json
+    r = small(vcpus=1, mem_per_vcpu="1M", pin_vcpus=(CPUS[0],))
+    assert r.config.readers_with_vcpus and r.readers_with_vcpus
+    data = json.loads(r.to_json())
+    del data["readers_with_vcpus"], data["reader_cpus"]
+    old = uffdkvm.Result.from_json(json.dumps(data))
+    assert old.readers_with_vcpus is None and old.reader_cpus is None
+    row = old.to_frame().iloc[0]
+    assert row["readers_with_vcpus"] is None and row["reader_cpus"] is None
+
+
+def test_json_that_contradicts_itself_on_the_placement_is_refused(two_cpus) -> None:
+    import json
+    r = small(vcpus=1, mem_per_vcpu="1M", pin_vcpus=(CPUS[0],))
+    data = json.loads(r.to_json())
+    with pytest.raises(uffdkvm.ResultError, match="readers_with_vcpus"):
+        uffdkvm.Result.from_json(json.dumps({**data, "reader_cpus": None}))
+    with pytest.raises(uffdkvm.ResultError, match="reader_cpus: an empty list"):
+        uffdkvm.Result.from_json(json.dumps({**data, "reader_cpus": []}))
+
+
+def test_a_sweep_over_pin_readers_tells_the_placements_apart(two_cpus) -> None:
+    from uffdkvm.sweep import points as sweep_points
+    points = sweep_points(Config(vcpus=2, mem_per_vcpu="1M", pin_vcpus="0,1"),
+                            pin_readers=[None, "scheduler", "vcpus"])
+    assert [p.pin_readers for p in points] == [None, "scheduler", "vcpus"]
+    df = uffdkvm.sweep(Config(vcpus=2, mem_per_vcpu="1M", pin_vcpus=(CPUS[0], CPUS[1])),
+                       pin_readers=[None, "scheduler", "vcpus"], progress=False)
+    assert df["error"].isna().all(), df["error"].tolist()
+    assert df["readers_with_vcpus"].tolist() == [True, False, True]
+    assert df.groupby("readers_with_vcpus", dropna=False).size().to_dict() == \
+        {False: 1, True: 2}

@@ -207,8 +207,10 @@ def _run_command(argv: list[str]) -> int:
     main_cpu = None
     if cpus is not None:
         fields["pin_vcpus"], main_cpu = split_pins(cpus, fields["vcpus"])
-    if main_cpu is not None and fields["pin_readers"] is None:
-        # -c's main-thread entry: the readers inherit its CPU, as upstream's do.
+    if main_cpu is not None and fields["pin_readers"] is None and \
+            fields["resolver"] == "readers":
+        # -c's main-thread entry: the readers inherit its CPU, as upstream's do
+        # (resolver="vcpu" has no readers, and pin_readers applies to none).
         fields["pin_readers"] = PIN_SCHEDULER
     config = Config(**fields)  # ConfigError for a bad value, before anything is pinned
     if main_cpu is not None:

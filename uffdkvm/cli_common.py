@@ -23,8 +23,7 @@ from .config import (
     DELAY_DISTS,
     GUEST_PAGE_SIZES,
     PATTERNS,
-    PIN_SCHEDULER,
-    PIN_WITH_VCPUS,
+    PIN_WORDS,
     PREFETCHES,
     REMOTE_TRANSPORTS,
     RESOLVERS,
@@ -185,9 +184,12 @@ def cpu_list(value: str) -> tuple[int, ...]:
 
 def reader_pins(value: str) -> tuple[int, ...] | str:
     """--pin-readers: a CPU list, "vcpus" or "scheduler" (Config.pin_readers)."""
-    if value.strip().lower() in (PIN_WITH_VCPUS, PIN_SCHEDULER):
+    if value.strip().lower() in PIN_WORDS:
         return value.strip().lower()
-    return cpu_list(value)
+    try:
+        return parse_cpu_list(value, PIN_WORDS)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def split_pins(cpus: tuple[int, ...], vcpus: int) -> tuple[tuple[int, ...], int | None]:

@@ -315,8 +315,17 @@ def _sweep_command(argv: list[str]) -> int:
     if cpus is not None:
         grid["pin_vcpus"], main_cpu = _sweep_pins(cpus, grid["vcpus"])
     if main_cpu is not None and grid.get("pin_readers") is None:
-        # -c's main-thread entry: the readers inherit its CPU, as upstream's do.
-        grid["pin_readers"] = PIN_SCHEDULER
+        # -c's main-thread entry: the readers inherit its CPU, as upstream's do
+        # (resolver="vcpu" has no readers, and pin_readers applies to none).
+        resolver = grid.get("resolver", "readers")
+        resolvers = set(resolver) if isinstance(resolver, list) else {resolver}
+        if resolvers == {"readers"}:
+            grid["pin_readers"] = PIN_SCHEDULER
+        elif "readers" in resolvers:
+            raise CliError("-c: a main-thread CPU leaves the readers to the scheduler "
+                           "(pin_readers='scheduler'), which applies to resolver='readers' "
+                           "only: sweep --resolver readers and vcpu apart, or give -c one "
+                           "CPU per vCPU")
     configs = points(**grid)  # ConfigError for a bad value, before anything runs
     _check_out(out)
     if main_cpu is not None:

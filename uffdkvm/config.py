@@ -98,13 +98,18 @@ def format_size(n: int) -> str:
     return str(n)
 
 
-def parse_cpu_list(text: str) -> tuple[int, ...]:
+def parse_cpu_list(text: str, words: tuple[str, ...] = ()) -> tuple[int, ...]:
     """CPU numbers from a string like "0,2,3" (the one parser: Config and
     the CLI's -c and --pin-* both use it). Raises ConfigError (a ValueError,
-    its field the caller's to name) saying why."""
+    its field the caller's to name) saying why; ``words`` are the other
+    strings the field takes (pin_readers: "vcpus", "scheduler"), which the
+    message for text that is no list of numbers names."""
     try:
         cpus = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
+        if words:
+            raise ConfigError(f"{text!r} is not {', '.join(map(repr, words))} or a list of "
+                              f"CPU numbers like '0,1'") from None
         raise ConfigError(f"{text!r} is not a list of CPU numbers like '0,1'") from None
     if not cpus:
         raise ConfigError(f"{text!r} names no CPU; give a list of CPU numbers like '0,1'")
@@ -150,14 +155,15 @@ def _flag(field: str, value: Any) -> bool:
     raise ConfigError(f"{field}: expected True or False, not {value!r}", field=field)
 
 
-def _cpus(field: str, value: Any) -> tuple[int, ...] | None:
+def _cpus(field: str, value: Any, words: tuple[str, ...] = ()) -> tuple[int, ...] | None:
     """None, or a non-empty tuple of CPU numbers (from any iterable of them, a
-    single number, or a string like "0,2,3")."""
+    single number, or a string like "0,2,3"); ``words``: the strings the
+    field takes besides, for the messages."""
     if value is None:
         return None
     if isinstance(value, str):
         try:
-            return parse_cpu_list(value)
+            return parse_cpu_list(value, words)
         except ConfigError as e:
             raise ConfigError(f"{field}: {e}", field=field) from None
     if _as_int(value) is not None:
@@ -168,8 +174,9 @@ def _cpus(field: str, value: Any) -> tuple[int, ...] | None:
     if isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict)):
         value = list(value)
     if not isinstance(value, list) or not value:
-        raise ConfigError(f"{field}: expected a non-empty list of CPU numbers, not {value!r}",
-                          field=field)
+        also = "".join(f"{w!r}, " for w in words)
+        raise ConfigError(f"{field}: expected {also}{'or ' if words else ''}a non-empty list "
+                          f"of CPU numbers, not {value!r}", field=field)
     out = []
     for cpu in value:
         number = _as_int(cpu)
@@ -249,6 +256,8 @@ def _page_size(field: str, value: Any) -> str:
 CpuList = str | SupportsIndex | Iterable[SupportsIndex]
 PIN_WITH_VCPUS = "vcpus"  # pin_readers: each reader on the CPU of the vCPU it serves
 PIN_SCHEDULER = "scheduler"  # pin_readers: unpinned, where the scheduler puts them (upstream's)
+#: The words pin_readers takes besides a CPU list.
+PIN_WORDS = (PIN_WITH_VCPUS, PIN_SCHEDULER)
 
 
 def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
@@ -271,7 +280,9 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
         return float(value)
     if f.form == "pin_readers" and isinstance(value, str) and \
             value.strip().lower() == PIN_WITH_VCPUS:
-        if c.pin_vcpus is None:
+        # (resolver="vcpu": no readers, the applies rule's error instead, which
+        # pin_vcpus would not cure; resolver comes before pin_readers)
+        if c.pin_vcpus is None and c.resolver == "readers":
             raise ConfigError(
                 f"{f.name}: {PIN_WITH_VCPUS!r} runs each reader on its vCPU's CPU, so the "
                 f"vCPUs need CPUs: set pin_vcpus too (e.g. pin_vcpus='0,1'; -c or "
@@ -319,15 +330,20 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
             raise ConfigError(f"{f.name}: expected a number, not {value!r}", field=f.name)
         return float(value)
     if f.kind == "cpus":
-        return _cpus(f.name, value)
+        return _cpus(f.name, value, PIN_WORDS if f.form == "pin_readers" else ())
     raise AssertionError(f"{f.name}: no normalizer for kind {f.kind!r}")
 
 
 def _check_python_side(c: Any) -> None:
-    """The Python-side fields' applies rules, from the schema, as the core
-    checks its own fields' (the same message)."""
+    """The applies rules of what the core cannot see, from the schema, as the
+    core checks its own fields' (the same message): the Python-side fields',
+    and pin_readers' words ("vcpus", "scheduler"), which reach the core as
+    Config.reader_cpus (None for "scheduler", the core's default)."""
     for f in schema.CONFIG_FIELDS:
-        if f.core_name is not None or not f.applies:
+        if not f.applies:
+            continue
+        if f.core_name is not None and not (f.form == "pin_readers" and
+                                            isinstance(getattr(c, f.name), str)):
             continue
         for other, values in f.applies:
             o = schema.BY_NAME[other]
@@ -599,12 +615,16 @@ class Config:
         pin_readers="vcpus", or by default (pin_readers None) whenever the
         vCPUs are pinned and the readers sleep (every wait but "spin", whose
         readers need CPUs of their own). pin_readers="scheduler" leaves them
-        where the scheduler puts them, as upstream's demand_paging_test does."""
+        where the scheduler puts them, as upstream's demand_paging_test does.
+        False when the run has no readers (uffd_mode None, resolver "vcpu");
+        a CPU list is not this, even one that names the vCPUs' CPUs. A
+        Result records it as it ran (Result.readers_with_vcpus)."""
+        if self.uffd_mode is None or self.resolver != "readers":
+            return False  # no readers
         if self.pin_readers == PIN_WITH_VCPUS:
             return True
-        return (self.pin_readers is None and self.pin_vcpus is not None and
-                self.uffd_mode is not None and self.resolver == "readers" and
-                self.wait != "spin")
+        return self.pin_readers is None and self.pin_vcpus is not None and \
+            self.wait != "spin"
 
     @property
     def reader_cpus(self) -> tuple[int, ...] | None:

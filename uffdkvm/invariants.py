@@ -215,6 +215,11 @@ def _check_run(r: Any) -> None:
             _equal("$.prefetched_pages", r.prefetched_pages,
                    "$.readers[*].prefetched and $.pushed_pages",
                    sum(x.prefetched for x in r.readers) + r.pushed_pages)
+    if r.reader_cpus is not None and not r.reader_cpus:
+        raise ResultError("$.reader_cpus: an empty list; unpinned readers are null")
+    if r.readers_with_vcpus and r.reader_cpus is None:
+        raise ResultError("$.readers_with_vcpus: true, but reader_cpus is null: readers "
+                          "placed with their vCPUs were pinned to the vCPUs' CPUs")
     t = r.fault_trace
     if t is not None:
         lengths = {f.name: len(getattr(t, f.name)) for f in dataclasses.fields(t)

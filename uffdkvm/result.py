@@ -406,6 +406,20 @@ class Result:
                    vCPUs started, counted with mincore() (0 with
                    source_cache="cold"; the whole region's pages with
                    "warm"), else None
+    reader_cpus    the reader pins the core was handed (Config.reader_cpus as
+                   the run had it: reader k of all uffds, a uffd's readers
+                   together, on entry k modulo the length), or None: the
+                   readers ran where the scheduler put them (and in JSON
+                   from before uffdkvm recorded it: unknown there, see
+                   readers_with_vcpus)
+    readers_with_vcpus  whether each reader ran on the CPU of the vCPU it
+                   serves (Config.readers_with_vcpus as the run had it:
+                   pin_readers="vcpus", or the default pin_readers=None with
+                   pinned vCPUs and sleeping readers); False for a CPU list,
+                   "scheduler" and runs without readers. None in JSON from
+                   before uffdkvm recorded it, when pin_readers=None left the
+                   readers to the scheduler: the Config's property would
+                   misread those runs
     kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
     host           the machine it ran on (None for a Result made by hand)
     """
@@ -454,6 +468,8 @@ class Result:
     wakes: int | None = None
     eexist: int = 0
     spurious_wakeups: int = 0
+    reader_cpus: tuple[int, ...] | None = None
+    readers_with_vcpus: bool | None = None
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -638,7 +654,8 @@ class Result:
                 **{name: tuple(column) for name, column in trace.items()},
                 start_ns=raw["threads_start_ns"]),
             clock_sync=_CLOCK_SYNC.get(raw["clock_sync"]) if staged else None,
-            clock_error_ns=float(raw["clock_error_ns"]) if staged else None)
+            clock_error_ns=float(raw["clock_error_ns"]) if staged else None,
+            reader_cpus=config.reader_cpus, readers_with_vcpus=config.readers_with_vcpus)
 
 
 def _unless(measured: bool, *names: str) -> tuple[str, ...]:

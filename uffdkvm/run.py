@@ -436,8 +436,11 @@ def _run(config: Config, progress: ProgressCallback | None = None,
         if reporter:
             reporter.fail()  # a display clears its line or closes its bar
         raise
+    # The reader pins as the core was handed them (Config.reader_cpus unless
+    # a test's core_fields said otherwise).
+    pins = tuple(core_config["pin_readers"]) or None
     result = dataclasses.replace(Result._from_core(config, raw), host=host,
-                                 page_server=server_stats)
+                                 page_server=server_stats, reader_cpus=pins)
     if reporter:
         reporter.finish([v.pages for v in result.vcpus])
     return result
