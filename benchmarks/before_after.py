@@ -42,8 +42,11 @@ def main() -> int:
     p.add_argument("before")
     p.add_argument("after")
     p.add_argument("--trials", type=int, default=15)
-    p.add_argument("args", nargs="*", default=["-b", "256M", "-c", "0"])
-    a = p.parse_args()
+    # The command's own flags (-v 2, -b 256M, ...) are not this script's:
+    # argparse would give a "*" positional nothing once before and after
+    # are matched, and refuse the rest, so they are taken as they come.
+    a, rest = p.parse_known_args()
+    a.args = (rest[1:] if rest[:1] == ["--"] else rest) or ["-b", "256M", "-c", "0"]
     pairs = []
     for t in range(a.trials):
         order = (a.before, a.after) if t % 2 == 0 else (a.after, a.before)
