@@ -490,6 +490,12 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		if (ret)
 			return ukvm_err_set(err, UKVM_ERR_RUN, -ret,
 					    "allocating the online statistics (stats full)");
+#ifdef UKVM_TEST_HOOKS
+		if (cfg->inject == UKVM_INJECT_ONLINE_DRAIN ||
+		    cfg->inject == UKVM_INJECT_ONLINE_SKIP_QUEUE)
+			exp->online.drain_at = cfg->inject_after ?: 1;
+		exp->online.test_skip_last = cfg->inject == UKVM_INJECT_ONLINE_SKIP_QUEUE;
+#endif
 	}
 
 	for (u = 0; u < exp->nr_pools; u++) {

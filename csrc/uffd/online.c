@@ -33,6 +33,7 @@ int ukvm_online_create(struct ukvm_online *o, uint32_t nr_vcpus, uint32_t nr_que
 	o->region_pages = region_pages;
 	o->page_size = page_size;
 	o->cap = nr_queues;
+	o->drain_at = UKVM_ONLINE_DRAIN_AT;
 	o->once = calloc(words, sizeof(*o->once));
 	o->again = calloc(words, sizeof(*o->again));
 	o->queues = calloc(nr_queues ?: 1, sizeof(*o->queues));
@@ -323,8 +324,7 @@ int ukvm_online_fault(struct ukvm_online *o, struct ukvm_online_queue *q, uint64
 			return ret;
 	}
 	q->pend[q->npend++] = ukvm_ev_pack(t_done - o->t0, vcpu, -1);
-	if (q->pushed_own - atomic_load_explicit(&q->taken, memory_order_acquire) >=
-	    UKVM_ONLINE_DRAIN_AT)
+	if (q->pushed_own - atomic_load_explicit(&q->taken, memory_order_acquire) >= o->drain_at)
 		ukvm_online_try_drain(o);
 	return 0;
 }

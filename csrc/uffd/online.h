@@ -103,6 +103,7 @@ struct ukvm_online {
 	struct ukvm_sweep sweep;
 	uint64_t *scratch;
 	uint64_t scratch_cap;
+	uint64_t drain_at;		/* UKVM_ONLINE_DRAIN_AT (tests: fewer) */
 	uint64_t drains;		/* how many drains took events */
 	int error;			/* -ENOMEM in a drain: the sweep is incomplete */
 #ifdef UKVM_TEST_HOOKS
