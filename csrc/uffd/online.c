@@ -169,13 +169,22 @@ static int queue_flush(struct ukvm_online *o, struct ukvm_online_queue *q, uint6
 	return ret;
 }
 
+uint64_t ukvm_online_now(const struct ukvm_online *o)
+{
+#ifdef UKVM_TEST_HOOKS
+	return ukvm_now_ns() >> o->test_clock_shift << o->test_clock_shift;
+#else
+	return ukvm_now_ns();
+#endif
+}
+
 uint64_t ukvm_online_stamp(struct ukvm_online *o, struct ukvm_online_queue *q)
 {
 	uint64_t t;
 
 	if (atomic_load_explicit(&q->waiting, memory_order_relaxed))	/* its own flag */
 		atomic_store(&q->waiting, 0);	/* seq_cst: before the clock is read */
-	t = ukvm_now_ns();
+	t = ukvm_online_now(o);
 	/* What it held back is older than t; after it, nothing it pushes is older. */
 	if (!queue_flush(o, q, UINT64_MAX))
 		atomic_store_explicit(&q->mark, t, memory_order_release);
@@ -259,7 +268,7 @@ static void drain_locked(struct ukvm_online *o, bool all)
 #endif
 	if (!all) {
 		/* The clock first, ordered before the flags' loads (lfence after rdtsc). */
-		uint64_t now = ukvm_now_ns();
+		uint64_t now = ukvm_online_now(o);
 
 		__asm__ __volatile__("lfence" ::: "memory");
 		for (i = 0; i < nr; i++) {

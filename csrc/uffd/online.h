@@ -110,6 +110,7 @@ struct ukvm_online {
 	bool test_nonstrict;		/* t <= watermark: the broken merge (tests/c) */
 	bool test_skip_last;		/* the drain skips the last queue (tests/c) */
 	bool test_no_waiting;		/* waiting flags ignored (tests/c) */
+	unsigned test_clock_shift;	/* a clock of 2^shift ns steps: ties (tests/c) */
 #endif
 };
 
@@ -128,6 +129,8 @@ void ukvm_online_tids_done(struct ukvm_online *o);
 /* A queue for one more resolver, set up before its thread starts: NULL on -ENOMEM. */
 struct ukvm_online_queue *ukvm_online_attach(struct ukvm_online *o);
 
+/* The clock the events are stamped with: CLOCK_MONOTONIC. */
+uint64_t ukvm_online_now(const struct ukvm_online *o);
 /*
  * The resolver's clock for the fault messages it is about to handle: clears
  * its waiting flag, then reads CLOCK_MONOTONIC.
