@@ -20,6 +20,7 @@ void ukvm_online_init(struct ukvm_online *o)
 {
 	memset(o, 0, sizeof(*o));
 	atomic_init(&o->nr, 0);
+	atomic_init(&o->map_ready, NULL);
 }
 
 int ukvm_online_create(struct ukvm_online *o, uint32_t nr_vcpus, uint32_t nr_queues,
@@ -91,6 +92,7 @@ void ukvm_online_set_tid(struct ukvm_online *o, uint32_t vcpu, int32_t tid)
 void ukvm_online_tids_done(struct ukvm_online *o)
 {
 	ukvm_tid_sort(o->map, o->nr_vcpus);
+	atomic_store_explicit(&o->map_ready, o->map, memory_order_release);
 }
 
 struct ukvm_online_queue *ukvm_online_attach(struct ukvm_online *o)
@@ -308,7 +310,9 @@ bool ukvm_online_try_drain(struct ukvm_online *o)
 int ukvm_online_fault(struct ukvm_online *o, struct ukvm_online_queue *q, uint64_t t_read,
 		      uint64_t t_done, uint64_t gpa, int32_t tid, bool eexist)
 {
-	int32_t vcpu = ukvm_tid_vcpu(o->map, o->nr_vcpus, tid);
+	const struct ukvm_tid_index *map = atomic_load_explicit(&o->map_ready,
+								 memory_order_acquire);
+	int32_t vcpu = map ? ukvm_tid_vcpu(map, o->nr_vcpus, tid) : -1;
 	uint64_t page = gpa < o->region_gpa ? UINT64_MAX : (gpa - o->region_gpa) / o->page_size;
 	int ret;
 

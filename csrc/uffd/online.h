@@ -87,6 +87,12 @@ struct ukvm_online {
 	uint64_t t0;			/* no event is earlier: packed times count from here */
 	/* the tid -> vCPU map, set before any vCPU runs (ukvm_online_set_tids) */
 	struct ukvm_tid_index *map;
+	/*
+	 * map, once sorted (release): the readers learn of a fault through the
+	 * kernel, which orders it after the vCPU's start, and the start after
+	 * this; the acquire says so to the compiler and to TSan too
+	 */
+	struct ukvm_tid_index *_Atomic map_ready;
 	/* page-once bitmaps over the region */
 	uint64_t region_gpa;
 	uint64_t region_pages;
