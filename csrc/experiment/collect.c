@@ -259,7 +259,7 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 	all_ns = atomic_load(&rs->all_ns);
 	res->resident_ns = !all_ns ? UKVM_RESULT_NONE :
 			   all_ns > res->start_ns ? all_ns - res->start_ns : 0;
-	n = atomic_load(&rs->nr_order);
+	n = rs->order ? atomic_load(&rs->nr_order) : 0;	/* touch_order: asked for */
 	n = n < rs->pages ? n : rs->pages;
 	/* Handed over, not copied: the result frees it. */
 	res->touch_order = rs->order;

@@ -466,7 +466,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY &&
 	    !cfg->prefault && !exp->probe) {
 		ret = ukvm_resident_create(&exp->resident, exp->region_size / exp->mem.page_size,
-					   err);
+					   cfg->record_touch_order, err);
 		if (ret)
 			return ret;
 		exp->resident.timed = cfg->stats == UKVM_STATS_FULL;
