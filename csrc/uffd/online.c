@@ -337,8 +337,12 @@ int ukvm_online_fault(struct ukvm_online *o, struct ukvm_online_queue *q, uint64
 			return ret;
 	}
 	q->pend[q->npend++] = ukvm_ev_pack(t_done - o->t0, vcpu, -1);
-	if (q->pushed_own - atomic_load_explicit(&q->taken, memory_order_acquire) >= o->drain_at)
+	/* At most once per drain_at events: a queue held back by another tries no more often. */
+	if (q->pushed_own >= q->next_try &&
+	    q->pushed_own - atomic_load_explicit(&q->taken, memory_order_acquire) >= o->drain_at) {
+		q->next_try = q->pushed_own + o->drain_at;
 		ukvm_online_try_drain(o);
+	}
 	return 0;
 }
 

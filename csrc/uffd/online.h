@@ -68,6 +68,7 @@ struct ukvm_online_queue {
 	uint32_t tail_used;
 	uint32_t npend;
 	uint64_t pushed_own;			/* = pushed, without the atomic */
+	uint64_t next_try;			/* pushed_own at which it may try a drain again */
 	uint64_t pend[UKVM_MAX_READ_BATCH];	/* ends later than the last start, held back */
 	struct ukvm_online_vcpu *vcpus;		/* per vCPU */
 	/* shared */
