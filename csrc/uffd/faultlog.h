@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fault records (stats full): writing them during the run, one per fault,
- * into a uffd's store, and after the run what they say: which vCPU took
- * each fault, each fault's stages, the vCPUs' blocked time and the VM's
- * blocktime, and whether every page was resolved exactly once.
+ * Fault records (stats full with trace_faults or guest_timing): writing
+ * them during the run, one per fault, into a uffd's store, and after the
+ * run what they say: which vCPU took each fault, each fault's stages, the
+ * vCPUs' blocked time and the VM's blocktime, and whether every page was
+ * resolved exactly once. Without guest_timing the statistics come from
+ * online.h instead and the records only make the trace (trace_only); the
+ * two share the counting, the sweep and the page check declared below.
  */
 #ifndef UKVM_FAULTLOG_H
 #define UKVM_FAULTLOG_H

@@ -272,7 +272,7 @@ static int resolve_wake(struct ukvm_fault_resolver *r, uint64_t addr)
 	return ret;
 }
 
-/* Stats full: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
+/* Records: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
 static int resolve_record(struct ukvm_fault_resolver *r, uint64_t start, uint64_t end,
 			  uint64_t gpa, int32_t tid, bool eexist, bool write)
 {
