@@ -90,7 +90,7 @@ def main() -> None:
         uffdkvm.make_snapshot(snapshot, size, seed=1)
         srcs = sources(snapshot, latencies)
         # The order replay installs: what the guest faulted with no prefetch.
-        first = uffdkvm.run(**base, **srcs["file (cold cache)"])
+        first = uffdkvm.run(**base, **srcs["file (cold cache)"], record_touch_order=True)
         order = list(first.touch_order)
         for trial in range(a.trials):
             for sname, sfields in srcs.items():

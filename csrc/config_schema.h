@@ -363,6 +363,7 @@ enum ukvm_prefetch {
 	enum ukvm_stats stats; \
 	bool guest_timing; \
 	bool trace_faults; \
+	bool record_touch_order; \
 	uint64_t timeout_ns; \
 	bool wp_async; \
 	enum ukvm_source_kind source; \
@@ -414,6 +415,7 @@ enum ukvm_prefetch {
 	X(ENUM, stats, "stats", UKVM_STATS_FULL, 0, 1, "'full'") \
 	X(BOOL, guest_timing, "guest_timing", false, 0, 0, "False") \
 	X(BOOL, trace_faults, "trace_faults", false, 0, 0, "False") \
+	X(BOOL, record_touch_order, "record_touch_order", false, 0, 0, "False") \
 	X(U64, timeout_ns, "timeout_s", 0, 0, 0, "None") \
 	X(BOOL, wp_async, "wp_async", false, 0, 0, "False") \
 	X(ENUM, source, "source", UKVM_SOURCE_SYNTHETIC, 0, 2, "'synthetic'") \
@@ -444,6 +446,7 @@ enum ukvm_prefetch {
 	A(U32, read_batch, "read_batch", 1, resolver, resolver, (c->resolver == UKVM_RESOLVER_READERS), "resolver='readers'", "1") \
 	A(CPUS, pin_readers, "pin_readers", 0, resolver, resolver, (c->resolver == UKVM_RESOLVER_READERS), "resolver='readers'", "None") \
 	A(BOOL, trace_faults, "trace_faults", false, stats, stats, (c->stats == UKVM_STATS_FULL), "stats='full'", "False") \
+	A(BOOL, record_touch_order, "record_touch_order", false, resolve, resolve, (c->resolve == UKVM_RESOLVE_COPY), "resolve='copy'", "False") \
 	A(BOOL, wp_async, "wp_async", false, uffd_mode, uffd_mode, (c->uffd_mode == UKVM_UFFD_WP), "uffd_mode='wp'", "False") \
 	A(STRING, source_path, "source_path", 0, source, source_kind, (c->source == UKVM_SOURCE_FILE || c->source == UKVM_SOURCE_REMOTE), "source='file' or source='remote'", "None") \
 	A(STRING, source_address, "source_address", 0, source, source_kind, (c->source == UKVM_SOURCE_REMOTE), "source='remote'", "None") \

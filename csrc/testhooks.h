@@ -86,6 +86,14 @@ enum ukvm_inject {
 	 */
 	UKVM_INJECT_RELEASE_DUP3,
 	/*
+	 * stats full without guest_timing (online.h): a resolver tries a drain
+	 * every inject_after events it queues (not UKVM_ONLINE_DRAIN_AT), so a
+	 * small run merges its events in many drains while it runs...
+	 */
+	UKVM_INJECT_ONLINE_DRAIN,
+	/* ...and as ONLINE_DRAIN, but every drain leaves the last queue out: a broken merge. */
+	UKVM_INJECT_ONLINE_SKIP_QUEUE,
+	/*
 	 * The last vCPU, once the run has begun, never enters the guest: it
 	 * sleeps until the run is stopped, so the run makes no progress and
 	 * never ends by itself. A run without a time limit (timeout_ns 0)

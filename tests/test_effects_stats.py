@@ -116,9 +116,10 @@ def test_blocktime_is_the_time_every_vcpu_waited_at_once(kvm, traced):
 
 
 def test_untraced_stats_say_the_same_kinds_of_things(kvm, traced):
-    """Without trace_faults the log is built in place in the resolvers'
-    stores (faultlog.c; tests/c/faultlog_accounting.c checks that both ways
-    agree number for number): the traced run's settings again, untraced,
+    """Without trace_faults no record is kept: the statistics are computed
+    while the run goes on (online.c), as they are with trace_faults
+    (test_online_stats.py compares the two with the trace, number for
+    number): the traced run's settings again, untraced,
     give every vCPU's faults (one per page of its own memory), EEXIST as
     the readers counted it, a service time for every message, blocked time
     and a blocktime no longer than any vCPU's blocked time."""

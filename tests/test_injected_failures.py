@@ -64,7 +64,8 @@ def test_every_fault_kind_is_tested():
                            "unfaulted_page", "tsc_jump", "no_exact_address", "no_move",
                            "wp_no_save", "no_wp_features", "source_wrong_offset",
                            "untouched_page", "ring_nowait", "no_vm_guest_memfd",
-                           "mincore_fail", "release_dup3"}
+                           "mincore_fail", "release_dup3", "online_drain",
+                           "online_skip_queue"}
 
 
 @pytest.mark.parametrize("after", [1, 3])

@@ -135,9 +135,9 @@ def test_memory_limit_v1_refuses_a_run_it_cannot_hold():
 
 
 def test_memory_limit_counts_the_bookkeeping():
-    """The bookkeeping the estimate adds (stats="full": a fault log record a
-    fault and more) is what the run charges: a run whose region fits but
-    whose bookkeeping does not is refused."""
+    """The bookkeeping the estimate adds (stats="full": the resident map,
+    the page bitmaps, the page tables) is what the run charges: a run whose
+    region fits but whose bookkeeping does not is refused."""
     need(NOT_ROOT, NO_V1_MEMORY)
     run_module = importlib.import_module("uffdkvm.run")
     region = 64 << 20

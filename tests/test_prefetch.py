@@ -136,7 +136,7 @@ def test_a_low_bandwidth_pusher_installs_fewer_pages(kvm):
 def test_touch_order_is_the_order_faults_installed_pages(kvm):
     """Checked against the fault trace, an independent record: the pages of
     the resolved (not EEXIST) faults, by the time their ioctl returned."""
-    r = run(pattern="random", vcpus=2, trace_faults=True)
+    r = run(pattern="random", vcpus=2, trace_faults=True, record_touch_order=True)
     t = r.fault_trace
     resolved = sorted((t.resolved_ns[i], (t.gpa[i] - min(t.gpa)) // r.page_size)
                       for i in range(len(t)) if not t.eexist[i])
@@ -147,8 +147,19 @@ def test_touch_order_is_the_order_faults_installed_pages(kvm):
     assert list(r.touch_order) != sorted(r.touch_order)  # random, not address order
 
 
+def test_touch_order_is_kept_only_when_asked(kvm):
+    """4 bytes a page: a run that does not ask records none, and saying so
+    names the field to set."""
+    r = run(pattern="random")
+    assert r.touch_order == () and r.faults == PAGES
+    with pytest.raises(uffdkvm.ResultError, match="record_touch_order=True"):
+        r.save_touch_order(os.devnull)
+    with pytest.raises(uffdkvm.ConfigError, match="record_touch_order"):
+        uffdkvm.Config(record_touch_order=True, resolve="zeropage")
+
+
 def test_replay_of_a_recorded_order_avoids_most_faults(kvm, tmp_path):
-    record = run(pattern="random")
+    record = run(pattern="random", record_touch_order=True)
     path = tmp_path / "order.txt"
     record.save_touch_order(path)
     assert uffdkvm.read_touch_order(path) == record.touch_order
@@ -163,7 +174,7 @@ def test_replay_of_a_recorded_order_avoids_most_faults(kvm, tmp_path):
 def test_replay_installs_only_the_pages_it_is_given(kvm):
     """Half the recorded order: the pusher installs that half (or meets its
     faults), and the other half faults."""
-    record = run(pattern="random")
+    record = run(pattern="random", record_touch_order=True)
     half = record.touch_order[:PAGES // 2]
     r = run(pattern="random", prefetch="replay", replay_from=half)
     assert r.pushed_pages + r.prefetch_eexist >= len(half) - 1
@@ -172,7 +183,7 @@ def test_replay_installs_only_the_pages_it_is_given(kvm):
 
 
 def test_a_touch_order_file_is_one_page_a_line(kvm, tmp_path):
-    r = run(mem_per_vcpu="64K")
+    r = run(mem_per_vcpu="64K", record_touch_order=True)
     path = tmp_path / "order"
     r.save_touch_order(path)
     lines = path.read_text().splitlines()
@@ -212,7 +223,7 @@ def test_races_between_prefetch_and_faults_are_counted_not_failed(kvm, how):
 # ---- results as data ----
 
 def test_prefetch_results_round_trip_json_and_frames(kvm):
-    r = run(prefetch="readahead", prefetch_pages=4)
+    r = run(prefetch="readahead", prefetch_pages=4, record_touch_order=True)
     back = Result.from_json(r.to_json())
     assert back == r and back.touch_order == r.touch_order
     d = json.loads(r.to_json())
@@ -392,7 +403,8 @@ def test_a_vcpu_resolver_never_touches_a_thp_page_another_copy_has_not_reached(k
 def test_replay_refuses_an_order_recorded_with_another_page_size(kvm, tmp_path):
     """Indices count pages of the backing's size: a THP run's order names
     2 MiB pages, which on 4 KiB pages would be other memory."""
-    thp = run_or_skip(vcpus=1, mem_per_vcpu="4M", backing="anonymous_thp")
+    thp = run_or_skip(vcpus=1, mem_per_vcpu="4M", backing="anonymous_thp",
+                      record_touch_order=True)
     path = tmp_path / "thp.txt"
     thp.save_touch_order(path)
     with pytest.raises(uffdkvm.ConfigError, match="counts 2097152-byte pages") as info:

@@ -73,6 +73,7 @@ VALID = {
     "stats": cased(STATS),
     "guest_timing": st.booleans(),
     "trace_faults": st.booleans(),
+    "record_touch_order": st.booleans(),
     "timeout_s": st.sampled_from([None, 30, 30.0, math.inf, 1e300, 1e-9]),
     "wp_async": st.booleans(),
     # source="file" needs a snapshot file: tests/test_source_file.py

@@ -222,6 +222,8 @@ def cases(snapshot):
         "guest_timing": (dict(guest_timing=True),
                          lambda raw: raw["vcpus"][0]["queue_latency"]["count"] > 0),
         "trace_faults": (dict(trace_faults=True), lambda raw: raw["fault_trace"] is not None),
+        "record_touch_order": (dict(record_touch_order=True),
+                               lambda raw: len(raw["touch_order"]) == raw["faults"] > 0),
         "timeout_ns": (dict(timeout_s=100.0), None),
         "wp_async": (dict(uffd_mode="wp", wp_async=True),
                      lambda raw: raw["faults"] == 0 and raw["dirty_pages"] > 0),

@@ -66,6 +66,11 @@ FAULTS = {
     # uffd 0's last reader stays 1 s after the run, and the first `after` swaps of a
     # uffd for /dev/null (dup3) while a reader holds its number fail for real (EINVAL)
     "release_dup3": _core.INJECT_RELEASE_DUP3,
+    # stats="full" without guest_timing: resolvers merge their events every `after` events
+    # they queue (a small run drains many times while it runs); skip_queue: and every
+    # merge leaves the last resolver's events out (a broken merge, for the tests)
+    "online_drain": _core.INJECT_ONLINE_DRAIN,
+    "online_skip_queue": _core.INJECT_ONLINE_SKIP_QUEUE,
 }
 
 

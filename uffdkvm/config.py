@@ -484,6 +484,7 @@ class Config:
         stats: str
         guest_timing: bool
         trace_faults: bool
+        record_touch_order: bool
         timeout_s: float | None
         wp_async: bool
         source: str
@@ -533,6 +534,7 @@ class Config:
             stats: str = ...,
             guest_timing: bool = ...,
             trace_faults: bool = ...,
+            record_touch_order: bool = ...,
             timeout_s: float | None = ...,
             wp_async: bool = ...,
             source: str = ...,

@@ -356,12 +356,12 @@ class Result:
                    all vCPUs together (0: never touched); verification checks
                    them against the guest's own count of writes to each page
                    it writes. Else None
-    touch_order    uffd_mode="missing" with resolve="copy": the pages faults
-                   installed, in the order they were resolved (first installs
-                   only, EEXIST ones left out), as page indices: pages of
-                   page_size counted from the region's start. What replay
-                   prefetch (Config.replay_from) takes; save_touch_order
-                   writes it. Empty elsewhere
+    touch_order    with Config.record_touch_order=True (uffd_mode="missing"
+                   with resolve="copy"): the pages faults installed, in the order
+                   they were resolved (first installs only, EEXIST ones left
+                   out), as page indices: pages of page_size counted from the
+                   region's start. What replay prefetch (Config.replay_from)
+                   takes; save_touch_order writes it. Empty elsewhere
     prefetched_pages  pages installed by prefetch (readahead and the pusher);
                    None where pages are not tracked (uffd_mode other than
                    "missing", resolve other than "copy", prefault)
@@ -511,7 +511,8 @@ class Result:
         (and uffdkvm.read_touch_order) read it back."""
         if not self.touch_order:
             raise ResultError("touch_order: this run recorded none (it needs "
-                              "uffd_mode='missing' with resolve='copy' and faults)")
+                              "record_touch_order=True, uffd_mode='missing' with "
+                              "resolve='copy' and faults)")
         touchorder.write(path, self.touch_order, self.page_size)
 
     def to_dict(self) -> dict[str, Any]:

@@ -213,6 +213,10 @@ FIELDS: tuple[Field, ...] = (
     Field("guest_timing", "bool", False, "the guest times every access with rdtsc"),
     Field("trace_faults", "bool", False, "return every fault (Result.fault_trace)",
           applies=(("stats", ("full",)),)),
+    Field("record_touch_order", "bool", False, "record the order in which faults installed pages "
+          "(Result.touch_order, what save_touch_order writes and replay_from takes): 4 bytes "
+          "a page (uffd_mode=\"missing\" with resolve=\"copy\": else it stays empty)",
+          applies=(("resolve", ("copy",)),)),
     Field("timeout_s", "u64", None, "seconds before the run is abandoned with "
           "RunTimeoutError; None: a generous limit from the run's size "
           "(Config.effective_timeout_s); math.inf: no limit", core="timeout_ns",

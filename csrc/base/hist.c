@@ -43,3 +43,19 @@ void ukvm_hist_add(struct ukvm_hist *h, uint64_t v)
 	h->sum += v;
 	h->buckets[ukvm_hist_bucket(v)]++;
 }
+
+void ukvm_hist_merge(struct ukvm_hist *h, const struct ukvm_hist *x)
+{
+	unsigned b;
+
+	if (!x->count)
+		return;
+	if (!h->count || x->min < h->min)
+		h->min = x->min;
+	if (x->max > h->max)
+		h->max = x->max;
+	h->count += x->count;
+	h->sum += x->sum;
+	for (b = 0; b < UKVM_HIST_BUCKETS; b++)
+		h->buckets[b] += x->buckets[b];
+}

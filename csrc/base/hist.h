@@ -13,5 +13,7 @@
 /* The bucket v falls in. */
 unsigned ukvm_hist_bucket(uint64_t v);
 void ukvm_hist_add(struct ukvm_hist *h, uint64_t v);
+/* h gets every value of x too. */
+void ukvm_hist_merge(struct ukvm_hist *h, const struct ukvm_hist *x);
 
 #endif

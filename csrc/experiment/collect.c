@@ -130,7 +130,8 @@ static void collect_clock(struct ukvm_experiment *exp, struct ukvm_guest_log *lo
 
 /*
  * Stats full: per-vCPU faults, stages and blocked time, the VM's blocktime,
- * per-page resolution counts; and the trace.
+ * per-page resolution counts (online.h's, or without it from the records
+ * after the run); and the trace.
  */
 static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *log)
 {
@@ -173,6 +174,8 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 			       exp->mem.page_size : UKVM_PAGE_SIZE,
 		.visits = exp->visits,
 		.keep_all = cfg->trace_faults,
+		/* Without guest_timing the statistics were computed online (online.h). */
+		.trace_only = exp->online.queues != NULL,
 		.vcpus = res->vcpus,
 		.readers = res->readers,
 		/* The same for every pool: cfg->readers, or the vCPUs a pool serves. */
@@ -185,7 +188,12 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 	}
 	for (u = 0; u < exp->nr_pools; u++)
 		stores[u] = &exp->pools[u].area.log;
-	ret = ukvm_faultlog_build(log, stores, exp->nr_pools);
+	if (!log->trace_only || cfg->trace_faults)
+		ret = ukvm_faultlog_build(log, stores, exp->nr_pools);
+	else
+		ret = 0;
+	if (!ret && log->trace_only)
+		ret = ukvm_online_finish(&exp->online, log);
 	if (ret)
 		goto out;
 	res->blocktime_ns = log->blocktime_ns;
@@ -251,7 +259,7 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 	all_ns = atomic_load(&rs->all_ns);
 	res->resident_ns = !all_ns ? UKVM_RESULT_NONE :
 			   all_ns > res->start_ns ? all_ns - res->start_ns : 0;
-	n = atomic_load(&rs->nr_order);
+	n = rs->order ? atomic_load(&rs->nr_order) : 0;	/* touch_order: asked for */
 	n = n < rs->pages ? n : rs->pages;
 	/* Handed over, not copied: the result frees it. */
 	res->touch_order = rs->order;

@@ -109,6 +109,12 @@ int ukvm_execute_run(struct ukvm_experiment *exp, struct ukvm_error *err)
 		}
 	}
 	ctl->vcpus_running = exp->cfg.vcpus;
+	if (exp->online.queues && !ctl->failed) {
+		/* Every vCPU thread has its id, and none has run: no fault yet. */
+		for (i = 0; i < exp->cfg.vcpus; i++)
+			ukvm_online_set_tid(&exp->online, i, exp->vcpus[i].tid);
+		ukvm_online_tids_done(&exp->online);
+	}
 	if (timing)
 		ukvm_tsc_clock_sample(&exp->tsc_clock);
 	ctl->go = ctl->failed ? -1 : 1;

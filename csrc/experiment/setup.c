@@ -466,7 +466,7 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY &&
 	    !cfg->prefault && !exp->probe) {
 		ret = ukvm_resident_create(&exp->resident, exp->region_size / exp->mem.page_size,
-					   err);
+					   cfg->record_touch_order, err);
 		if (ret)
 			return ret;
 		exp->resident.timed = cfg->stats == UKVM_STATS_FULL;
@@ -479,12 +479,32 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	for (u = 0; u < exp->nr_pools; u++)
 		ukvm_pool_init(&exp->pools[u]);
+	if (cfg->stats == UKVM_STATS_FULL && !cfg->guest_timing && !exp->probe) {
+		/* A queue per resolver: readers per pool, or a vCPU each. */
+		uint32_t resolvers = cfg->resolver == UKVM_RESOLVER_READERS ?
+				     exp->nr_pools * cfg->readers : cfg->vcpus;
+
+		ret = ukvm_online_create(&exp->online, cfg->vcpus, resolvers, exp->region_gpa,
+					 exp->region_size / exp->mem.page_size,
+					 exp->mem.page_size);
+		if (ret)
+			return ukvm_err_set(err, UKVM_ERR_RUN, -ret,
+					    "allocating the online statistics (stats full)");
+#ifdef UKVM_TEST_HOOKS
+		if (cfg->inject == UKVM_INJECT_ONLINE_DRAIN ||
+		    cfg->inject == UKVM_INJECT_ONLINE_SKIP_QUEUE)
+			exp->online.drain_at = cfg->inject_after ?: 1;
+		exp->online.test_skip_last = cfg->inject == UKVM_INJECT_ONLINE_SKIP_QUEUE;
+#endif
+	}
 
 	for (u = 0; u < exp->nr_pools; u++) {
 		struct ukvm_pool *pool = &exp->pools[u];
 		struct ukvm_resolve_area *a = &pool->area;
 
 		setup_pool(exp, pool, u, range);
+		a->online = exp->online.queues ? &exp->online : NULL;
+		a->records = cfg->stats == UKVM_STATS_FULL && (cfg->trace_faults || cfg->guest_timing);
 		/* Readers that block in read(2) need a blocking uffd. */
 		a->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
 		if (a->uffd < 0)
@@ -785,6 +805,7 @@ void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)
 	ukvm_pusher_destroy(&exp->pusher);
 	ukvm_resident_destroy(&exp->resident);
 	free(exp->pools);
+	ukvm_online_destroy(&exp->online);	/* after the pools: their resolvers' queues */
 	exp->pools = NULL;
 	exp->nr_pools = 0;
 	for (i = 0; exp->vcpus && i < exp->cfg.vcpus; i++) {

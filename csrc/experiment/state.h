@@ -31,6 +31,7 @@
 #include "kvm/vcpu.h"
 #include "kvm/vm.h"
 #include "uffd/backing.h"
+#include "uffd/online.h"
 #include "uffd/pool.h"
 #include "uffd/pusher.h"
 #include "uffd/resident.h"
@@ -87,6 +88,8 @@ struct ukvm_experiment {
 	uint64_t threads_start_ns;
 	uint64_t threads_joined_ns;	/* ...after the last one is joined */
 	struct ukvm_tsc_clock tsc_clock;	/* guest_timing: sampled while the vCPUs run */
+	/* stats full without guest_timing: the statistics, computed during the run */
+	struct ukvm_online online;
 	bool exact_address;		/* fault messages name the 4 KiB page, hugetlb too */
 	bool probe;			/* ukvm_probe(): build, register, stop there */
 	bool releasing_memory;		/* under ctl.lock: a failed run's memory, still going */

@@ -83,11 +83,6 @@ struct ukvm_fault_record *ukvm_faultlog_next(struct ukvm_faultlog_store *store,
 	return w->next++;
 }
 
-struct tid_index {
-	int32_t tid;
-	int32_t index;
-};
-
 struct event {
 	uint64_t t;
 	int32_t vcpu;
@@ -96,7 +91,7 @@ struct event {
 
 static int cmp_tid(const void *a, const void *b)
 {
-	const struct tid_index *x = a, *y = b;
+	const struct ukvm_tid_index *x = a, *y = b;
 
 	return (x->tid > y->tid) - (x->tid < y->tid);
 }
@@ -156,29 +151,33 @@ static void sort_events(struct event *ev, uint64_t n)
 	}
 }
 
-static int32_t vcpu_of(const struct tid_index *map, uint32_t n, int32_t tid)
+void ukvm_tid_sort(struct ukvm_tid_index *map, uint32_t n)
 {
-	struct tid_index key = { .tid = tid };
-	const struct tid_index *hit = bsearch(&key, map, n, sizeof(*map), cmp_tid);
+	qsort(map, n, sizeof(*map), cmp_tid);
+}
+
+int32_t ukvm_tid_vcpu(const struct ukvm_tid_index *map, uint32_t n, int32_t tid)
+{
+	struct ukvm_tid_index key = { .tid = tid };
+	const struct ukvm_tid_index *hit = bsearch(&key, map, n, sizeof(*map), cmp_tid);
 
 	return hit ? hit->index : -1;
 }
 
-/* The sweep's state between events: each vCPU's open faults, and since when. */
-struct sweep_state {
-	uint32_t *depth;
-	uint64_t *since;
-	uint32_t blocked;	/* vCPUs with a fault open */
-	uint64_t last;		/* the previous event's time */
-	bool started;
-};
+int ukvm_sweep_begin(struct ukvm_sweep *st, uint32_t nr_vcpus)
+{
+	*st = (struct ukvm_sweep){ .nr_vcpus = nr_vcpus,
+				   .depth = calloc(nr_vcpus ?: 1, sizeof(*st->depth)),
+				   .since = calloc(nr_vcpus ?: 1, sizeof(*st->since)),
+				   .blocked_ns = calloc(nr_vcpus ?: 1, sizeof(*st->blocked_ns)) };
+	return st->depth && st->since && st->blocked_ns ? 0 : -ENOMEM;
+}
 
 /* One event, in time order (at equal t, ends before starts): the sweep's step. */
-static void sweep_step(struct ukvm_faultlog *log, struct sweep_state *st, uint64_t t,
-		       int32_t vcpu, int32_t delta)
+void ukvm_sweep_step(struct ukvm_sweep *st, uint64_t t, int32_t vcpu, int32_t delta)
 {
-	if (st->blocked == log->nr_vcpus && st->started)
-		log->blocktime_ns += t - st->last;
+	if (st->blocked == st->nr_vcpus && st->started)
+		st->blocktime_ns += t - st->last;
 	st->started = true;
 	st->last = t;
 	if (delta > 0) {
@@ -187,51 +186,46 @@ static void sweep_step(struct ukvm_faultlog *log, struct sweep_state *st, uint64
 			st->blocked++;
 		}
 	} else if (st->depth[vcpu] && --st->depth[vcpu] == 0) {
-		log->vcpus[vcpu].blocked_ns += t - st->since[vcpu];
+		st->blocked_ns[vcpu] += t - st->since[vcpu];
 		st->blocked--;
 	}
 }
 
-static int sweep_begin(struct ukvm_faultlog *log, struct sweep_state *st)
-{
-	*st = (struct sweep_state){ .depth = calloc(log->nr_vcpus ?: 1, sizeof(*st->depth)),
-				    .since = calloc(log->nr_vcpus ?: 1, sizeof(*st->since)) };
-	return st->depth && st->since ? 0 : -ENOMEM;
-}
-
-static void sweep_end(struct sweep_state *st)
+void ukvm_sweep_end(struct ukvm_sweep *st)
 {
 	free(st->depth);
 	free(st->since);
+	free(st->blocked_ns);
+	st->depth = NULL;
+	st->since = NULL;
+	st->blocked_ns = NULL;
+}
+
+/* The sweep's totals into log's outputs. */
+static void sweep_out(struct ukvm_faultlog *log, const struct ukvm_sweep *st)
+{
+	uint32_t v;
+
+	log->blocktime_ns += st->blocktime_ns;
+	for (v = 0; v < log->nr_vcpus; v++)
+		log->vcpus[v].blocked_ns += st->blocked_ns[v];
 }
 
 static int sweep(struct ukvm_faultlog *log, struct event *ev, uint64_t n)
 {
-	struct sweep_state st;
+	struct ukvm_sweep st;
 	uint64_t i;
-	int ret = sweep_begin(log, &st);
+	int ret = ukvm_sweep_begin(&st, log->nr_vcpus);
 
 	for (i = 0; !ret && i < n; i++)
-		sweep_step(log, &st, ev[i].t, ev[i].vcpu, ev[i].delta);
-	sweep_end(&st);
+		ukvm_sweep_step(&st, ev[i].t, ev[i].vcpu, ev[i].delta);
+	if (!ret)
+		sweep_out(log, &st);
+	ukvm_sweep_end(&st);
 	return ret;
 }
 
-/*
- * An event in 8 bytes, for the log built in place (read to resolved spans
- * only): the time since the earliest read above EV_SHIFT bits, then 1 for
- * a start (0 for an end: at equal times ends sort first, as cmp_event
- * has it), then the vCPU. Sorted as plain integers. Only where every time
- * fits (spans under 2^51 ns, 26 days): else the 16-byte events.
- */
-#define EV_VCPU_BITS	12	/* UKVM_MAX_VCPUS = 4096 */
-#define EV_SHIFT	(EV_VCPU_BITS + 1)
-_Static_assert(UKVM_MAX_VCPUS <= 1 << EV_VCPU_BITS, "a vCPU index fits a packed event");
-
-static uint64_t ev_pack(uint64_t t, int32_t vcpu, int32_t delta)
-{
-	return t << EV_SHIFT | (uint64_t)(delta > 0) << EV_VCPU_BITS | (uint64_t)vcpu;
-}
+_Static_assert(UKVM_MAX_VCPUS <= 1 << UKVM_EV_VCPU_BITS, "a vCPU index fits a packed event");
 
 static void sift_u64(uint64_t *v, uint64_t root, uint64_t n)
 {
@@ -251,8 +245,7 @@ static void sift_u64(uint64_t *v, uint64_t root, uint64_t n)
 	}
 }
 
-/* v sorted in place (a heapsort: no second array). */
-static void sort_u64(uint64_t *v, uint64_t n)
+void ukvm_sort_u64(uint64_t *v, uint64_t n)
 {
 	uint64_t i, tmp;
 
@@ -268,16 +261,16 @@ static void sort_u64(uint64_t *v, uint64_t n)
 
 static int sweep_packed(struct ukvm_faultlog *log, uint64_t *ev, uint64_t n, uint64_t t0)
 {
-	struct sweep_state st;
+	struct ukvm_sweep st;
 	uint64_t i;
-	int ret = sweep_begin(log, &st);
+	int ret = ukvm_sweep_begin(&st, log->nr_vcpus);
 
-	sort_u64(ev, n);
+	ukvm_sort_u64(ev, n);
 	for (i = 0; !ret && i < n; i++)
-		sweep_step(log, &st, t0 + (ev[i] >> EV_SHIFT),
-			   (int32_t)(ev[i] & ((1u << EV_VCPU_BITS) - 1)),
-			   ev[i] >> EV_VCPU_BITS & 1 ? +1 : -1);
-	sweep_end(&st);
+		ukvm_sweep_packed(&st, ev[i], t0);
+	if (!ret)
+		sweep_out(log, &st);
+	ukvm_sweep_end(&st);
 	return ret;
 }
 
@@ -446,6 +439,18 @@ static int count_pages(struct ukvm_faultlog *log, const struct segment *segs, ui
 				again[page / 64] |= bit;
 			once[page / 64] |= bit;
 		}
+	ukvm_faultlog_pages(log, once, again);
+	ret = 0;
+out:
+	free(once);
+	free(again);
+	return ret;
+}
+
+void ukvm_faultlog_pages(struct ukvm_faultlog *log, const uint64_t *once, const uint64_t *again)
+{
+	uint64_t i;
+
 	for (i = 0; i < log->region_pages; i++) {
 		uint64_t bit = 1ULL << (i % 64);
 		bool seen = once[i / 64] & bit, twice = again[i / 64] & bit;
@@ -463,11 +468,6 @@ static int count_pages(struct ukvm_faultlog *log, const struct segment *segs, ui
 			log->first_bad_untouched = untouched;
 		}
 	}
-	ret = 0;
-out:
-	free(once);
-	free(again);
-	return ret;
 }
 
 static uint64_t page_of(const struct ukvm_faultlog *log, uint64_t gpa)
@@ -539,12 +539,13 @@ static void account(struct ukvm_faultlog *log, const struct ukvm_fault_record *r
 	uint64_t start = rec->read_ns, end = rec->resolved_ns, arrived;
 	uint64_t r = (uint64_t)rec->uffd * log->readers_per_uffd + rec->reader;
 
-	v->faults += !rec->eexist;	/* resolved, as a reader's faults count */
-	v->eexist += rec->eexist;
 	if (!rec->raised_ns || !rec->resumed_ns) {
-		ukvm_hist_add(&v->service_latency, rec->resolved_ns - rec->read_ns);
+		ukvm_faultlog_count(&v->faults, &v->eexist, &v->service_latency, rec->eexist,
+				    rec->resolved_ns - rec->read_ns);
 		goto blocked;
 	}
+	v->faults += !rec->eexist;	/* resolved, as a reader's faults count */
+	v->eexist += rec->eexist;
 	/*
 	 * A message that found its page already resolved (EEXIST) may be read
 	 * after its vCPU resumed: with overlap, another vCPU's fault on the same
@@ -588,7 +589,7 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *c
 			uint32_t nr_stores)
 {
 	bool in_place = !log->keep_all && !log->guest;
-	struct tid_index *map = NULL;
+	struct ukvm_tid_index *map = NULL;
 	struct segment *segs = NULL;
 	uint64_t *resolver = NULL;
 	struct event *ev = NULL;
@@ -624,25 +625,31 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *c
 				t1 = rec->read_ns > t1 ? rec->read_ns : t1;
 				t1 = rec->resolved_ns > t1 ? rec->resolved_ns : t1;
 			}
-		packed = !log->nr_all || t1 - t0 < 1ULL << (64 - EV_SHIFT);
+		packed = !log->nr_all || t1 - t0 < 1ULL << (64 - UKVM_EV_SHIFT);
 	}
 	ret = -ENOMEM;
 	map = malloc((log->nr_vcpus ?: 1) * sizeof(*map));
-	if (packed)
+	if (log->trace_only)
+		;	/* no events: online.h swept them */
+	else if (packed)
 		pev = malloc((2 * log->nr_all ?: 1) * sizeof(*pev));
 	else
 		ev = malloc((2 * log->nr_all ?: 1) * sizeof(*ev));
-	if (!map || (!ev && !pev))
+	if (!map || (!log->trace_only && !ev && !pev))
 		goto out;
 	if (!in_place)
 		qsort(log->all, log->nr_all, sizeof(*log->all), cmp_read);
 
 	for (i = 0; i < log->nr_vcpus; i++)
-		map[i] = (struct tid_index){ .tid = log->tids[i], .index = (int32_t)i };
-	qsort(map, log->nr_vcpus, sizeof(*map), cmp_tid);
+		map[i] = (struct ukvm_tid_index){ .tid = log->tids[i], .index = (int32_t)i };
+	ukvm_tid_sort(map, log->nr_vcpus);
 	for (s = 0; s < nr_segs; s++)
 		for (i = 0; i < segs[s].n; i++)
-			segs[s].recs[i].vcpu = vcpu_of(map, log->nr_vcpus, segs[s].recs[i].vcpu);
+			segs[s].recs[i].vcpu = ukvm_tid_vcpu(map, log->nr_vcpus, segs[s].recs[i].vcpu);
+	if (log->trace_only) {
+		ret = 0;
+		goto out;
+	}
 	if (log->guest && stamp(log))
 		goto out;
 	if (count_pages(log, segs, nr_segs))
@@ -658,8 +665,8 @@ int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *c
 				struct event two[2];
 
 				account(log, &segs[s].recs[i], resolver, two);
-				pev[k] = ev_pack(two[0].t - t0, two[0].vcpu, two[0].delta);
-				pev[k + 1] = ev_pack(two[1].t - t0, two[1].vcpu, two[1].delta);
+				pev[k] = ukvm_ev_pack(two[0].t - t0, two[0].vcpu, two[0].delta);
+				pev[k + 1] = ukvm_ev_pack(two[1].t - t0, two[1].vcpu, two[1].delta);
 			} else {
 				account(log, &segs[s].recs[i], resolver, &ev[k]);
 			}

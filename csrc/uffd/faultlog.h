@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fault records (stats full): writing them during the run, one per fault,
- * into a uffd's store, and after the run what they say: which vCPU took
- * each fault, each fault's stages, the vCPUs' blocked time and the VM's
- * blocktime, and whether every page was resolved exactly once.
+ * Fault records (stats full with trace_faults or guest_timing): writing
+ * them during the run, one per fault, into a uffd's store, and after the
+ * run what they say: which vCPU took each fault, each fault's stages, the
+ * vCPUs' blocked time and the VM's blocktime, and whether every page was
+ * resolved exactly once. Without guest_timing the statistics come from
+ * online.h instead and the records only make the trace (trace_only); the
+ * two share the counting, the sweep and the page check declared below.
  */
 #ifndef UKVM_FAULTLOG_H
 #define UKVM_FAULTLOG_H
@@ -12,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/hist.h"
 #include "base/tsc.h"
 #include "ukvm.h"
 
@@ -87,6 +91,7 @@ struct ukvm_faultlog {
 	 * needs their order) and all stays NULL.
 	 */
 	bool keep_all;
+	bool trace_only;		/* keep_all, and nothing else (online.h has the rest) */
 	/* out */
 	struct ukvm_vcpu_result *vcpus;	/* gets faults, blocked_ns, the latencies */
 	struct ukvm_reader_result *readers;	/* gets queue_latency; uffd-major order */
@@ -102,8 +107,91 @@ struct ukvm_faultlog {
 	uint64_t nr_all;		/* records, kept or not */
 };
 
-/* Attributes, stamps, times and merges the records of every store: 0 or -ENOMEM. */
+/*
+ * Attributes, stamps, times and merges the records of every store: 0 or
+ * -ENOMEM. With trace_only (the statistics come from online.h), only
+ * gathers, sorts and attributes the records into all.
+ */
 int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *const *stores,
 			uint32_t nr_stores);
+
+
+/* What online.h and the build after the run share. */
+
+/* A vCPU thread's id, and the vCPU's index. */
+struct ukvm_tid_index {
+	int32_t tid;
+	int32_t index;
+};
+
+/* map (n entries, sorted by ukvm_tid_sort) -> the vCPU of tid, or -1. */
+void ukvm_tid_sort(struct ukvm_tid_index *map, uint32_t n);
+int32_t ukvm_tid_vcpu(const struct ukvm_tid_index *map, uint32_t n, int32_t tid);
+
+/*
+ * One fault without guest stamps, into its vCPU's counts: resolved (faults)
+ * or EEXIST, and its service (read to resolved) in service_latency.
+ */
+static inline void ukvm_faultlog_count(uint64_t *faults, uint64_t *eexist,
+				       struct ukvm_hist *service_latency, bool is_eexist,
+				       uint64_t service_ns)
+{
+	*faults += !is_eexist;	/* resolved, as a reader's faults count */
+	*eexist += is_eexist;
+	ukvm_hist_add(service_latency, service_ns);
+}
+
+/*
+ * The sweep over the faults' start and end events in time order (at equal
+ * times, ends first): each vCPU's blocked time (a fault of it open) and the
+ * VM's blocktime (every vCPU blocked at once).
+ */
+struct ukvm_sweep {
+	uint32_t nr_vcpus;
+	uint32_t *depth;	/* each vCPU's open faults... */
+	uint64_t *since;	/* ...since when */
+	uint64_t *blocked_ns;	/* each vCPU's, so far */
+	uint64_t blocktime_ns;
+	uint32_t blocked;	/* vCPUs with a fault open */
+	uint64_t last;		/* the previous event's time */
+	bool started;
+};
+
+/* Empty, destroyable; then begin: 0 or -ENOMEM. */
+int ukvm_sweep_begin(struct ukvm_sweep *st, uint32_t nr_vcpus);
+void ukvm_sweep_step(struct ukvm_sweep *st, uint64_t t, int32_t vcpu, int32_t delta);
+void ukvm_sweep_end(struct ukvm_sweep *st);
+
+/*
+ * An event in 8 bytes: the time since t0 above UKVM_EV_SHIFT bits, then 1
+ * for a start (0 for an end: at equal times ends sort first), then the
+ * vCPU. Sorted as plain integers. Times must lie within 2^51 ns (26 days)
+ * of t0.
+ */
+#define UKVM_EV_VCPU_BITS	12	/* UKVM_MAX_VCPUS = 4096 */
+#define UKVM_EV_SHIFT		(UKVM_EV_VCPU_BITS + 1)
+
+static inline uint64_t ukvm_ev_pack(uint64_t t, int32_t vcpu, int32_t delta)
+{
+	return t << UKVM_EV_SHIFT | (uint64_t)(delta > 0) << UKVM_EV_VCPU_BITS | (uint64_t)vcpu;
+}
+
+/* The packed event ev (times from t0) into the sweep. */
+static inline void ukvm_sweep_packed(struct ukvm_sweep *st, uint64_t ev, uint64_t t0)
+{
+	ukvm_sweep_step(st, t0 + (ev >> UKVM_EV_SHIFT),
+			(int32_t)(ev & ((1u << UKVM_EV_VCPU_BITS) - 1)),
+			ev >> UKVM_EV_VCPU_BITS & 1 ? +1 : -1);
+}
+
+/* v sorted in place (a heapsort: no second array). */
+void ukvm_sort_u64(uint64_t *v, uint64_t n);
+
+/*
+ * Which pages of log's region were not resolved exactly once, from two
+ * bitmaps (once: resolved, again: resolved more than once; a bit per page):
+ * log's pages_not_once and first_bad_*.
+ */
+void ukvm_faultlog_pages(struct ukvm_faultlog *log, const uint64_t *once, const uint64_t *again);
 
 #endif

@@ -65,10 +65,26 @@
 #define RELEASE_DUP3_STALL_MS	1500
 #endif
 
-/* The time a message was read; stats basic reads no clocks at all. */
+/*
+ * The time a message was read; stats basic reads no clocks at all. Online
+ * (online.h), the reader is awake from here.
+ */
 static uint64_t reader_clock(struct ukvm_reader *r)
 {
-	return r->pool->area.full_stats ? ukvm_now_ns() : 0;
+	struct ukvm_resolve_area *a = &r->pool->area;
+
+	if (a->online)
+		return ukvm_online_stamp(a->online, r->res->queue);
+	return a->full_stats ? ukvm_now_ns() : 0;
+}
+
+/* Online: about to wait without a timeout (online.h), or to leave. */
+static void reader_sleep(struct ukvm_reader *r)
+{
+	struct ukvm_resolve_area *a = &r->pool->area;
+
+	if (a->online)
+		ukvm_online_sleep(a->online, r->res->queue);
 }
 
 static bool reader_stopping(struct ukvm_reader *r)
@@ -177,6 +193,7 @@ static void reader_loop_poll(struct ukvm_reader *r)
 			{ .fd = pool->stop_fd, .events = POLLIN },
 		};
 
+		reader_sleep(r);
 		if (poll(fds, 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -205,6 +222,7 @@ static void reader_loop_epoll(struct ukvm_reader *r)
 		bool fault = false;
 		int n, i;
 
+		reader_sleep(r);
 		n = epoll_wait(r->epfd, evs, 2, -1);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -237,6 +255,7 @@ static void reader_loop_read(struct ukvm_reader *r)
 	int ret;
 
 	while (!reader_stopping(r)) {
+		reader_sleep(r);
 		ret = reader_read(r, READ_WOKEN);
 		if (ret < 0)
 			return;
@@ -260,6 +279,8 @@ static void reader_loop_spin(struct ukvm_reader *r)
 		if (ret < 0)
 			return;
 		if (ret == 0) {
+			if (!idle)
+				reader_sleep(r);	/* it reads again at once, but may find nothing for long */
 			__builtin_ia32_pause();
 			idle = true;
 			continue;
@@ -291,6 +312,7 @@ static void reader_loop_ring(struct ukvm_reader *r)
 	ssize_t n;
 
 	while (!reader_stopping(r)) {
+		reader_sleep(r);
 		n = ukvm_ring_next(r->ring, &msgs, &what);
 		if (n == -EINTR)
 			continue;	/* a kick: look at the stop flag again */
@@ -376,6 +398,7 @@ static void *reader_thread(void *arg)
 		break;
 	}
 out:
+	reader_sleep(r);	/* gone: it holds no other queue back */
 #ifdef UKVM_TEST_HOOKS
 	if (r->stall_ms)
 		ukvm_thread_stall(&r->state, r->stall_ms);
@@ -481,6 +504,13 @@ static int pool_make(struct ukvm_pool *pool, uint32_t i, struct ukvm_error *err)
 	int ret;
 
 	ukvm_resolve_init(res, &pool->area, i, k, vcpu ? (int32_t)(pool->first_vcpu + i) : -1);
+	if (pool->area.online) {
+		res->queue = ukvm_online_attach(pool->area.online);
+		if (!res->queue)
+			return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM,
+					    "uffd %u: the online statistics' queue of resolver %u",
+					    pool->area.uffd_index, i);
+	}
 	if (r) {
 		r->pool = pool;
 		r->res = res;

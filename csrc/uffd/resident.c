@@ -34,7 +34,8 @@ static uint64_t resident_words(uint64_t pages)
 	return (pages + 63) / 64;
 }
 
-int ukvm_resident_create(struct ukvm_resident *rs, uint64_t pages, struct ukvm_error *err)
+int ukvm_resident_create(struct ukvm_resident *rs, uint64_t pages, bool order,
+			 struct ukvm_error *err)
 {
 	uint64_t bytes = resident_words(pages) * sizeof(uint64_t);
 
@@ -55,8 +56,8 @@ int ukvm_resident_create(struct ukvm_resident *rs, uint64_t pages, struct ukvm_e
 	 * (free()d there); a large block is mmap()ed by the allocator and, not
 	 * written beyond the pages faults installed, costs no more memory.
 	 */
-	rs->order = rs->waited ? malloc((pages ?: 1) * sizeof(*rs->order)) : NULL;
-	if (!rs->order)
+	rs->order = rs->waited && order ? malloc((pages ?: 1) * sizeof(*rs->order)) : NULL;
+	if (!rs->waited || (order && !rs->order))
 		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "allocating the resident map of %llu pages",
 				    (unsigned long long)pages);
 	return 0;
@@ -83,9 +84,11 @@ void ukvm_resident_mark(struct ukvm_resident *rs, uint64_t page, enum ukvm_page_
 	if (how == UKVM_PAGE_FAULTED) {
 		atomic_fetch_or_explicit(&rs->faulted[page / 64], 1ULL << (page % 64),
 					 memory_order_relaxed);
-		n = atomic_fetch_add_explicit(&rs->nr_order, 1, memory_order_relaxed);
-		if (n < rs->pages)	/* each page is installed once: always */
-			rs->order[n] = (uint32_t)page;
+		if (rs->order) {	/* touch_order: asked for */
+			n = atomic_fetch_add_explicit(&rs->nr_order, 1, memory_order_relaxed);
+			if (n < rs->pages)	/* each page is installed once: always */
+				rs->order[n] = (uint32_t)page;
+		}
 	} else {
 		atomic_fetch_or_explicit(&rs->prefetched[page / 64], 1ULL << (page % 64),
 					 memory_order_relaxed);

@@ -41,7 +41,7 @@ struct ukvm_resident {
 	 */
 	_Atomic uint64_t *waited;
 	uint64_t pages;			/* at most UKVM_RESIDENT_MAX_PAGES */
-	uint32_t *order;		/* first touches: the pages faults installed, in order */
+	uint32_t *order;		/* touch_order: the pages faults installed, in order (else NULL) */
 	atomic_uint_fast64_t nr_order;
 	atomic_uint_fast64_t nr_resident;
 	atomic_uint_fast64_t all_ns;	/* CLOCK_MONOTONIC when the last page went in, or 0 */
@@ -53,8 +53,12 @@ struct ukvm_resident {
 
 /* Empty, destroyable. */
 void ukvm_resident_init(struct ukvm_resident *rs);
-/* Every page absent: 0, or -ENOMEM (-EOVERFLOW: too many pages) with err set. */
-int ukvm_resident_create(struct ukvm_resident *rs, uint64_t pages, struct ukvm_error *err);
+/*
+ * Every page absent, with the touch order if order (4 bytes a page): 0, or
+ * -ENOMEM (-EOVERFLOW: too many pages) with err set.
+ */
+int ukvm_resident_create(struct ukvm_resident *rs, uint64_t pages, bool order,
+			 struct ukvm_error *err);
 void ukvm_resident_destroy(struct ukvm_resident *rs);
 
 static inline bool ukvm_resident_bit(_Atomic uint64_t *map, uint64_t page)

@@ -272,7 +272,7 @@ static int resolve_wake(struct ukvm_fault_resolver *r, uint64_t addr)
 	return ret;
 }
 
-/* Stats full: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
+/* Records: remembers one fault for faultlog.c (vcpu holds the thread id for now). */
 static int resolve_record(struct ukvm_fault_resolver *r, uint64_t start, uint64_t end,
 			  uint64_t gpa, int32_t tid, bool eexist, bool write)
 {
@@ -416,13 +416,24 @@ int ukvm_resolve_message(struct ukvm_fault_resolver *r, const struct uffd_msg *m
 	}
 	if (a->full_stats) {
 		uint64_t t_done = ukvm_now_ns();
-		int logged;
+		int logged = 0;
 
 		r->stats.busy_ns += t_done - t_read;
 		ukvm_hist_add(&r->stats.service_latency, t_done - t_read);
-		logged = resolve_record(r, t_read, t_done, a->gpa_base + (fault - a->hva_base),
-					(int32_t)msg->arg.pagefault.feat.ptid, ret == -EEXIST,
-					msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
+		if (a->online) {
+			logged = ukvm_online_fault(a->online, r->queue, t_read, t_done,
+						   a->gpa_base + (fault - a->hva_base),
+						   (int32_t)msg->arg.pagefault.feat.ptid,
+						   ret == -EEXIST);
+			if (logged)
+				ukvm_ctl_fail(a->ctl, UKVM_ERR_RUN, -logged,
+					      "%s: queueing a fault's events (stats full)", r->who);
+		}
+		if (!logged && a->records)
+			logged = resolve_record(r, t_read, t_done,
+						a->gpa_base + (fault - a->hva_base),
+						(int32_t)msg->arg.pagefault.feat.ptid, ret == -EEXIST,
+						msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
 		if (logged)
 			return logged;
 	}
@@ -506,7 +517,12 @@ int ukvm_resolve_fault(struct ukvm_fault_resolver *r, uint64_t gpa, bool write, 
 		msg.arg.pagefault.flags |= UFFD_PAGEFAULT_FLAG_WP | UFFD_PAGEFAULT_FLAG_WRITE;
 	msg.arg.pagefault.feat.ptid = (uint32_t)r->stats.tid;
 	eexist = r->stats.eexist;
-	ret = ukvm_resolve_message(r, &msg, a->full_stats ? ukvm_now_ns() : 0);
+	/* online: it waits in KVM_RUN, not in a read: awake from here to its return */
+	ret = ukvm_resolve_message(r, &msg, !a->full_stats ? 0 :
+					    a->online ? ukvm_online_stamp(a->online, r->queue) :
+					    ukvm_now_ns());
+	if (a->online)
+		ukvm_online_sleep(a->online, r->queue);
 	/* Its own copy put the whole unit in; only another's (EEXIST) may be half done. */
 	unit_shared = r->stats.eexist != eexist;
 #ifdef UKVM_TEST_HOOKS
@@ -594,7 +610,7 @@ int ukvm_resolve_area_create(struct ukvm_resolve_area *a, uint32_t nr_resolvers,
 		if (ret)
 			return ret;
 	}
-	if (a->full_stats) {
+	if (a->records) {
 		/*
 		 * Each page of the range faults once per vCPU that may touch it
 		 * (a retried access can fault again, so double it), plus a

@@ -18,6 +18,7 @@
 #include "base/ctl.h"
 #include "base/util.h"
 #include "uffd/faultlog.h"
+#include "uffd/online.h"
 #include "uffd/resident.h"
 #include "uffd/source.h"
 #include "ukvm.h"
@@ -77,6 +78,13 @@ struct ukvm_resolve_area {
 	enum ukvm_resolve resolve;
 	bool vcpu_resolvers;		/* resolver vcpu: the resolvers are vCPU threads */
 	bool full_stats;
+	/*
+	 * stats full: the statistics online (online.h, owned by the
+	 * experiment), or NULL with guest_timing; records: a fault record per
+	 * fault in log (trace_faults, guest_timing).
+	 */
+	struct ukvm_online *online;
+	bool records;
 	uint64_t seed;
 	/*
 	 * uffd_mode wp: the snapshot's slots for this range (a page's old
@@ -106,7 +114,7 @@ struct ukvm_resolve_area {
 	int (*readahead)(struct ukvm_fault_resolver *r, uint64_t addr);
 	/* made by ukvm_resolve_area_create() */
 	struct ukvm_shared_buffer shared; /* 1 GiB pages: the resolvers' shared copy source */
-	struct ukvm_faultlog_store log;	/* stats full: every fault record */
+	struct ukvm_faultlog_store log;	/* records: every fault record */
 	atomic_bool stop;		/* the resolvers must leave (ukvm_resolve_stopping) */
 };
 
@@ -130,7 +138,8 @@ struct ukvm_fault_resolver {
 	uint32_t stage_pages;
 	uint32_t stage_next;
 	uint64_t rng;			/* delay distribution state */
-	struct ukvm_faultlog_writer rec; /* stats full: the chunk of area->log it fills */
+	struct ukvm_faultlog_writer rec; /* records: the chunk of area->log it fills */
+	struct ukvm_online_queue *queue; /* online: its events (area->online's) */
 	struct ukvm_reader_result stats;
 } __attribute__((aligned(UKVM_CACHELINE)));
 

@@ -20,14 +20,19 @@ static uint64_t faults_of(const struct ukvm_result *r)
 	return n;
 }
 
-/* Runs cfg: verified, each page once (fault or prefetch), the touch order a set of pages. */
-static void run_prefetch(const struct ukvm_config *cfg, uint64_t *faults, uint64_t *pushed)
+/*
+ * Runs cfg with the touch order asked for: verified, each page once (fault
+ * or prefetch), the touch order a set of pages.
+ */
+static void run_prefetch(const struct ukvm_config *asked, uint64_t *faults, uint64_t *pushed)
 {
+	struct ukvm_config copy = *asked, *cfg = &copy;
 	uint64_t region = cfg->overlap ? cfg->mem_per_vcpu : cfg->mem_per_vcpu * cfg->vcpus;
 	uint64_t pages = region / ukvm_backing_page_size(cfg->backing), i;
 	struct ukvm_result res;
 	uint8_t *seen;
 
+	copy.record_touch_order = true;
 	*faults = *pushed = 0;
 	if (!ukt_run_ok(cfg, &res))
 		return;
