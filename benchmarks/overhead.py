@@ -57,6 +57,12 @@ CONFIGS = {
 }
 
 
+def table(head: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table: every benchmark script prints its results so."""
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] +
+                     ["| " + " | ".join(r) + " |" for r in rows])
+
+
 def rate_of(cmd: list[str]) -> float | None:
     """The command's paging rate, or None (said on stderr) if it failed: the
     trial then counts as failed on that side, and the others stand."""
@@ -217,10 +223,7 @@ def main() -> None:
     print(f"\nPer-page userfault overhead, median of {a.trials} [bootstrap 95% interval]"
           + (f"; uffdkvm also: {a.ours}" if a.ours else "") + "; "
           + "; ".join(f"{k}: {shlex.join(v) or '(as it is)'}" for k, v in variants.items()))
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(table(head, rows))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(record, f, indent=1)

@@ -350,11 +350,6 @@ def phase_points(a: argparse.Namespace) -> list[tuple[str, int]]:
     return out
 
 
-def table(head: list[str], rows: list[list[str]]) -> str:
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] +
-                     ["| " + " | ".join(r) + " |" for r in rows])
-
-
 def opt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
@@ -453,7 +448,7 @@ def main() -> None:
           f"([{overhead.interval_name(a.big_trials)}] there).")
     if record["memory"]:
         print("\nMemory sweep, 1 vCPU, default fault path (-u MISSING)\n")
-        print(table(["memory", "backing", "trials", "uffd pages/s", "none pages/s",
+        print(overhead.table(["memory", "backing", "trials", "uffd pages/s", "none pages/s",
                      "us/page", "us/fault"],
                     [[m["label"].split()[0], m["backing"], str(m["trials"]),
                       rate_cell(m["rates"]["uffdkvm uffd"]),
@@ -464,7 +459,7 @@ def main() -> None:
         print(f"\nskipped: {s}")
     if record["vcpus"]:
         print(f"\nvCPU sweep, {a.mem_per_vcpu} per vCPU, anonymous, default fault path\n")
-        print(table(["vCPUs", "", "trials", "uffd pages/s (all vCPUs)",
+        print(overhead.table(["vCPUs", "", "trials", "uffd pages/s (all vCPUs)",
                      "none pages/s (all vCPUs)", "us/fault", "CPU us/fault"],
                     [[str(m["vcpus"]), "oversubscribed" if m["oversubscribed"] else "",
                       str(m["trials"]), rate_cell(m["rates"]["uffdkvm uffd"]),
@@ -475,7 +470,7 @@ def main() -> None:
         print("\nOne run each, in process, seconds: outside paging = run()'s wall clock less "
               "Result.seconds; setup and after paging as the 50 ms progress tick saw them "
               "(setup up to 50 ms long, after paging up to 50 ms short)\n")
-        print(table(["memory/vCPU", "vCPUs", "pages", "paging", "outside paging",
+        print(overhead.table(["memory/vCPU", "vCPUs", "pages", "paging", "outside paging",
                      "setup (seen)", "after paging (seen)", "us outside paging per page"],
                     [[p["mem_per_vcpu"], str(p["vcpus"]), str(p["pages"]), opt(p["paging_s"]),
                       opt(p["outside_paging_s"]), opt(p["setup_seen_s"]),

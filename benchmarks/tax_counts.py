@@ -49,7 +49,7 @@ from uffdkvm._spawn import child_env, python_command
 from uffdkvm.config import parse_size
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from overhead import RATE, rotated, vcpus_of  # noqa: E402  (benchmarks/overhead.py)
+from overhead import RATE, rotated, table, vcpus_of  # noqa: E402  (benchmarks/overhead.py)
 
 CONFIGS = {
     "MISSING, one uffd per vCPU, 1 reader, -c 0,1": "-u MISSING -v 2 -b 64M -r 1 -c 0,1",
@@ -373,10 +373,7 @@ def main() -> None:
         head = ["config", "tool", "reader switches vol / fault", "reader switches invol / fault",
                 "reader CPU us / fault", "vCPU switches invol / fault",
                 "share of readers on their vCPU's CPU, each run", "rate, each run"]
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for row in rows:
-            print("| " + " | ".join(row) + " |")
+        print(table(head, rows))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(record, f, indent=1, default=list)
@@ -386,10 +383,7 @@ def main() -> None:
             "reader CPU us / fault", "migrations / fault, vCPU / reader",
             "other threads' switches / s"]
     print(f"\nPer fault, median of {a.trials} runs under perf (counts; no timing)")
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(table(head, rows))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(record, f, indent=1)
