@@ -10,6 +10,8 @@ before the guest's access completed. A guest clock converted with the wrong
 offset puts reads outside that window; one converted at the wrong rate
 disagrees with the guest's own measurement of each access.
 """
+import statistics
+
 import numpy as np
 import pytest
 
@@ -183,17 +185,20 @@ def test_guest_timing_with_basic_stats_keeps_only_the_guests_histogram(kvm):
 
 
 def test_the_poll_herd_shows_in_queue(kvm):
-    """One uffd, 32 readers: poll wakes every reader for every fault, and the
+    """One uffd, 64 readers: poll wakes every reader for every fault, and the
     one that gets it waits its turn behind the others (this host has two
     CPUs). The wait is between the fault and the read: queue, which the
-    readers' own timestamps cannot see."""
-    fields = dict(vcpus=2, mem_per_vcpu="4M", single_uffd=True, readers=32,
+    readers' own timestamps cannot see. (With 32 readers the herd's share of
+    the queue was 2x here but once only 1.05x in CI, where a cross-CPU wakeup
+    of ~30 us dwarfed it; 64 readers double the herd, and the medians of
+    three interleaved runs each keep one slow run from deciding.)"""
+    fields = dict(vcpus=2, mem_per_vcpu="4M", single_uffd=True, readers=64,
                   guest_timing=True)
     queue = {"poll": [], "epoll_exclusive": []}
-    for _ in range(2):
+    for _ in range(3):
         for wait in queue:
             queue[wait].append(small(**fields, wait=wait).queue_latency.percentile(50))
-    assert min(queue["poll"]) > 1.3 * max(queue["epoll_exclusive"]), queue
+    assert statistics.median(queue["poll"]) > 1.5 * statistics.median(queue["epoll_exclusive"]), queue
 
 
 @pytest.mark.parametrize("backing,mode", [("anonymous_thp", "missing"),

@@ -191,6 +191,26 @@ def test_host_facts_agree_with_what_a_run_needs(kvm):
     assert r.host == h
 
 
+
+def test_one_refused_kvm_create_vm_does_not_empty_the_vm_facts(kvm, monkeypatch):
+    """CI saw a run's host facts lose every VM answer once: one KVM_CREATE_VM
+    refused between two that worked. The probe asks again before it gives up."""
+    import fcntl
+
+    from uffdkvm import host
+
+    real, refusals = fcntl.ioctl, []
+
+    def refuse_the_first_create_vm(fd, request, *args):
+        if request == host._KVM_CREATE_VM and not refusals:
+            refusals.append(request)
+            raise OSError(12, "Cannot allocate memory")
+        return real(fd, request, *args)
+
+    monkeypatch.setattr(host.fcntl, "ioctl", refuse_the_first_create_vm)
+    h = host.capture()
+    assert refusals and h.vm_caps == HostInfo.current().vm_caps != {}
+
 PINNED_CHILD = """
 import json, os, uffdkvm
 before = len(os.sched_getaffinity(0))

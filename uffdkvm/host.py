@@ -22,6 +22,7 @@ import os
 import platform
 import socket
 import struct
+import time
 from dataclasses import dataclass, field
 
 # The CPUs this process may use, read when uffdkvm is imported: before a
@@ -251,6 +252,20 @@ def _check_extensions(fd: int, caps: dict[str, int]) -> dict[str, int]:
     return answers
 
 
+def _create_vm(kvm: int) -> int:
+    """A default VM's fd, or -1. A refusal is asked again a few times, 10 ms
+    apart: CI once saw one KVM_CREATE_VM fail between two that worked (every
+    VM answer vanished from one run's host facts), so one refusal is not
+    taken for the host's. The run's own VM is the core's, which reports its
+    own errors."""
+    for _ in range(5):
+        try:
+            return fcntl.ioctl(kvm, _KVM_CREATE_VM, _KVM_X86_DEFAULT_VM)
+        except OSError:
+            time.sleep(0.01)
+    return -1
+
+
 def _kvm_caps() -> tuple[dict[str, int], dict[str, int]]:
     """(/dev/kvm's answers for KVM_CAPS, a fresh default VM's for VM_CAPS)."""
     try:
@@ -259,9 +274,8 @@ def _kvm_caps() -> tuple[dict[str, int], dict[str, int]]:
         return {}, {}
     try:
         dev_kvm = _check_extensions(kvm, KVM_CAPS)
-        try:
-            vm = fcntl.ioctl(kvm, _KVM_CREATE_VM, _KVM_X86_DEFAULT_VM)
-        except OSError:
+        vm = _create_vm(kvm)
+        if vm < 0:
             return dev_kvm, {}
         try:
             return dev_kvm, _check_extensions(vm, VM_CAPS)
