@@ -121,7 +121,10 @@ enum ukvm_resolver {
 
 /*
  * wait: how readers wait: "poll", "epoll", "epoll_exclusive", "read", "spin" (a non-blocking read
- * in a loop) or "io_uring" (needs a build with liburing and Linux 5.15+)
+ * in a loop), "io_uring" (needs a build with liburing and Linux 5.15+) or "spin_idle" (spin at
+ * SCHED_IDLE on pinned CPUs: a reader beside its vCPU runs when the vCPU blocks in a fault). None:
+ * "spin_idle" when the readers go with their pinned vCPUs (pin_vcpus set, pin_readers None or
+ * "vcpus"), else "epoll_exclusive"
  */
 enum ukvm_wait {
 	UKVM_WAIT_POLL = 0,
@@ -130,6 +133,7 @@ enum ukvm_wait {
 	UKVM_WAIT_READ,
 	UKVM_WAIT_SPIN,
 	UKVM_WAIT_IO_URING,
+	UKVM_WAIT_SPIN_IDLE,
 	UKVM_WAIT__COUNT
 };
 
@@ -272,6 +276,7 @@ enum ukvm_prefetch {
 	V(UKVM_WAIT_READ, "read", "'read'") \
 	V(UKVM_WAIT_SPIN, "spin", "'spin'") \
 	V(UKVM_WAIT_IO_URING, "io_uring", "'io_uring'") \
+	V(UKVM_WAIT_SPIN_IDLE, "spin_idle", "'spin_idle'") \
 
 #define UKVM_PATTERN_NAMES(V) \
 	V(UKVM_PATTERN_SEQUENTIAL, "sequential", "'sequential'") \
@@ -397,7 +402,7 @@ enum ukvm_prefetch {
 	X(BOOL, single_uffd, "single_uffd", false, 0, 0, "False") \
 	X(ENUM, resolver, "resolver", UKVM_RESOLVER_READERS, 0, 1, "'readers'") \
 	X(U32, readers, "readers", 1, 1, 4096, "1") \
-	X(ENUM, wait, "wait", UKVM_WAIT_EPOLL_EXCLUSIVE, 0, 5, "'epoll_exclusive'") \
+	X(ENUM, wait, "wait", UKVM_WAIT_EPOLL_EXCLUSIVE, 0, 6, "None") \
 	X(U32, read_batch, "read_batch", 1, 1, 64, "1") \
 	X(U32, delay_us, "delay_us", 0, 0, 10000000, "0") \
 	X(BOOL, overlap, "overlap", false, 0, 0, "False") \
@@ -442,7 +447,7 @@ enum ukvm_prefetch {
  */
 #define UKVM_CONFIG_APPLIES(A) \
 	A(U32, readers, "readers", 1, resolver, resolver, (c->resolver == UKVM_RESOLVER_READERS), "resolver='readers'", "1") \
-	A(ENUM, wait, "wait", UKVM_WAIT_EPOLL_EXCLUSIVE, resolver, resolver, (c->resolver == UKVM_RESOLVER_READERS), "resolver='readers'", "'epoll_exclusive'") \
+	A(ENUM, wait, "wait", UKVM_WAIT_EPOLL_EXCLUSIVE, resolver, resolver, (c->resolver == UKVM_RESOLVER_READERS), "resolver='readers'", "None") \
 	A(U32, read_batch, "read_batch", 1, resolver, resolver, (c->resolver == UKVM_RESOLVER_READERS), "resolver='readers'", "1") \
 	A(CPUS, pin_readers, "pin_readers", 0, resolver, resolver, (c->resolver == UKVM_RESOLVER_READERS), "resolver='readers'", "None") \
 	A(BOOL, trace_faults, "trace_faults", false, stats, stats, (c->stats == UKVM_STATS_FULL), "stats='full'", "False") \

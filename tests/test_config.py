@@ -68,7 +68,6 @@ BAD = [
     (dict(read_batch=0), "read_batch", "between 1 and 64"),
     (dict(read_batch=65), "read_batch", "between 1 and 64"),
     (dict(wait="select"), "wait", "'poll', 'epoll', 'epoll_exclusive', 'read'"),
-    (dict(wait=None), "wait", "'poll', 'epoll', 'epoll_exclusive', 'read'"),
     (dict(resolver="kernel"), "resolver", "'readers', 'vcpu'"),
     (dict(resolver="vcpu", readers=4), "readers",
      "applies to resolver='readers' only, not resolver='vcpu'"),
@@ -492,8 +491,8 @@ def test_a_hugetlb_region_larger_than_the_host_is_a_host_error(kvm):
 def test_defaults_match_the_documented_ones():
     c = Config()
     assert (c.vcpus, c.mem_per_vcpu, c.backing, c.uffd_mode, c.single_uffd, c.readers,
-            c.wait, c.delay_us, c.overlap) == (
-        1, 1 << 30, "anonymous", "missing", False, 1, "epoll_exclusive", 0, False)
+            c.wait, c.reader_wait, c.delay_us, c.overlap) == (
+        1, 1 << 30, "anonymous", "missing", False, 1, None, "epoll_exclusive", 0, False)
 
 
 @pytest.mark.parametrize("text,expected", [

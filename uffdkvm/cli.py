@@ -151,7 +151,7 @@ def format_text(r: Result) -> str:
     by_vcpu = r.config.resolver == "vcpu"
     if r.readers:
         lines += ["", f"Resolvers (each vCPU's own thread, {r.uffds} uffd(s)):" if by_vcpu else
-                  f"Readers ({r.config.wait}, {r.uffds} uffd(s) x {r.config.readers}):",
+                  f"Readers ({r.reader_wait}, {r.uffds} uffd(s) x {r.config.readers}):",
                   _table(["uffd", "reader", "faults", "wakeups", "spurious", "eexist",
                           "busy_s", "ctx_switches", "cpu_s", "service_p50_us",
                           "service_p99_us", "service_max_us"] +

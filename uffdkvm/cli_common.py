@@ -270,7 +270,8 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    "default) or vcpu (each vCPU's own thread, through UFFD_FEATURE_SIGBUS: "
                    "no reader threads)")
     p.add_argument("--wait", type=listed(choice(WAITS)), default=d.wait, metavar="MODE",
-                   help=f"how readers wait: {', '.join(WAITS)} (default {d.wait})")
+                   help=f"how readers wait: {', '.join(WAITS)} (default: spin_idle when -c "
+                        f"pins the vCPUs and the readers go with them, else epoll_exclusive)")
     p.add_argument("--allow-oversubscribe", dest="allow_oversubscribe", action="store_true",
                    help="let --wait spin run more spinning readers than the CPUs beside the "
                    "vCPUs")

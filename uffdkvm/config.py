@@ -316,7 +316,7 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
                               f"\"unix:/path/to/socket\" or \"tcp:HOST:PORT\", not {value!r}",
                               field=f.name)
         return value
-    if f.form == "optional" and value is None:
+    if f.form in ("optional", "wait") and value is None:
         return None
     if f.kind in ("u32", "u64"):
         return _integer(f, value, python_side=python_side)
@@ -355,6 +355,21 @@ def _check_python_side(c: Any) -> None:
                                   f"{schema.python_repr(o, here)}; set {text} or leave "
                                   f"{f.name} at its default ({schema.python_repr(f, f.default)})",
                                   field=f.name)
+
+
+def _check_wait(c: Any) -> None:
+    """wait="spin_idle" needs readers with CPUs: its readers run only when
+    their CPU has nothing else to run, which beside a pinned vCPU is when the
+    vCPU has blocked in a fault; unpinned, such a reader would run wherever
+    the scheduler found a CPU idle."""
+    if c.wait != schema.WAIT_BESIDE_VCPUS or c.uffd_mode is None or c.resolver != "readers":
+        return
+    if c.reader_cpus is None:
+        raise ConfigError(
+            f"wait: {schema.WAIT_BESIDE_VCPUS!r} runs pinned readers at SCHED_IDLE, and these "
+            f"readers are not pinned (pin_readers={c.pin_readers!r}, pin_vcpus="
+            f"{c.pin_vcpus!r}): set pin_vcpus (the readers then go with their vCPUs; -c on "
+            f"the command line) or pin_readers, or choose another wait", field="wait")
 
 
 # The fields that shape the page server run() starts, which a server at
@@ -398,7 +413,8 @@ def core_config(c: Config, source_address: str | None = None,
                 source_key_file: str | None = None) -> dict[str, Any]:
     """The dict the core takes: every core field of the schema, by its
     struct member's name, as the core holds it. pin_readers goes as
-    Config.reader_cpus, timeout_s as Config.effective_timeout_s;
+    Config.reader_cpus, wait as Config.reader_wait, timeout_s as
+    Config.effective_timeout_s;
     source_address and source_key_file, where given, are the server's that
     run() started."""
     out: dict[str, Any] = {}
@@ -412,6 +428,8 @@ def core_config(c: Config, source_address: str | None = None,
             value = source_key_file
         elif f.form == "pin_readers":
             value = c.reader_cpus
+        elif f.form == "wait":
+            value = c.reader_wait
         elif f.form == "seconds":
             value = c.effective_timeout_s
         else:
@@ -465,7 +483,7 @@ class Config:
         single_uffd: bool
         resolver: str
         readers: int
-        wait: str
+        wait: str | None
         read_batch: int
         allow_oversubscribe: bool
         delay_us: int
@@ -515,7 +533,7 @@ class Config:
             single_uffd: bool = ...,
             resolver: str = ...,
             readers: SupportsIndex = ...,
-            wait: str = ...,
+            wait: str | None = ...,
             read_batch: SupportsIndex = ...,
             allow_oversubscribe: bool = ...,
             delay_us: SupportsIndex = ...,
@@ -563,6 +581,7 @@ class Config:
         for f in schema.CONFIG_FIELDS:
             put(self, f.name, _normalize(self, f, getattr(self, f.name)))
         _check_python_side(self)
+        _check_wait(self)
         try:
             _core.validate(core_config(self))
         except _core.CoreError as e:
@@ -612,21 +631,41 @@ class Config:
         return 1 if self.single_uffd or self.overlap else self.vcpus
 
     @property
+    def reader_wait(self) -> str:
+        """How the readers wait, as the core gets it: wait, or for wait=None
+        "spin_idle" when the readers go with their pinned vCPUs (the vCPUs
+        are pinned and pin_readers is None or "vcpus": a reader spins at
+        SCHED_IDLE on its vCPU's CPU, so it runs the moment that vCPU blocks
+        in a fault, with no wakeup at all, even with one uffd for every
+        vCPU), "epoll_exclusive" otherwise (upstream's demand_paging_test's
+        wait; pin_readers="scheduler" gives its placement too). A run
+        without readers (uffd_mode None, resolver "vcpu") gets
+        "epoll_exclusive", the core's default, which it does not use. A
+        Result records it as it ran (Result.reader_wait)."""
+        if self.wait is not None:
+            return self.wait
+        if self.uffd_mode is not None and self.resolver == "readers" and \
+                self.pin_vcpus is not None and self.pin_readers in (None, PIN_WITH_VCPUS):
+            return schema.WAIT_BESIDE_VCPUS
+        return schema.WAIT_SLEEPING
+
+    @property
     def readers_with_vcpus(self) -> bool:
         """Whether each reader runs on the CPU of the vCPU it serves:
         pin_readers="vcpus", or by default (pin_readers None) whenever the
-        vCPUs are pinned and the readers sleep (every wait but "spin", whose
-        readers need CPUs of their own). pin_readers="scheduler" leaves them
-        where the scheduler puts them, as upstream's demand_paging_test does.
-        False when the run has no readers (uffd_mode None, resolver "vcpu");
-        a CPU list is not this, even one that names the vCPUs' CPUs. A
-        Result records it as it ran (Result.readers_with_vcpus)."""
+        vCPUs are pinned and the readers share their CPUs (every wait but
+        "spin", whose readers need CPUs of their own). pin_readers="scheduler"
+        leaves them where the scheduler puts them, as upstream's
+        demand_paging_test does. False when the run has no readers
+        (uffd_mode None, resolver "vcpu"); a CPU list is not this, even one
+        that names the vCPUs' CPUs. A Result records it as it ran
+        (Result.readers_with_vcpus)."""
         if self.uffd_mode is None or self.resolver != "readers":
             return False  # no readers
         if self.pin_readers == PIN_WITH_VCPUS:
             return True
         return self.pin_readers is None and self.pin_vcpus is not None and \
-            self.wait != "spin"
+            self.reader_wait != "spin"
 
     @property
     def reader_cpus(self) -> tuple[int, ...] | None:

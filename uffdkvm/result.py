@@ -420,6 +420,12 @@ class Result:
                    before uffdkvm recorded it, when pin_readers=None left the
                    readers to the scheduler: the Config's property would
                    misread those runs
+    reader_wait    how the readers waited, as the core was handed it
+                   (Config.reader_wait as the run had it: wait, or for the
+                   default wait=None "spin_idle" beside pinned vCPUs, else
+                   "epoll_exclusive"); None for a run without readers
+                   (uffd_mode None, resolver "vcpu") and in JSON from before
+                   uffdkvm recorded it
     kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
     host           the machine it ran on (None for a Result made by hand)
     """
@@ -470,6 +476,7 @@ class Result:
     spurious_wakeups: int = 0
     reader_cpus: tuple[int, ...] | None = None
     readers_with_vcpus: bool | None = None
+    reader_wait: str | None = None
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -547,7 +554,7 @@ class Result:
         summary = [
             ("config", f"vcpus={c.vcpus} mem_per_vcpu={format_size(c.mem_per_vcpu)} "
                        f"backing={c.backing} uffd_mode={c.uffd_mode} readers={c.readers} "
-                       f"wait={c.wait}"),
+                       f"wait={self.reader_wait or c.wait}"),
             ("paging_rate", f"{self.paging_rate:.0f} pages/s "
                             f"({self.per_vcpu_rate:.0f} per vCPU)"),
             ("seconds", f"{self.seconds:.6f}"),
@@ -656,7 +663,9 @@ class Result:
                 start_ns=raw["threads_start_ns"]),
             clock_sync=_CLOCK_SYNC.get(raw["clock_sync"]) if staged else None,
             clock_error_ns=float(raw["clock_error_ns"]) if staged else None,
-            reader_cpus=config.reader_cpus, readers_with_vcpus=config.readers_with_vcpus)
+            reader_cpus=config.reader_cpus, readers_with_vcpus=config.readers_with_vcpus,
+            reader_wait=config.reader_wait
+            if config.uffd_mode is not None and config.resolver == "readers" else None)
 
 
 def _unless(measured: bool, *names: str) -> tuple[str, ...]:

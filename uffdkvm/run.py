@@ -440,11 +440,13 @@ def _run(config: Config, progress: ProgressCallback | None = None,
         if reporter:
             reporter.fail()  # a display clears its line or closes its bar
         raise
-    # The reader pins as the core was handed them (Config.reader_cpus unless
-    # a test's core_fields said otherwise).
+    # The reader pins and wait as the core was handed them (Config.reader_cpus
+    # and Config.reader_wait unless a test's core_fields said otherwise).
     pins = tuple(core_config["pin_readers"]) or None
+    readers = config.uffd_mode is not None and config.resolver == "readers"
+    wait = schema.BY_NAME["wait"].choices[core_config["wait"]] if readers else None
     result = dataclasses.replace(Result._from_core(config, raw), host=host,
-                                 page_server=server_stats, reader_cpus=pins)
+                                 page_server=server_stats, reader_cpus=pins, reader_wait=wait)
     if reporter:
         reporter.finish([v.pages for v in result.vcpus])
     return result

@@ -48,10 +48,18 @@ KINDS = ("u32", "u64", "bool", "enum", "double", "string", "cpus", "pages")
 #:   path        a str or os.PathLike, stored as a str; None is the core's ""
 #:   address     a page server's "unix:/path" or "tcp:HOST:PORT"; None is the core's ""
 #:   pin_readers a CPU list, "vcpus" or "scheduler"; the core gets Config.reader_cpus
+#:   wait        a choice, or None: the core gets Config.reader_wait, and holds
+#:               WAIT_SLEEPING (the wait a None leaves unpinned readers) as its default
 #:   replay_from a path to a touch-order file or a sequence of page indices,
 #:               stored as a tuple; the core gets the list
 FORMS = ("size", "page_size", "none_choice", "seconds", "optional", "path", "pin_readers",
-         "replay_from", "address")
+         "replay_from", "address", "wait")
+
+#: The wait that wait=None gives readers that do not go with pinned vCPUs, and
+#: the core's default (Config.reader_wait).
+WAIT_SLEEPING = "epoll_exclusive"
+#: The wait that wait=None gives readers that go with their pinned vCPUs.
+WAIT_BESIDE_VCPUS = "spin_idle"
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,8 @@ class Field:
     @property
     def core_default(self) -> Any:
         """The default as the core holds it."""
+        if self.form == "wait":
+            return to_core_value(self, WAIT_SLEEPING)
         return to_core_value(self, self.default)
 
 
@@ -164,11 +174,16 @@ FIELDS: tuple[Field, ...] = (
           choices=("readers", "vcpu")),
     Field("readers", "u32", 1, "reader threads per uffd", min=1, max=LIMITS["MAX_READERS"],
           applies=_READERS_ONLY),
-    Field("wait", "enum", "epoll_exclusive", "how readers wait: \"poll\", \"epoll\", "
-          "\"epoll_exclusive\", \"read\", \"spin\" (a non-blocking read in a loop) or "
-          "\"io_uring\" (needs a build with liburing and Linux 5.15+)",
-          choices=("poll", "epoll", "epoll_exclusive", "read", "spin", "io_uring"),
-          applies=_READERS_ONLY),
+    Field("wait", "enum", None, "how readers wait: \"poll\", \"epoll\", "
+          "\"epoll_exclusive\", \"read\", \"spin\" (a non-blocking read in a loop), "
+          "\"io_uring\" (needs a build with liburing and Linux 5.15+) or \"spin_idle\" "
+          "(spin at SCHED_IDLE on pinned CPUs: a reader beside its vCPU runs when the "
+          "vCPU blocks in a fault). None: \"spin_idle\" when the readers go with their "
+          "pinned vCPUs (pin_vcpus set, pin_readers None or \"vcpus\"), else "
+          "\"epoll_exclusive\"",
+          choices=("poll", "epoll", "epoll_exclusive", "read", "spin", "io_uring",
+                   "spin_idle"),
+          applies=_READERS_ONLY, form="wait"),
     Field("read_batch", "u32", 1, "messages one read() of the uffd may return; above 1, "
           "while reads come back full a reader reads again before it waits (16 reads at "
           "most)", min=1, max=LIMITS["MAX_READ_BATCH"], applies=_READERS_ONLY),
@@ -299,8 +314,9 @@ def python_value(f: Field, choice: str) -> Any:
 
 def to_core_value(f: Field, value: Any) -> Any:
     """value, in the stored Python form, as the core holds it. For
-    pin_readers and timeout_s the Config's derived value is meant (run.py
-    passes Config.reader_cpus and Config.effective_timeout_s)."""
+    pin_readers, wait and timeout_s the Config's derived value is meant
+    (core_config passes Config.reader_cpus, Config.reader_wait and
+    Config.effective_timeout_s)."""
     if f.kind == "enum":
         return f.choices.index("none" if value is None else value)
     if f.form == "page_size":
@@ -548,7 +564,7 @@ def _pyi_type(f: Field) -> str:
         return "SupportsIndex | str"
     if f.form == "page_size":
         return "SupportsIndex | str"
-    if f.form == "none_choice":
+    if f.form in ("none_choice", "wait"):
         return "str | None"
     if f.form == "seconds":
         return "float | None"
@@ -571,7 +587,7 @@ def stored_type(f: Field) -> str:
         return "tuple[int, ...] | str | None"
     if f.kind in ("cpus", "pages"):
         return "tuple[int, ...] | None"
-    if f.form in ("none_choice", "path", "address"):
+    if f.form in ("none_choice", "path", "address", "wait"):
         return "str | None"
     if f.form == "page_size":
         return "str"

@@ -16,6 +16,7 @@ from .config import (
     Config,
 )
 from .errors import UffdkvmError
+from .host import usable_cpus_at_import
 from .run import probe, run
 from .snapshot import make_snapshot
 
@@ -63,9 +64,12 @@ def fault_path_support() -> dict[str, dict[str, str | None]]:
     Each entry is a real run, not a probe: a mode can need what only a run
     shows (readers started, a fault resolved through it). One vCPU demand-
     pages 16 pages through one reader (or itself, for resolver="vcpu"),
-    resolved as resolve says (UFFDIO_COPY by default), and must verify.
+    resolved as resolve says (UFFDIO_COPY by default), and must verify;
+    "spin_idle", whose readers need a CPU, with the vCPU (and so its reader)
+    on the first CPU this process may use.
     """
-    return {"wait": {w: _attempt(wait=w) for w in WAITS},
+    pinned = {"spin_idle": {"pin_vcpus": (min(usable_cpus_at_import()),)}}
+    return {"wait": {w: _attempt(wait=w, **pinned.get(w, {})) for w in WAITS},
             "resolver": {who: _attempt(resolver=who) for who in RESOLVERS},
             "resolve": {how: _attempt(resolve=how) for how in RESOLVES},
             "source": source_support(),

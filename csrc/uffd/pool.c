@@ -17,6 +17,10 @@
  *   io_uring        a ring per reader (ring.c) keeps a read of the uffd in flight;
  *                   the kernel parks it on the same wait queue, non-exclusively:
  *                   the same in-kernel herd as read's.
+ *   spin            a non-blocking read in a loop, on a CPU of its own: no wait.
+ *   spin_idle       spin's loop at SCHED_IDLE, on a CPU it shares with a vCPU:
+ *                   it runs when the vCPU blocks, so the CPU that faulted
+ *                   resolves, even on a uffd every vCPU shares.
  *
  * Every reader also waits on the pool's stop eventfd (read mode: it is kicked
  * with a signal instead); stopping waits for it until a deadline, never
@@ -31,6 +35,7 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -346,6 +351,26 @@ static void reader_record_usage(struct ukvm_reader *r)
 	r->res->stats.cpu_ns = usage.cpu_ns;
 }
 
+/*
+ * wait="spin_idle": the spinner drops to SCHED_IDLE, so on a CPU it shares it
+ * runs only when nothing else there can. Beside its pinned vCPU that is when
+ * the vCPU has blocked in a fault: the CPU would go idle, and the reader is
+ * already runnable there, so the fault costs a switch on that CPU and no
+ * wakeup; the resolving ioctl's wakeup of the vCPU preempts the reader at
+ * once (any normal thread preempts a SCHED_IDLE one). Lowering one's own
+ * policy needs no privilege.
+ */
+static int reader_become_idle(struct ukvm_reader *r)
+{
+	struct sched_param param = { .sched_priority = 0 };
+
+	if (sched_setscheduler(0, SCHED_IDLE, &param) == 0)
+		return 0;
+	ukvm_ctl_fail(r->pool->area.ctl, UKVM_ERR_RUN, errno,
+		      "%s: sched_setscheduler(SCHED_IDLE) (wait='spin_idle')", r->res->who);
+	return -errno;
+}
+
 #ifdef UKVM_TEST_HOOKS
 /* UKVM_INJECT_READER_CRASH: a fault of this thread's own, as a bug would make. */
 static void reader_crash(void)
@@ -389,6 +414,11 @@ static void *reader_thread(void *arg)
 		break;
 	case UKVM_WAIT_SPIN:
 		reader_loop_spin(r);
+		break;
+	case UKVM_WAIT_SPIN_IDLE:
+		ret = reader_become_idle(r);
+		if (ret == 0)
+			reader_loop_spin(r);
 		break;
 	case UKVM_WAIT_IO_URING:
 		reader_loop_ring(r);
