@@ -32,15 +32,20 @@ A path's overhead is uffdkvm with that path less uffdkvm with
 uffd_mode=None, per page, as overhead.py defines it
 (vcpus * (1/rate(uffd) - 1/rate(none))); its floor is the sum of the parts
 its kernel path needs, with X = copy at MISSING and continue at MINOR. Both
-settings pin the vCPUs (-c 0,1), so the default places each sleeping reader
-on its vCPU's CPU:
+settings pin the vCPUs (-c 0,1), so every reader but the scheduler's runs on
+its vCPU's CPU:
 
-    default (epoll_exclusive, readers on their vCPUs' CPUs), wait="io_uring",
-    pin_readers="vcpus":
+    default (wait="spin_idle": each reader spins at SCHED_IDLE beside its
+    vCPU):
+        2 * switch_same_cpu + X
+        the vCPU blocks and the CPU switches to the reader, already
+        runnable there; it reads and resolves (X), and the ioctl's wakeup
+        of the vCPU preempts it, a switch back. No exit: the fault is
+        handled inside KVM_RUN.
+    wait="epoll_exclusive" and wait="io_uring", beside their vCPUs:
         2 * switch_same_cpu + X
         the vCPU blocks and the CPU switches to the reader it woke, the
-        reader resolves (X) and blocks again, the CPU switches back. No
-        exit: the fault is handled inside KVM_RUN.
+        reader resolves (X) and blocks again, the CPU switches back.
     pin_readers="scheduler" (upstream's placement; the reader sleeps where
     the scheduler put it, taken here as the other CPU):
         2 * wakeup_cross_cpu + X
@@ -99,9 +104,11 @@ SETTINGS = {
 }
 # path -> (flags for the uffd run only, the floor's terms besides X)
 PATHS: dict[str, tuple[str, dict[str, int]]] = {
-    "default (epoll_exclusive, readers on their vCPUs' CPUs)": ("", {"switch_same_cpu": 2}),
+    "default (spin_idle, readers at SCHED_IDLE on their vCPUs' CPUs)": (
+        "", {"switch_same_cpu": 2}),
+    'wait="epoll_exclusive" (asleep on their vCPUs\' CPUs)': (
+        "--wait epoll_exclusive", {"switch_same_cpu": 2}),
     'wait="io_uring"': ("--wait io_uring", {"switch_same_cpu": 2}),
-    'pin_readers="vcpus"': ("--pin-readers vcpus", {"switch_same_cpu": 2}),
     'pin_readers="scheduler"': ("--pin-readers scheduler", {"wakeup_cross_cpu": 2}),
     'resolver="vcpu"': ("--resolver vcpu -r 1", {"exit": 1}),
 }

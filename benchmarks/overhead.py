@@ -29,9 +29,11 @@ such as -c, belongs in the configuration or --ours). Without --upstream only
 uffdkvm is measured. uffdkvm runs with its CLI's defaults, stats="full"
 among them: its userfaultfd runs pay for timing every fault, which
 upstream's do not. With -c (and no main-thread entry) that default puts each
-reader on its vCPU's CPU (issue 21); --variant "scheduler=--pin-readers
-scheduler" measures upstream's placement, readers where the scheduler puts
-them, in the same trials.
+reader on its vCPU's CPU (issue 21), spinning at SCHED_IDLE there with a uffd
+per vCPU (wait="spin_idle") and asleep in epoll_exclusive with one shared
+uffd; --variant "scheduler=--pin-readers scheduler" measures upstream's
+design, epoll_exclusive readers where the scheduler puts them, in the same
+trials.
 """
 from __future__ import annotations
 

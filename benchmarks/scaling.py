@@ -46,9 +46,13 @@ page (the run verifies each page was resolved once), so the overhead per
 fault is the overhead per 4 KiB page times the pages per backing page (1 for
 anonymous, 512 for 2 MiB hugetlb).
 
-    python benchmarks/scaling.py --trials 9 --big-trials 2 --json scaling.json
+    python benchmarks/scaling.py --trials 9 --big-trials 2 --pin-vcpus 0,1 --json scaling.json
 
-(about 18 minutes on the development host, the estimate it prints first;
+(--pin-vcpus pins every run's vCPUs round-robin, so the default fault path
+is the pinned one, readers spinning at SCHED_IDLE beside their vCPUs;
+without it the vCPUs and readers are unpinned and every fault here wakes a
+reader on the other CPU, about 5 times slower a fault on the development
+host. About 18 minutes pinned there, the estimate it prints first;
 benchmarks/RESULTS.md, "Flat as work grows").
 """
 from __future__ import annotations
@@ -307,22 +311,27 @@ def memory_points(a: argparse.Namespace, backing: str, huge: Hugepages | None
                            f"({available_bytes() >> 20} MiB)")
             continue
         big = n >= big_from
-        points.append(Point("memory", label, ["-v", "1", "-b", s, "-s", backing], 1,
+        points.append(Point("memory", label, ["-v", "1", "-b", s, "-s", backing] + pins(a), 1,
                             n // PAGE, backing, a.big_trials if big else a.trials, big))
     return points, skipped
+
+
+def pins(a: argparse.Namespace) -> list[str]:
+    """--pin-vcpus for every command, where given (round-robin, any count)."""
+    return ["--pin-vcpus", a.pin_vcpus] if a.pin_vcpus else []
 
 
 def vcpu_points(a: argparse.Namespace) -> list[Point]:
     per = size_bytes(a.mem_per_vcpu)
     return [Point("vcpus", f"{v} vCPUs x {a.mem_per_vcpu}",
-                  ["-v", str(v), "-b", a.mem_per_vcpu, "-s", "anonymous"], v,
+                  ["-v", str(v), "-b", a.mem_per_vcpu, "-s", "anonymous"] + pins(a), v,
                   v * per // PAGE, "anonymous", a.trials) for v in a.vcpus]
 
 
 AFTER_PAGING = ("stopping the vCPUs", "stopping the readers", "verifying", "releasing")
 
 
-def phases_of(mem_per_vcpu: str, vcpus: int) -> dict[str, Any]:
+def phases_of(mem_per_vcpu: str, vcpus: int, pin_vcpus: str | None) -> dict[str, Any]:
     """One in-process run: its wall clock less paging (exact), and how that
     splits by the core's progress phases (seen at its 50 ms tick)."""
     seen: dict[str, float] = {}
@@ -331,7 +340,7 @@ def phases_of(mem_per_vcpu: str, vcpus: int) -> dict[str, Any]:
         seen.setdefault(p.phase, p.elapsed_s)
 
     start = time.monotonic()
-    r = uffdkvm.run(vcpus=vcpus, mem_per_vcpu=mem_per_vcpu, progress=note)
+    r = uffdkvm.run(vcpus=vcpus, mem_per_vcpu=mem_per_vcpu, pin_vcpus=pin_vcpus, progress=note)
     wall = time.monotonic() - start
     after = [seen[p] for p in AFTER_PAGING if p in seen]
     return {"mem_per_vcpu": mem_per_vcpu, "vcpus": vcpus, "pages": r.config.region_bytes // PAGE,
@@ -341,7 +350,8 @@ def phases_of(mem_per_vcpu: str, vcpus: int) -> dict[str, Any]:
             "setup_seen_s": seen.get("running", min(after) if after else None),
             # from the first phase after paging seen to run()'s return: short by up to 50 ms
             "after_paging_seen_s": wall - min(after) if after else None,
-            "phases_first_seen_s": seen, "verified": r.verified}
+            "phases_first_seen_s": seen, "verified": r.verified,
+            "reader_wait": r.reader_wait, "vcpu_cpus": [list(v.cpus) for v in r.vcpus]}
 
 
 def phase_points(a: argparse.Namespace) -> list[tuple[str, int]]:
@@ -371,6 +381,10 @@ def main() -> None:
     ap.add_argument("--big-from", default="4G")
     ap.add_argument("--phase-sizes", type=size_list, default=None,
                     help="phases sweep: sizes, 1 vCPU (default: --sizes up to 4G)")
+    ap.add_argument("--pin-vcpus", metavar="CPULIST", default=None,
+                    help="pin every run's vCPUs to these CPUs, round-robin (uffdkvm's "
+                    "--pin-vcpus; the default fault path then has its readers spin at "
+                    "SCHED_IDLE beside them); default: unpinned")
     ap.add_argument("--json", metavar="PATH", help="write every rate and overhead here")
     a = ap.parse_args()
     sweeps = set(a.sweeps.split(","))
@@ -388,6 +402,7 @@ def main() -> None:
     # SIGTERM as Ctrl-C, so that nr_hugepages is put back either way.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     record: dict[str, Any] = {"trials": a.trials, "big_trials": a.big_trials,
+                              "pin_vcpus": a.pin_vcpus,
                               "big_from": a.big_from, "host_cpus": cpus,
                               "command": python_command(module="uffdkvm"),
                               "host": dataclasses.asdict(uffdkvm.HostInfo.current()),
@@ -435,7 +450,7 @@ def main() -> None:
             record["vcpus"] = [summary(p) for p in vcp]
         for s, v in phases:
             print(f"phases: {v} vCPUs x {s}", file=sys.stderr)
-            record["phases"].append(phases_of(s, v))
+            record["phases"].append(phases_of(s, v, a.pin_vcpus))
         record["elapsed_s"] = time.monotonic() - started
     finally:
         huge.restore()
@@ -446,8 +461,9 @@ def main() -> None:
           f"overheads [{overhead.interval_name(a.trials)}]; {a.trials} trials, "
           f"{a.big_trials} for sizes of {a.big_from} and up "
           f"([{overhead.interval_name(a.big_trials)}] there).")
+    placed = f", vCPUs pinned to {a.pin_vcpus} round-robin" if a.pin_vcpus else ", unpinned"
     if record["memory"]:
-        print("\nMemory sweep, 1 vCPU, default fault path (-u MISSING)\n")
+        print(f"\nMemory sweep, 1 vCPU, default fault path (-u MISSING){placed}\n")
         print(overhead.table(["memory", "backing", "trials", "uffd pages/s", "none pages/s",
                      "us/page", "us/fault"],
                     [[m["label"].split()[0], m["backing"], str(m["trials"]),
@@ -458,7 +474,7 @@ def main() -> None:
     for s in record["skipped"]:
         print(f"\nskipped: {s}")
     if record["vcpus"]:
-        print(f"\nvCPU sweep, {a.mem_per_vcpu} per vCPU, anonymous, default fault path\n")
+        print(f"\nvCPU sweep, {a.mem_per_vcpu} per vCPU, anonymous, default fault path{placed}\n")
         print(overhead.table(["vCPUs", "", "trials", "uffd pages/s (all vCPUs)",
                      "none pages/s (all vCPUs)", "us/fault", "CPU us/fault"],
                     [[str(m["vcpus"]), "oversubscribed" if m["oversubscribed"] else "",

@@ -123,8 +123,8 @@ enum ukvm_resolver {
  * wait: how readers wait: "poll", "epoll", "epoll_exclusive", "read", "spin" (a non-blocking read
  * in a loop), "io_uring" (needs a build with liburing and Linux 5.15+) or "spin_idle" (spin at
  * SCHED_IDLE on pinned CPUs: a reader beside its vCPU runs when the vCPU blocks in a fault). None:
- * "spin_idle" when the readers go with their pinned vCPUs (pin_vcpus set, pin_readers None or
- * "vcpus"), else "epoll_exclusive"
+ * "spin_idle" with a uffd per vCPU, each vCPU pinned to a CPU of its own and pin_readers None or
+ * "vcpus", else "epoll_exclusive"
  */
 enum ukvm_wait {
 	UKVM_WAIT_POLL = 0,

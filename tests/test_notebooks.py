@@ -154,7 +154,9 @@ def test_runs_as_plain_python(kvm, hugepages, tmp_path, path):
             c = r.config
             assert (c.uffd_mode, c.backing, c.vcpus, c.overlap) == ("minor", "shmem", 4, True), c
         # Every wait mode this host runs is compared, and the design without readers.
-        runs_here = {w for w, why in uffdkvm.fault_path_support()["wait"].items() if why is None}
+        # (spin_idle aside: it needs pinned readers, and the notebook's vCPUs are unpinned)
+        runs_here = {w for w, why in uffdkvm.fault_path_support()["wait"].items()
+                     if why is None} - {"spin_idle"}
         assert {r.config.wait for r in uffdkvm.read_results(kept[0])} == runs_here
         assert {r.config.resolver for r in uffdkvm.read_results(kept[2])} == {"vcpu"}
     if path.stem == "restore":

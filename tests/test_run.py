@@ -217,7 +217,7 @@ RAW_ONLY = {
 PYTHON_ONLY = {
     # config: the core echoes the one it ran (raw["config"]), Result keeps the Config
     "result": {"seconds", "kvm_run_seconds", "pass_seconds", "paging_rate", "host",
-               "page_server", "reader_cpus", "readers_with_vcpus"},
+               "page_server", "reader_cpus", "readers_with_vcpus", "reader_wait"},
     "vcpu": {"seconds", "pass_seconds", "access_latency"},
     "reader": set(),
 }

@@ -3,7 +3,7 @@ process with the CLI's flags): the JSON has every sweep's points, every
 overhead is the one its rates give, by overhead.py's formula, and the
 script's raise of /proc/sys/vm/nr_hugepages is taken back.
 
-    python benchmarks/scaling.py --trials 9 --big-trials 2 --json scaling.json
+    python benchmarks/scaling.py --trials 9 --big-trials 2 --pin-vcpus 0,1 --json scaling.json
 """
 import importlib.util
 import json
@@ -147,3 +147,24 @@ def test_hugepages_are_raised_for_the_run_and_put_back(capsys):
     assert m, "restore() did not say what it took back"
     assert int(m[1]) == 2 and int(m[3]) == int(m[2]) - 2, m[0]
     assert h.added == 0
+
+
+def test_pin_vcpus_pins_every_run(kvm_reason):
+    """--pin-vcpus reaches the memory and vCPU sweeps' commands and the
+    phase runs, whose default fault path then spins its readers beside
+    their vCPUs."""
+    skip_without_kvm(kvm_reason)
+    scaling = load_scaling()
+    cpu = min(os.sched_getaffinity(0))
+    a = scaling.argparse.Namespace(pin_vcpus=str(cpu), mem_per_vcpu="4M", vcpus=[1, 2],
+                                   trials=1, big_trials=1, big_from="1G", sizes=["4M"])
+    memory, _ = scaling.memory_points(a, "anonymous", None)
+    for point in memory + scaling.vcpu_points(a):
+        assert point.flags[-2:] == ["--pin-vcpus", str(cpu)]
+        for cmd in point.commands().values():
+            assert "--pin-vcpus" in cmd
+    pinned, unpinned = scaling.phases_of("4M", 1, str(cpu)), scaling.phases_of("4M", 1, None)
+    assert pinned["verified"] and pinned["reader_wait"] == "spin_idle"
+    assert pinned["vcpu_cpus"] == [[cpu]]
+    assert unpinned["reader_wait"] == "epoll_exclusive"
+    assert unpinned["vcpu_cpus"] == [sorted(os.sched_getaffinity(0))]

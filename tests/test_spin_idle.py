@@ -1,6 +1,7 @@
-"""wait="spin_idle", the default beside pinned vCPUs: each reader spins at
-SCHED_IDLE on its vCPU's CPU, so the CPU whose vCPU blocked in a fault runs
-the reader that resolves it, with no wakeup, even on one uffd for every vCPU.
+"""wait="spin_idle", the default beside vCPUs pinned each to a CPU of its own
+with a uffd each: each reader spins at SCHED_IDLE on its vCPU's CPU, so the
+CPU whose vCPU blocked in a fault runs the reader that resolves it, with no
+wakeup; asked for, it does so on one uffd for every vCPU too.
 
 The effect is read from the fault trace: which reader resolved each fault,
 and the CPU that reader was pinned to, against the faulting vCPU's. With one
@@ -39,21 +40,44 @@ def test_the_default_wait_spins_idle_only_beside_pinned_vcpus() -> None:
     pinned = dict(vcpus=2, pin_vcpus="0,1")
     assert Config(**pinned).reader_wait == "spin_idle"
     assert Config(**pinned, pin_readers="vcpus").reader_wait == "spin_idle"
+    assert Config(vcpus=1, pin_vcpus="1", single_uffd=True).reader_wait == "spin_idle"
     # upstream's placement, one flag away, is upstream's wait too
     assert Config(**pinned, pin_readers="scheduler").reader_wait == "epoll_exclusive"
     assert Config(**pinned, pin_readers="1").reader_wait == "epoll_exclusive"
     assert Config(vcpus=2).reader_wait == "epoll_exclusive"           # vCPUs unpinned
+    # a reader that could take another CPU's vCPU's fault, or wait behind other vCPUs
+    assert Config(**pinned, single_uffd=True).reader_wait == "epoll_exclusive"
+    assert Config(**pinned, overlap=True).reader_wait == "epoll_exclusive"
+    assert Config(vcpus=2, pin_vcpus="0").reader_wait == "epoll_exclusive"
+    assert Config(vcpus=3, pin_vcpus="0,1").reader_wait == "epoll_exclusive"
     assert Config(**pinned, resolver="vcpu").reader_wait == "epoll_exclusive"  # no readers
     assert Config(**pinned, uffd_mode=None).reader_wait == "epoll_exclusive"
     for wait in ("poll", "spin", "epoll_exclusive"):
         assert Config(**pinned, wait=wait).reader_wait == wait
     # spin_idle explicitly: any pinned readers, and none unpinned
+    assert Config(**pinned, single_uffd=True, wait="spin_idle").reader_wait == "spin_idle"
     assert Config(pin_readers="1", wait="spin_idle").reader_wait == "spin_idle"
     for fields in (dict(wait="spin_idle"), dict(**pinned, pin_readers="scheduler",
                                                 wait="spin_idle")):
         with pytest.raises(ConfigError, match="pin_vcpus") as info:
             Config(**fields)
         assert info.value.field == "wait"
+
+
+def test_the_default_beside_pinned_vcpus_never_sleeps(two_cpus) -> None:
+    """A uffd per vCPU, each vCPU on a CPU of its own: by default the readers
+    spin, so they give up their CPU only when preempted (by the vCPU they
+    resolved), never of their own accord as an epoll reader does for every
+    fault."""
+    fields = dict(vcpus=2, mem_per_vcpu="4M", pin_vcpus=(CPUS[0], CPUS[1]))
+    default = uffdkvm.run(**fields)
+    sleeping = uffdkvm.run(**fields, wait="epoll_exclusive")
+    assert default.verified and sleeping.verified
+    assert (default.reader_wait, sleeping.reader_wait) == ("spin_idle", "epoll_exclusive")
+    for r, low in ((default, True), (sleeping, False)):
+        voluntary = sum(x.voluntary_context_switches for x in r.readers)
+        per_fault = voluntary / r.faults
+        assert (per_fault < 0.1) if low else (per_fault > 0.5), (r.reader_wait, per_fault)
 
 
 def _same_cpu_share(r: uffdkvm.Result) -> float:
@@ -73,7 +97,7 @@ def test_one_shared_uffd_is_resolved_on_the_cpu_that_faulted(two_cpus) -> None:
     pins = (CPUS[0], CPUS[1])
     share = {"spin_idle": [], "epoll_exclusive": []}
     for _ in range(3):
-        for wait in (None, "epoll_exclusive"):
+        for wait in ("spin_idle", "epoll_exclusive"):
             r = uffdkvm.run(**SHARED, pin_vcpus=pins, wait=wait)
             assert r.verified, r.verify_message
             share[r.reader_wait].append(_same_cpu_share(r))
@@ -101,8 +125,8 @@ def test_spin_idle_readers_run_at_sched_idle_and_the_vcpus_do_not(two_cpus) -> N
     watcher.start()
     try:
         # slow enough (0.5 ms a fault) that the watcher reads every reader while it runs
-        r = uffdkvm.run(vcpus=2, mem_per_vcpu="4M", delay_us=500, single_uffd=True,
-                        readers=2, pin_vcpus=(CPUS[0], CPUS[1]))
+        r = uffdkvm.run(vcpus=2, mem_per_vcpu="4M", delay_us=500, readers=2,
+                        pin_vcpus=(CPUS[0], CPUS[1]))
     finally:
         done.set()
         watcher.join()
@@ -111,3 +135,27 @@ def test_spin_idle_readers_run_at_sched_idle_and_the_vcpus_do_not(two_cpus) -> N
         assert seen[x.tid] == SCHED_IDLE, x
     for v in r.vcpus:
         assert seen[v.tid] != SCHED_IDLE, v
+
+
+def test_the_wait_a_run_had_survives_json_and_frames(two_cpus) -> None:
+    """Result.reader_wait is what the core was handed: it comes back from
+    JSON, is a column of the frames (one name: no result_ twin), reads as
+    None from JSON written before it was recorded, and JSON that names no
+    wait mode, or a wait for a run without readers, is refused."""
+    import json
+    r = uffdkvm.run(vcpus=1, mem_per_vcpu="1M", pin_vcpus=(CPUS[0],))
+    assert r.verified and r.config.wait is None and r.reader_wait == "spin_idle"
+    back = uffdkvm.Result.from_json(r.to_json())
+    assert back.reader_wait == "spin_idle"
+    row = back.to_frame().iloc[0]
+    assert row["reader_wait"] == "spin_idle" and "result_reader_wait" not in row.index
+    data = json.loads(r.to_json())
+    del data["reader_wait"]
+    assert uffdkvm.Result.from_json(json.dumps(data)).reader_wait is None
+    with pytest.raises(uffdkvm.ResultError, match="reader_wait"):
+        uffdkvm.Result.from_json(json.dumps({**data, "reader_wait": "select"}))
+    none = uffdkvm.run(vcpus=1, mem_per_vcpu="1M", uffd_mode=None)
+    assert none.reader_wait is None
+    with pytest.raises(uffdkvm.ResultError, match="no readers"):
+        uffdkvm.Result.from_json(json.dumps({**json.loads(none.to_json()),
+                                             "reader_wait": "poll"}))

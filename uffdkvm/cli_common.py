@@ -263,15 +263,16 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    metavar="CPULIST", help="pin reader threads to host CPUs, round-robin; "
                    "'vcpus': each reader on the CPU of the vCPU it serves (with -c or "
                    "--pin-vcpus; the default when the vCPUs are pinned and the readers "
-                   "sleep); 'scheduler': unpinned, where the scheduler puts them "
-                   "(upstream's placement)")
+                   "share CPUs); 'scheduler': unpinned, where the scheduler puts them "
+                   "(upstream's placement, and with the default --wait upstream's wait)")
     p.add_argument("--resolver", type=listed(choice(RESOLVERS)), default=d.resolver,
                    metavar="WHO", help="who resolves faults: readers (reader threads, the "
                    "default) or vcpu (each vCPU's own thread, through UFFD_FEATURE_SIGBUS: "
                    "no reader threads)")
     p.add_argument("--wait", type=listed(choice(WAITS)), default=d.wait, metavar="MODE",
-                   help=f"how readers wait: {', '.join(WAITS)} (default: spin_idle when -c "
-                        f"pins the vCPUs and the readers go with them, else epoll_exclusive)")
+                   help=f"how readers wait: {', '.join(WAITS)} (default: spin_idle with a uffd "
+                        f"per vCPU and each vCPU on a CPU of its own, -c or --pin-vcpus, else "
+                        f"epoll_exclusive)")
     p.add_argument("--allow-oversubscribe", dest="allow_oversubscribe", action="store_true",
                    help="let --wait spin run more spinning readers than the CPUs beside the "
                    "vCPUs")

@@ -633,21 +633,28 @@ class Config:
     @property
     def reader_wait(self) -> str:
         """How the readers wait, as the core gets it: wait, or for wait=None
-        "spin_idle" when the readers go with their pinned vCPUs (the vCPUs
-        are pinned and pin_readers is None or "vcpus": a reader spins at
-        SCHED_IDLE on its vCPU's CPU, so it runs the moment that vCPU blocks
-        in a fault, with no wakeup at all, even with one uffd for every
-        vCPU), "epoll_exclusive" otherwise (upstream's demand_paging_test's
-        wait; pin_readers="scheduler" gives its placement too). A run
-        without readers (uffd_mode None, resolver "vcpu") gets
-        "epoll_exclusive", the core's default, which it does not use. A
-        Result records it as it ran (Result.reader_wait)."""
+        "spin_idle" where each reader can share a CPU with the one vCPU it
+        serves: a uffd per vCPU, the vCPUs pinned each to a CPU of its own,
+        and pin_readers None or "vcpus". A reader then spins at SCHED_IDLE
+        on its vCPU's CPU and runs the moment that vCPU blocks in a fault,
+        with no wakeup at all. Otherwise "epoll_exclusive" (upstream's
+        demand_paging_test's wait; pin_readers="scheduler" gives its
+        placement too). Not with one uffd for several vCPUs: a reader
+        there may take another CPU's vCPU's fault, and the vCPU it shares
+        its CPU with, woken meanwhile, preempts it until that vCPU blocks
+        again; nor with vCPUs that share a CPU, where a blocked vCPU's
+        reader waits for the others to block too. A run without readers
+        (uffd_mode None, resolver "vcpu") gets "epoll_exclusive", the
+        core's default, which it does not use. A Result records it as it
+        ran (Result.reader_wait)."""
         if self.wait is not None:
             return self.wait
-        if self.uffd_mode is not None and self.resolver == "readers" and \
-                self.pin_vcpus is not None and self.pin_readers in (None, PIN_WITH_VCPUS):
-            return schema.WAIT_BESIDE_VCPUS
-        return schema.WAIT_SLEEPING
+        if self.uffd_mode is None or self.resolver != "readers" or self.pin_vcpus is None or \
+                self.pin_readers not in (None, PIN_WITH_VCPUS) or self.uffds != self.vcpus:
+            return schema.WAIT_SLEEPING
+        pins = self.pin_vcpus
+        vcpu_cpus = {pins[v % len(pins)] for v in range(self.vcpus)}
+        return schema.WAIT_BESIDE_VCPUS if len(vcpu_cpus) == self.vcpus else schema.WAIT_SLEEPING
 
     @property
     def readers_with_vcpus(self) -> bool:

@@ -52,6 +52,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import ResultError
+from .schema import choices
+
+WAITS = choices("wait")
 
 U64_MAX = (1 << 64) - 1
 # Where a value may be below 0: a trace's vCPU, -1 where the fault's thread
@@ -220,6 +223,13 @@ def _check_run(r: Any) -> None:
     if r.readers_with_vcpus and r.reader_cpus is None:
         raise ResultError("$.readers_with_vcpus: true, but reader_cpus is null: readers "
                           "placed with their vCPUs were pinned to the vCPUs' CPUs")
+    if r.reader_wait is not None and r.reader_wait not in WAITS:
+        raise ResultError(f"$.reader_wait: {r.reader_wait!r} is not a wait mode "
+                          f"({', '.join(WAITS)})")
+    if r.reader_wait is not None and (r.config.uffd_mode is None or
+                                      r.config.resolver != "readers"):
+        raise ResultError("$.reader_wait: set, but the run had no readers (uffd_mode None "
+                          "or resolver 'vcpu'): null")
     t = r.fault_trace
     if t is not None:
         lengths = {f.name: len(getattr(t, f.name)) for f in dataclasses.fields(t)

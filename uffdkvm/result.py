@@ -415,7 +415,8 @@ class Result:
     readers_with_vcpus  whether each reader ran on the CPU of the vCPU it
                    serves (Config.readers_with_vcpus as the run had it:
                    pin_readers="vcpus", or the default pin_readers=None with
-                   pinned vCPUs and sleeping readers); False for a CPU list,
+                   pinned vCPUs and readers that share CPUs: every wait but
+                   "spin"); False for a CPU list,
                    "scheduler" and runs without readers. None in JSON from
                    before uffdkvm recorded it, when pin_readers=None left the
                    readers to the scheduler: the Config's property would

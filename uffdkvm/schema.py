@@ -178,8 +178,8 @@ FIELDS: tuple[Field, ...] = (
           "\"epoll_exclusive\", \"read\", \"spin\" (a non-blocking read in a loop), "
           "\"io_uring\" (needs a build with liburing and Linux 5.15+) or \"spin_idle\" "
           "(spin at SCHED_IDLE on pinned CPUs: a reader beside its vCPU runs when the "
-          "vCPU blocks in a fault). None: \"spin_idle\" when the readers go with their "
-          "pinned vCPUs (pin_vcpus set, pin_readers None or \"vcpus\"), else "
+          "vCPU blocks in a fault). None: \"spin_idle\" with a uffd per vCPU, each vCPU "
+          "pinned to a CPU of its own and pin_readers None or \"vcpus\", else "
           "\"epoll_exclusive\"",
           choices=("poll", "epoll", "epoll_exclusive", "read", "spin", "io_uring",
                    "spin_idle"),
@@ -218,7 +218,7 @@ FIELDS: tuple[Field, ...] = (
     Field("pin_readers", "cpus", None, "host CPUs for the reader threads, likewise; or "
           "\"vcpus\": each reader on the CPU of the vCPU it serves (needs pin_vcpus); or "
           "\"scheduler\": unpinned, where the scheduler puts them (upstream's placement). "
-          "None: \"vcpus\" when pin_vcpus is set and the readers sleep (every wait but "
+          "None: \"vcpus\" when pin_vcpus is set and the readers share CPUs (every wait but "
           "\"spin\"), else \"scheduler\"",
           min=0, max=LIMITS["MAX_CPU"], applies=_READERS_ONLY, form="pin_readers"),
     Field("prefault", "bool", False, "populate the whole region before the vCPUs start: "

@@ -76,6 +76,26 @@ int main(void)
 		ukt_run_checked(&cfg);
 	}
 
+	UKT_CASE("spin_idle: 2 vCPUs, a uffd and a SCHED_IDLE spinner each, all on one CPU") {
+		int32_t cpus[] = { ukt_first_cpu() };
+
+		cfg = ukt_small();
+		cfg.wait = UKVM_WAIT_SPIN_IDLE;
+		cfg.pin_vcpus = cpus;
+		cfg.nr_pin_vcpus = 1;
+		cfg.pin_readers = cpus;
+		cfg.nr_pin_readers = 1;
+		ukt_run_checked(&cfg);
+	}
+	UKT_CASE("spin_idle: single uffd, 2 readers, batches of 4") {
+		cfg = ukt_small();
+		cfg.wait = UKVM_WAIT_SPIN_IDLE;
+		cfg.single_uffd = true;
+		cfg.readers = 2;
+		cfg.read_batch = 4;
+		ukt_run_checked(&cfg);
+	}
+
 #ifdef UKVM_HAVE_LIBURING
 	UKT_CASE("io_uring: 4 vCPUs on one uffd, 1 reader: every read a ring completion") {
 		struct ukvm_result res;
