@@ -156,23 +156,24 @@ def test_an_exception_from_any_signal_handler_stops_the_run(kvm, released):
 WAITS = ["poll", "epoll", "epoll_exclusive", "read"]
 
 
-@pytest.mark.parametrize("wait", [*WAITS, "io_uring"])
+@pytest.mark.parametrize("wait", [*WAITS, "io_uring", "spin_idle"])
 def test_timeout_ends_a_run_whose_fault_is_never_resolved(kvm, released, wait):
     """A reader that dies holding a fault leaves a vCPU waiting forever;
-    timeout_s ends the run, stops every reader (blocking ones too), and the
-    next run works."""
+    timeout_s ends the run, stops every reader (blocking ones too, and
+    spinners at SCHED_IDLE), and the next run works."""
     limit = 0.3
     start = time.monotonic()
+    pins = dict(pin_vcpus=(min(os.sched_getaffinity(0)),)) if wait == "spin_idle" else {}
     with pytest.raises(uffdkvm.RunTimeoutError) as info:
         run_with_fault(vcpus=1, mem_per_vcpu="1M", readers=2, wait=wait,
-                       fault="reader_exit", after=3, timeout_s=limit)
+                       fault="reader_exit", after=3, timeout_s=limit, **pins)
     elapsed = time.monotonic() - start
     assert isinstance(info.value, TimeoutError) and isinstance(info.value, uffdkvm.RunError)
     assert limit <= elapsed < limit + PROMPT_S
     assert str(info.value).startswith("the run did not finish within timeout_s=0.300: "
                                       "1 of 1 vCPUs were still running")
     assert_released(released)
-    r = uffdkvm.run(vcpus=1, mem_per_vcpu="1M", readers=2, wait=wait)
+    r = uffdkvm.run(vcpus=1, mem_per_vcpu="1M", readers=2, wait=wait, **pins)
     assert r.verified and r.faults == 256
 
 

@@ -43,6 +43,8 @@ ENDINGS = {
     "minor-poll": lambda: uffdkvm.run(**TINY, backing="shmem", uffd_mode="minor",
                                       wait="poll"),
     "zeropage-epoll": lambda: uffdkvm.run(**TINY, resolve="zeropage", wait="epoll"),
+    # the default beside a pinned vCPU: a SCHED_IDLE spinner
+    "spin-idle": lambda: uffdkvm.run(**TINY, pin_vcpus=(min(os.sched_getaffinity(0)),)),
     "thp": lambda: uffdkvm.run(vcpus=1, mem_per_vcpu="2M", backing="anonymous_thp"),
     # UFFDIO_MOVE: each resolver's staging area, 4 KiB pages and a 2 MiB one
     "move-vcpu": lambda: uffdkvm.run(vcpus=2, mem_per_vcpu="64K", resolve="move",

@@ -3,6 +3,7 @@
 smoke: what .ci/run runs on both kernels for every submission. It covers
 the paths that differ between KVMs and kernels (resolver vcpu and its bare
 EFAULT, MINOR, WP, MOVE, readahead with vCPU resolvers, io_uring readers,
+the default's SCHED_IDLE spinners beside pinned vCPUs,
 the page server over loopback, the host facts) in a few minutes a kernel.
 full: the whole suite, as the README runs it, less (on the emulated kernels
 only) the tests that DESELECTED names: each holds this host's timing to a
@@ -16,6 +17,7 @@ SMOKE = [
     "tests/test_io_uring.py::test_every_read_is_a_completion_of_the_readers_ring",
     "tests/test_prefetch.py::test_readahead_cuts_sequential_faults_by_its_window",
     "tests/test_fault_paths.py",
+    "tests/test_spin_idle.py",
     "tests/test_host_facts.py",
     "tests/test_working_directory.py",
 ]
