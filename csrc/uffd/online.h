@@ -122,7 +122,7 @@ struct ukvm_online {
 	_Atomic int error;
 #ifdef UKVM_TEST_HOOKS
 	bool test_nonstrict;		/* t <= watermark: an inclusive merge (tests/c) */
-	bool test_late_bound;		/* the bound a clock step late: a broken merge (tests/c) */
+	bool test_late_bound;		/* a clock step past the bound taken: broken (tests/c) */
 	bool test_skip_last;		/* the drain skips the last queue (tests/c) */
 	bool test_no_waiting;		/* waiting flags ignored (tests/c) */
 	unsigned test_clock_shift;	/* a clock of 2^shift ns steps: ties (tests/c) */
