@@ -156,8 +156,10 @@ static void after_the_run(struct producer *ps, uint64_t t0, struct want *w)
 
 			if (f->vcpu < 0)
 				continue;
-			ev[n++] = ukvm_ev_pack(f->read - t0, f->vcpu, +1);
-			ev[n++] = ukvm_ev_pack(f->done - t0, f->vcpu, -1);
+			if (f->done != f->read) {	/* a span of no time has no events */
+				ev[n++] = ukvm_ev_pack(f->read - t0, f->vcpu, +1);
+				ev[n++] = ukvm_ev_pack(f->done - t0, f->vcpu, -1);
+			}
 			w->faults[f->vcpu] += !f->eexist;
 			w->eexist[f->vcpu] += f->eexist;
 			w->service_sum[f->vcpu] += f->done - f->read;
