@@ -106,7 +106,8 @@ def mismatches(r):
     out = []
     events = []
     for i in range(len(read)):
-        if vcpu[i] >= 0:
+        # a span of no time blocks for none: no events, as in the core's sweep
+        if vcpu[i] >= 0 and resolved[i] != read[i]:
             events.append((int(read[i]), +1, int(vcpu[i])))
             events.append((int(resolved[i]), -1, int(vcpu[i])))
     blocked_ns, blocktime = sweep(events, len(r.vcpus))

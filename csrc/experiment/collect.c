@@ -133,7 +133,8 @@ static void collect_clock(struct ukvm_experiment *exp, struct ukvm_guest_log *lo
  * per-page resolution counts (online.h's, or without it from the records
  * after the run); and the trace.
  */
-static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *log)
+static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *log,
+			    struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
@@ -173,7 +174,6 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 		.match_bytes = ukvm_backing_is_hugetlb(cfg->backing) && !exp->exact_address ?
 			       exp->mem.page_size : UKVM_PAGE_SIZE,
 		.visits = exp->visits,
-		.keep_all = cfg->trace_faults,
 		/* Without guest_timing the statistics were computed online (online.h). */
 		.trace_only = exp->online.queues != NULL,
 		.vcpus = res->vcpus,
@@ -193,7 +193,7 @@ static int collect_faultlog(struct ukvm_experiment *exp, struct ukvm_faultlog *l
 	else
 		ret = 0;
 	if (!ret && log->trace_only)
-		ret = ukvm_online_finish(&exp->online, log);
+		ret = ukvm_online_finish(&exp->online, log, err);	/* its own message */
 	if (ret)
 		goto out;
 	res->blocktime_ns = log->blocktime_ns;
@@ -452,9 +452,9 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	res->source_bytes += res->pusher_source_bytes;
 	res->stats_full = cfg->stats == UKVM_STATS_FULL;
 	if (res->stats_full) {
-		ret = collect_faultlog(exp, &log);
+		ret = collect_faultlog(exp, &log, err);
 		if (ret) {
-			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "building the fault log");
+			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "building the fault log");	/* unless set already */
 			return ret;
 		}
 	}

@@ -176,6 +176,10 @@ int ukvm_sweep_begin(struct ukvm_sweep *st, uint32_t nr_vcpus)
 /* One event, in time order (at equal t, ends before starts): the sweep's step. */
 void ukvm_sweep_step(struct ukvm_sweep *st, uint64_t t, int32_t vcpu, int32_t delta)
 {
+	if (st->started && t < st->last) {
+		st->out_of_order++;
+		t = st->last;
+	}
 	if (st->blocked == st->nr_vcpus && st->started)
 		st->blocktime_ns += t - st->last;
 	st->started = true;
@@ -185,7 +189,9 @@ void ukvm_sweep_step(struct ukvm_sweep *st, uint64_t t, int32_t vcpu, int32_t de
 			st->since[vcpu] = t;
 			st->blocked++;
 		}
-	} else if (st->depth[vcpu] && --st->depth[vcpu] == 0) {
+	} else if (!st->depth[vcpu]) {
+		st->unmatched++;	/* its start lost, or the end doubled */
+	} else if (--st->depth[vcpu] == 0) {
 		st->blocked_ns[vcpu] += t - st->since[vcpu];
 		st->blocked--;
 	}
@@ -259,44 +265,12 @@ void ukvm_sort_u64(uint64_t *v, uint64_t n)
 	}
 }
 
-static int sweep_packed(struct ukvm_faultlog *log, uint64_t *ev, uint64_t n, uint64_t t0)
-{
-	struct ukvm_sweep st;
-	uint64_t i;
-	int ret = ukvm_sweep_begin(&st, log->nr_vcpus);
-
-	ukvm_sort_u64(ev, n);
-	for (i = 0; !ret && i < n; i++)
-		ukvm_sweep_packed(&st, ev[i], t0);
-	if (!ret)
-		sweep_out(log, &st);
-	ukvm_sweep_end(&st);
-	return ret;
-}
-
 /* The records of store that were claimed: a chunk's unwritten tail has read_ns 0. */
 static uint64_t store_used(struct ukvm_faultlog_store *store)
 {
 	uint64_t used = atomic_load(&store->chunks) * UKVM_LOG_CHUNK;
 
 	return store->records ? (used > store->cap ? store->cap : used) : 0;
-}
-
-/*
- * The records of store the resolvers wrote, moved down over the unwritten
- * tails of its chunks: no copy, no memory. Returns how many.
- */
-static uint64_t compact(struct ukvm_faultlog_store *store)
-{
-	uint64_t used = store_used(store), i, k = 0;
-
-	for (i = 0; i < used; i++)
-		if (store->records[i].read_ns) {
-			if (k != i)
-				store->records[k] = store->records[i];
-			k++;
-		}
-	return k;
 }
 
 /* Every record the resolvers wrote, from the stores, into log->all. */
@@ -412,33 +386,25 @@ out:
  * aside? Two bits a page (resolved at all, resolved again): a 4 GiB region
  * of 4 KiB pages takes 64 KiB.
  */
-/* A run of records: log->all, or one store's (compacted in place). */
-struct segment {
-	struct ukvm_fault_record *recs;
-	uint64_t n;
-};
-
-static int count_pages(struct ukvm_faultlog *log, const struct segment *segs, uint32_t nr_segs)
+static int count_pages(struct ukvm_faultlog *log)
 {
 	uint64_t words = log->region_pages / 64 + 1, i;
 	uint64_t *once = calloc(words, sizeof(*once)), *again = calloc(words, sizeof(*again));
-	uint32_t s;
 	int ret = -ENOMEM;
 
 	if (!once || !again)
 		goto out;
-	for (s = 0; s < nr_segs; s++)
-		for (i = 0; i < segs[s].n; i++) {
-			const struct ukvm_fault_record *rec = &segs[s].recs[i];
-			uint64_t page = (rec->gpa - log->region_gpa) / log->page_size, bit;
+	for (i = 0; i < log->nr_all; i++) {
+		const struct ukvm_fault_record *rec = &log->all[i];
+		uint64_t page = (rec->gpa - log->region_gpa) / log->page_size, bit;
 
-			if (rec->eexist || rec->gpa < log->region_gpa || page >= log->region_pages)
-				continue;
-			bit = 1ULL << (page % 64);
-			if (once[page / 64] & bit)
-				again[page / 64] |= bit;
-			once[page / 64] |= bit;
-		}
+		if (rec->eexist || rec->gpa < log->region_gpa || page >= log->region_pages)
+			continue;
+		bit = 1ULL << (page % 64);
+		if (once[page / 64] & bit)
+			again[page / 64] |= bit;
+		once[page / 64] |= bit;
+	}
 	ukvm_faultlog_pages(log, once, again);
 	ret = 0;
 out:
@@ -588,102 +554,51 @@ blocked:
 int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *const *stores,
 			uint32_t nr_stores)
 {
-	bool in_place = !log->keep_all && !log->guest;
 	struct ukvm_tid_index *map = NULL;
-	struct segment *segs = NULL;
 	uint64_t *resolver = NULL;
 	struct event *ev = NULL;
-	uint64_t *pev = NULL, t0 = 0, t1 = 0;
-	bool packed = false;
-	uint32_t nr_segs = 0, s;
 	uint64_t i, k = 0;
 	int ret;
 
-	segs = calloc((in_place ? nr_stores : 1) ?: 1, sizeof(*segs));
-	if (!segs)
-		return -ENOMEM;
-	if (in_place) {
-		log->nr_all = 0;
-		for (s = 0; s < nr_stores; s++) {
-			segs[nr_segs++] = (struct segment){ stores[s]->records, compact(stores[s]) };
-			log->nr_all += segs[s].n;
-		}
-	} else {
-		ret = gather(log, stores, nr_stores);
-		if (ret)
-			goto out_segs;
-		segs[nr_segs++] = (struct segment){ log->all, log->nr_all };
-	}
-	if (in_place) {	/* spans are read to resolved: do their times fit a packed event? */
-		t0 = UINT64_MAX;
-		for (s = 0; s < nr_segs; s++)
-			for (i = 0; i < segs[s].n; i++) {
-				const struct ukvm_fault_record *rec = &segs[s].recs[i];
-
-				t0 = rec->read_ns < t0 ? rec->read_ns : t0;
-				t0 = rec->resolved_ns < t0 ? rec->resolved_ns : t0;
-				t1 = rec->read_ns > t1 ? rec->read_ns : t1;
-				t1 = rec->resolved_ns > t1 ? rec->resolved_ns : t1;
-			}
-		packed = !log->nr_all || t1 - t0 < 1ULL << (64 - UKVM_EV_SHIFT);
-	}
+	ret = gather(log, stores, nr_stores);
+	if (ret)
+		return ret;
 	ret = -ENOMEM;
 	map = malloc((log->nr_vcpus ?: 1) * sizeof(*map));
-	if (log->trace_only)
-		;	/* no events: online.h swept them */
-	else if (packed)
-		pev = malloc((2 * log->nr_all ?: 1) * sizeof(*pev));
-	else
+	if (!log->trace_only)	/* else no events: online.h swept them */
 		ev = malloc((2 * log->nr_all ?: 1) * sizeof(*ev));
-	if (!map || (!log->trace_only && !ev && !pev))
+	if (!map || (!log->trace_only && !ev))
 		goto out;
-	if (!in_place)
-		qsort(log->all, log->nr_all, sizeof(*log->all), cmp_read);
+	qsort(log->all, log->nr_all, sizeof(*log->all), cmp_read);
 
 	for (i = 0; i < log->nr_vcpus; i++)
 		map[i] = (struct ukvm_tid_index){ .tid = log->tids[i], .index = (int32_t)i };
 	ukvm_tid_sort(map, log->nr_vcpus);
-	for (s = 0; s < nr_segs; s++)
-		for (i = 0; i < segs[s].n; i++)
-			segs[s].recs[i].vcpu = ukvm_tid_vcpu(map, log->nr_vcpus, segs[s].recs[i].vcpu);
+	for (i = 0; i < log->nr_all; i++)
+		log->all[i].vcpu = ukvm_tid_vcpu(map, log->nr_vcpus, log->all[i].vcpu);
 	if (log->trace_only) {
 		ret = 0;
 		goto out;
 	}
 	if (log->guest && stamp(log))
 		goto out;
-	if (count_pages(log, segs, nr_segs))
+	if (count_pages(log))
 		goto out;
 
-	if (resolvers(log, &resolver))	/* guest stamps only: never in place */
+	if (resolvers(log, &resolver))
 		goto out;
-	for (s = 0; s < nr_segs; s++)
-		for (i = 0; i < segs[s].n; i++) {
-			if (segs[s].recs[i].vcpu < 0)
-				continue;	/* not a vCPU's fault (no THREAD_ID, say) */
-			if (packed) {
-				struct event two[2];
-
-				account(log, &segs[s].recs[i], resolver, two);
-				pev[k] = ukvm_ev_pack(two[0].t - t0, two[0].vcpu, two[0].delta);
-				pev[k + 1] = ukvm_ev_pack(two[1].t - t0, two[1].vcpu, two[1].delta);
-			} else {
-				account(log, &segs[s].recs[i], resolver, &ev[k]);
-			}
-			k += 2;
-		}
-	if (packed) {
-		ret = sweep_packed(log, pev, k, t0);
-	} else {
-		sort_events(ev, k);
-		ret = sweep(log, ev, k);
+	for (i = 0; i < log->nr_all; i++) {
+		if (log->all[i].vcpu < 0)
+			continue;	/* not a vCPU's fault (no THREAD_ID, say) */
+		account(log, &log->all[i], resolver, &ev[k]);
+		if (ev[k].t != ev[k + 1].t)
+			k += 2;	/* a span of no time has no events (faultlog.h) */
 	}
+	sort_events(ev, k);
+	ret = sweep(log, ev, k);
 out:
 	free(map);
 	free(ev);
-	free(pev);
 	free(resolver);
-out_segs:
-	free(segs);
 	return ret;
 }

@@ -85,13 +85,10 @@ struct ukvm_faultlog {
 	 * (0: the guest never touches it, so it must never fault); NULL: all */
 	const uint32_t *visits;
 	/*
-	 * Keep every record in all, by read time (trace_faults). Without it
-	 * and without guest stamps the records are read where the resolvers
-	 * wrote them (compacted in place, unsorted: nothing but the trace
-	 * needs their order) and all stays NULL.
+	 * Only gather the records into all and attribute them (trace_faults
+	 * without guest_timing): online.h has the statistics.
 	 */
-	bool keep_all;
-	bool trace_only;		/* keep_all, and nothing else (online.h has the rest) */
+	bool trace_only;
 	/* out */
 	struct ukvm_vcpu_result *vcpus;	/* gets faults, blocked_ns, the latencies */
 	struct ukvm_reader_result *readers;	/* gets queue_latency; uffd-major order */
@@ -103,14 +100,15 @@ struct ukvm_faultlog {
 	uint64_t first_bad_gpa;		/* the first such page... */
 	bool first_bad_resolved_again;	/* ...resolved more than once (else never) */
 	bool first_bad_untouched;	/* ...resolved though the guest never touches it */
-	struct ukvm_fault_record *all;	/* every record, by read time (owned; keep_all) */
-	uint64_t nr_all;		/* records, kept or not */
+	/* every record, by read time: the caller's to free, or to keep as the trace */
+	struct ukvm_fault_record *all;
+	uint64_t nr_all;
 };
 
 /*
- * Attributes, stamps, times and merges the records of every store: 0 or
- * -ENOMEM. With trace_only (the statistics come from online.h), only
- * gathers, sorts and attributes the records into all.
+ * Gathers the records of every store into all, sorted by read time, and
+ * attributes, stamps, times and merges them: 0 or -ENOMEM. With trace_only
+ * (the statistics come from online.h), only gathers, sorts and attributes.
  */
 int ukvm_faultlog_build(struct ukvm_faultlog *log, struct ukvm_faultlog_store *const *stores,
 			uint32_t nr_stores);
@@ -144,7 +142,10 @@ static inline void ukvm_faultlog_count(uint64_t *faults, uint64_t *eexist,
 /*
  * The sweep over the faults' start and end events in time order (at equal
  * times, ends first): each vCPU's blocked time (a fault of it open) and the
- * VM's blocktime (every vCPU blocked at once).
+ * VM's blocktime (every vCPU blocked at once). A span of no time has no
+ * events: in that order its end would come before its start. An event out
+ * of order is counted and taken at the previous one's time, so no span
+ * runs backwards (a wrapped difference).
  */
 struct ukvm_sweep {
 	uint32_t nr_vcpus;
@@ -155,6 +156,9 @@ struct ukvm_sweep {
 	uint32_t blocked;	/* vCPUs with a fault open */
 	uint64_t last;		/* the previous event's time */
 	bool started;
+	/* A broken merge (online.h checks them at the end): */
+	uint64_t out_of_order;	/* events earlier than last, taken at last */
+	uint64_t unmatched;	/* ends of a vCPU with no fault open, ignored */
 };
 
 /* Empty, destroyable; then begin: 0 or -ENOMEM. */

@@ -6,12 +6,16 @@
  * takes only events strictly earlier than the least watermark, so each
  * drain takes every event of a span of time [previous bound, bound) that
  * any queue will ever hold, and drains follow each other in time. Events
- * at one instant all land in one drain, where the sort puts ends first.
+ * at one instant all land in one drain, where the sort puts ends first (a
+ * span of no time has no events: its end would go before its own start).
+ * The finish checks what this proof promises: every event in order, every
+ * end matched, every vCPU unblocked at the end.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/errors.h"
 #include "base/hist.h"
 #include "base/util.h"
 #include "uffd/online.h"
@@ -128,12 +132,27 @@ struct ukvm_online_queue *ukvm_online_attach(struct ukvm_online *o)
 	return q;
 }
 
+/*
+ * The run's first error (a drain's or a producer's): kept, never cleared,
+ * since the sweep it stopped is incomplete whatever comes after.
+ */
+static void online_fail(struct ukvm_online *o, int err)
+{
+	int none = 0;
+
+	atomic_compare_exchange_strong(&o->error, &none, err);
+}
+
 /* One event onto q (the producer): 0 or -ENOMEM. */
 static int queue_push(struct ukvm_online_queue *q, uint64_t ev, uint64_t t)
 {
 	if (q->tail_used == UKVM_ONLINE_CHUNK) {
 		struct ukvm_online_chunk *c = NULL;
 
+#ifdef UKVM_TEST_HOOKS
+		if (q->test_no_chunk)
+			return -ENOMEM;	/* as if no spare were left and malloc failed */
+#endif
 		for (unsigned i = 0; !c && i < UKVM_ONLINE_SPARES; i++)
 			if (atomic_load_explicit(&q->spare[i], memory_order_relaxed))
 				c = atomic_exchange(&q->spare[i], NULL);
@@ -152,18 +171,23 @@ static int queue_push(struct ukvm_online_queue *q, uint64_t ev, uint64_t t)
 	return 0;
 }
 
-/* The held-back ends at or before t (every one: UINT64_MAX) onto q. */
+/*
+ * The held-back ends at or before t (every one: UINT64_MAX) onto q: 0 or
+ * -ENOMEM, when the ends from the one that failed on stay held back.
+ */
 static int queue_flush(struct ukvm_online *o, struct ukvm_online_queue *q, uint64_t t)
 {
 	uint32_t i, k;
 	int ret = 0;
 
-	for (i = 0; i < q->npend && !ret; i++) {
+	for (i = 0; i < q->npend; i++) {
 		uint64_t at = o->t0 + (q->pend[i] >> UKVM_EV_SHIFT);
 
 		if (at > t)
 			break;
 		ret = queue_push(q, q->pend[i], at);
+		if (ret)
+			break;	/* before i moves on: pend[i] was not pushed */
 	}
 	for (k = 0; i < q->npend; i++, k++)
 		q->pend[k] = q->pend[i];
@@ -183,21 +207,32 @@ uint64_t ukvm_online_now(const struct ukvm_online *o)
 uint64_t ukvm_online_stamp(struct ukvm_online *o, struct ukvm_online_queue *q)
 {
 	uint64_t t;
+	int ret;
 
 	if (atomic_load_explicit(&q->waiting, memory_order_relaxed))	/* its own flag */
 		atomic_store(&q->waiting, 0);	/* seq_cst: before the clock is read */
 	t = ukvm_online_now(o);
 	/* What it held back is older than t; after it, nothing it pushes is older. */
-	if (!queue_flush(o, q, UINT64_MAX))
+	ret = queue_flush(o, q, UINT64_MAX);
+	if (ret)
+		online_fail(o, ret);	/* the mark stays below what is held back */
+	else
 		atomic_store_explicit(&q->mark, t, memory_order_release);
 	return t;
 }
 
 void ukvm_online_sleep(struct ukvm_online *o, struct ukvm_online_queue *q)
 {
-	/* Every held-back end; on -ENOMEM they stay, and the drain at the end fails. */
-	if (queue_flush(o, q, UINT64_MAX))
-		o->error = -ENOMEM;
+	int ret = queue_flush(o, q, UINT64_MAX);
+
+	/*
+	 * On -ENOMEM the ends stay held back and the run fails at collect; the
+	 * flag stays 0, so the queue holds the bound at its mark, below them.
+	 */
+	if (ret) {
+		online_fail(o, ret);
+		return;
+	}
 	atomic_store(&q->waiting, 1);	/* seq_cst: after every event is pushed */
 }
 
@@ -220,6 +255,7 @@ static int queue_take(struct ukvm_online *o, struct ukvm_online_queue *q, uint64
 	uint64_t avail = atomic_load_explicit(&q->pushed, memory_order_acquire) -
 			 atomic_load_explicit(&q->taken, memory_order_relaxed);
 	uint64_t got = 0;
+	int ret = 0;
 
 	while (got < avail) {
 		uint64_t ev;
@@ -244,8 +280,10 @@ static int queue_take(struct ukvm_online *o, struct ukvm_online_queue *q, uint64
 			uint64_t cap = o->scratch_cap ? 2 * o->scratch_cap : 4096;
 			uint64_t *p = realloc(o->scratch, cap * sizeof(*p));
 
-			if (!p)
+			if (!p) {
+				ret = -ENOMEM;
 				break;
+			}
 			o->scratch = p;
 			o->scratch_cap = cap;
 		}
@@ -255,7 +293,8 @@ static int queue_take(struct ukvm_online *o, struct ukvm_online_queue *q, uint64
 	}
 	atomic_store_explicit(&q->taken, atomic_load_explicit(&q->taken, memory_order_relaxed) + got,
 			      memory_order_release);
-	return got < avail && *n == o->scratch_cap ? -ENOMEM : 0;
+	/* Not from *n and got: scratch may be exactly full where the bound stopped the take. */
+	return ret;
 }
 
 /* Under o->lock: every queue's events earlier than the least watermark (all: every one), swept. */
@@ -287,10 +326,18 @@ static void drain_locked(struct ukvm_online *o, bool all)
 				mark = atomic_load_explicit(&q->mark, memory_order_acquire);
 			bound = mark < bound ? mark : bound;
 		}
+#ifdef UKVM_TEST_HOOKS
+		if (o->test_late_bound)	/* strictly earlier: the step after the bound's taken too */
+			bound += 2ULL << o->test_clock_shift;
+#endif
 	}
-	for (i = 0; i < nr && !o->error; i++)
-		o->error = queue_take(o, o->queues[i], bound, &n);
-	if (o->error || !n)
+	for (i = 0; i < nr && !atomic_load(&o->error); i++) {
+		int ret = queue_take(o, o->queues[i], bound, &n);
+
+		if (ret)
+			online_fail(o, ret);
+	}
+	if (atomic_load(&o->error) || !n)
 		return;
 	ukvm_sort_u64(o->scratch, n);
 	for (uint64_t k = 0; k < n; k++)
@@ -326,16 +373,26 @@ int ukvm_online_fault(struct ukvm_online *o, struct ukvm_online_queue *q, uint64
 		return 0;	/* not a vCPU's fault (no THREAD_ID, say): pages only */
 	ukvm_faultlog_count(&q->vcpus[vcpu].faults, &q->vcpus[vcpu].eexist,
 			    &q->vcpus[vcpu].service_latency, eexist, t_done - t_read);
+	/*
+	 * A span of no time blocks for none, and the sweep's order (ends first
+	 * at one instant) would meet its end before its start: no events.
+	 */
+	if (t_done == t_read)
+		return 0;
 	/* Ends up to t_read go first (ends before starts at one instant), then the start. */
 	ret = queue_flush(o, q, t_read);
-	ret = ret ?: queue_push(q, ukvm_ev_pack(t_read - o->t0, vcpu, +1), t_read);
 	if (ret)
 		return ret;
-	if (q->npend == UKVM_MAX_READ_BATCH) {	/* never: a batch's ends at most */
-		ret = queue_flush(o, q, UINT64_MAX);
-		if (ret)
-			return ret;
-	}
+	/*
+	 * A batch's ends at most are held back (a stamp flushes them), so this
+	 * is a caller that handled more faults than it read: flushing them here
+	 * would put ends later than the start to come before it.
+	 */
+	if (q->npend == UKVM_MAX_READ_BATCH)
+		return -EPROTO;
+	ret = queue_push(q, ukvm_ev_pack(t_read - o->t0, vcpu, +1), t_read);
+	if (ret)
+		return ret;
 	q->pend[q->npend++] = ukvm_ev_pack(t_done - o->t0, vcpu, -1);
 	/* At most once per drain_at events: a queue held back by another tries no more often. */
 	if (q->pushed_own >= q->next_try &&
@@ -346,18 +403,51 @@ int ukvm_online_fault(struct ukvm_online *o, struct ukvm_online_queue *q, uint64
 	return 0;
 }
 
-int ukvm_online_finish(struct ukvm_online *o, struct ukvm_faultlog *log)
+/*
+ * After the last drain every fault has closed: a vCPU still blocked, an end
+ * without its start or an event earlier than the one before means the
+ * merge lost, doubled or misordered an event. 0, or -EPROTO with err set.
+ */
+static int online_check(const struct ukvm_online *o, struct ukvm_error *err)
+{
+	const struct ukvm_sweep *st = &o->sweep;
+	uint32_t v, open = 0;
+
+	for (v = 0; v < st->nr_vcpus; v++)
+		open += st->depth[v] != 0;
+	if (!open && !st->blocked && !st->out_of_order && !st->unmatched)
+		return 0;
+	return ukvm_err_set(err, UKVM_ERR_RUN, EPROTO,
+			    "the online statistics (stats full) lost, doubled or misordered a "
+			    "fault's event: "
+			    "%u vCPUs still blocked after the last drain (%u counted), %llu ends "
+			    "without a start, %llu events earlier than the one before",
+			    open, st->blocked, (unsigned long long)st->unmatched,
+			    (unsigned long long)st->out_of_order);
+}
+
+int ukvm_online_finish(struct ukvm_online *o, struct ukvm_faultlog *log, struct ukvm_error *err)
 {
 	uint32_t i, v, nr = atomic_load(&o->nr);
+	int ret;
 
 	pthread_mutex_lock(&o->lock);
-	for (i = 0; i < nr && !o->error; i++)	/* the resolvers have stopped */
-		o->error = queue_flush(o, o->queues[i], UINT64_MAX);
-	if (!o->error)
+	for (i = 0; i < nr && !atomic_load(&o->error); i++) {	/* the resolvers have stopped */
+		ret = queue_flush(o, o->queues[i], UINT64_MAX);
+		if (ret)
+			online_fail(o, ret);
+	}
+	if (!atomic_load(&o->error))
 		drain_locked(o, true);
 	pthread_mutex_unlock(&o->lock);
-	if (o->error)
-		return o->error;
+	ret = atomic_load(&o->error);
+	if (ret)
+		return ukvm_err_set(err, UKVM_ERR_RUN, -ret,
+				    "the online statistics (stats full): queueing or draining "
+				    "the faults' events");
+	ret = online_check(o, err);
+	if (ret)
+		return ret;
 	for (i = 0; i < nr; i++)
 		for (v = 0; v < log->nr_vcpus && v < o->nr_vcpus; v++) {
 			const struct ukvm_online_vcpu *x = &o->queues[i]->vcpus[v];

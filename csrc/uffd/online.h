@@ -69,6 +69,9 @@ struct ukvm_online_queue {
 	uint32_t npend;
 	uint64_t pushed_own;			/* = pushed, without the atomic */
 	uint64_t next_try;			/* pushed_own at which it may try a drain again */
+#ifdef UKVM_TEST_HOOKS
+	bool test_no_chunk;			/* a full chunk gets no next: -ENOMEM (tests/c) */
+#endif
 	uint64_t pend[UKVM_MAX_READ_BATCH];	/* ends later than the last start, held back */
 	struct ukvm_online_vcpu *vcpus;		/* per vCPU */
 	/* shared */
@@ -112,9 +115,14 @@ struct ukvm_online {
 	uint64_t scratch_cap;
 	uint64_t drain_at;		/* UKVM_ONLINE_DRAIN_AT (tests: fewer) */
 	uint64_t drains;		/* how many drains took events */
-	int error;			/* -ENOMEM in a drain: the sweep is incomplete */
+	/*
+	 * The first -errno of a drain or of a resolver's flush (-ENOMEM): the
+	 * sweep is incomplete. Set once (compare-and-swap from 0), never cleared.
+	 */
+	_Atomic int error;
 #ifdef UKVM_TEST_HOOKS
-	bool test_nonstrict;		/* t <= watermark: the broken merge (tests/c) */
+	bool test_nonstrict;		/* t <= watermark: an inclusive merge (tests/c) */
+	bool test_late_bound;		/* a clock step past the bound taken: broken (tests/c) */
 	bool test_skip_last;		/* the drain skips the last queue (tests/c) */
 	bool test_no_waiting;		/* waiting flags ignored (tests/c) */
 	unsigned test_clock_shift;	/* a clock of 2^shift ns steps: ties (tests/c) */
@@ -146,19 +154,27 @@ uint64_t ukvm_online_stamp(struct ukvm_online *o, struct ukvm_online_queue *q);
 /*
  * One fault handled (read at t_read, its ioctl returned at t_done) by the
  * thread of tid (a vCPU's, or not): counted, its page marked, its events
- * queued; maybe a drain. 0, or -ENOMEM.
+ * queued (none for a span of no time); maybe a drain. 0, -ENOMEM, or
+ * -EPROTO for more faults since the last stamp than a read returns.
  */
 int ukvm_online_fault(struct ukvm_online *o, struct ukvm_online_queue *q, uint64_t t_read,
 		      uint64_t t_done, uint64_t gpa, int32_t tid, bool eexist);
-/* About to wait without a timeout: what is held back queued, then the waiting flag set. */
+/*
+ * About to wait without a timeout: what is held back queued, then the
+ * waiting flag set. When the queueing fails (-ENOMEM, kept as the run's
+ * error) the flag stays clear, so the queue holds the drains at its mark.
+ */
 void ukvm_online_sleep(struct ukvm_online *o, struct ukvm_online_queue *q);
 /*
  * After every resolver has stopped: drains all that is left and adds the
  * statistics to log's outputs (vcpus' faults, eexist, service_latency,
  * blocked_ns; blocktime_ns, pages_not_once and the first bad page). 0, or
- * -ENOMEM.
+ * -errno with err set: the first error of the run's queueing or draining
+ * (-ENOMEM), or -EPROTO when the sweep does not end with every fault
+ * closed, every end matched and every event in order (an event lost,
+ * doubled or misordered).
  */
-int ukvm_online_finish(struct ukvm_online *o, struct ukvm_faultlog *log);
+int ukvm_online_finish(struct ukvm_online *o, struct ukvm_faultlog *log, struct ukvm_error *err);
 
 /* One drain, as a resolver makes it (tests/c): whether it took the lock. */
 bool ukvm_online_try_drain(struct ukvm_online *o);
