@@ -396,7 +396,17 @@ int ukvm_vm_create(struct ukvm_vm *vm, uint64_t sys_size, struct ukvm_error *err
 		if (ret)
 			return ret;
 	}
-	vm->vm_fd = ioctl(vm->kvm_fd, KVM_CREATE_VM, 0);
+	/*
+	 * KVM_CREATE_VM can fail with EINTR when a signal is pending (the MMU
+	 * notifier's registration takes every lock of the mm, giving up on a
+	 * signal); CI saw it once in a host-facts probe. A few tries, then the
+	 * error: a Ctrl-C is still seen by the caller.
+	 */
+	for (int tries = 0; tries < 8; tries++) {
+		vm->vm_fd = ioctl(vm->kvm_fd, KVM_CREATE_VM, 0);
+		if (vm->vm_fd >= 0 || errno != EINTR)
+			break;
+	}
 	if (vm->vm_fd < 0) {
 		ret = -errno;
 		ukvm_err_set(err, UKVM_ERR_HOST, -ret, "KVM_CREATE_VM");
