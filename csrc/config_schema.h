@@ -43,6 +43,10 @@
 #define UKVM_MAX_PREFETCH_PAGES	1048576
 /* the pusher's rate at most */
 #define UKVM_MAX_PREFETCH_BANDWIDTH_MBPS	1099511627776ULL
+/* bitmap_manual's clear chunk at most, in 4 KiB pages */
+#define UKVM_MAX_DIRTY_CLEAR_PAGES	1073741824
+/* a dirty ring's entries at most (KVM caps it lower: KVM_CAP_DIRTY_LOG_RING gives the bytes) */
+#define UKVM_MAX_DIRTY_RING_ENTRIES	16777216
 /* the page server's latency at most: 10 s */
 #define UKVM_MAX_REMOTE_LATENCY_US	10000000
 /* 1 Pbit/s: past any real link */
@@ -76,6 +80,8 @@
 	C(MAX_ACCESSES, UKVM_MAX_ACCESSES) \
 	C(MAX_PREFETCH_PAGES, UKVM_MAX_PREFETCH_PAGES) \
 	C(MAX_PREFETCH_BANDWIDTH_MBPS, UKVM_MAX_PREFETCH_BANDWIDTH_MBPS) \
+	C(MAX_DIRTY_CLEAR_PAGES, UKVM_MAX_DIRTY_CLEAR_PAGES) \
+	C(MAX_DIRTY_RING_ENTRIES, UKVM_MAX_DIRTY_RING_ENTRIES) \
 	C(MAX_REMOTE_LATENCY_US, UKVM_MAX_REMOTE_LATENCY_US) \
 	C(MAX_REMOTE_BANDWIDTH_MBPS, UKVM_MAX_REMOTE_BANDWIDTH_MBPS) \
 	C(MAX_INFLIGHT, UKVM_MAX_INFLIGHT) \
@@ -231,6 +237,32 @@ enum ukvm_prefetch {
 };
 
 /*
+ * write_set: which pages a pass writes, with write_percent below 100: "fixed" (the same pages
+ * every pass) or "per_pass" (each pass draws its own, seeded by the pass number: a dirty set that
+ * moves)
+ */
+enum ukvm_write_set {
+	UKVM_WRITE_SET_FIXED = 0,
+	UKVM_WRITE_SET_PER_PASS,
+	UKVM_WRITE_SET__COUNT
+};
+
+/*
+ * dirty_tracking: track the pages each pass writes after the first (docs/dirty-tracking.md):
+ * "bitmap" (KVM_GET_DIRTY_LOG), "bitmap_manual" (MANUAL_DIRTY_LOG_PROTECT2 with INITIALLY_SET,
+ * KVM_CLEAR_DIRTY_LOG), "ring" (the dirty ring) or "wp_async" (userfaultfd WP_ASYNC and
+ * PAGEMAP_SCAN; uffd_mode None); None: off. Needs passes >= 2: pass 1 populates
+ */
+enum ukvm_dirty_tracking {
+	UKVM_DIRTY_NONE = 0,
+	UKVM_DIRTY_BITMAP,
+	UKVM_DIRTY_BITMAP_MANUAL,
+	UKVM_DIRTY_RING,
+	UKVM_DIRTY_WP_ASYNC,
+	UKVM_DIRTY__COUNT
+};
+
+/*
  * Every enum of the config: X(type, field, PREFIX) for the name functions,
  * ukvm_<type>_name(), which config.c defines.
  */
@@ -248,6 +280,8 @@ enum ukvm_prefetch {
 	X(source_cache, source_cache, SOURCE_CACHE) \
 	X(access, access, ACCESS) \
 	X(prefetch, prefetch, PREFETCH) \
+	X(write_set, write_set, WRITE_SET) \
+	X(dirty_tracking, dirty_tracking, DIRTY) \
 
 /* The names of each enum's values, in its order: V(ENUMERATOR, "name", "Python's spelling"). */
 #define UKVM_BACKING_NAMES(V) \
@@ -320,6 +354,17 @@ enum ukvm_prefetch {
 	V(UKVM_PREFETCH_BACKGROUND, "background", "'background'") \
 	V(UKVM_PREFETCH_REPLAY, "replay", "'replay'") \
 
+#define UKVM_WRITE_SET_NAMES(V) \
+	V(UKVM_WRITE_SET_FIXED, "fixed", "'fixed'") \
+	V(UKVM_WRITE_SET_PER_PASS, "per_pass", "'per_pass'") \
+
+#define UKVM_DIRTY_NAMES(V) \
+	V(UKVM_DIRTY_NONE, "none", "None") \
+	V(UKVM_DIRTY_BITMAP, "bitmap", "'bitmap'") \
+	V(UKVM_DIRTY_BITMAP_MANUAL, "bitmap_manual", "'bitmap_manual'") \
+	V(UKVM_DIRTY_RING, "ring", "'ring'") \
+	V(UKVM_DIRTY_WP_ASYNC, "wp_async", "'wp_async'") \
+
 /* Each backing's page size, the unit its faults are resolved in: P(ENUMERATOR, bytes). */
 #define UKVM_BACKING_PAGE_SIZES(P) \
 	P(UKVM_BACKING_ANONYMOUS, 4096ULL) \
@@ -386,6 +431,10 @@ enum ukvm_prefetch {
 	uint64_t prefetch_bandwidth_mbps; \
 	uint64_t nr_replay; \
 	const uint64_t *replay; \
+	enum ukvm_write_set write_set; \
+	enum ukvm_dirty_tracking dirty_tracking; \
+	uint32_t dirty_clear_pages; \
+	uint32_t dirty_ring_entries; \
 
 /*
  * The field table: X(KIND, member, "name", default, min, max, "default").
@@ -437,6 +486,10 @@ enum ukvm_prefetch {
 	X(U32, prefetch_pages, "prefetch_pages", 8, 1, 1048576, "8") \
 	X(U64, prefetch_bandwidth_mbps, "prefetch_bandwidth_mbps", 0, 0, 1099511627776ULL, "0") \
 	X(PAGES, replay, "replay_from", 0, 0, 0, "None") \
+	X(ENUM, write_set, "write_set", UKVM_WRITE_SET_FIXED, 0, 1, "'fixed'") \
+	X(ENUM, dirty_tracking, "dirty_tracking", UKVM_DIRTY_NONE, 0, 4, "None") \
+	X(U32, dirty_clear_pages, "dirty_clear_pages", 0, 0, 1073741824, "0") \
+	X(U32, dirty_ring_entries, "dirty_ring_entries", 4096, 256, 16777216, "4096") \
 
 /*
  * The applies rules: A(KIND, member, "name", default, on, on_type, applies,
@@ -463,5 +516,7 @@ enum ukvm_prefetch {
 	A(U32, prefetch_pages, "prefetch_pages", 8, prefetch, prefetch, (c->prefetch == UKVM_PREFETCH_READAHEAD), "prefetch='readahead'", "8") \
 	A(U64, prefetch_bandwidth_mbps, "prefetch_bandwidth_mbps", 0, prefetch, prefetch, (c->prefetch == UKVM_PREFETCH_BACKGROUND || c->prefetch == UKVM_PREFETCH_REPLAY), "prefetch='background' or prefetch='replay'", "0") \
 	A(PAGES, replay, "replay_from", 0, prefetch, prefetch, (c->prefetch == UKVM_PREFETCH_REPLAY), "prefetch='replay'", "None") \
+	A(U32, dirty_clear_pages, "dirty_clear_pages", 0, dirty_tracking, dirty_tracking, (c->dirty_tracking == UKVM_DIRTY_BITMAP_MANUAL), "dirty_tracking='bitmap_manual'", "0") \
+	A(U32, dirty_ring_entries, "dirty_ring_entries", 4096, dirty_tracking, dirty_tracking, (c->dirty_tracking == UKVM_DIRTY_RING), "dirty_tracking='ring'", "4096") \
 
 #endif /* UKVM_CONFIG_SCHEMA_H */

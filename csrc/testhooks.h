@@ -101,6 +101,15 @@ enum ukvm_inject {
 	 * ukvm_experiment_finish()'s own limit (watch.c, NO_PROGRESS_NS).
 	 */
 	UKVM_INJECT_VCPU_HANG,
+	/*
+	 * dirty_tracking: at the end of iteration inject_after (1 the first
+	 * tracked pass), the harvest loses the first page it found (a tracker
+	 * that misses a write), or the re-protect is skipped (KVM_CLEAR_DIRTY_LOG,
+	 * KVM_RESET_DIRTY_RINGS, PAGEMAP_SCAN's write-protect), as a tracker
+	 * that forgets to re-arm. "bitmap" re-protects as it reads: nothing to skip.
+	 */
+	UKVM_INJECT_DIRTY_DROP_PAGE,
+	UKVM_INJECT_DIRTY_SKIP_REPROTECT,
 	UKVM_INJECT__COUNT
 };
 

@@ -110,6 +110,8 @@ struct pm_scan_arg {
 	__u64 return_mask;
 };
 #define PAGEMAP_SCAN	_IOWR('f', 16, struct pm_scan_arg)
+#define PM_SCAN_WP_MATCHING	(1 << 0)
+#define PM_SCAN_CHECK_WPASYNC	(1 << 1)
 #endif
 
 /* ---- KVM ---- */

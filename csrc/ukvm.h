@@ -283,6 +283,24 @@ struct ukvm_reader_result {
 	uint64_t source_ns;	/* stats full, source not synthetic: time spent fetching */
 };
 
+/*
+ * dirty_tracking: one tracked pass (experiment/dirty.c), iteration i being
+ * pass i + 1 (pass 1 populates). The vCPUs wait at each pass's end while the
+ * host harvests and re-protects, as dirty_log_perf_test's do.
+ */
+struct ukvm_dirty_pass {
+	uint32_t iteration;	/* 1..passes - 1: dirty_log_perf_test's iteration */
+	uint64_t start_ns;	/* the vCPUs were let into the pass (CLOCK_MONOTONIC) */
+	uint64_t dirty_ns;	/* start_ns to the last vCPU's end of the pass */
+	uint64_t harvest_ns;	/* KVM_GET_DIRTY_LOG, the rings' harvest, PAGEMAP_SCAN */
+	uint64_t reprotect_ns;	/* KVM_CLEAR_DIRTY_LOG, KVM_RESET_DIRTY_RINGS; 0 where the
+				 * harvest re-protects (bitmap, wp_async) */
+	uint64_t found_pages;	/* 4 KiB pages the tracker reported dirty */
+	uint64_t written_pages;	/* 4 KiB pages the guest wrote, from its own write counts */
+	uint64_t excess_pages;	/* found, not written (by design only: docs/dirty-tracking.md) */
+	uint64_t ring_full_exits; /* ring: KVM_EXIT_DIRTY_RING_FULL exits, all vCPUs */
+};
+
 struct ukvm_result {
 	/* demand_paging_test's window: vCPU threads created ... all joined */
 	uint64_t threads_start_ns;
@@ -326,6 +344,11 @@ struct ukvm_result {
 	uint32_t nr_vcpu_stats;
 	char **vcpu_stat_names;	/* values in each ukvm_vcpu_result.kvm_stats */
 	uint64_t dirty_pages;	/* wp_async: pages PAGEMAP_SCAN found written */
+	/* dirty_tracking: the tracked passes, and turning tracking on and off */
+	uint32_t nr_dirty_passes;
+	struct ukvm_dirty_pass *dirty_passes;
+	uint64_t dirty_enable_ns;
+	uint64_t dirty_disable_ns;
 	enum ukvm_source_kind source;	/* the page source that ran */
 	uint64_t source_cached_pages_at_start; /* source file: its pages in the page cache
 						* as the vCPUs started (mincore) */

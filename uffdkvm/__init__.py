@@ -25,7 +25,7 @@ from .histogram import Histogram
 from .host import HostInfo
 from .progress import Progress
 from .recorded import load_results
-from .result import FaultTrace, ReaderStats, Result, VcpuStats
+from .result import DirtyPass, FaultTrace, ReaderStats, Result, VcpuStats
 from .run import probe, run
 from .snapshot import make_snapshot
 from .spread import Ratio, Spread, ratio_of, spread_of, summarize
@@ -33,8 +33,9 @@ from .support import backing_support, fault_path_support, source_support
 from .sweep import SweepWarning, read_results, sweep
 
 __all__ = [
-    "Config", "ConfigError", "FaultTrace", "Histogram", "HostInfo", "HostUnsupportedError",
-    "MissingDependencyError", "Progress", "Ratio", "ReaderStats", "Result", "ResultError",
+    "Config", "ConfigError", "DirtyPass", "FaultTrace", "Histogram", "HostInfo",
+    "HostUnsupportedError", "MissingDependencyError", "Progress", "Ratio", "ReaderStats",
+    "Result", "ResultError",
     "RunError", "RunTimeoutError", "Spread", "SweepWarning",
     "UffdkvmError", "VcpuStats", "__version__", "backing_support", "fault_path_support",
     "load_results", "make_snapshot", "parse_size", "probe",

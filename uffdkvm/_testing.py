@@ -71,6 +71,11 @@ FAULTS = {
     # merge leaves the last resolver's events out (a broken merge, for the tests)
     "online_drain": _core.INJECT_ONLINE_DRAIN,
     "online_skip_queue": _core.INJECT_ONLINE_SKIP_QUEUE,
+    # dirty_tracking: iteration `after`'s harvest loses the first page it found
+    # (a tracker that misses a write), or its re-protect is skipped (one that
+    # forgets to re-arm: KVM_CLEAR_DIRTY_LOG, KVM_RESET_DIRTY_RINGS, PAGEMAP_SCAN's WP)
+    "dirty_drop_page": _core.INJECT_DIRTY_DROP_PAGE,
+    "dirty_skip_reprotect": _core.INJECT_DIRTY_SKIP_REPROTECT,
 }
 
 

@@ -523,6 +523,10 @@ class Config:
         remote_latency_us: int
         remote_bandwidth_mbps: int
         max_inflight: int
+        write_set: str
+        dirty_tracking: str | None
+        dirty_clear_pages: int
+        dirty_ring_entries: int
 
         def __init__(
             self,
@@ -573,6 +577,10 @@ class Config:
             remote_latency_us: SupportsIndex = ...,
             remote_bandwidth_mbps: SupportsIndex = ...,
             max_inflight: SupportsIndex = ...,
+            write_set: str = ...,
+            dirty_tracking: str | None = ...,
+            dirty_clear_pages: SupportsIndex = ...,
+            dirty_ring_entries: SupportsIndex = ...,
         ) -> None: ...
     # END GENERATED
 

@@ -58,7 +58,7 @@ RESULT_RENAMES = {
     "page_size": "page_size_bytes",
 }
 # Per-thread columns that identify a thread rather than measure it.
-IDENTIFIERS = frozenset({"index", "uffd", "tid"})
+IDENTIFIERS = frozenset({"index", "uffd", "tid", "iteration"})
 
 # How a column came to be, which decides how to_frame summarises it.
 _FIELD, _DICT, _NESTED = "field", "dict", "nested"
@@ -217,6 +217,13 @@ def vcpus_frame(r: Result) -> pandas.DataFrame:
     ``first_pass_pages_per_s``, ``all_passes_pages_per_s``, ``exits``, ...,
     and ``kvm_<name>`` for each of KVM's per-vCPU statistics."""
     return table_frame(r, "vcpus")
+
+
+def dirty_passes_frame(r: Result) -> pandas.DataFrame:
+    """One row per tracked pass (dirty_tracking): ``iteration``,
+    ``dirty_seconds``, ``harvest_seconds``, ``reprotect_seconds``,
+    ``found_pages``, ``written_pages``, ``excess_pages``, ``ring_full_exits``."""
+    return table_frame(r, "dirty_passes")
 
 
 def readers_frame(r: Result) -> pandas.DataFrame:

@@ -152,6 +152,46 @@ class VcpuStats:
 
 
 @dataclass(frozen=True)
+class DirtyPass:
+    """One pass under dirty tracking (Config.dirty_tracking), as
+    dirty_log_perf_test reports an iteration: pass ``iteration + 1`` of the
+    run (pass 1 populates, untracked). The vCPUs wait at the pass's end
+    while the host harvests and re-protects (docs/dirty-tracking.md).
+
+    iteration          1, 2, ...: dirty_log_perf_test's iteration number
+    dirty_seconds      the vCPUs let into the pass to the last one ending it
+                       ("Iteration N dirty memory time")
+    harvest_seconds    collecting what the tracker found: KVM_GET_DIRTY_LOG,
+                       the rings' entries, PAGEMAP_SCAN ("get dirty log
+                       time"); for "bitmap" and "wp_async" the same call
+                       also re-protects
+    reprotect_seconds  re-protecting it: KVM_CLEAR_DIRTY_LOG
+                       (bitmap_manual), KVM_RESET_DIRTY_RINGS (ring); 0.0
+                       for "bitmap" and "wp_async", whose harvest did it
+                       ("clear dirty log time")
+    found_pages        4 KiB pages the tracker reported dirty
+    written_pages      4 KiB pages the guest wrote in the pass, from its own
+                       write counts (word 2 of each page); a written page
+                       the tracker missed fails the run
+    excess_pages       found but not written: bitmap_manual's first
+                       iteration (INITIALLY_SET reports every page), and
+                       with wp_async, huge pages (PAGEMAP_SCAN reports the
+                       whole page); 0 otherwise
+    ring_full_exits    ring: KVM_EXIT_DIRTY_RING_FULL exits in the pass, all
+                       vCPUs (each vCPU then harvests its own ring and resets)
+    """
+
+    iteration: int
+    dirty_seconds: float
+    harvest_seconds: float
+    reprotect_seconds: float
+    found_pages: int
+    written_pages: int
+    excess_pages: int
+    ring_full_exits: int = 0
+
+
+@dataclass(frozen=True)
 class ReaderStats:
     """One reader thread of one uffd.
 
@@ -341,6 +381,14 @@ class Result:
     page_server    source="remote": the page server's own counters after the
                    run (requests, urgent and background, bytes, queue time
                    beyond its latency), else None
+    dirty_passes   dirty_tracking: one DirtyPass per pass after the first
+                   (the tracked ones), else empty
+    dirty_enable_seconds, dirty_disable_seconds  dirty_tracking: turning it
+                   on after pass 1 (KVM_MEM_LOG_DIRTY_PAGES set on the
+                   region's memslot; wp_async: UFFDIO_WRITEPROTECT of the
+                   region) and off after the last pass, as
+                   dirty_log_perf_test's "Enabling/Disabling dirty logging
+                   time"; None without tracking
     dirty_pages    wp_async: the pages PAGEMAP_SCAN found written (their
                    uffd-wp bit cleared by the kernel on the first write);
                    verification checks they are exactly the pages the guest
@@ -478,6 +526,9 @@ class Result:
     reader_cpus: tuple[int, ...] | None = None
     readers_with_vcpus: bool | None = None
     reader_wait: str | None = None
+    dirty_passes: tuple[DirtyPass, ...] = ()
+    dirty_enable_seconds: float | None = None
+    dirty_disable_seconds: float | None = None
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -598,6 +649,10 @@ class Result:
         """One row per reader thread."""
         return frames.readers_frame(self)
 
+    def dirty_passes_frame(self) -> pandas.DataFrame:
+        """One row per tracked pass (dirty_tracking), see DirtyPass."""
+        return frames.dirty_passes_frame(self)
+
     def faults_frame(self) -> pandas.DataFrame:
         """One row per fault, from fault_trace (needs trace_faults=True)."""
         return frames.faults_frame(self)
@@ -641,6 +696,8 @@ class Result:
                       *_unless(timed_source and bool(raw["readers"]), "source_seconds"),
                       *_unless(staged, "misordered_faults"),
                       *_unless(config.wp_async, "dirty_pages"),
+                      *_unless(config.dirty_tracking is not None, "dirty_enable_seconds",
+                               "dirty_disable_seconds"),
                       *_unless(raw["source"] == _core.SOURCE_FILE,
                                "source_cached_pages_at_start"),
                       *_unless(tracked, "prefetched_pages", "pushed_pages",
@@ -656,9 +713,11 @@ class Result:
                       read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]))
             for r in raw["readers"])
         trace = raw["fault_trace"]
+        dirty_passes = tuple(_from_raw(DirtyPass, p) for p in raw["dirty_passes"])
         return _from_raw(
             cls, raw, unmeasured, **times, config=config, vcpus=vcpus, readers=readers,
             host=None, page_server=None, source=_SOURCE_NAMES[raw["source"]],
+            dirty_passes=dirty_passes,
             fault_trace=None if trace is None else FaultTrace(
                 **{name: tuple(column) for name, column in trace.items()},
                 start_ns=raw["threads_start_ns"]),
@@ -716,13 +775,17 @@ def _times(raw: dict[str, Any]) -> dict[str, Any]:
                      to their join
     kvm_run_seconds  the first KVM_RUN of any vCPU to the last vCPU done
     pass_seconds     pass p: the first vCPU starting it to the last ending it
+                     (under dirty tracking, from the vCPUs' release into it)
     paging_rate      pages_per_vcpu * vcpus / seconds; with several passes over
                      the one that demand-pages, from the threads' creation to
                      the last vCPU ending the first pass
     vcpus            each vCPU's seconds and pass_seconds
     """
     seconds = (raw["threads_joined_ns"] - raw["threads_start_ns"]) * NS
-    starts = [[v["start_ns"], *v["pass_end_ns"][:-1]] for v in raw["vcpus"]]
+    # A pass starts where the last ended, or under dirty tracking where the
+    # vCPUs were let into it (the harvest between is no pass's).
+    gates = [p["start_ns"] for p in raw["dirty_passes"]]
+    starts = [[v["start_ns"], *(gates or v["pass_end_ns"][:-1])] for v in raw["vcpus"]]
     ends = [v["pass_end_ns"] for v in raw["vcpus"]]
     paging_seconds = seconds
     if raw["passes"] > 1 and ends:
@@ -736,7 +799,6 @@ def _times(raw: dict[str, Any]) -> dict[str, Any]:
         "paging_rate": pages / paging_seconds if paging_seconds > 0 else 0.0,
         "vcpus": [{"seconds": (v["end_ns"] - v["start_ns"]) * NS,
                    "pass_seconds": tuple((b - a) * NS for a, b in
-                                         zip([v["start_ns"], *v["pass_end_ns"]],
-                                             v["pass_end_ns"], strict=False))}
-                  for v in raw["vcpus"]],
+                                         zip(s, v["pass_end_ns"], strict=False))}
+                  for v, s in zip(raw["vcpus"], starts, strict=True)],
     }

@@ -132,6 +132,10 @@ CONSTANTS = (
      "entry: 2^24 entries (64 MiB, a 64 GiB vCPU's pages) at most, per pass per vCPU"),
     ("MAX_PREFETCH_PAGES", 1 << 20, "readahead's window at most"),
     ("MAX_PREFETCH_BANDWIDTH_MBPS", 1 << 40, "the pusher's rate at most"),
+    ("MAX_DIRTY_CLEAR_PAGES", 1 << 30, "bitmap_manual's clear chunk at most, in 4 KiB "
+     "pages"),
+    ("MAX_DIRTY_RING_ENTRIES", 1 << 24, "a dirty ring's entries at most (KVM caps it lower: "
+     "KVM_CAP_DIRTY_LOG_RING gives the bytes)"),
     ("MAX_REMOTE_LATENCY_US", 10_000_000, "the page server's latency at most: 10 s"),
     ("MAX_REMOTE_BANDWIDTH_MBPS", 1_000_000_000, "1 Pbit/s: past any real link"),
     ("MAX_INFLIGHT", 1_000_000, "requests the page server serves at once at most"),
@@ -293,6 +297,26 @@ FIELDS: tuple[Field, ...] = (
           applies=_REMOTE_ONLY),
     Field("max_inflight", "u32", 0, "requests the page server serves at once (0: no cap)",
           min=0, max=LIMITS["MAX_INFLIGHT"], core=None, applies=_REMOTE_ONLY),
+    Field("write_set", "enum", "fixed", "which pages a pass writes, with write_percent below "
+          "100: \"fixed\" (the same pages every pass) or \"per_pass\" (each pass draws its "
+          "own, seeded by the pass number: a dirty set that moves)",
+          choices=("fixed", "per_pass")),
+    Field("dirty_tracking", "enum", None, "track the pages each pass writes after the first "
+          "(docs/dirty-tracking.md): \"bitmap\" (KVM_GET_DIRTY_LOG), \"bitmap_manual\" "
+          "(MANUAL_DIRTY_LOG_PROTECT2 with INITIALLY_SET, KVM_CLEAR_DIRTY_LOG), \"ring\" "
+          "(the dirty ring) or \"wp_async\" (userfaultfd WP_ASYNC and PAGEMAP_SCAN; "
+          "uffd_mode None); None: off. Needs passes >= 2: pass 1 populates",
+          choices=("none", "bitmap", "bitmap_manual", "ring", "wp_async"), c_prefix="DIRTY",
+          form="none_choice"),
+    Field("dirty_clear_pages", "u32", 0, "bitmap_manual: KVM_CLEAR_DIRTY_LOG in chunks of "
+          "this many 4 KiB pages, a multiple of 64 (0: the whole memslot at once, as "
+          "dirty_log_perf_test)", min=0, max=LIMITS["MAX_DIRTY_CLEAR_PAGES"],
+          applies=(("dirty_tracking", ("bitmap_manual",)),)),
+    Field("dirty_ring_entries", "u32", 4096, "ring: each vCPU's dirty ring, in entries of "
+          "16 bytes (a power of two, at least a page's worth: 256; the host's "
+          "KVM_CAP_DIRTY_LOG_RING caps the bytes)",
+          min=256, max=LIMITS["MAX_DIRTY_RING_ENTRIES"],
+          applies=(("dirty_tracking", ("ring",)),)),
 )
 
 BY_NAME = {f.name: f for f in FIELDS}

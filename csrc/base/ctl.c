@@ -12,6 +12,7 @@ int ukvm_ctl_init(struct ukvm_ctl *ctl)
 	int ret;
 
 	memset(ctl, 0, sizeof(*ctl));
+	ctl->passes_open = UINT64_MAX;	/* no pass gates unless dirty tracking sets them */
 	ret = pthread_mutex_init(&ctl->lock, NULL);
 	if (ret)
 		return -ret;

@@ -18,6 +18,8 @@ struct ukvm_ctl {
 	pthread_cond_t cond;		/* signalled on every change below */
 	int go;				/* 0 wait, 1 run, -1 give up */
 	uint32_t vcpus_running;
+	/* vCPUs that wait at pass ends (dirty tracking): the passes they may start */
+	uint64_t passes_open;
 	bool failed;
 	bool cancelled;
 	struct ukvm_error error;	/* the first failure */

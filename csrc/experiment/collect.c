@@ -13,6 +13,7 @@
 #include "base/tsc.h"
 #include "base/util.h"
 #include "experiment/collect.h"
+#include "experiment/dirty.h"
 #include "experiment/state.h"
 #include "experiment/stop.h"
 #include "kvm/guest_abi.h"
@@ -389,9 +390,10 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	uint8_t *dirty_map;
 	struct ukvm_verify_params vp = {
 		.filled = exp->filled,
-		.written_visits = exp->passes * (cfg->overlap ? cfg->vcpus : 1),
+		.walkers = cfg->overlap ? cfg->vcpus : 1,
 		.write_pct = cfg->write_percent,
 		.write_key = exp->write_key,
+		.write_rotate = cfg->write_set == UKVM_WRITE_SET_PER_PASS ? GUEST_WRITE_ROTATE : 0,
 		.passes = exp->passes,
 		.unit_size = exp->mem.page_size,
 		/* Before the run: filled (prefault, MINOR's page cache, WP), else empty. */
@@ -563,24 +565,25 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		if ((cfg->overlap && exp->visits) || !res->contents_verified)
 			continue;
 		/* A bad page the guest read explains a bad checksum, and names the page. */
-		if (guest_arg(a, GA_CHECKSUM) != read_sum * exp->passes && res->verified &&
+		if (guest_arg(a, GA_CHECKSUM) != read_sum && res->verified &&
 		    !res->bad_pages) {
 			snprintf(res->verify_message, sizeof(res->verify_message),
 				 "vCPU %u read data other than what was resolved: checksum "
 				 "0x%llx, expected 0x%llx", i,
 				 (unsigned long long)guest_arg(a, GA_CHECKSUM),
-				 (unsigned long long)(read_sum * exp->passes));
+				 (unsigned long long)(read_sum));
 			res->verified = false;
 		}
 	}
-	if (cfg->overlap && exp->visits && checksums != read_sum * exp->passes && res->verified &&
+	if (cfg->overlap && exp->visits && checksums != read_sum && res->verified &&
 	    !res->bad_pages && res->contents_verified) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "the vCPUs read data other than what was resolved: their checksums sum "
 			 "to 0x%llx, expected 0x%llx", (unsigned long long)checksums,
-			 (unsigned long long)(read_sum * exp->passes));
+			 (unsigned long long)(read_sum));
 		res->verified = false;
 	}
+	ukvm_dirty_collect(&exp->dirty, res);
 	res->touched_pages = exp->visits ? exp->touched_pages : exp->region_size / UKVM_PAGE_SIZE;
 	if (cfg->trace_faults && exp->visits) {
 		res->nr_page_visits = exp->region_size / UKVM_PAGE_SIZE;

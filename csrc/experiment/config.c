@@ -325,6 +325,43 @@ static int config_check_resolve(const struct ukvm_config *c, struct ukvm_error *
 	return 0;
 }
 
+/*
+ * Dirty tracking (experiment/dirty.c): pass 1 populates, later passes are
+ * tracked; each mechanism's own constraints.
+ */
+static int config_check_dirty(const struct ukvm_config *c, struct ukvm_error *err)
+{
+	if (c->dirty_tracking == UKVM_DIRTY_NONE)
+		return 0;
+	if (c->passes < 2)
+		BAD("passes: dirty_tracking=%s needs passes >= 2 (pass 1 populates the memory, "
+		    "then each later pass is tracked), not %u; dirty_log_perf_test's -i N is "
+		    "passes=N+1", config_py_dirty_tracking(c->dirty_tracking), c->passes);
+	if (c->uffd_mode == UKVM_UFFD_WP)
+		BAD("dirty_tracking: uffd_mode='wp' write-protects the region for its own "
+		    "snapshot; track dirty pages with uffd_mode None or 'missing' (or use "
+		    "dirty_tracking='wp_async' with uffd_mode None)");
+	if (c->backing == UKVM_BACKING_GUEST_MEMFD)
+		BAD("dirty_tracking: KVM does not log writes to guest_memfd memory; use another "
+		    "backing");
+	if (c->dirty_tracking == UKVM_DIRTY_WP_ASYNC && c->uffd_mode != UKVM_UFFD_NONE)
+		BAD("dirty_tracking: 'wp_async' registers the region with a userfaultfd of its own "
+		    "(WP_ASYNC), and a region has one userfaultfd; use uffd_mode=None with it (the "
+		    "kernel populates pass 1), or another tracker with uffd_mode=%s",
+		    config_py_uffd_mode(c->uffd_mode));
+	if (c->dirty_tracking == UKVM_DIRTY_WP_ASYNC && c->prefault)
+		BAD("dirty_tracking: 'wp_async' with prefault=True: not supported; leave prefault "
+		    "False (pass 1 populates)");
+	if (c->dirty_clear_pages % 64)
+		BAD("dirty_clear_pages: KVM_CLEAR_DIRTY_LOG clears whole 64-page words, so it "
+		    "must be a multiple of 64 (or 0: the whole memslot), not %u",
+		    c->dirty_clear_pages);
+	if (c->dirty_ring_entries & (c->dirty_ring_entries - 1))
+		BAD("dirty_ring_entries: a dirty ring's size is a power of two, not %u; use %u",
+		    c->dirty_ring_entries, 1u << (31 - __builtin_clz(c->dirty_ring_entries)));
+	return 0;
+}
+
 int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 {
 	int ret;
@@ -334,6 +371,7 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 	ret = ret ?: config_check_access(c, err);
 	ret = ret ?: config_check_resolve(c, err);
 	ret = ret ?: config_check_prefetch(c, err);
+	ret = ret ?: config_check_dirty(c, err);
 	if (ret)
 		return ret;
 #ifdef UKVM_TEST_HOOKS

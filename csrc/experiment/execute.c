@@ -12,6 +12,7 @@
 #include "base/thread.h"
 #include "base/tsc.h"
 #include "base/util.h"
+#include "experiment/dirty.h"
 #include "experiment/execute.h"
 #include "experiment/state.h"
 #include "kvm/kvmstats.h"
@@ -44,6 +45,41 @@ static void *execute_vcpu_thread(void *arg)
 	pthread_cond_broadcast(&vcpu->ctl->cond);
 	pthread_mutex_unlock(&vcpu->ctl->lock);
 	return NULL;
+}
+
+/* Under ctl->lock: has every vCPU ended pass `pass` and stopped at its gate? */
+static bool execute_all_at_gate(struct ukvm_experiment *exp, uint64_t pass)
+{
+	uint32_t i;
+
+	for (i = 0; i < exp->cfg.vcpus; i++)
+		if (exp->vcpus[i].at_gate < pass)
+			return false;
+	return true;
+}
+
+/*
+ * Under ctl->lock, with every vCPU waiting at the end of pass `pass`: the
+ * dirty tracker's work for it (dirty.c), without the lock, then the gate
+ * into the next pass opens. 0, or -errno (recorded as the run's failure).
+ */
+static int execute_pass_gate(struct ukvm_experiment *exp, uint64_t pass)
+{
+	struct ukvm_ctl *ctl = &exp->ctl;
+	struct ukvm_error err = { 0 };
+	int ret;
+
+	pthread_mutex_unlock(&ctl->lock);
+	ret = ukvm_dirty_pass_ended(exp, pass, &err);
+	pthread_mutex_lock(&ctl->lock);
+	if (ret) {
+		ukvm_ctl_fail_locked(ctl, &err);
+		return ret;
+	}
+	ctl->passes_open = pass + 1;
+	ukvm_dirty_opened(&exp->dirty, ukvm_now_ns());
+	pthread_cond_broadcast(&ctl->cond);
+	return 0;
 }
 
 int ukvm_execute_run(struct ukvm_experiment *exp, struct ukvm_error *err)
@@ -121,6 +157,14 @@ int ukvm_execute_run(struct ukvm_experiment *exp, struct ukvm_error *err)
 	pthread_cond_broadcast(&ctl->cond);
 	while (ctl->vcpus_running && !ctl->failed) {
 		uint64_t until = exp->deadline_ns;
+
+		/* Dirty tracking: every vCPU at a pass's end waits for the harvest. */
+		if (exp->dirty.kind != UKVM_DIRTY_NONE && ctl->passes_open <= exp->passes &&
+		    execute_all_at_gate(exp, ctl->passes_open)) {
+			if (execute_pass_gate(exp, ctl->passes_open))
+				break;
+			continue;
+		}
 
 		/* guest_timing: a (TSC, CLOCK_MONOTONIC) pair every CLOCK_PAIR_NS */
 		if (timing && (!until || until - ukvm_now_ns() > CLOCK_PAIR_NS))

@@ -20,6 +20,7 @@
 #include "base/util.h"
 #include "experiment/collect.h"
 #include "experiment/config.h"
+#include "experiment/dirty.h"
 #include "experiment/execute.h"
 #include "experiment/setup.h"
 #include "experiment/state.h"
@@ -477,6 +478,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	ukvm_source_init(&exp->source);
 	ukvm_resident_init(&exp->resident);
 	ukvm_pusher_init(&exp->pusher);
+	ukvm_dirty_init(&exp->dirty);
 	ret = ukvm_ctl_init(&exp->ctl);
 	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_mutex_init/pthread_cond_init");
@@ -680,6 +682,7 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 	ukvm_source_init(&exp->source);
 	ukvm_resident_init(&exp->resident);
 	ukvm_pusher_init(&exp->pusher);
+	ukvm_dirty_init(&exp->dirty);
 	ukvm_kvmstats_init(&exp->vm_stats);
 	ret = ukvm_ctl_init(&exp->ctl);
 	if (ret) {
@@ -725,6 +728,9 @@ void ukvm_result_free(struct ukvm_result *res)
 	res->nr_page_visits = 0;
 	free(res->touch_order);
 	res->touch_order = NULL;
+	free(res->dirty_passes);
+	res->dirty_passes = NULL;
+	res->nr_dirty_passes = 0;
 	res->nr_touch_order = 0;
 	res->nr_fault_trace = 0;
 	res->kvm_stat_names = res->vcpu_stat_names = NULL;

@@ -18,6 +18,7 @@
 #include "base/errors.h"
 #include "base/util.h"
 #include "experiment/access.h"
+#include "experiment/dirty.h"
 #include "experiment/setup.h"
 #include "experiment/state.h"
 #include "experiment/stop.h"
@@ -202,6 +203,8 @@ static int setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 		guest_arg(a, GA_PASSES) = exp->passes;
 		guest_arg(a, GA_WRITE_PCT) = cfg->write_percent;
 		guest_arg(a, GA_WRITE_KEY) = exp->write_key;
+		guest_arg(a, GA_WRITE_ROTATE) = cfg->write_set == UKVM_WRITE_SET_PER_PASS ?
+						GUEST_WRITE_ROTATE : 0;
 		guest_arg(a, GA_TIMING) = cfg->guest_timing;
 		setup_guest_order(cfg, i, exp->slice_size / UKVM_PAGE_SIZE, a);
 		if (exp->visits) {
@@ -634,11 +637,17 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 					  exp->mem.hva, err);
 	if (ret)
 		return ret;
+	exp->region_slot = exp->vm.nr_slots - 1;
+	/* Before the vCPUs: the dirty ring can only be had then. */
+	ret = exp->probe ? 0 : ukvm_dirty_setup(exp, err);
+	if (ret)
+		return ret;
 	/* The page source, its cache made cold or warm as late as can be: just before the uffds. */
 	if (exp->probe)
 		return ukvm_source_open(&exp->source, cfg, exp->region_size, err) ?:
 		       setup_uffds(exp, err);
 	ret = setup_vcpus(exp, err);
+	ret = ret ?: ukvm_dirty_setup_vcpus(exp, err);
 #ifdef UKVM_TEST_HOOKS
 	ret = ret ?: setup_guest_injection(exp, err);
 #endif
@@ -816,6 +825,7 @@ void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)
 	free(exp->vcpu_stats);
 	exp->vcpus = NULL;
 	exp->vcpu_stats = NULL;
+	ukvm_dirty_destroy(&exp->dirty);	/* after the vCPUs: their rings point into it */
 	ukvm_kvmstats_close(&exp->vm_stats);
 	ukvm_vm_destroy(&exp->vm);
 	if (!keep_memory)

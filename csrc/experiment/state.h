@@ -27,6 +27,7 @@
 #include "base/ctl.h"
 #include "base/tsc.h"
 #include "base/util.h"
+#include "experiment/dirty.h"
 #include "kvm/kvmstats.h"
 #include "kvm/vcpu.h"
 #include "kvm/vm.h"
@@ -50,6 +51,7 @@ struct ukvm_experiment {
 	struct ukvm_source source;	/* where resolved pages' bytes come from */
 	uint64_t region_gpa;
 	uint64_t region_size;
+	uint32_t region_slot;		/* its memslot */
 	uint64_t slice_size;		/* what one vCPU walks */
 	uint64_t passes;
 	uint64_t write_key;		/* the guest's write-or-read choice, seeded */
@@ -78,6 +80,8 @@ struct ukvm_experiment {
 	struct ukvm_resident resident;
 	/* prefetch background or replay: the pusher thread (pusher.h) */
 	struct ukvm_pusher pusher;
+	/* dirty_tracking: the tracker, its page maps and its records (dirty.h) */
+	struct ukvm_dirty dirty;
 	struct ukvm_vcpu *vcpus;
 	struct ukvm_kvmstats *vcpu_stats;
 	struct ukvm_kvmstats vm_stats;

@@ -87,6 +87,11 @@
 .Lpass\s:
 	cmp	GA_PASSES(%r8), %r12
 	jae	.Lwalked\s
+	/* This pass's write key: GA_WRITE_KEY, turned by the pass number (write_set per_pass). */
+	mov	GA_WRITE_ROTATE(%r8), %rax
+	imul	%r12, %rax
+	xor	GA_WRITE_KEY(%r8), %rax
+	mov	%rax, GA_WRITE_PASS_KEY(%r8)
 	xor	%r13d, %r13d
 	xor	%ebx, %ebx		/* the first step publishes step 0 and sets the first chunk */
 
@@ -102,14 +107,14 @@
 	shl	$12, %rax
 	add	%r9, %rax		/* %rax = the page's address */
 
-	/* Write or read? Decided per page frame, so every vCPU and every pass agree. */
+	/* Write or read? Decided per page frame and pass key, so every vCPU agrees. */
 	cmp	$100, %r15
 	jae	.Lwrite\s
 	test	%r15, %r15
 	jz	.Lread\s
 	mov	%rax, %rsi
 	shr	$12, %rsi
-	xor	GA_WRITE_KEY(%r8), %rsi
+	xor	GA_WRITE_PASS_KEY(%r8), %rsi
 	movabs	$GUEST_HASH_MUL1, %rcx
 	imul	%rcx, %rsi
 	mov	%rsi, %rcx

@@ -30,6 +30,7 @@
 #define GA_LOG_END	0x70	/* timing: the end of the log, for the pre-touch */
 #define GA_SYNC_ROUNDS	0x78	/* timing: clock-sync exits before and after the walk */
 #define GA_LIST		0xb0	/* GUEST_PATTERN_LIST: GA_PAGES u32 page indices, a pass */
+#define GA_WRITE_ROTATE	0xb8	/* write_set per_pass: pass p's key is GA_WRITE_KEY ^ p x this */
 
 /* Written by the guest, at the end of every pass. */
 #define GA_ACCESSES	0x80	/* page accesses so far, all passes */
@@ -40,6 +41,7 @@
 /* Written by the guest during a pass, every GUEST_STEP_CHUNK pages and at
  * its end, for the host's live progress reports. */
 #define GA_STEP		0xa8	/* pages done in the current pass, to the chunk */
+#define GA_WRITE_PASS_KEY 0xc0	/* this pass's write key (GA_WRITE_ROTATE), set at its start */
 #define GUEST_STEP_CHUNK	256
 #define GA_TSC_HIST	0x100	/* timing: 64 counters, [i] counts accesses of 2^i.. cycles */
 
@@ -83,6 +85,12 @@
 #define GUEST_HASH_MUL2	0xd6e8feb86659fd93
 #define GUEST_PERM_MUL1	0x5851f42d4c957f2d
 #define GUEST_PERM_MUL2	0x14057b7ef767814f
+
+/*
+ * write_set per_pass: GA_WRITE_ROTATE's value (odd, so that no two of the
+ * first 2^64 passes share a key); 0 (write_set fixed) keeps one key.
+ */
+#define GUEST_WRITE_ROTATE	0x2545f4914f6cdd1d
 
 /* What a written page's word 0 holds: its guest physical address ^ MAGIC. */
 #define GUEST_WRITE_MAGIC	0x75666664566d5057

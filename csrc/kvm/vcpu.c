@@ -20,6 +20,7 @@
 #include "base/thread.h"
 #include "base/tsc.h"
 #include "base/util.h"
+#include "kvm/dirtylog.h"
 #include "kvm/guest.h"
 #include "kvm/guest_abi.h"
 #include "kvm/vcpu.h"
@@ -46,6 +47,8 @@ void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
 	vcpu->fd = -1;
 	vcpu->cpu = -1;
 	atomic_init(&vcpu->exited, false);
+	atomic_init(&vcpu->ring_full_exits, 0);
+	ukvm_dirty_ring_init(&vcpu->ring);
 	ukvm_tsc_bracket_init(&vcpu->tsc_bracket);
 	ukvm_tsc_bracket_init(&vcpu->tsc_bracket_after);
 }
@@ -152,6 +155,7 @@ int ukvm_vcpu_create(struct ukvm_vm *vm, struct ukvm_vcpu *vcpu, uint32_t index,
 
 void ukvm_vcpu_destroy(struct ukvm_vcpu *vcpu)
 {
+	ukvm_dirty_ring_unmap(&vcpu->ring);
 	if (vcpu->run)
 		munmap(vcpu->run, (size_t)vcpu->vm->run_mmap_size);
 	if (vcpu->fd >= 0)
@@ -412,6 +416,54 @@ static int vcpu_resolve_efault(struct ukvm_vcpu *vcpu)
 	return ret;
 }
 
+/* How often a vCPU at a pass gate looks at stop, besides being woken. */
+#define GATE_POLL_NS	(10 * NSEC_PER_MSEC)
+
+/*
+ * Dirty tracking: the vCPU has ended pass vcpu->passes_seen; it says so and
+ * waits until the controller lets it into the next pass (ctl->passes_open),
+ * or the run stops. 0 either way: the run loop looks at stop next.
+ */
+static int vcpu_wait_at_gate(struct ukvm_vcpu *vcpu)
+{
+	struct ukvm_ctl *ctl = vcpu->ctl;
+	struct timespec ts;
+
+	pthread_mutex_lock(&ctl->lock);
+	vcpu->at_gate = vcpu->passes_seen;
+	pthread_cond_broadcast(&ctl->cond);
+	while (ctl->passes_open <= vcpu->passes_seen && !ukvm_ctl_stopping(ctl)) {
+		ukvm_timespec(&ts, ukvm_deadline_after(GATE_POLL_NS));
+		pthread_cond_timedwait(&ctl->cond, &ctl->lock, &ts);
+	}
+	pthread_mutex_unlock(&ctl->lock);
+	return 0;
+}
+
+/*
+ * KVM_EXIT_DIRTY_RING_FULL: the ring's entries into ring_found, handed back,
+ * and KVM_RESET_DIRTY_RINGS, which re-protects their pages; then the vCPU
+ * can go on. 0, or -errno failed (recorded).
+ */
+static int vcpu_dirty_ring_full(struct ukvm_vcpu *vcpu)
+{
+	struct ukvm_error err = { 0 };
+	int ret;
+
+	if (!vcpu->ring.gfns) {
+		vcpu_fail_exit(vcpu, "a dirty ring full exit, with no dirty ring");
+		return -EPROTO;
+	}
+	atomic_fetch_add(&vcpu->ring_full_exits, 1);
+	ukvm_dirty_ring_harvest(&vcpu->ring, vcpu->ring_slot, vcpu->ring_pages, vcpu->ring_found,
+				&vcpu->ring_stray);
+	ret = ukvm_dirtylog_ring_reset(vcpu->vm->vm_fd, &err);
+	if (ret)
+		ukvm_ctl_fail(vcpu->ctl, err.kind, err.errnum, "vCPU %u, its dirty ring full: %s",
+			      vcpu->index, err.message);
+	return ret;
+}
+
 /*
  * Handles one return from KVM_RUN: 0 (vcpu->done set once the guest has
  * finished its walk), or -errno failed (recorded as the run's failure).
@@ -444,7 +496,7 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 			if (vcpu->passes_seen < vcpu->passes)
 				vcpu->pass_end_ns[vcpu->passes_seen] = ukvm_now_ns();
 			vcpu->passes_seen++;
-			return 0;
+			return vcpu->gated ? vcpu_wait_at_gate(vcpu) : 0;
 		}
 		if (run->io.port == UKVM_PORT_DONE) {
 			/* The walk ended with the last pass: one clock for both. */
@@ -460,6 +512,8 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 		break;
 	case KVM_EXIT_INTR:
 		return 0;
+	case KVM_EXIT_DIRTY_RING_FULL:
+		return vcpu_dirty_ring_full(vcpu);
 	case KVM_EXIT_MMIO:
 		if (vcpu->resolve_fault)
 			return vcpu_complete_fault_mmio(vcpu);

@@ -15,6 +15,7 @@
 #include "base/ctl.h"
 #include "base/thread.h"
 #include "base/tsc.h"
+#include "kvm/dirtylog.h"
 #include "kvm/vm.h"
 #include "ukvm.h"
 
@@ -59,6 +60,24 @@ struct ukvm_vcpu {
 		UKVM_EFAULT_BY_REGS,	/* the walk's access at %rip, its page in %rax */
 	} efault_named;
 	bool done;
+	/*
+	 * Dirty tracking: at the end of each pass the vCPU waits until
+	 * ctl->passes_open lets it into the next (the controller harvests
+	 * meanwhile); at_gate (under ctl->lock) is the pass it has ended.
+	 */
+	bool gated;
+	uint64_t at_gate;
+	/*
+	 * dirty_tracking ring: the vCPU's dirty ring, mapped; a
+	 * KVM_EXIT_DIRTY_RING_FULL is handled here, harvesting the ring into
+	 * ring_found (ring_pages bits, for memslot ring_slot) and resetting.
+	 */
+	struct ukvm_dirty_ring ring;
+	_Atomic uint64_t *ring_found;
+	uint32_t ring_slot;
+	uint64_t ring_pages;
+	atomic_uint_fast64_t ring_full_exits;
+	uint64_t ring_stray;		/* entries of no page ring_found covers */
 	uint64_t *pass_end_ns;		/* one per pass, freed by destroy */
 	uint64_t passes;
 	uint64_t passes_seen;

@@ -33,6 +33,7 @@ enum result_type {
 	R_FAULT_TRACE,	/* ukvm_result.fault_trace (NULL: None), nr_fault_trace: columns */
 	R_VCPUS,	/* ukvm_result.vcpus, nr_vcpus */
 	R_READERS,	/* ukvm_result.readers, nr_readers */
+	R_DIRTY_PASSES,	/* ukvm_result.dirty_passes, nr_dirty_passes */
 };
 
 struct result_field {
@@ -48,6 +49,7 @@ _Static_assert(sizeof(enum ukvm_clock_sync) == sizeof(int) &&
 #define RES(name, type)	  { #name, type, offsetof(struct ukvm_result, name), 0 }
 #define VCPU(name, type)  { #name, type, offsetof(struct ukvm_vcpu_result, name), 0 }
 #define READER(name, type) { #name, type, offsetof(struct ukvm_reader_result, name), 0 }
+#define DIRTY(name, type) { #name, type, offsetof(struct ukvm_dirty_pass, name), 0 }
 #define TRACE(name, type) { #name, type, offsetof(struct ukvm_fault_record, name), 0 }
 #define ARRAY(s, name)	  { #name, R_U64_ARRAY, offsetof(struct s, name), \
 			    sizeof(((struct s *)0)->name) / sizeof(uint64_t) }
@@ -80,6 +82,9 @@ static const struct result_field result_fields[] = {
 	RES(readers, R_READERS),
 	RES(kvm_stats, R_KVM_STATS),
 	RES(dirty_pages, R_U64),
+	RES(dirty_passes, R_DIRTY_PASSES),
+	RES(dirty_enable_ns, R_U64),
+	RES(dirty_disable_ns, R_U64),
 	RES(source, R_ENUM),
 	RES(source_cached_pages_at_start, R_U64),
 	RES(touched_pages, R_U64),
@@ -156,6 +161,18 @@ static const struct result_field reader_fields[] = {
 	READER(queue_latency, R_HIST),
 	READER(source_bytes, R_U64),
 	READER(source_ns, R_U64),
+};
+
+static const struct result_field dirty_pass_fields[] = {
+	DIRTY(iteration, R_U32),
+	DIRTY(start_ns, R_U64),
+	DIRTY(dirty_ns, R_U64),
+	DIRTY(harvest_ns, R_U64),
+	DIRTY(reprotect_ns, R_U64),
+	DIRTY(found_pages, R_U64),
+	DIRTY(written_pages, R_U64),
+	DIRTY(excess_pages, R_U64),
+	DIRTY(ring_full_exits, R_U64),
 };
 
 /* The fault trace's columns, one list each, in ukvm_fault_record's order. */
@@ -316,6 +333,10 @@ static PyObject *field_value(const void *base, const struct result_field *f,
 		return table_list(res->readers, res->nr_readers, sizeof(*res->readers),
 				  reader_fields, sizeof(reader_fields) / sizeof(reader_fields[0]),
 				  res);
+	case R_DIRTY_PASSES:
+		return table_list(res->dirty_passes, res->nr_dirty_passes,
+				  sizeof(*res->dirty_passes), dirty_pass_fields,
+				  sizeof(dirty_pass_fields) / sizeof(dirty_pass_fields[0]), res);
 	}
 	PyErr_Format(PyExc_SystemError, "result field %s: no conversion", f->name);
 	return NULL;

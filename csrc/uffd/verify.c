@@ -46,10 +46,29 @@ bool ukvm_guest_touches(const struct ukvm_verify_params *p, uint64_t gpa)
 	return !p->visits || p->visits[(gpa - p->gpa) / UKVM_PAGE_SIZE];
 }
 
-/* Does the guest write the page at gpa? Touched, and chosen for writes. */
+uint64_t ukvm_guest_write_passes(const struct ukvm_verify_params *p, uint64_t gpa)
+{
+	uint64_t pass, n = 0;
+
+	if (!ukvm_guest_touches(p, gpa))
+		return 0;
+	if (!p->write_rotate)
+		return guest_writes_page(gpa, p->write_pct, p->write_key) ? p->passes : 0;
+	for (pass = 0; pass < p->passes; pass++)
+		n += guest_writes_page(gpa, p->write_pct, p->write_key ^ pass * p->write_rotate);
+	return n;
+}
+
+bool ukvm_guest_writes_in_pass(const struct ukvm_verify_params *p, uint64_t gpa, uint64_t pass)
+{
+	return ukvm_guest_touches(p, gpa) &&
+	       guest_writes_page(gpa, p->write_pct, p->write_key ^ pass * p->write_rotate);
+}
+
+/* Does the guest write the page at gpa in any pass? Touched, and chosen for writes. */
 static bool guest_writes(const struct ukvm_verify_params *p, uint64_t gpa)
 {
-	return ukvm_guest_touches(p, gpa) && guest_writes_page(gpa, p->write_pct, p->write_key);
+	return ukvm_guest_write_passes(p, gpa) != 0;
 }
 
 /* How the resident map says the verified range's unit-th page went in. */
@@ -83,7 +102,10 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 		const uint64_t *w = (const uint64_t *)(p->hva + off);
 		uint64_t gpa = p->gpa + off;
 		bool touched = ukvm_guest_touches(p, gpa);
-		bool written = touched && guest_writes_page(gpa, p->write_pct, p->write_key);
+		uint64_t write_passes = ukvm_guest_write_passes(p, gpa);
+		bool written = write_passes != 0;
+		/* One pass's accesses to the page: its visits, else one per walking vCPU. */
+		uint64_t per_pass = p->visits ? p->visits[off / UKVM_PAGE_SIZE] : p->walkers;
 		const uint64_t *ref;
 		const char *data;
 		uint64_t want0, want1, want2, writes;
@@ -132,8 +154,7 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 		if (ctl && off % VERIFY_CHECK_EVERY == 0 && ukvm_ctl_aborted(ctl))
 			return bad;
 
-		writes = !written ? 0 : p->visits ? p->visits[off / UKVM_PAGE_SIZE] * p->passes
-						  : p->written_visits;
+		writes = write_passes * per_pass;
 		if (from_file) {
 			/* source file: the page is the file's, the guest's writes aside. */
 			want0 = written ? gpa ^ GUEST_WRITE_MAGIC : ref[0];
@@ -144,8 +165,10 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 			want1 = filled ? gpa : 0;
 			want2 = writes;
 		}
-		if (touched && !written)
-			sum += want1 * (p->visits ? p->visits[off / UKVM_PAGE_SIZE] : 1);
+		/* Each vCPU sums its own reads (with visits: all vCPUs' together). */
+		if (touched)
+			sum += want1 * (p->visits ? p->visits[off / UKVM_PAGE_SIZE] : 1) *
+			       (p->passes - write_passes);
 
 		if (w[0] != want0) {
 			bad++;

@@ -21,14 +21,15 @@ struct ukvm_verify_params {
 	 * plus the writes), or NULL: the synthetic fill (fill.h).
 	 */
 	const uint8_t *expect;
-	uint64_t written_visits;	/* what word 2 of every written page holds */
+	uint64_t walkers;		/* vCPUs that walk each page (overlap: all), without visits */
 	uint64_t write_pct;
 	uint64_t write_key;
+	uint64_t write_rotate;		/* write_set per_pass: guest_abi.h's GUEST_WRITE_ROTATE, else 0 */
 	/*
 	 * touch_percent, access zipf: the accesses in one pass to each 4 KiB
 	 * page from gpa, all vCPUs together (a page with none is untouched);
-	 * a written page's word 2 holds its count x passes. NULL: every page
-	 * is touched and written_visits applies.
+	 * a written page's word 2 holds its count x the passes that write it.
+	 * NULL: every page is touched, walkers times a pass.
 	 */
 	const uint32_t *visits;
 	uint64_t passes;
@@ -46,9 +47,6 @@ struct ukvm_verify_params {
 	uint64_t installed_first;
 };
 
-/* Does the guest touch the page at gpa (p->gpa <= gpa < p->gpa + p->size)? */
-bool ukvm_guest_touches(const struct ukvm_verify_params *p, uint64_t gpa);
-
 /*
  * Does the guest touch the 4 KiB page at gpa (in p's region) at all? The
  * guest's access set is deterministic (its pattern, seed and parameters).
@@ -56,10 +54,18 @@ bool ukvm_guest_touches(const struct ukvm_verify_params *p, uint64_t gpa);
 bool ukvm_guest_touches(const struct ukvm_verify_params *p, uint64_t gpa);
 
 /*
+ * The passes in which the guest writes the 4 KiB page at gpa (0: it never
+ * does), and whether it writes it in pass number pass (0-based), as guest.S
+ * decides: per page frame, with the pass's write key (write_set).
+ */
+uint64_t ukvm_guest_write_passes(const struct ukvm_verify_params *p, uint64_t gpa);
+bool ukvm_guest_writes_in_pass(const struct ukvm_verify_params *p, uint64_t gpa, uint64_t pass);
+
+/*
  * Returns the number of bad pages and describes the first in msg. read_sum
  * gets the sum of word 1 over the pages the guest reads, each times its
- * visits (p->visits, else once): one pass's checksum (with visits and
- * overlap, all vCPUs' together).
+ * visits (p->visits, else once) in every pass that reads it: a vCPU's
+ * checksum over all passes (with visits and overlap, all vCPUs' together).
  * Stops early (with the count so far) once ctl's run is aborted, and at
  * the first page of p->expect the file no longer has (truncated under its
  * mapping: counted bad, msg says so; read with base/mapguard.h's guard).

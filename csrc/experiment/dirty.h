@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Dirty tracking as an experiment (dirty.c): pass 1 populates; at its end
+ * tracking is turned on, and at the end of every later pass, the vCPUs
+ * waiting, the host harvests what the tracker found, re-protects, and
+ * compares it with the pages the guest wrote by its own count.
+ */
+#ifndef UKVM_EXPERIMENT_DIRTY_H
+#define UKVM_EXPERIMENT_DIRTY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvm/dirtylog.h"
+#include "ukvm.h"
+
+struct ukvm_experiment;
+
+struct ukvm_dirty {
+	enum ukvm_dirty_tracking kind;	/* UKVM_DIRTY_NONE: nothing here is used */
+	struct ukvm_dirty_slot slot;	/* the test region's memslot */
+	uint64_t pages;			/* the region's 4 KiB pages */
+	uint64_t *found;		/* this pass: the tracker's pages (a bit each) */
+	uint64_t *written;		/* this pass: the guest's pages, by its counts */
+	uint32_t *counts;		/* each page's write count (word 2) at the last pass end */
+	int uffd;			/* wp_async: the WP_ASYNC uffd, or -1 */
+	int pagemap_fd;			/* wp_async: /proc/self/pagemap, or -1 */
+	bool acq_rel;			/* ring: KVM_CAP_DIRTY_LOG_RING_ACQ_REL */
+	bool logging;			/* tracking is on */
+	struct ukvm_dirty_pass *passes;	/* one per tracked pass (the result's) */
+	uint32_t nr_passes;
+	uint64_t enable_ns;
+	uint64_t disable_ns;
+	uint64_t pass_start_ns;		/* the gate into the current pass opened */
+};
+
+void ukvm_dirty_init(struct ukvm_dirty *d);
+/*
+ * After the region's memslot and before the vCPUs: the capabilities the
+ * tracker needs (MANUAL_DIRTY_LOG_PROTECT2, the dirty ring), its bitmaps,
+ * and for wp_async its uffd, registered. 0, or -errno with err set
+ * (UKVM_ERR_HOST where this kernel lacks the mechanism).
+ */
+int ukvm_dirty_setup(struct ukvm_experiment *exp, struct ukvm_error *err);
+/* After the vCPUs are made: each one gated at pass ends, and its ring mapped. */
+int ukvm_dirty_setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err);
+/*
+ * Every vCPU has ended pass `pass` (1-based) and waits: turn tracking on
+ * (pass 1), or harvest, re-protect and check pass `pass`, and after the
+ * last, turn tracking off. The controller then lets the vCPUs on
+ * (ukvm_dirty_opened). 0, or -errno with err set: a failed call, or a
+ * tracker that missed a page the guest wrote (-EPROTO).
+ */
+int ukvm_dirty_pass_ended(struct ukvm_experiment *exp, uint64_t pass, struct ukvm_error *err);
+/* The gate into the next pass has opened, at now_ns. */
+void ukvm_dirty_opened(struct ukvm_dirty *d, uint64_t now_ns);
+/* The records into the result (they move: d keeps none). */
+void ukvm_dirty_collect(struct ukvm_dirty *d, struct ukvm_result *res);
+void ukvm_dirty_destroy(struct ukvm_dirty *d);
+
+#endif
