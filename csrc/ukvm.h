@@ -295,6 +295,7 @@ struct ukvm_dirty_pass {
 	uint64_t harvest_ns;	/* KVM_GET_DIRTY_LOG, the rings' harvest, PAGEMAP_SCAN */
 	uint64_t reprotect_ns;	/* KVM_CLEAR_DIRTY_LOG, KVM_RESET_DIRTY_RINGS; 0 where the
 				 * harvest re-protects (bitmap, wp_async) */
+	uint64_t reprotect_calls; /* the ioctls that re-protected (clear chunks; 1 reset) */
 	uint64_t found_pages;	/* 4 KiB pages the tracker reported dirty */
 	uint64_t written_pages;	/* 4 KiB pages the guest wrote, from its own write counts */
 	uint64_t excess_pages;	/* found, not written (by design only: docs/dirty-tracking.md) */

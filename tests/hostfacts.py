@@ -527,6 +527,39 @@ def NO_KVM_STATS():
         return cap <= 0, f"KVM_CHECK_EXTENSION(KVM_CAP_BINARY_STATS_FD) = {cap}"
 
 
+KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 = 168
+KVM_DIRTY_LOG_INITIALLY_SET = 1 << 1
+KVM_CAP_DIRTY_LOG_RING = 192
+KVM_CAP_DIRTY_LOG_RING_ACQ_REL = 223
+
+
+def _vm_cap(cap, name):
+    """A VM's answer to KVM_CHECK_EXTENSION(cap): (value, why) or (None, why)."""
+    with _Fds() as fds:
+        _kvm, vm, why = _create_vm(fds)
+        if vm is None:
+            return None, why
+        value = ioctl(vm, KVM_CHECK_EXTENSION, cap)
+        return value, f"a VM's KVM_CHECK_EXTENSION({name}) = {value}"
+
+
+@fact("no-manual-dirty-log", "this KVM has no KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 with "
+      "KVM_DIRTY_LOG_INITIALLY_SET (Linux 5.8+): dirty_tracking='bitmap_manual' is refused")
+def NO_MANUAL_DIRTY_LOG():
+    value, why = _vm_cap(KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2, "KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2")
+    return value is None or not value & KVM_DIRTY_LOG_INITIALLY_SET, why
+
+
+@fact("no-dirty-ring", "this KVM has no dirty ring (KVM_CAP_DIRTY_LOG_RING, Linux 5.11+ on "
+      "x86): dirty_tracking='ring' is refused")
+def NO_DIRTY_RING():
+    value, why = _vm_cap(KVM_CAP_DIRTY_LOG_RING_ACQ_REL, "KVM_CAP_DIRTY_LOG_RING_ACQ_REL")
+    if value:
+        return False, why
+    value, why = _vm_cap(KVM_CAP_DIRTY_LOG_RING, "KVM_CAP_DIRTY_LOG_RING")
+    return not value, why
+
+
 KVM_CREATE_VCPU = _io(KVMIO, 0x41)
 KVM_GET_DEVICE_ATTR = (1 << 30) | (24 << 16) | (KVMIO << 8) | 0xE2  # _IOW, struct kvm_device_attr
 KVM_VCPU_TSC_CTRL = 0  # the attribute group, and KVM_VCPU_TSC_OFFSET in it (Linux 5.16+)
@@ -1070,8 +1103,12 @@ def facts_for_run(**fields):
         facts.append(NO_1G_GUEST_PAGES)
     if fields.get("wait") == "io_uring" and mode is not None:
         facts += [BUILT_WITHOUT_LIBURING, NO_IO_URING_UFFD]
-    if fields.get("wp_async"):
+    if fields.get("wp_async") or fields.get("dirty_tracking") == "wp_async":
         facts.append(NO_UFFD_WP_ASYNC)
+    if fields.get("dirty_tracking") == "bitmap_manual":
+        facts.append(NO_MANUAL_DIRTY_LOG)
+    if fields.get("dirty_tracking") == "ring":
+        facts.append(NO_DIRTY_RING)
     if fields.get("source_cache") == "cold":
         facts.append(TMPDIR_ON_TMPFS)
     return tuple(facts)

@@ -23,13 +23,14 @@ NOT_HANDED_OVER = {
     "ukvm_result": {
         # Counts of the arrays next to them: the lists have their length.
         "nr_fault_trace", "nr_vcpus", "nr_readers", "nr_kvm_stats", "nr_vcpu_stats",
-        "nr_page_visits", "nr_touch_order",
+        "nr_page_visits", "nr_touch_order", "nr_dirty_passes",
         # The stats' names: the keys of the kvm_stats dicts (the run's and each vCPU's).
         "kvm_stat_names", "vcpu_stat_names",
     },
     "ukvm_vcpu_result": set(),
     "ukvm_reader_result": set(),
     "ukvm_fault_record": set(),
+    "ukvm_dirty_pass": set(),
 }
 
 
@@ -64,7 +65,8 @@ def test_every_member_is_in_the_raw_dict():
     trace's columns). The core is called directly, not through the kvm
     fixture's uffdkvm.run, whose Result may itself trip over a missing key."""
     try:
-        raw = _core.run(core_config(Config(mem_per_vcpu="64K", trace_faults=True)))
+        raw = _core.run(core_config(Config(mem_per_vcpu="64K", trace_faults=True, passes=2,
+                                           dirty_tracking="bitmap")))
     except _core.CoreError as e:
         if e.args[0] == _core.ERR_HOST:
             pytest.skip(f"this host cannot run experiments: {e.args[2]}")
@@ -73,6 +75,7 @@ def test_every_member_is_in_the_raw_dict():
         "ukvm_result": set(raw),
         "ukvm_vcpu_result": set(raw["vcpus"][0]),
         "ukvm_reader_result": set(raw["readers"][0]),
+        "ukvm_dirty_pass": set(raw["dirty_passes"][0]),
         "ukvm_fault_record": set(raw["fault_trace"]),
     }
     dropped = {}

@@ -268,6 +268,21 @@ def cases(snapshot):
                                     lambda raw: raw["pushed_pages"] < raw["pages_per_vcpu"]),
         "replay": (dict(prefetch="replay", replay_from=[3, 1, 2]),
                    lambda raw: raw["pushed_pages"] == 3),
+        # Tracked passes at all: one record for each pass after the first.
+        "dirty_tracking": (dict(dirty_tracking="bitmap", passes=3),
+                           lambda raw: len(raw["dirty_passes"]) == 2),
+        # Each pass its own pages: the counts move (fixed: the same pages each pass).
+        "write_set": (dict(write_set="per_pass", write_percent=50, passes=6, mem_per_vcpu="1M",
+                           dirty_tracking="bitmap"),
+                      lambda raw: len({p["written_pages"] for p in raw["dirty_passes"]}) > 1),
+        # 256 pages cleared 64 at a time: four KVM_CLEAR_DIRTY_LOGs (0: one).
+        "dirty_clear_pages": (dict(dirty_tracking="bitmap_manual", passes=2,
+                                   dirty_clear_pages=64, mem_per_vcpu="1M"),
+                              lambda raw: raw["dirty_passes"][0]["reprotect_calls"] == 4),
+        # Some 1000 writes into 512 entries fill the ring (4096 would not fill).
+        "dirty_ring_entries": (dict(dirty_tracking="ring", passes=2, dirty_ring_entries=512,
+                                    mem_per_vcpu="8M", write_percent=50),
+                               lambda raw: raw["dirty_passes"][0]["ring_full_exits"] > 0),
     }
 
 

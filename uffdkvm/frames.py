@@ -300,10 +300,12 @@ def _aggregates(r: Result, table: str) -> dict[str, Any]:
         if kinds[c] == _DICT:
             peak = _PEAK.search(c) is not None
             out[f"{table}_{c}"] = (max(vs) if vs else math.nan) if peak else sum(vs)
-        else:
+        elif vs or table != "dirty_passes":
             out[f"{table}_{c}"] = sum(vs, zero.get(c, 0))
             out[f"{table}_{c}_min"] = min(vs) if vs else math.nan
             out[f"{table}_{c}_max"] = max(vs) if vs else math.nan
+        else:  # no tracked passes: nothing was found or written, and no extremes
+            out[f"{table}_{c}"] = zero.get(c, 0)
     if "faults" in values and kinds.get("faults") == _FIELD:
         faults = sum(values["faults"])
         for c, vs in values.items():

@@ -169,6 +169,9 @@ class DirtyPass:
                        (bitmap_manual), KVM_RESET_DIRTY_RINGS (ring); 0.0
                        for "bitmap" and "wp_async", whose harvest did it
                        ("clear dirty log time")
+    reprotect_calls    the ioctls that re-protected: one KVM_CLEAR_DIRTY_LOG
+                       per dirty_clear_pages chunk (bitmap_manual), one
+                       KVM_RESET_DIRTY_RINGS (ring), 0 for the others
     found_pages        4 KiB pages the tracker reported dirty
     written_pages      4 KiB pages the guest wrote in the pass, from its own
                        write counts (word 2 of each page); a written page
@@ -185,6 +188,7 @@ class DirtyPass:
     dirty_seconds: float
     harvest_seconds: float
     reprotect_seconds: float
+    reprotect_calls: int
     found_pages: int
     written_pages: int
     excess_pages: int
@@ -381,6 +385,9 @@ class Result:
     page_server    source="remote": the page server's own counters after the
                    run (requests, urgent and background, bytes, queue time
                    beyond its latency), else None
+    region_gpa     the guest physical address where the test region starts
+                   (fault_trace's gpa less this is the offset into the
+                   region); None in JSON from before uffdkvm recorded it
     dirty_passes   dirty_tracking: one DirtyPass per pass after the first
                    (the tracked ones), else empty
     dirty_enable_seconds, dirty_disable_seconds  dirty_tracking: turning it
@@ -527,6 +534,7 @@ class Result:
     readers_with_vcpus: bool | None = None
     reader_wait: str | None = None
     dirty_passes: tuple[DirtyPass, ...] = ()
+    region_gpa: int | None = None
     dirty_enable_seconds: float | None = None
     dirty_disable_seconds: float | None = None
 

@@ -255,11 +255,12 @@ static int dirty_reprotect(struct ukvm_experiment *exp, struct ukvm_dirty_pass *
 #ifdef UKVM_TEST_HOOKS
 	if (dirty_inject(exp, UKVM_INJECT_DIRTY_SKIP_REPROTECT, rec->iteration))
 		return 0;
-#else
-	(void)rec;
 #endif
-	if (d->kind == UKVM_DIRTY_RING)
-		return ukvm_dirtylog_ring_reset(exp->vm.vm_fd, err);
+	if (d->kind == UKVM_DIRTY_RING) {
+		rec->reprotect_calls = 1;
+		ret = ukvm_dirtylog_ring_reset(exp->vm.vm_fd, err);
+		return ret < 0 ? ret : 0;
+	}
 	if (d->kind != UKVM_DIRTY_BITMAP_MANUAL)
 		return 0;	/* re-protected by the harvest */
 	for (first = 0; first < d->pages; first += chunk) {
@@ -267,6 +268,7 @@ static int dirty_reprotect(struct ukvm_experiment *exp, struct ukvm_dirty_pass *
 		ret = ukvm_dirtylog_clear(&d->slot, first, num, d->found, err);
 		if (ret)
 			return ret;
+		rec->reprotect_calls++;
 	}
 	return 0;
 }

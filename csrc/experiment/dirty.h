@@ -11,28 +11,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kvm/dirtylog.h"
 #include "ukvm.h"
 
+struct ukvm_dirty;
 struct ukvm_experiment;
-
-struct ukvm_dirty {
-	enum ukvm_dirty_tracking kind;	/* UKVM_DIRTY_NONE: nothing here is used */
-	struct ukvm_dirty_slot slot;	/* the test region's memslot */
-	uint64_t pages;			/* the region's 4 KiB pages */
-	uint64_t *found;		/* this pass: the tracker's pages (a bit each) */
-	uint64_t *written;		/* this pass: the guest's pages, by its counts */
-	uint32_t *counts;		/* each page's write count (word 2) at the last pass end */
-	int uffd;			/* wp_async: the WP_ASYNC uffd, or -1 */
-	int pagemap_fd;			/* wp_async: /proc/self/pagemap, or -1 */
-	bool acq_rel;			/* ring: KVM_CAP_DIRTY_LOG_RING_ACQ_REL */
-	bool logging;			/* tracking is on */
-	struct ukvm_dirty_pass *passes;	/* one per tracked pass (the result's) */
-	uint32_t nr_passes;
-	uint64_t enable_ns;
-	uint64_t disable_ns;
-	uint64_t pass_start_ns;		/* the gate into the current pass opened */
-};
 
 void ukvm_dirty_init(struct ukvm_dirty *d);
 /*

@@ -27,7 +27,7 @@
 #include "base/ctl.h"
 #include "base/tsc.h"
 #include "base/util.h"
-#include "experiment/dirty.h"
+#include "kvm/dirtylog.h"
 #include "kvm/kvmstats.h"
 #include "kvm/vcpu.h"
 #include "kvm/vm.h"
@@ -38,6 +38,25 @@
 #include "uffd/resident.h"
 #include "uffd/source.h"
 #include "ukvm.h"
+
+/* dirty_tracking: the tracker (experiment/dirty.c), its page maps and its records. */
+struct ukvm_dirty {
+	enum ukvm_dirty_tracking kind;	/* UKVM_DIRTY_NONE: nothing here is used */
+	struct ukvm_dirty_slot slot;	/* the test region's memslot */
+	uint64_t pages;			/* the region's 4 KiB pages */
+	uint64_t *found;		/* this pass: the tracker's pages (a bit each) */
+	uint64_t *written;		/* this pass: the guest's pages, by its counts */
+	uint32_t *counts;		/* each page's write count (word 2) at the last pass end */
+	int uffd;			/* wp_async: the WP_ASYNC uffd, or -1 */
+	int pagemap_fd;			/* wp_async: /proc/self/pagemap, or -1 */
+	bool acq_rel;			/* ring: KVM_CAP_DIRTY_LOG_RING_ACQ_REL */
+	bool logging;			/* tracking is on */
+	struct ukvm_dirty_pass *passes;	/* one per tracked pass (the result's) */
+	uint32_t nr_passes;
+	uint64_t enable_ns;
+	uint64_t disable_ns;
+	uint64_t pass_start_ns;		/* the gate into the current pass opened */
+};
 
 struct ukvm_experiment {
 	struct ukvm_config cfg;
@@ -80,8 +99,7 @@ struct ukvm_experiment {
 	struct ukvm_resident resident;
 	/* prefetch background or replay: the pusher thread (pusher.h) */
 	struct ukvm_pusher pusher;
-	/* dirty_tracking: the tracker, its page maps and its records (dirty.h) */
-	struct ukvm_dirty dirty;
+	struct ukvm_dirty dirty;	/* dirty_tracking (dirty.c) */
 	struct ukvm_vcpu *vcpus;
 	struct ukvm_kvmstats *vcpu_stats;
 	struct ukvm_kvmstats vm_stats;

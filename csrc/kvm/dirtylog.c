@@ -185,5 +185,5 @@ int ukvm_dirtylog_ring_reset(int vm_fd, struct ukvm_error *err)
 
 	if (r < 0)
 		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "KVM_RESET_DIRTY_RINGS");
-	return 0;
+	return r;
 }

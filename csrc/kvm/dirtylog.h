@@ -71,7 +71,10 @@ void ukvm_dirty_ring_unmap(struct ukvm_dirty_ring *ring);
  */
 uint64_t ukvm_dirty_ring_harvest(struct ukvm_dirty_ring *ring, uint32_t slot, uint64_t pages,
 				 _Atomic uint64_t *bitmap, uint64_t *stray);
-/* KVM_RESET_DIRTY_RINGS: re-protects every harvested entry's page, all vCPUs' rings. */
+/*
+ * KVM_RESET_DIRTY_RINGS: re-protects every harvested entry's page, all
+ * vCPUs' rings. The entries it reset (>= 0), or -errno.
+ */
 int ukvm_dirtylog_ring_reset(int vm_fd, struct ukvm_error *err);
 
 #endif

@@ -448,6 +448,7 @@ static int vcpu_wait_at_gate(struct ukvm_vcpu *vcpu)
 static int vcpu_dirty_ring_full(struct ukvm_vcpu *vcpu)
 {
 	struct ukvm_error err = { 0 };
+	uint64_t harvested;
 	int ret;
 
 	if (!vcpu->ring.gfns) {
@@ -455,13 +456,29 @@ static int vcpu_dirty_ring_full(struct ukvm_vcpu *vcpu)
 		return -EPROTO;
 	}
 	atomic_fetch_add(&vcpu->ring_full_exits, 1);
-	ukvm_dirty_ring_harvest(&vcpu->ring, vcpu->ring_slot, vcpu->ring_pages, vcpu->ring_found,
-				&vcpu->ring_stray);
+	harvested = ukvm_dirty_ring_harvest(&vcpu->ring, vcpu->ring_slot, vcpu->ring_pages,
+					    vcpu->ring_found, &vcpu->ring_stray);
 	ret = ukvm_dirtylog_ring_reset(vcpu->vm->vm_fd, &err);
-	if (ret)
+	if (ret < 0) {
 		ukvm_ctl_fail(vcpu->ctl, err.kind, err.errnum, "vCPU %u, its dirty ring full: %s",
 			      vcpu->index, err.message);
-	return ret;
+		return ret;
+	}
+	/*
+	 * Full, and nothing to hand back: KVM filled the ring past its reserve
+	 * (it warns "kvm_dirty_ring_push" in the kernel log) and overwrote
+	 * entries, so the protocol's order is lost and every KVM_RUN would
+	 * exit full again. kvm_pvm was seen to do this with a small ring.
+	 */
+	if (!harvested && !ret) {
+		ukvm_ctl_fail(vcpu->ctl, UKVM_ERR_RUN, EOVERFLOW,
+			      "vCPU %u: its dirty ring is full and holds no entry to harvest: KVM "
+			      "overran the ring's reserve (see the kernel log) and entries are "
+			      "lost; use a larger dirty_ring_entries (%u now)", vcpu->index,
+			      vcpu->ring.entries);
+		return -EOVERFLOW;
+	}
+	return 0;
 }
 
 /*

@@ -169,6 +169,7 @@ static const struct result_field dirty_pass_fields[] = {
 	DIRTY(dirty_ns, R_U64),
 	DIRTY(harvest_ns, R_U64),
 	DIRTY(reprotect_ns, R_U64),
+	DIRTY(reprotect_calls, R_U64),
 	DIRTY(found_pages, R_U64),
 	DIRTY(written_pages, R_U64),
 	DIRTY(excess_pages, R_U64),
