@@ -12,6 +12,8 @@ losing a page, and not re-protecting.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import resources, run_or_skip, run_with_fault
 
@@ -224,3 +226,15 @@ def test_bad_configs_name_the_field(fields, field):
 def test_a_ring_larger_than_the_host_allows_is_a_host_error(kvm):
     with pytest.raises(HostUnsupportedError, match="dirty_ring_entries"):
         uffdkvm.run(**_fields("ring", dirty_ring_entries=1 << 22))
+
+
+def test_a_result_whose_counts_disagree_is_refused(kvm):
+    r = _run("bitmap")
+    d = json.loads(r.to_json())
+    d["dirty_passes"][0]["found_pages"] += 1
+    with pytest.raises(uffdkvm.ResultError, match=r"dirty_passes\[0\]\.found_pages"):
+        Result.from_json(json.dumps(d))
+    d = json.loads(r.to_json())
+    d["dirty_passes"] = d["dirty_passes"][:1]
+    with pytest.raises(uffdkvm.ResultError, match="dirty_passes: 1 records"):
+        Result.from_json(json.dumps(d))

@@ -86,6 +86,15 @@ ENDINGS = {
     "vcpu-thread": lambda: run_with_fault(**TINY, fault="thread_create", after=6),
     "corrupt": lambda: run_with_fault(**TINY, fault="corrupt_page", after=1),
     "timeout-at-once": lambda: uffdkvm.run(**TINY, timeout_s=1e-9),
+    # Dirty tracking: the rings' mappings, the WP_ASYNC uffd and pagemap fd,
+    # and a tracker that loses a page (the run fails at a pass gate).
+    "dirty-ring": lambda: uffdkvm.run(**TINY, passes=3, dirty_tracking="ring",
+                                      dirty_ring_entries=256),
+    "dirty-wp-async": lambda: uffdkvm.run(**TINY, passes=3, dirty_tracking="wp_async",
+                                          uffd_mode=None),
+    "dirty-manual-lost": lambda: run_with_fault(**TINY, passes=3,
+                                                dirty_tracking="bitmap_manual",
+                                                fault="dirty_drop_page", after=1),
 }
 # Slower endings (a stuck vCPU is released 0.5 s into the stop): a few of each.
 SLOW_ENDINGS = {

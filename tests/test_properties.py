@@ -95,6 +95,12 @@ VALID = {
     "remote_latency_us": st.sampled_from([0, 30, 10_000_000]),
     "remote_bandwidth_mbps": st.sampled_from([0, 1, 10_000]),
     "max_inflight": st.sampled_from([0, 1, 64]),
+    "write_set": cased(("fixed", "per_pass")),
+    "dirty_tracking": st.sampled_from([None, None, "bitmap", "Bitmap_Manual", "ring",
+                                       "wp_async"]),
+    "dirty_clear_pages": st.sampled_from([0, 0, 64, 100]),
+    # (kvm_pvm overruns a small ring: docs/dirty-tracking.md)
+    "dirty_ring_entries": st.sampled_from([4096, 4096, 65536, 1000]),
 }
 assert set(VALID) == set(FIELDS), "every Config field has a strategy"
 

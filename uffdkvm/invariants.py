@@ -43,6 +43,11 @@ Its parts:
   verified       a verified run has no bad pages and no message; one that is
                  not has a message
   fault_trace    every column the same length
+  dirty_passes   dirty_tracking: one per pass after the first, iterations 1,
+                 2, ... in order; none without tracking. In each, found_pages
+                 = written_pages + excess_pages (a page written and not found
+                 fails the run, csrc/experiment/dirty.c); without tracking,
+                 dirty_enable_seconds and dirty_disable_seconds are null
 """
 from __future__ import annotations
 
@@ -196,6 +201,24 @@ def _check_readers(r: Any) -> None:
                               f"$.readers[*].prefetch_eexist sum to ({_at_least})")
 
 
+def _check_dirty(r: Any) -> None:
+    tracked = r.config.dirty_tracking is not None
+    want = r.config.passes - 1 if tracked else 0
+    if len(r.dirty_passes) != want:
+        raise ResultError(f"$.dirty_passes: {len(r.dirty_passes)} records, but a run of "
+                          f"{r.config.passes} passes with dirty_tracking="
+                          f"{r.config.dirty_tracking!r} has {want}")
+    if not tracked and (r.dirty_enable_seconds is not None or
+                        r.dirty_disable_seconds is not None):
+        raise ResultError("$.dirty_enable_seconds: set, but the run tracked nothing: null")
+    for i, p in enumerate(r.dirty_passes):
+        if p.iteration != i + 1:
+            raise ResultError(f"$.dirty_passes[{i}].iteration: {p.iteration}, not {i + 1}")
+        _equal(f"$.dirty_passes[{i}].found_pages", p.found_pages,
+               f"$.dirty_passes[{i}].written_pages + excess_pages",
+               p.written_pages + p.excess_pages)
+
+
 def _check_run(r: Any) -> None:
     c = r.config
     if r.pass_seconds and len(r.pass_seconds) != c.passes:
@@ -230,6 +253,7 @@ def _check_run(r: Any) -> None:
                                       r.config.resolver != "readers"):
         raise ResultError("$.reader_wait: set, but the run had no readers (uffd_mode None "
                           "or resolver 'vcpu'): null")
+    _check_dirty(r)
     t = r.fault_trace
     if t is not None:
         lengths = {f.name: len(getattr(t, f.name)) for f in dataclasses.fields(t)
