@@ -147,6 +147,29 @@ struct kvm_stats_desc {
 #define KVM_VCPU_TSC_OFFSET		0
 #endif
 
+/* Linux 5.11: the dirty ring (x86); 6.0: its acquire/release variant. */
+#ifndef KVM_CAP_DIRTY_LOG_RING
+#define KVM_CAP_DIRTY_LOG_RING		192
+#endif
+#ifndef KVM_CAP_DIRTY_LOG_RING_ACQ_REL
+#define KVM_CAP_DIRTY_LOG_RING_ACQ_REL	223
+#endif
+#ifndef KVM_EXIT_DIRTY_RING_FULL
+#define KVM_EXIT_DIRTY_RING_FULL	31
+#endif
+#ifndef KVM_RESET_DIRTY_RINGS
+#define KVM_RESET_DIRTY_RINGS		_IO(KVMIO, 0xc7)
+#define KVM_DIRTY_GFN_F_DIRTY		(1U << 0)
+#define KVM_DIRTY_GFN_F_RESET		(1U << 1)
+struct kvm_dirty_gfn {
+	__u32 flags;
+	__u32 slot;
+	__u64 offset;
+};
+#endif
+/* The ring's pages in the vCPU's mapping, x86's (the generic header's 0 means none). */
+#define UKVM_DIRTY_LOG_PAGE_OFFSET	64
+
 /* Linux 6.8: guest_memfd and the second memslot ioctl (UKVM_ names: the ABI is still moving). */
 #define UKVM_CAP_USER_MEMORY2		231
 #define UKVM_CAP_GUEST_MEMFD		234

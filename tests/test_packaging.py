@@ -276,15 +276,19 @@ NEWER_THAN_5_10 = {
             r"KVM_GET_STATS_FD", r"KVM_STATS_\w+",  # 5.14: binary statistics
             r"KVM_CREATE_GUEST_MEMFD", r"KVM_SET_USER_MEMORY_REGION2", r"KVM_MEM_GUEST_MEMFD",
             r"GUEST_MEMFD_FLAG_\w+", r"KVM_SET_MEMORY_ATTRIBUTES", r"KVM_MEMORY_ATTRIBUTE_\w+",
+            # 5.11: the dirty ring
+            r"KVM_RESET_DIRTY_RINGS", r"KVM_DIRTY_GFN_F_\w+", r"KVM_DIRTY_LOG_PAGE_OFFSET",
         ],
-        "structs": ["kvm_stats_header", "kvm_stats_desc", "kvm_create_guest_memfd",
+        "structs": ["kvm_dirty_gfn", "kvm_stats_header", "kvm_stats_desc",
+                    "kvm_create_guest_memfd",
                     "kvm_userspace_memory_region2", "kvm_memory_attributes"],
         # Numbered after 5.10's last: KVM_CAP_ENFORCE_PV_FEATURE_CPUID 190 and
         # KVM_EXIT_X86_WRMSR 30.
         "numbered_after": {"KVM_CAP_": 190, "KVM_EXIT_": 30},
     },
     "asm/kvm.h": {
-        "defines": [r"KVM_VCPU_TSC_CTRL", r"KVM_VCPU_TSC_OFFSET"],  # 5.16
+        "defines": [r"KVM_VCPU_TSC_CTRL", r"KVM_VCPU_TSC_OFFSET",  # 5.16
+                    r"KVM_DIRTY_LOG_PAGE_OFFSET"],  # 5.11
         "structs": [],
     },
     "bits/mman-linux.h": {  # glibc 2.35 (kernel 5.14)

@@ -209,7 +209,7 @@ def test_seconds_is_upstreams_window_from_thread_creation_to_join(kvm):
 # in Result._from_core), and the fields that come from nowhere else.
 RAW_ONLY = {
     "result": {"threads_start_ns", "threads_joined_ns", "start_ns", "end_ns", "passes",
-               "stats_full", "tsc_khz", "region_bytes", "region_gpa", "resident_tracked",
+               "stats_full", "tsc_khz", "region_bytes", "resident_tracked",
                "touched_units", "pusher_eexist"},
     "vcpu": {"start_ns", "end_ns", "pass_end_ns", "access_cycles", "access_hist"},
     "reader": set(),

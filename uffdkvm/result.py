@@ -178,8 +178,8 @@ class DirtyPass:
                        the tracker missed fails the run
     excess_pages       found but not written: bitmap_manual's first
                        iteration (INITIALLY_SET reports every page), and
-                       with wp_async, huge pages (PAGEMAP_SCAN reports the
-                       whole page); 0 otherwise
+                       with wp_async, hugetlb pages (PAGEMAP_SCAN reports
+                       the whole page); 0 otherwise
     ring_full_exits    ring: KVM_EXIT_DIRTY_RING_FULL exits in the pass, all
                        vCPUs (each vCPU then harvests its own ring and resets)
     """

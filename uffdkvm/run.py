@@ -140,11 +140,22 @@ _BOOKKEEPING_PER_FAULT = {"records": 192, "full": 48, "basic": 48}
 _BOOKKEEPING_FIXED = 8 << 20
 
 
+# dirty_tracking's page maps (csrc/experiment/dirty.c): each page's write
+# count (4 bytes) and two bits (found, written), by their sizes, not measured;
+# and each vCPU's dirty ring, 16 bytes an entry.
+_DIRTY_PER_PAGE = 5
+
+
 def _bookkeeping_bytes(c: Config) -> int:
     kept = "records" if c.stats == "full" and (c.trace_faults or c.guest_timing) else c.stats
+    dirty = 0
+    if c.dirty_tracking is not None:
+        dirty = c.region_bytes // PAGE_SIZE * _DIRTY_PER_PAGE
+        if c.dirty_tracking == "ring":
+            dirty += c.vcpus * c.dirty_ring_entries * 16
     return (c.region_bytes // PAGE_SIZE * _BOOKKEEPING_PER_PAGE[kept]
             + c.region_bytes // BACKING_PAGE_SIZES[c.backing] * _BOOKKEEPING_PER_FAULT[kept]
-            + _BOOKKEEPING_FIXED)
+            + dirty + _BOOKKEEPING_FIXED)
 
 
 def _mib(n: int) -> str:

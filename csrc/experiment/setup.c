@@ -638,8 +638,8 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (ret)
 		return ret;
 	exp->region_slot = exp->vm.nr_slots - 1;
-	/* Before the vCPUs: the dirty ring can only be had then. */
-	ret = exp->probe ? 0 : ukvm_dirty_setup(exp, err);
+	/* Before the vCPUs: the dirty ring can only be had then (a probe asks too). */
+	ret = ukvm_dirty_setup(exp, err);
 	if (ret)
 		return ret;
 	/* The page source, its cache made cold or warm as late as can be: just before the uffds. */
@@ -734,6 +734,8 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 	uint64_t memfd = ukvm_backing_is_shared(cfg->backing) ? 1 : 0;
 	/* source file or remote: the snapshot stays open (remote: mapped to verify against). */
 	uint64_t source = cfg->source != UKVM_SOURCE_SYNTHETIC ? 1 : 0;
+	/* dirty_tracking wp_async: its uffd and /proc/self/pagemap, for the whole run. */
+	uint64_t dirty = cfg->dirty_tracking == UKVM_DIRTY_WP_ASYNC ? 2 : 0;
 	uint64_t pusher = !probe && setup_has_pusher(cfg) ? ukvm_pusher_fds(cfg->source) : 0;
 	uint32_t nr_pools = setup_nr_pools(cfg);
 	uint64_t conns, pools = setup_pool_fds(cfg, probe, nr_pools, &conns);
@@ -763,6 +765,9 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 				      " and an io_uring per reader" : " and an epoll set per reader");
 	if (source && n < why_len)
 		n += (size_t)snprintf(why + n, why_len - n, ", 1 for the source file");
+	if (dirty && n < why_len)
+		n += (size_t)snprintf(why + n, why_len - n, ", 2 for wp_async's uffd and "
+				      "/proc/self/pagemap");
 	if (conns && n < why_len)
 		n += (size_t)snprintf(why + n, why_len - n, ", %llu for page server connections",
 				      (unsigned long long)conns);
@@ -771,7 +776,7 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 				      (unsigned long long)pusher);
 	if (n < why_len)
 		snprintf(why + n, why_len - n, ", 1 while setting up");
-	return 3 + 2 * vcpus + memfd + pools + source + pusher + 1;
+	return 3 + 2 * vcpus + memfd + pools + source + dirty + pusher + 1;
 }
 
 /*

@@ -16,6 +16,7 @@
 #include "base/errors.h"
 #include "base/util.h"
 #include "kvm/dirtylog.h"
+#include "uapi_compat.h"
 
 #define RING_ENTRY_BYTES	sizeof(struct kvm_dirty_gfn)
 
@@ -137,7 +138,7 @@ int ukvm_dirty_ring_map(struct ukvm_dirty_ring *ring, int vcpu_fd, uint32_t entr
 	size_t bytes = (size_t)entries * RING_ENTRY_BYTES;
 	long page = sysconf(_SC_PAGESIZE);
 	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, vcpu_fd,
-		       (off_t)KVM_DIRTY_LOG_PAGE_OFFSET * page);
+		       (off_t)UKVM_DIRTY_LOG_PAGE_OFFSET * page);
 
 	if (p == MAP_FAILED)
 		return ukvm_err_set(err, UKVM_ERR_RUN, errno, "mmap(the vCPU's dirty ring, %zu "

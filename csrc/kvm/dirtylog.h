@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "uapi_compat.h"
 #include "ukvm.h"
 
 /* The memslot as it was added (vm.c), which a flags change must repeat. */

@@ -416,7 +416,11 @@ static int vcpu_resolve_efault(struct ukvm_vcpu *vcpu)
 	return ret;
 }
 
-/* How often a vCPU at a pass gate looks at stop, besides being woken. */
+/*
+ * How often a vCPU at a pass gate looks at stop, besides being woken. The
+ * poll is what releases it when a stop (stop.c) broadcasts before it sets
+ * ctl->stop: keep it.
+ */
 #define GATE_POLL_NS	(10 * NSEC_PER_MSEC)
 
 /*

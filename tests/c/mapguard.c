@@ -293,7 +293,7 @@ int main(void)
 
 	UKT_CASE("verify stops at a page the file no longer has, and says so") {
 		struct ukvm_verify_params p = {
-			.filled = true, .written_visits = 1, .passes = 1, .gpa = 1ULL << 32,
+			.filled = true, .walkers = 1, .passes = 1, .gpa = 1ULL << 32,
 			.size = PAGES * PAGE,
 		};
 		uint8_t *mem = malloc(PAGES * PAGE);
