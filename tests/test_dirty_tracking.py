@@ -235,6 +235,11 @@ def test_a_result_whose_counts_disagree_is_refused(kvm):
     with pytest.raises(uffdkvm.ResultError, match=r"dirty_passes\[0\]\.found_pages"):
         Result.from_json(json.dumps(d))
     d = json.loads(r.to_json())
+    d["dirty_passes"][1]["found_pages"] += 1
+    d["dirty_passes"][1]["excess_pages"] += 1  # a page reported again
+    with pytest.raises(uffdkvm.ResultError, match=r"dirty_passes\[1\]\.excess_pages"):
+        Result.from_json(json.dumps(d))
+    d = json.loads(r.to_json())
     d["dirty_passes"] = d["dirty_passes"][:1]
     with pytest.raises(uffdkvm.ResultError, match="dirty_passes: 1 records"):
         Result.from_json(json.dumps(d))

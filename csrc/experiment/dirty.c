@@ -313,11 +313,14 @@ static int dirty_compare(struct ukvm_experiment *exp, struct ukvm_dirty_pass *re
 	if (missed)
 		return ukvm_err_set(err, UKVM_ERR_RUN, EPROTO, "dirty_tracking='%s' missed %llu of "
 				    "the %llu pages the guest wrote in iteration %u (the first at "
-				    "gpa 0x%llx): the tracker lost writes", dirty_name(d->kind),
+				    "gpa 0x%llx): the tracker lost writes%s", dirty_name(d->kind),
 				    (unsigned long long)missed,
 				    (unsigned long long)rec->written_pages, rec->iteration,
 				    (unsigned long long)(exp->region_gpa + first_missed *
-							 UKVM_PAGE_SIZE));
+							 UKVM_PAGE_SIZE),
+				    d->kind == UKVM_DIRTY_RING ? " (a ring KVM overran, warning "
+				    "kvm_dirty_ring_push in the kernel log, loses entries: use a larger "
+				    "dirty_ring_entries)" : "");
 	return 0;
 }
 
