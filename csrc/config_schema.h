@@ -47,6 +47,10 @@
 #define UKVM_MAX_DIRTY_CLEAR_PAGES	1073741824
 /* a dirty ring's entries at most (KVM caps it lower: KVM_CAP_DIRTY_LOG_RING gives the bytes) */
 #define UKVM_MAX_DIRTY_RING_ENTRIES	16777216
+/* a migration's pre-copy rounds at most */
+#define UKVM_MAX_MIGRATION_ROUNDS	100000
+/* precopy's downtime target at most: an hour */
+#define UKVM_MAX_DOWNTIME_TARGET_MS	3600000
 /* the page server's latency at most: 10 s */
 #define UKVM_MAX_REMOTE_LATENCY_US	10000000
 /* 1 Pbit/s: past any real link */
@@ -82,6 +86,8 @@
 	C(MAX_PREFETCH_BANDWIDTH_MBPS, UKVM_MAX_PREFETCH_BANDWIDTH_MBPS) \
 	C(MAX_DIRTY_CLEAR_PAGES, UKVM_MAX_DIRTY_CLEAR_PAGES) \
 	C(MAX_DIRTY_RING_ENTRIES, UKVM_MAX_DIRTY_RING_ENTRIES) \
+	C(MAX_MIGRATION_ROUNDS, UKVM_MAX_MIGRATION_ROUNDS) \
+	C(MAX_DOWNTIME_TARGET_MS, UKVM_MAX_DOWNTIME_TARGET_MS) \
 	C(MAX_REMOTE_LATENCY_US, UKVM_MAX_REMOTE_LATENCY_US) \
 	C(MAX_REMOTE_BANDWIDTH_MBPS, UKVM_MAX_REMOTE_BANDWIDTH_MBPS) \
 	C(MAX_INFLIGHT, UKVM_MAX_INFLIGHT) \
@@ -263,6 +269,20 @@ enum ukvm_dirty_tracking {
 };
 
 /*
+ * migration: the source side of a live migration, which uffdkvm.migrate() sets
+ * (docs/migration.md): "precopy", "postcopy" or "hybrid"; None: an ordinary run. After pass 1 the
+ * guest keeps walking while the host sends its pages over the modelled link, then stops at a
+ * pass's end
+ */
+enum ukvm_migration {
+	UKVM_MIGRATION_NONE = 0,
+	UKVM_MIGRATION_PRECOPY,
+	UKVM_MIGRATION_POSTCOPY,
+	UKVM_MIGRATION_HYBRID,
+	UKVM_MIGRATION__COUNT
+};
+
+/*
  * Every enum of the config: X(type, field, PREFIX) for the name functions,
  * ukvm_<type>_name(), which config.c defines.
  */
@@ -282,6 +302,7 @@ enum ukvm_dirty_tracking {
 	X(prefetch, prefetch, PREFETCH) \
 	X(write_set, write_set, WRITE_SET) \
 	X(dirty_tracking, dirty_tracking, DIRTY) \
+	X(migration, migration, MIGRATION) \
 
 /* The names of each enum's values, in its order: V(ENUMERATOR, "name", "Python's spelling"). */
 #define UKVM_BACKING_NAMES(V) \
@@ -365,6 +386,12 @@ enum ukvm_dirty_tracking {
 	V(UKVM_DIRTY_RING, "ring", "'ring'") \
 	V(UKVM_DIRTY_WP_ASYNC, "wp_async", "'wp_async'") \
 
+#define UKVM_MIGRATION_NAMES(V) \
+	V(UKVM_MIGRATION_NONE, "none", "None") \
+	V(UKVM_MIGRATION_PRECOPY, "precopy", "'precopy'") \
+	V(UKVM_MIGRATION_POSTCOPY, "postcopy", "'postcopy'") \
+	V(UKVM_MIGRATION_HYBRID, "hybrid", "'hybrid'") \
+
 /* Each backing's page size, the unit its faults are resolved in: P(ENUMERATOR, bytes). */
 #define UKVM_BACKING_PAGE_SIZES(P) \
 	P(UKVM_BACKING_ANONYMOUS, 4096ULL) \
@@ -435,6 +462,13 @@ enum ukvm_dirty_tracking {
 	enum ukvm_dirty_tracking dirty_tracking; \
 	uint32_t dirty_clear_pages; \
 	uint32_t dirty_ring_entries; \
+	enum ukvm_migration migration; \
+	uint32_t max_rounds; \
+	uint32_t downtime_target_ms; \
+	uint32_t precopy_rounds; \
+	uint64_t link_bandwidth_mbps; \
+	uint32_t link_latency_us; \
+	char migration_dump_path[UKVM_SOURCE_PATH_MAX]; \
 
 /*
  * The field table: X(KIND, member, "name", default, min, max, "default").
@@ -490,6 +524,13 @@ enum ukvm_dirty_tracking {
 	X(ENUM, dirty_tracking, "dirty_tracking", UKVM_DIRTY_NONE, 0, 4, "None") \
 	X(U32, dirty_clear_pages, "dirty_clear_pages", 0, 0, 1073741824, "0") \
 	X(U32, dirty_ring_entries, "dirty_ring_entries", 4096, 256, 16777216, "4096") \
+	X(ENUM, migration, "migration", UKVM_MIGRATION_NONE, 0, 3, "None") \
+	X(U32, max_rounds, "max_rounds", 30, 1, 100000, "30") \
+	X(U32, downtime_target_ms, "downtime_target_ms", 300, 0, 3600000, "300") \
+	X(U32, precopy_rounds, "precopy_rounds", 1, 1, 100000, "1") \
+	X(U64, link_bandwidth_mbps, "link_bandwidth_mbps", 1000, 0, 1000000000, "1000") \
+	X(U32, link_latency_us, "link_latency_us", 0, 0, 10000000, "0") \
+	X(STRING, migration_dump_path, "migration_dump_path", 0, 0, 0, "None") \
 
 /*
  * The applies rules: A(KIND, member, "name", default, on, on_type, applies,
@@ -518,5 +559,11 @@ enum ukvm_dirty_tracking {
 	A(PAGES, replay, "replay_from", 0, prefetch, prefetch, (c->prefetch == UKVM_PREFETCH_REPLAY), "prefetch='replay'", "None") \
 	A(U32, dirty_clear_pages, "dirty_clear_pages", 0, dirty_tracking, dirty_tracking, (c->dirty_tracking == UKVM_DIRTY_BITMAP_MANUAL), "dirty_tracking='bitmap_manual'", "0") \
 	A(U32, dirty_ring_entries, "dirty_ring_entries", 4096, dirty_tracking, dirty_tracking, (c->dirty_tracking == UKVM_DIRTY_RING), "dirty_tracking='ring'", "4096") \
+	A(U32, max_rounds, "max_rounds", 30, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY), "migration='precopy'", "30") \
+	A(U32, downtime_target_ms, "downtime_target_ms", 300, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY), "migration='precopy'", "300") \
+	A(U32, precopy_rounds, "precopy_rounds", 1, migration, migration, (c->migration == UKVM_MIGRATION_HYBRID), "migration='hybrid'", "1") \
+	A(U64, link_bandwidth_mbps, "link_bandwidth_mbps", 1000, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY || c->migration == UKVM_MIGRATION_POSTCOPY || c->migration == UKVM_MIGRATION_HYBRID), "migration='precopy' or migration='postcopy' or migration='hybrid'", "1000") \
+	A(U32, link_latency_us, "link_latency_us", 0, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY || c->migration == UKVM_MIGRATION_POSTCOPY || c->migration == UKVM_MIGRATION_HYBRID), "migration='precopy' or migration='postcopy' or migration='hybrid'", "0") \
+	A(STRING, migration_dump_path, "migration_dump_path", 0, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY || c->migration == UKVM_MIGRATION_POSTCOPY || c->migration == UKVM_MIGRATION_HYBRID), "migration='precopy' or migration='postcopy' or migration='hybrid'", "None") \
 
 #endif /* UKVM_CONFIG_SCHEMA_H */

@@ -110,6 +110,13 @@ enum ukvm_inject {
 	 */
 	UKVM_INJECT_DIRTY_DROP_PAGE,
 	UKVM_INJECT_DIRTY_SKIP_REPROTECT,
+	/*
+	 * migration: the tracker never reports 4 KiB page inject_after of the
+	 * region (a tracker blind to it): a write after its send in round 1
+	 * leaves the destination's copy stale, and the check against the
+	 * source's at the stop must fail the run.
+	 */
+	UKVM_INJECT_MIGRATE_BLIND_PAGE,
 	UKVM_INJECT__COUNT
 };
 

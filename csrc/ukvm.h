@@ -302,6 +302,21 @@ struct ukvm_dirty_pass {
 	uint64_t ring_full_exits; /* ring: KVM_EXIT_DIRTY_RING_FULL exits, all vCPUs */
 };
 
+/*
+ * migration: one pre-copy round of the source (experiment/migrate.c), its
+ * vCPUs running. Round 1 sends every page; each later round sends what the
+ * tracker found dirty during the round before.
+ */
+struct ukvm_migration_round {
+	uint32_t round;		/* 1, 2, ... */
+	uint64_t start_ns;	/* the round began (CLOCK_MONOTONIC) */
+	uint64_t send_ns;	/* start_ns to its last page on the link (round 1: after
+				 * re-protecting the whole region) */
+	uint64_t harvest_ns;	/* the harvest and re-protect at its end */
+	uint64_t sent_pages;	/* 4 KiB pages it put on the link */
+	uint64_t dirty_pages;	/* 4 KiB pages the tracker found written during it */
+};
+
 struct ukvm_result {
 	/* demand_paging_test's window: vCPU threads created ... all joined */
 	uint64_t threads_start_ns;
@@ -350,6 +365,25 @@ struct ukvm_result {
 	struct ukvm_dirty_pass *dirty_passes;
 	uint64_t dirty_enable_ns;
 	uint64_t dirty_disable_ns;
+	/*
+	 * migration (experiment/migrate.c): the source's rounds; the stop, at
+	 * the end of pass `passes` of every vCPU; and what it left for post-copy
+	 */
+	uint32_t nr_migration_rounds;
+	struct ukvm_migration_round *migration_rounds;
+	bool migration_converged;	/* the dirty set at the switch-over fit
+					 * downtime_target_ms on the link */
+	uint64_t migration_start_ns;	/* round 1 began (after pass 1) */
+	uint64_t migration_stop_ns;	/* the last source vCPU stopped */
+	uint64_t stopcopy_pages;	/* sent with the vCPUs stopped */
+	uint64_t stopcopy_ns;		/* migration_stop_ns to the last stop-copy page on
+					 * the link, the final harvest included */
+	uint64_t postcopy_pages;	/* never sent, or written since their last send */
+	uint64_t precopy_pages;		/* 4 KiB pages sent while the vCPUs ran, all rounds */
+	/* the pages the destination holds at the stop, each compared with the
+	 * source's page: 4 KiB page indexes, ascending */
+	uint64_t nr_migrated_pages;
+	uint32_t *migrated_pages;
 	enum ukvm_source_kind source;	/* the page source that ran */
 	uint64_t source_cached_pages_at_start; /* source file: its pages in the page cache
 						* as the vCPUs started (mincore) */

@@ -527,6 +527,13 @@ class Config:
         dirty_tracking: str | None
         dirty_clear_pages: int
         dirty_ring_entries: int
+        migration: str | None
+        max_rounds: int
+        downtime_target_ms: int
+        precopy_rounds: int
+        link_bandwidth_mbps: int
+        link_latency_us: int
+        migration_dump_path: str | None
 
         def __init__(
             self,
@@ -581,6 +588,13 @@ class Config:
             dirty_tracking: str | None = ...,
             dirty_clear_pages: SupportsIndex = ...,
             dirty_ring_entries: SupportsIndex = ...,
+            migration: str | None = ...,
+            max_rounds: SupportsIndex = ...,
+            downtime_target_ms: SupportsIndex = ...,
+            precopy_rounds: SupportsIndex = ...,
+            link_bandwidth_mbps: SupportsIndex = ...,
+            link_latency_us: SupportsIndex = ...,
+            migration_dump_path: str | os.PathLike[str] | None = ...,
         ) -> None: ...
     # END GENERATED
 

@@ -58,7 +58,7 @@ RESULT_RENAMES = {
     "page_size": "page_size_bytes",
 }
 # Per-thread columns that identify a thread rather than measure it.
-IDENTIFIERS = frozenset({"index", "uffd", "tid", "iteration"})
+IDENTIFIERS = frozenset({"index", "uffd", "tid", "iteration", "round"})
 
 # How a column came to be, which decides how to_frame summarises it.
 _FIELD, _DICT, _NESTED = "field", "dict", "nested"
@@ -300,11 +300,11 @@ def _aggregates(r: Result, table: str) -> dict[str, Any]:
         if kinds[c] == _DICT:
             peak = _PEAK.search(c) is not None
             out[f"{table}_{c}"] = (max(vs) if vs else math.nan) if peak else sum(vs)
-        elif vs or table != "dirty_passes":
+        elif vs or table not in ("dirty_passes", "migration_rounds"):
             out[f"{table}_{c}"] = sum(vs, zero.get(c, 0))
             out[f"{table}_{c}_min"] = min(vs) if vs else math.nan
             out[f"{table}_{c}_max"] = max(vs) if vs else math.nan
-        else:  # no tracked passes: nothing was found or written, and no extremes
+        else:  # no tracked passes or rounds: nothing was found or sent, and no extremes
             out[f"{table}_{c}"] = zero.get(c, 0)
     if "faults" in values and kinds.get("faults") == _FIELD:
         faults = sum(values["faults"])

@@ -196,6 +196,39 @@ class DirtyPass:
 
 
 @dataclass(frozen=True)
+class MigrationRound:
+    """One pre-copy round of a migration's source (Config.migration), its
+    vCPUs running (docs/migration.md). Round 1 sends every page; each later
+    round sends the pages the tracker found written during the one before.
+
+    round            1, 2, ...
+    send_seconds     its pages onto the link, paced to link_bandwidth_mbps
+                     (round 1: after re-protecting the whole region)
+    harvest_seconds  the tracker's harvest and re-protect at its end
+    sent_pages       4 KiB pages it sent
+    dirty_pages      4 KiB pages the tracker found written during it: the
+                     next round's, or at the switch-over the start of the
+                     stop-copy (or of what post-copy fetches)
+    """
+
+    round: int
+    send_seconds: float
+    harvest_seconds: float
+    sent_pages: int
+    dirty_pages: int
+
+    @property
+    def seconds(self) -> float:
+        """The round, end to end: sending, then the harvest."""
+        return self.send_seconds + self.harvest_seconds
+
+    @property
+    def dirty_rate(self) -> float:
+        """Pages the guest dirtied per second of the round (0.0 for an instant one)."""
+        return self.dirty_pages / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class ReaderStats:
     """One reader thread of one uffd.
 
@@ -346,6 +379,9 @@ class Result:
     kvm_run_seconds  the narrower window: the first KVM_RUN of any vCPU to
                    the last vCPU reporting done (thread start-up and joining
                    left out)
+    startup_seconds  the first vCPU thread's creation to the first KVM_RUN of
+                   any vCPU (a migration's destination: its vCPUs' start,
+                   in the downtime)
     faults         faults resolved by all readers (EEXIST not counted; see
                    ``eexist`` for those); with uffd_mode="wp", write-protect
                    faults: one per page the guest writes (write_percent),
@@ -396,6 +432,23 @@ class Result:
                    region) and off after the last pass, as
                    dirty_log_perf_test's "Enabling/Disabling dirty logging
                    time"; None without tracking
+    migration_rounds  migration (the source side, docs/migration.md): one
+                   MigrationRound per pre-copy round, else empty
+    migration_converged  migration: the pages still dirty at the switch-over
+                   could cross the link within downtime_target_ms (always
+                   False for postcopy, which sends nothing first); else None
+    precopy_seconds  migration: round 1's start to the source's stop (the
+                   last vCPU at the end of its pass); 0.0 for postcopy
+    stopcopy_seconds  migration: the stop to the last stop-copy page on the
+                   link, the final harvest included (the source's share of
+                   the downtime; the link's latency is not in it)
+    precopy_pages, stopcopy_pages  migration: 4 KiB pages sent while the
+                   vCPUs ran (all rounds) and with them stopped
+    postcopy_pages migration: 4 KiB pages the destination does not hold at
+                   the stop (never sent, or written since): post-copy's
+    migrated_pages migration: the 4 KiB pages (indices from the region's
+                   start) the destination holds at the stop, each compared
+                   byte for byte with the source's then
     dirty_pages    wp_async: the pages PAGEMAP_SCAN found written (their
                    uffd-wp bit cleared by the kernel on the first write);
                    verification checks they are exactly the pages the guest
@@ -504,6 +557,7 @@ class Result:
     fault_trace: FaultTrace | None = field(default=None, repr=False)
     host: HostInfo | None = field(default=None, repr=False)
     kvm_run_seconds: float | None = None
+    startup_seconds: float | None = None
     clock_sync: str | None = None
     clock_error_ns: float | None = None
     misordered_faults: int | None = None
@@ -537,6 +591,14 @@ class Result:
     region_gpa: int | None = None
     dirty_enable_seconds: float | None = None
     dirty_disable_seconds: float | None = None
+    migration_rounds: tuple[MigrationRound, ...] = ()
+    migration_converged: bool | None = None
+    precopy_seconds: float | None = None
+    stopcopy_seconds: float | None = None
+    precopy_pages: int | None = None
+    stopcopy_pages: int | None = None
+    postcopy_pages: int | None = None
+    migrated_pages: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -706,6 +768,9 @@ class Result:
                       *_unless(config.wp_async, "dirty_pages"),
                       *_unless(config.dirty_tracking is not None, "dirty_enable_seconds",
                                "dirty_disable_seconds"),
+                      *_unless(config.migration is not None, "migration_converged",
+                               "precopy_seconds", "stopcopy_seconds", "precopy_pages",
+                               "stopcopy_pages", "postcopy_pages"),
                       *_unless(raw["source"] == _core.SOURCE_FILE,
                                "source_cached_pages_at_start"),
                       *_unless(tracked, "prefetched_pages", "pushed_pages",
@@ -722,10 +787,11 @@ class Result:
             for r in raw["readers"])
         trace = raw["fault_trace"]
         dirty_passes = tuple(_from_raw(DirtyPass, p) for p in raw["dirty_passes"])
+        rounds = tuple(_from_raw(MigrationRound, r) for r in raw["migration_rounds"])
         return _from_raw(
             cls, raw, unmeasured, **times, config=config, vcpus=vcpus, readers=readers,
             host=None, page_server=None, source=_SOURCE_NAMES[raw["source"]],
-            dirty_passes=dirty_passes,
+            dirty_passes=dirty_passes, migration_rounds=rounds,
             fault_trace=None if trace is None else FaultTrace(
                 **{name: tuple(column) for name, column in trace.items()},
                 start_ns=raw["threads_start_ns"]),
@@ -782,6 +848,7 @@ def _times(raw: dict[str, Any]) -> dict[str, Any]:
     seconds          demand_paging_test's window: the vCPU threads' creation
                      to their join
     kvm_run_seconds  the first KVM_RUN of any vCPU to the last vCPU done
+    startup_seconds  the vCPU threads' creation to that first KVM_RUN
     pass_seconds     pass p: the first vCPU starting it to the last ending it
                      (under dirty tracking, from the vCPUs' release into it)
     paging_rate      pages_per_vcpu * vcpus / seconds; with several passes over
@@ -801,7 +868,11 @@ def _times(raw: dict[str, Any]) -> dict[str, Any]:
     pages = raw["pages_per_vcpu"] * len(raw["vcpus"])
     return {
         "seconds": seconds,
+        # migration: round 1's start to the stop (postcopy: the stop, no rounds)
+        **({"precopy_seconds": (raw["migration_stop_ns"] - raw["migration_start_ns"]) * NS}
+           if raw["migration_stop_ns"] else {}),
         "kvm_run_seconds": (raw["end_ns"] - raw["start_ns"]) * NS,
+        "startup_seconds": (raw["start_ns"] - raw["threads_start_ns"]) * NS,
         "pass_seconds": tuple((max(e[p] for e in ends) - min(s[p] for s in starts)) * NS
                               for p in range(raw["passes"])),
         "paging_rate": pages / paging_seconds if paging_seconds > 0 else 0.0,

@@ -136,6 +136,8 @@ CONSTANTS = (
      "pages"),
     ("MAX_DIRTY_RING_ENTRIES", 1 << 24, "a dirty ring's entries at most (KVM caps it lower: "
      "KVM_CAP_DIRTY_LOG_RING gives the bytes)"),
+    ("MAX_MIGRATION_ROUNDS", 100_000, "a migration's pre-copy rounds at most"),
+    ("MAX_DOWNTIME_TARGET_MS", 3_600_000, "precopy's downtime target at most: an hour"),
     ("MAX_REMOTE_LATENCY_US", 10_000_000, "the page server's latency at most: 10 s"),
     ("MAX_REMOTE_BANDWIDTH_MBPS", 1_000_000_000, "1 Pbit/s: past any real link"),
     ("MAX_INFLIGHT", 1_000_000, "requests the page server serves at once at most"),
@@ -155,6 +157,8 @@ LIMITS: dict[str, int] = {name: value for name, value, _ in CONSTANTS}
 _U32_MAX, _U64_MAX = (1 << 32) - 1, (1 << 64) - 1
 _READERS_ONLY = (("resolver", ("readers",)),)
 _REMOTE_ONLY = (("source", ("remote",)),)
+_MIGRATING = (("migration", ("precopy", "postcopy", "hybrid")),)
+_PRECOPY_ONLY = (("migration", ("precopy",)),)
 
 # In Config's order (its positional order, kept as it was); struct
 # ukvm_config's members follow the same order.
@@ -317,6 +321,34 @@ FIELDS: tuple[Field, ...] = (
           "KVM_CAP_DIRTY_LOG_RING caps the bytes)",
           min=256, max=LIMITS["MAX_DIRTY_RING_ENTRIES"],
           applies=(("dirty_tracking", ("ring",)),)),
+    Field("migration", "enum", None, "the source side of a live migration, which "
+          "uffdkvm.migrate() sets (docs/migration.md): \"precopy\", \"postcopy\" or "
+          "\"hybrid\"; None: an ordinary run. After pass 1 the guest keeps walking while "
+          "the host sends its pages over the modelled link, then stops at a pass's end",
+          choices=("none", "precopy", "postcopy", "hybrid"), c_prefix="MIGRATION",
+          form="none_choice"),
+    Field("max_rounds", "u32", 30, "precopy: the rounds at most; a dirty set that never "
+          "fits downtime_target_ms is sent with the vCPUs stopped after the last "
+          "(converged False)", min=1, max=LIMITS["MAX_MIGRATION_ROUNDS"],
+          applies=_PRECOPY_ONLY),
+    Field("downtime_target_ms", "u32", 300, "precopy: switch over once the pages still "
+          "dirty can be sent in this long at link_bandwidth_mbps, with link_latency_us "
+          "(QEMU's downtime-limit)", min=0, max=LIMITS["MAX_DOWNTIME_TARGET_MS"],
+          applies=_PRECOPY_ONLY),
+    Field("precopy_rounds", "u32", 1, "hybrid: the pre-copy rounds before the switch-over; "
+          "what is still dirty then is post-copied", min=1,
+          max=LIMITS["MAX_MIGRATION_ROUNDS"], applies=(("migration", ("hybrid",)),)),
+    Field("link_bandwidth_mbps", "u64", 1000, "the migration link, 10^6 bits/s: the source "
+          "paces its sends to it, and the destination's page server serves post-copy "
+          "faults over it (0: unlimited)", min=0,
+          max=LIMITS["MAX_REMOTE_BANDWIDTH_MBPS"], applies=_MIGRATING),
+    Field("link_latency_us", "u32", 0, "the migration link's one-way latency: a page "
+          "arrives this long after it is sent, and each post-copy fetch waits it",
+          min=0, max=LIMITS["MAX_REMOTE_LATENCY_US"], applies=_MIGRATING),
+    Field("migration_dump_path", "string", None, "where the source writes its memory at "
+          "the stop, the destination's page source (migrate() makes one in a private "
+          "temporary directory; guest memory: keep it private)", form="path",
+          size="SOURCE_PATH_MAX", applies=_MIGRATING),
 )
 
 BY_NAME = {f.name: f for f in FIELDS}

@@ -13,6 +13,7 @@ int ukvm_ctl_init(struct ukvm_ctl *ctl)
 
 	memset(ctl, 0, sizeof(*ctl));
 	ctl->passes_open = UINT64_MAX;	/* no pass gates unless dirty tracking sets them */
+	ctl->passes_end = UINT64_MAX;
 	ret = pthread_mutex_init(&ctl->lock, NULL);
 	if (ret)
 		return -ret;

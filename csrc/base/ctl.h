@@ -20,6 +20,8 @@ struct ukvm_ctl {
 	uint32_t vcpus_running;
 	/* vCPUs that wait at pass ends (dirty tracking): the passes they may start */
 	uint64_t passes_open;
+	/* migration: a vCPU at the gate of this pass or later leaves (the source stopped) */
+	uint64_t passes_end;
 	bool failed;
 	bool cancelled;
 	struct ukvm_error error;	/* the first failure */

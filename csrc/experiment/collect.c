@@ -14,6 +14,7 @@
 #include "base/util.h"
 #include "experiment/collect.h"
 #include "experiment/dirty.h"
+#include "experiment/migrate.h"
 #include "experiment/state.h"
 #include "experiment/stop.h"
 #include "kvm/guest_abi.h"
@@ -584,6 +585,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		res->verified = false;
 	}
 	ukvm_dirty_collect(&exp->dirty, res);
+	ukvm_migrate_collect(&exp->migrate, res);
 	res->touched_pages = exp->visits ? exp->touched_pages : exp->region_size / UKVM_PAGE_SIZE;
 	if (cfg->trace_faults && exp->visits) {
 		res->nr_page_visits = exp->region_size / UKVM_PAGE_SIZE;

@@ -362,6 +362,30 @@ static int config_check_dirty(const struct ukvm_config *c, struct ukvm_error *er
 	return 0;
 }
 
+/* migration: the source's rules (experiment/migrate.c). */
+static int config_check_migration(const struct ukvm_config *c, struct ukvm_error *err)
+{
+	if (c->migration == UKVM_MIGRATION_NONE)
+		return 0;
+	if (c->uffd_mode != UKVM_UFFD_NONE)
+		BAD("migration: the source's memory is its own (pass 1 populates it): use "
+		    "uffd_mode=None on the source; the destination's faults are migrate()'s");
+	if (c->passes < 2)
+		BAD("passes: migration needs passes >= 2 (pass 1 populates, then the guest walks "
+		    "on while its pages are sent), not %u", c->passes);
+	if (c->dirty_tracking == UKVM_DIRTY_NONE && c->migration != UKVM_MIGRATION_POSTCOPY)
+		BAD("dirty_tracking: migration=%s sends what the guest writes during each round: "
+		    "it needs a tracker ('bitmap', 'bitmap_manual', 'ring' or 'wp_async')",
+		    config_py_migration(c->migration));
+	if (!c->migration_dump_path[0])
+		BAD("migration_dump_path: migration needs a file to write the source's memory at "
+		    "the stop to (migrate() makes one)");
+	if (c->backing == UKVM_BACKING_GUEST_MEMFD)
+		BAD("migration: guest_memfd memory cannot be read by the host to send; use another "
+		    "backing");
+	return 0;
+}
+
 int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 {
 	int ret;
@@ -372,6 +396,7 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 	ret = ret ?: config_check_resolve(c, err);
 	ret = ret ?: config_check_prefetch(c, err);
 	ret = ret ?: config_check_dirty(c, err);
+	ret = ret ?: config_check_migration(c, err);
 	if (ret)
 		return ret;
 #ifdef UKVM_TEST_HOOKS

@@ -96,10 +96,14 @@ int ukvm_dirty_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 	};
 	words = (d->pages + 63) / 64;
 	d->found = calloc(words, sizeof(*d->found));
-	d->written = calloc(words, sizeof(*d->written));
-	d->counts = calloc(d->pages, sizeof(*d->counts));
-	d->passes = calloc(exp->passes - 1, sizeof(*d->passes));
-	if (!d->found || !d->written || !d->counts || !d->passes)
+	/* A migration's rounds are migrate.c's: no pass records, no compare at gates. */
+	if (exp->cfg.migration == UKVM_MIGRATION_NONE) {
+		d->written = calloc(words, sizeof(*d->written));
+		d->counts = calloc(d->pages, sizeof(*d->counts));
+		d->passes = calloc(exp->passes - 1, sizeof(*d->passes));
+	}
+	if (!d->found || (exp->cfg.migration == UKVM_MIGRATION_NONE &&
+			  (!d->written || !d->counts || !d->passes)))
 		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating dirty tracking's "
 				    "page maps (%llu pages)", (unsigned long long)d->pages);
 	switch (d->kind) {
@@ -141,7 +145,7 @@ int ukvm_dirty_setup_vcpus(struct ukvm_experiment *exp, struct ukvm_error *err)
 }
 
 /* Tracking on (at pass 1's end), timed as dirty_log_perf_test times it. */
-static int dirty_enable(struct ukvm_experiment *exp, struct ukvm_error *err)
+int ukvm_dirty_enable(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	struct ukvm_dirty *d = &exp->dirty;
 	uint64_t t0 = ukvm_now_ns();
@@ -162,7 +166,7 @@ static int dirty_enable(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return 0;
 }
 
-static int dirty_disable(struct ukvm_experiment *exp, struct ukvm_error *err)
+int ukvm_dirty_disable(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	struct ukvm_dirty *d = &exp->dirty;
 	uint64_t t0 = ukvm_now_ns();
@@ -213,10 +217,7 @@ static int dirty_harvest(struct ukvm_experiment *exp, struct ukvm_dirty_pass *re
 		for (i = 0; i < exp->cfg.vcpus; i++) {
 			struct ukvm_vcpu *vcpu = &exp->vcpus[i];
 
-			ukvm_dirty_ring_harvest(&vcpu->ring, d->slot.slot, d->pages,
-						(_Atomic uint64_t *)d->found, &stray);
-			stray += vcpu->ring_stray;
-			vcpu->ring_stray = 0;
+			ukvm_vcpu_ring_harvest(vcpu, &stray);
 			full += atomic_exchange(&vcpu->ring_full_exits, 0);
 		}
 		rec->ring_full_exits = full;
@@ -333,7 +334,7 @@ int ukvm_dirty_pass_ended(struct ukvm_experiment *exp, uint64_t pass, struct ukv
 	int ret;
 
 	if (pass == 1)
-		return dirty_compare(exp, NULL, true, err) ?: dirty_enable(exp, err);
+		return dirty_compare(exp, NULL, true, err) ?: ukvm_dirty_enable(exp, err);
 	rec = &d->passes[d->nr_passes];
 	rec->iteration = (uint32_t)(pass - 1);
 	rec->start_ns = d->pass_start_ns;
@@ -356,8 +357,30 @@ int ukvm_dirty_pass_ended(struct ukvm_experiment *exp, uint64_t pass, struct ukv
 	/* The next pass's pages start from none (a ring that fills adds to them). */
 	memset(d->found, 0, (d->pages + 63) / 64 * sizeof(*d->found));
 	if (!ret && pass == exp->passes)
-		ret = dirty_disable(exp, err);
+		ret = ukvm_dirty_disable(exp, err);
 	return ret;
+}
+
+int ukvm_dirty_take(struct ukvm_experiment *exp, uint32_t round, uint64_t *into,
+		    uint64_t *pages, struct ukvm_error *err)
+{
+	struct ukvm_dirty *d = &exp->dirty;
+	struct ukvm_dirty_pass rec = { .iteration = round };
+	uint64_t w, n = 0;
+	int ret;
+
+	ret = dirty_harvest(exp, &rec, err) ?: dirty_reprotect(exp, &rec, err);
+	if (ret)
+		return ret;
+	/* A vCPU whose ring fills adds to found as it goes: each word taken whole. */
+	for (w = 0; w < (d->pages + 63) / 64; w++) {
+		uint64_t bits = atomic_exchange((_Atomic uint64_t *)&d->found[w], 0);
+
+		n += (uint64_t)__builtin_popcountll(bits & ~into[w]);
+		into[w] |= bits;
+	}
+	*pages = n;
+	return 0;
 }
 
 void ukvm_dirty_opened(struct ukvm_dirty *d, uint64_t now_ns)

@@ -14,6 +14,7 @@
 #include "base/util.h"
 #include "experiment/dirty.h"
 #include "experiment/execute.h"
+#include "experiment/migrate.h"
 #include "experiment/state.h"
 #include "kvm/kvmstats.h"
 #include "kvm/vcpu.h"
@@ -85,7 +86,7 @@ static int execute_pass_gate(struct ukvm_experiment *exp, uint64_t pass)
 int ukvm_execute_run(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	struct ukvm_ctl *ctl = &exp->ctl;
-	bool timing = exp->cfg.guest_timing;
+	bool timing = exp->cfg.guest_timing, migrated = false;
 	struct timespec ts;
 	uint32_t i, ready;
 	int ret = 0;
@@ -158,8 +159,15 @@ int ukvm_execute_run(struct ukvm_experiment *exp, struct ukvm_error *err)
 	while (ctl->vcpus_running && !ctl->failed) {
 		uint64_t until = exp->deadline_ns;
 
+		/* Migration: the sender is this thread, until the source stops. */
+		if (exp->migrate.mode != UKVM_MIGRATION_NONE && !migrated) {
+			migrated = true;
+			ukvm_migrate_run(exp);
+			continue;
+		}
 		/* Dirty tracking: every vCPU at a pass's end waits for the harvest. */
-		if (exp->dirty.kind != UKVM_DIRTY_NONE && ctl->passes_open <= exp->passes &&
+		if (exp->dirty.kind != UKVM_DIRTY_NONE && exp->migrate.mode == UKVM_MIGRATION_NONE &&
+		    ctl->passes_open <= exp->passes &&
 		    execute_all_at_gate(exp, ctl->passes_open)) {
 			if (execute_pass_gate(exp, ctl->passes_open))
 				break;

@@ -22,6 +22,7 @@
 #include "experiment/config.h"
 #include "experiment/dirty.h"
 #include "experiment/execute.h"
+#include "experiment/migrate.h"
 #include "experiment/setup.h"
 #include "experiment/state.h"
 #include "experiment/stop.h"
@@ -479,6 +480,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	ukvm_resident_init(&exp->resident);
 	ukvm_pusher_init(&exp->pusher);
 	ukvm_dirty_init(&exp->dirty);
+	ukvm_migrate_init(&exp->migrate);
 	ret = ukvm_ctl_init(&exp->ctl);
 	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_mutex_init/pthread_cond_init");
@@ -683,6 +685,7 @@ int ukvm_probe(const struct ukvm_config *cfg, struct ukvm_error *err)
 	ukvm_resident_init(&exp->resident);
 	ukvm_pusher_init(&exp->pusher);
 	ukvm_dirty_init(&exp->dirty);
+	ukvm_migrate_init(&exp->migrate);
 	ukvm_kvmstats_init(&exp->vm_stats);
 	ret = ukvm_ctl_init(&exp->ctl);
 	if (ret) {
@@ -731,6 +734,12 @@ void ukvm_result_free(struct ukvm_result *res)
 	free(res->dirty_passes);
 	res->dirty_passes = NULL;
 	res->nr_dirty_passes = 0;
+	free(res->migration_rounds);
+	res->migration_rounds = NULL;
+	res->nr_migration_rounds = 0;
+	free(res->migrated_pages);
+	res->migrated_pages = NULL;
+	res->nr_migrated_pages = 0;
 	res->nr_touch_order = 0;
 	res->nr_fault_trace = 0;
 	res->kvm_stat_names = res->vcpu_stat_names = NULL;

@@ -19,6 +19,7 @@
 #include "base/util.h"
 #include "experiment/access.h"
 #include "experiment/dirty.h"
+#include "experiment/migrate.h"
 #include "experiment/setup.h"
 #include "experiment/state.h"
 #include "experiment/stop.h"
@@ -648,6 +649,7 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 		       setup_uffds(exp, err);
 	ret = setup_vcpus(exp, err);
 	ret = ret ?: ukvm_dirty_setup_vcpus(exp, err);
+	ret = ret ?: ukvm_migrate_setup(exp, err);
 #ifdef UKVM_TEST_HOOKS
 	ret = ret ?: setup_guest_injection(exp, err);
 #endif
@@ -831,6 +833,7 @@ void ukvm_setup_teardown(struct ukvm_experiment *exp, bool keep_memory)
 	exp->vcpus = NULL;
 	exp->vcpu_stats = NULL;
 	ukvm_dirty_destroy(&exp->dirty);	/* after the vCPUs: their rings point into it */
+	ukvm_migrate_destroy(&exp->migrate);
 	ukvm_kvmstats_close(&exp->vm_stats);
 	ukvm_vm_destroy(&exp->vm);
 	if (!keep_memory)

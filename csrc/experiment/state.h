@@ -58,6 +58,28 @@ struct ukvm_dirty {
 	uint64_t pass_start_ns;		/* the gate into the current pass opened */
 };
 
+/* migration: the source's sender (experiment/migrate.c) and what it leaves. */
+struct ukvm_migrate {
+	enum ukvm_migration mode;	/* UKVM_MIGRATION_NONE: nothing here is used */
+	uint64_t pages;			/* the region's 4 KiB pages */
+	uint8_t *image;			/* the destination's copy: each page as last sent */
+	uint64_t *held;			/* pages the destination holds, unwritten since sent */
+	uint64_t *todo;			/* pages found dirty and not yet sent again */
+	uint64_t link_free_ns;		/* the link is busy until then */
+	uint64_t ns_per_page;		/* on the link (0: unlimited) */
+	struct ukvm_migration_round *rounds;
+	uint32_t nr_rounds;
+	uint32_t cap_rounds;
+	bool converged;
+	uint64_t start_ns;
+	uint64_t stop_ns;
+	uint64_t stopcopy_pages;
+	uint64_t stopcopy_ns;
+	uint64_t precopy_pages;
+	uint32_t *migrated;		/* the held pages at the end, ascending */
+	uint64_t nr_migrated;
+};
+
 struct ukvm_experiment {
 	struct ukvm_config cfg;
 	struct ukvm_ctl ctl;
@@ -100,6 +122,7 @@ struct ukvm_experiment {
 	/* prefetch background or replay: the pusher thread (pusher.h) */
 	struct ukvm_pusher pusher;
 	struct ukvm_dirty dirty;	/* dirty_tracking (dirty.c) */
+	struct ukvm_migrate migrate;	/* migration (migrate.c) */
 	struct ukvm_vcpu *vcpus;
 	struct ukvm_kvmstats *vcpu_stats;
 	struct ukvm_kvmstats vm_stats;

@@ -7,6 +7,7 @@
  * that names the vCPU, the exit and the guest's registers.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
 	vcpu->cpu = -1;
 	atomic_init(&vcpu->exited, false);
 	atomic_init(&vcpu->ring_full_exits, 0);
+	atomic_flag_clear(&vcpu->ring_busy);
 	ukvm_dirty_ring_init(&vcpu->ring);
 	ukvm_tsc_bracket_init(&vcpu->tsc_bracket);
 	ukvm_tsc_bracket_init(&vcpu->tsc_bracket_after);
@@ -436,12 +438,35 @@ static int vcpu_wait_at_gate(struct ukvm_vcpu *vcpu)
 	pthread_mutex_lock(&ctl->lock);
 	vcpu->at_gate = vcpu->passes_seen;
 	pthread_cond_broadcast(&ctl->cond);
-	while (ctl->passes_open <= vcpu->passes_seen && !ukvm_ctl_stopping(ctl)) {
+	while (ctl->passes_open <= vcpu->passes_seen && vcpu->passes_seen < ctl->passes_end &&
+	       !ukvm_ctl_stopping(ctl)) {
 		ukvm_timespec(&ts, ukvm_deadline_after(GATE_POLL_NS));
 		pthread_cond_timedwait(&ctl->cond, &ctl->lock, &ts);
 	}
+	/* migration: the source stopped here; its guest is not entered again. */
+	if (vcpu->passes_seen >= ctl->passes_end && !ukvm_ctl_stopping(ctl)) {
+		vcpu->end_ns = vcpu->pass_end_ns[(vcpu->passes_seen < vcpu->passes ?
+						  vcpu->passes_seen : vcpu->passes) - 1];
+		vcpu->done = true;
+	}
 	pthread_mutex_unlock(&ctl->lock);
 	return 0;
+}
+
+uint64_t ukvm_vcpu_ring_harvest(struct ukvm_vcpu *vcpu, uint64_t *stray)
+{
+	uint64_t n;
+
+	while (atomic_flag_test_and_set_explicit(&vcpu->ring_busy, memory_order_acquire))
+		sched_yield();
+	n = ukvm_dirty_ring_harvest(&vcpu->ring, vcpu->ring_slot, vcpu->ring_pages,
+				    vcpu->ring_found, &vcpu->ring_stray);
+	if (stray) {
+		*stray += vcpu->ring_stray;
+		vcpu->ring_stray = 0;
+	}
+	atomic_flag_clear_explicit(&vcpu->ring_busy, memory_order_release);
+	return n;
 }
 
 /*
@@ -460,8 +485,7 @@ static int vcpu_dirty_ring_full(struct ukvm_vcpu *vcpu)
 		return -EPROTO;
 	}
 	atomic_fetch_add(&vcpu->ring_full_exits, 1);
-	harvested = ukvm_dirty_ring_harvest(&vcpu->ring, vcpu->ring_slot, vcpu->ring_pages,
-					    vcpu->ring_found, &vcpu->ring_stray);
+	harvested = ukvm_vcpu_ring_harvest(vcpu, NULL);
 	ret = ukvm_dirtylog_ring_reset(vcpu->vm->vm_fd, &err);
 	if (ret < 0) {
 		ukvm_ctl_fail(vcpu->ctl, err.kind, err.errnum, "vCPU %u, its dirty ring full: %s",

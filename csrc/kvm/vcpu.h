@@ -78,6 +78,9 @@ struct ukvm_vcpu {
 	uint64_t ring_pages;
 	atomic_uint_fast64_t ring_full_exits;
 	uint64_t ring_stray;		/* entries of no page ring_found covers */
+	/* Held by whoever harvests the ring: the vCPU at a full exit, or the host
+	 * while the vCPU runs (a migration's rounds) */
+	atomic_flag ring_busy;
 	uint64_t *pass_end_ns;		/* one per pass, freed by destroy */
 	uint64_t passes;
 	uint64_t passes_seen;
@@ -105,6 +108,13 @@ void ukvm_vcpu_init(struct ukvm_vcpu *vcpu);
 int ukvm_vcpu_create(struct ukvm_vm *vm, struct ukvm_vcpu *vcpu, uint32_t index,
 		     uint64_t args_gpa, uint64_t stack_top_gpa, struct ukvm_error *err);
 void ukvm_vcpu_destroy(struct ukvm_vcpu *vcpu);
+/*
+ * The vCPU's dirty ring harvested into ring_found, with ring_busy held: the
+ * vCPU's full exit and a host thread may both harvest it. The entries
+ * harvested; stray (if not NULL) gets the entries of no page ring_found
+ * covers, which are then forgotten.
+ */
+uint64_t ukvm_vcpu_ring_harvest(struct ukvm_vcpu *vcpu, uint64_t *stray);
 /* The thread's body: runs the guest until it is done, fails or must stop. */
 void *ukvm_vcpu_thread(void *arg);
 /* KVM's TSC offset of the vCPU (guest TSC - host TSC): 0, or -errno where KVM does not say. */

@@ -34,6 +34,8 @@ enum result_type {
 	R_VCPUS,	/* ukvm_result.vcpus, nr_vcpus */
 	R_READERS,	/* ukvm_result.readers, nr_readers */
 	R_DIRTY_PASSES,	/* ukvm_result.dirty_passes, nr_dirty_passes */
+	R_MIGRATION_ROUNDS, /* ukvm_result.migration_rounds, nr_migration_rounds */
+	R_MIGRATED_PAGES, /* ukvm_result.migrated_pages, nr_migrated_pages */
 };
 
 struct result_field {
@@ -50,6 +52,7 @@ _Static_assert(sizeof(enum ukvm_clock_sync) == sizeof(int) &&
 #define VCPU(name, type)  { #name, type, offsetof(struct ukvm_vcpu_result, name), 0 }
 #define READER(name, type) { #name, type, offsetof(struct ukvm_reader_result, name), 0 }
 #define DIRTY(name, type) { #name, type, offsetof(struct ukvm_dirty_pass, name), 0 }
+#define ROUND(name, type) { #name, type, offsetof(struct ukvm_migration_round, name), 0 }
 #define TRACE(name, type) { #name, type, offsetof(struct ukvm_fault_record, name), 0 }
 #define ARRAY(s, name)	  { #name, R_U64_ARRAY, offsetof(struct s, name), \
 			    sizeof(((struct s *)0)->name) / sizeof(uint64_t) }
@@ -85,6 +88,15 @@ static const struct result_field result_fields[] = {
 	RES(dirty_passes, R_DIRTY_PASSES),
 	RES(dirty_enable_ns, R_U64),
 	RES(dirty_disable_ns, R_U64),
+	RES(migration_rounds, R_MIGRATION_ROUNDS),
+	RES(migration_converged, R_BOOL),
+	RES(migration_start_ns, R_U64),
+	RES(migration_stop_ns, R_U64),
+	RES(stopcopy_pages, R_U64),
+	RES(stopcopy_ns, R_U64),
+	RES(postcopy_pages, R_U64),
+	RES(precopy_pages, R_U64),
+	RES(migrated_pages, R_MIGRATED_PAGES),
 	RES(source, R_ENUM),
 	RES(source_cached_pages_at_start, R_U64),
 	RES(touched_pages, R_U64),
@@ -174,6 +186,15 @@ static const struct result_field dirty_pass_fields[] = {
 	DIRTY(written_pages, R_U64),
 	DIRTY(excess_pages, R_U64),
 	DIRTY(ring_full_exits, R_U64),
+};
+
+static const struct result_field migration_round_fields[] = {
+	ROUND(round, R_U32),
+	ROUND(start_ns, R_U64),
+	ROUND(send_ns, R_U64),
+	ROUND(harvest_ns, R_U64),
+	ROUND(sent_pages, R_U64),
+	ROUND(dirty_pages, R_U64),
 };
 
 /* The fault trace's columns, one list each, in ukvm_fault_record's order. */
@@ -338,6 +359,13 @@ static PyObject *field_value(const void *base, const struct result_field *f,
 		return table_list(res->dirty_passes, res->nr_dirty_passes,
 				  sizeof(*res->dirty_passes), dirty_pass_fields,
 				  sizeof(dirty_pass_fields) / sizeof(dirty_pass_fields[0]), res);
+	case R_MIGRATION_ROUNDS:
+		return table_list(res->migration_rounds, res->nr_migration_rounds,
+				  sizeof(*res->migration_rounds), migration_round_fields,
+				  sizeof(migration_round_fields) / sizeof(migration_round_fields[0]),
+				  res);
+	case R_MIGRATED_PAGES:
+		return u32_to_list(res->migrated_pages, res->nr_migrated_pages);
 	}
 	PyErr_Format(PyExc_SystemError, "result field %s: no conversion", f->name);
 	return NULL;

@@ -1,0 +1,220 @@
+"""migrate(): a whole live migration, from a Config to a MigrationResult.
+
+Two runs of the core, one after the other in this process:
+
+  the source       Config.migration set (csrc/experiment/migrate.c): pass 1
+                   populates, then the guest walks on while its pages cross
+                   the modelled link round by round; it stops at a pass's
+                   end, sends (precopy) or leaves (postcopy, hybrid) what is
+                   still dirty, checks every page the destination holds
+                   against its own, and writes its memory at the stop to a
+                   private file
+  the destination  the same workload on a new VM: the pages the source sent
+                   are there before its vCPUs start (Config.preinstall), the
+                   rest fault under userfaultfd and come from a page server
+                   process serving the source's memory over the same link
+                   (remote_bandwidth_mbps, remote_latency_us)
+
+The destination VM is built, and its pre-copied pages put in, before the
+switch-over, as a VMM's incoming side is: the downtime counts the source's
+stop to the last stop-copy page's arrival, and the destination's vCPU
+start (docs/migration.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import schema
+from .config import PAGE_SIZE, Config
+from .errors import ConfigError
+from .result import MigrationRound, Result
+from .run import _config_of, _run
+
+if TYPE_CHECKING:
+    import pandas
+
+#: The modes, as Config.migration names them.
+MODES = schema.choices("migration")
+
+# The source's guest walks until the sender stops it at a pass's end: its
+# passes are a bound, not a count (pass_end_ns holds 8 bytes a pass a vCPU).
+_SOURCE_PASSES = 100_000
+
+# Fields the source and the destination set for themselves.
+_MIGRATION_FIELDS = ("migration", "max_rounds", "downtime_target_ms", "precopy_rounds",
+                     "link_bandwidth_mbps", "link_latency_us", "migration_dump_path")
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    """A migration's numbers (docs/migration.md).
+
+    mode              "precopy", "postcopy" or "hybrid"
+    rounds            the source's pre-copy rounds (MigrationRound: sent_pages,
+                      dirty_pages, seconds, dirty_rate); empty for postcopy
+    converged         the pages still dirty at the switch-over could cross the
+                      link within downtime_target_ms (False for postcopy,
+                      and for a pre-copy that ended at max_rounds)
+    downtime_seconds  the source's stop (its last vCPU at the end of its
+                      pass) to the destination's first KVM_RUN: the
+                      stop-copy on the link, its last page's latency, and
+                      the destination's vCPU start
+    total_seconds     round 1's start to the migration's end: the downtime's
+                      end for precopy; the last page in at the destination
+                      for postcopy and hybrid
+    precopy_bytes     sent while the source ran (all rounds)
+    stopcopy_bytes    sent with the source stopped
+    postcopy_bytes    fetched by the destination over the link: its page
+                      server's bytes sent (faults and background prefetch)
+    postcopy_faults   the destination's userfaults (its Result says how long
+                      each stage took and the blocktime)
+    verified          the source's memory at the stop is what its guest
+                      wrote; every page the destination held at the start
+                      equals the source's then; the destination's memory at
+                      its end is the source's at the stop plus its own
+                      guest's writes; and every page reached the destination
+    source            the source's Result (Config.migration set)
+    destination       the destination's Result
+    """
+
+    mode: str
+    rounds: tuple[MigrationRound, ...]
+    converged: bool
+    downtime_seconds: float
+    total_seconds: float
+    precopy_bytes: int
+    stopcopy_bytes: int
+    postcopy_bytes: int
+    postcopy_faults: int
+    verified: bool
+    source: Result = dataclasses.field(repr=False)
+    destination: Result = dataclasses.field(repr=False)
+
+    @property
+    def config(self) -> Config:
+        """The source's Config: the workload, the link and the knobs."""
+        return self.source.config
+
+    def to_frame(self) -> pandas.DataFrame:
+        """One row: the scalars above, the knobs (link_bandwidth_mbps, ...),
+        and the source's and destination's Result columns prefixed
+        ``source_`` and ``destination_``."""
+        from .frames import migration_frame
+        return migration_frame(self)
+
+    def rounds_frame(self) -> pandas.DataFrame:
+        """One row per pre-copy round (the source's migration_rounds)."""
+        from .frames import table_frame
+        return table_frame(self.source, "migration_rounds")
+
+    def to_dict(self) -> dict[str, Any]:
+        """What to_json writes: the scalars, and both Results' own dicts."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name)
+                               for f in dataclasses.fields(self)
+                               if f.name not in ("rounds", "source", "destination")}
+        out["source"] = json.loads(self.source.to_json())
+        out["destination"] = json.loads(self.destination.to_json())
+        return out
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+
+def migrate(config: Config | None = None, *, mode: str = "precopy",
+            postcopy_prefetch: str = "background", **fields: Any) -> MigrationResult:
+    """Migrate a running guest and return a MigrationResult.
+
+    ``migrate(mode="precopy", vcpus=2, mem_per_vcpu="64M", write_percent=20,
+    link_bandwidth_mbps=1000)``: the Config's workload runs on a source VM
+    whose pages cross a link of that bandwidth round by round (dirty_tracking
+    finds what each round must resend; default "bitmap"), then on a
+    destination VM that walks its memory ``passes`` times after the
+    switch-over. ``postcopy_prefetch`` is the destination's Config.prefetch
+    for what it does not hold: "background" streams it (behind the faults,
+    which go first), "none" fetches only what faults. Both VMs' memory is
+    verified; the source's memory at the stop lives in a private temporary
+    directory (guest memory), removed on every way out.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"mode: {mode!r} is not one of {', '.join(map(repr, MODES))}",
+                          field="mode")
+    base = _config_of(config, fields)
+    _check_workload(base)
+    workdir = tempfile.mkdtemp(prefix="uffdkvm-migrate-")
+    try:
+        os.chmod(workdir, 0o700)
+        dump = os.path.join(workdir, "memory-at-stop")
+        source = _run(_source_config(base, mode, dump))
+        destination = _run(_destination_config(base, mode, dump, source, postcopy_prefetch))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return _result(mode, source, destination)
+
+
+def _check_workload(c: Config) -> None:
+    if c.migration is not None:
+        raise ConfigError("migration: migrate() sets it for the source; pass mode= instead",
+                          field="migration")
+    if c.backing not in ("anonymous", "shmem"):
+        raise ConfigError(f"backing: migrate() moves 4 KiB pages, and {c.backing!r} does "
+                          f"not fault in them; use backing='anonymous' or 'shmem'",
+                          field="backing")
+    if c.source != "synthetic":
+        raise ConfigError("source: migrate() gives the destination its own page source (the "
+                          "source VM's memory); leave source='synthetic'", field="source")
+
+
+def _source_config(base: Config, mode: str, dump: str) -> Config:
+    """The workload on the source: its own memory (no userfaultfd), a tracker
+    for the rounds, and passes that bound the walk."""
+    tracking = base.dirty_tracking or "bitmap"
+    return base.replace(uffd_mode=None, passes=_SOURCE_PASSES, dirty_tracking=tracking,
+                        migration=mode, migration_dump_path=dump, prefetch="none")
+
+
+def _destination_config(base: Config, mode: str, dump: str, source: Result,
+                        postcopy_prefetch: str) -> Config:
+    """The workload on the destination: the pages the source sent present
+    from the start, the rest from a page server over the link."""
+    link = {"remote_bandwidth_mbps": base.link_bandwidth_mbps,
+            "remote_latency_us": base.link_latency_us}
+    defaults = {name: schema.BY_NAME[name].default for name in _MIGRATION_FIELDS}
+    held = source.migrated_pages
+    everything = len(held) == base.region_bytes // PAGE_SIZE
+    page_source: dict[str, Any] = {"source": "file"} if everything else \
+        {"source": "remote", "prefetch": postcopy_prefetch, **link}
+    return base.replace(**defaults, uffd_mode="missing", resolve="copy", dirty_tracking=None,
+                        source_path=dump, preinstall=held or None, **page_source)
+
+
+def _result(mode: str, source: Result, destination: Result) -> MigrationResult:
+    c = source.config
+    latency = c.link_latency_us * 1e-6
+    downtime = (source.stopcopy_seconds or 0.0) + latency + destination.startup_seconds
+    region_pages = c.region_bytes // PAGE_SIZE
+    # A 4 KiB page a fault installs (each userfault resolved one), or prefetch.
+    arrived = len(source.migrated_pages) + destination.faults + \
+        (destination.prefetched_pages or 0)
+    if destination.resident_seconds is not None and arrived == region_pages:
+        tail = destination.resident_seconds
+    else:
+        tail = destination.kvm_run_seconds or 0.0
+    total = (source.precopy_seconds or 0.0) + downtime + (0.0 if mode == "precopy" else tail)
+    server = destination.page_server
+    return MigrationResult(
+        mode=mode, rounds=source.migration_rounds,
+        converged=bool(source.migration_converged), downtime_seconds=downtime,
+        total_seconds=total,
+        precopy_bytes=(source.precopy_pages or 0) * PAGE_SIZE,
+        stopcopy_bytes=(source.stopcopy_pages or 0) * PAGE_SIZE,
+        postcopy_bytes=server.bytes if server is not None else 0,
+        postcopy_faults=destination.faults,
+        verified=source.verified and destination.verified and destination.contents_verified
+        and arrived >= region_pages,
+        source=source, destination=destination)
