@@ -23,7 +23,8 @@ NOT_HANDED_OVER = {
     "ukvm_result": {
         # Counts of the arrays next to them: the lists have their length.
         "nr_fault_trace", "nr_vcpus", "nr_readers", "nr_kvm_stats", "nr_vcpu_stats",
-        "nr_page_visits", "nr_touch_order", "nr_dirty_passes",
+        "nr_page_visits", "nr_touch_order", "nr_dirty_passes", "nr_migration_rounds",
+        "nr_migrated_pages",
         # The stats' names: the keys of the kvm_stats dicts (the run's and each vCPU's).
         "kvm_stat_names", "vcpu_stat_names",
     },
@@ -31,6 +32,7 @@ NOT_HANDED_OVER = {
     "ukvm_reader_result": set(),
     "ukvm_fault_record": set(),
     "ukvm_dirty_pass": set(),
+    "ukvm_migration_round": set(),
 }
 
 
@@ -59,7 +61,15 @@ def test_the_parser_reads_the_structs():
     assert struct_members("ukvm_fault_record")[-1] == "write"
 
 
-def test_every_member_is_in_the_raw_dict():
+def migration_round(tmp_path):
+    """A pre-copy round of a migration's source, as the core hands it over."""
+    raw = _core.run(core_config(Config(mem_per_vcpu="64K", uffd_mode=None, passes=100,
+                                       dirty_tracking="bitmap", migration="precopy",
+                                       migration_dump_path=str(tmp_path / "dump"))))
+    return raw["migration_rounds"][0]
+
+
+def test_every_member_is_in_the_raw_dict(tmp_path):
     """One run with the fault trace on: each struct's members, less the few
     above, are keys of its dict (the run's, a vCPU's, a reader's, the
     trace's columns). The core is called directly, not through the kvm
@@ -77,6 +87,7 @@ def test_every_member_is_in_the_raw_dict():
         "ukvm_reader_result": set(raw["readers"][0]),
         "ukvm_dirty_pass": set(raw["dirty_passes"][0]),
         "ukvm_fault_record": set(raw["fault_trace"]),
+        "ukvm_migration_round": set(migration_round(tmp_path)),
     }
     dropped = {}
     for struct, skipped in NOT_HANDED_OVER.items():

@@ -166,6 +166,10 @@ def cases(snapshot):
     cpus = sorted(os.sched_getaffinity(0))
     timed = dict(guest_timing=True, trace_faults=True)
     file_4m = dict(source="file", source_path=snapshot, mem_per_vcpu="4M")
+    # A migration's source: its own memory, a tracker, and the memory at the stop beside the snapshot.
+    dump = os.path.join(os.path.dirname(snapshot), "memory-at-stop")
+    source = dict(uffd_mode=None, passes=1000, dirty_tracking="bitmap", write_percent=100,
+                  migration_dump_path=dump)
     return {
         "vcpus": (dict(vcpus=2), lambda raw: len(raw["vcpus"]) == 2),
         "mem_per_vcpu": (dict(mem_per_vcpu="128K"), lambda raw: raw["region_bytes"] == 128 << 10),
@@ -283,6 +287,28 @@ def cases(snapshot):
         "dirty_ring_entries": (dict(dirty_tracking="ring", passes=2, dirty_ring_entries=512,
                                     mem_per_vcpu="8M", write_percent=50),
                                lambda raw: raw["dirty_passes"][0]["ring_full_exits"] > 0),
+        # The source's rounds at all (None: an ordinary run has none).
+        "migration": (dict(**source, migration="precopy"),
+                      lambda raw: len(raw["migration_rounds"]) >= 1),
+        # A target no dirty set meets: the rounds run to the bound (30 by default).
+        "max_rounds": (dict(**source, migration="precopy", downtime_target_ms=0, max_rounds=2),
+                       lambda raw: len(raw["migration_rounds"]) == 2),
+        # 0 ms: every page written since its send is too many (300 ms fits them).
+        "downtime_target_ms": (dict(**source, migration="precopy", downtime_target_ms=0,
+                                    max_rounds=2),
+                               lambda raw: not raw["migration_converged"]),
+        "precopy_rounds": (dict(**source, migration="hybrid", precopy_rounds=3),
+                           lambda raw: len(raw["migration_rounds"]) == 3),
+        # At 8 Mbit/s a 4 KiB page takes 4 ms of the link: round 1's 16 take 64 ms.
+        "link_bandwidth_mbps": (dict(**source, migration="precopy", link_bandwidth_mbps=8),
+                                lambda raw: raw["migration_rounds"][0]["send_ns"] >=
+                                16 * 4_000_000),
+        # A latency past the target: nothing fits, whatever is dirty.
+        "link_latency_us": (dict(**source, migration="precopy", link_latency_us=400_000,
+                                 max_rounds=1),
+                            lambda raw: not raw["migration_converged"]),
+        "migration_dump_path": (dict(**source, migration="postcopy"),
+                                lambda raw: os.path.getsize(dump) == raw["region_bytes"]),
     }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import _core
 from .config import Config
+from .migration import KNOBS, MigrationResult, _migrate
 from .result import Result
 from .run import _config_of, _raise_from_core, _run
 
@@ -88,6 +89,17 @@ def run_with_fault(config: Config | None = None, fault: str = "resolve_eio",
     if fault not in FAULTS:
         raise ValueError(f"fault: {fault!r} is not one of {', '.join(FAULTS)}")
     return _run(_config_of(config, fields), inject=FAULTS[fault], inject_after=after)
+
+
+def migrate_with_fault(config: Config | None = None, mode: str = "precopy",
+                       fault: str = "migrate_blind_page", after: int = 0,
+                       **fields: Any) -> MigrationResult:
+    """migrate(), with one injected failure in the source's run (see FAULTS)."""
+    if fault not in FAULTS:
+        raise ValueError(f"fault: {fault!r} is not one of {', '.join(FAULTS)}")
+    knobs = {name: fields.pop(name) for name in KNOBS if name in fields}
+    return _migrate(_config_of(config, fields), mode, knobs, inject=FAULTS[fault],
+                    inject_after=after)
 
 
 def wait_idle(timeout_s: float = 10.0) -> None:

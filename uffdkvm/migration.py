@@ -46,9 +46,12 @@ MODES = schema.choices("migration")
 # passes are a bound, not a count (pass_end_ns holds 8 bytes a pass a vCPU).
 _SOURCE_PASSES = 100_000
 
+#: migrate()'s keywords that are the source's Config fields, not the workload's:
+#: the link, the rounds and the tracker.
+KNOBS = ("max_rounds", "downtime_target_ms", "precopy_rounds", "link_bandwidth_mbps",
+         "link_latency_us", "dirty_tracking", "dirty_clear_pages", "dirty_ring_entries")
 # Fields the source and the destination set for themselves.
-_MIGRATION_FIELDS = ("migration", "max_rounds", "downtime_target_ms", "precopy_rounds",
-                     "link_bandwidth_mbps", "link_latency_us", "migration_dump_path")
+_MIGRATION_FIELDS = ("migration", *KNOBS, "migration_dump_path")
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,11 @@ def migrate(config: Config | None = None, *, mode: str = "precopy",
     """Migrate a running guest and return a MigrationResult.
 
     ``migrate(mode="precopy", vcpus=2, mem_per_vcpu="64M", write_percent=20,
-    link_bandwidth_mbps=1000)``: the Config's workload runs on a source VM
+    link_bandwidth_mbps=1000)``: the knobs (KNOBS: max_rounds,
+    downtime_target_ms, precopy_rounds, link_bandwidth_mbps, link_latency_us,
+    and the tracker's dirty_tracking, dirty_clear_pages, dirty_ring_entries)
+    are keywords; the rest of the keywords and ``config`` are the workload,
+    which runs on a source VM
     whose pages cross a link of that bandwidth round by round (dirty_tracking
     finds what each round must resend; default "bitmap"), then on a
     destination VM that walks its memory ``passes`` times after the
@@ -141,17 +148,28 @@ def migrate(config: Config | None = None, *, mode: str = "precopy",
     verified; the source's memory at the stop lives in a private temporary
     directory (guest memory), removed on every way out.
     """
+    if "migration" in fields:
+        raise ConfigError("migration: migrate() sets it for the source; pass mode= instead",
+                          field="migration")
+    knobs = {name: fields.pop(name) for name in KNOBS if name in fields}
+    return _migrate(_config_of(config, fields), mode, knobs, postcopy_prefetch)
+
+
+def _migrate(base: Config, mode: str, knobs: dict[str, Any],
+             postcopy_prefetch: str = "background", **source_core_fields: Any) -> MigrationResult:
+    """migrate() for a workload and the knobs; source_core_fields go to the
+    source's core as they are (tests inject failures this way, see
+    uffdkvm._testing)."""
     if mode not in MODES:
         raise ConfigError(f"mode: {mode!r} is not one of {', '.join(map(repr, MODES))}",
                           field="mode")
-    base = _config_of(config, fields)
     _check_workload(base)
+    # mkdtemp makes it 0700: the memory at the stop is guest memory.
     workdir = tempfile.mkdtemp(prefix="uffdkvm-migrate-")
     try:
-        os.chmod(workdir, 0o700)
         dump = os.path.join(workdir, "memory-at-stop")
-        source = _run(_source_config(base, mode, dump))
-        destination = _run(_destination_config(base, mode, dump, source, postcopy_prefetch))
+        source = _run(_source_config(base, mode, knobs, dump), **source_core_fields)
+        destination = _run(_destination_config(base, dump, source, postcopy_prefetch))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return _result(mode, source, destination)
@@ -170,21 +188,22 @@ def _check_workload(c: Config) -> None:
                           "source VM's memory); leave source='synthetic'", field="source")
 
 
-def _source_config(base: Config, mode: str, dump: str) -> Config:
+def _source_config(base: Config, mode: str, knobs: dict[str, Any], dump: str) -> Config:
     """The workload on the source: its own memory (no userfaultfd), a tracker
     for the rounds, and passes that bound the walk."""
-    tracking = base.dirty_tracking or "bitmap"
-    return base.replace(uffd_mode=None, passes=_SOURCE_PASSES, dirty_tracking=tracking,
-                        migration=mode, migration_dump_path=dump, prefetch="none")
+    knobs = {"dirty_tracking": base.dirty_tracking or "bitmap", **knobs}
+    return base.replace(uffd_mode=None, passes=_SOURCE_PASSES, migration=mode,
+                        migration_dump_path=dump, prefetch="none", **knobs)
 
 
-def _destination_config(base: Config, mode: str, dump: str, source: Result,
+def _destination_config(base: Config, dump: str, source: Result,
                         postcopy_prefetch: str) -> Config:
     """The workload on the destination: the pages the source sent present
     from the start, the rest from a page server over the link."""
-    link = {"remote_bandwidth_mbps": base.link_bandwidth_mbps,
-            "remote_latency_us": base.link_latency_us}
-    defaults = {name: schema.BY_NAME[name].default for name in _MIGRATION_FIELDS}
+    link = {"remote_bandwidth_mbps": source.config.link_bandwidth_mbps,
+            "remote_latency_us": source.config.link_latency_us}
+    defaults = {name: schema.BY_NAME[name].default for name in _MIGRATION_FIELDS
+                if name != "dirty_tracking"}
     held = source.migrated_pages
     everything = len(held) == base.region_bytes // PAGE_SIZE
     page_source: dict[str, Any] = {"source": "file"} if everything else \

@@ -41,7 +41,6 @@
 #include "experiment/dirty.h"
 #include "experiment/migrate.h"
 #include "experiment/state.h"
-#include "kvm/vcpu.h"
 
 #define BITS_WORDS(pages)	(((pages) + 63) / 64)
 #define DUMP_CHUNK		(1ULL << 20)
