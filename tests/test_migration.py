@@ -73,7 +73,7 @@ def test_the_source_sends_what_the_tracker_found(kvm, tmp_path, mode, tracker):
     first, *_ = r.migration_rounds
     assert first.round == 1 and first.sent_pages == pages
     assert r.precopy_pages == sum(x.sent_pages for x in r.migration_rounds)
-    for before, after in zip(r.migration_rounds, r.migration_rounds[1:]):
+    for before, after in zip(r.migration_rounds, r.migration_rounds[1:], strict=False):
         assert after.sent_pages == before.dirty_pages  # each round resends what was found
     if mode == "precopy":
         assert len(held) == pages and r.postcopy_pages == 0

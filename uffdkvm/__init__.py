@@ -23,9 +23,11 @@ from .errors import (
 )
 from .histogram import Histogram
 from .host import HostInfo
+from .migration import MigrationResult, migrate
+from .migration_sweep import migration_sweep
 from .progress import Progress
 from .recorded import load_results
-from .result import DirtyPass, FaultTrace, ReaderStats, Result, VcpuStats
+from .result import DirtyPass, FaultTrace, MigrationRound, ReaderStats, Result, VcpuStats
 from .run import probe, run
 from .snapshot import make_snapshot
 from .spread import Ratio, Spread, ratio_of, spread_of, summarize
@@ -34,11 +36,12 @@ from .sweep import SweepWarning, read_results, sweep
 
 __all__ = [
     "Config", "ConfigError", "DirtyPass", "FaultTrace", "Histogram", "HostInfo",
-    "HostUnsupportedError", "MissingDependencyError", "Progress", "Ratio", "ReaderStats",
+    "HostUnsupportedError", "MigrationResult", "MigrationRound", "MissingDependencyError",
+    "Progress", "Ratio", "ReaderStats",
     "Result", "ResultError",
     "RunError", "RunTimeoutError", "Spread", "SweepWarning",
     "UffdkvmError", "VcpuStats", "__version__", "backing_support", "fault_path_support",
-    "load_results", "make_snapshot", "parse_size", "probe",
+    "load_results", "make_snapshot", "migrate", "migration_sweep", "parse_size", "probe",
     "ratio_of", "read_results", "read_touch_order", "run", "source_support", "spread_of",
     "summarize", "sweep",
 ]

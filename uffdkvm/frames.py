@@ -252,11 +252,37 @@ def run_row(r: Result) -> dict[str, Any]:
     row = config_row(r.config, shadowed=_result_names(r) - config_fields)
     for column, value, _ in _columns(r, renames=RESULT_RENAMES,
                                      skip=frozenset({"config", "fault_trace", "page_visits",
-                                                     "touch_order"})):
+                                                     "touch_order", "migrated_pages"})):
         row["result_" + column if column in config_fields else column] = value
     for table in _tables(r):
         row.update(_aggregates(r, table))
     return row
+
+
+def migration_row(m: Any, knobs: tuple[str, ...]) -> dict[str, Any]:
+    """One migration (a uffdkvm.MigrationResult) as one flat dict: the
+    workload as the destination ran it (its Config's fields), the knobs as
+    the source had them, the migration's scalars, and each side's Result
+    columns prefixed ``source_`` and ``destination_``."""
+    row = config_row(m.destination.config)
+    row.update({k: getattr(m.source.config, k) for k in knobs})
+    row["migration"] = m.mode
+    for f in dataclasses.fields(m):
+        if f.name not in ("rounds", "source", "destination"):
+            row[f.name] = getattr(m, f.name)
+    row["round_count"] = m.round_count
+    row["dirty_rate"] = m.dirty_rate
+    for side in ("source", "destination"):
+        r = getattr(m, side)
+        config_fields = {f.name for f in dataclasses.fields(r.config)}
+        row.update({f"{side}_{k}": v for k, v in run_row(r).items() if k not in config_fields})
+    return row
+
+
+def migration_frame(m: Any, knobs: tuple[str, ...]) -> pandas.DataFrame:
+    """One row for a migration: :func:`migration_row`."""
+    df: pandas.DataFrame = _pandas().DataFrame([migration_row(m, knobs)])
+    return df
 
 
 def _number(v: Any) -> bool:

@@ -100,6 +100,17 @@ class MigrationResult:
     destination: Result = dataclasses.field(repr=False)
 
     @property
+    def round_count(self) -> int:
+        """The pre-copy rounds: len(rounds)."""
+        return len(self.rounds)
+
+    @property
+    def dirty_rate(self) -> float:
+        """The guest's dirty rate as round 1's harvest saw it, 4 KiB pages a
+        second (0.0 with no rounds: postcopy)."""
+        return self.rounds[0].dirty_rate if self.rounds else 0.0
+
+    @property
     def config(self) -> Config:
         """The source's Config: the workload, the link and the knobs."""
         return self.source.config
@@ -109,7 +120,7 @@ class MigrationResult:
         and the source's and destination's Result columns prefixed
         ``source_`` and ``destination_``."""
         from .frames import migration_frame
-        return migration_frame(self)
+        return migration_frame(self, KNOBS)
 
     def rounds_frame(self) -> pandas.DataFrame:
         """One row per pre-copy round (the source's migration_rounds)."""
