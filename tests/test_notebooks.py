@@ -34,7 +34,7 @@ def ids(paths):
 
 def test_the_notebooks_are_there():
     assert {p.stem for p in NOTEBOOKS} >= {"reader_scaling", "latency", "backing_sources",
-                                           "restore"}
+                                           "restore", "migration"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
