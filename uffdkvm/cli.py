@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import cli_dirty, cli_serve, cli_sweep, tables
+from . import cli_dirty, cli_migrate, cli_serve, cli_sweep, tables
 from .cli_common import (  # noqa: F401 - the exit codes, for callers of main()
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                "them in one table: uffdkvm sweep --help. To serve a snapshot to runs "
                "on this host or another: uffdkvm serve --help. To track the pages a "
                "guest dirties, with dirty_log_perf_test's flags and lines: uffdkvm "
-               "dirty-log --help.")
+               "dirty-log --help. To migrate a running guest live: uffdkvm migrate --help.")
     add_run_arguments(p, _same, "print the whole result as one line of JSON "
                       "(Result.to_json(), as sweep --out writes it) instead of text")
     return p
@@ -196,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli_serve.main(argv[1:])
     if argv[:1] == ["dirty-log"]:  # uffdkvm dirty-log -i 3 ...: dirty_log_perf_test's
         return cli_dirty.main(argv[1:])
+    if argv[:1] == ["migrate"]:  # uffdkvm migrate --mode precopy ...: a live migration
+        return cli_migrate.main(argv[1:])
     return guarded("uffdkvm", argv, lambda: _run_command(argv))
 
 

@@ -1,0 +1,129 @@
+"""``uffdkvm migrate``: a whole live migration (uffdkvm.migrate), from the
+command line.
+
+    uffdkvm migrate --mode precopy -v 2 -b 64M --write-percent 20
+    uffdkvm migrate --mode postcopy --link-bandwidth-mbps 10000 --link-latency-us 50
+    uffdkvm migrate --mode hybrid --precopy-rounds 2 --json
+
+The workload's flags are the run command's (``uffdkvm --help``: -v, -b,
+--write-percent, --passes for the destination's walk, the readers and their
+wait for its faults, ...); the flags below set the link, the rounds and the
+tracker. The text gives the rounds, one line each, then the switch-over and
+the totals; --json prints MigrationResult.to_json(). The exit status is
+uffdkvm's: 0 when the migration verified, 1 when it did not.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from . import schema, tables
+from .cli_common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_STATUS_HELP,
+    add_run_arguments,
+    choice,
+    guarded,
+    pop_cli_options,
+)
+from .config import PAGE_SIZE
+from .migration import MODES, MigrationResult, migrate
+
+PROG = "uffdkvm migrate"
+DEFAULT_MEM = "64M"
+TRACKERS = schema.choices("dirty_tracking")
+PREFETCHES = schema.choices("prefetch")
+
+
+def _same(convert: Any) -> Any:
+    return convert
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Migrate a running guest live: a source VM whose guest "
+        "keeps writing while its memory crosses a modelled link, then a destination VM "
+        "that runs on from it (docs/migration.md).", epilog=EXIT_STATUS_HELP)
+    add_run_arguments(p, _same, "print the whole migration as one line of JSON "
+                      "(MigrationResult.to_json()) instead of text")
+    p.set_defaults(mem_per_vcpu=DEFAULT_MEM)
+    m = p.add_argument_group("migration")
+    m.add_argument("--mode", type=choice(MODES), default="precopy",
+                   help="precopy (rounds, then stop-and-copy; the default), postcopy (stop "
+                   "at once, the destination faults in the rest) or hybrid (--precopy-rounds "
+                   "rounds, then post-copy)")
+    m.add_argument("--link-bandwidth-mbps", dest="link_bandwidth_mbps", type=int,
+                   default=schema.BY_NAME["link_bandwidth_mbps"].default, metavar="MBPS",
+                   help="the link, megabits per second (default %(default)s; 0: unlimited)")
+    m.add_argument("--link-latency-us", dest="link_latency_us", type=int,
+                   default=schema.BY_NAME["link_latency_us"].default, metavar="USEC",
+                   help="the link's one-way latency, microseconds (default %(default)s)")
+    m.add_argument("--downtime-target-ms", dest="downtime_target_ms", type=int,
+                   default=None, metavar="MS", help="precopy: switch over once what is "
+                   "dirty fits this on the link (default "
+                   f"{schema.BY_NAME['downtime_target_ms'].default})")
+    m.add_argument("--max-rounds", dest="max_rounds", type=int, default=None, metavar="N",
+                   help="precopy: rounds at most (default "
+                   f"{schema.BY_NAME['max_rounds'].default})")
+    m.add_argument("--precopy-rounds", dest="precopy_rounds", type=int, default=None,
+                   metavar="N", help="hybrid: rounds before post-copy (default "
+                   f"{schema.BY_NAME['precopy_rounds'].default})")
+    m.add_argument("--tracking", dest="dirty_tracking", type=choice(TRACKERS),
+                   default="bitmap", help="the source's dirty tracking: "
+                   f"{', '.join(TRACKERS)} (default %(default)s)")
+    m.add_argument("--dirty-ring-entries", dest="dirty_ring_entries", type=int, default=None,
+                   metavar="N", help="--tracking ring: each vCPU's ring")
+    m.add_argument("--postcopy-prefetch", dest="postcopy_prefetch", type=choice(PREFETCHES),
+                   default="background", help="the destination's prefetch for what it does "
+                   "not hold (default %(default)s: stream it behind the faults)")
+    return p
+
+
+def format_text(m: MigrationResult) -> str:
+    c = m.config
+    lines = [f"Migration: {m.mode}, {c.vcpus} vCPU(s) x {c.mem_per_vcpu >> 20} MiB, link "
+             f"{c.link_bandwidth_mbps or 'unlimited'} Mbit/s, {c.link_latency_us} us, "
+             f"tracking {c.dirty_tracking}"]
+    if m.rounds:
+        rows = [(r.round, r.sent_pages, r.dirty_pages, f"{r.seconds:.6f}",
+                 f"{r.dirty_rate * PAGE_SIZE / 1e6:.1f}") for r in m.rounds]
+        lines += tables.aligned(("round", "sent_pages", "dirty_pages", "seconds",
+                                 "dirty_MBps"), rows)
+    lines += [
+        f"Converged: {'yes' if m.converged else 'no'}",
+        f"Downtime: {m.downtime_seconds:.6f}s (stop-and-copy {m.stopcopy_bytes >> 10} KiB)",
+        f"Total time: {m.total_seconds:.6f}s",
+        f"Bytes: precopy {m.precopy_bytes}, stopcopy {m.stopcopy_bytes}, "
+        f"postcopy {m.postcopy_bytes}",
+        f"Post-copy faults: {m.postcopy_faults}",
+        f"Verified: {'yes' if m.verified else 'NO'}",
+    ]
+    if not m.verified:
+        why = m.source.verify_message or m.destination.verify_message
+        if why:
+            lines.append(f"  {why}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return guarded(PROG, argv, lambda: _run_command(argv))
+
+
+def _run_command(argv: list[str]) -> int:
+    fields = vars(build_parser().parse_args(argv))
+    pop_cli_options(fields)
+    as_json = fields.pop("json")
+    fields.pop("quiet")
+    fields.pop("list_backings")
+    if fields.pop("cpus") is not None:
+        raise SystemExit(f"{PROG}: -c pins one run's threads; use --pin-vcpus")
+    mode, prefetch = fields.pop("mode"), fields.pop("postcopy_prefetch")
+    fields = {k: v for k, v in fields.items() if v is not None or k not in (
+        "downtime_target_ms", "max_rounds", "precopy_rounds", "dirty_ring_entries")}
+    m = migrate(mode=mode, postcopy_prefetch=prefetch, **fields)
+    print(m.to_json() if as_json else format_text(m))
+    return EXIT_OK if m.verified else EXIT_FAILED
