@@ -458,6 +458,8 @@ enum ukvm_migration {
 	uint64_t prefetch_bandwidth_mbps; \
 	uint64_t nr_replay; \
 	const uint64_t *replay; \
+	uint64_t nr_preinstall; \
+	const uint64_t *preinstall; \
 	enum ukvm_write_set write_set; \
 	enum ukvm_dirty_tracking dirty_tracking; \
 	uint32_t dirty_clear_pages; \
@@ -520,6 +522,7 @@ enum ukvm_migration {
 	X(U32, prefetch_pages, "prefetch_pages", 8, 1, 1048576, "8") \
 	X(U64, prefetch_bandwidth_mbps, "prefetch_bandwidth_mbps", 0, 0, 1099511627776ULL, "0") \
 	X(PAGES, replay, "replay_from", 0, 0, 0, "None") \
+	X(PAGES, preinstall, "preinstall", 0, 0, 0, "None") \
 	X(ENUM, write_set, "write_set", UKVM_WRITE_SET_FIXED, 0, 1, "'fixed'") \
 	X(ENUM, dirty_tracking, "dirty_tracking", UKVM_DIRTY_NONE, 0, 4, "None") \
 	X(U32, dirty_clear_pages, "dirty_clear_pages", 0, 0, 1073741824, "0") \
@@ -557,6 +560,7 @@ enum ukvm_migration {
 	A(U32, prefetch_pages, "prefetch_pages", 8, prefetch, prefetch, (c->prefetch == UKVM_PREFETCH_READAHEAD), "prefetch='readahead'", "8") \
 	A(U64, prefetch_bandwidth_mbps, "prefetch_bandwidth_mbps", 0, prefetch, prefetch, (c->prefetch == UKVM_PREFETCH_BACKGROUND || c->prefetch == UKVM_PREFETCH_REPLAY), "prefetch='background' or prefetch='replay'", "0") \
 	A(PAGES, replay, "replay_from", 0, prefetch, prefetch, (c->prefetch == UKVM_PREFETCH_REPLAY), "prefetch='replay'", "None") \
+	A(PAGES, preinstall, "preinstall", 0, uffd_mode, uffd_mode, (c->uffd_mode == UKVM_UFFD_MISSING), "uffd_mode='missing'", "None") \
 	A(U32, dirty_clear_pages, "dirty_clear_pages", 0, dirty_tracking, dirty_tracking, (c->dirty_tracking == UKVM_DIRTY_BITMAP_MANUAL), "dirty_tracking='bitmap_manual'", "0") \
 	A(U32, dirty_ring_entries, "dirty_ring_entries", 4096, dirty_tracking, dirty_tracking, (c->dirty_tracking == UKVM_DIRTY_RING), "dirty_tracking='ring'", "4096") \
 	A(U32, max_rounds, "max_rounds", 30, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY), "migration='precopy'", "30") \

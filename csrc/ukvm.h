@@ -401,6 +401,8 @@ struct ukvm_result {
 	 */
 	bool resident_tracked;
 	uint64_t prefetched_pages;	/* installed by prefetch (readahead and pusher) */
+	uint64_t preinstalled_pages;	/* preinstall's, in before the vCPUs started */
+	uint64_t preinstall_ns;		/* putting them in (before demand_paging_test's window) */
 	uint64_t wasted_prefetch_pages;	/* of those, pages the guest never touches */
 	uint64_t touched_units;		/* pages of page_size the guest touches (any 4 KiB) */
 	uint64_t faulted_pages;		/* of those, pages a vCPU faulted on and waited for,

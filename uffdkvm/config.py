@@ -197,44 +197,44 @@ def read_touch_order(path: str | os.PathLike[str]) -> tuple[int, ...]:
     return _read_touch_order(path)[0]
 
 
-def _read_touch_order(path: str | os.PathLike[str], max_pages: int | None = None
-                      ) -> tuple[tuple[int, ...], int | None]:
+def _read_touch_order(path: str | os.PathLike[str], max_pages: int | None = None,
+                      field: str = "replay_from") -> tuple[tuple[int, ...], int | None]:
     try:
         return touchorder.read(path, max_pages=max_pages)
     except touchorder.FormatError as e:
-        raise ConfigError(f"replay_from: {e}", field="replay_from") from None
+        raise ConfigError(f"{field}: {e}", field=field) from None
 
 
-def _replay(value: Any, page_size: int, region_pages: int) -> tuple[int, ...]:
-    """replay_from as a tuple of page indices: read from a path, or from any
-    sequence of integers. A file recorded with pages of another size than
-    page_size is refused: its indices would name other memory. Neither is
-    read past region_pages + 1 entries (a replay names each page once), so
-    a huge file or an endless iterator fails early; a file's pages are
-    checked line by line, a sequence's by the core (each a page of the
-    region, none twice)."""
+def _page_list(value: Any, page_size: int, region_pages: int, field: str) -> tuple[int, ...]:
+    """A page_list field (replay_from, preinstall) as a tuple of page
+    indices: read from a path, or from any sequence of integers. A file
+    recorded with pages of another size than page_size is refused: its
+    indices would name other memory. Neither is read past region_pages + 1
+    entries (each page is named once), so a huge file or an endless
+    iterator fails early; a file's pages are checked line by line, a
+    sequence's by the core (each a page of the region, none twice)."""
     if isinstance(value, (str, os.PathLike)):
-        order, recorded = _read_touch_order(value, region_pages)
+        order, recorded = _read_touch_order(value, region_pages, field)
         if recorded is not None and recorded != page_size:
-            raise ConfigError(f"replay_from: {os.fspath(value)!r} counts {recorded}-byte "
+            raise ConfigError(f"{field}: {os.fspath(value)!r} counts {recorded}-byte "
                               f"pages, and this run's backing has {page_size}-byte pages; "
-                              f"record the order with the same backing", field="replay_from")
+                              f"record the order with the same backing", field=field)
     elif isinstance(value, Iterable) and not isinstance(value, (bytes, dict, set, frozenset)):
         pages: list[int] = []
         for v in value:
             number = _as_int(v)
             if number is None or number < 0 or number >= 1 << 64:
-                raise ConfigError(f"replay_from: {v!r} is not a page index (a non-negative "
-                                  f"int)", field="replay_from")
+                raise ConfigError(f"{field}: {v!r} is not a page index (a non-negative "
+                                  f"int)", field=field)
             if len(pages) == region_pages:
-                raise ConfigError(f"replay_from: more than the region's {region_pages} pages: "
-                                  f"replay installs each page once", field="replay_from")
+                raise ConfigError(f"{field}: more than the region's {region_pages} pages: "
+                                  f"each page is named once", field=field)
             pages.append(number)
         order = tuple(pages)
     else:
-        raise ConfigError(f"replay_from: expected a path to a touch order file or a sequence "
-                          f"of page indices, not {value!r}", field="replay_from")
-    if not order:
+        raise ConfigError(f"{field}: expected a path to a touch order file or a sequence "
+                          f"of page indices, not {value!r}", field=field)
+    if not order and field == "replay_from":
         raise ConfigError("replay_from: no pages: replay needs the order of at least one "
                           "(Result.touch_order of an earlier run)", field="replay_from")
     return order
@@ -291,11 +291,11 @@ def _normalize(c: Any, f: schema.Field, value: Any) -> Any:
     if f.form == "pin_readers" and isinstance(value, str) and \
             value.strip().lower() == PIN_SCHEDULER:
         return PIN_SCHEDULER
-    if f.form == "replay_from":
+    if f.form == "page_list":
         page_size = BACKING_PAGE_SIZES[c.backing]
         # Rounded up: a region that is no whole number of pages is mem_per_vcpu's error.
         pages = -(-c.region_bytes // page_size)
-        return None if value is None else _replay(value, page_size, pages)
+        return None if value is None else _page_list(value, page_size, pages, f.name)
     if f.form == "path":
         if value is None:
             return None
@@ -519,6 +519,7 @@ class Config:
         prefetch_pages: int
         prefetch_bandwidth_mbps: int
         replay_from: tuple[int, ...] | None
+        preinstall: tuple[int, ...] | None
         remote_transport: str
         remote_latency_us: int
         remote_bandwidth_mbps: int
@@ -580,6 +581,7 @@ class Config:
             prefetch_pages: SupportsIndex = ...,
             prefetch_bandwidth_mbps: SupportsIndex = ...,
             replay_from: str | os.PathLike[str] | Iterable[SupportsIndex] | None = ...,
+            preinstall: str | os.PathLike[str] | Iterable[SupportsIndex] | None = ...,
             remote_transport: str = ...,
             remote_latency_us: SupportsIndex = ...,
             remote_bandwidth_mbps: SupportsIndex = ...,
@@ -724,7 +726,7 @@ class Config:
         """The fields as plain Python values (tuples become lists), which
         ``Config(**d)`` takes back; ``Result.to_dict()`` gives strict JSON values."""
         d = dataclasses.asdict(self)
-        for key in ("pin_vcpus", "pin_readers", "replay_from"):
+        for key in ("pin_vcpus", "pin_readers", "replay_from", "preinstall"):
             if isinstance(d[key], tuple):
                 d[key] = list(d[key])
         return d

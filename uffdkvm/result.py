@@ -470,6 +470,11 @@ class Result:
                    out), as page indices: pages of page_size counted from the
                    region's start. What replay prefetch (Config.replay_from)
                    takes; save_touch_order writes it. Empty elsewhere
+    preinstalled_pages, preinstall_seconds  Config.preinstall: the pages put in
+                   from the page source's local copy before the vCPU threads
+                   started (a migration's pre-copied pages: they never fault),
+                   and the time that took (outside every window above);
+                   None where no resident map was kept
     prefetched_pages  pages installed by prefetch (readahead and the pusher);
                    None where pages are not tracked (uffd_mode other than
                    "missing", resolve other than "copy", prefault)
@@ -575,6 +580,8 @@ class Result:
     page_visits: tuple[int, ...] | None = field(default=None, repr=False)
     touch_order: tuple[int, ...] = field(default=(), repr=False)
     prefetched_pages: int | None = None
+    preinstalled_pages: int | None = None
+    preinstall_seconds: float | None = None
     pushed_pages: int | None = None
     wasted_prefetch_pages: int | None = None
     resident_seconds: float | None = None
@@ -773,7 +780,8 @@ class Result:
                                "stopcopy_pages", "postcopy_pages"),
                       *_unless(raw["source"] == _core.SOURCE_FILE,
                                "source_cached_pages_at_start"),
-                      *_unless(tracked, "prefetched_pages", "pushed_pages",
+                      *_unless(tracked, "prefetched_pages", "preinstalled_pages",
+                               "preinstall_seconds", "pushed_pages",
                                "wasted_prefetch_pages", "resident_seconds", "faulted_pages",
                                "faults_avoided", "prefetch_eexist")]
         vcpus = tuple(

@@ -50,10 +50,10 @@ KINDS = ("u32", "u64", "bool", "enum", "double", "string", "cpus", "pages")
 #:   pin_readers a CPU list, "vcpus" or "scheduler"; the core gets Config.reader_cpus
 #:   wait        a choice, or None: the core gets Config.reader_wait, and holds
 #:               WAIT_SLEEPING (the wait a None leaves unpinned readers) as its default
-#:   replay_from a path to a touch-order file or a sequence of page indices,
+#:   page_list   a path to a touch-order file or a sequence of page indices,
 #:               stored as a tuple; the core gets the list
 FORMS = ("size", "page_size", "none_choice", "seconds", "optional", "path", "pin_readers",
-         "replay_from", "address", "wait")
+         "page_list", "address", "wait")
 
 #: The wait that wait=None gives readers that do not go with pinned vCPUs, and
 #: the core's default (Config.reader_wait).
@@ -289,7 +289,13 @@ FIELDS: tuple[Field, ...] = (
           applies=(("prefetch", ("background", "replay")),)),
     Field("replay_from", "pages", None, "replay's order: a path to a file "
           "Result.save_touch_order wrote, or a sequence of page indices; stored as a tuple",
-          core="replay", form="replay_from", applies=(("prefetch", ("replay",)),)),
+          core="replay", form="page_list", applies=(("prefetch", ("replay",)),)),
+    Field("preinstall", "pages", None, "pages installed from the page source before the "
+          "vCPUs start, which never fault (a migration's pre-copied pages): a path to a "
+          "file as replay_from takes, or a sequence of page indices; stored as a tuple. "
+          "uffd_mode \"missing\" with resolve \"copy\", from source \"file\" or from "
+          "source \"remote\"'s local copy (source_path)", form="page_list",
+          applies=(("uffd_mode", ("missing",)),)),
     Field("remote_transport", "enum", "unix", "how the readers reach the page server: "
           "\"unix\" or \"tcp\" (loopback)", choices=("unix", "tcp"), core=None,
           applies=_REMOTE_ONLY),
@@ -630,7 +636,7 @@ def _pyi_type(f: Field) -> str:
         return "str | None"
     if f.form == "pin_readers" or f.kind == "cpus":
         return "CpuList | None"
-    if f.form == "replay_from":
+    if f.form == "page_list":
         return "str | os.PathLike[str] | Iterable[SupportsIndex] | None"
     base = {"u32": "SupportsIndex", "u64": "SupportsIndex", "bool": "bool", "enum": "str",
             "double": "float"}[f.kind]

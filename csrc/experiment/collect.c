@@ -222,7 +222,7 @@ out:
  * the guest touches any 4 KiB of it.
  */
 static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verify_params *vp0,
-			    uint64_t *prefetched_touched)
+			    uint64_t *installed_touched)
 {
 	struct ukvm_result *res = &exp->result;
 	struct ukvm_resident *rs = &exp->resident;
@@ -230,7 +230,7 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 	uint64_t page, sub, n, all_ns;
 	uint32_t i;
 
-	*prefetched_touched = 0;
+	*installed_touched = 0;
 	if (!rs->faulted)
 		return 0;
 	vp.gpa = exp->region_gpa;
@@ -240,8 +240,8 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 	res->resident_tracked = true;
 	for (page = 0; page < rs->pages; page++) {
 		uint64_t gpa = exp->region_gpa + page * exp->mem.page_size;
-		bool touched = false, prefetched = ukvm_resident_state(rs, page) ==
-						  UKVM_PAGE_PREFETCHED;
+		enum ukvm_page_state how = ukvm_resident_state(rs, page);
+		bool touched = false, prefetched = how == UKVM_PAGE_PREFETCHED;
 
 		for (sub = 0; sub < exp->mem.page_size && !touched; sub += UKVM_PAGE_SIZE)
 			touched = ukvm_guest_touches(&vp, gpa + sub);
@@ -249,7 +249,8 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 		res->faulted_pages += ukvm_resident_bit(rs->waited, page);
 		res->prefetched_pages += prefetched;
 		res->wasted_prefetch_pages += prefetched && !touched;
-		*prefetched_touched += prefetched && touched;
+		/* Touched, and there before the guest asked: no fault for it. */
+		*installed_touched += (prefetched || how == UKVM_PAGE_PREINSTALLED) && touched;
 	}
 	res->faults_avoided = res->touched_units - res->faulted_pages;
 	res->pushed_pages = exp->pusher.pages;
@@ -279,7 +280,7 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
  * that maps them without asking) is not reported as verified.
  */
 static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log,
-				  uint64_t wp_written, uint64_t prefetched_touched)
+				  uint64_t wp_written, uint64_t installed_touched)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
@@ -294,21 +295,22 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 	} else if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault) {
 		/*
 		 * The pages the guest touches, each once (touch_percent, access:
-		 * the rest must never fault), less those prefetch installed
-		 * before the guest touched them.
+		 * the rest must never fault), less those prefetch or preinstall
+		 * put in before the guest touched them.
 		 */
 		expected = (exp->visits ? exp->touched_units : exp->region_size /
-			    exp->mem.page_size) - prefetched_touched;
+			    exp->mem.page_size) - installed_touched;
 		how = exp->visits ? " (touch_percent, access: one per page the guest touches, "
-				    "less those prefetch installed first)" :
-		      prefetched_touched ? " (less the pages prefetch installed first)" : "";
+				    "less those prefetch or preinstall put in first)" :
+		      installed_touched ? " (less the pages prefetch or preinstall put in first)" :
+		      "";
 	} else if (cfg->uffd_mode != UKVM_UFFD_NONE)
 		how = " (prefault populated every page before the vCPUs started)";
 	else
 		how = " (uffd_mode None: no userfaultfd)";
 
 	/* No fault at all without userfaultfd or with prefault (prefetch: EEXIST ones, woken). */
-	if (resolved != expected || (!expected && messages && !prefetched_touched)) {
+	if (resolved != expected || (!expected && messages && !installed_touched)) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "userfaultfd resolved %llu faults (%llu messages), expected %llu%s%s",
 			 (unsigned long long)resolved, (unsigned long long)messages,
@@ -321,10 +323,10 @@ static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm
 	}
 	/*
 	 * WP: pages only read never fault; the snapshot's check stands for this
-	 * one. Prefetch: the prefetched pages are the ones no fault resolved
+	 * one. Prefetch and preinstall: their pages are the ones no fault resolved
 	 * (resident.h: each page goes in once).
 	 */
-	if (expected && res->stats_full && log->pages_not_once != prefetched_touched &&
+	if (expected && res->stats_full && log->pages_not_once != installed_touched &&
 	    cfg->uffd_mode != UKVM_UFFD_WP) {
 		snprintf(res->verify_message, sizeof(res->verify_message),
 			 "%llu pages were not resolved exactly once: the page at gpa 0x%llx "
@@ -386,7 +388,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	struct ukvm_result *res = &exp->result;
 	struct ukvm_faultlog log = { 0 };
 	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0, wp_written = 0;
-	uint64_t prefetched_touched = 0;
+	uint64_t installed_touched = 0;
 	uint64_t dirty_bad = 0;
 	uint8_t *dirty_map;
 	struct ukvm_verify_params vp = {
@@ -483,7 +485,9 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	/* Closing the uffds first: a page verify reads must not fault into a uffd. */
 	ukvm_stop_pools(exp, true);
-	if (collect_resident(exp, &vp, &prefetched_touched)) {
+	res->preinstalled_pages = exp->preinstalled_pages;
+	res->preinstall_ns = exp->preinstall_ns;
+	if (collect_resident(exp, &vp, &installed_touched)) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the touch order");
 		return -ENOMEM;
 	}
@@ -624,6 +628,6 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (!res->verified && source_modified)
 		collect_source_changed(res);
 	if (res->verified)
-		collect_verify_faults(exp, &log, wp_written, prefetched_touched);
+		collect_verify_faults(exp, &log, wp_written, installed_touched);
 	return 0;
 }

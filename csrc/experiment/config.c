@@ -231,6 +231,50 @@ static int config_check_prefetch(const struct ukvm_config *c, struct ukvm_error 
 	return 0;
 }
 
+/*
+ * preinstall: pages put in with their data (UFFDIO_COPY) before the vCPUs
+ * start, from a local copy of the page source; each a page of the region, once.
+ */
+static int config_check_preinstall(const struct ukvm_config *c, struct ukvm_error *err)
+{
+	uint64_t region = c->overlap ? c->mem_per_vcpu : c->mem_per_vcpu * c->vcpus;
+	uint64_t pages = region / ukvm_backing_page_size(c->backing), i, *seen;
+
+	if (!c->nr_preinstall)
+		return 0;
+	if (c->uffd_mode != UKVM_UFFD_MISSING || c->resolve != UKVM_RESOLVE_COPY || c->prefault)
+		BAD("preinstall: its pages go in with their data (UFFDIO_COPY) before the vCPUs "
+		    "start, so it needs uffd_mode='missing' with resolve='copy' and no prefault, not "
+		    "uffd_mode=%s with resolve=%s%s", config_py_uffd_mode(c->uffd_mode),
+		    config_py_resolve(c->resolve), c->prefault ? " and prefault=True" : "");
+	if (c->source == UKVM_SOURCE_SYNTHETIC || !c->source_path[0])
+		BAD("preinstall: its pages come from a local copy of the page source: use "
+		    "source='file', or source='remote' with source_path (the served file)");
+	if (c->nr_preinstall > pages)
+		BAD("preinstall: %llu pages, more than the region's %llu",
+		    (unsigned long long)c->nr_preinstall, (unsigned long long)pages);
+	seen = calloc(pages / 64 + 1, sizeof(*seen));
+	if (!seen)
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating preinstall's page set");
+	for (i = 0; i < c->nr_preinstall; i++) {
+		uint64_t page = c->preinstall[i];
+
+		if (page >= pages || (seen[page / 64] & (1ULL << (page % 64)))) {
+			free(seen);
+			if (page >= pages)
+				BAD("preinstall: entry %llu is page %llu, beyond the region's %llu "
+				    "pages (indices count pages of the backing's page size from the "
+				    "region's start)", (unsigned long long)i,
+				    (unsigned long long)page, (unsigned long long)pages);
+			BAD("preinstall: entry %llu repeats page %llu; each page is installed once",
+			    (unsigned long long)i, (unsigned long long)page);
+		}
+		seen[page / 64] |= 1ULL << (page % 64);
+	}
+	free(seen);
+	return 0;
+}
+
 /* The memory: the guest's page size, the region's size, what each uffd mode runs on. */
 static int config_check_memory(const struct ukvm_config *c, struct ukvm_error *err)
 {
@@ -395,6 +439,7 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 	ret = ret ?: config_check_access(c, err);
 	ret = ret ?: config_check_resolve(c, err);
 	ret = ret ?: config_check_prefetch(c, err);
+	ret = ret ?: config_check_preinstall(c, err);
 	ret = ret ?: config_check_dirty(c, err);
 	ret = ret ?: config_check_migration(c, err);
 	if (ret)

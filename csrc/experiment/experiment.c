@@ -159,15 +159,22 @@ static void pending_add(struct ukvm_experiment *exp)
 	pthread_mutex_unlock(&pending_lock);
 }
 
+/* The copies of the caller's lists, and the experiment. */
+static void experiment_free_lists(struct ukvm_experiment *exp)
+{
+	free(exp->pin_vcpus);
+	free(exp->pin_readers);
+	free(exp->replay);
+	free(exp->preinstall);
+	free(exp);
+}
+
 static void experiment_free(struct ukvm_experiment *exp)
 {
 	ukvm_result_free(&exp->result);
 	ukvm_tsc_clock_destroy(&exp->tsc_clock);
 	ukvm_ctl_destroy(&exp->ctl);
-	free(exp->pin_vcpus);
-	free(exp->pin_readers);
-	free(exp->replay);
-	free(exp);
+	experiment_free_lists(exp);
 }
 
 /* fds this process has open below limit: the numbers the next open competes for. */
@@ -462,17 +469,20 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 		if (exp->replay)
 			memcpy(exp->replay, cfg->replay, cfg->nr_replay * sizeof(uint64_t));
 	}
+	if (cfg->nr_preinstall) {
+		exp->preinstall = malloc(cfg->nr_preinstall * sizeof(uint64_t));
+		if (exp->preinstall)
+			memcpy(exp->preinstall, cfg->preinstall, cfg->nr_preinstall * sizeof(uint64_t));
+	}
 	if ((cfg->nr_pin_vcpus && !exp->pin_vcpus) || (cfg->nr_pin_readers && !exp->pin_readers) ||
-	    (cfg->nr_replay && !exp->replay)) {
-		free(exp->pin_vcpus);
-		free(exp->pin_readers);
-		free(exp->replay);
-		free(exp);
-		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "copying the pin and replay lists");
+	    (cfg->nr_replay && !exp->replay) || (cfg->nr_preinstall && !exp->preinstall)) {
+		experiment_free_lists(exp);
+		return ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "copying the pin and page lists");
 	}
 	exp->cfg.pin_vcpus = exp->pin_vcpus;
 	exp->cfg.pin_readers = exp->pin_readers;
 	exp->cfg.replay = exp->replay;
+	exp->cfg.preinstall = exp->preinstall;
 	ukvm_vm_init(&exp->vm);
 	ukvm_kvmstats_init(&exp->vm_stats);
 	ukvm_backing_init(&exp->mem);
@@ -484,10 +494,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	ret = ukvm_ctl_init(&exp->ctl);
 	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "pthread_mutex_init/pthread_cond_init");
-		free(exp->pin_vcpus);
-		free(exp->pin_readers);
-		free(exp->replay);
-		free(exp);
+		experiment_free_lists(exp);
 		return ret;
 	}
 #ifdef UKVM_TEST_HOOKS
@@ -506,10 +513,7 @@ int ukvm_experiment_start(const struct ukvm_config *cfg, struct ukvm_experiment 
 	if (ret) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ret, "pthread_create(controller)");
 		ukvm_ctl_destroy(&exp->ctl);
-		free(exp->pin_vcpus);
-		free(exp->pin_readers);
-		free(exp->replay);
-		free(exp);
+		experiment_free_lists(exp);
 		return -ret;
 	}
 	*out = exp;

@@ -450,6 +450,39 @@ static uint32_t setup_nr_pools(const struct ukvm_config *cfg)
 	return cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
 }
 
+/*
+ * preinstall: each listed page in with its data from the source's local
+ * copy, by the uffd of the pool whose range holds it, before any vCPU runs
+ * (nobody waits to be woken). Timed, and bounded by cancel and the deadline.
+ */
+static int setup_preinstall(struct ukvm_experiment *exp, uint64_t range, struct ukvm_error *err)
+{
+	uint64_t i, t0 = ukvm_now_ns(), size = exp->mem.page_size;
+	int ret;
+
+	for (i = 0; i < exp->cfg.nr_preinstall; i++) {
+		uint64_t page = exp->cfg.preinstall[i], off = page * size;
+
+		if (i % 4096 == 4095 && (exp_aborted(exp) || exp_past_deadline(exp)))
+			return ukvm_err_set(err, exp_aborted(exp) ? UKVM_ERR_CANCELLED : UKVM_ERR_TIMEOUT,
+					    exp_aborted(exp) ? 0 : ETIMEDOUT, "preinstall: stopped "
+					    "after %llu of %llu pages (%s)", (unsigned long long)i,
+					    (unsigned long long)exp->cfg.nr_preinstall,
+					    exp_aborted(exp) ? "cancelled" : "past timeout_s");
+		ret = ukvm_uffd_copy_dontwake(exp->pools[off / range].area.uffd,
+					      (uint64_t)(uintptr_t)(exp->mem.hva + off),
+					      exp->source.map + off, size);
+		if (ret)
+			return ukvm_err_set(err, UKVM_ERR_RUN, -ret, "preinstall: UFFDIO_COPY of page "
+					    "%llu (gpa 0x%llx) from source_path %s", (unsigned long long)page,
+					    (unsigned long long)(exp->region_gpa + off), exp->source.path);
+		ukvm_resident_mark(&exp->resident, page, UKVM_PAGE_PREINSTALLED);
+	}
+	exp->preinstalled_pages = exp->cfg.nr_preinstall;
+	exp->preinstall_ns = ukvm_now_ns() - t0;
+	return 0;
+}
+
 static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
@@ -534,7 +567,10 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 	}
 	if (cfg->resolver == UKVM_RESOLVER_VCPU && !exp->probe)
 		setup_vcpu_resolvers(exp);
-	return exp->probe ? 0 : setup_pusher(exp, err);
+	if (exp->probe)
+		return 0;
+	/* Before the pusher: it skips what is already there. */
+	return setup_preinstall(exp, range, err) ?: setup_pusher(exp, err);
 }
 
 #ifdef UKVM_TEST_HOOKS

@@ -117,6 +117,9 @@ struct ukvm_experiment {
 	int32_t *pin_vcpus;		/* copies of the config's lists */
 	int32_t *pin_readers;
 	uint64_t *replay;
+	uint64_t *preinstall;		/* a copy of the config's list */
+	uint64_t preinstall_ns;		/* installing it, before the vCPUs */
+	uint64_t preinstalled_pages;
 	/* uffd_mode missing, resolve copy: how each page went in (resident.h) */
 	struct ukvm_resident resident;
 	/* prefetch background or replay: the pusher thread (pusher.h) */

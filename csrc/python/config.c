@@ -160,8 +160,10 @@ void pyconfig_free(struct ukvm_config *cfg)
 	PyMem_Free((void *)cfg->pin_vcpus);
 	PyMem_Free((void *)cfg->pin_readers);
 	PyMem_Free((void *)cfg->replay);
+	PyMem_Free((void *)cfg->preinstall);
 	cfg->pin_vcpus = cfg->pin_readers = NULL;
 	cfg->replay = NULL;
+	cfg->preinstall = NULL;
 }
 
 /*

@@ -104,6 +104,8 @@ static const struct result_field result_fields[] = {
 	RES(page_visits, R_PAGE_VISITS),
 	RES(resident_tracked, R_BOOL),
 	RES(prefetched_pages, R_U64),
+	RES(preinstalled_pages, R_U64),
+	RES(preinstall_ns, R_U64),
 	RES(wasted_prefetch_pages, R_U64),
 	RES(touched_units, R_U64),
 	RES(faulted_pages, R_U64),

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The run's resident map: two bits per page saying how it went in and one
+ * The run's resident map: three bits per page saying how it went in and one
  * whether a vCPU waited for it, the order of first touches (4 bytes a page), and when the region became wholly resident.
  */
 #include <errno.h>
@@ -50,7 +50,8 @@ int ukvm_resident_create(struct ukvm_resident *rs, uint64_t pages, bool order,
 	/* resident_map() keeps mmap's errno: the error names it, not ENOMEM for every cause. */
 	rs->faulted = resident_map(bytes);
 	rs->prefetched = rs->faulted ? resident_map(bytes) : NULL;
-	rs->waited = rs->prefetched ? resident_map(bytes) : NULL;
+	rs->preinstalled = rs->prefetched ? resident_map(bytes) : NULL;
+	rs->waited = rs->preinstalled ? resident_map(bytes) : NULL;
 	/*
 	 * malloc, not mmap: collect hands it to the result as the touch order
 	 * (free()d there); a large block is mmap()ed by the allocator and, not
@@ -71,6 +72,8 @@ void ukvm_resident_destroy(struct ukvm_resident *rs)
 		munmap((void *)rs->faulted, bytes ?: 1);
 	if (rs->prefetched)
 		munmap((void *)rs->prefetched, bytes ?: 1);
+	if (rs->preinstalled)
+		munmap((void *)rs->preinstalled, bytes ?: 1);
 	if (rs->waited)
 		munmap((void *)rs->waited, bytes ?: 1);
 	free(rs->order);
@@ -90,7 +93,8 @@ void ukvm_resident_mark(struct ukvm_resident *rs, uint64_t page, enum ukvm_page_
 				rs->order[n] = (uint32_t)page;
 		}
 	} else {
-		atomic_fetch_or_explicit(&rs->prefetched[page / 64], 1ULL << (page % 64),
+		atomic_fetch_or_explicit(how == UKVM_PAGE_PREINSTALLED ? &rs->preinstalled[page / 64] :
+					 &rs->prefetched[page / 64], 1ULL << (page % 64),
 					 memory_order_relaxed);
 	}
 	n = atomic_fetch_add_explicit(&rs->nr_resident, 1, memory_order_acq_rel) + 1;

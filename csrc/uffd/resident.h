@@ -18,6 +18,7 @@ enum ukvm_page_state {
 	UKVM_PAGE_ABSENT = 0,
 	UKVM_PAGE_FAULTED,	/* a fault's resolver installed it */
 	UKVM_PAGE_PREFETCHED,	/* prefetch (readahead or the pusher) installed it */
+	UKVM_PAGE_PREINSTALLED,	/* Config.preinstall: in before the vCPUs started */
 };
 
 /*
@@ -34,6 +35,7 @@ struct ukvm_resident {
 	 */
 	_Atomic uint64_t *faulted;
 	_Atomic uint64_t *prefetched;
+	_Atomic uint64_t *preinstalled;	/* and the pages preinstall put in first */
 	/*
 	 * A bit for each page a vCPU faulted on (a message was resolved for it,
 	 * EEXIST included: the vCPU waited, whoever installed the page), so
@@ -68,14 +70,16 @@ static inline bool ukvm_resident_bit(_Atomic uint64_t *map, uint64_t page)
 
 static inline bool ukvm_resident_absent(struct ukvm_resident *rs, uint64_t page)
 {
-	return !ukvm_resident_bit(rs->faulted, page) && !ukvm_resident_bit(rs->prefetched, page);
+	return !ukvm_resident_bit(rs->faulted, page) && !ukvm_resident_bit(rs->prefetched, page) &&
+	       !ukvm_resident_bit(rs->preinstalled, page);
 }
 
 /* How the page went in (after every installer stopped, or racing them: a snapshot). */
 static inline enum ukvm_page_state ukvm_resident_state(struct ukvm_resident *rs, uint64_t page)
 {
 	return ukvm_resident_bit(rs->faulted, page) ? UKVM_PAGE_FAULTED :
-	       ukvm_resident_bit(rs->prefetched, page) ? UKVM_PAGE_PREFETCHED : UKVM_PAGE_ABSENT;
+	       ukvm_resident_bit(rs->prefetched, page) ? UKVM_PAGE_PREFETCHED :
+	       ukvm_resident_bit(rs->preinstalled, page) ? UKVM_PAGE_PREINSTALLED : UKVM_PAGE_ABSENT;
 }
 
 /* A vCPU faulted on the page (and waited for it, whoever installed it). */

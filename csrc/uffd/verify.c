@@ -117,7 +117,8 @@ uint64_t ukvm_verify_region(const struct ukvm_verify_params *p, struct ukvm_ctl 
 				unit_touched = p->visits[(off + k) / UKVM_PAGE_SIZE];
 		/* The data a page holds unless the guest wrote it: resolved, or prefilled. */
 		filled = unit_touched ? p->filled : p->untouched_filled ||
-			 (p->installed && installed_as(p, off / unit) == UKVM_PAGE_PREFETCHED);
+			 (p->installed && (installed_as(p, off / unit) == UKVM_PAGE_PREFETCHED ||
+					   installed_as(p, off / unit) == UKVM_PAGE_PREINSTALLED));
 		from_file = filled && p->expect;
 		if (from_file) {
 			/* Guarded: the file may have been cut short under its mapping. */
