@@ -12,7 +12,7 @@ writes.
 from __future__ import annotations
 
 import pytest
-from conftest import host_skip, needs_test_hooks, resources
+from conftest import assert_released, host_skip, needs_test_hooks, resources
 
 import uffdkvm
 from uffdkvm import Config, ConfigError, RunError
@@ -111,3 +111,154 @@ def test_run_refuses_the_source_fields_outside_a_migration():
         migrate(mode="live")
     with pytest.raises(ConfigError, match="backing: migrate"):
         migrate(backing="anonymous_hugetlb")
+
+
+# ---- the whole migration ----
+
+def test_each_mode_verifies_and_the_destination_holds_what_was_sent(kvm):
+    pages = 2 * PAGES
+    for mode in MODES:
+        m = _migrate(mode, link_bandwidth_mbps=400)
+        d, s = m.destination, m.source
+        assert m.verified and d.verified and d.contents_verified, (mode, d.verify_message)
+        assert d.preinstalled_pages == len(s.migrated_pages)
+        # Every page arrived once: held at the start, faulted in, or streamed.
+        assert d.preinstalled_pages + d.faults + d.prefetched_pages == pages, mode
+        if mode == "precopy":
+            assert d.preinstalled_pages == pages and d.faults == 0 and m.postcopy_bytes == 0
+            assert m.precopy_bytes == sum(r.sent_pages for r in m.rounds) * 4096
+            assert m.downtime_seconds >= s.stopcopy_seconds
+            # Stop-and-copy at 400 Mbit/s: 82 us a page at least.
+            assert s.stopcopy_seconds >= s.stopcopy_pages * 4096 * 8 / 400e6
+        else:
+            assert m.stopcopy_bytes == 0 and m.postcopy_faults == d.faults > 0
+        assert m.total_seconds >= m.downtime_seconds > 0
+
+
+def test_a_guest_that_writes_nothing_migrates_in_one_round(kvm):
+    m = _migrate("precopy", write_percent=0)
+    assert m.verified and m.converged
+    assert [(r.round, r.sent_pages, r.dirty_pages) for r in m.rounds] == [(1, 2 * PAGES, 0)]
+    assert m.stopcopy_bytes == 0 and m.destination.faults == 0
+
+
+def test_precopy_that_cannot_converge_says_so_and_ends_at_max_rounds(kvm):
+    """Every page written every pass, and a target nothing meets: the rounds
+    run to max_rounds, then the whole dirty set is stop-copied."""
+    m = _migrate("precopy", write_percent=100, downtime_target_ms=1, max_rounds=3)
+    assert m.verified and not m.converged and m.round_count == 3
+    assert m.stopcopy_bytes >= m.rounds[-1].dirty_pages * 4096 > 0
+    healthy = _migrate("precopy", write_percent=100, max_rounds=3)  # 300 ms fits 8 MiB
+    assert healthy.converged and healthy.round_count == 1
+
+
+def test_postcopy_moves_each_page_exactly_once(kvm):
+    """Without the background stream every page the guest walks faults once,
+    and the link carries each once: the page server's own count."""
+    m = _migrate("postcopy", postcopy_prefetch="none")
+    pages = 2 * PAGES
+    assert m.verified and m.postcopy_faults == pages
+    assert m.destination.page_server.served == pages
+    assert m.postcopy_bytes == pages * 4096
+    # With the stream, a page a fault and the stream fetch at once can cross
+    # twice: each such crossing ends in an install that found the page there
+    # (the stream's prefetch_eexist, a reader's eexist). The link's count is
+    # what the destination fetched.
+    s = _migrate("postcopy")
+    d = s.destination
+    assert s.verified and d.faults + d.prefetched_pages == pages
+    assert s.postcopy_bytes == d.source_bytes  # the readers' and the pusher's
+    assert pages * 4096 <= s.postcopy_bytes <= (pages + d.prefetch_eexist + d.eexist) * 4096
+
+
+def test_hybrid_takes_fewer_postcopy_faults_than_postcopy_alone(kvm):
+    post = _migrate("postcopy", postcopy_prefetch="none")
+    hybrid = _migrate("hybrid", postcopy_prefetch="none")
+    assert post.verified and hybrid.verified
+    # Only what the guest wrote after its round-1 send is left to fault.
+    assert hybrid.postcopy_faults == hybrid.source.postcopy_pages < post.postcopy_faults
+
+
+def test_the_frame_and_json_carry_the_knobs_and_both_sides(kvm):
+    import json
+    m = _migrate("hybrid", link_bandwidth_mbps=400, link_latency_us=50)
+    row = m.to_frame().iloc[0]
+    assert row["migration"] == "hybrid" and row["link_bandwidth_mbps"] == 400
+    assert row["link_latency_us"] == 50 and row["round_count"] == 1
+    assert row["destination_faults"] == m.destination.faults
+    assert row["source_stopcopy_pages"] == 0
+    assert list(m.rounds_frame()["round"]) == [1]
+    d = json.loads(m.to_json())
+    assert d["mode"] == "hybrid" and d["destination"]["verified"] is True
+    # The latency is in the downtime once.
+    assert m.downtime_seconds >= 50e-6
+
+
+# ---- failures leave nothing behind ----
+
+def test_a_link_process_killed_mid_postcopy_fails_and_leaves_nothing(kvm, monkeypatch):
+    """The destination's page server (the link to the source's memory) is
+    SIGKILLed while post-copy faults wait on it: RunError naming it, no
+    thread, fd, mapping, process or file left."""
+    import glob
+    import os
+    import signal
+    import threading
+    import time
+
+    import importlib
+    run_module = importlib.import_module("uffdkvm.run")
+    started = []
+
+    class Recorded(run_module.PageServer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(run_module, "PageServer", Recorded)
+
+    def kill_later():
+        deadline = time.monotonic() + 30
+        while not started and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.3)
+        if started:
+            os.kill(started[0].pid, signal.SIGKILL)
+
+    before = resources()
+    temps = set(glob.glob("/tmp/uffdkvm-migrate-*"))
+    killer = threading.Thread(target=kill_later, daemon=True)
+    killer.start()
+    with pytest.raises(RunError, match="was killed by signal 9"):
+        # 2 ms a fetch: seconds of post-copy, killed 0.3 s in.
+        _migrate("postcopy", postcopy_prefetch="none", link_latency_us=2000)
+    killer.join(5)
+    # The interpreter's allocator may map an arena meanwhile: a little slack.
+    assert_released(before, within_s=5, maps_slack=8)
+    assert set(glob.glob("/tmp/uffdkvm-migrate-*")) == temps
+
+
+def test_ctrl_c_mid_round_stops_the_migration_and_leaves_nothing(kvm):
+    """SIGINT while round 1 crawls over an 8 Mbit/s link: KeyboardInterrupt
+    within a second, everything given back, and the next migration runs."""
+    import glob
+    import signal
+    import threading
+    import time
+    before = resources()
+    temps = set(glob.glob("/tmp/uffdkvm-migrate-*"))
+    sent = {}
+
+    def fire():
+        sent["at"] = time.monotonic()
+        signal.raise_signal(signal.SIGINT)
+
+    timer = threading.Timer(0.5, fire)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        _migrate("precopy", link_bandwidth_mbps=8)  # 2048 pages at 4 ms each
+    assert time.monotonic() - sent["at"] < 1.0
+    timer.join()
+    assert_released(before, within_s=5, maps_slack=8)
+    assert set(glob.glob("/tmp/uffdkvm-migrate-*")) == temps
+    assert _migrate("precopy", mem_per_vcpu="1M").verified

@@ -272,6 +272,9 @@ def cases(snapshot):
                                     lambda raw: raw["pushed_pages"] < raw["pages_per_vcpu"]),
         "replay": (dict(prefetch="replay", replay_from=[3, 1, 2]),
                    lambda raw: raw["pushed_pages"] == 3),
+        # Half of the 16 pages there before the vCPUs: only the other half faults.
+        "preinstall": (dict(source="file", source_path=snapshot, preinstall=range(8)),
+                       lambda raw: raw["faults"] == 8 and raw["preinstalled_pages"] == 8),
         # Tracked passes at all: one record for each pass after the first.
         "dirty_tracking": (dict(dirty_tracking="bitmap", passes=3),
                            lambda raw: len(raw["dirty_passes"]) == 2),

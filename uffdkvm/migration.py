@@ -226,7 +226,7 @@ def _destination_config(base: Config, dump: str, source: Result,
 def _result(mode: str, source: Result, destination: Result) -> MigrationResult:
     c = source.config
     latency = c.link_latency_us * 1e-6
-    downtime = (source.stopcopy_seconds or 0.0) + latency + destination.startup_seconds
+    downtime = (source.stopcopy_seconds or 0.0) + latency + (destination.startup_seconds or 0.0)
     region_pages = c.region_bytes // PAGE_SIZE
     # A 4 KiB page a fault installs (each userfault resolved one), or prefetch.
     arrived = len(source.migrated_pages) + destination.faults + \
