@@ -101,6 +101,15 @@ VALID = {
     "dirty_clear_pages": st.sampled_from([0, 0, 64, 100]),
     # (kvm_pvm overruns a small ring: docs/dirty-tracking.md)
     "dirty_ring_entries": st.sampled_from([4096, 4096, 65536, 1000]),
+    "preinstall": st.sampled_from([None, None, [0], (1, 0), range(2)]),
+    # migrate() sets these for its source (tests/test_migration.py)
+    "migration": st.sampled_from([None, None, None, "precopy", "Hybrid"]),
+    "max_rounds": st.sampled_from([30, 30, 1, 100_000]),
+    "downtime_target_ms": st.sampled_from([300, 300, 0, 3_600_000]),
+    "precopy_rounds": st.sampled_from([1, 1, 2]),
+    "link_bandwidth_mbps": st.sampled_from([1000, 1000, 0, 8]),
+    "link_latency_us": st.sampled_from([0, 0, 50]),
+    "migration_dump_path": st.just(None),
 }
 assert set(VALID) == set(FIELDS), "every Config field has a strategy"
 
@@ -149,7 +158,12 @@ def coherent_fields(draw):
         # source "remote" only (a page server per run: tests/test_source_remote.py)
         remote_transport="unix", remote_latency_us=0, remote_bandwidth_mbps=0, max_inflight=0,
         # a server already running: tests/test_pageserver_auth.py
-        source_address=None, source_key_file=None)
+        source_address=None, source_key_file=None,
+        # a local copy of the page source only: tests/test_preinstall.py
+        preinstall=None,
+        # migrate()'s source only: tests/test_migration.py
+        migration=None, max_rounds=30, downtime_target_ms=300, precopy_rounds=1,
+        link_bandwidth_mbps=1000, link_latency_us=0, migration_dump_path=None)
     if fields["access"].lower() == "zipf":  # needs a skew and the sequential pattern
         fields.update(zipf_theta=draw(st.sampled_from([0.5, 0.99, 2.0])), pattern="sequential")
     else:  # the Zipf knobs only with access="zipf"
