@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import resources, run_or_skip, run_with_fault
+from conftest import facts_for_run, host_skip, resources, run_or_skip, run_with_fault
 
 import uffdkvm
 from uffdkvm import Config, ConfigError, HostUnsupportedError, Result, RunError
@@ -40,6 +40,15 @@ def _fields(tracker: str, **more) -> dict:
 
 def _run(tracker: str, **more) -> Result:
     return run_or_skip(**_fields(tracker, **more))
+
+
+def _with_fault(tracker: str, fault: str, after: int, **more) -> Result:
+    """run_with_fault, or a skip citing the facts where the host lacks the tracker."""
+    fields = _fields(tracker, **more)
+    try:
+        return run_with_fault(Config(**fields), fault=fault, after=after)
+    except HostUnsupportedError as e:
+        host_skip(facts_for_run(**fields), f"this host cannot: {e}")
 
 
 def _write_key(seed: int) -> int:
@@ -105,7 +114,7 @@ def test_a_tracker_that_loses_a_page_fails_the_run(kvm, tracker):
     before = resources()
     with pytest.raises(RunError, match=rf"dirty_tracking='{tracker}' missed 1 of the \d+ "
                                        r"pages the guest wrote in iteration 2"):
-        run_with_fault(Config(**_fields(tracker)), fault="dirty_drop_page", after=2)
+        _with_fault(tracker, "dirty_drop_page", 2)
     assert resources() == before
 
 
@@ -113,7 +122,7 @@ def test_a_tracker_that_loses_a_page_fails_the_run(kvm, tracker):
 def test_a_tracker_that_does_not_reprotect_is_caught(kvm, tracker):
     """Iteration 1's pages are not re-protected, so iteration 2 reports them
     again though it wrote only some of them: excess."""
-    r = run_with_fault(Config(**_fields(tracker)), fault="dirty_skip_reprotect", after=1)
+    r = _with_fault(tracker, "dirty_skip_reprotect", 1)
     assert r.dirty_passes[1].excess_pages > 0, r.dirty_passes
     healthy = _run(tracker)
     assert healthy.dirty_passes[1].excess_pages == 0, healthy.dirty_passes
@@ -243,3 +252,16 @@ def test_a_result_whose_counts_disagree_is_refused(kvm):
     d["dirty_passes"] = d["dirty_passes"][:1]
     with pytest.raises(uffdkvm.ResultError, match="dirty_passes: 1 records"):
         Result.from_json(json.dumps(d))
+
+
+def test_a_kernel_without_wp_async_is_told_what_is_missing(kvm):
+    """Where userfaultfd lacks UFFD_FEATURE_WP_ASYNC (Debian's 6.1 in the
+    matrix), the refusal says so, not just which ioctl failed; where it has
+    it, the tracker runs."""
+    from hostfacts import NO_UFFD_WP_ASYNC
+    if not NO_UFFD_WP_ASYNC.holds:
+        assert uffdkvm.run(**_fields("wp_async")).verified
+        return
+    with pytest.raises(HostUnsupportedError, match=r"no asynchronous write-protect "
+                                                   r"\(UFFD_FEATURE_WP_ASYNC: Linux 6\.7\+"):
+        uffdkvm.run(**_fields("wp_async"))

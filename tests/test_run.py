@@ -210,14 +210,15 @@ def test_seconds_is_upstreams_window_from_thread_creation_to_join(kvm):
 RAW_ONLY = {
     "result": {"threads_start_ns", "threads_joined_ns", "start_ns", "end_ns", "passes",
                "stats_full", "tsc_khz", "region_bytes", "resident_tracked",
-               "touched_units", "pusher_eexist"},
+               "touched_units", "pusher_eexist", "migration_start_ns", "migration_stop_ns"},
     "vcpu": {"start_ns", "end_ns", "pass_end_ns", "access_cycles", "access_hist"},
     "reader": set(),
 }
 PYTHON_ONLY = {
     # config: the core echoes the one it ran (raw["config"]), Result keeps the Config
     "result": {"seconds", "kvm_run_seconds", "pass_seconds", "paging_rate", "host",
-               "page_server", "reader_cpus", "readers_with_vcpus", "reader_wait"},
+               "page_server", "reader_cpus", "readers_with_vcpus", "reader_wait",
+               "startup_seconds", "precopy_seconds"},
     "vcpu": {"seconds", "pass_seconds", "access_latency"},
     "reader": set(),
 }

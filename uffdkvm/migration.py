@@ -61,16 +61,23 @@ class MigrationResult:
     mode              "precopy", "postcopy" or "hybrid"
     rounds            the source's pre-copy rounds (MigrationRound: sent_pages,
                       dirty_pages, seconds, dirty_rate); empty for postcopy
-    converged         the pages still dirty at the switch-over could cross the
-                      link within downtime_target_ms (False for postcopy,
-                      and for a pre-copy that ended at max_rounds)
+    converged         precopy: the rounds ended because the last one's dirty
+                      set fit downtime_target_ms on the link, not at
+                      max_rounds. The stop comes at the end of the pass the
+                      furthest vCPU is in, so the stop-copy (stopcopy_bytes,
+                      in the downtime) also holds what was written until
+                      then. False for postcopy and hybrid, which stop on
+                      no such test
     downtime_seconds  the source's stop (its last vCPU at the end of its
                       pass) to the destination's first KVM_RUN: the
                       stop-copy on the link, its last page's latency, and
-                      the destination's vCPU start
+                      the destination's vCPU start. vCPUs that reached the
+                      stop's pass end earlier waited there before it: that
+                      wait is not in it
     total_seconds     round 1's start to the migration's end: the downtime's
                       end for precopy; the last page in at the destination
-                      for postcopy and hybrid
+                      for postcopy and hybrid (None where that was not
+                      measured: stats="basic", or pages that never came)
     precopy_bytes     sent while the source ran (all rounds)
     stopcopy_bytes    sent with the source stopped
     postcopy_bytes    fetched by the destination over the link: its page
@@ -90,7 +97,7 @@ class MigrationResult:
     rounds: tuple[MigrationRound, ...]
     converged: bool
     downtime_seconds: float
-    total_seconds: float
+    total_seconds: float | None
     precopy_bytes: int
     stopcopy_bytes: int
     postcopy_bytes: int
@@ -228,14 +235,15 @@ def _result(mode: str, source: Result, destination: Result) -> MigrationResult:
     latency = c.link_latency_us * 1e-6
     downtime = (source.stopcopy_seconds or 0.0) + latency + (destination.startup_seconds or 0.0)
     region_pages = c.region_bytes // PAGE_SIZE
-    # A 4 KiB page a fault installs (each userfault resolved one), or prefetch.
+    # Every page in: the destination's resident map saw its last page go in
+    # (resident_seconds is set then only), and the counts agree with it.
     arrived = len(source.migrated_pages) + destination.faults + \
         (destination.prefetched_pages or 0)
-    if destination.resident_seconds is not None and arrived == region_pages:
-        tail = destination.resident_seconds
-    else:
-        tail = destination.kvm_run_seconds or 0.0
-    total = (source.precopy_seconds or 0.0) + downtime + (0.0 if mode == "precopy" else tail)
+    all_in = destination.resident_seconds is not None and arrived == region_pages
+    total: float | None = (source.precopy_seconds or 0.0) + downtime
+    if mode != "precopy":
+        # The last page's arrival; unmeasured (stats basic, or pages that never came): None.
+        total = total + destination.resident_seconds if all_in else None  # type: ignore[operator]
     server = destination.page_server
     return MigrationResult(
         mode=mode, rounds=source.migration_rounds,
@@ -246,5 +254,5 @@ def _result(mode: str, source: Result, destination: Result) -> MigrationResult:
         postcopy_bytes=server.bytes if server is not None else 0,
         postcopy_faults=destination.faults,
         verified=source.verified and destination.verified and destination.contents_verified
-        and arrived >= region_pages,
+        and all_in,
         source=source, destination=destination)

@@ -224,7 +224,11 @@ class MigrationRound:
 
     @property
     def dirty_rate(self) -> float:
-        """Pages the guest dirtied per second of the round (0.0 for an instant one)."""
+        """Distinct pages found dirty per second of the round (0.0 for an
+        instant one). A page written twice counts once, so with a guest that
+        rewrites the same pages the rate falls as the round grows: it is the
+        tracker's, and the guest's own only while its dirty set is not all
+        dirty yet."""
         return self.dirty_pages / self.seconds if self.seconds > 0 else 0.0
 
 
@@ -434,9 +438,9 @@ class Result:
                    time"; None without tracking
     migration_rounds  migration (the source side, docs/migration.md): one
                    MigrationRound per pre-copy round, else empty
-    migration_converged  migration: the pages still dirty at the switch-over
-                   could cross the link within downtime_target_ms (always
-                   False for postcopy, which sends nothing first); else None
+    migration_converged  migration: precopy's rounds ended because the last
+                   one's dirty set fit downtime_target_ms on the link (not at
+                   max_rounds); False for postcopy and hybrid; else None
     precopy_seconds  migration: round 1's start to the source's stop (the
                    last vCPU at the end of its pass); 0.0 for postcopy
     stopcopy_seconds  migration: the stop to the last stop-copy page on the

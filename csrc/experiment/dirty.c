@@ -59,13 +59,21 @@ static int dirty_setup_wp_async(struct ukvm_experiment *exp, struct ukvm_error *
 	    exp->cfg.backing != UKVM_BACKING_ANONYMOUS_THP)
 		features |= UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
 	ret = ukvm_uffd_open(false, features, err);
-	if (ret < 0)
+	if (ret < 0) {
+		/* uffd.c's error names the ioctl; this one says what is missing (set_hint
+		 * keeps a first error, so it starts from none, the ioctl's kept in it). */
+		char was[sizeof(err->message)];
+
+		memcpy(was, err->message, sizeof(was));
+		*err = (struct ukvm_error){ 0 };
 		return ukvm_err_set_hint(err, UKVM_ERR_HOST, -ret, "dirty_tracking='wp_async'",
 					 "this kernel's userfaultfd has no asynchronous "
-					 "write-protect (UFFD_FEATURE_WP_ASYNC: Linux 6.7+%s); use "
+					 "write-protect (UFFD_FEATURE_WP_ASYNC: Linux 6.7+%s; %s); use "
 					 "dirty_tracking='bitmap' or 'ring'",
 					 features & UFFD_FEATURE_WP_HUGETLBFS_SHMEM ?
-					 ", and UFFD_FEATURE_WP_HUGETLBFS_SHMEM for this backing" : "");
+					 ", and UFFD_FEATURE_WP_HUGETLBFS_SHMEM for this backing" : "",
+					 was);
+	}
 	d->uffd = ret;
 	ret = ukvm_uffd_register(d->uffd, exp->mem.hva, exp->region_size, UKVM_UFFD_WP,
 				 exp->cfg.backing, err);

@@ -12,8 +12,9 @@
  *              until what is still dirty would cross the link within
  *              downtime_target_ms, or max_rounds; hybrid for precopy_rounds;
  *              postcopy has none
- *   the stop   the gate closes at the next pass's end: the last vCPU to
- *              reach it is the stop (migration_stop_ns). The final harvest;
+ *   the stop   the gate closes after the pass the furthest vCPU is in
+ *              (the others run on to it): the last vCPU to reach it is the
+ *              stop (migration_stop_ns); the first ones wait there meanwhile. The final harvest;
  *              precopy sends what is dirty (the stop-copy), the others leave
  *              it for post-copy
  *   the check  every page the destination holds is compared with the
@@ -45,10 +46,13 @@
 #define BITS_WORDS(pages)	(((pages) + 63) / 64)
 #define DUMP_CHUNK		(1ULL << 20)
 #define ROUNDS_FIRST_CAP	16
+/* The longest the sender sleeps for the link before it looks at cancel and the deadline. */
+#define SEND_CHECK_NS		(10 * NSEC_PER_MSEC)
 
 void ukvm_migrate_init(struct ukvm_migrate *m)
 {
 	memset(m, 0, sizeof(*m));
+	atomic_init(&m->pages_sent, 0);
 }
 
 int ukvm_migrate_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
@@ -177,14 +181,18 @@ static int migrate_send(struct ukvm_experiment *exp, const uint64_t *set, uint64
 		}
 		m->held[w] |= set[w];
 		n += k;
+		atomic_fetch_add_explicit(&m->pages_sent, k, memory_order_relaxed);
 		m->link_free_ns += k * m->ns_per_page;
-		now = ukvm_now_ns();
-		if (m->link_free_ns > now)
-			ukvm_sleep_ns(m->link_free_ns - now);
-		if (w % 64 == 63) {
+		/* Ahead of the link: wait for it in slices, so cancel and the deadline are seen. */
+		for (;;) {
 			ret = migrate_check(exp, "sending pages", err);
 			if (ret)
 				return ret;
+			now = ukvm_now_ns();
+			if (m->link_free_ns <= now)
+				break;
+			ukvm_sleep_ns(m->link_free_ns - now < SEND_CHECK_NS ? m->link_free_ns - now
+									 : SEND_CHECK_NS);
 		}
 	}
 	*sent = n;
@@ -295,7 +303,8 @@ static int migrate_rounds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		r->harvest_ns = ukvm_now_ns() - t;
 		if (ret)
 			break;
-		m->converged = migrate_fits(exp, r->dirty_pages);
+		/* precopy: the rounds end on a dirty set that fits, or at max_rounds. */
+		m->converged = m->mode == UKVM_MIGRATION_PRECOPY && migrate_fits(exp, r->dirty_pages);
 		if (m->mode == UKVM_MIGRATION_PRECOPY &&
 		    (m->converged || r->round >= exp->cfg.max_rounds))
 			break;
@@ -309,8 +318,8 @@ static int migrate_rounds(struct ukvm_experiment *exp, struct ukvm_error *err)
 }
 
 /*
- * Under ctl->lock: the gate closes after the pass every vCPU is in, and the
- * last to reach it stops the source. 0, or -1 (recorded).
+ * Under ctl->lock: the gate closes after the pass the furthest vCPU is in,
+ * and the last to reach it stops the source. 0, or -1 (recorded).
  */
 static int migrate_stop(struct ukvm_experiment *exp)
 {
@@ -324,8 +333,16 @@ static int migrate_stop(struct ukvm_experiment *exp)
 	 * a pass past max + 1 unseen: each one stops at the end of that one.
 	 */
 	pass = ctl->passes_open == 1 ? 1 : migrate_max_at_gate(exp) + 1;
-	if (pass > exp->passes)
-		pass = exp->passes;	/* the guest ends its walk there anyway */
+	if (pass > exp->passes) {
+		struct ukvm_error e = { 0 };
+
+		ukvm_err_set(&e, UKVM_ERR_RUN, ERANGE, "migration: the source's guest ended its "
+			     "%llu passes before the switch-over, so no pass was left to stop it in; "
+			     "a faster link or more memory makes the rounds take fewer passes",
+			     (unsigned long long)exp->passes);
+		ukvm_ctl_fail_locked(ctl, &e);
+		return -1;
+	}
 	ctl->passes_open = pass;
 	pthread_cond_broadcast(&ctl->cond);
 	if (migrate_wait_gate(exp, pass))

@@ -66,6 +66,8 @@ struct ukvm_migrate {
 	uint64_t *held;			/* pages the destination holds, unwritten since sent */
 	uint64_t *todo;			/* pages found dirty and not yet sent again */
 	uint64_t link_free_ns;		/* the link is busy until then */
+	/* Pages put on the link so far: progress, while the vCPUs are parked (watch.c) */
+	atomic_uint_fast64_t pages_sent;
 	uint64_t ns_per_page;		/* on the link (0: unlimited) */
 	struct ukvm_migration_round *rounds;
 	uint32_t nr_rounds;

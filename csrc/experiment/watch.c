@@ -64,6 +64,8 @@ static uint64_t watch_progress_mark(struct ukvm_experiment *exp)
 		return 0;
 	for (i = 0; i < exp->cfg.vcpus; i++)
 		mark += ukvm_watch_pages_done(exp, i, &total);
+	/* A migration's sender works on while its vCPUs are parked at the stop. */
+	mark += atomic_load_explicit(&exp->migrate.pages_sent, memory_order_relaxed);
 	return mark + exp->cfg.vcpus - exp->ctl.vcpus_running;
 }
 

@@ -4,7 +4,8 @@ smoke: what .ci/run runs on both kernels for every submission. It covers
 the paths that differ between KVMs and kernels (resolver vcpu and its bare
 EFAULT, MINOR, WP, MOVE, readahead with vCPU resolvers, io_uring readers,
 the default's SCHED_IDLE spinners beside pinned vCPUs,
-the page server over loopback, the host facts) in a few minutes a kernel.
+the page server over loopback, the host facts, every dirty tracker and its
+CLI, live migration in every mode and preinstall) in minutes a kernel.
 full: the whole suite, as the README runs it, less (on the emulated kernels
 only) the tests that DESELECTED names: each holds this host's timing to a
 bound that TCG, 5 to 20 times slower and with its own scheduling, cannot
@@ -20,6 +21,11 @@ SMOKE = [
     "tests/test_spin_idle.py",
     "tests/test_host_facts.py",
     "tests/test_working_directory.py",
+    "tests/test_dirty_tracking.py",
+    "tests/test_cli_dirty.py",
+    "tests/test_preinstall.py",
+    "tests/test_migration.py",
+    "tests/test_cli_migrate.py",
 ]
 
 DESELECTED = {
