@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency", type=int, default=0, help="link latency, us")
     ap.add_argument("--write-percent", default="0,5,10,20,40,70,100",
                     help="the dirty rates, as write_percent values (default 0,5,...,100)")
-    ap.add_argument("--json", type=Path, help="write every row here")
+    ap.add_argument("--json", type=Path, help="write each point's trials here (JSON)")
     args = ap.parse_args(argv)
     percents = [int(p) for p in args.write_percent.split(",")]
     df = uffdkvm.migration_sweep(
@@ -96,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                          paired=True)
         r_down = ratio_of(by["postcopy"]["downtime_seconds"],
                           by["precopy"]["downtime_seconds"], paired=True)
-        print(f"| {p} | {r_post.ratio:.3g} [{r_post.ci_low:.3g}, {r_post.ci_high:.3g}] | "
-              f"{r_hyb.ratio:.3g} [{r_hyb.ci_low:.3g}, {r_hyb.ci_high:.3g}] | "
-              f"{r_down.ratio:.3g} [{r_down.ci_low:.3g}, {r_down.ci_high:.3g}] |")
+        print(f"| {p} | {r_post} | {r_hyb} | {r_down} |")
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
                                          "points": summary}, indent=1, default=str))
