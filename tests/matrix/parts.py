@@ -4,8 +4,9 @@ smoke: what .ci/run runs on both kernels for every submission. It covers
 the paths that differ between KVMs and kernels (resolver vcpu and its bare
 EFAULT, MINOR, WP, MOVE, readahead with vCPU resolvers, io_uring readers,
 the default's SCHED_IDLE spinners beside pinned vCPUs,
-the page server over loopback, the host facts, every dirty tracker and its
-CLI, live migration in every mode and preinstall) in minutes a kernel.
+the page server over loopback, the host facts, every dirty tracker, the
+ring's CLI, preinstall, and the source of a migration with every tracker in
+every mode and each mode end to end) in minutes a kernel.
 full: the whole suite, as the README runs it, less (on the emulated kernels
 only) the tests that DESELECTED names: each holds this host's timing to a
 bound that TCG, 5 to 20 times slower and with its own scheduling, cannot
@@ -22,10 +23,13 @@ SMOKE = [
     "tests/test_host_facts.py",
     "tests/test_working_directory.py",
     "tests/test_dirty_tracking.py",
-    "tests/test_cli_dirty.py",
+    "tests/test_cli_dirty.py::test_ring_entries_reach_the_ring",
+    "tests/test_cli_dirty.py::test_the_tracker_is_the_one_asked_for",
     "tests/test_preinstall.py",
-    "tests/test_migration.py",
-    "tests/test_cli_migrate.py",
+    "tests/test_migration.py::test_the_source_sends_what_the_tracker_found",
+    "tests/test_migration.py::test_a_tracker_blind_to_a_page_fails_the_migration",
+    "tests/test_migration.py::test_each_mode_verifies_and_the_destination_holds_what_was_sent",
+    "tests/test_migration.py::test_postcopy_moves_each_page_exactly_once",
 ]
 
 DESELECTED = {
