@@ -261,7 +261,9 @@ def cases(snapshot):
                        rerun(access="zipf", zipf_theta=0.99)["touched_pages"]),
         "accesses": (dict(access="zipf", zipf_theta=0.99, accesses=7),
                      lambda raw: raw["guest_accesses"] == 7),
-        "prefetch": (dict(prefetch="background"), lambda raw: raw["pushed_pages"] > 0),
+        # Each fault delayed 2 ms: the pusher gets to some of the 16 pages first.
+        "prefetch": (dict(prefetch="background", delay_us=2000),
+                     lambda raw: raw["pushed_pages"] > 0),
         # Each fault brings at most prefetch_pages more (the default 8 would
         # bring 7 for every fault of this region's 16 pages).
         "prefetch_pages": (dict(prefetch="readahead", prefetch_pages=3),
