@@ -35,6 +35,22 @@ def interrupted_run():
         timer.join()
 
 
+_SNAPSHOT: list[str] = []
+
+
+def tiny_snapshot():
+    """A snapshot for TINY's region, made on first use (the endings run once
+    before anything is counted) and removed at exit."""
+    if not _SNAPSHOT:
+        import atexit
+        import shutil
+        import tempfile
+        folder = tempfile.mkdtemp(prefix="uffdkvm-leaks-")
+        atexit.register(shutil.rmtree, folder, True)
+        _SNAPSHOT.append(str(uffdkvm.make_snapshot(os.path.join(folder, "mem.img"), 128 << 10)))
+    return dict(source="file", source_path=_SNAPSHOT[0])
+
+
 # Every way a run can end: verified, with every kind of reader and backing,
 # with the optional records, refused, failed, timed out, interrupted.
 ENDINGS = {
@@ -72,6 +88,13 @@ ENDINGS = {
     "prefetch-paced-eio": lambda: run_with_fault(**TINY, prefetch="background",
                                                  prefetch_bandwidth_mbps=1,
                                                  fault="resolve_eio", after=5),
+    # preinstall: pages put in before the vCPUs start, beside the pusher; and
+    # a run that fails on one of the rest.
+    "preinstall-pusher": lambda: uffdkvm.run(**TINY, **tiny_snapshot(),
+                                             preinstall=range(0, 32, 2),
+                                             prefetch="background"),
+    "preinstall-eio": lambda: run_with_fault(**TINY, **tiny_snapshot(), preinstall=range(16),
+                                             fault="resolve_eio", after=5),
     "trace-timing": lambda: uffdkvm.run(**TINY, trace_faults=True, guest_timing=True,
                                         passes=2),
     "stats-basic": lambda: uffdkvm.run(**TINY, stats="basic", overlap=True),

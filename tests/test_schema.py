@@ -450,6 +450,13 @@ def bad_changes():
         {"prefetch": _core.PREFETCH_REPLAY, "replay": list(range(17))},
         {"prefetch": _core.PREFETCH_REPLAY, "replay": [99]},
         {"prefetch": _core.PREFETCH_REPLAY, "replay": [1, 1]},
+        {"preinstall": [1], "source": _core.SOURCE_FILE, "source_path": "/x", "prefault": True},
+        {"preinstall": [1], "source": _core.SOURCE_FILE, "source_path": "/x",
+         "resolve": _core.RESOLVE_MOVE},
+        {"preinstall": [1]},
+        {"preinstall": [1], "source": _core.SOURCE_REMOTE, "source_address": "unix:/x"},
+        {"preinstall": [16], "source": _core.SOURCE_FILE, "source_path": "/x"},
+        {"preinstall": [2, 2], "source": _core.SOURCE_FILE, "source_path": "/x"},
     ]
     return out
 

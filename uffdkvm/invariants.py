@@ -40,6 +40,10 @@ Its parts:
   prefetch:      prefetched_pages = the readers' prefetched + pushed_pages
                  (each page goes in once, csrc/uffd/resident.h);
                  wasted_prefetch_pages and pushed_pages <= prefetched_pages
+  preinstall:    preinstalled_pages = len(config.preinstall) (each listed page
+                 goes in before the vCPUs start, or there is no Result), and with
+                 prefetched_pages at most the region's pages (a page goes in
+                 once); preinstall_seconds is set with preinstalled_pages
   verified       a verified run has no bad pages and no message; one that is
                  not has a message
   fault_trace    every column the same length
@@ -228,6 +232,26 @@ def _check_dirty(r: Any) -> None:
                               "iteration and wp_async's hugetlb pages")
 
 
+def _check_preinstall(r: Any) -> None:
+    if r.preinstalled_pages is None:
+        if r.preinstall_seconds is not None:
+            raise ResultError("$.preinstall_seconds: set, but preinstalled_pages is null: "
+                              "both are measured where pages are tracked")
+        return
+    if r.preinstall_seconds is None:
+        raise ResultError("$.preinstall_seconds: null, but preinstalled_pages is set: both "
+                          "are measured where pages are tracked")
+    listed = len(r.config.preinstall or ())
+    if r.preinstalled_pages != listed:
+        raise ResultError(f"$.preinstalled_pages: {r.preinstalled_pages}, but "
+                          f"$.config.preinstall lists {listed} pages: each listed page goes "
+                          f"in before the vCPUs start")
+    pages = -(-r.config.region_bytes // r.page_size) if r.page_size else 0
+    if r.prefetched_pages is not None and r.page_size:
+        _at_most("$.preinstalled_pages + prefetched_pages",
+                 r.preinstalled_pages + r.prefetched_pages, "the region's pages", pages)
+
+
 def _check_run(r: Any) -> None:
     c = r.config
     if r.pass_seconds and len(r.pass_seconds) != c.passes:
@@ -250,6 +274,7 @@ def _check_run(r: Any) -> None:
             _equal("$.prefetched_pages", r.prefetched_pages,
                    "$.readers[*].prefetched and $.pushed_pages",
                    sum(x.prefetched for x in r.readers) + r.pushed_pages)
+    _check_preinstall(r)
     if r.reader_cpus is not None and not r.reader_cpus:
         raise ResultError("$.reader_cpus: an empty list; unpinned readers are null")
     if r.readers_with_vcpus and r.reader_cpus is None:

@@ -234,12 +234,12 @@ static int config_check_prefetch(const struct ukvm_config *c, struct ukvm_error 
 /*
  * preinstall: pages put in with their data (UFFDIO_COPY) before the vCPUs
  * start, from a local copy of the page source; each a page of the region, once.
+ * What it needs of the mode and the source of the mode and the source, checked before the
+ * memory's rules (which refuse a file source under prefault or zeropage in
+ * the source's name): a preinstall config is told what preinstall needs.
  */
-static int config_check_preinstall(const struct ukvm_config *c, struct ukvm_error *err)
+static int config_check_preinstall_mode(const struct ukvm_config *c, struct ukvm_error *err)
 {
-	uint64_t region = c->overlap ? c->mem_per_vcpu : c->mem_per_vcpu * c->vcpus;
-	uint64_t pages = region / ukvm_backing_page_size(c->backing), i, *seen;
-
 	if (!c->nr_preinstall)
 		return 0;
 	if (c->uffd_mode != UKVM_UFFD_MISSING || c->resolve != UKVM_RESOLVE_COPY || c->prefault)
@@ -248,8 +248,22 @@ static int config_check_preinstall(const struct ukvm_config *c, struct ukvm_erro
 		    "uffd_mode=%s with resolve=%s%s", config_py_uffd_mode(c->uffd_mode),
 		    config_py_resolve(c->resolve), c->prefault ? " and prefault=True" : "");
 	if (c->source == UKVM_SOURCE_SYNTHETIC || !c->source_path[0])
-		BAD("preinstall: its pages come from a local copy of the page source: use "
-		    "source='file', or source='remote' with source_path (the served file)");
+		BAD("preinstall: its pages come from a local copy of the page source, and "
+		    "source=%s%s has none: use source='file' with source_path, or "
+		    "source='remote' with source_path (the served file)",
+		    config_py_source_kind(c->source),
+		    c->source_path[0] || c->source == UKVM_SOURCE_SYNTHETIC ? "" : " without source_path");
+	return 0;
+}
+
+/* preinstall's pages: each a page of the region, none twice. */
+static int config_check_preinstall(const struct ukvm_config *c, struct ukvm_error *err)
+{
+	uint64_t region = c->overlap ? c->mem_per_vcpu : c->mem_per_vcpu * c->vcpus;
+	uint64_t pages = region / ukvm_backing_page_size(c->backing), i, *seen;
+
+	if (!c->nr_preinstall)
+		return 0;
 	if (c->nr_preinstall > pages)
 		BAD("preinstall: %llu pages, more than the region's %llu",
 		    (unsigned long long)c->nr_preinstall, (unsigned long long)pages);
@@ -266,8 +280,9 @@ static int config_check_preinstall(const struct ukvm_config *c, struct ukvm_erro
 				    "pages (indices count pages of the backing's page size from the "
 				    "region's start)", (unsigned long long)i,
 				    (unsigned long long)page, (unsigned long long)pages);
-			BAD("preinstall: entry %llu repeats page %llu; each page is installed once",
-			    (unsigned long long)i, (unsigned long long)page);
+			BAD("preinstall: entry %llu repeats page %llu (of the region's %llu pages); "
+			    "each page is installed once", (unsigned long long)i,
+			    (unsigned long long)page, (unsigned long long)pages);
 		}
 		seen[page / 64] |= 1ULL << (page % 64);
 	}
@@ -435,6 +450,7 @@ int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)
 	int ret;
 
 	ret = config_check_fields(c, err);
+	ret = ret ?: config_check_preinstall_mode(c, err);
 	ret = ret ?: config_check_memory(c, err);
 	ret = ret ?: config_check_access(c, err);
 	ret = ret ?: config_check_resolve(c, err);

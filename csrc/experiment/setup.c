@@ -460,6 +460,12 @@ static int setup_preinstall(struct ukvm_experiment *exp, uint64_t range, struct 
 	uint64_t i, t0 = ukvm_now_ns(), size = exp->mem.page_size;
 	int ret;
 
+	if (!exp->cfg.nr_preinstall)
+		return 0;
+	/* The validator's rules (missing, copy, no prefault) are the resident map's. */
+	if (!exp->resident.faulted || !exp->source.map)
+		return ukvm_err_set(err, UKVM_ERR_RUN, EINVAL, "preinstall: no %s to install into",
+				    exp->source.map ? "resident map" : "local copy of the source");
 	for (i = 0; i < exp->cfg.nr_preinstall; i++) {
 		uint64_t page = exp->cfg.preinstall[i], off = page * size;
 
