@@ -33,3 +33,21 @@ def test_smoke_part_names_tests_that_exist():
         source = (ROOT / path).read_text()
         if name:
             assert f"def {name}(" in source, f"{spec}: no such test"
+
+
+def test_a_part_stopped_at_its_bound_still_counts_what_ran(tmp_path):
+    # A bound that kills pytest outright loses its junit file, and the table
+    # said "0 passed" for a kernel that had run most of its part.
+    import guest
+
+    tests = tmp_path / "test_bounded.py"
+    tests.write_text("import time\n\n"
+                     "def test_quick():\n    pass\n\n"
+                     "def test_past_the_bound():\n    time.sleep(300)\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    r = guest.run_tests("smoke", out, timeout_s=20, emulated=False, nodes=[str(tests)])
+    assert r["timed_out"] and r["exit_status"] is None, r
+    assert r["passed"] == 1, (r, (out / "pytest.log").read_text()[-2000:])
+    assert r["seconds"] < 20 + guest.INTERRUPT_GRACE_S
+    assert "stopped at the bound" in report.line({"target": "6.1", "pytest": r})

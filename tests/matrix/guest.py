@@ -8,7 +8,8 @@ README runs them, into OUT/result.json:
     {"target", "kernel_release", "kvm_module", "host": {...HostInfo},
      "backings": {backing: {uffd_mode: null | why not}},
      "fault_paths": {group: {choice: null | why not}},
-     "pytest": {"exit_status", "passed", "failed", "skipped", "errors",
+     "pytest": {"exit_status" (null: stopped at --timeout), "timed_out",
+                "passed", "failed", "skipped", "errors",
                 "skips": [{"test", "reason"}], "failures": [{"test", "message"}],
                 "seconds"},
      "seconds"}
@@ -20,6 +21,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +31,7 @@ import parts
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+INTERRUPT_GRACE_S = 120    # from the SIGINT at the bound to pytest's exit
 
 
 def _keyed(support: dict) -> dict:
@@ -53,6 +56,8 @@ def junit_outcomes(path: pathlib.Path) -> dict:
     if not path.exists():
         return out
     for case in ET.parse(path).iter("testcase"):
+        if not case.get("name"):
+            continue    # the test a SIGINT at the bound interrupted: no outcome
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
         kinds = {child.tag: child for child in case}
         if "failure" in kinds or "error" in kinds:
@@ -91,14 +96,25 @@ def run_tests(part: str, out: pathlib.Path, timeout_s: float, emulated: bool,
     argv = [*runner, "-p", "no:cacheprovider", "-q", "-rfEs",
             f"--junitxml={junit}", *(nodes or parts.pytest_args(part, emulated))]
     start = time.monotonic()
+    timed_out = False
     with open(out / "pytest.log", "w") as log:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
         try:
-            status = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, timeout=timeout_s).returncode
+            status = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            # SIGINT, as Ctrl-C: pytest ends the test it is in and still writes
+            # the junit file, so the table counts what ran before the bound.
+            timed_out = True
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             status = None
-    return {"exit_status": status, "argv": argv[1:], "seconds": time.monotonic() - start,
-            **junit_outcomes(junit)}
+    return {"exit_status": status, "timed_out": timed_out, "argv": argv[1:],
+            "seconds": time.monotonic() - start, **junit_outcomes(junit)}
 
 
 def main(argv: list[str] | None = None) -> int:

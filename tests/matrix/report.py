@@ -21,15 +21,21 @@ def _counts(r: dict) -> tuple[int, int, int]:
     return p.get("passed", 0), p.get("failed", 0) + p.get("errors", 0), p.get("skipped", 0)
 
 
+def _exit(r: dict) -> str:
+    p = r.get("pytest", {})
+    if p.get("timed_out"):
+        return f"none: stopped at the bound, after {p.get('seconds', 0):.0f} s"
+    return str(p.get("exit_status"))
+
+
 def _where(r: dict) -> str:
     return f"{r.get('kernel_release', '?')}, {r.get('kvm_module', '?')}"
 
 
 def line(r: dict) -> str:
     passed, failed, skipped = _counts(r)
-    status = r.get("pytest", {}).get("exit_status")
     return (f"matrix: {r['target']} ({_where(r)}): {passed} passed, {failed} failed, "
-            f"{skipped} skipped, pytest exit {status}, {r.get('wall_seconds', 0):.0f} s")
+            f"{skipped} skipped, pytest exit {_exit(r)}, {r.get('wall_seconds', 0):.0f} s")
 
 
 def table(results: list[dict]) -> str:
@@ -38,7 +44,7 @@ def table(results: list[dict]) -> str:
     for r in results:
         passed, failed, skipped = _counts(r)
         rows.append(f"| {r['target']} | {_where(r)} | {r.get('part', '?')} | {passed} | "
-                    f"{failed} | {skipped} | {r.get('pytest', {}).get('exit_status')} | "
+                    f"{failed} | {skipped} | {_exit(r)} | "
                     f"{r.get('wall_seconds', 0):.0f} |")
     return "\n".join(rows)
 
