@@ -207,7 +207,7 @@ def test_ci_run_runs_the_readme_test_command_from_the_root_in_a_new_venv(tmp_pat
     # After the suite, the kernel matrix's smoke part on both kernels, with the venv's Python.
     matrix = ["python", str(ROOT), None, ["tests/matrix/matrix.py", "--target", "6.1",
                                           "--target", "6.12", "--part", "smoke", "--jobs", "2",
-                                          "--timeout", "900", "--out", "<venv>/matrix"]]
+                                          "--timeout", "1800", "--out", "<venv>/matrix"]]
     want = expected_calls(readme_test_command(), ["-x", "tests/test_ci.py"])
     assert calls == want[:-1] + [preflight, want[-1], matrix]
     assert [c[0] for c in calls] == ["pip", "python", "pytest", "python"]
