@@ -11,7 +11,8 @@ MB/s beside the link's own rate. Trials are interleaved (trial 1 of every
 point, then trial 2, ...): a host that drifts moves every point alike. Each
 cell is a median with a bootstrap 95% interval; "post/pre" is the paired
 ratio of postcopy's total time to precopy's (the median of per-trial
-ratios), and where it falls below 1 post-copy has overtaken.
+ratios), and where it falls below 1 post-copy has overtaken. The exit
+status is 1 when any run failed (its error goes to stderr).
 """
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
                                          "points": summary}, indent=1, default=str))
-    return 0
+    # A point whose runs failed is not measured: say so in the status too.
+    return 1 if df["error"].notna().any() else 0
 
 
 if __name__ == "__main__":
