@@ -315,6 +315,8 @@ struct ukvm_migration_round {
 	uint64_t harvest_ns;	/* the harvest and re-protect at its end */
 	uint64_t sent_pages;	/* 4 KiB pages it put on the link */
 	uint64_t dirty_pages;	/* 4 KiB pages the tracker found written during it */
+	uint64_t ring_full_exits; /* ring: KVM_EXIT_DIRTY_RING_FULL exits from its start
+				   * to its harvest (the last round's: to the stop's) */
 };
 
 struct ukvm_result {

@@ -90,6 +90,23 @@ def test_the_source_sends_what_the_tracker_found(kvm, tmp_path, mode, tracker):
         assert 0 < r.postcopy_pages < pages
 
 
+def test_a_ring_too_small_for_a_round_shows_in_its_ring_full_exits(kvm, tmp_path):
+    """A round's ring-full exits are its vCPUs' stops to harvest their own
+    ring: a 512-entry ring under a guest writing 512 of its 1024 pages each
+    pass fills; a ring for the whole region never fills, as a
+    page is logged once until the harvest re-protects it. (kvm_pvm logs some
+    two entries a write and can overrun a 256-entry ring's reserve: 512 and
+    half the pages fill it without that.)"""
+    def exits(entries):
+        r = _source("precopy", "ring", tmp_path, write_percent=50, max_rounds=2,
+                    dirty_ring_entries=entries)
+        assert r.verified, r.verify_message
+        return [x.ring_full_exits for x in r.migration_rounds]
+
+    assert sum(exits(512)) > 0
+    assert sum(exits(65536)) == 0
+
+
 @pytest.mark.parametrize("tracker", TRACKERS)
 def test_a_tracker_blind_to_a_page_fails_the_migration(kvm, tracker):
     """The tracker never reports page 0, which round 1 sends first and the

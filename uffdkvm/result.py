@@ -209,6 +209,10 @@ class MigrationRound:
     dirty_pages      4 KiB pages the tracker found written during it: the
                      next round's, or at the switch-over the start of the
                      stop-copy (or of what post-copy fetches)
+    ring_full_exits  dirty_tracking="ring": KVM_EXIT_DIRTY_RING_FULL exits,
+                     every vCPU's, from the round's start to its harvest (the
+                     last round's: to the final harvest at the stop); a vCPU
+                     whose ring fills stops to harvest its own (0 otherwise)
     """
 
     round: int
@@ -216,6 +220,7 @@ class MigrationRound:
     harvest_seconds: float
     sent_pages: int
     dirty_pages: int
+    ring_full_exits: int = 0
 
     @property
     def seconds(self) -> float:

@@ -234,7 +234,7 @@ static int config_check_prefetch(const struct ukvm_config *c, struct ukvm_error 
 /*
  * preinstall: pages put in with their data (UFFDIO_COPY) before the vCPUs
  * start, from a local copy of the page source; each a page of the region, once.
- * What it needs of the mode and the source of the mode and the source, checked before the
+ * What it needs of the mode and the source, checked before the
  * memory's rules (which refuse a file source under prefault or zeropage in
  * the source's name): a preinstall config is told what preinstall needs.
  */

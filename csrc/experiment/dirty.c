@@ -370,7 +370,7 @@ int ukvm_dirty_pass_ended(struct ukvm_experiment *exp, uint64_t pass, struct ukv
 }
 
 int ukvm_dirty_take(struct ukvm_experiment *exp, uint32_t round, uint64_t *into,
-		    uint64_t *pages, struct ukvm_error *err)
+		    uint64_t *pages, uint64_t *ring_full_exits, struct ukvm_error *err)
 {
 	struct ukvm_dirty *d = &exp->dirty;
 	struct ukvm_dirty_pass rec = { .iteration = round };
@@ -378,6 +378,7 @@ int ukvm_dirty_take(struct ukvm_experiment *exp, uint32_t round, uint64_t *into,
 	int ret;
 
 	ret = dirty_harvest(exp, &rec, err) ?: dirty_reprotect(exp, &rec, err);
+	*ring_full_exits += rec.ring_full_exits;
 	if (ret)
 		return ret;
 	/* A vCPU whose ring fills adds to found as it goes: each word taken whole. */

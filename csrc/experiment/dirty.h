@@ -41,11 +41,12 @@ int ukvm_dirty_disable(struct ukvm_experiment *exp, struct ukvm_error *err);
  * A migration's round `round` (the iteration the DIRTY_* injections count;
  * 0: before round 1), the vCPUs running: harvest and re-protect, and OR
  * the pages found since the last take into `into` (a bit a 4 KiB page),
- * *pages of them not there before. A page written after its re-protect is
- * the next take's. 0, or -errno with err set.
+ * *pages of them not there before; adds the ring-full exits since the last
+ * take to *ring_full_exits. A page written after its re-protect is the next
+ * take's. 0, or -errno with err set.
  */
 int ukvm_dirty_take(struct ukvm_experiment *exp, uint32_t round, uint64_t *into,
-		    uint64_t *pages, struct ukvm_error *err);
+		    uint64_t *pages, uint64_t *ring_full_exits, struct ukvm_error *err);
 /* The gate into the next pass has opened, at now_ns. */
 void ukvm_dirty_opened(struct ukvm_dirty *d, uint64_t now_ns);
 /* The records into the result (they move: d keeps none). */

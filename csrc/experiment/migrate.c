@@ -213,12 +213,12 @@ static void migrate_unhold(struct ukvm_migrate *m, const uint64_t *set)
  * new there), no longer held at the destination. 0, or -errno.
  */
 static int migrate_take(struct ukvm_experiment *exp, uint32_t round, uint64_t *found,
-			struct ukvm_error *err)
+			uint64_t *ring_full_exits, struct ukvm_error *err)
 {
 	struct ukvm_migrate *m = &exp->migrate;
 	int ret;
 
-	ret = ukvm_dirty_take(exp, round, m->todo, found, err);
+	ret = ukvm_dirty_take(exp, round, m->todo, found, ring_full_exits, err);
 	if (ret)
 		return ret;
 #ifdef UKVM_TEST_HOOKS
@@ -289,7 +289,8 @@ static int migrate_rounds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		r->start_ns = ukvm_now_ns();
 		if (r->round == 1) {
 			memset(m->todo, 0, words * sizeof(*m->todo));
-			ret = ukvm_dirty_take(exp, 0, m->todo, &discard, err);
+			ret = ukvm_dirty_take(exp, 0, m->todo, &discard, &r->ring_full_exits,
+					      err);
 			memset(m->todo, 0, words * sizeof(*m->todo));
 		}
 		ret = ret ?: migrate_send(exp, set, &r->sent_pages, err);
@@ -299,7 +300,7 @@ static int migrate_rounds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		t = ukvm_now_ns();
 		r->send_ns = t - r->start_ns;
 		/* What the guest wrote during the round: no longer what the destination holds. */
-		ret = migrate_take(exp, r->round, &r->dirty_pages, err);
+		ret = migrate_take(exp, r->round, &r->dirty_pages, &r->ring_full_exits, err);
 		r->harvest_ns = ukvm_now_ns() - t;
 		if (ret)
 			break;
@@ -443,11 +444,14 @@ static int migrate_dump(struct ukvm_experiment *exp, struct ukvm_error *err)
 static int migrate_after_stop(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	struct ukvm_migrate *m = &exp->migrate;
-	uint64_t found = 0;
+	uint64_t found = 0, full = 0;
 	int ret = 0;
 
 	if (exp->dirty.kind != UKVM_DIRTY_NONE && exp->dirty.logging) {
-		ret = migrate_take(exp, m->nr_rounds + 1, &found, err);
+		ret = migrate_take(exp, m->nr_rounds + 1, &found, &full, err);
+		/* Filled since the last round's harvest: that round's (postcopy has none). */
+		if (m->nr_rounds)
+			m->rounds[m->nr_rounds - 1].ring_full_exits += full;
 		if (ret)
 			return ret;
 		if (m->mode == UKVM_MIGRATION_PRECOPY) {

@@ -197,6 +197,7 @@ static const struct result_field migration_round_fields[] = {
 	ROUND(harvest_ns, R_U64),
 	ROUND(sent_pages, R_U64),
 	ROUND(dirty_pages, R_U64),
+	ROUND(ring_full_exits, R_U64),
 };
 
 /* The fault trace's columns, one list each, in ukvm_fault_record's order. */
