@@ -471,6 +471,10 @@ enum ukvm_migration {
 	uint64_t link_bandwidth_mbps; \
 	uint32_t link_latency_us; \
 	char migration_dump_path[UKVM_SOURCE_PATH_MAX]; \
+	bool auto_converge; \
+	uint32_t throttle_initial_percent; \
+	uint32_t throttle_increment_percent; \
+	uint32_t throttle_max_percent; \
 
 /*
  * The field table: X(KIND, member, "name", default, min, max, "default").
@@ -534,6 +538,10 @@ enum ukvm_migration {
 	X(U64, link_bandwidth_mbps, "link_bandwidth_mbps", 1000, 0, 1000000000, "1000") \
 	X(U32, link_latency_us, "link_latency_us", 0, 0, 10000000, "0") \
 	X(STRING, migration_dump_path, "migration_dump_path", 0, 0, 0, "None") \
+	X(BOOL, auto_converge, "auto_converge", false, 0, 0, "False") \
+	X(U32, throttle_initial_percent, "throttle_initial_percent", 20, 1, 99, "20") \
+	X(U32, throttle_increment_percent, "throttle_increment_percent", 10, 1, 99, "10") \
+	X(U32, throttle_max_percent, "throttle_max_percent", 99, 1, 99, "99") \
 
 /*
  * The applies rules: A(KIND, member, "name", default, on, on_type, applies,
@@ -569,5 +577,9 @@ enum ukvm_migration {
 	A(U64, link_bandwidth_mbps, "link_bandwidth_mbps", 1000, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY || c->migration == UKVM_MIGRATION_POSTCOPY || c->migration == UKVM_MIGRATION_HYBRID), "migration='precopy' or migration='postcopy' or migration='hybrid'", "1000") \
 	A(U32, link_latency_us, "link_latency_us", 0, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY || c->migration == UKVM_MIGRATION_POSTCOPY || c->migration == UKVM_MIGRATION_HYBRID), "migration='precopy' or migration='postcopy' or migration='hybrid'", "0") \
 	A(STRING, migration_dump_path, "migration_dump_path", 0, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY || c->migration == UKVM_MIGRATION_POSTCOPY || c->migration == UKVM_MIGRATION_HYBRID), "migration='precopy' or migration='postcopy' or migration='hybrid'", "None") \
+	A(BOOL, auto_converge, "auto_converge", false, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY || c->migration == UKVM_MIGRATION_HYBRID), "migration='precopy' or migration='hybrid'", "False") \
+	A(U32, throttle_initial_percent, "throttle_initial_percent", 20, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY || c->migration == UKVM_MIGRATION_HYBRID), "migration='precopy' or migration='hybrid'", "20") \
+	A(U32, throttle_increment_percent, "throttle_increment_percent", 10, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY || c->migration == UKVM_MIGRATION_HYBRID), "migration='precopy' or migration='hybrid'", "10") \
+	A(U32, throttle_max_percent, "throttle_max_percent", 99, migration, migration, (c->migration == UKVM_MIGRATION_PRECOPY || c->migration == UKVM_MIGRATION_HYBRID), "migration='precopy' or migration='hybrid'", "99") \
 
 #endif /* UKVM_CONFIG_SCHEMA_H */

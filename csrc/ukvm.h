@@ -216,6 +216,7 @@ struct ukvm_vcpu_result {
 	uint64_t *kvm_stats;	/* ukvm_result.nr_vcpu_stats values, or NULL */
 	uint64_t *pass_end_ns;	/* when each of ukvm_result.passes ended */
 	uint64_t cpu_ns;	/* CPU time of the thread (getrusage) */
+	uint64_t throttled_ns;	/* auto_converge: the thread's throttle sleeps */
 	uint64_t cpus[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
 	/*
 	 * stats full: the faults this vCPU took (UFFD_FEATURE_THREAD_ID).
@@ -317,6 +318,7 @@ struct ukvm_migration_round {
 	uint64_t dirty_pages;	/* 4 KiB pages the tracker found written during it */
 	uint64_t ring_full_exits; /* ring: KVM_EXIT_DIRTY_RING_FULL exits from its start
 				   * to its harvest (the last round's: to the stop's) */
+	uint32_t throttle_percent; /* auto_converge: the vCPUs' throttle during it */
 };
 
 struct ukvm_result {

@@ -38,6 +38,22 @@ def test_json_is_the_migration_and_the_flags_reach_it(kvm, capsys):
     assert d["destination"]["config"]["mem_per_vcpu"] == 4 << 20
 
 
+def test_auto_converge_and_its_throttle_reach_the_source(kvm, capsys):
+    status = cli.main(["migrate", "-v", "1", "-b", "4M", "--json", "--write-percent", "100",
+                       "--downtime-target-ms", "0", "--max-rounds", "3", "--auto-converge",
+                       "--throttle-initial", "30", "--throttle-increment", "15",
+                       "--throttle-max", "40", "--link-bandwidth-mbps", "200", "-q"])
+    d = json.loads(capsys.readouterr().out)
+    src = d["source"]["config"]
+    assert status == 0 and src["auto_converge"] is True
+    assert (src["throttle_initial_percent"], src["throttle_increment_percent"],
+            src["throttle_max_percent"]) == (30, 15, 40)
+    # Round 1 finds every page written: round 2 runs at the initial throttle.
+    rounds = d["source"]["migration_rounds"]
+    assert rounds[0]["throttle_percent"] == 0 and rounds[1]["throttle_percent"] == 30
+    assert d["destination"]["config"]["auto_converge"] is False  # the source's alone
+
+
 def test_bad_flags_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["migrate", "--mode", "live"])

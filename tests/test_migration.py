@@ -182,6 +182,43 @@ def test_precopy_that_cannot_converge_says_so_and_ends_at_max_rounds(kvm):
     assert healthy.converged and healthy.round_count == 1
 
 
+def test_auto_converge_throttles_by_its_rule_and_vcpus_sleep(kvm):
+    """Every page written every pass and a target only an empty dirty set
+    meets: each round whose dirty set is over half of what it sent raises
+    the throttle (50, then 20 more, at most 90), and a kicked vCPU sleeps
+    its share. (At 90% a vCPU sleeps 90 ms after each 10 ms slice, as
+    QEMU's does: a round can fall in one sleep and find nothing dirty, which
+    converges. Whether a throttled guest dirties fewer distinct pages a
+    round is the workload's: this one can rewrite its 4 MiB in one slice.)"""
+    # 200 Mbit/s: round 1 takes 0.34 s, which every page is rewritten in on any KVM.
+    knobs = dict(write_percent=100, downtime_target_ms=0, max_rounds=5, auto_converge=True,
+                 link_bandwidth_mbps=200,
+                 throttle_initial_percent=50, throttle_increment_percent=20,
+                 throttle_max_percent=90)
+    m = _migrate("precopy", **knobs)
+    assert m.verified, m.destination.verify_message
+    rounds = m.rounds
+    assert rounds[0].throttle_percent == 0
+    for before, after in zip(rounds, rounds[1:], strict=False):
+        if before.dirty_pages * 2 > before.sent_pages:
+            want = min(before.throttle_percent + 20 if before.throttle_percent else 50, 90)
+        else:
+            want = before.throttle_percent
+        assert after.throttle_percent == want, [(r.sent_pages, r.dirty_pages,
+                                                 r.throttle_percent) for r in rounds]
+    assert len(rounds) >= 2 and rounds[1].throttle_percent == 50
+    # The vCPUs slept about their share of the throttled rounds (each no
+    # more than all of them: a busy host may starve one of its kicks).
+    throttled = sum(r.seconds * r.throttle_percent / 100 for r in rounds)
+    slept = [v.throttled_seconds for v in m.source.vcpus]
+    assert sum(slept) > 0.25 * throttled * len(slept), (slept, throttled)
+    assert max(slept) < sum(r.seconds for r in rounds) + 0.1, slept
+    # Off, nothing sleeps and no round is throttled.
+    off = _migrate("precopy", write_percent=100, downtime_target_ms=20, max_rounds=2)
+    assert all(r.throttle_percent == 0 for r in off.rounds)
+    assert all(v.throttled_seconds == 0 for v in off.source.vcpus)
+
+
 def test_postcopy_moves_each_page_exactly_once(kvm):
     """Without the background stream every page the guest walks faults once,
     and the link carries each once: the page server's own count."""

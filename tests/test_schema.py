@@ -170,6 +170,8 @@ def cases(snapshot):
     dump = os.path.join(os.path.dirname(snapshot), "memory-at-stop")
     source = dict(uffd_mode=None, passes=1000, dirty_tracking="bitmap", write_percent=100,
                   migration_dump_path=dump)
+    throttled = dict(source, passes=100_000, migration="precopy", auto_converge=True,
+                     downtime_target_ms=0, max_rounds=3, link_bandwidth_mbps=8)
     return {
         "vcpus": (dict(vcpus=2), lambda raw: len(raw["vcpus"]) == 2),
         "mem_per_vcpu": (dict(mem_per_vcpu="128K"), lambda raw: raw["region_bytes"] == 128 << 10),
@@ -314,6 +316,21 @@ def cases(snapshot):
                             lambda raw: not raw["migration_converged"]),
         "migration_dump_path": (dict(**source, migration="postcopy"),
                                 lambda raw: os.path.getsize(dump) == raw["region_bytes"]),
+        # Every page rewritten while a 64 ms round crawls (8 Mbit/s): each
+        # round's dirty set is over half of what it sent, so each throttles
+        # further: round 2 at the initial percent, round 3 one increment up.
+        "auto_converge": (dict(**throttled),
+                          lambda raw: raw["migration_rounds"][1]["throttle_percent"] == 20 and
+                          all(v["throttled_ns"] > 0 for v in raw["vcpus"])),
+        "throttle_initial_percent": (dict(**throttled, throttle_initial_percent=40),
+                                     lambda raw: raw["migration_rounds"][1]
+                                     ["throttle_percent"] == 40),
+        "throttle_increment_percent": (dict(**throttled, throttle_increment_percent=30),
+                                       lambda raw: raw["migration_rounds"][2]
+                                       ["throttle_percent"] == 50),
+        "throttle_max_percent": (dict(**throttled, throttle_max_percent=25),
+                                 lambda raw: raw["migration_rounds"][2]
+                                 ["throttle_percent"] == 25),
     }
 
 
@@ -404,6 +421,9 @@ def bad_changes():
     range overstepped (and an enum's count), each applies rule broken, each
     hand-written rule between fields."""
     out = []
+    migrating = {"migration": _core.MIGRATION_PRECOPY, "uffd_mode": _core.UFFD_NONE,
+                 "passes": 2, "dirty_tracking": _core.DIRTY_BITMAP,
+                 "migration_dump_path": "/x"}
     for f in schema.CORE_FIELDS:
         if f.kind in ("u32", "u64") and f.max is not None:
             out.append({f.core_name: f.max + 1})
@@ -457,6 +477,12 @@ def bad_changes():
         {"preinstall": [1], "source": _core.SOURCE_REMOTE, "source_address": "unix:/x"},
         {"preinstall": [16], "source": _core.SOURCE_FILE, "source_path": "/x"},
         {"preinstall": [2, 2], "source": _core.SOURCE_FILE, "source_path": "/x"},
+        # The throttle's percentages are auto_converge's, and start at or below its most.
+        *({**migrating, name: 50} for name in ("throttle_initial_percent",
+                                               "throttle_increment_percent",
+                                               "throttle_max_percent")),
+        {**migrating, "auto_converge": True, "throttle_initial_percent": 60,
+         "throttle_max_percent": 50},
     ]
     return out
 

@@ -71,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--precopy-rounds", dest="precopy_rounds", type=int, default=None,
                    metavar="N", help="hybrid: rounds before post-copy (default "
                    f"{schema.BY_NAME['precopy_rounds'].default})")
+    m.add_argument("--auto-converge", dest="auto_converge", action="store_true",
+                   default=None, help="precopy, hybrid: throttle the guest after each round "
+                   "whose dirty set is over half of what it sent (QEMU's auto-converge)")
+    for name, what in (("initial", "the first throttle"), ("increment", "added at each "
+                                                            "later one"),
+                       ("max", "the throttle at most")):
+        field = f"throttle_{name}_percent"
+        m.add_argument(f"--throttle-{name}", dest=field, type=int, default=None,
+                       metavar="PCT", help=f"--auto-converge: {what}, percent of each "
+                       f"vCPU's time (default {schema.BY_NAME[field].default})")
     m.add_argument("--tracking", dest="dirty_tracking", type=choice(TRACKERS),
                    default="bitmap", help="the source's dirty tracking: "
                    f"{', '.join(TRACKERS)} (default %(default)s)")
@@ -89,9 +99,10 @@ def format_text(m: MigrationResult) -> str:
              f"tracking {c.dirty_tracking}"]
     if m.rounds:
         rows = [(r.round, r.sent_pages, r.dirty_pages, f"{r.seconds:.6f}",
-                 f"{r.dirty_rate * PAGE_SIZE / 1e6:.1f}") for r in m.rounds]
+                 f"{r.dirty_rate * PAGE_SIZE / 1e6:.1f}", r.throttle_percent)
+                for r in m.rounds]
         lines += tables.aligned(("round", "sent_pages", "dirty_pages", "seconds",
-                                 "dirty_MBps"), rows)
+                                 "dirty_MBps", "throttle_percent"), rows)
     lines += [
         f"Converged: {'yes' if m.converged else 'no'}",
         f"Downtime: {m.downtime_seconds:.6f}s (stop-and-copy {m.stopcopy_bytes >> 10} KiB)",
@@ -123,7 +134,9 @@ def _run_command(argv: list[str]) -> int:
         raise SystemExit(f"{PROG}: -c pins one run's threads; use --pin-vcpus")
     mode, prefetch = fields.pop("mode"), fields.pop("postcopy_prefetch")
     fields = {k: v for k, v in fields.items() if v is not None or k not in (
-        "downtime_target_ms", "max_rounds", "precopy_rounds", "dirty_ring_entries")}
+        "downtime_target_ms", "max_rounds", "precopy_rounds", "dirty_ring_entries",
+        "auto_converge", "throttle_initial_percent", "throttle_increment_percent",
+        "throttle_max_percent")}
     m = migrate(mode=mode, postcopy_prefetch=prefetch, **fields)
     print(m.to_json() if as_json else format_text(m))
     return EXIT_OK if m.verified else EXIT_FAILED

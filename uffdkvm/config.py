@@ -535,6 +535,10 @@ class Config:
         link_bandwidth_mbps: int
         link_latency_us: int
         migration_dump_path: str | None
+        auto_converge: bool
+        throttle_initial_percent: int
+        throttle_increment_percent: int
+        throttle_max_percent: int
 
         def __init__(
             self,
@@ -597,6 +601,10 @@ class Config:
             link_bandwidth_mbps: SupportsIndex = ...,
             link_latency_us: SupportsIndex = ...,
             migration_dump_path: str | os.PathLike[str] | None = ...,
+            auto_converge: bool = ...,
+            throttle_initial_percent: SupportsIndex = ...,
+            throttle_increment_percent: SupportsIndex = ...,
+            throttle_max_percent: SupportsIndex = ...,
         ) -> None: ...
     # END GENERATED
 

@@ -47,9 +47,11 @@ MODES = schema.choices("migration")
 _SOURCE_PASSES = 100_000
 
 #: migrate()'s keywords that are the source's Config fields, not the workload's:
-#: the link, the rounds and the tracker.
+#: the link, the rounds, the tracker and the throttle.
 KNOBS = ("max_rounds", "downtime_target_ms", "precopy_rounds", "link_bandwidth_mbps",
-         "link_latency_us", "dirty_tracking", "dirty_clear_pages", "dirty_ring_entries")
+         "link_latency_us", "dirty_tracking", "dirty_clear_pages", "dirty_ring_entries",
+         "auto_converge", "throttle_initial_percent", "throttle_increment_percent",
+         "throttle_max_percent")
 # Fields the source and the destination set for themselves.
 _MIGRATION_FIELDS = ("migration", *KNOBS, "migration_dump_path")
 
@@ -154,7 +156,9 @@ def migrate(config: Config | None = None, *, mode: str = "precopy",
     ``migrate(mode="precopy", vcpus=2, mem_per_vcpu="64M", write_percent=20,
     link_bandwidth_mbps=1000)``: the knobs (KNOBS: max_rounds,
     downtime_target_ms, precopy_rounds, link_bandwidth_mbps, link_latency_us,
-    and the tracker's dirty_tracking, dirty_clear_pages, dirty_ring_entries)
+    the tracker's dirty_tracking, dirty_clear_pages, dirty_ring_entries, and
+    auto_converge with its throttle_initial_percent, throttle_increment_percent
+    and throttle_max_percent)
     are keywords; the rest of the keywords and ``config`` are the workload,
     which runs on a source VM
     whose pages cross a link of that bandwidth round by round (dirty_tracking

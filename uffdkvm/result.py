@@ -74,6 +74,8 @@ class VcpuStats:
     pass_seconds     how long each pass took (the first one demand-pages)
     cpus             the CPUs the thread could run on, as it saw them itself
     cpu_seconds      CPU time the thread used
+    throttled_seconds  a migration's source with auto_converge: the thread's
+                     throttle sleeps, the guest's time given up (0 otherwise)
     faults           faults of this vCPU that a reader resolved
                      (UFFD_FEATURE_THREAD_ID): as Result.faults and
                      ReaderStats.faults count, EEXIST ones not included;
@@ -130,6 +132,7 @@ class VcpuStats:
     access_latency: Histogram | None = None
     fault_exits: int = 0
     regs_fault_exits: int = 0
+    throttled_seconds: float = 0.0
 
     @property
     def all_passes_pages_per_s(self) -> float:
@@ -213,6 +216,8 @@ class MigrationRound:
                      every vCPU's, from the round's start to its harvest (the
                      last round's: to the final harvest at the stop); a vCPU
                      whose ring fills stops to harvest its own (0 otherwise)
+    throttle_percent auto_converge: the share of every vCPU's time the guest
+                     gave up during the round (0: unthrottled)
     """
 
     round: int
@@ -221,6 +226,7 @@ class MigrationRound:
     sent_pages: int
     dirty_pages: int
     ring_full_exits: int = 0
+    throttle_percent: int = 0
 
     @property
     def seconds(self) -> float:

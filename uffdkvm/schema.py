@@ -159,6 +159,7 @@ _READERS_ONLY = (("resolver", ("readers",)),)
 _REMOTE_ONLY = (("source", ("remote",)),)
 _MIGRATING = (("migration", ("precopy", "postcopy", "hybrid")),)
 _PRECOPY_ONLY = (("migration", ("precopy",)),)
+_PRECOPYING = (("migration", ("precopy", "hybrid")),)
 
 # In Config's order (its positional order, kept as it was); struct
 # ukvm_config's members follow the same order.
@@ -355,6 +356,16 @@ FIELDS: tuple[Field, ...] = (
           "the stop, the destination's page source (migrate() makes one in a private "
           "temporary directory; guest memory: keep it private)", form="path",
           size="SOURCE_PATH_MAX", applies=_MIGRATING),
+    Field("auto_converge", "bool", False, "precopy and hybrid: throttle the source's "
+          "vCPUs after each round whose dirty set is over half of what it sent, as "
+          "QEMU's auto-converge does (docs/migration.md)", applies=_PRECOPYING),
+    Field("throttle_initial_percent", "u32", 20, "auto_converge: the share of each vCPU's "
+          "time taken from the guest at the first throttle (QEMU's cpu-throttle-initial)",
+          min=1, max=99, applies=_PRECOPYING),
+    Field("throttle_increment_percent", "u32", 10, "auto_converge: added at each later "
+          "throttle (QEMU's cpu-throttle-increment)", min=1, max=99, applies=_PRECOPYING),
+    Field("throttle_max_percent", "u32", 99, "auto_converge: the throttle at most "
+          "(QEMU's max-cpu-throttle)", min=1, max=99, applies=_PRECOPYING),
 )
 
 BY_NAME = {f.name: f for f in FIELDS}

@@ -514,6 +514,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		vr->end_ns = vcpu->end_ns;
 		vr->pages = guest_arg(a, GA_ACCESSES);
 		vr->userspace_exits = vcpu->userspace_exits;
+		vr->throttled_ns = vcpu->throttled_ns;
 		vr->fault_exits = vcpu->fault_exits;
 		vr->regs_fault_exits = vcpu->regs_fault_exits;
 		vr->cpu_ns = vcpu->cpu_ns;

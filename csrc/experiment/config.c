@@ -421,6 +421,34 @@ static int config_check_dirty(const struct ukvm_config *c, struct ukvm_error *er
 	return 0;
 }
 
+/*
+ * auto_converge's throttle (experiment/migrate.c): its percentages mean
+ * nothing without it, and it starts at or below where it stops.
+ */
+static int config_check_throttle(const struct ukvm_config *c, struct ukvm_error *err)
+{
+	struct ukvm_config dflt;	/* the schema's defaults: declared there once */
+
+	if (!c->auto_converge) {
+		ukvm_config_init(&dflt);
+		if (c->throttle_initial_percent != dflt.throttle_initial_percent)
+			BAD("throttle_initial_percent: set, but auto_converge is False: the "
+			    "throttle is auto_converge's; set auto_converge=True");
+		if (c->throttle_increment_percent != dflt.throttle_increment_percent)
+			BAD("throttle_increment_percent: set, but auto_converge is False: the "
+			    "throttle is auto_converge's; set auto_converge=True");
+		if (c->throttle_max_percent != dflt.throttle_max_percent)
+			BAD("throttle_max_percent: set, but auto_converge is False: the "
+			    "throttle is auto_converge's; set auto_converge=True");
+		return 0;
+	}
+	if (c->throttle_initial_percent > c->throttle_max_percent)
+		BAD("throttle_initial_percent: %u, above throttle_max_percent=%u; the throttle "
+		    "starts at or below its most", c->throttle_initial_percent,
+		    c->throttle_max_percent);
+	return 0;
+}
+
 /* migration: the source's rules (experiment/migrate.c). */
 static int config_check_migration(const struct ukvm_config *c, struct ukvm_error *err)
 {
@@ -442,7 +470,7 @@ static int config_check_migration(const struct ukvm_config *c, struct ukvm_error
 	if (c->backing == UKVM_BACKING_GUEST_MEMFD)
 		BAD("migration: guest_memfd memory cannot be read by the host to send; use another "
 		    "backing");
-	return 0;
+	return config_check_throttle(c, err);
 }
 
 int ukvm_config_validate(const struct ukvm_config *c, struct ukvm_error *err)

@@ -23,6 +23,15 @@
  *   the dump   the memory at the stop into migration_dump_path, for the
  *              destination's page source; then the vCPUs leave their gate
  *
+ * auto_converge throttles the guest as QEMU's does: after a round whose
+ * dirty set is over half of what it sent, the vCPUs give up
+ * throttle_initial_percent of their time, then throttle_increment_percent
+ * more after each such round, up to throttle_max_percent (QEMU waits for
+ * two such rounds; here each one counts). While throttled the sender kicks
+ * every vCPU each THROTTLE_SLICE_NS, and a kicked vCPU sleeps its share
+ * (kvm/vcpu.c). The rounds over, the throttle is lifted: the vCPUs run to
+ * the stop at full speed.
+ *
  * The link is a model: a page takes 4096 x 8 / link_bandwidth_mbps us of
  * it, the sender sleeps when it is ahead of the link, and a page arrives
  * link_latency_us after it left (the latency is added by the caller's
@@ -42,12 +51,15 @@
 #include "experiment/dirty.h"
 #include "experiment/migrate.h"
 #include "experiment/state.h"
+#include "kvm/vcpu.h"
 
 #define BITS_WORDS(pages)	(((pages) + 63) / 64)
 #define DUMP_CHUNK		(1ULL << 20)
 #define ROUNDS_FIRST_CAP	16
 /* The longest the sender sleeps for the link before it looks at cancel and the deadline. */
 #define SEND_CHECK_NS		(10 * NSEC_PER_MSEC)
+/* A throttled vCPU's time slice: QEMU's CPU_THROTTLE_TIMESLICE_NS. */
+#define THROTTLE_SLICE_NS	(10 * NSEC_PER_MSEC)
 
 void ukvm_migrate_init(struct ukvm_migrate *m)
 {
@@ -152,6 +164,44 @@ static int migrate_check(struct ukvm_experiment *exp, const char *doing, struct 
 	return 0;
 }
 
+/* auto_converge: every vCPU's throttle, from its next time slice. */
+static void migrate_set_throttle(struct ukvm_experiment *exp, uint32_t percent)
+{
+	struct ukvm_migrate *m = &exp->migrate;
+	uint32_t i;
+
+	m->throttle_percent = percent;
+	m->next_kick_ns = 0;
+	for (i = 0; i < exp->cfg.vcpus; i++)
+		atomic_store_explicit(&exp->vcpus[i].throttle_percent, percent,
+				      memory_order_relaxed);
+}
+
+/* While throttled: a kick into every vCPU's sleep once a time slice (kvm/vcpu.c). */
+static void migrate_throttle_tick(struct ukvm_experiment *exp, uint64_t now)
+{
+	struct ukvm_migrate *m = &exp->migrate;
+	uint32_t i;
+
+	if (!m->throttle_percent || now < m->next_kick_ns)
+		return;
+	for (i = 0; i < exp->cfg.vcpus; i++)
+		ukvm_vcpu_kick(&exp->vcpus[i]);
+	m->next_kick_ns = now + THROTTLE_SLICE_NS;
+}
+
+/* After a round of `sent` pages that found `dirty`: QEMU's rule, its percentages. */
+static void migrate_converge(struct ukvm_experiment *exp, uint64_t sent, uint64_t dirty)
+{
+	const struct ukvm_config *c = &exp->cfg;
+	uint32_t p = exp->migrate.throttle_percent;
+
+	if (!c->auto_converge || dirty * 2 <= sent)
+		return;
+	p = p ? p + c->throttle_increment_percent : c->throttle_initial_percent;
+	migrate_set_throttle(exp, p < c->throttle_max_percent ? p : c->throttle_max_percent);
+}
+
 /*
  * Puts the pages of `set` on the link: each copied into the destination's
  * image and marked held, the sender paced to the link. Returns 0 with *sent
@@ -189,6 +239,7 @@ static int migrate_send(struct ukvm_experiment *exp, const uint64_t *set, uint64
 			if (ret)
 				return ret;
 			now = ukvm_now_ns();
+			migrate_throttle_tick(exp, now);
 			if (m->link_free_ns <= now)
 				break;
 			ukvm_sleep_ns(m->link_free_ns - now < SEND_CHECK_NS ? m->link_free_ns - now
@@ -287,6 +338,7 @@ static int migrate_rounds(struct ukvm_experiment *exp, struct ukvm_error *err)
 		if (ret)
 			break;
 		r->start_ns = ukvm_now_ns();
+		r->throttle_percent = m->throttle_percent;
 		if (r->round == 1) {
 			memset(m->todo, 0, words * sizeof(*m->todo));
 			ret = ukvm_dirty_take(exp, 0, m->todo, &discard, &r->ring_full_exits,
@@ -311,9 +363,11 @@ static int migrate_rounds(struct ukvm_experiment *exp, struct ukvm_error *err)
 			break;
 		if (m->mode == UKVM_MIGRATION_HYBRID && r->round >= exp->cfg.precopy_rounds)
 			break;
+		migrate_converge(exp, r->sent_pages, r->dirty_pages);
 		memcpy(set, m->todo, words * sizeof(*set));
 		memset(m->todo, 0, words * sizeof(*m->todo));
 	}
+	migrate_set_throttle(exp, 0);	/* to the stop at full speed */
 	free(set);
 	return ret;
 }

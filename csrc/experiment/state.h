@@ -69,6 +69,8 @@ struct ukvm_migrate {
 	/* Pages put on the link so far: progress, while the vCPUs are parked (watch.c) */
 	atomic_uint_fast64_t pages_sent;
 	uint64_t ns_per_page;		/* on the link (0: unlimited) */
+	uint32_t throttle_percent;	/* auto_converge: the vCPUs' throttle now */
+	uint64_t next_kick_ns;		/* the throttled vCPUs' next time slice */
 	struct ukvm_migration_round *rounds;
 	uint32_t nr_rounds;
 	uint32_t cap_rounds;

@@ -41,6 +41,8 @@
 #define EFER_LMA (1ULL << 10)
 /* How long KVM_RUN may keep failing with EAGAIN before the run fails (vcpu_eagain_retry). */
 #define VCPU_EAGAIN_NS	NSEC_PER_SEC
+/* The longest a throttle sleep goes before it looks at stop. */
+#define VCPU_THROTTLE_CHECK_NS	(10 * NSEC_PER_MSEC)
 
 void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
 {
@@ -49,6 +51,7 @@ void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
 	vcpu->cpu = -1;
 	atomic_init(&vcpu->exited, false);
 	atomic_init(&vcpu->ring_full_exits, 0);
+	atomic_init(&vcpu->throttle_percent, 0);
 	atomic_flag_clear(&vcpu->ring_busy);
 	ukvm_dirty_ring_init(&vcpu->ring);
 	ukvm_tsc_bracket_init(&vcpu->tsc_bracket);
@@ -197,6 +200,35 @@ void ukvm_vcpu_kick(struct ukvm_vcpu *vcpu)
 		__atomic_store_n(&vcpu->run->immediate_exit, 1, __ATOMIC_RELEASE);
 	if (vcpu->thread_started && !atomic_load(&vcpu->exited))
 		pthread_kill(vcpu->thread, ukvm_kick_signal());
+}
+
+/*
+ * Out of KVM_RUN by a kick: a stop (seen at the loop's top), or a throttled
+ * vCPU's time slice. Throttled at p%, the vCPU sleeps p/(100 - p) of the
+ * time the guest ran since its last sleep, so the guest keeps (100 - p)% of
+ * the vCPU's time, as QEMU's cpu-throttle does; the sleep ends early at a
+ * stop or when the throttle is lifted, and a kick during it is absorbed. Then immediate_exit is cleared
+ * (the kick set it): a stop's is seen first, as it is raised before it kicks.
+ */
+static void vcpu_kicked(struct ukvm_vcpu *vcpu)
+{
+	uint32_t p = atomic_load_explicit(&vcpu->throttle_percent, memory_order_relaxed);
+	uint64_t now = ukvm_now_ns(), start = now, until;
+
+	if (p && p < 100 && vcpu->throttle_since_ns) {
+		until = now + (now - vcpu->throttle_since_ns) * p / (100 - p);
+		/* Lifted (the rounds are over) or stopped: the guest goes on at once. */
+		while (now < until && !ukvm_ctl_stopping(vcpu->ctl) &&
+		       atomic_load_explicit(&vcpu->throttle_percent, memory_order_relaxed)) {
+			ukvm_sleep_ns(until - now < VCPU_THROTTLE_CHECK_NS ? until - now
+									   : VCPU_THROTTLE_CHECK_NS);
+			now = ukvm_now_ns();
+		}
+		vcpu->throttled_ns += now - start;
+	}
+	vcpu->throttle_since_ns = p ? now : 0;
+	if (vcpu->run)
+		__atomic_store_n(&vcpu->run->immediate_exit, 0, __ATOMIC_RELEASE);
 }
 
 static const char *exit_reason_name(uint32_t reason)
@@ -656,8 +688,10 @@ void *ukvm_vcpu_thread(void *arg)
 		if (ret < 0) {
 			int e = errno;
 
-			if (e == EINTR)
-				continue;	/* kicked: the loop re-checks stop */
+			if (e == EINTR) {
+				vcpu_kicked(vcpu);
+				continue;	/* the loop re-checks stop */
+			}
 			if (e == EAGAIN && vcpu_eagain_retry(vcpu, &eagain_since_ns))
 				continue;
 			if (e == EAGAIN)

@@ -81,6 +81,15 @@ struct ukvm_vcpu {
 	/* Held by whoever harvests the ring: the vCPU at a full exit, or the host
 	 * while the vCPU runs (a migration's rounds) */
 	atomic_flag ring_busy;
+	/*
+	 * auto_converge (experiment/migrate.c): the share of the vCPU's time
+	 * the guest gives up, which its controller sets and kicks it for;
+	 * throttle_since_ns: when the guest last resumed from a throttle sleep
+	 * (0: unthrottled); throttled_ns: the sleeps, summed.
+	 */
+	atomic_uint throttle_percent;
+	uint64_t throttle_since_ns;
+	uint64_t throttled_ns;
 	uint64_t *pass_end_ns;		/* one per pass, freed by destroy */
 	uint64_t passes;
 	uint64_t passes_seen;

@@ -135,6 +135,7 @@ static const struct result_field vcpu_fields[] = {
 	VCPU(kvm_stats, R_VCPU_KVM_STATS),
 	VCPU(pass_end_ns, R_PASS_END),
 	VCPU(cpu_ns, R_U64),
+	VCPU(throttled_ns, R_U64),
 	VCPU(cpus, R_CPUS),
 	VCPU(faults, R_U64),
 	VCPU(eexist, R_U64),
@@ -198,6 +199,7 @@ static const struct result_field migration_round_fields[] = {
 	ROUND(sent_pages, R_U64),
 	ROUND(dirty_pages, R_U64),
 	ROUND(ring_full_exits, R_U64),
+	ROUND(throttle_percent, R_U32),
 };
 
 /* The fault trace's columns, one list each, in ukvm_fault_record's order. */

@@ -5,8 +5,9 @@ the paths that differ between KVMs and kernels (resolver vcpu and its bare
 EFAULT, MINOR, WP, MOVE, readahead with vCPU resolvers, io_uring readers,
 the default's SCHED_IDLE spinners beside pinned vCPUs,
 the page server over loopback, the host facts, every dirty tracker, the
-ring's CLI, preinstall, and the source of a migration with every tracker in
-every mode and each mode end to end) in minutes a kernel.
+ring's CLI, preinstall, the source of a migration with every tracker in
+every mode, each mode end to end, and auto-converge's throttle) in some 20
+minutes a kernel.
 full: the whole suite, as the README runs it, less (on the emulated kernels
 only) the tests that DESELECTED names: each holds this host's timing to a
 bound that TCG, 5 to 20 times slower and with its own scheduling, cannot
@@ -30,6 +31,8 @@ SMOKE = [
     "tests/test_migration.py::test_a_tracker_blind_to_a_page_fails_the_migration",
     "tests/test_migration.py::test_each_mode_verifies_and_the_destination_holds_what_was_sent",
     "tests/test_migration.py::test_postcopy_moves_each_page_exactly_once",
+    # auto_converge's kicks: KVM_RUN's EINTR and immediate_exit, on each KVM
+    "tests/test_migration.py::test_auto_converge_throttles_by_its_rule_and_vcpus_sleep",
 ]
 
 DESELECTED = {
