@@ -17,7 +17,6 @@ status is 1 when any run failed (its error goes to stderr).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import uffdkvm  # noqa: E402
 from uffdkvm import ratio_of, spread_of  # noqa: E402
+
 
 def _cell(values) -> str:
     s = spread_of(values)

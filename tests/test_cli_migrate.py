@@ -42,7 +42,7 @@ def test_auto_converge_and_its_throttle_reach_the_source(kvm, capsys):
     status = cli.main(["migrate", "-v", "1", "-b", "4M", "--json", "--write-percent", "100",
                        "--downtime-target-ms", "0", "--max-rounds", "3", "--auto-converge",
                        "--throttle-initial", "30", "--throttle-increment", "15",
-                       "--throttle-max", "40", "--link-bandwidth-mbps", "200", "-q"])
+                       "--throttle-max", "40", "--link-bandwidth-mbps", "50", "-q"])
     d = json.loads(capsys.readouterr().out)
     src = d["source"]["config"]
     assert status == 0 and src["auto_converge"] is True

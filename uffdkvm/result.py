@@ -60,7 +60,8 @@ class VcpuStats:
                      (None where the kernel has no binary stats)
     userspace_exits  returns from KVM_RUN to the vCPU thread, not counting
                      the EAGAIN retries that never entered the guest (with
-                     guest_timing, 32 of them are the clock-sync exits)
+                     guest_timing, 32 of them are the clock-sync exits; with
+                     auto_converge, the throttle's kicks, up to 100 a second)
     fault_exits      with resolver="vcpu": those returns that were a fault
                      this vCPU's own thread resolved (0 with readers)
     regs_fault_exits of fault_exits, those where KVM_RUN's EFAULT did not
@@ -216,8 +217,10 @@ class MigrationRound:
                      every vCPU's, from the round's start to its harvest (the
                      last round's: to the final harvest at the stop); a vCPU
                      whose ring fills stops to harvest its own (0 otherwise)
-    throttle_percent auto_converge: the share of every vCPU's time the guest
-                     gave up during the round (0: unthrottled)
+    throttle_percent auto_converge: the throttle set for the round, the share
+                     of each vCPU's time it takes from the guest (0: none).
+                     The setting, not a measure: the vCPUs' sleeps are
+                     VcpuStats.throttled_seconds
     """
 
     round: int

@@ -358,7 +358,8 @@ FIELDS: tuple[Field, ...] = (
           size="SOURCE_PATH_MAX", applies=_MIGRATING),
     Field("auto_converge", "bool", False, "precopy and hybrid: throttle the source's "
           "vCPUs after each round whose dirty set is over half of what it sent, as "
-          "QEMU's auto-converge does (docs/migration.md)", applies=_PRECOPYING),
+          "QEMU's auto-converge does (docs/migration.md); needs a second round "
+          "(max_rounds or precopy_rounds >= 2)", applies=_PRECOPYING),
     Field("throttle_initial_percent", "u32", 20, "auto_converge: the share of each vCPU's "
           "time taken from the guest at the first throttle (QEMU's cpu-throttle-initial)",
           min=1, max=99, applies=_PRECOPYING),

@@ -446,6 +446,13 @@ static int config_check_throttle(const struct ukvm_config *c, struct ukvm_error 
 		BAD("throttle_initial_percent: %u, above throttle_max_percent=%u; the throttle "
 		    "starts at or below its most", c->throttle_initial_percent,
 		    c->throttle_max_percent);
+	/* It throttles after a round that has one after it: a single round never would. */
+	if (c->migration == UKVM_MIGRATION_PRECOPY && c->max_rounds < 2)
+		BAD("auto_converge: it throttles the rounds after the first, and max_rounds=%u "
+		    "has none; use max_rounds >= 2", c->max_rounds);
+	if (c->migration == UKVM_MIGRATION_HYBRID && c->precopy_rounds < 2)
+		BAD("auto_converge: it throttles the rounds after the first, and "
+		    "precopy_rounds=%u has none; use precopy_rounds >= 2", c->precopy_rounds);
 	return 0;
 }
 

@@ -28,7 +28,7 @@
  * throttle_initial_percent of their time, then throttle_increment_percent
  * more after each such round, up to throttle_max_percent (QEMU waits for
  * two such rounds; here each one counts). While throttled the sender kicks
- * every vCPU each THROTTLE_SLICE_NS, and a kicked vCPU sleeps its share
+ * every vCPU each UKVM_THROTTLE_SLICE_NS, and a kicked vCPU sleeps its share
  * (kvm/vcpu.c). The rounds over, the throttle is lifted: the vCPUs run to
  * the stop at full speed.
  *
@@ -58,8 +58,6 @@
 #define ROUNDS_FIRST_CAP	16
 /* The longest the sender sleeps for the link before it looks at cancel and the deadline. */
 #define SEND_CHECK_NS		(10 * NSEC_PER_MSEC)
-/* A throttled vCPU's time slice: QEMU's CPU_THROTTLE_TIMESLICE_NS. */
-#define THROTTLE_SLICE_NS	(10 * NSEC_PER_MSEC)
 
 void ukvm_migrate_init(struct ukvm_migrate *m)
 {
@@ -187,7 +185,7 @@ static void migrate_throttle_tick(struct ukvm_experiment *exp, uint64_t now)
 		return;
 	for (i = 0; i < exp->cfg.vcpus; i++)
 		ukvm_vcpu_kick(&exp->vcpus[i]);
-	m->next_kick_ns = now + THROTTLE_SLICE_NS;
+	m->next_kick_ns = now + UKVM_THROTTLE_SLICE_NS;
 }
 
 /* After a round of `sent` pages that found `dirty`: QEMU's rule, its percentages. */

@@ -41,7 +41,7 @@
 #define EFER_LMA (1ULL << 10)
 /* How long KVM_RUN may keep failing with EAGAIN before the run fails (vcpu_eagain_retry). */
 #define VCPU_EAGAIN_NS	NSEC_PER_SEC
-/* The longest a throttle sleep goes before it looks at stop. */
+/* The longest a throttle sleep goes before it looks at stop and the throttle. */
 #define VCPU_THROTTLE_CHECK_NS	(10 * NSEC_PER_MSEC)
 
 void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
@@ -205,18 +205,22 @@ void ukvm_vcpu_kick(struct ukvm_vcpu *vcpu)
 /*
  * Out of KVM_RUN by a kick: a stop (seen at the loop's top), or a throttled
  * vCPU's time slice. Throttled at p%, the vCPU sleeps p/(100 - p) of the
- * time the guest ran since its last sleep, so the guest keeps (100 - p)% of
- * the vCPU's time, as QEMU's cpu-throttle does; the sleep ends early at a
- * stop or when the throttle is lifted, and a kick during it is absorbed. Then immediate_exit is cleared
- * (the kick set it): a stop's is seen first, as it is raised before it kicks.
+ * time the guest ran since its last sleep, a slice at most (a late kick, or
+ * a thread the host descheduled, must not turn into one long sleep), so
+ * the guest keeps (100 - p)% of the vCPU's time, as QEMU's cpu-throttle
+ * does. The sleep ends early at a stop or when the throttle is lifted, and
+ * a kick during it is absorbed.
  */
 static void vcpu_kicked(struct ukvm_vcpu *vcpu)
 {
 	uint32_t p = atomic_load_explicit(&vcpu->throttle_percent, memory_order_relaxed);
-	uint64_t now = ukvm_now_ns(), start = now, until;
+	uint64_t now = ukvm_now_ns(), start = now, until, ran;
 
 	if (p && p < 100 && vcpu->throttle_since_ns) {
-		until = now + (now - vcpu->throttle_since_ns) * p / (100 - p);
+		ran = now - vcpu->throttle_since_ns;
+		if (ran > UKVM_THROTTLE_SLICE_NS)
+			ran = UKVM_THROTTLE_SLICE_NS;
+		until = now + ran * p / (100 - p);
 		/* Lifted (the rounds are over) or stopped: the guest goes on at once. */
 		while (now < until && !ukvm_ctl_stopping(vcpu->ctl) &&
 		       atomic_load_explicit(&vcpu->throttle_percent, memory_order_relaxed)) {
@@ -227,8 +231,16 @@ static void vcpu_kicked(struct ukvm_vcpu *vcpu)
 		vcpu->throttled_ns += now - start;
 	}
 	vcpu->throttle_since_ns = p ? now : 0;
-	if (vcpu->run)
-		__atomic_store_n(&vcpu->run->immediate_exit, 0, __ATOMIC_RELEASE);
+	if (!vcpu->run)
+		return;
+	/*
+	 * The kick's immediate_exit, cleared so that the next KVM_RUN enters the
+	 * guest. A stop raises ctl->stop before it kicks: with the fence, either
+	 * the loop's check sees the stop, or the stop's kick sets immediate_exit
+	 * again after this store, and KVM_RUN returns at once.
+	 */
+	__atomic_store_n(&vcpu->run->immediate_exit, 0, __ATOMIC_RELAXED);
+	atomic_thread_fence(memory_order_seq_cst);
 }
 
 static const char *exit_reason_name(uint32_t reason)

@@ -16,6 +16,9 @@
 #include "base/thread.h"
 #include "base/tsc.h"
 #include "kvm/dirtylog.h"
+
+/* A throttled vCPU's time slice (QEMU's CPU_THROTTLE_TIMESLICE_NS): its kicks' period. */
+#define UKVM_THROTTLE_SLICE_NS	(10 * 1000 * 1000ULL)
 #include "kvm/vm.h"
 #include "ukvm.h"
 
@@ -83,7 +86,8 @@ struct ukvm_vcpu {
 	atomic_flag ring_busy;
 	/*
 	 * auto_converge (experiment/migrate.c): the share of the vCPU's time
-	 * the guest gives up, which its controller sets and kicks it for;
+	 * the guest gives up, which its controller sets and kicks it for once a
+	 * UKVM_THROTTLE_SLICE_NS;
 	 * throttle_since_ns: when the guest last resumed from a throttle sleep
 	 * (0: unthrottled); throttled_ns: the sleeps, summed.
 	 */
