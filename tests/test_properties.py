@@ -110,6 +110,10 @@ VALID = {
     "link_bandwidth_mbps": st.sampled_from([1000, 1000, 0, 8]),
     "link_latency_us": st.sampled_from([0, 0, 50]),
     "migration_dump_path": st.just(None),
+    "auto_converge": st.sampled_from([False, False, True]),
+    "throttle_initial_percent": st.sampled_from([20, 20, 1, 99]),
+    "throttle_increment_percent": st.sampled_from([10, 10, 50]),
+    "throttle_max_percent": st.sampled_from([99, 99, 30]),
 }
 assert set(VALID) == set(FIELDS), "every Config field has a strategy"
 
@@ -163,7 +167,9 @@ def coherent_fields(draw):
         preinstall=None,
         # migrate()'s source only: tests/test_migration.py
         migration=None, max_rounds=30, downtime_target_ms=300, precopy_rounds=1,
-        link_bandwidth_mbps=1000, link_latency_us=0, migration_dump_path=None)
+        link_bandwidth_mbps=1000, link_latency_us=0, migration_dump_path=None,
+        auto_converge=False, throttle_initial_percent=20, throttle_increment_percent=10,
+        throttle_max_percent=99)
     if fields["access"].lower() == "zipf":  # needs a skew and the sequential pattern
         fields.update(zipf_theta=draw(st.sampled_from([0.5, 0.99, 2.0])), pattern="sequential")
     else:  # the Zipf knobs only with access="zipf"
