@@ -20,10 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import uffdkvm  # noqa: E402
-from uffdkvm import ratio_of, spread_of  # noqa: E402
+import uffdkvm
+from uffdkvm import ratio_of, spread_of
 
 # Each migration's row in --json: the figures above, not both sides' Results.
 KEPT = ("trial", "auto_converge", "converged", "round_count", "downtime_seconds",

@@ -21,10 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import uffdkvm  # noqa: E402
-from uffdkvm import ratio_of, spread_of  # noqa: E402
+import uffdkvm
+from uffdkvm import ratio_of, spread_of
 
 MODES = ("precopy", "postcopy", "hybrid")
 
