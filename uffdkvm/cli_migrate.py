@@ -30,7 +30,7 @@ from .cli_common import (
     pop_cli_options,
 )
 from .config import PAGE_SIZE
-from .migration import MODES, MigrationResult, migrate
+from .migration import KNOBS, MODES, MigrationResult, migrate
 
 PROG = "uffdkvm migrate"
 DEFAULT_MEM = "64M"
@@ -133,10 +133,8 @@ def _run_command(argv: list[str]) -> int:
     if fields.pop("cpus") is not None:
         raise SystemExit(f"{PROG}: -c pins one run's threads; use --pin-vcpus")
     mode, prefetch = fields.pop("mode"), fields.pop("postcopy_prefetch")
-    fields = {k: v for k, v in fields.items() if v is not None or k not in (
-        "downtime_target_ms", "max_rounds", "precopy_rounds", "dirty_ring_entries",
-        "auto_converge", "throttle_initial_percent", "throttle_increment_percent",
-        "throttle_max_percent")}
+    # A knob's flag left unset: migrate()'s default (the schema's), not None.
+    fields = {k: v for k, v in fields.items() if v is not None or k not in KNOBS}
     m = migrate(mode=mode, postcopy_prefetch=prefetch, **fields)
     print(m.to_json() if as_json else format_text(m))
     return EXIT_OK if m.verified else EXIT_FAILED

@@ -16,11 +16,11 @@
 #include "base/thread.h"
 #include "base/tsc.h"
 #include "kvm/dirtylog.h"
+#include "kvm/vm.h"
+#include "ukvm.h"
 
 /* A throttled vCPU's time slice (QEMU's CPU_THROTTLE_TIMESLICE_NS): its kicks' period. */
 #define UKVM_THROTTLE_SLICE_NS	(10 * 1000 * 1000ULL)
-#include "kvm/vm.h"
-#include "ukvm.h"
 
 struct ukvm_fault_resolver;
 
