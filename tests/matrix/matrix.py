@@ -1,11 +1,16 @@
 """The kernel x KVM matrix: a part of the suite on Debian's kernels, nested.
 
-    python3 tests/matrix/matrix.py                    # smoke part: host, 6.1, 6.12
+    python3 tests/matrix/matrix.py                    # smoke part: host and Debian's kernels
     python3 tests/matrix/matrix.py --part full        # the whole suite on each
+    python3 tests/matrix/matrix.py --target 6.18 --target 7.2 --part smoke
+    python3 tests/matrix/matrix.py --kernel ~/linux/arch/x86/boot/bzImage:/tmp/mods
     python3 tests/matrix/matrix.py --target 6.12 --part full --record
 
-Each kernel is booted under QEMU TCG (boot.py) with stock kvm_amd; "host" is
-this machine as it is. Every target runs guest.py, which probes what runs
+Each kernel is booted under QEMU (uffdkvm.kernels: TCG here, with stock
+kvm_amd in the guest; KVM where the host's KVM nests); "host" is this
+machine as it is. The Debian targets are uffdkvm.kernels.DEBIAN_KERNELS,
+fetched with apt's own configuration; --kernel adds a kernel you built,
+named by its release. Every target runs guest.py, which probes what runs
 there and runs the part's tests from the repository root. The results go to
 OUT/<target>/ (result.json, pytest.log, junit.xml, console.log) and
 OUT/matrix.json; the table of passed, failed and skipped per target is
@@ -14,53 +19,46 @@ regenerates docs/where-it-runs.md from them (report.py).
 
 Exit status: 0 when every target passed its part with every skip explained
 (the suite itself fails on an unexplained one), 1 otherwise, 2 when a
-target could not be booted or run at all.
+target could not be had, booted or run at all (a Debian kernel the archive
+no longer carries is reported unavailable, with the reason, never passed).
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
 import json
-import os
 import pathlib
-import shlex
 import signal
 import subprocess
 import sys
 import time
 
-import boot
-import kernels
 import parts
 import report
 
+from uffdkvm import kernels
+from uffdkvm.kernels import _qemu
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-TARGETS = ["host", *kernels.KERNELS]
+TARGETS = ["host", *kernels.DEBIAN_KERNELS]
+# Each guest's memory: the part's tests and the 1 GiB page it reserves.
+MEMORY_MIB = 6144
 
 
-def job_script(target: str, part: str, out: pathlib.Path, hugepages: int,
-               timeout_s: float, extra: list[str]) -> str:
-    """job.sh: what the guest's init runs in its chroot of the host's /."""
-    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-           "HOME": "/run/home", "TMPDIR": "/run/tmp", "PYTHONDONTWRITEBYTECODE": "1",
-           "LANG": "C.UTF-8"}
-    for name, value in os.environ.items():
-        if name.startswith("UFFDKVM_") or name in ("VIRTUAL_ENV",):
-            env[name] = value
-    lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-    lines += [f"cd {shlex.quote(str(ROOT))}",
-              "echo \"matrix: $(uname -r), $(cat /proc/cpuinfo | grep -c ^processor) CPUs\"",
-              shlex.join([sys.executable, str(HERE / "guest.py"), "--target", target,
-                          "--part", part, "--out", str(out), "--hugepages", str(hugepages),
-                          "--timeout", str(timeout_s), *extra])]
-    return "\n".join(lines) + "\n"
+def _brought(spec: str) -> kernels.Kernel:
+    """--kernel IMAGE or IMAGE:MODULES."""
+    image, _, modules = spec.partition(":")
+    return kernels.brought(image, modules or None)
 
 
-def run_target(target: str, part: str, out: pathlib.Path, hugepages: int,
-               timeout_s: float, memory_mib: int, rerun: list[str] | None = None) -> dict:
-    """Runs guest.py for target (on the host, or booted); its result.json, or,
-    with rerun (junit names), the earlier result with those tests run again."""
+def run_target(target: str | kernels.Kernel, part: str, out: pathlib.Path, hugepages: int,
+               timeout_s: float, memory_mib: int, accel: str,
+               rerun: list[str] | None = None) -> dict:
+    """Runs guest.py for target ("host", a Debian name, or a Kernel brought
+    with --kernel) on the host or booted; its result.json, or, with rerun
+    (junit names), the earlier result with those tests run again."""
+    name = target.name if isinstance(target, kernels.Kernel) else target
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").unlink(missing_ok=True)
     (out / "rerun.json").unlink(missing_ok=True)
@@ -68,29 +66,39 @@ def run_target(target: str, part: str, out: pathlib.Path, hugepages: int,
     if rerun is not None:
         (out / "rerun-tests.json").write_text(json.dumps(rerun))
         extra = ["--rerun", str(out / "rerun-tests.json")]
+    job = [sys.executable, str(HERE / "guest.py"), "--target", name, "--part", part,
+           "--out", str(out), "--hugepages", str(hugepages), "--timeout", str(timeout_s),
+           *extra]
     start = time.monotonic()
     problem = None
-    if target == "host":
-        p = subprocess.run([sys.executable, str(HERE / "guest.py"), "--target", "host",
-                            "--part", part, "--out", str(out), "--hugepages", str(hugepages),
-                            "--timeout", str(timeout_s), *extra], cwd=ROOT)
+    where: dict = {}
+    if name == "host":
+        p = subprocess.run(job, cwd=ROOT)
         if p.returncode not in (0, 1):
             problem = f"guest.py exited {p.returncode}"
     else:
-        kernel = kernels.fetch(target)
-        b = boot.run(kernel, job_script(target, part, out, hugepages, timeout_s, extra), out,
-                     timeout_s + 600, memory_mib=memory_mib)
+        try:
+            kernel = target if isinstance(target, kernels.Kernel) else kernels.fetch(name)
+            mode = _qemu.choose_accel(accel)
+            where = {"kernel_origin": kernel.origin, "accel": mode.name,
+                     "accel_why": mode.why}
+            b = _qemu.run_job(kernel, _qemu.job_script([job], ROOT), out, timeout_s + 600,
+                              accel=mode, memory_mib=memory_mib, gigantic_pages=1)
+        except kernels.KernelUnavailableError as e:
+            return {"target": name, "part": part, "unavailable": str(e),
+                    "problem": f"unavailable: {e}", "wall_seconds": time.monotonic() - start}
         if b.exit_status not in (0, 1):
             tail = "\n".join(b.console.splitlines()[-15:])
-            problem = (f"the {kernel.package} guest's job did not finish "
+            problem = (f"the {kernel} guest's job did not finish "
                        f"(status {b.exit_status}, {b.seconds:.0f} s); its console ended:\n{tail}")
     try:
         if rerun is not None:
-            result = report.with_rerun(target, json.loads((out / "rerun.json").read_text()))
+            result = report.with_rerun(name, json.loads((out / "rerun.json").read_text()))
         else:
             result = json.loads((out / "result.json").read_text())
     except (OSError, ValueError) as e:
-        result = {"target": target, "part": part, "problem": problem or f"no result: {e}"}
+        result = {"target": name, "part": part, "problem": problem or f"no result: {e}"}
+    result.update(where)
     result["wall_seconds"] = time.monotonic() - start
     if problem:
         result["problem"] = problem
@@ -100,16 +108,30 @@ def run_target(target: str, part: str, out: pathlib.Path, hugepages: int,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", action="append", choices=TARGETS,
-                    help="host, 6.1 or 6.12 (repeatable; default: all)")
+                    help="host, or a Debian kernel: " + ", ".join(
+                        f"{n} ({t})" for n, t in kernels.DEBIAN_KERNELS.items()) +
+                    " (repeatable; default: host, " + ", ".join(parts.KERNELS) +
+                    ", unless --kernel is given)")
+    ap.add_argument("--kernel", action="append", default=[], metavar="IMAGE[:MODULES]",
+                    help="a kernel you built: its bzImage, and after a colon its module "
+                         "tree (the INSTALL_MOD_PATH of `make modules_install`) unless "
+                         "KVM, virtio-pci, 9p, virtio-blk and ext4 are built in; a target "
+                         "named by its release (repeatable)")
     ap.add_argument("--part", choices=sorted(parts.PARTS), default="smoke")
     ap.add_argument("--out", type=pathlib.Path,
-                    default=kernels.cache_dir() / "out",
+                    default=pathlib.Path.home() / ".cache" / "uffdkvm" / "matrix",
                     help="where each target's results go (default: %(default)s)")
     ap.add_argument("--hugepages", type=int, default=16,
-                    help="2 MiB huge pages each target reserves while it runs (default 16)")
+                    help="2 MiB huge pages each target reserves while it runs (default 16); "
+                         "a booted kernel also reserves one 1 GiB page at boot")
     ap.add_argument("--timeout", type=float, default=3600,
                     help="seconds a target's tests may take (default 3600)")
-    ap.add_argument("--memory", type=int, default=6144, help="guest MiB (default 6144)")
+    ap.add_argument("--memory", type=int, default=MEMORY_MIB,
+                    help=f"guest MiB (default {MEMORY_MIB})")
+    ap.add_argument("--accel", choices=_qemu.ACCELS, default="auto",
+                    help="QEMU's accelerator: kvm (the guest's KVM nested on the host's), "
+                         "tcg (emulated) or auto: kvm where the host's KVM nests "
+                         "(default auto)")
     ap.add_argument("--record", action="store_true",
                     help="keep the results in tests/matrix/recorded/ and regenerate "
                          "docs/where-it-runs.md")
@@ -120,15 +142,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1,
                     help="targets run at once (each guest's TCG takes one host CPU)")
     args = ap.parse_args(argv)
-    targets = args.target or TARGETS
+    try:
+        brought = [_brought(spec) for spec in args.kernel]
+    except (kernels.KernelUnavailableError, ValueError) as e:
+        ap.error(f"--kernel: {e}")
+    targets: list[str | kernels.Kernel] = list(args.target or [])
+    if not targets and not brought:
+        targets = ["host", *parts.KERNELS]
+    targets += brought
+    names = [t.name if isinstance(t, kernels.Kernel) else t for t in targets]
+    if len(set(names)) != len(names):
+        ap.error(f"two targets have one name: {names}")
 
-    def one(target: str) -> dict:
-        print(f"matrix: {target}: {args.part} part ...", flush=True)
+    def one(target: str | kernels.Kernel) -> dict:
+        name = target.name if isinstance(target, kernels.Kernel) else target
+        print(f"matrix: {name}: {args.part} part ...", flush=True)
         rerun = None
         if args.rerun_failed:
-            rerun = [f["test"] for f in report.recorded_of(target)["pytest"]["failures"]]
-        r = run_target(target, args.part, args.out / target, args.hugepages,
-                       args.timeout, args.memory, rerun)
+            rerun = [f["test"] for f in report.recorded_of(name)["pytest"]["failures"]]
+        r = run_target(target, args.part, args.out / name, args.hugepages,
+                       args.timeout, args.memory, args.accel, rerun)
         print(report.line(r), flush=True)
         return r
 
@@ -140,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = list(pool.map(one, targets))
     finally:
-        boot.kill_all()  # a Ctrl-C or SIGTERM leaves no guest running
+        _qemu.kill_all()  # a Ctrl-C or SIGTERM leaves no guest running
         pool.shutdown(wait=True, cancel_futures=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "matrix.json").write_text(json.dumps(results, indent=1))
     print()
     print(report.table(results))
@@ -152,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"PROBLEM on {r['target']}: {r['problem']}")
     if args.record:
         for r in results:
-            report.record(r)
+            if not r.get("unavailable"):
+                report.record(r)
         report.write_docs()
     if any(r.get("problem") for r in results):
         return 2

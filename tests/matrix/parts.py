@@ -13,6 +13,11 @@ only) the tests that DESELECTED names: each holds this host's timing to a
 bound that TCG, 5 to 20 times slower and with its own scheduling, cannot
 keep. They are deselected, not skipped, and where-it-runs.md lists them.
 """
+# The Debian kernels the matrix runs unless told otherwise, and .ci/run's:
+# Debian 12's 6.1 and 6.12, the newest 6.18 backport and unstable's 7.2
+# (uffdkvm.kernels.DEBIAN_KERNELS says what each name tracks).
+KERNELS = ["6.1", "6.12", "6.18", "7.2"]
+
 SMOKE = [
     "tests/test_resolver.py",
     "tests/test_move.py",

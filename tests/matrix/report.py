@@ -13,7 +13,11 @@ import pathlib
 HERE = pathlib.Path(__file__).resolve().parent
 RECORDED = HERE / "recorded"
 DOCS = HERE.parents[1] / "docs" / "where-it-runs.md"
-ORDER = ["6.1", "6.12", "host"]
+import parts
+
+# Debian's kernels oldest first, then the host; kernels brought with
+# --kernel after them, by name.
+ORDER = [*parts.KERNELS, "host"]
 
 
 def _counts(r: dict) -> tuple[int, int, int]:
