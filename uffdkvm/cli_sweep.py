@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
             "1 the run failed or its memory did not verify", "1 some run failed or did not "
             "verify").replace("4 this host", "4 pandas is missing, or this host") +
         " After an interrupt the finished runs are in --out.")
+    add_sweep_arguments(p)
+    return p
+
+
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """The sweep command's flags: the run command's, each taking a list, and its own."""
     add_run_arguments(p, _list_of, "print every run as one line of JSON (the frame's rows) "
                       "instead of the table")
     p.add_argument("--set", dest="settings", type=_setting, action="append", default=[],
@@ -153,7 +159,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what each cell shows beside the median: ci, the bootstrap 95%% "
                    "confidence interval of the median (default; with under 6 trials it is "
                    "the min-max); iqr, the 25th-75th percentiles; minmax, the extremes")
-    return p
 
 
 def _si(x: float) -> str:
@@ -293,13 +298,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _sweep_command(argv: list[str]) -> int:
-    options = vars(build_parser().parse_args(argv))
+    return sweep_fields(vars(build_parser().parse_args(argv)))
+
+
+def sweep_fields(options: dict[str, Any], guest: Any = None) -> int:
+    """The sweep command once its flags are parsed: its runs here, or, with
+    ``guest`` (a uffdkvm.kernels.Guest), in that guest's kernel."""
+    call = _here if guest is None else lambda fn, *args: guest.submit(fn, *args).result()
     pop_cli_options(options)
     trials, out, metric = options.pop("trials"), options.pop("out"), options.pop("metric")
     spread, quiet, as_json = options.pop("spread"), options.pop("quiet"), options.pop("json")
     settings = options.pop("settings")
     if options.pop("list_backings"):
-        print(format_backing_support(backing_support()))
+        print(format_backing_support(call(backing_support)))
         return EXIT_OK
     if trials < 1:
         raise CliError("--trials: must be at least 1")
@@ -326,18 +337,21 @@ def _sweep_command(argv: list[str]) -> int:
                            "(pin_readers='scheduler'), which applies to resolver='readers' "
                            "only: sweep --resolver readers and vcpu apart, or give -c one "
                            "CPU per vCPU")
+    if main_cpu is not None and guest is not None:
+        raise CliError("-c: its last CPU pins this process's main thread, which does not "
+                       "run in the guest; give one CPU per vCPU, or use --pin-vcpus")
     configs = points(**grid)  # ConfigError for a bad value, before anything runs
     _check_out(out)
     if main_cpu is not None:
         pin_main_thread(main_cpu)
-    columns = _preflight(configs)  # HostUnsupportedError (exit 4) if no point can run here
+    columns = _preflight(configs, call)  # HostUnsupportedError (exit 4) if no point can run
     if columns is not None and not as_json:
         _check_metric(metric, columns)
     progress = console_progress(quiet) is not None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SweepWarning)  # summarised below instead
-            df = sweep(trials=trials, progress=progress, out=out, **grid)
+            df = sweep(trials=trials, progress=progress, out=out, executor=guest, **grid)
     except KeyboardInterrupt:
         kept = f"; finished runs are in {out}" if out else ""
         print(f"{PROG}: interrupted{kept}", file=sys.stderr)
@@ -377,7 +391,11 @@ def _tiny(config: Config) -> Config:
                           guest_work=0, trace_faults=False, pin_readers=None)
 
 
-def _preflight(configs: list[Config]) -> dict[str, Any] | None:
+def _here(fn: Any, *args: Any) -> Any:
+    return fn(*args)
+
+
+def _preflight(configs: list[Config], call: Any = _here) -> dict[str, Any] | None:
     """One tiny run of the first point this host can run: its to_frame() row,
     for --metric. Raises HostUnsupportedError when no point can run here (a
     host without KVM, say), so that the sweep does not run every point to
@@ -388,8 +406,8 @@ def _preflight(configs: list[Config]) -> dict[str, Any] | None:
     for i, config in enumerate(configs):
         try:
             if i == 0:
-                return run_row(run(_tiny(config)))
-            probe(_tiny(config))
+                return run_row(call(run, _tiny(config)))
+            call(probe, _tiny(config))
         except HostUnsupportedError as e:
             first = first or e
             continue
@@ -397,7 +415,7 @@ def _preflight(configs: list[Config]) -> dict[str, Any] | None:
             return None
         # A later point can run here: run it tiny for the columns.
         try:
-            return run_row(run(_tiny(config)))
+            return run_row(call(run, _tiny(config)))
         except UffdkvmError:
             return None
     assert first is not None

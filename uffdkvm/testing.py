@@ -63,6 +63,7 @@ __all__ = ["Comparison", "assert_faster", "assert_not_slower", "compare", "trial
 KNOWN_METRICS = {"pages_per_s": True, "overhead_ns_per_page": False}
 
 Setup = Callable[[], Any]
+Runner = Callable[[Config], Result]
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,32 @@ class Comparison:
         for b (a fraction). assert_faster fails unless this exceeds its
         margin."""
         return self.ci_low - 1 if self.higher_is_better else 1 - self.ci_high
+
+    def verdict(self, tolerance: float = 0.05) -> str:
+        """What the interval shows at ``tolerance`` (a fraction): "worse"
+        when b is worse than a by more than it even at the interval's end
+        most favourable to b (assert_not_slower would fail), "better" when
+        b is better by more than it even at the end least favourable to b
+        (assert_faster with margin=tolerance would pass), else "same": no
+        difference beyond the tolerance shown (which a wide interval, from
+        few or noisy trials, also gives)."""
+        _check_fraction("tolerance", tolerance)
+        if self.worse_by > tolerance:
+            return "worse"
+        if self.better_by > tolerance:
+            return "better"
+        return "same"
+
+    def verdict_line(self, tolerance: float = 0.05) -> str:
+        """verdict() in a sentence, with how far the interval goes."""
+        v = self.verdict(tolerance)
+        if v == "worse":
+            return (f"b is worse than a by more than {tolerance:.0%} "
+                    f"(at least {self.worse_by:.1%})")
+        if v == "better":
+            return (f"b is better than a by more than {tolerance:.0%} "
+                    f"(at least {self.better_by:.1%})")
+        return f"no difference beyond {tolerance:.0%} shown"
 
     def table(self) -> str:
         """Each side's median with its bootstrap interval, cv and trials, and
@@ -172,8 +199,13 @@ def _without_uffd(config: Config) -> Config:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _run_side(config: Config, setup: Setup | None, metric: str) -> float | None:
-    from .run import run
+def _run_side(config: Config, setup: Setup | None, metric: str,
+              runner: Runner | None = None) -> float | None:
+    """One trial of one side: its metric, from ``runner`` (uffdkvm.run, or
+    a Guest's run for a kernel under QEMU)."""
+    if runner is None:
+        from .run import run
+        runner = run
     configs = [config]
     if metric == "overhead_ns_per_page":
         configs.append(_without_uffd(config))
@@ -182,7 +214,7 @@ def _run_side(config: Config, setup: Setup | None, metric: str) -> float | None:
     for c in configs:
         undo = setup() if setup is not None else None
         try:
-            r = run(c)
+            r = runner(c)
         finally:
             if callable(undo):
                 undo()
@@ -241,19 +273,28 @@ def compare(a: Config, b: Config, metric: str = "pages_per_s", trials: int = 15,
     """
     better = _check_metric(metric, higher_is_better)
     _check_args(a, b, trials, warmup, setup_a, setup_b, seed, metric)
+    return _interleaved(a, b, metric, better, trials, warmup, seed, setup_a=setup_a,
+                        setup_b=setup_b)
+
+
+def _interleaved(a: Config, b: Config, metric: str, better: bool, trials: int, warmup: int,
+                 seed: int | None, *, setup_a: Setup | None = None,
+                 setup_b: Setup | None = None, run_a: Runner | None = None,
+                 run_b: Runner | None = None) -> Comparison:
+    """compare()'s trials, the two sides alternating, each run by its runner."""
+    sides = [(a, setup_a, run_a), (b, setup_b, run_b)]
     for t in range(warmup):
-        sides = [(a, setup_a), (b, setup_b)]
-        for config, setup in (sides if t % 2 == 0 else sides[::-1]):
-            _run_side(config, setup, metric)
+        for config, setup, runner in (sides if t % 2 == 0 else sides[::-1]):
+            _run_side(config, setup, metric, runner)
     va: list[float | None] = []
     vb: list[float | None] = []
     for t in range(trials):
         if t % 2 == 0:
-            va.append(_run_side(a, setup_a, metric))
-            vb.append(_run_side(b, setup_b, metric))
+            va.append(_run_side(a, setup_a, metric, run_a))
+            vb.append(_run_side(b, setup_b, metric, run_b))
         else:
-            vb.append(_run_side(b, setup_b, metric))
-            va.append(_run_side(a, setup_a, metric))
+            vb.append(_run_side(b, setup_b, metric, run_b))
+            va.append(_run_side(a, setup_a, metric, run_a))
     ratio = _ratio(va, vb, SEED if seed is None else seed)
     return Comparison(metric=metric, higher_is_better=better, a=tuple(va), b=tuple(vb),
                       ratio=ratio.estimate, ci_low=ratio.ci_low, ci_high=ratio.ci_high,

@@ -46,12 +46,6 @@ TARGETS = ["host", *kernels.DEBIAN_KERNELS]
 MEMORY_MIB = 6144
 
 
-def _brought(spec: str) -> kernels.Kernel:
-    """--kernel IMAGE or IMAGE:MODULES."""
-    image, _, modules = spec.partition(":")
-    return kernels.brought(image, modules or None)
-
-
 def run_target(target: str | kernels.Kernel, part: str, out: pathlib.Path, hugepages: int,
                timeout_s: float, memory_mib: int, accel: str,
                rerun: list[str] | None = None) -> dict:
@@ -143,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="targets run at once (each guest's TCG takes one host CPU)")
     args = ap.parse_args(argv)
     try:
-        brought = [_brought(spec) for spec in args.kernel]
+        brought = [kernels.resolve(spec) for spec in args.kernel]
     except (kernels.KernelUnavailableError, ValueError) as e:
         ap.error(f"--kernel: {e}")
     targets: list[str | kernels.Kernel] = list(args.target or [])

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import pathlib
 
+import parts
+
 HERE = pathlib.Path(__file__).resolve().parent
 RECORDED = HERE / "recorded"
 DOCS = HERE.parents[1] / "docs" / "where-it-runs.md"
-import parts
-
 # Debian's kernels oldest first, then the host; kernels brought with
 # --kernel after them, by name.
 ORDER = [*parts.KERNELS, "host"]

@@ -1,0 +1,292 @@
+"""Guest: a kernel booted under QEMU, running uffdkvm calls as an Executor.
+
+The guest runs this host's Python, packages and files (its / is the host's,
+read-only, over 9p) with the booted kernel and its KVM underneath, and a
+worker (_worker.py) that takes calls through the guest's job directory.
+A Guest is a concurrent.futures.Executor, so ``uffdkvm.sweep(executor=g)``
+runs a sweep there; ``g.run(config)`` runs one experiment and returns its
+Result as ``uffdkvm.run`` would have here, its ``host`` the guest's.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import pathlib
+import pickle
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..config import Config
+from ..errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError
+from ..result import Result
+from . import _debian, _kernel, _qemu, _worker
+
+POLL_S = 0.02
+
+
+def resolve(kernel: Any) -> _kernel.Kernel:
+    """A Kernel for a Kernel, a Debian name ("6.18"), a bzImage's path, or
+    "IMAGE:MODULES" (a bzImage and its module tree)."""
+    if isinstance(kernel, _kernel.Kernel):
+        return kernel
+    if isinstance(kernel, str) and kernel in _debian.DEBIAN_KERNELS:
+        return _debian.fetch(kernel)
+    if isinstance(kernel, (str, os.PathLike)):
+        image, modules = os.fspath(kernel), None
+        if not os.path.exists(image) and ":" in image:
+            image, modules = image.rsplit(":", 1)
+        if not os.path.exists(image):
+            raise ConfigError(f"kernel: {os.fspath(kernel)!r} is neither a Debian kernel "
+                              f"({', '.join(_debian.DEBIAN_KERNELS)}) nor a file; give a "
+                              f"bzImage's path, IMAGE:MODULES, or "
+                              f"uffdkvm.kernels.brought(image, modules)", field="kernel")
+        return _kernel.brought(image, modules)
+    raise ConfigError(f"kernel: expected a Debian kernel's name, a bzImage's path or a "
+                      f"uffdkvm.kernels.Kernel, not {type(kernel).__name__}", field="kernel")
+
+
+def _positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{name}: expected a positive number, not {value!r}", field=name)
+
+
+def _count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name}: expected an int of 0 or more, not {value!r}", field=name)
+
+
+class Guest(concurrent.futures.Executor):
+    """A kernel booted under QEMU with uffdkvm ready to run in it.
+
+    kernel          a Debian kernel's name ("6.1", "6.12", "6.18", "7.2",
+                    "backports", "sid"), a bzImage's path, or a Kernel
+                    (``uffdkvm.kernels.brought(image, modules)``)
+    accel           "auto" (default: KVM where the host's KVM can nest,
+                    else TCG), "kvm" or "tcg"
+    memory_mib      the guest's memory (default 4096)
+    cpus            its CPUs (default 2)
+    hugepages       2 MiB huge pages it reserves (default 0)
+    gigantic_pages  1 GiB pages it reserves at boot (default 0)
+    call_timeout_s  how long one call may take before the Guest gives up
+                    on it and stops (default 3600)
+    boot_timeout_s  how long the kernel may take to boot (default 300)
+
+    Booted when made; ``close()`` (or the end of a ``with`` block) powers
+    it off. ``run(config)`` runs one experiment there; as an Executor it
+    runs any importable function (``submit(uffdkvm.probe, config)``), one
+    call at a time, in order. ``accel`` says which QEMU used and why;
+    under TCG the guest is emulated, 5 to 50 times slower than hardware:
+    compare runs with each other, never with a host's.
+    """
+
+    def __init__(self, kernel: Any, *, accel: str = "auto", memory_mib: int = 4096,
+                 cpus: int = 2, hugepages: int = 0, gigantic_pages: int = 0,
+                 call_timeout_s: float = 3600, boot_timeout_s: float = 300):
+        for name, value in (("memory_mib", memory_mib), ("cpus", cpus)):
+            _positive(name, value)
+        for name, value in (("hugepages", hugepages), ("gigantic_pages", gigantic_pages)):
+            _count(name, value)
+        _positive("call_timeout_s", call_timeout_s)
+        _positive("boot_timeout_s", boot_timeout_s)
+        self.kernel = resolve(kernel)
+        self.accel = _qemu.choose_accel(accel)
+        self.call_timeout_s = call_timeout_s
+        self._lock = threading.Lock()
+        self._pending: dict[str, tuple[concurrent.futures.Future[Any], float]] = {}
+        self._next = 0
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._dir = pathlib.Path(tempfile.mkdtemp(prefix="uffdkvm-guest-"))
+        self._machine: _qemu.Machine | None = None
+        try:
+            (self._dir / "calls").mkdir()
+            (self._dir / "replies").mkdir()
+            (self._dir / "sys_path.json").write_text(json.dumps([p for p in sys.path if p]))
+            job = _qemu.job_script(
+                [["env", f"UFFDKVM_GUEST_HUGEPAGES={hugepages}", sys.executable, "-m",
+                  "uffdkvm.kernels._worker", str(self._dir)]], os.getcwd())
+            self._machine = _qemu.Machine(self.kernel, job, self._dir, accel=self.accel,
+                                          memory_mib=memory_mib, cpus=cpus,
+                                          gigantic_pages=gigantic_pages)
+            self.release = self._wait_ready(boot_timeout_s)
+        except BaseException:
+            self._stop()
+            raise
+        self._watcher = threading.Thread(target=self._watch, name="uffdkvm-guest",
+                                         daemon=True)
+        self._watcher.start()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "running"
+        return f"<Guest {self.kernel.name} ({self.kernel.release}) {self.accel.name} {state}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _wait_ready(self, timeout_s: float) -> str:
+        assert self._machine is not None
+        ready = self._dir / "ready.json"
+        deadline = time.monotonic() + timeout_s
+        while not ready.exists():
+            if not self._machine.running():
+                raise HostUnsupportedError(
+                    f"the {self.kernel} guest stopped before its worker started; its "
+                    f"console ended:\n{self._machine.console_tail()}\nand its job's "
+                    f"output:\n{self._job_log()}")
+            if time.monotonic() > deadline:
+                raise RunTimeoutError(f"the {self.kernel} guest did not start its worker "
+                                      f"within boot_timeout_s={timeout_s:g} s; its console "
+                                      f"ended:\n{self._machine.console_tail()}")
+            time.sleep(POLL_S * 5)
+        return str(json.loads(ready.read_text())["release"])
+
+    def _job_log(self) -> str:
+        try:
+            return "\n".join((self._dir / "job.log").read_text(errors="replace")
+                             .splitlines()[-20:])
+        except OSError:
+            return "(none)"
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any,
+               **kwargs: Any) -> concurrent.futures.Future[Any]:
+        """Runs fn(*args, **kwargs) in the guest (fn importable there: a
+        module-level function of an installed module); a Future of what it
+        returns or raises."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot submit to a closed Guest")
+            if self._failure is not None:
+                raise self._failure
+            data = pickle.dumps((fn, args, kwargs))
+            name = f"{self._next:08d}"
+            self._next += 1
+            _worker.write_whole(self._dir / "calls" / (name + _worker.CALL_SUFFIX), data)
+            # The call's clock starts when the one before it is answered:
+            # calls run one at a time (_watch moves it on).
+            self._pending[name] = (future, 0.0 if self._pending else time.monotonic())
+        return future
+
+    def run(self, config: Config | None = None, **fields: Any) -> Result:
+        """Runs one experiment in the guest, as uffdkvm.run(config, **fields)."""
+        from ..run import run
+        if config is not None and not isinstance(config, Config):
+            raise ConfigError(f"config: expected a uffdkvm.Config, not "
+                              f"{type(config).__name__}")
+        config = (config or Config()).replace(**fields) if fields else (config or Config())
+        result: Result = self.submit(run, config).result()
+        return result
+
+    def _watch(self) -> None:
+        """Hands each reply to its Future; fails them all if the guest dies
+        or a call overruns timeout_s."""
+        assert self._machine is not None
+        while True:
+            with self._lock:
+                if self._closed and not self._pending:
+                    return
+                pending = sorted(self._pending)
+            for name in pending:
+                path = self._dir / "replies" / (name + _worker.REPLY_SUFFIX)
+                if not path.exists():
+                    break
+                with self._lock:
+                    future, _ = self._pending[name]
+                try:
+                    kind, value = pickle.loads(path.read_bytes())
+                except Exception as e:
+                    kind, value = "error", RunError(f"the guest's reply did not load: {e}")
+                path.unlink(missing_ok=True)
+                with self._lock:
+                    del self._pending[name]
+                    if self._pending:
+                        first = min(self._pending)
+                        self._pending[first] = (self._pending[first][0], time.monotonic())
+                if not future.cancelled():
+                    if kind == "ok":
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+            with self._lock:
+                late = [n for n, (_, since) in self._pending.items()
+                        if since and time.monotonic() - since > self.call_timeout_s]
+            if late:
+                self._fail(RunTimeoutError(f"a call in the {self.kernel} guest took over "
+                                           f"call_timeout_s={self.call_timeout_s:g} s; the "
+                                           f"guest was stopped"))
+                return
+            if not self._machine.running():
+                with self._lock:
+                    anything = bool(self._pending)
+                if anything:
+                    self._fail(RunError(f"the {self.kernel} guest stopped; its console "
+                                        f"ended:\n{self._machine.console_tail()}\nand its "
+                                        f"job's output:\n{self._job_log()}"))
+                return
+            time.sleep(POLL_S)
+
+    def _fail(self, error: BaseException) -> None:
+        with self._lock:
+            self._failure = error
+            pending, self._pending = self._pending, {}
+        self._stop()
+        for future, _ in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Powers the guest off: after the calls submitted so far (wait=True)
+        or at once (their Futures then fail or are cancelled)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if cancel_futures:
+                for future, _ in self._pending.values():
+                    future.cancel()
+        if wait and not cancel_futures and self._machine is not None:
+            while True:
+                with self._lock:
+                    if not self._pending or self._failure is not None:
+                        break
+                time.sleep(POLL_S)
+        self._stop()
+
+    def close(self) -> None:
+        """Powers the guest off once the calls submitted so far are done."""
+        self.shutdown(wait=True)
+
+    def _stop(self) -> None:
+        machine = self._machine
+        with self._lock:
+            idle = not self._pending
+        if machine is not None:
+            try:
+                if machine.running() and idle:  # let the worker end; a busy one is not waited for
+                    _worker.write_whole(self._dir / "calls" / _worker.STOP, b"")
+                    machine.wait(30)
+            finally:
+                machine.stop()
+        with self._lock:
+            self._closed = True
+            pending, self._pending = self._pending, {}
+        for future, _ in pending.values():
+            if not future.done():
+                future.set_exception(RunError(f"the {self.kernel} guest was powered off "
+                                              f"before the call ran"))
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
+        # An exception (Ctrl-C among them) powers off at once; else after the calls.
+        self.shutdown(wait=kind is None, cancel_futures=kind is not None)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self._stop()

@@ -1,0 +1,91 @@
+"""The worker inside a Guest: runs the calls the host leaves in its directory.
+
+    python -m uffdkvm.kernels._worker DIR
+
+DIR is the guest's job directory, shared with the host (9p). The host
+writes each call as DIR/calls/NNNNNNNN.call, a pickle of (function,
+args, kwargs), renamed into place whole; the worker runs the calls in order
+and answers each with DIR/replies/NNNNNNNN.reply, a pickle of ("ok", value)
+or ("error", exception), also renamed into place, then removes the call.
+DIR/calls/stop ends it. DIR/ready.json, written once at the start, says
+which kernel it runs on. Both sides are the same Python with the same
+packages (the guest's / is the host's), so functions and results travel by
+reference and by pickle; the directory is the host's own, mode 0700.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import pickle
+import platform
+import sys
+import time
+import traceback
+from typing import Any
+
+POLL_S = 0.05
+CALL_SUFFIX = ".call"
+REPLY_SUFFIX = ".reply"
+STOP = "stop"
+
+
+def write_whole(path: pathlib.Path, data: bytes) -> None:
+    """``data`` at ``path``, appearing all at once to the other side."""
+    part = path.with_name(f".{path.name}.part")
+    with open(part, "wb") as f:
+        f.write(data)
+    os.replace(part, path)
+
+
+def _reply(value: Any, error: BaseException | None) -> bytes:
+    if error is None:
+        try:
+            return pickle.dumps(("ok", value))
+        except Exception as e:  # a value that does not pickle is the call's failure
+            error = e
+    try:
+        return pickle.dumps(("error", error))
+    except Exception:
+        from ..errors import RunError
+        text = "".join(traceback.format_exception(error)).strip()
+        return pickle.dumps(("error", RunError(f"in the guest: {text}")))
+
+
+def serve(directory: pathlib.Path) -> int:
+    calls, replies = directory / "calls", directory / "replies"
+    calls.mkdir(exist_ok=True)
+    replies.mkdir(exist_ok=True)
+    hugepages = os.environ.get("UFFDKVM_GUEST_HUGEPAGES")
+    if hugepages:
+        pathlib.Path("/proc/sys/vm/nr_hugepages").write_text(hugepages)
+    write_whole(directory / "ready.json", json.dumps(
+        {"release": platform.release(), "pid": os.getpid(),
+         "cpus": os.cpu_count()}).encode())
+    while True:
+        names = sorted(os.listdir(calls))
+        if STOP in names:
+            return 0
+        todo = [n for n in names if n.endswith(CALL_SUFFIX)]
+        if not todo:
+            time.sleep(POLL_S)
+            continue
+        for name in todo:
+            path = calls / name
+            value, error = None, None
+            try:
+                fn, args, kwargs = pickle.loads(path.read_bytes())
+                value = fn(*args, **kwargs)
+            except BaseException as e:  # every failure goes back to its caller
+                error = e
+            write_whole(replies / (name[:-len(CALL_SUFFIX)] + REPLY_SUFFIX),
+                        _reply(value, error))
+            path.unlink()
+
+
+if __name__ == "__main__":
+    directory = pathlib.Path(sys.argv[1])
+    path_file = directory / "sys_path.json"
+    if path_file.exists():  # the host's import path, so its functions import here
+        sys.path[:0] = [p for p in json.loads(path_file.read_text()) if p not in sys.path]
+    sys.exit(serve(directory))
