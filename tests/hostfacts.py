@@ -926,6 +926,30 @@ def NO_NETNS():
     return False, "ip netns add and a veth pair in it worked"
 
 
+@fact("debian-archive-unreachable", "Debian's archive (deb.debian.org, or the mirror "
+      "UFFDKVM_DEBIAN_MIRROR names) cannot be reached from here, so no Debian kernel can be "
+      "fetched to boot")
+def DEBIAN_ARCHIVE_UNREACHABLE():
+    import urllib.request
+    base = os.environ.get("UFFDKVM_DEBIAN_MIRROR", "http://deb.debian.org").rstrip("/")
+    url = f"{base}/debian/dists/bookworm/Release"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"),
+                                    timeout=20) as r:
+            return False, f"HEAD {url}: {r.status}"
+    except OSError as e:
+        return True, f"HEAD {url}: {e}"
+
+
+@fact("no-static-busybox", "no static busybox at /bin/busybox (Debian's busybox-static), "
+      "which a booted kernel's initramfs needs as its /init")
+def NO_STATIC_BUSYBOX():
+    if not os.path.exists("/bin/busybox"):
+        return True, "no /bin/busybox"
+    ldd = subprocess.run(["ldd", "/bin/busybox"], capture_output=True, text=True, timeout=30)
+    return ldd.returncode == 0, f"ldd /bin/busybox: {(ldd.stdout or ldd.stderr).strip()}"
+
+
 # ---- privileges, CPUs, tools ----
 
 @fact("not-root", "the tests do not run as root")

@@ -9,7 +9,9 @@ and the table says so.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 from ..config import Config
@@ -47,9 +49,11 @@ def compare(a: Any, b: Any, config: Config | None = None, metric: str = "pages_p
     ``b``, ``trials`` interleaved pairs, and compares ``metric`` as
     uffdkvm.testing.compare does (the same metrics, the same statistic).
 
-    a, b        Debian kernel names, bzImage paths or Kernels
-    guest       Guest's options for both (accel, memory_mib, cpus,
-                hugepages, gigantic_pages, call_timeout_s, boot_timeout_s)
+    a, b        Debian kernel names, bzImage paths (or IMAGE:MODULES),
+                Kernels, or Guests already booted (left running)
+    guest       Guest's options for the kernels it boots (accel,
+                memory_mib, cpus, hugepages, gigantic_pages,
+                call_timeout_s, boot_timeout_s)
     the rest    as uffdkvm.testing.compare
 
     Returns a KernelComparison; ``.verdict(tolerance)`` says "worse",
@@ -59,7 +63,7 @@ def compare(a: Any, b: Any, config: Config | None = None, metric: str = "pages_p
         config = Config()
     better = _check_metric(metric, higher_is_better)
     _check_args(config, config, trials, warmup, None, None, seed, metric)
-    with Guest(a, **guest) as guest_a, Guest(b, **guest) as guest_b:
+    with _booted([a, b], guest) as (guest_a, guest_b):
         c = _interleaved(config, config, metric, better, trials, warmup, seed,
                          run_a=guest_a.run, run_b=guest_b.run)
         return KernelComparison(
@@ -67,3 +71,25 @@ def compare(a: Any, b: Any, config: Config | None = None, metric: str = "pages_p
             kernel_a=f"{guest_a.kernel.name} ({guest_a.release})",
             kernel_b=f"{guest_b.kernel.name} ({guest_b.release})",
             accel=guest_a.accel.name, accel_why=guest_a.accel.why)
+
+
+@contextlib.contextmanager
+def _booted(kernels: list[Any], options: dict[str, Any]) -> Iterator[list[Guest]]:
+    """A Guest for each kernel: one given, as it is; else one booted for the
+    comparison alone. They boot side by side (each mostly one CPU's work);
+    whatever happens, the ones booted here are powered off at the end."""
+    booted: list[Guest] = []
+    try:
+        guests = []
+        for k in kernels:
+            if isinstance(k, Guest):
+                guests.append(k)
+            else:
+                booted.append(Guest(k, **options, _started_only=True))
+                guests.append(booted[-1])
+        for g in booted:
+            g._until_ready()
+        yield guests
+    finally:
+        for g in booted:
+            g.shutdown(wait=False, cancel_futures=True)

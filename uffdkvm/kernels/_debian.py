@@ -34,7 +34,7 @@ from collections.abc import Iterator
 
 from ._kernel import Kernel, KernelUnavailableError, image_release
 
-ARCHIVE = os.environ.get("UFFDKVM_DEBIAN_MIRROR", "http://deb.debian.org")
+DEFAULT_ARCHIVE = "http://deb.debian.org"
 KEYRING = pathlib.Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 # Lists older than this are refreshed before a name is resolved.
 LISTS_MAX_AGE_S = 24 * 3600
@@ -83,6 +83,11 @@ DEBIAN_KERNELS = {
 _IMAGE = re.compile(r"^linux-image-(?P<release>\d+\.\d+(?:\.\d+)?(?:-\d+|\+deb\d+)?)-amd64$")
 
 
+def archive() -> str:
+    """Debian's archive, or the mirror UFFDKVM_DEBIAN_MIRROR names."""
+    return os.environ.get("UFFDKVM_DEBIAN_MIRROR", DEFAULT_ARCHIVE).rstrip("/")
+
+
 def cache_dir() -> pathlib.Path:
     """Where kernels are kept between runs (UFFDKVM_KERNEL_CACHE)."""
     default = pathlib.Path.home() / ".cache" / "uffdkvm" / "kernels"
@@ -127,7 +132,7 @@ class _Apt:
         for d in ("etc/sources.list.d", "etc/preferences.d", "state/lists/partial",
                   "cache/archives/partial"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
-        sources = "".join(f"deb [signed-by={KEYRING}] {ARCHIVE}/{path} {name} main\n"
+        sources = "".join(f"deb [signed-by={KEYRING}] {archive()}/{path} {name} main\n"
                           for path, name in SUITES[suite])
         (etc / "sources.list").write_text(sources)
         # Lists fetched for other sources (an older uffdkvm's, another
@@ -151,10 +156,10 @@ class _Apt:
             _run(["apt-get", *self.options, "-q", "update"])
         except RuntimeError as e:
             raise KernelUnavailableError(f"the {self.suite} suite's package lists could not "
-                                         f"be fetched from {ARCHIVE}: {e}") from None
+                                         f"be fetched from {archive()}: {e}") from None
         if not self._lists():
             raise KernelUnavailableError(f"apt-get update fetched no package list for "
-                                         f"{self.suite} from {ARCHIVE}")
+                                         f"{self.suite} from {archive()}")
         self.updated_for.write_text((self.root / "etc" / "sources.list").read_text())
         self.stale = False
 

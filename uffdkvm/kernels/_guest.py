@@ -10,6 +10,7 @@ Result as ``uffdkvm.run`` would have here, its ``host`` the guest's.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import pathlib
@@ -51,6 +52,14 @@ def resolve(kernel: Any) -> _kernel.Kernel:
                       f"uffdkvm.kernels.Kernel, not {type(kernel).__name__}", field="kernel")
 
 
+def _import_path() -> list[str]:
+    """This process's import path, this uffdkvm's first, so that the guest
+    imports what this process imported (and not a source tree without the
+    built extension in the directory it starts from)."""
+    package_parent = str(pathlib.Path(__file__).resolve().parents[2])
+    return [package_parent, *(p for p in sys.path if p and p != package_parent)]
+
+
 def _positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ConfigError(f"{name}: expected a positive number, not {value!r}", field=name)
@@ -87,7 +96,8 @@ class Guest(concurrent.futures.Executor):
 
     def __init__(self, kernel: Any, *, accel: str = "auto", memory_mib: int = 4096,
                  cpus: int = 2, hugepages: int = 0, gigantic_pages: int = 0,
-                 call_timeout_s: float = 3600, boot_timeout_s: float = 300):
+                 call_timeout_s: float = 3600, boot_timeout_s: float = 300,
+                 _started_only: bool = False):
         for name, value in (("memory_mib", memory_mib), ("cpus", cpus)):
             _positive(name, value)
         for name, value in (("hugepages", hugepages), ("gigantic_pages", gigantic_pages)):
@@ -107,16 +117,26 @@ class Guest(concurrent.futures.Executor):
         try:
             (self._dir / "calls").mkdir()
             (self._dir / "replies").mkdir()
-            (self._dir / "sys_path.json").write_text(json.dumps([p for p in sys.path if p]))
             job = _qemu.job_script(
-                [["env", f"UFFDKVM_GUEST_HUGEPAGES={hugepages}", sys.executable, "-m",
-                  "uffdkvm.kernels._worker", str(self._dir)]], os.getcwd())
+                [["env", f"UFFDKVM_GUEST_HUGEPAGES={hugepages}", sys.executable, "-c",
+                  _worker.START, str(self._dir), json.dumps(_import_path())]], os.getcwd())
             self._machine = _qemu.Machine(self.kernel, job, self._dir, accel=self.accel,
                                           memory_mib=memory_mib, cpus=cpus,
                                           gigantic_pages=gigantic_pages)
-            self.release = self._wait_ready(boot_timeout_s)
         except BaseException:
-            self._stop()
+            self._stop(graceful=False)
+            raise
+        self._boot_timeout_s = boot_timeout_s
+        self.release = ""
+        if not _started_only:  # else the caller boots several at once, then _until_ready()s
+            self._until_ready()
+
+    def _until_ready(self) -> None:
+        """Waits for the worker to start, then hands its replies out."""
+        try:
+            self.release = self._wait_ready(self._boot_timeout_s)
+        except BaseException:
+            self._stop(graceful=False)
             raise
         self._watcher = threading.Thread(target=self._watch, name="uffdkvm-guest",
                                          daemon=True)
@@ -161,10 +181,10 @@ class Guest(concurrent.futures.Executor):
         returns or raises."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
-            if self._closed:
-                raise RuntimeError("cannot submit to a closed Guest")
             if self._failure is not None:
                 raise self._failure
+            if self._closed:
+                raise RuntimeError("cannot submit to a closed Guest")
             data = pickle.dumps((fn, args, kwargs))
             name = f"{self._next:08d}"
             self._next += 1
@@ -209,7 +229,7 @@ class Guest(concurrent.futures.Executor):
                     if self._pending:
                         first = min(self._pending)
                         self._pending[first] = (self._pending[first][0], time.monotonic())
-                if not future.cancelled():
+                with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled
                     if kind == "ok":
                         future.set_result(value)
                     else:
@@ -236,7 +256,7 @@ class Guest(concurrent.futures.Executor):
         with self._lock:
             self._failure = error
             pending, self._pending = self._pending, {}
-        self._stop()
+        self._stop(graceful=False)
         for future, _ in pending.values():
             if not future.done():
                 future.set_exception(error)
@@ -257,19 +277,19 @@ class Guest(concurrent.futures.Executor):
                     if not self._pending or self._failure is not None:
                         break
                 time.sleep(POLL_S)
-        self._stop()
+        self._stop(graceful=wait and not cancel_futures)
 
     def close(self) -> None:
         """Powers the guest off once the calls submitted so far are done."""
         self.shutdown(wait=True)
 
-    def _stop(self) -> None:
+    def _stop(self, graceful: bool = True) -> None:
+        """Powers the guest off: graceful, its worker told to end and the
+        kernel let power off (30 s at most); else QEMU ended at once."""
         machine = self._machine
-        with self._lock:
-            idle = not self._pending
         if machine is not None:
             try:
-                if machine.running() and idle:  # let the worker end; a busy one is not waited for
+                if graceful and machine.running():
                     _worker.write_whole(self._dir / "calls" / _worker.STOP, b"")
                     machine.wait(30)
             finally:
@@ -289,4 +309,4 @@ class Guest(concurrent.futures.Executor):
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
-            self._stop()
+            self._stop(graceful=False)

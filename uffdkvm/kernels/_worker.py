@@ -1,6 +1,6 @@
 """The worker inside a Guest: runs the calls the host leaves in its directory.
 
-    python -m uffdkvm.kernels._worker DIR
+    python -c START DIR IMPORT_PATH_JSON
 
 DIR is the guest's job directory, shared with the host (9p). The host
 writes each call as DIR/calls/NNNNNNNN.call, a pickle of (function,
@@ -19,7 +19,6 @@ import os
 import pathlib
 import pickle
 import platform
-import sys
 import time
 import traceback
 from typing import Any
@@ -28,6 +27,10 @@ POLL_S = 0.05
 CALL_SUFFIX = ".call"
 REPLY_SUFFIX = ".reply"
 STOP = "stop"
+# What the guest's python runs: the host's import path (a JSON list) in
+# place of its own, which would start with the directory it runs in.
+START = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
+         "from uffdkvm.kernels import _worker; sys.exit(_worker.main(sys.argv[1]))")
 
 
 def write_whole(path: pathlib.Path, data: bytes) -> None:
@@ -83,9 +86,5 @@ def serve(directory: pathlib.Path) -> int:
             path.unlink()
 
 
-if __name__ == "__main__":
-    directory = pathlib.Path(sys.argv[1])
-    path_file = directory / "sys_path.json"
-    if path_file.exists():  # the host's import path, so its functions import here
-        sys.path[:0] = [p for p in json.loads(path_file.read_text()) if p not in sys.path]
-    sys.exit(serve(directory))
+def main(directory: str) -> int:
+    return serve(pathlib.Path(directory))

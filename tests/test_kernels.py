@@ -1,0 +1,289 @@
+"""uffdkvm.kernels: experiments in another kernel, booted under QEMU.
+
+The guests here boot Debian 12's 6.1 (fetched once into the kernel cache),
+twice: by its Debian name, and brought as a bzImage with its module tree,
+as a kernel a user built would be. That they are the same kernel makes the
+A/B comparison between them a comparison of a kernel with itself. Each run
+here must report the guest's kernel and its stock KVM (kvm_amd under TCG),
+never this host's, or it did not run there.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import time
+
+import pytest
+from children import uffdkvm_command
+from conftest import host_skip
+from hostfacts import DEBIAN_ARCHIVE_UNREACHABLE, NO_STATIC_BUSYBOX, missing_tool
+
+import uffdkvm
+from uffdkvm import kernels
+from uffdkvm.cli_common import CliError
+from uffdkvm.kernels import _debian, _kernel, _qemu
+from uffdkvm.testing import Comparison, _interleaved
+
+SMALL = uffdkvm.Config(vcpus=1, mem_per_vcpu="4M")
+KERNEL = "6.1"
+
+
+def _need_qemu():
+    needs = (missing_tool("qemu-system-x86_64"), missing_tool("cpio"), NO_STATIC_BUSYBOX)
+    if any(f.holds for f in needs):
+        host_skip(needs, "booting a kernel needs QEMU, cpio and a static busybox")
+
+
+def _fetched(name):
+    _need_qemu()
+    try:
+        return kernels.fetch(name)
+    except kernels.KernelUnavailableError as e:
+        host_skip(DEBIAN_ARCHIVE_UNREACHABLE, str(e))
+
+
+@pytest.fixture(scope="module")
+def debian_kernel():
+    return _fetched(KERNEL)
+
+
+@pytest.fixture(scope="module")
+def _guests():
+    """The module's guests by kind, booted once each; the last tests power
+    them off, and a test run on its own or out of order boots its own."""
+    booted = {}
+    yield booted
+    for g in booted.values():
+        g.shutdown(wait=False, cancel_futures=True)
+
+
+def _live(booted, kind, kernel):
+    if kind not in booted or booted[kind].closed:
+        booted[kind] = kernels.Guest(kernel)
+    return booted[kind]
+
+
+@pytest.fixture
+def guest(debian_kernel, _guests):
+    return _live(_guests, "debian", KERNEL)
+
+
+@pytest.fixture
+def brought_guest(debian_kernel, _guests):
+    return _live(_guests, "brought",
+                 kernels.brought(debian_kernel.image, debian_kernel.modules))
+
+
+# ---- without a boot ----
+
+def _bzimage(tmp_path, version):
+    """The setup header of an x86 bzImage, as the boot protocol lays it out."""
+    data = bytearray(0x1000)
+    data[0x202:0x206] = b"HdrS"
+    data[0x20E:0x210] = (0x600 - 0x200).to_bytes(2, "little")
+    data[0x600:0x600 + len(version) + 1] = version + b"\0"
+    path = tmp_path / "bzImage"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_bzimage_is_named_by_the_release_its_header_gives(tmp_path):
+    image = _bzimage(tmp_path, b"6.19.0-rc1-mine (me@box) #3 SMP PREEMPT_DYNAMIC")
+    k = kernels.brought(image)
+    assert (k.name, k.release, k.modules) == ("6.19.0-rc1-mine", "6.19.0-rc1-mine", None)
+    assert kernels.brought(image, name="patched").name == "patched"
+
+
+def test_what_is_not_a_kernel_is_refused_saying_why(tmp_path):
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\0" * 4096)
+    with pytest.raises(kernels.KernelUnavailableError, match="not an x86 bzImage"):
+        kernels.brought(junk)
+    with pytest.raises(uffdkvm.ConfigError, match="neither a Debian kernel") as e:
+        kernels.resolve("5.99")
+    assert e.value.field == "kernel"
+    image = _bzimage(tmp_path, b"6.19.0 #1")
+    with pytest.raises(uffdkvm.ConfigError, match="modules.dep") as e:
+        kernels.brought(image, tmp_path)        # a module tree depmod never indexed
+    assert e.value.field == "modules"
+    with pytest.raises(uffdkvm.ConfigError, match="accel"):
+        kernels.Guest(image, accel="hvf")
+    with pytest.raises(uffdkvm.ConfigError, match="memory_mib"):
+        kernels.Guest(image, memory_mib=0)
+
+
+def test_image_and_modules_in_one_word(tmp_path):
+    image = _bzimage(tmp_path, b"6.19.0 #1")
+    tree = tmp_path / "mods" / "lib" / "modules" / "6.19.0"
+    tree.mkdir(parents=True)
+    (tree / "modules.dep").write_text("")
+    for spec in (f"{image}:{tmp_path / 'mods'}", f"{image}:{tree}"):
+        k = kernels.resolve(spec)
+        assert (k.image, k.modules) == (image, tmp_path / "mods"), spec
+
+
+def test_kvm_is_used_only_where_the_hosts_kvm_nests():
+    vendor, why = _qemu._nested_kvm()
+    auto = kernels.choose_accel("auto")
+    assert auto.name == ("kvm" if vendor else "tcg") and auto.why == why
+    if vendor is None:
+        with pytest.raises(uffdkvm.HostUnsupportedError, match="accel='kvm'"):
+            kernels.choose_accel("kvm")
+    assert kernels.choose_accel("tcg").emulated
+
+
+def test_a_kernel_that_cannot_be_fetched_is_unavailable_and_says_why(tmp_path, monkeypatch):
+    # Nothing listens on port 9 (discard) of 127.0.0.1: apt's update fails.
+    monkeypatch.setenv("UFFDKVM_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UFFDKVM_DEBIAN_MIRROR", "http://127.0.0.1:9")
+    with pytest.raises(kernels.KernelUnavailableError) as e:
+        kernels.fetch("7.2")
+    assert "Debian kernel 7.2 (the newest 7.2 in sid) is unavailable" in str(e.value)
+    assert "127.0.0.1:9" in str(e.value)
+    assert isinstance(e.value, uffdkvm.HostUnsupportedError)  # a skip, never a pass
+
+
+def test_a_series_debian_has_dropped_is_unavailable_and_says_so(debian_kernel):
+    apt = _debian._Apt("sid")
+    apt.update()
+    with pytest.raises(kernels.KernelUnavailableError, match="moved on") as e:
+        _debian.image_package(apt, _debian.Track("sid", series="5.99"))
+    assert "no 5.99 kernel" in str(e.value)
+
+
+def test_each_debian_name_unpacks_to_a_kernel_and_its_modules(debian_kernel):
+    k = debian_kernel
+    assert k.release.startswith("6.1.") and _kernel.image_release(k.image) == k.release
+    files, missing = _kernel.module_files(k, ["kvm_amd", "9p", "ext4"])
+    assert not missing and any(f.name.replace("-", "_").startswith("kvm_amd.ko") for f in files)
+
+
+def test_interleaved_trials_run_each_side_with_its_own_runner(kvm):
+    # B's runner makes every fault wait 300 us: if compare ran A's runner
+    # for both, the two would be the same.
+    slow = lambda c: uffdkvm.run(c.replace(delay_us=300))  # noqa: E731
+    c = _interleaved(SMALL, SMALL, "pages_per_s", True, trials=6, warmup=0, seed=None,
+                     run_b=slow)
+    assert c.verdict(0.05) == "worse" and c.ratio < 0.5, c.table()
+
+
+def test_a_verdict_is_what_the_interval_shows():
+    def c(low, high):
+        return Comparison("pages_per_s", True, (1.0,) * 6, (1.0,) * 6, (low + high) / 2,
+                          low, high, 6, 0.95)
+    assert c(0.80, 0.90).verdict(0.05) == "worse"
+    assert c(0.80, 0.96).verdict(0.05) == "same"      # within the tolerance at its top
+    assert c(1.10, 1.30).verdict(0.05) == "better"
+    assert c(0.90, 1.10).verdict(0.0) == "same"
+    assert "at least 10.0%" in c(0.80, 0.90).verdict_line(0.05)
+    with pytest.raises(uffdkvm.ConfigError, match="tolerance"):
+        c(1, 1).verdict(1.5)
+
+
+# ---- in a booted kernel ----
+
+def test_a_run_in_a_guest_runs_in_its_kernel_on_its_kvm(guest):
+    r = guest.run(uffdkvm.Config(vcpus=2, mem_per_vcpu="4M"))
+    assert r.verified and r.faults == 2 * 1024 and len(r.vcpus) == 2
+    assert r.host.kernel_release == guest.kernel.release == guest.release
+    assert r.host.kernel_release != os.uname().release
+    assert r.host.kvm_module == "kvm_amd"                 # stock KVM, nested
+    assert guest.accel.name == "tcg" or r.host.kvm_module in ("kvm_amd", "kvm_intel")
+
+
+def test_what_a_call_raises_in_the_guest_is_raised_here(guest):
+    # 6.1 has no guest_memfd: the guest's kernel says so, not this host's.
+    with pytest.raises(uffdkvm.HostUnsupportedError, match="KVM_CAP_GUEST_MEMFD"):
+        guest.run(uffdkvm.Config(backing="guest_memfd", uffd_mode=None, mem_per_vcpu="4M"))
+    with pytest.raises(FileNotFoundError):
+        guest.submit(os.stat, "/no/such/file").result()
+    assert guest.submit(os.uname).result().release == guest.release
+
+
+def test_a_sweep_runs_in_the_guest_it_is_given_as_executor(guest):
+    df = uffdkvm.sweep(SMALL, executor=guest, readers=[1, 2], progress=False)
+    assert list(df["readers"]) == [1, 2] and df["verified"].all()
+    assert set(df["host_kernel_release"]) == {guest.release}
+
+
+def test_the_run_and_sweep_commands_run_in_the_guest(guest, capsys):
+    from uffdkvm import cli_run, cli_sweep
+    fields = vars(cli_run.build_parser().parse_args(["-b", "4M", "--list-backings"]))
+    assert cli_run.run_fields(fields, guest) == 0
+    listed = capsys.readouterr().out
+    assert "move" in listed and "UFFDIO_MOVE" in listed   # 6.1 has no UFFDIO_MOVE (6.8+)
+    fields = vars(cli_run.build_parser().parse_args(["-b", "4M", "--json"]))
+    assert cli_run.run_fields(fields, guest) == 0
+    r = uffdkvm.Result.from_json(capsys.readouterr().out)
+    assert r.verified and r.host.kernel_release == guest.release
+    options = vars(cli_sweep.build_parser().parse_args(["-b", "4M", "-r", "1,2", "--json"]))
+    assert cli_sweep.sweep_fields(options, guest) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["host_kernel_release"] for row in rows] == [guest.release] * 2
+    fields = vars(cli_run.build_parser().parse_args(["-b", "4M", "-v", "1", "-c", "0,1"]))
+    with pytest.raises(CliError, match="main thread"):
+        cli_run.run_fields(fields, guest)
+
+
+def test_a_kernel_compared_with_itself_shows_no_difference(guest, brought_guest):
+    c = kernels.compare(guest, brought_guest, SMALL, trials=8)
+    assert c.verdict(0.10) == "same", c.table()
+    assert c.ci_low <= c.ratio <= c.ci_high and len(c.a) == len(c.b) == 8
+    assert c.kernel_a == f"{KERNEL} ({guest.release})"
+    assert c.kernel_b == f"{guest.release} ({guest.release})"
+    assert (c.accel == "tcg") == guest.accel.emulated
+    if guest.accel.emulated:
+        assert "only b / a means anything" in c.table()
+
+
+def test_the_cli_compares_a_kernel_with_itself(debian_kernel):
+    k = debian_kernel
+    p = subprocess.run(uffdkvm_command("kernel", "compare", KERNEL, f"{k.image}:{k.modules}",
+                                       "-b", "4M", "--trials", "8", "--tolerance", "0.1",
+                                       "--fail-if", "worse", "--fail-if", "better", "--json"),
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = json.loads(p.stdout)
+    assert out["verdict"] == "same" and out["ci_low"] <= out["ratio"] <= out["ci_high"]
+    assert len(out["a"]) == len(out["b"]) == 8 and out["tolerance"] == 0.1
+
+
+def _qemus():
+    return [p for p in os.listdir("/proc") if p.isdigit() and
+            _cmdline(p).startswith(_qemu.QEMU)]
+
+
+def _cmdline(pid):
+    try:
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+# These two power their guests off: they come last.
+
+def test_a_call_over_its_bound_stops_the_guest(guest):
+    guest.call_timeout_s = 5
+    slow = guest.submit(uffdkvm.run, uffdkvm.Config(mem_per_vcpu="64M", delay_us=1000))
+    with pytest.raises(uffdkvm.RunTimeoutError, match="call_timeout_s=5"):
+        slow.result(timeout=120)
+    assert guest.closed and not guest._machine.running()
+    with pytest.raises(uffdkvm.RunTimeoutError):
+        guest.submit(uffdkvm.run, SMALL)
+
+
+def test_a_guest_that_dies_fails_its_calls_at_once(brought_guest):
+    g = brought_guest
+    directory = g._dir
+    slow = g.submit(uffdkvm.run, uffdkvm.Config(mem_per_vcpu="64M", delay_us=1000))
+    queued = g.submit(uffdkvm.run, SMALL)
+    time.sleep(2)
+    g._machine.proc.kill()
+    start = time.monotonic()
+    for future in (slow, queued):
+        with pytest.raises(uffdkvm.RunError, match="guest stopped"):
+            future.result(timeout=60)
+    assert time.monotonic() - start < 10
+    g.close()
+    assert g.closed and not directory.exists()
+    assert str(g._machine.proc.pid) not in _qemus()
