@@ -117,6 +117,14 @@ enum ukvm_inject {
 	 * source's at the stop must fail the run.
 	 */
 	UKVM_INJECT_MIGRATE_BLIND_PAGE,
+	/*
+	 * backing guest_memfd: a shmem memfd stands in for the guest_memfd
+	 * (made, mapped and given to KVM as backing shmem's is, no
+	 * KVM_CAP_GUEST_MEMFD asked), so UFFDIO_REGISTER succeeds on any
+	 * kernel, as on one whose userfaultfd registers guest_memfd: what
+	 * follows a successful registration (experiment/gmem.c) is reached.
+	 */
+	UKVM_INJECT_GMEM_UFFD_REGISTERS,
 	UKVM_INJECT__COUNT
 };
 

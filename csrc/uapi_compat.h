@@ -175,6 +175,17 @@ struct kvm_dirty_gfn {
 #define UKVM_CAP_GUEST_MEMFD		234
 #define UKVM_CAP_GUEST_MEMFD_FLAGS	244	/* was KVM_CAP_GUEST_MEMFD_MMAP in 6.17 */
 
+/*
+ * KVM Userfault (memslot flag KVM_MEM_USERFAULT: a vCPU's access to a page
+ * marked in the slot's bitmap exits to userspace) exists only out of tree
+ * (James Houghton's series, carried by Firecracker for its 6.18 kernels),
+ * which numbers its capability 245. Upstream KVM has since given 245 to
+ * KVM_CAP_ARM_SEA_TO_USER, an arm64 capability that x86 KVM answers 0, so on
+ * x86 a positive answer means KVM Userfault. uffdkvm only asks, to say why
+ * it refuses userfaultfd on guest_memfd (experiment/gmem.c).
+ */
+#define UKVM_CAP_USERFAULT		245
+
 #define UKVM_GUEST_MEMFD_FLAG_MMAP		(1ULL << 0)
 #define UKVM_GUEST_MEMFD_FLAG_INIT_SHARED	(1ULL << 1)
 

@@ -9,7 +9,9 @@ import pytest
 import hostfacts
 import uffdkvm
 import uffdkvm.host
-from conftest import NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD, run_or_skip, run_with_fault
+from conftest import (
+    GUEST_MEMFD_BYPASSES_UFFD, NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD, NO_UFFD_MINOR_SHMEM, host_skip,
+    run_or_skip, run_with_fault)
 from uffdkvm.config import BACKING_PAGE_SIZES
 from uffdkvm.support import modes_for
 
@@ -66,9 +68,67 @@ def registered_mappings(**fields):
     return r, seen
 
 
+def userfault_cap():
+    """A default VM's KVM_CHECK_EXTENSION(245), KVM_CAP_USERFAULT out of tree,
+    by the tests' own probe."""
+    value, why = hostfacts._vm_cap(hostfacts.KVM_CAP_USERFAULT, "KVM_CAP_USERFAULT")
+    assert value is not None, why
+    return value
+
+
+def registered_guest_memfd_refusal(mode):
+    """What uffdkvm must say where userfaultfd registers guest_memfd."""
+    cap = userfault_cap()
+    return (
+        f"uffd_mode '{mode}' on backing guest_memfd: this kernel's userfaultfd registers "
+        "guest_memfd memory (UFFDIO_REGISTER succeeded), but the guest's accesses would not "
+        "fault through it: KVM maps guest_memfd pages for the guest from the file itself, "
+        "never through the host's mapping that userfaultfd watches, so "
+        + ("no minor fault would arrive (every page would be mapped as it was filled)"
+           if mode == "minor" else
+           "no missing fault would arrive (every page would read as zeros)")
+        + ". Only KVM Userfault (memslot flag KVM_MEM_USERFAULT) makes the guest's accesses "
+        "exit to userspace, and uffdkvm does not use it yet; this KVM "
+        + ("offers it" if cap > 0 else "does not offer it either")
+        + f" (KVM_CAP_USERFAULT, 245 out of tree, is {cap} on the VM). Run guest_memfd with "
+        "uffd_mode=None, or demand-page backing 'shmem'")
+
+
+def assert_guest_memfd_uffd_refused(message, mode):
+    """The refusal of uffd_mode `mode` on guest_memfd gives this kernel's
+    reason, as the tests' own probes (hostfacts, straight to the kernel)
+    find it: no guest_memfd; userfaultfd cannot register it; or it
+    registers but a guest's read of a registered page never reaches the
+    uffd. On a kernel where the guest's accesses do fault through
+    userfaultfd the refusal would be wrong, and this fails."""
+    if NO_GUEST_MEMFD.holds:
+        assert message.startswith("backing guest_memfd: KVM_CAP_GUEST_MEMFD is "), message
+    elif NO_GUEST_MEMFD_UFFD.holds:
+        assert "(EINVAL)" in NO_GUEST_MEMFD_UFFD.evidence, NO_GUEST_MEMFD_UFFD.evidence
+        assert message == (
+            "UFFDIO_REGISTER(guest_memfd): Invalid argument (EINVAL). This kernel's "
+            f"userfaultfd cannot register guest_memfd memory (uffd_mode {mode.upper()}); run "
+            "guest_memfd with uffd_mode=None, or demand-page backing 'shmem' (even a kernel "
+            "that registers guest_memfd gives no fault for the guest's accesses: "
+            "docs/backings.md)"), message
+    else:
+        assert GUEST_MEMFD_BYPASSES_UFFD.holds, (
+            "userfaultfd registers guest_memfd here and the guest's accesses reach it "
+            f"({GUEST_MEMFD_BYPASSES_UFFD.evidence}), yet uffdkvm refused: {message}")
+        assert message == registered_guest_memfd_refusal(mode)
+
+
 @pytest.mark.parametrize("backing,mode", COMBOS, ids=[f"{b}-{m}" for b, m in COMBOS])
 def test_backing_runs_and_verifies(kvm, hugepages, backing, mode):
     vcpus, mem = size_for(backing)
+    if backing == "guest_memfd" and mode is not None:
+        # No kernel lets uffdkvm demand-page guest_memfd: refused before the run, each
+        # kernel for its own reason.
+        with pytest.raises(uffdkvm.HostUnsupportedError) as info:
+            uffdkvm.run(vcpus=vcpus, mem_per_vcpu=mem, backing=backing, uffd_mode=mode,
+                        readers=2)
+        assert_guest_memfd_uffd_refused(str(info.value), mode)
+        return
     page = BACKING_PAGE_SIZES[backing]
     faults = vcpus * mem // page
     # Slow enough (about 0.1-0.2 s in all) that the watcher sees the run.
@@ -99,22 +159,36 @@ def test_backing_runs_and_verifies(kvm, hugepages, backing, mode):
             assert name in ("", "/anon_hugepage (deleted)"), mappings
 
 
-def test_guest_memfd_with_userfaultfd_runs_or_says_what_is_missing(kvm):
-    """The tests' own probes (hostfacts, straight to the kernel) decide which
-    way it must go: where KVM makes an mmap-able guest_memfd and userfaultfd
-    registers it, the run resolves every page through userfaultfd; where
-    either is missing, the refusal names the call that said so."""
-    if NO_GUEST_MEMFD.holds or NO_GUEST_MEMFD_UFFD.holds:
-        with pytest.raises(uffdkvm.HostUnsupportedError) as info:
-            uffdkvm.run(mem_per_vcpu="1M", backing="guest_memfd")
-        message = str(info.value)
-        assert message.startswith("backing guest_memfd:") or \
-            "UFFDIO_REGISTER(guest_memfd)" in message, message
-        return
-    r = uffdkvm.run(mem_per_vcpu="1M", backing="guest_memfd")
+@pytest.mark.parametrize("mode", ["missing", "minor"])
+def test_guest_memfd_with_userfaultfd_is_refused_before_the_run_for_the_kernels_reason(
+        kvm, mode):
+    """A run and a probe (which builds the VM, the memory and the uffds and
+    runs nothing) are refused alike: the refusal comes at setup, before any
+    vCPU runs, never as a run that cannot verify."""
+    with pytest.raises(uffdkvm.HostUnsupportedError) as info:
+        uffdkvm.run(mem_per_vcpu="1M", backing="guest_memfd", uffd_mode=mode)
+    assert_guest_memfd_uffd_refused(str(info.value), mode)
+    with pytest.raises(uffdkvm.HostUnsupportedError) as probed:
+        uffdkvm.probe(mem_per_vcpu="1M", backing="guest_memfd", uffd_mode=mode)
+    assert str(probed.value) == str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["missing", "minor"])
+def test_guest_memfd_that_userfaultfd_registers_is_refused_saying_why(kvm, mode):
+    """Where userfaultfd registers guest_memfd (here a shmem memfd stands in
+    for it, test hook, so that registration succeeds on any kernel), the
+    refusal says why no fault would come, and whether this KVM offers KVM
+    Userfault (its answer asked by the tests' own probe)."""
+    if mode == "minor" and NO_UFFD_MINOR_SHMEM.holds:
+        host_skip(NO_UFFD_MINOR_SHMEM, "the stand-in is shmem: MINOR needs it on shmem")
+    with pytest.raises(uffdkvm.HostUnsupportedError) as info:
+        run_with_fault(vcpus=1, mem_per_vcpu="64K", backing="guest_memfd", uffd_mode=mode,
+                       fault="guest_memfd_uffd_registers")
+    assert str(info.value) == registered_guest_memfd_refusal(mode)
+    # The hook alone refuses nothing: the stand-in without a uffd_mode runs and verifies.
+    r = run_with_fault(vcpus=1, mem_per_vcpu="64K", backing="guest_memfd", uffd_mode=None,
+                       fault="guest_memfd_uffd_registers")
     assert r.verified, r.verify_message
-    assert r.faults == r.config.region_bytes // 4096 and r.faults > 0
-    assert sum(x.copies for x in r.readers) == r.faults
 
 
 def guest_memfd_answers():
@@ -192,6 +266,9 @@ def test_backing_support_probes_every_combination(kvm):
         for why in modes.values():
             assert why is None or (isinstance(why, str) and why)
     assert support["anonymous"] == {"missing": None, "wp": None, None: None}
+    # guest_memfd under userfaultfd: never None, each kernel's own reason.
+    for mode in ("missing", "minor"):
+        assert_guest_memfd_uffd_refused(support["guest_memfd"][mode], mode)
 
 
 def test_too_few_huge_pages_fail_before_the_vm_with_the_fix(kvm):

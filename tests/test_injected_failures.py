@@ -55,7 +55,7 @@ def test_every_fault_kind_is_tested():
     write-protect ones in test_wp.py, the wrong source offset in
     test_source_file.py, the forgotten touched page in test_access.py, the
     ring that does not wait in test_io_uring.py, the VM without guest_memfd
-    in test_backings.py; the broken dirty trackers in test_dirty_tracking.py;
+    and the guest_memfd that userfaultfd registers in test_backings.py; the broken dirty trackers in test_dirty_tracking.py;
     the tracker blind to a page mid-migration in test_migration.py;
     the failed swap of a uffd for /dev/null in
     tests/c/pool_internals.c (a vCPU blocked on a uffd it cannot be let go
@@ -68,7 +68,7 @@ def test_every_fault_kind_is_tested():
                            "untouched_page", "ring_nowait", "no_vm_guest_memfd",
                            "mincore_fail", "release_dup3", "online_drain",
                            "online_skip_queue", "dirty_drop_page", "dirty_skip_reprotect",
-                           "migrate_blind_page"}
+                           "migrate_blind_page", "guest_memfd_uffd_registers"}
 
 
 @pytest.mark.parametrize("after", [1, 3])

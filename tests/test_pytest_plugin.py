@@ -11,6 +11,7 @@ import pytest  # first loaded inside one is unloaded after it, and numpy cannot 
 
 import uffdkvm
 from children import ENV, python
+from conftest import NO_GUEST_MEMFD
 
 TINY = 'vcpus=1, mem_per_vcpu="64K"'
 
@@ -60,6 +61,8 @@ def test_a_count_the_host_cannot_give_skips_with_the_hosts_reason(pytester, kvm)
 
 
 def test_a_config_the_host_cannot_run_skips_with_probes_reason(pytester, kvm):
+    # guest_memfd under userfaultfd is refused on every kernel (docs/backings.md); without
+    # it guest_memfd runs wherever KVM makes one the host can mmap (the tests' own probe).
     with pytest.raises(uffdkvm.HostUnsupportedError) as refused:
         uffdkvm.probe(backing="guest_memfd", uffd_mode="missing", vcpus=1, mem_per_vcpu="4K")
     pytester.makepyfile("""
@@ -74,7 +77,10 @@ def test_a_config_the_host_cannot_run_skips_with_probes_reason(pytester, kvm):
             pass
     """)
     result = pytester.runpytest("-rs")
-    result.assert_outcomes(passed=1, skipped=1)
+    if NO_GUEST_MEMFD.holds:
+        result.assert_outcomes(skipped=2)
+    else:
+        result.assert_outcomes(passed=1, skipped=1)
     assert f"backing='guest_memfd', uffd_mode='missing': {refused.value}" \
         in result.stdout.str()
 

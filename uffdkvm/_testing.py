@@ -80,6 +80,9 @@ FAULTS = {
     # migration: the tracker never reports page inject_after, so the destination
     # holds it stale once written after its send (the check against the source fails)
     "migrate_blind_page": _core.INJECT_MIGRATE_BLIND_PAGE,
+    # backing="guest_memfd": a shmem memfd stands in for the guest_memfd, so userfaultfd
+    # registers it on any kernel, as on a kernel whose userfaultfd registers guest_memfd
+    "guest_memfd_uffd_registers": _core.INJECT_GMEM_UFFD_REGISTERS,
 }
 
 

@@ -325,15 +325,17 @@ static int config_check_memory(const struct ukvm_config *c, struct ukvm_error *e
 		    "uffd_mode='missing'", config_py_backing(c->backing));
 	/*
 	 * The snapshot keeps one 4 KiB slot per page and verification checks it
-	 * per 4 KiB page; a huge page's first write would save 2 MiB at once,
-	 * and guest_memfd cannot be registered with userfaultfd.
+	 * per 4 KiB page; a huge page's first write would save 2 MiB at once.
+	 * guest_memfd: KVM writes it for the guest without the host's page
+	 * tables, so no write-protect fault could come (gmem.c).
 	 */
 	if (c->uffd_mode == UKVM_UFFD_WP && c->backing != UKVM_BACKING_ANONYMOUS &&
 	    c->backing != UKVM_BACKING_SHMEM)
 		BAD("uffd_mode: 'wp' runs on 'anonymous' or 'shmem' memory, not %s: the snapshot "
 		    "is saved and verified a 4 KiB page at a time (a huge page's first write "
-		    "would save it whole), and guest_memfd cannot be registered with "
-		    "userfaultfd. Use backing='anonymous' or 'shmem'",
+		    "would save it whole), and the guest's writes to guest_memfd never reach "
+		    "userfaultfd (KVM maps it for the guest itself). Use backing='anonymous' "
+		    "or 'shmem'",
 		    config_py_backing(c->backing));
 	if (c->wp_async && c->resolver == UKVM_RESOLVER_VCPU)
 		BAD("wp_async: delivers no faults (the kernel un-protects each written page "

@@ -19,6 +19,7 @@
 #include "base/util.h"
 #include "experiment/access.h"
 #include "experiment/dirty.h"
+#include "experiment/gmem.h"
 #include "experiment/migrate.h"
 #include "experiment/setup.h"
 #include "experiment/state.h"
@@ -316,19 +317,6 @@ static void setup_vcpu_resolvers(struct ukvm_experiment *exp)
 	}
 }
 
-/* backing guest_memfd: whether the VM has it, by /dev/kvm's and the VM's own answers. */
-static int setup_gmem_check(const struct ukvm_experiment *exp, struct ukvm_error *err)
-{
-	int on_dev_kvm, on_vm;
-
-	ukvm_vm_check_cap(&exp->vm, UKVM_CAP_GUEST_MEMFD, &on_dev_kvm, &on_vm);
-#ifdef UKVM_TEST_HOOKS
-	if (exp->cfg.inject == UKVM_INJECT_NO_VM_GUEST_MEMFD)
-		on_vm = 0;	/* as a KVM_X86_DEFAULT_VM from Linux 6.8 to 6.17 */
-#endif
-	return ukvm_backing_gmem_check(on_dev_kvm, on_vm, err);
-}
-
 /*
  * wait io_uring: the RWF_* flags of the setup's check read (ukvm_ring_check):
  * 0, or in a test build RWF_NOWAIT for UKVM_INJECT_RING_NOWAIT.
@@ -554,6 +542,9 @@ static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
 			return a->uffd;
 		ret = ukvm_uffd_register(a->uffd, (void *)(uintptr_t)a->hva_base, range,
 					 cfg->uffd_mode, cfg->backing, err);
+		/* Registered, yet the guest's accesses would never fault through it (gmem.c). */
+		if (!ret && cfg->backing == UKVM_BACKING_GUEST_MEMFD)
+			ret = ukvm_gmem_refuse_uffd(&exp->vm, cfg, err);
 		/* WP: every (filled) page protected before any vCPU runs. */
 		if (!ret && cfg->uffd_mode == UKVM_UFFD_WP) {
 			ret = ukvm_uffd_writeprotect(a->uffd, a->hva_base, range, true);
@@ -628,6 +619,7 @@ static int setup_guest_injection(struct ukvm_experiment *exp, struct ukvm_error 
 int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
+	enum ukvm_backing made = ukvm_gmem_backing_made(cfg);
 	uint64_t sys_size;
 	int ret;
 
@@ -667,12 +659,12 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 	if (exp->region_gpa < REGION_MIN_GPA)
 		exp->region_gpa = REGION_MIN_GPA;
 	ret = ukvm_vm_map(&exp->vm, exp->region_gpa, exp->region_size, cfg->guest_page_size, err);
-	if (!ret && cfg->backing == UKVM_BACKING_GUEST_MEMFD)
-		ret = setup_gmem_check(exp, err);
-	ret = ret ?: ukvm_backing_create(&exp->mem, cfg->backing, exp->region_size, exp->vm.vm_fd, err);
+	if (!ret && made == UKVM_BACKING_GUEST_MEMFD)
+		ret = ukvm_gmem_check_vm(&exp->vm, cfg, err);
+	ret = ret ?: ukvm_backing_create(&exp->mem, made, exp->region_size, exp->vm.vm_fd, err);
 	if (ret)
 		return ret;
-	if (cfg->backing == UKVM_BACKING_GUEST_MEMFD)
+	if (made == UKVM_BACKING_GUEST_MEMFD)
 		ret = ukvm_vm_add_gmem_memslot(&exp->vm, exp->region_gpa, exp->region_size,
 					       exp->mem.hva, exp->mem.memfd, err);
 	else

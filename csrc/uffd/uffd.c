@@ -282,12 +282,17 @@ int ukvm_uffd_register(int uffd, void *addr, uint64_t len, enum ukvm_uffd_mode m
 	int e = -ukvm_ioctl(uffd, UFFDIO_REGISTER, &reg);
 
 	if (e) {
+		/*
+		 * No kernel would do better for now: where userfaultfd registers
+		 * guest_memfd, the guest's accesses still bypass it (experiment/gmem.c).
+		 */
 		if (e == EINVAL && backing == UKVM_BACKING_GUEST_MEMFD)
 			ukvm_err_set_hint(err, UKVM_ERR_HOST, e, "UFFDIO_REGISTER(guest_memfd)",
 					  "This kernel's userfaultfd cannot register guest_memfd "
 					  "memory (uffd_mode %s); run guest_memfd with "
-					  "uffd_mode=None, or use a kernel with userfaultfd "
-					  "support for guest_memfd", name);
+					  "uffd_mode=None, or demand-page backing 'shmem' (even a "
+					  "kernel that registers guest_memfd gives no fault for the "
+					  "guest's accesses: docs/backings.md)", name);
 		else if (e == EINVAL)
 			ukvm_err_set_hint(err, UKVM_ERR_HOST, e, "UFFDIO_REGISTER",
 					  "This kernel cannot register %s memory in mode %s",
