@@ -48,6 +48,9 @@ DESELECTED = {
         "that emulates every guest instruction",
     "tests/test_placement.py::test_pinned_threads_ran_only_where_they_were_pinned":
         "samples /proc for a fixed time and needs 20 samples of each thread",
+    "tests/test_kernels.py":
+        "boots kernels under QEMU, five times: inside an emulated guest each would be a "
+        "guest of its KVM, itself emulated (minutes a boot)",
     "tests/test_timeline.py::test_a_delay_lands_in_service_not_in_queue_or_resume":
         "a fault's queue stage must stay under 250 us at the median (301-304 us in both "
         "guests)",
