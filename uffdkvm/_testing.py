@@ -80,6 +80,9 @@ FAULTS = {
     # migration: the tracker never reports page inject_after, so the destination
     # holds it stale once written after its send (the check against the source fails)
     "migrate_blind_page": _core.INJECT_MIGRATE_BLIND_PAGE,
+    # guest_timing: KVM's TSC offset reads `after` cycles more at every reading, as
+    # KVM's own moves where the host's TSC is unstable (the guest's TSC is left alone)
+    "tsc_offset_moves": _core.INJECT_TSC_OFFSET_MOVES,
 }
 
 
