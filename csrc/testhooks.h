@@ -125,6 +125,13 @@ enum ukvm_inject {
 	 * follows a successful registration (experiment/gmem.c) is reached.
 	 */
 	UKVM_INJECT_GMEM_UFFD_REGISTERS,
+	/*
+	 * guest_timing: KVM's TSC offset of each vCPU reads inject_after cycles
+	 * more at every reading than at the one before, as KVM's own moves on a
+	 * host whose TSC it finds unstable (the guest's TSC is left alone, so the
+	 * sync exits still bracket one offset).
+	 */
+	UKVM_INJECT_TSC_OFFSET_MOVES,
 	UKVM_INJECT__COUNT
 };
 

@@ -338,6 +338,8 @@ struct ukvm_result {
 	/* guest_timing: how the guest's TSC stamps were put on CLOCK_MONOTONIC */
 	enum ukvm_clock_sync clock_sync;
 	uint64_t clock_error_ns;	/* a bound on that conversion's error */
+	/* guest_timing, stats full: why clock_sync is NONE (KVM's offset moved, ...); else "" */
+	char clock_sync_message[320];
 	uint64_t misordered_faults; /* faults whose stamps contradict the readers' (clock error) */
 	uint64_t nr_fault_trace;	/* trace_faults: every fault, by start time */
 	struct ukvm_fault_record *fault_trace;

@@ -68,7 +68,8 @@ def test_every_fault_kind_is_tested():
                            "untouched_page", "ring_nowait", "no_vm_guest_memfd",
                            "mincore_fail", "release_dup3", "online_drain",
                            "online_skip_queue", "dirty_drop_page", "dirty_skip_reprotect",
-                           "migrate_blind_page", "guest_memfd_uffd_registers"}
+                           "migrate_blind_page", "guest_memfd_uffd_registers",
+                           "tsc_offset_moves"}
 
 
 @pytest.mark.parametrize("after", [1, 3])

@@ -8,8 +8,12 @@ by construction) but order against an independent clock: every reader's
 read() of a fault message happens after the guest raised that fault and
 before the guest's access completed. A guest clock converted with the wrong
 offset puts reads outside that window; one converted at the wrong rate
-disagrees with the guest's own measurement of each access.
+disagrees with the guest's own measurement of each access. Where no one
+offset exists (KVM moves it on a host whose TSC is unstable), the run must
+say so and give no stage: guest_clock_converted() in conftest asserts which
+this host must get, against the host fact's own reading of KVM's offset.
 """
+import re
 import statistics
 
 import numpy as np
@@ -17,33 +21,28 @@ import pytest
 
 import uffdkvm
 
-from conftest import (NO_STEADY_KVM_TSC_OFFSET, facts_for_run, host_skip, run_or_skip,
+from conftest import (NO_KVM_TSC_OFFSET, NO_STEADY_KVM_TSC_OFFSET, facts_for_run,
+                      guest_clock_converted, host_skip, no_stages, run_or_skip,
                       run_with_fault, small)
 
 TIMED = dict(vcpus=2, mem_per_vcpu="8M", guest_timing=True, trace_faults=True)
-
-
-def skip_unless_the_guest_clock_is_steady():
-    """Where KVM moves each vCPU's TSC offset as its thread comes and goes,
-    the guest's stamps are the host's TSC plus no one offset: neither KVM's
-    nor the sync exits' can put them in order."""
-    __tracebackhide__ = True
-    if NO_STEADY_KVM_TSC_OFFSET.holds:
-        host_skip(NO_STEADY_KVM_TSC_OFFSET, "needs a guest TSC one offset from the host's")
 PAGES = 2 * 8 * 256
+SYNC_EXITS = 2 * 16  # each vCPU's clock-sync exits, before and after its walk
 
 
 def check_timeline(r, error_ns=None, huge=False):
     """Every fault of r sits inside the guest's own stall, and the stage
-    histograms say what the trace says."""
+    histograms say what the trace says; or, on a host that allows no
+    conversion, r says why and has no stage."""
     assert r.verified, r.verify_message
+    if not guest_clock_converted(r):
+        return
     t = r.fault_trace
     raised = np.array(t.raised_ns, dtype=np.int64)
     read = np.array(t.read_ns, dtype=np.int64)
     resolved = np.array(t.resolved_ns, dtype=np.int64)
     resumed = np.array(t.resumed_ns, dtype=np.int64)
     slack = error_ns if error_ns is not None else r.clock_error_ns
-    skip_unless_the_guest_clock_is_steady()
     assert r.misordered_faults == 0
     # The read of each message falls inside the stall the guest timed itself.
     assert (raised < read + slack).all()
@@ -77,7 +76,8 @@ def check_timeline(r, error_ns=None, huge=False):
 
 def test_every_fault_read_falls_inside_the_guests_own_stall(kvm):
     r = small(**TIMED)
-    skip_unless_the_guest_clock_is_steady()
+    if not guest_clock_converted(r):
+        return
     assert r.clock_sync == "kvm_tsc_offset"
     assert 0 < r.clock_error_ns < 1000
     check_timeline(r)
@@ -92,7 +92,8 @@ def test_a_guest_tsc_far_ahead_of_the_hosts_is_converted(kvm):
     minutes and nothing may change: the conversion must use it."""
     cfg = uffdkvm.Config(**TIMED)
     r = run_with_fault(cfg, "tsc_offset", after=10**12)
-    skip_unless_the_guest_clock_is_steady()
+    if not guest_clock_converted(r):
+        return
     assert r.clock_sync == "kvm_tsc_offset"
     check_timeline(r)
     assert r.queue_latency.percentile(50) < 1_000_000
@@ -100,11 +101,56 @@ def test_a_guest_tsc_far_ahead_of_the_hosts_is_converted(kvm):
 
 def test_without_kvms_offset_the_sync_exits_bracket_it(kvm):
     """Where KVM does not report its offset, the guest's clock-sync exits
-    bracket it: less exact (the error bound says by how much), still right."""
+    bracket it: less exact (the error bound says by how much), still right
+    where the offset held still. Where KVM moves it (the host's TSC is
+    unstable), nothing but KVM's own offset shows the moves, which are
+    narrower than a sync exit's bracket: with it withheld, as by a KVM
+    before Linux 5.16, the brackets may still meet, and then the conversion
+    stands on them (docs/measurements.md). That is the limit this test pins
+    there: the brackets' verdict, whichever it is."""
     r = run_with_fault(uffdkvm.Config(**TIMED), "no_kvm_tsc_offset", after=1)
-    assert r.clock_sync == "sync_exits"
+    if NO_STEADY_KVM_TSC_OFFSET.holds and r.clock_sync is None:
+        no_stages(r, "the clock-sync exits of vCPU ")
+        return
+    assert r.verified, r.verify_message
+    assert r.clock_sync == "sync_exits" and r.clock_sync_message is None
     assert 0 < r.clock_error_ns < 200_000
+    if NO_STEADY_KVM_TSC_OFFSET.holds:
+        assert r.misordered_faults is not None
+        return
     check_timeline(r)
+
+
+def test_a_kvm_offset_that_moves_gives_no_stages_and_says_why(kvm):
+    """Where the host's TSC is unstable KVM rewrites each vCPU's offset
+    whenever it loads the vCPU, by less than a sync exit's bracket is wide:
+    the brackets before and after the walk still meet, and only KVM's
+    offset, read at every sync exit and after the run, shows it moving.
+    Injected here on any host: each reading of it 10^6 cycles on from the
+    one before (the guest's TSC left alone). No conversion, no stages, and
+    the reason, with what was read."""
+    if NO_KVM_TSC_OFFSET.holds:
+        host_skip(NO_KVM_TSC_OFFSET, "the injection moves the offset KVM reports")
+    step = 10**6
+    r = run_with_fault(uffdkvm.Config(**TIMED), "tsc_offset_moves", after=step)
+    no_stages(r, "KVM's TSC offset of vCPU 0 moved during the run")
+    m = re.search(r"KVM_VCPU_TSC_OFFSET read (\d+) times, .*: (\d+) changes, (\d+) cycles "
+                  r"apart\), as KVM moves it where the host kernel marked its TSC unstable",
+                  r.clock_sync_message)
+    assert m, r.clock_sync_message
+    reads, changes, spread = map(int, m.groups())
+    assert (reads, changes) == (SYNC_EXITS + 1, SYNC_EXITS)
+    if not NO_STEADY_KVM_TSC_OFFSET.holds:
+        assert spread == SYNC_EXITS * step
+    for v in r.vcpus:
+        assert v.access_latency.count == PAGES // 2  # the guest's own view still holds
+    # Blocked time falls back to the readers' own span, read to resolved.
+    t = r.fault_trace
+    for v in r.vcpus:
+        spans = [(a, b) for vcpu, a, b in zip(t.vcpu, t.read_ns, t.resolved_ns, strict=True)
+                 if vcpu == v.index]
+        assert v.blocked_seconds * 1e9 == pytest.approx(union(spans), abs=2)
+    assert str(r).count(f"none, no stages: {r.clock_sync_message}") == 1
 
 
 def test_stages_hold_with_every_reader_layout(kvm):
@@ -121,29 +167,36 @@ def test_a_delay_lands_in_service_not_in_queue_or_resume(kvm):
     delayed = small(**TIMED, delay_us=300)
     service = delayed.service_latency.percentile(50) - base.service_latency.percentile(50)
     assert 250_000 < service < 600_000
+    if not guest_clock_converted(delayed):
+        return
     assert delayed.queue_latency.percentile(50) < 250_000
     assert delayed.resume_latency.percentile(50) < 250_000
 
 
+def union(intervals):
+    """The length of the union of (start, end) intervals, by brute force."""
+    total, end = 0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
 def test_blocked_time_spans_raised_to_resumed(kvm):
     """With the guest's stamps a vCPU is blocked from raising a fault to
-    completing the access: recompute the union of those spans by brute force."""
+    completing the access: recompute the union of those spans by brute force.
+    Where the stamps are on no clock, from the read to the resolve."""
     r = small(**TIMED, single_uffd=True, readers=1, delay_us=100)
     t = r.fault_trace
+    converted = guest_clock_converted(r)
+    ends = (t.raised_ns, t.resumed_ns) if converted else (t.read_ns, t.resolved_ns)
     spans = {}
-    for vcpu, a, b in zip(t.vcpu, t.raised_ns, t.resumed_ns):
+    for vcpu, a, b in zip(t.vcpu, *ends, strict=True):
         spans.setdefault(vcpu, []).append((a, b))
-
-    def union(intervals):
-        total, end = 0, None
-        for a, b in sorted(intervals):
-            if end is None or a > end:
-                total += b - a
-                end = b
-            elif b > end:
-                total += b - end
-                end = b
-        return total
 
     for v in r.vcpus:
         assert v.blocked_seconds * 1e9 == pytest.approx(union(spans[v.index]), abs=2)
@@ -160,7 +213,9 @@ def test_blocked_time_spans_raised_to_resumed(kvm):
             since = when
         elif before and not after:
             both += when - since
-    assert r.blocktime_seconds > 0
+    # The one reader has one fault in hand at a time: read to resolved, no
+    # two vCPUs are blocked at once; raised to resumed, they are.
+    assert (r.blocktime_seconds > 0) == converted
     assert r.blocktime_seconds * 1e9 == pytest.approx(both, abs=2)
 
 
@@ -194,6 +249,8 @@ def test_the_poll_herd_shows_in_queue(kvm):
     three interleaved runs each keep one slow run from deciding.)"""
     fields = dict(vcpus=2, mem_per_vcpu="4M", single_uffd=True, readers=64,
                   guest_timing=True)
+    if not guest_clock_converted(small(**fields, wait="poll")):
+        return
     queue = {"poll": [], "epoll_exclusive": []}
     for _ in range(3):
         for wait in queue:
@@ -223,13 +280,11 @@ def test_a_guest_clock_that_moves_during_the_run_gives_no_stages(kvm):
     it finds unstable), no stamp can be trusted: no conversion, no stages,
     and blocked time falls back to the readers' own span."""
     r = run_with_fault(uffdkvm.Config(**TIMED), "tsc_jump", after=10**9)
-    assert r.verified, r.verify_message
-    assert r.clock_sync is None and r.clock_error_ns is None and r.misordered_faults is None
+    # Where KVM's offset moves too, that is found first.
+    no_stages(r, "KVM's TSC offset of vCPU 0 moved" if NO_STEADY_KVM_TSC_OFFSET.holds else
+              "the clock-sync exits of vCPU 0 before and after its walk bracket no one offset")
     for v in r.vcpus:
-        assert v.queue_latency is v.resume_latency is v.fault_latency is None
-        assert v.service_latency.count == v.faults
         assert v.access_latency.count == PAGES // 2  # the guest's own view still holds
-    assert set(r.fault_trace.raised_ns) == {None}
 
 
 @pytest.mark.parametrize("backing,mode", [("anonymous_hugetlb", "missing"),
@@ -262,7 +317,8 @@ def test_overlap_stalls_ended_by_another_vcpus_fault_are_not_clock_errors(kvm):
         r = uffdkvm.run(vcpus=4, mem_per_vcpu="2M", overlap=True, readers=32, wait="epoll",
                         delay_us=20, guest_timing=True, trace_faults=True)
         assert r.verified, r.verify_message
-        skip_unless_the_guest_clock_is_steady()
+        if not guest_clock_converted(r):
+            return
         assert r.clock_sync is not None and r.eexist > 0
         t = r.fault_trace
         eexist = np.array(t.eexist, dtype=bool)

@@ -83,6 +83,9 @@ FAULTS = {
     # backing="guest_memfd": a shmem memfd stands in for the guest_memfd, so userfaultfd
     # registers it on any kernel, as on a kernel whose userfaultfd registers guest_memfd
     "guest_memfd_uffd_registers": _core.INJECT_GMEM_UFFD_REGISTERS,
+    # guest_timing: KVM's TSC offset reads `after` cycles more at every reading, as
+    # KVM's own moves where the host's TSC is unstable (the guest's TSC is left alone)
+    "tsc_offset_moves": _core.INJECT_TSC_OFFSET_MOVES,
 }
 
 

@@ -46,6 +46,9 @@ Its parts:
                  once); preinstall_seconds is set with preinstalled_pages
   verified       a verified run has no bad pages and no message; one that is
                  not has a message
+  clock_sync     a message only where there is no conversion that guest_timing
+                 with stats="full" asked for (never beside a clock_sync), and
+                 never an empty one
   fault_trace    every column the same length
   dirty_passes   dirty_tracking: one per pass after the first, iterations 1,
                  2, ... in order; none without tracking. In each, found_pages
@@ -263,6 +266,15 @@ def _check_run(r: Any) -> None:
     if not r.verified and not r.verify_message:
         raise ResultError("$.verify_message: empty, but verified is false: a run that did "
                           "not verify says why")
+    if r.clock_sync_message is not None:
+        if r.clock_sync is not None:
+            raise ResultError(f"$.clock_sync_message: set, but clock_sync is "
+                              f"{r.clock_sync!r}: a message says why there is no conversion")
+        if not (c.guest_timing and c.stats == "full"):
+            raise ResultError("$.clock_sync_message: set, but the run asked for no clock "
+                              "conversion (guest_timing with stats='full'): null")
+        if not r.clock_sync_message:
+            raise ResultError("$.clock_sync_message: empty; null where there is nothing to say")
     if r.prefetched_pages is not None:
         for name in ("wasted_prefetch_pages", "pushed_pages"):
             value = getattr(r, name)

@@ -419,11 +419,19 @@ class Result:
                    "kvm_tsc_offset" (KVM's offset, confirmed by the guest's
                    clock-sync exits before and after the walk) or
                    "sync_exits" (the exits' bracket alone); None where they
-                   could not be (the offset moved during the run, or the
-                   guest's TSC ran at another rate): then queue, resume and
-                   fault latencies are None too, and blocked time falls back
-                   to read -> resolved
+                   could not be (clock_sync_message says why): then queue,
+                   resume and fault latencies are None too, and blocked time
+                   falls back to read -> resolved
     clock_error_ns a bound on that conversion's error, ns (None with it)
+    clock_sync_message  why clock_sync is None where guest_timing with
+                   stats="full" asked for the conversion: KVM's TSC offset
+                   moved during the run (as KVM moves it where the host
+                   kernel marked its TSC unstable, e.g. Debian's 6.1 booted
+                   nested), the sync exits before and after the walk bracket
+                   no one offset, or the guest's TSC ran at another rate than
+                   the host's; None where clock_sync is set, where no
+                   conversion was asked for, and in JSON from before uffdkvm
+                   recorded it
     misordered_faults  faults whose stamps contradict the readers' clock
                    (raised after the read, or resumed before it), left out
                    of the stages: 0 when the clocks agree (None without a
@@ -583,6 +591,7 @@ class Result:
     startup_seconds: float | None = None
     clock_sync: str | None = None
     clock_error_ns: float | None = None
+    clock_sync_message: str | None = None
     misordered_faults: int | None = None
     dirty_pages: int | None = None
     page_server: PageServerStats | None = None
@@ -713,6 +722,12 @@ class Result:
         ]
         if self.blocktime_seconds is not None:
             summary.append(("blocktime_seconds", f"{self.blocktime_seconds:.6f}"))
+        if self.clock_sync is not None:
+            bound = "" if self.clock_error_ns is None else \
+                f" (within {self.clock_error_ns:.0f} ns)"
+            summary.append(("clock_sync", f"{self.clock_sync}{bound}"))
+        elif self.clock_sync_message is not None:
+            summary.append(("clock_sync", f"none, no stages: {self.clock_sync_message}"))
         if c.prefetch != "none" and self.prefetched_pages is not None:
             summary.append(("prefetch", f"{c.prefetch}: {self.prefetched_pages} pages "
                                         f"({self.wasted_prefetch_pages} never touched), "
@@ -823,6 +838,8 @@ class Result:
                 start_ns=raw["threads_start_ns"]),
             clock_sync=_CLOCK_SYNC.get(raw["clock_sync"]) if staged else None,
             clock_error_ns=float(raw["clock_error_ns"]) if staged else None,
+            # The core says why wherever it could not convert, and only there.
+            clock_sync_message=raw["clock_sync_message"] or None,
             reader_cpus=config.reader_cpus, readers_with_vcpus=config.readers_with_vcpus,
             reader_wait=config.reader_wait
             if config.uffd_mode is not None and config.resolver == "readers" else None)

@@ -134,3 +134,28 @@ void ukvm_tsc_bracket_add(struct ukvm_tsc_bracket *b, uint64_t guest_tsc, uint64
 		b->hi = hi;
 	b->rounds++;
 }
+
+void ukvm_tsc_offsets_init(struct ukvm_tsc_offsets *o)
+{
+	memset(o, 0, sizeof(*o));
+}
+
+void ukvm_tsc_offsets_add(struct ukvm_tsc_offsets *o, int64_t offset)
+{
+	if (!o->reads) {
+		o->lo = o->hi = offset;
+	} else {
+		o->changes += offset != o->last;
+		if (offset < o->lo)
+			o->lo = offset;
+		if (offset > o->hi)
+			o->hi = offset;
+	}
+	o->last = offset;
+	o->reads++;
+}
+
+bool ukvm_tsc_offsets_steady(const struct ukvm_tsc_offsets *o)
+{
+	return o->lo == o->hi;
+}

@@ -18,6 +18,15 @@
  * KVM_RUN. The reported offset is used when it lies in that bracket (then
  * the conversion is exact up to the pairs' error); otherwise the bracket's
  * middle is, and its half-width is the error.
+ *
+ * Both assume one offset for the whole run. KVM keeps the offset it chose
+ * when it created the vCPU unless someone writes it (uffdkvm never does),
+ * except where the host kernel has marked its TSC unstable: then KVM
+ * rewrites it each time it loads the vCPU (its thread scheduled in, or an
+ * ioctl of the vCPU), so that the guest's TSC stands still while the vCPU
+ * is out, and moves it on again to catch up with the host's clock. A bracket
+ * wider than those moves cannot see them; KVM's offset, read at several
+ * points of the run, can.
  */
 #ifndef UKVM_TSC_H
 #define UKVM_TSC_H
@@ -70,5 +79,19 @@ bool ukvm_tsc_bracket_meet(struct ukvm_tsc_bracket *b, const struct ukvm_tsc_bra
 /* One sync exit: the guest read guest_tsc while the host's TSC went from before to after. */
 void ukvm_tsc_bracket_add(struct ukvm_tsc_bracket *b, uint64_t guest_tsc, uint64_t before,
 			  uint64_t after);
+
+/* KVM's offset of one vCPU, read at several points of a run. */
+struct ukvm_tsc_offsets {
+	int64_t last;
+	int64_t lo;
+	int64_t hi;
+	uint32_t reads;
+	uint32_t changes;	/* readings that differed from the one before */
+};
+
+void ukvm_tsc_offsets_init(struct ukvm_tsc_offsets *o);
+void ukvm_tsc_offsets_add(struct ukvm_tsc_offsets *o, int64_t offset);
+/* Every reading the same value (so too with none: nothing says otherwise). */
+bool ukvm_tsc_offsets_steady(const struct ukvm_tsc_offsets *o);
 
 #endif

@@ -5,6 +5,7 @@
  * verified, and the result filled in.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,45 +84,119 @@ static int collect_vcpu_stats(struct ukvm_experiment *exp, uint32_t i,
 	return 0;
 }
 
+/* No conversion: clock_sync NONE, and why in clock_sync_message. */
+static void clock_unsynced(struct ukvm_result *res, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void clock_unsynced(struct ukvm_result *res, const char *fmt, ...)
+{
+	va_list ap;
+
+	res->clock_sync = UKVM_CLOCK_SYNC_NONE;
+	va_start(ap, fmt);
+	vsnprintf(res->clock_sync_message, sizeof(res->clock_sync_message), fmt, ap);
+	va_end(ap);
+}
+
 /*
- * guest_timing: how each vCPU's TSC maps to the host's (tsc.h). The sync
- * exits before and after the walk each bracket the offset; they must meet
- * (an offset KVM moved during the run, as it may when it finds the host's
- * TSC unstable, cannot be trusted for any stamp). KVM's offset is taken
- * when it lies in both, else the middle of where they meet. A guest TSC
- * running at another rate than the host's (KVM scaling, which uffdkvm never
- * asks for) cannot be converted at all.
+ * One vCPU's offset (guest TSC - host TSC): KVM's (*from_kvm, *half_width
+ * 0), or the middle of where the brackets meet and their half-width; or
+ * false where there is none to trust (clock_unsynced() has said why). KVM's
+ * offset must read the same at every sync exit and now: where it moved,
+ * the guest's stamps between two readings are on no one offset, even
+ * where brackets wider than its moves still meet (tsc.h). The brackets
+ * before and after the walk must meet too: the guest's TSC may move with
+ * no KVM that says so.
+ */
+static bool collect_clock_offset(struct ukvm_experiment *exp, struct ukvm_vcpu *vcpu,
+				 int64_t *offset, double *half_width, bool *from_kvm)
+{
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_tsc_offsets *kvm = &vcpu->kvm_tsc_offsets;
+	const struct ukvm_tsc_bracket *before = &vcpu->tsc_bracket;
+	const struct ukvm_tsc_bracket *after = &vcpu->tsc_bracket_after;
+	struct ukvm_tsc_bracket both = *before;
+	bool have_kvm;
+	int64_t now;
+
+	have_kvm = !ukvm_vcpu_tsc_offset(vcpu, &now);
+	if (have_kvm)
+		ukvm_tsc_offsets_add(kvm, now);
+	if (!ukvm_tsc_offsets_steady(kvm)) {
+		clock_unsynced(res, "KVM's TSC offset of vCPU %u moved during the run "
+			       "(KVM_VCPU_TSC_OFFSET read %u times, at its clock-sync exits and "
+			       "after the run: %u changes, %llu cycles apart), as KVM moves it where "
+			       "the host kernel marked its TSC unstable: no one offset converts the "
+			       "guest's stamps", vcpu->index, kvm->reads, kvm->changes,
+			       (unsigned long long)((uint64_t)kvm->hi - (uint64_t)kvm->lo));
+		return false;
+	}
+	if (!before->rounds || !after->rounds) {
+		clock_unsynced(res, "vCPU %u made no clock-sync exit %s its walk", vcpu->index,
+			       before->rounds ? "after" : "before");
+		return false;
+	}
+	if (!ukvm_tsc_bracket_meet(&both, after)) {
+		clock_unsynced(res, "the clock-sync exits of vCPU %u before and after its walk "
+			       "bracket no one offset: the guest's TSC moved against the host's by "
+			       "%llu cycles or more during the run", vcpu->index,
+			       (unsigned long long)(after->lo > before->hi ?
+						    (uint64_t)after->lo - (uint64_t)before->hi :
+						    (uint64_t)before->lo - (uint64_t)after->hi));
+		return false;
+	}
+	*from_kvm = have_kvm && now >= both.lo && now <= both.hi;
+	if (*from_kvm) {
+		*offset = now;
+		*half_width = 0;
+	} else {
+		*offset = both.lo + (both.hi - both.lo) / 2;
+		*half_width = (double)(both.hi - both.lo) / 2;
+	}
+	return true;
+}
+
+/*
+ * guest_timing: how each vCPU's TSC maps to the host's (tsc.h), or why it
+ * cannot (collect_clock_offset). KVM's offset is taken where it held still
+ * and lies in both brackets; else the middle of where they meet, whose
+ * half-width goes into the error bound. A guest TSC running at another
+ * rate than the host's (KVM scaling, which uffdkvm never asks for) cannot
+ * be converted at all.
  */
 static void collect_clock(struct ukvm_experiment *exp, struct ukvm_guest_log *logs)
 {
 	struct ukvm_result *res = &exp->result;
 	double per_ns = ukvm_tsc_clock_cycles_per_ns(&exp->tsc_clock);
-	double half_width = 0;
-	bool all_kvm = true;
+	double half_width = 0, half;
+	bool all_kvm = true, from_kvm;
 	uint32_t i;
 
 	res->clock_sync = UKVM_CLOCK_SYNC_NONE;
-	if (per_ns <= 0 || !res->tsc_khz ||
-	    (double)res->tsc_khz > per_ns * 1e6 * 1.001 ||
-	    (double)res->tsc_khz < per_ns * 1e6 * 0.999)
+	if (per_ns <= 0) {
+		clock_unsynced(res, "the host's TSC was not paired with CLOCK_MONOTONIC twice "
+			       "during the run");
 		return;
+	}
+	if (!res->tsc_khz) {
+		clock_unsynced(res, "KVM gave no rate for the guest's TSC (KVM_GET_TSC_KHZ)");
+		return;
+	}
+	if ((double)res->tsc_khz > per_ns * 1e6 * 1.001 ||
+	    (double)res->tsc_khz < per_ns * 1e6 * 0.999) {
+		clock_unsynced(res, "the guest's TSC runs at %llu kHz (KVM_GET_TSC_KHZ) and the "
+			       "host's at %.0f kHz (against CLOCK_MONOTONIC), more than 0.1%% "
+			       "apart: no offset converts one into the other",
+			       (unsigned long long)res->tsc_khz, per_ns * 1e6);
+		return;
+	}
 	for (i = 0; i < exp->cfg.vcpus; i++) {
-		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
-		struct ukvm_tsc_bracket both = vcpu->tsc_bracket, *b = &both;
-		struct ukvm_guest_log *g = &logs[i];
-		int64_t kvm;
-
-		if (!vcpu->tsc_bracket.rounds || !vcpu->tsc_bracket_after.rounds ||
-		    !ukvm_tsc_bracket_meet(b, &vcpu->tsc_bracket_after))
-			return;		/* no bracket, or the offset moved: nothing to trust */
-		if (!ukvm_vcpu_tsc_offset(vcpu, &kvm) && kvm >= b->lo && kvm <= b->hi) {
-			g->tsc_offset = kvm;
-		} else {
-			all_kvm = false;
-			g->tsc_offset = b->lo + (b->hi - b->lo) / 2;
-			if ((double)(b->hi - b->lo) / 2 > half_width)
-				half_width = (double)(b->hi - b->lo) / 2;
-		}
+		if (!collect_clock_offset(exp, &exp->vcpus[i], &logs[i].tsc_offset, &half,
+					  &from_kvm))
+			return;		/* nothing to trust */
+		all_kvm = all_kvm && from_kvm;
+		if (half > half_width)
+			half_width = half;
 	}
 	for (i = 0; i < exp->cfg.vcpus; i++)
 		logs[i].usable = exp->vcpus[i].passes_seen >= 1;

@@ -56,6 +56,7 @@ void ukvm_vcpu_init(struct ukvm_vcpu *vcpu)
 	ukvm_dirty_ring_init(&vcpu->ring);
 	ukvm_tsc_bracket_init(&vcpu->tsc_bracket);
 	ukvm_tsc_bracket_init(&vcpu->tsc_bracket_after);
+	ukvm_tsc_offsets_init(&vcpu->kvm_tsc_offsets);
 }
 
 static void vcpu_set_segment(struct kvm_segment *seg, uint16_t selector, uint8_t type,
@@ -188,6 +189,9 @@ int ukvm_vcpu_tsc_offset(struct ukvm_vcpu *vcpu, int64_t *offset)
 		return ret;
 #ifdef UKVM_TEST_HOOKS
 	value += vcpu->tsc_bias;	/* UKVM_INJECT_TSC_OFFSET: as if KVM had applied it */
+	/* As KVM's moves where the host's TSC is unstable: on at every reading. */
+	if (vcpu->ctl->inject == UKVM_INJECT_TSC_OFFSET_MOVES)
+		value += vcpu->tsc_offset_reads++ * vcpu->ctl->inject_after;
 #endif
 	*offset = (int64_t)value;
 	return 0;
@@ -570,6 +574,7 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 			const volatile uint64_t *args = ukvm_vm_sys_hva(vcpu->vm, vcpu->args_gpa);
 			bool after = vcpu->passes_seen >= vcpu->passes;
 			uint64_t guest_tsc = guest_arg(args, GA_SYNC_TSC);
+			int64_t offset;
 
 #ifdef UKVM_TEST_HOOKS
 			guest_tsc += vcpu->tsc_bias;	/* UKVM_INJECT_TSC_OFFSET */
@@ -579,6 +584,9 @@ static int vcpu_handle_exit(struct ukvm_vcpu *vcpu, uint64_t tsc_before, uint64_
 			/* Before the walk, or after its last pass (guest.S). */
 			ukvm_tsc_bracket_add(after ? &vcpu->tsc_bracket_after : &vcpu->tsc_bracket,
 					     guest_tsc, tsc_before, tsc_after);
+			/* And KVM's own offset, which collect.c checks held still (tsc.h). */
+			if (!ukvm_vcpu_tsc_offset(vcpu, &offset))
+				ukvm_tsc_offsets_add(&vcpu->kvm_tsc_offsets, offset);
 			return 0;
 		}
 		if (run->io.port == UKVM_PORT_PASS) {

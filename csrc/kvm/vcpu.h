@@ -108,6 +108,7 @@ struct ukvm_vcpu {
 	uint64_t stall_ms;		/* UKVM_INJECT_VCPU_STALL, for this vCPU */
 	bool hang;			/* UKVM_INJECT_VCPU_HANG, for this vCPU */
 	uint64_t tsc_bias;		/* UKVM_INJECT_TSC_OFFSET: added to every guest TSC read */
+	uint64_t tsc_offset_reads;	/* UKVM_INJECT_TSC_OFFSET_MOVES: KVM's offset read so far */
 #endif
 	/* guest_timing: the guest's access log, and its TSC bracketed at sync exits */
 	bool timing;
@@ -115,6 +116,7 @@ struct ukvm_vcpu {
 	uint64_t log_entries;		/* first-pass pages, plus the spare slot */
 	struct ukvm_tsc_bracket tsc_bracket;		/* before the walk */
 	struct ukvm_tsc_bracket tsc_bracket_after;	/* after it */
+	struct ukvm_tsc_offsets kvm_tsc_offsets;	/* KVM's offset, read at each sync exit */
 };
 
 void ukvm_vcpu_init(struct ukvm_vcpu *vcpu);

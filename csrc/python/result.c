@@ -72,6 +72,7 @@ static const struct result_field result_fields[] = {
 	RES(tsc_khz, R_U64),
 	RES(clock_sync, R_ENUM),
 	RES(clock_error_ns, R_U64),
+	RES(clock_sync_message, R_STRING),
 	RES(misordered_faults, R_U64),
 	RES(fault_trace, R_FAULT_TRACE),
 	RES(uffds, R_U32),
