@@ -24,6 +24,9 @@ from conftest import UNPRIVILEGED_USERFAULTFD, host_skip
 pytestmark = pytest.mark.kvm
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "matrix"))
+from parts import KERNELS  # noqa: E402 - the matrix's Debian kernels, .ci/run's targets
+
 PREFLIGHT = ROOT / ".ci" / "preflight"
 CI_RUN = ROOT / ".ci" / "run"
 
@@ -204,10 +207,12 @@ def test_ci_run_runs_the_readme_test_command_from_the_root_in_a_new_venv(tmp_pat
     assert out.startswith(f"{tmp_path}/uffdkvm-ci-venv.") and out.endswith("/matrix"), out
     calls[-1][3][-1] = "<venv>/matrix"
     preflight = ["python", str(ROOT), None, [".ci/preflight"]]
-    # After the suite, the kernel matrix's smoke part on both kernels, with the venv's Python.
-    matrix = ["python", str(ROOT), None, ["tests/matrix/matrix.py", "--target", "6.1",
-                                          "--target", "6.12", "--part", "smoke", "--jobs", "2",
-                                          "--timeout", "1800", "--out", "<venv>/matrix"]]
+    # After the suite, the kernel matrix's smoke part on the matrix's Debian kernels,
+    # two at a time, with the venv's Python.
+    targets = [w for k in KERNELS for w in ("--target", k)]
+    matrix = ["python", str(ROOT), None, ["tests/matrix/matrix.py", *targets, "--part",
+                                          "smoke", "--jobs", "2", "--timeout", "1800",
+                                          "--out", "<venv>/matrix"]]
     want = expected_calls(readme_test_command(), ["-x", "tests/test_ci.py"])
     assert calls == want[:-1] + [preflight, want[-1], matrix]
     assert [c[0] for c in calls] == ["pip", "python", "pytest", "python"]

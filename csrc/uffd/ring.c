@@ -59,6 +59,10 @@
 #include "base/util.h"
 #include "uffd/ring.h"
 
+/* The kernel's restart codes (include/linux/errno.h), which user space has no names for. */
+#define ERESTARTSYS_KERNEL		512
+#define ERESTART_RESTARTBLOCK_KERNEL	516
+
 #ifdef UKVM_HAVE_LIBURING
 #include <liburing.h>
 
@@ -223,6 +227,15 @@ ssize_t ukvm_ring_next(struct ukvm_ring *ring, const struct uffd_msg **msgs, con
 				*msgs = ring->msgs;
 				return res;
 			}
+			/*
+			 * A read the uffd cut short for a pending signal
+			 * (userfaultfd_ctx_read's -ERESTARTSYS) is a kick, as
+			 * -EINTR is: Debian's 6.18.15 completed one, once in
+			 * the kernel matrix, with the kernel's own restart
+			 * code, 512, which never reaches user space elsewhere.
+			 */
+			if (res <= -ERESTARTSYS_KERNEL && res >= -ERESTART_RESTARTBLOCK_KERNEL)
+				return -EINTR;
 			*what = "IORING_OP_READ(uffd)";
 			return res ? res : -EPROTO;	/* a uffd read returns a message or fails */
 		default:

@@ -43,6 +43,9 @@ SMOKE = [
 DESELECTED = {
     "tests/test_notebooks.py::test_runs_small":
         "each notebook must run in under 60 s at its small scale",
+    "tests/test_notebooks.py::test_runs_as_plain_python[reader_scaling]":
+        "the notebook as a script must run in under 60 s at its small scale (116 s in the "
+        "6.1 guest, where its stages are measured)",
     "tests/test_effects_guest.py::test_guest_work_adds_guest_instructions_and_time_per_page":
         "guest work must cost more than 4 times a fault's time per page, as on a host "
         "that emulates every guest instruction",
