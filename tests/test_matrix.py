@@ -7,8 +7,11 @@ regenerated from, fails here. The matrix's smoke part names only tests that
 exist, so that a renamed test cannot silently drop out of what .ci/run
 proves on stock KVM.
 """
+import json
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "matrix"))
@@ -51,3 +54,37 @@ def test_a_part_stopped_at_its_bound_still_counts_what_ran(tmp_path):
     assert r["passed"] == 1, (r, (out / "pytest.log").read_text()[-2000:])
     assert r["seconds"] < 20 + guest.INTERRUPT_GRACE_S
     assert "stopped at the bound" in report.line({"target": "6.1", "pytest": r})
+
+
+def test_a_kernel_that_cannot_be_had_is_unavailable_never_passed(tmp_path, monkeypatch,
+                                                                  capsys):
+    # Nothing listens on 127.0.0.1:9: the archive cannot be reached, as
+    # without a network, so the kernel cannot be fetched.
+    import matrix
+
+    monkeypatch.setenv("UFFDKVM_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UFFDKVM_DEBIAN_MIRROR", "http://127.0.0.1:9")
+    assert matrix.main(["--target", "7.2", "--out", str(tmp_path / "out")]) == 2
+    out = capsys.readouterr().out
+    assert "matrix: 7.2: unavailable: Debian kernel 7.2 (the newest 7.2 in sid)" in out
+    assert "| 7.2 | ?, ? | smoke | 0 | 0 | 0 | none: unavailable |" in out
+    (r,) = json.loads((tmp_path / "out" / "matrix.json").read_text())
+    assert "Could not connect to 127.0.0.1:9" in r["unavailable"] and "pytest" not in r
+
+
+def test_a_brought_kernel_whose_tree_was_never_indexed_is_refused_before_a_boot(
+        tmp_path, capsys):
+    import matrix
+
+    image = tmp_path / "bzImage"
+    data = bytearray(0x1000)
+    data[0x202:0x206] = b"HdrS"
+    data[0x20E:0x210] = (0x600 - 0x200).to_bytes(2, "little")
+    data[0x600:0x60F] = b"6.19.0-mine #1\0"
+    image.write_bytes(bytes(data))
+    # Its tree lacks modules.dep: refused before anything boots, naming --kernel.
+    with pytest.raises(SystemExit):
+        matrix.main(["--kernel", f"{image}:{tmp_path}", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert "--kernel: modules: no " in err and "6.19.0-mine/modules.dep" in err, err
+    assert not (tmp_path / "out").exists()

@@ -7,6 +7,7 @@ tests/test_matrix.py checks is current.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import pathlib
 
@@ -26,6 +27,8 @@ def _counts(r: dict) -> tuple[int, int, int]:
 
 
 def _exit(r: dict) -> str:
+    if r.get("unavailable"):
+        return "none: unavailable"
     p = r.get("pytest", {})
     if p.get("timed_out"):
         return f"none: stopped at the bound, after {p.get('seconds', 0):.0f} s"
@@ -37,6 +40,8 @@ def _where(r: dict) -> str:
 
 
 def line(r: dict) -> str:
+    if r.get("unavailable"):
+        return f"matrix: {r['target']}: unavailable: {r['unavailable']}"
     passed, failed, skipped = _counts(r)
     return (f"matrix: {r['target']} ({_where(r)}): {passed} passed, {failed} failed, "
             f"{skipped} skipped, pytest exit {_exit(r)}, {r.get('wall_seconds', 0):.0f} s")
@@ -56,6 +61,7 @@ def table(results: list[dict]) -> str:
 def record(r: dict) -> None:
     RECORDED.mkdir(exist_ok=True)
     kept = {k: v for k, v in r.items() if k != "problem" or v}
+    kept.setdefault("recorded", datetime.date.today().isoformat())
     (RECORDED / f"{r['target']}.json").write_text(json.dumps(kept, indent=1, sort_keys=True)
                                                   + "\n")
 
@@ -120,23 +126,28 @@ def render(results: list[dict]) -> str:
             "# Where it runs",
             "",
             "What uffdkvm runs on Debian's own kernels under stock x86 KVM (kvm_amd with",
-            "nested paging, booted under QEMU TCG by `tests/matrix/`) and on the",
-            "development host (kvm_pvm). Every \"yes\" is a real probe or run that",
-            "verified on that kernel (`uffdkvm.backing_support()`,",
-            "`uffdkvm.fault_path_support()`); every \"no\" gives the reason the host",
+            "nested paging, booted under QEMU by `tests/matrix/` through",
+            "[uffdkvm.kernels](kernels.md)), on any kernel brought with `--kernel`, and",
+            "on the development host (kvm_pvm). Every \"yes\" is a real probe or run",
+            "that verified on that kernel (`uffdkvm.backing_support()`,",
+            "`uffdkvm.fault_path_support()`); every \"no\" gives the reason that kernel",
             "gave. [development.md](development.md#the-kernel-matrix) says how to run",
             "the matrix.",
             "",
             "## Tests",
             "",
-            "| target | kernel, KVM | part | passed | failed | skipped |",
-            "|---|---|---|---|---|---|"]
+            "| target | kernel | from | KVM | QEMU | part | passed | failed | skipped | "
+            "recorded |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         passed, failed, skipped = _counts(r)
-        head.append(f"| {r['target']} | {_where(r)} | {r.get('part')} | {passed} | {failed} "
-                    f"| {skipped} |")
+        qemu = r.get("accel", "-") if r["target"] != "host" else "-"
+        origin = r.get("kernel_origin", "this machine" if r["target"] == "host" else "?")
+        head.append(f"| {r['target']} | {r.get('kernel_release', '?')} | {origin} | "
+                    f"{r.get('kvm_module', '?')} | {qemu} | {r.get('part')} | {passed} | "
+                    f"{failed} | {skipped} | {r.get('recorded', '?')} |")
     head += ["", "## Features", "",
-             "| group | feature | " + " | ".join(f"{r['target']} ({_where(r)})"
+             "| group | feature | " + " | ".join(f"{r['target']} ({r.get('kernel_release')})"
                                                for r in results) + " |",
              "|---|---|" + "---|" * len(results)]
     for group, feature in keys:

@@ -94,7 +94,10 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("UFFDKVM_KERNEL_CACHE", default))
 
 
-def _run(argv: list[str], cwd: pathlib.Path | None = None, timeout: float = 900) -> str:
+def _run(argv: list[str], cwd: pathlib.Path | None = None, timeout: float = 900,
+         merged: bool = False) -> str:
+    """argv's output (with its stderr after it when merged); RuntimeError
+    with what it said when it fails."""
     try:
         p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
@@ -108,7 +111,7 @@ def _run(argv: list[str], cwd: pathlib.Path | None = None, timeout: float = 900)
         shown = [w for i, w in enumerate(argv) if w != "-o" and argv[i - 1] != "-o"]
         raise RuntimeError(f"{' '.join(shown)} exited {p.returncode}: "
                            f"{(p.stderr or p.stdout).strip()[-1500:]}")
-    return p.stdout
+    return p.stdout + p.stderr if merged else p.stdout
 
 
 class _Apt:
@@ -153,13 +156,16 @@ class _Apt:
         if not KEYRING.exists():
             raise KernelUnavailableError(f"no {KEYRING}: apt-get install debian-archive-keyring")
         try:
-            _run(["apt-get", *self.options, "-q", "update"])
+            said = _run(["apt-get", *self.options, "-q", "update"], merged=True)
         except RuntimeError as e:
             raise KernelUnavailableError(f"the {self.suite} suite's package lists could not "
                                          f"be fetched from {archive()}: {e}") from None
         if not self._lists():
+            # apt-get update exits 0 when it fetched nothing: its warnings say why.
+            why = [ln.strip() for ln in said.splitlines() if ln.startswith(("W:", "E:", "Err"))]
             raise KernelUnavailableError(f"apt-get update fetched no package list for "
-                                         f"{self.suite} from {archive()}")
+                                         f"{self.suite} from {archive()}: "
+                                         f"{' '.join(why[-2:]) or 'it said nothing'}")
         self.updated_for.write_text((self.root / "etc" / "sources.list").read_text())
         self.stale = False
 
