@@ -393,6 +393,11 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    "modes and resolvers (each a 16-page run), and why not")
 
 
+def as_is(convert: Any) -> Any:
+    """add_run_arguments' wrap for a command whose flags take one value each."""
+    return convert
+
+
 def pop_cli_options(fields: dict[str, Any]) -> None:
     """Drops the flags that are not Config fields and that main() has no
     use for once argparse has checked them."""

@@ -43,6 +43,7 @@ from .cli_common import (
     GUEST_MODE,
     GUEST_MODES,
     add_run_arguments,
+    as_is,
     choice,
     console_progress,
     format_backing_support,
@@ -296,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-u defaults to NONE, as dirty_log_perf_test has no userfaultfd. -o: every vCPU "
         "walks all the memory, vcpus x -b, as upstream's. Upstream's -e, -n, -p and -x "
         "(but -x 1) are refused. " + EXIT_STATUS_HELP)
-    add_run_arguments(p, _same, "print the whole result as one line of JSON "
+    add_run_arguments(p, as_is, "print the whole result as one line of JSON "
                       "(Result.to_json(): Result.dirty_passes, one per iteration) instead "
                       "of text")
     d = Config()
@@ -369,9 +370,6 @@ def build_parser() -> argparse.ArgumentParser:
                      why="give --tracking wp_async", help="refused: --tracking wp_async")
     return p
 
-
-def _same(convert: Any) -> Any:
-    return convert
 
 
 def fields_of(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:

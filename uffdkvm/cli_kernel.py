@@ -24,12 +24,13 @@ from .cli_common import (
     EXIT_STATUS_HELP,
     CliError,
     add_run_arguments,
+    as_is,
     guarded,
     pop_cli_options,
     split_pins,
 )
 from .config import Config
-from .kernels import DEBIAN_KERNELS
+from .kernels import DEBIAN_KERNELS, _guest, _qemu
 
 PROG = "uffdkvm kernel"
 KERNEL_HELP = (f"a Debian kernel ({', '.join(DEBIAN_KERNELS)}: uffdkvm kernel list), a "
@@ -38,26 +39,22 @@ KERNEL_HELP = (f"a Debian kernel ({', '.join(DEBIAN_KERNELS)}: uffdkvm kernel li
 VERDICTS = ("worse", "better", "same")
 
 
-def _same(convert: Any) -> Any:
-    return convert
-
-
 def _guest_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("the guest (QEMU)")
-    g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
+    g.add_argument("--accel", choices=_qemu.ACCELS, default="auto",
                    help="kvm: the guest's KVM nested on this host's; tcg: emulated (only "
                         "ratios mean anything); auto: kvm where this host's KVM nests "
                         "(default auto)")
-    g.add_argument("--guest-memory", type=int, default=4096, metavar="MIB",
-                   help="the guest's memory in MiB (default 4096)")
-    g.add_argument("--guest-cpus", type=int, default=2, metavar="N",
-                   help="the guest's CPUs (default 2)")
+    g.add_argument("--guest-memory", type=int, default=_guest.MEMORY_MIB, metavar="MIB",
+                   help="the guest's memory in MiB (default %(default)s)")
+    g.add_argument("--guest-cpus", type=int, default=_guest.CPUS, metavar="N",
+                   help="the guest's CPUs (default %(default)s)")
     g.add_argument("--guest-hugepages", type=int, default=0, metavar="N",
                    help="2 MiB huge pages the guest reserves (default 0)")
     g.add_argument("--guest-gigantic-pages", type=int, default=0, metavar="N",
                    help="1 GiB pages the guest reserves at boot (default 0)")
-    g.add_argument("--call-timeout", type=float, default=3600, metavar="S",
-                   help="seconds one run may take in the guest (default 3600)")
+    g.add_argument("--call-timeout", type=float, default=_guest.CALL_TIMEOUT_S, metavar="S",
+                   help="seconds one run may take in the guest (default %(default)g)")
 
 
 def _guest_options(fields: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(uffdkvm --help)")
     run.add_argument("kernel", metavar="KERNEL", help=KERNEL_HELP)
     _guest_arguments(run)
-    add_run_arguments(run, _same, "print the whole result as one line of JSON")
+    add_run_arguments(run, as_is, "print the whole result as one line of JSON")
 
     sweep = sub.add_parser("sweep", help="a sweep in KERNEL: the sweep command's flags "
                            "(uffdkvm sweep --help)")
@@ -114,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--fail-if", choices=VERDICTS, action="append", default=[],
                    help="exit 1 when the verdict is this (repeatable), as a CI gate: "
                         "--fail-if worse")
-    add_run_arguments(compare, _same, "print the comparison as one line of JSON")
+    add_run_arguments(compare, as_is, "print the comparison as one line of JSON")
     return p
 
 

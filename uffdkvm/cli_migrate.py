@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from . import schema, tables
 from .cli_common import (
@@ -25,6 +24,7 @@ from .cli_common import (
     EXIT_OK,
     EXIT_STATUS_HELP,
     add_run_arguments,
+    as_is,
     choice,
     guarded,
     pop_cli_options,
@@ -38,16 +38,13 @@ TRACKERS = schema.choices("dirty_tracking")
 PREFETCHES = schema.choices("prefetch")
 
 
-def _same(convert: Any) -> Any:
-    return convert
-
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Migrate a running guest live: a source VM whose guest "
         "keeps writing while its memory crosses a modelled link, then a destination VM "
         "that runs on from it (docs/migration.md).", epilog=EXIT_STATUS_HELP)
-    add_run_arguments(p, _same, "print the whole migration as one line of JSON "
+    add_run_arguments(p, as_is, "print the whole migration as one line of JSON "
                       "(MigrationResult.to_json()) instead of text")
     p.set_defaults(mem_per_vcpu=DEFAULT_MEM)
     m = p.add_argument_group("migration")

@@ -13,6 +13,7 @@ from .cli_common import (
     EXIT_STATUS_HELP,
     CliError,
     add_run_arguments,
+    as_is,
     console_progress,
     format_backing_support,
     format_fault_path_support,
@@ -25,10 +26,6 @@ from .histogram import Histogram
 from .result import Result
 from .run import run
 from .support import backing_support, fault_path_support
-
-
-def _same(convert: Any) -> Any:
-    return convert
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                "guest dirties, with dirty_log_perf_test's flags and lines: uffdkvm "
                "dirty-log --help. To migrate a running guest live: uffdkvm migrate --help. "
                "To run in another kernel, or compare two: uffdkvm kernel --help.")
-    add_run_arguments(p, _same, "print the whole result as one line of JSON "
+    add_run_arguments(p, as_is, "print the whole result as one line of JSON "
                       "(Result.to_json(), as sweep --out writes it) instead of text")
     return p
 

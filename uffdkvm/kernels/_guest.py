@@ -29,6 +29,11 @@ from ..result import Result
 from . import _debian, _kernel, _qemu, _worker
 
 POLL_S = 0.02
+# Guest's defaults, which uffdkvm kernel's flags take too.
+MEMORY_MIB = 4096
+CPUS = 2
+CALL_TIMEOUT_S = 3600.0
+BOOT_TIMEOUT_S = 300.0
 
 
 def resolve(kernel: Any) -> _kernel.Kernel:
@@ -94,9 +99,10 @@ class Guest(concurrent.futures.Executor):
     compare runs with each other, never with a host's.
     """
 
-    def __init__(self, kernel: Any, *, accel: str = "auto", memory_mib: int = 4096,
-                 cpus: int = 2, hugepages: int = 0, gigantic_pages: int = 0,
-                 call_timeout_s: float = 3600, boot_timeout_s: float = 300,
+    def __init__(self, kernel: Any, *, accel: str = "auto", memory_mib: int = MEMORY_MIB,
+                 cpus: int = CPUS, hugepages: int = 0, gigantic_pages: int = 0,
+                 call_timeout_s: float = CALL_TIMEOUT_S,
+                 boot_timeout_s: float = BOOT_TIMEOUT_S,
                  _started_only: bool = False):
         for name, value in (("memory_mib", memory_mib), ("cpus", cpus)):
             _positive(name, value)
