@@ -4,9 +4,10 @@
     cannot run it (kselftest's skip), 130 Ctrl-C, 141 stdout's reader left.
 
 Where nothing real can produce the condition (a bug in uffdkvm, a corrupted
-page), the child replaces uffdkvm.cli.run with run_with_fault from
-uffdkvm._testing, the core's own fault injection, or with a function that
-raises; everything else about the command is the real one.
+page), the child replaces the run command's run (uffdkvm.cli_run.run) with
+run_with_fault from uffdkvm._testing, the core's own fault injection, or
+with a function that raises; everything else about the command is the real
+one.
 """
 import os
 import signal
@@ -39,8 +40,9 @@ def uffdkvm_cli(*args, env=CHILD_ENV, **kwargs):
 CHILD = """
 import sys
 import uffdkvm.cli as cli
+import uffdkvm.cli_run as cli_run
 {replacement}
-cli.run = run
+cli_run.run = run
 sys.exit(cli.main(sys.argv[1:]))
 """
 CORRUPT_PAGE = """

@@ -75,13 +75,9 @@ def test_a_kernel_that_cannot_be_had_is_unavailable_never_passed(tmp_path, monke
 def test_a_brought_kernel_whose_tree_was_never_indexed_is_refused_before_a_boot(
         tmp_path, capsys):
     import matrix
+    from bzimage import write_bzimage
 
-    image = tmp_path / "bzImage"
-    data = bytearray(0x1000)
-    data[0x202:0x206] = b"HdrS"
-    data[0x20E:0x210] = (0x600 - 0x200).to_bytes(2, "little")
-    data[0x600:0x60F] = b"6.19.0-mine #1\0"
-    image.write_bytes(bytes(data))
+    image = write_bzimage(tmp_path / "bzImage", b"6.19.0-mine #1")
     # Its tree lacks modules.dep: refused before anything boots, naming --kernel.
     with pytest.raises(SystemExit):
         matrix.main(["--kernel", f"{image}:{tmp_path}", "--out", str(tmp_path / "out")])

@@ -13,7 +13,7 @@ import contextlib
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ._version import __version__
@@ -391,6 +391,30 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     p.add_argument("--list-backings", action="store_true",
                    help="say which backings and uffd modes this host runs, then which wait "
                    "modes and resolvers (each a 16-page run), and why not")
+
+
+#: What boots the guest a command runs in (uffdkvm kernel): a Guest, which
+#: the command closes when done.
+Boot = Callable[[], Any]
+
+MAIN_CPU_IN_GUEST = ("-c: its last CPU pins this process's main thread, which does not run "
+                     "in the guest; give one CPU per vCPU, or use --pin-vcpus")
+
+
+@contextlib.contextmanager
+def booted(boot: Boot | None) -> Iterator[Any]:
+    """The guest ``boot`` boots, closed at the end (at once, on an
+    exception); None where the command runs here."""
+    if boot is None:
+        yield None
+        return
+    with boot() as guest:
+        yield guest
+
+
+def called(guest: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args) here, or in the guest."""
+    return fn(*args) if guest is None else guest.submit(fn, *args).result()
 
 
 def as_is(convert: Any) -> Any:

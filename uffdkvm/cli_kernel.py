@@ -13,15 +13,17 @@ modules_install INSTALL_MOD_PATH=MODULES` filled.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import cli_run, cli_sweep
+from . import cli_run, cli_sweep, kernels
 from .cli_common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_STATUS_HELP,
+    MAIN_CPU_IN_GUEST,
     CliError,
     add_run_arguments,
     as_is,
@@ -30,13 +32,13 @@ from .cli_common import (
     split_pins,
 )
 from .config import Config
-from .kernels import DEBIAN_KERNELS, _guest, _qemu
+from .kernels import _guest, _qemu
 
 PROG = "uffdkvm kernel"
-KERNEL_HELP = (f"a Debian kernel ({', '.join(DEBIAN_KERNELS)}: uffdkvm kernel list), a "
-               f"bzImage's path, or IMAGE:MODULES with its module tree (the INSTALL_MOD_PATH "
-               f"of make modules_install)")
-VERDICTS = ("worse", "better", "same")
+KERNEL_HELP = (f"a Debian kernel ({', '.join(kernels.DEBIAN_KERNELS)}: uffdkvm kernel "
+               f"list), a bzImage's path, or IMAGE:MODULES with its module tree (the "
+               f"INSTALL_MOD_PATH of make modules_install)")
+VERDICTS = ("worse", "better", "same", "unclear")
 
 
 def _guest_arguments(p: argparse.ArgumentParser) -> None:
@@ -122,8 +124,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _command(argv: list[str]) -> int:
-    from . import kernels  # noqa: F811
-
     fields = vars(build_parser().parse_args(argv))
     command = fields.pop("command")
     if command == "list":
@@ -132,19 +132,21 @@ def _command(argv: list[str]) -> int:
     if command == "compare":
         return _compare(fields)
     options = _guest_options(fields)
-    guest = kernels.Guest(fields.pop("kernel"), **options)
-    with guest:
+    kernel = fields.pop("kernel")
+
+    def boot() -> kernels.Guest:
+        guest = kernels.Guest(kernel, **options)
         print(f"{PROG}: in {guest.kernel} under {guest.accel}"
               + ("; emulated: compare rates with each other only" if guest.accel.emulated
                  else ""), file=sys.stderr, flush=True)
-        if command == "run":
-            return cli_run.run_fields(fields, guest)
-        return cli_sweep.sweep_fields(fields, guest)
+        return guest
+    # Each command checks its flags first, then boots.
+    if command == "run":
+        return cli_run.run_fields(fields, boot)
+    return cli_sweep.sweep_fields(fields, boot)
 
 
 def _list() -> str:
-    from . import kernels
-
     lines = []
     for name, track in kernels.DEBIAN_KERNELS.items():
         lines.append(f"{name:10} {track} ({track.about})")
@@ -154,10 +156,6 @@ def _list() -> str:
 
 
 def _compare(fields: dict[str, Any]) -> int:
-    import json
-
-    from . import kernels
-
     options = _guest_options(fields)
     a, b = fields.pop("a"), fields.pop("b")
     trials, warmup, metric = fields.pop("trials"), fields.pop("warmup"), fields.pop("metric")
@@ -175,15 +173,14 @@ def _compare(fields: dict[str, Any]) -> int:
     if cpus is not None:
         fields["pin_vcpus"], main_cpu = split_pins(cpus, fields["vcpus"])
         if main_cpu is not None:
-            raise CliError("-c: its last CPU pins this process's main thread, which does "
-                           "not run in the guests; give one CPU per vCPU, or use "
-                           "--pin-vcpus")
+            raise CliError(MAIN_CPU_IN_GUEST)
     config = Config(**fields)
     c = kernels.compare(a, b, config, metric, trials, warmup=warmup,
                         higher_is_better=higher, **options)
     verdict = c.verdict(tolerance)
     if as_json:
-        print(json.dumps({"kernel_a": c.kernel_a, "kernel_b": c.kernel_b, "accel": c.accel,
+        print(json.dumps({"kernel_a": c.kernel_a, "kernel_b": c.kernel_b,
+                          "release_a": c.release_a, "release_b": c.release_b, "accel": c.accel,
                           "metric": c.metric, "a": c.a, "b": c.b, "ratio": c.ratio,
                           "ci_low": c.ci_low, "ci_high": c.ci_high,
                           "confidence": c.confidence, "tolerance": tolerance,

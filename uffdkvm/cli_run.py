@@ -11,9 +11,13 @@ from .cli_common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_STATUS_HELP,
+    MAIN_CPU_IN_GUEST,
+    Boot,
     CliError,
     add_run_arguments,
     as_is,
+    booted,
+    called,
     console_progress,
     format_backing_support,
     format_fault_path_support,
@@ -176,17 +180,16 @@ def _run_command(argv: list[str]) -> int:
     return run_fields(vars(build_parser().parse_args(argv)))
 
 
-def run_fields(fields: dict[str, Any], guest: Any = None) -> int:
+def run_fields(fields: dict[str, Any], boot: Boot | None = None) -> int:
     """The run command once its flags are parsed: one experiment here, or,
-    with ``guest`` (a uffdkvm.kernels.Guest), in that guest's kernel."""
+    with ``boot`` (which boots a uffdkvm.kernels.Guest, once the flags have
+    been checked), in that guest's kernel."""
     pop_cli_options(fields)
     as_json, quiet = fields.pop("json"), fields.pop("quiet")
     if fields.pop("list_backings"):
-        if guest is not None:
-            backings = guest.submit(backing_support).result()
-            paths = guest.submit(fault_path_support).result()
-        else:
-            backings, paths = backing_support(), fault_path_support()
+        with booted(boot) as guest:
+            backings = called(guest, backing_support)
+            paths = called(guest, fault_path_support)
         print(format_backing_support(backings))
         print(format_fault_path_support(paths))
         return EXIT_OK
@@ -194,9 +197,8 @@ def run_fields(fields: dict[str, Any], guest: Any = None) -> int:
     main_cpu = None
     if cpus is not None:
         fields["pin_vcpus"], main_cpu = split_pins(cpus, fields["vcpus"])
-    if main_cpu is not None and guest is not None:
-        raise CliError("-c: its last CPU pins this process's main thread, which does not "
-                       "run in the guest; give one CPU per vCPU, or use --pin-vcpus")
+    if main_cpu is not None and boot is not None:
+        raise CliError(MAIN_CPU_IN_GUEST)
     if main_cpu is not None and fields["pin_readers"] is None and \
             fields["resolver"] == "readers":
         # -c's main-thread entry: the readers inherit its CPU, as upstream's do
@@ -205,9 +207,10 @@ def run_fields(fields: dict[str, Any], guest: Any = None) -> int:
     config = Config(**fields)  # ConfigError for a bad value, before anything is pinned
     if main_cpu is not None:
         pin_main_thread(main_cpu)
-    if guest is not None:
-        result = guest.run(config)
-    else:
-        result = run(config, progress=console_progress(quiet))
+    with booted(boot) as guest:
+        if guest is not None:
+            result = guest.run(config)
+        else:
+            result = run(config, progress=console_progress(quiet))
     print(result.to_json() if as_json else format_text(result))
     return EXIT_OK if result.verified else EXIT_FAILED

@@ -34,7 +34,7 @@ import sys
 import types
 import typing
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import tables
@@ -44,9 +44,13 @@ from .cli_common import (
     EXIT_OK,
     EXIT_SKIP,
     EXIT_STATUS_HELP,
+    MAIN_CPU_IN_GUEST,
+    Boot,
     CliError,
     Convert,
     add_run_arguments,
+    booted,
+    called,
     console_progress,
     format_backing_support,
     guarded,
@@ -301,16 +305,17 @@ def _sweep_command(argv: list[str]) -> int:
     return sweep_fields(vars(build_parser().parse_args(argv)))
 
 
-def sweep_fields(options: dict[str, Any], guest: Any = None) -> int:
+def sweep_fields(options: dict[str, Any], boot: Boot | None = None) -> int:
     """The sweep command once its flags are parsed: its runs here, or, with
-    ``guest`` (a uffdkvm.kernels.Guest), in that guest's kernel."""
-    call = _here if guest is None else lambda fn, *args: guest.submit(fn, *args).result()
+    ``boot`` (which boots a uffdkvm.kernels.Guest, once the flags have been
+    checked), in that guest's kernel."""
     pop_cli_options(options)
     trials, out, metric = options.pop("trials"), options.pop("out"), options.pop("metric")
     spread, quiet, as_json = options.pop("spread"), options.pop("quiet"), options.pop("json")
     settings = options.pop("settings")
     if options.pop("list_backings"):
-        print(format_backing_support(call(backing_support)))
+        with booted(boot) as guest:
+            print(format_backing_support(called(guest, backing_support)))
         return EXIT_OK
     if trials < 1:
         raise CliError("--trials: must be at least 1")
@@ -337,25 +342,28 @@ def sweep_fields(options: dict[str, Any], guest: Any = None) -> int:
                            "(pin_readers='scheduler'), which applies to resolver='readers' "
                            "only: sweep --resolver readers and vcpu apart, or give -c one "
                            "CPU per vCPU")
-    if main_cpu is not None and guest is not None:
-        raise CliError("-c: its last CPU pins this process's main thread, which does not "
-                       "run in the guest; give one CPU per vCPU, or use --pin-vcpus")
+    if main_cpu is not None and boot is not None:
+        raise CliError(MAIN_CPU_IN_GUEST)
     configs = points(**grid)  # ConfigError for a bad value, before anything runs
     _check_out(out)
     if main_cpu is not None:
         pin_main_thread(main_cpu)
-    columns = _preflight(configs, call)  # HostUnsupportedError (exit 4) if no point can run
-    if columns is not None and not as_json:
-        _check_metric(metric, columns)
-    progress = console_progress(quiet) is not None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SweepWarning)  # summarised below instead
-            df = sweep(trials=trials, progress=progress, out=out, executor=guest, **grid)
-    except KeyboardInterrupt:
-        kept = f"; finished runs are in {out}" if out else ""
-        print(f"{PROG}: interrupted{kept}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    with booted(boot) as guest:
+        # HostUnsupportedError (exit 4) if no point can run here
+        columns = _preflight(configs, lambda fn, *args: called(guest, fn, *args))
+        if columns is not None and not as_json:
+            _check_metric(metric, columns)
+        progress = console_progress(quiet) is not None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SweepWarning)  # summarised below instead
+                df = sweep(trials=trials, progress=progress, out=out, executor=guest, **grid)
+        except KeyboardInterrupt:
+            if guest is not None:  # its queued runs were taken back; the one running ends
+                guest.shutdown(wait=False, cancel_futures=True)
+            kept = f"; finished runs are in {out}" if out else ""
+            print(f"{PROG}: interrupted{kept}", file=sys.stderr)
+            return EXIT_INTERRUPTED
     return _report(df, grid, trials, out, metric, spread, as_json)
 
 
@@ -391,11 +399,9 @@ def _tiny(config: Config) -> Config:
                           guest_work=0, trace_faults=False, pin_readers=None)
 
 
-def _here(fn: Any, *args: Any) -> Any:
-    return fn(*args)
-
-
-def _preflight(configs: list[Config], call: Any = _here) -> dict[str, Any] | None:
+def _preflight(configs: list[Config],
+               call: Callable[..., Any] = lambda fn, *args: fn(*args)
+               ) -> dict[str, Any] | None:
     """One tiny run of the first point this host can run: its to_frame() row,
     for --metric. Raises HostUnsupportedError when no point can run here (a
     host without KVM, say), so that the sweep does not run every point to

@@ -105,19 +105,29 @@ class Comparison:
         return self.ci_low - 1 if self.higher_is_better else 1 - self.ci_high
 
     def verdict(self, tolerance: float = 0.05) -> str:
-        """What the interval shows at ``tolerance`` (a fraction): "worse"
-        when b is worse than a by more than it even at the interval's end
-        most favourable to b (assert_not_slower would fail), "better" when
-        b is better by more than it even at the end least favourable to b
-        (assert_faster with margin=tolerance would pass), else "same": no
-        difference beyond the tolerance shown (which a wide interval, from
-        few or noisy trials, also gives)."""
+        """What the interval shows at ``tolerance`` (a fraction), for b
+        against a:
+
+        "worse"    b is worse by more than the tolerance even at the end of
+                   the interval most favourable to b (assert_not_slower
+                   would fail)
+        "better"   b is better by more than it even at the end least
+                   favourable to b (assert_faster with margin=tolerance
+                   would pass)
+        "same"     the whole interval lies within the tolerance: no
+                   difference larger than it
+        "unclear"  none of these: the interval, from too few or too noisy
+                   trials, reaches past the tolerance without showing a
+                   difference (more trials: trials_needed())
+        """
         _check_fraction("tolerance", tolerance)
         if self.worse_by > tolerance:
             return "worse"
         if self.better_by > tolerance:
             return "better"
-        return "same"
+        if self.ci_low >= 1 - tolerance and self.ci_high <= 1 + tolerance:
+            return "same"
+        return "unclear"
 
     def verdict_line(self, tolerance: float = 0.05) -> str:
         """verdict() in a sentence, with how far the interval goes."""
@@ -128,7 +138,10 @@ class Comparison:
         if v == "better":
             return (f"b is better than a by more than {tolerance:.0%} "
                     f"(at least {self.better_by:.1%})")
-        return f"no difference beyond {tolerance:.0%} shown"
+        if v == "same":
+            return f"b is within {tolerance:.0%} of a: no larger difference"
+        return (f"no difference beyond {tolerance:.0%} shown, nor ruled out: b / a lies in "
+                f"[{self.ci_low:#.3g}, {self.ci_high:#.3g}] (more trials narrow it)")
 
     def table(self) -> str:
         """Each side's median with its bootstrap interval, cv and trials, and

@@ -49,6 +49,7 @@
  * With a uffd per vCPU and one reader each there is no herd.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <stdio.h>
@@ -59,9 +60,15 @@
 #include "base/util.h"
 #include "uffd/ring.h"
 
-/* The kernel's restart codes (include/linux/errno.h), which user space has no names for. */
-#define ERESTARTSYS_KERNEL		512
-#define ERESTART_RESTARTBLOCK_KERNEL	516
+/*
+ * The kernel's restart codes (include/linux/errno.h: ERESTARTSYS,
+ * ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK), which user space
+ * has no names for; 515 between them is ENOIOCTLCMD, not one.
+ */
+static bool is_restart_code(int err)
+{
+	return err == 512 || err == 513 || err == 514 || err == 516;
+}
 
 #ifdef UKVM_HAVE_LIBURING
 #include <liburing.h>
@@ -234,7 +241,7 @@ ssize_t ukvm_ring_next(struct ukvm_ring *ring, const struct uffd_msg **msgs, con
 			 * the kernel matrix, with the kernel's own restart
 			 * code, 512, which never reaches user space elsewhere.
 			 */
-			if (res <= -ERESTARTSYS_KERNEL && res >= -ERESTART_RESTARTBLOCK_KERNEL)
+			if (is_restart_code(-res))
 				return -EINTR;
 			*what = "IORING_OP_READ(uffd)";
 			return res ? res : -EPROTO;	/* a uffd read returns a message or fails */

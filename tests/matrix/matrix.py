@@ -31,6 +31,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import parts
@@ -148,8 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(set(names)) != len(names):
         ap.error(f"two targets have one name: {names}")
 
+    stopping = threading.Event()
+
     def one(target: str | kernels.Kernel) -> dict:
         name = target.name if isinstance(target, kernels.Kernel) else target
+        if stopping.is_set():
+            return {"target": name, "part": args.part, "problem": "not run: interrupted"}
         print(f"matrix: {name}: {args.part} part ...", flush=True)
         rerun = None
         if args.rerun_failed:
@@ -164,11 +169,17 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, terminated)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    futures = [pool.submit(one, t) for t in targets]
     try:
-        results = list(pool.map(one, targets))
+        results = [f.result() for f in futures]
     finally:
-        _qemu.kill_all()  # a Ctrl-C or SIGTERM leaves no guest running
-        pool.shutdown(wait=True, cancel_futures=True)
+        # A Ctrl-C or SIGTERM leaves no guest running: no target starts after
+        # it, and a guest that was booting as it came is ended as it starts.
+        stopping.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        while concurrent.futures.wait(futures, timeout=0.5).not_done:
+            _qemu.kill_all()
+        _qemu.kill_all()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "matrix.json").write_text(json.dumps(results, indent=1))
     print()

@@ -22,14 +22,14 @@ from typing import Any
 from ..config import Config
 from ..result import Result
 from ._compare import KernelComparison, compare
-from ._debian import DEBIAN_KERNELS, cache_dir, fetch
+from ._debian import DEBIAN_KERNELS, KernelWarning, cache_dir, fetch
 from ._guest import Guest, resolve
 from ._kernel import Kernel, KernelUnavailableError, brought
 from ._qemu import Accel, choose_accel
 
 __all__ = ["DEBIAN_KERNELS", "Accel", "Guest", "Kernel", "KernelComparison",
-           "KernelUnavailableError", "brought", "cache_dir", "choose_accel", "compare",
-           "fetch", "resolve", "run"]
+           "KernelUnavailableError", "KernelWarning", "brought", "cache_dir", "choose_accel",
+           "compare", "fetch", "resolve", "run"]
 
 
 def run(kernel: Kernel | str | os.PathLike[str], config: Config | None = None,

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..config import Config
+from ..errors import RunError
+from ..result import Result
 from ..testing import Comparison, _check_args, _check_metric, _interleaved
 from ._guest import Guest
 
@@ -24,17 +26,23 @@ class KernelComparison(Comparison):
     """A :class:`uffdkvm.testing.Comparison` of one config in two kernels:
     ``a`` and ``b`` are the two kernels' values per trial.
 
-    kernel_a, kernel_b  each kernel's name and release
-    accel               how QEMU ran them: "kvm" or "tcg" (emulated)
-    accel_why           why that one
+    kernel_a, kernel_b    each kernel's name (a Debian name, or the release
+                          of a kernel brought)
+    release_a, release_b  the ``uname -r`` every one of that side's runs
+                          reported (Result.host.kernel_release)
+    accel                 how QEMU ran them: "kvm" or "tcg" (emulated)
+    accel_why             why that one
     """
     kernel_a: str
     kernel_b: str
+    release_a: str
+    release_b: str
     accel: str
     accel_why: str
 
     def table(self) -> str:
-        lines = [f"a: {self.kernel_a}", f"b: {self.kernel_b}",
+        lines = [f"a: {self.kernel_a} ({self.release_a})",
+                 f"b: {self.kernel_b} ({self.release_b})",
                  f"under QEMU {self.accel.upper()} ({self.accel_why})"]
         if self.accel == "tcg":
             lines.append("emulated: absolute values are the emulator's; only b / a means "
@@ -64,13 +72,33 @@ def compare(a: Any, b: Any, config: Config | None = None, metric: str = "pages_p
     better = _check_metric(metric, higher_is_better)
     _check_args(config, config, trials, warmup, None, None, seed, metric)
     with _booted([a, b], guest) as (guest_a, guest_b):
+        run_a, releases_a = _recording(guest_a)
+        run_b, releases_b = _recording(guest_b)
         c = _interleaved(config, config, metric, better, trials, warmup, seed,
-                         run_a=guest_a.run, run_b=guest_b.run)
+                         run_a=run_a, run_b=run_b)
         return KernelComparison(
             **{f.name: getattr(c, f.name) for f in dataclasses.fields(Comparison)},
-            kernel_a=f"{guest_a.kernel.name} ({guest_a.release})",
-            kernel_b=f"{guest_b.kernel.name} ({guest_b.release})",
+            kernel_a=guest_a.kernel.name, kernel_b=guest_b.kernel.name,
+            release_a=_one(releases_a, "a"), release_b=_one(releases_b, "b"),
             accel=guest_a.accel.name, accel_why=guest_a.accel.why)
+
+
+def _recording(guest: Guest) -> tuple[Callable[[Config], Result], set[str]]:
+    """guest.run, noting the kernel release each Result says it ran on."""
+    releases: set[str] = set()
+
+    def run(config: Config) -> Result:
+        r = guest.run(config)
+        releases.add(r.host.kernel_release if r.host is not None else "")
+        return r
+    return run, releases
+
+
+def _one(releases: set[str], side: str) -> str:
+    if len(releases) != 1:
+        raise RunError(f"the runs of side {side} reported kernels {sorted(releases)}, "
+                       f"not one")
+    return releases.pop()
 
 
 @contextlib.contextmanager

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import fcntl
+import json
 import os
 import pathlib
 import re
@@ -30,6 +32,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 
 from ._kernel import Kernel, KernelUnavailableError, image_release
@@ -38,6 +41,11 @@ DEFAULT_ARCHIVE = "http://deb.debian.org"
 KEYRING = pathlib.Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 # Lists older than this are refreshed before a name is resolved.
 LISTS_MAX_AGE_S = 24 * 3600
+
+
+class KernelWarning(UserWarning):
+    """A Debian kernel taken from the cache because the archive could not be
+    asked for its newest build (the message says which and when)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +188,13 @@ class _Apt:
                 out.append(dep.strip())
         return out
 
+    def version(self, package: str) -> str:
+        """The version of ``package`` apt would take today."""
+        for line in self.cache("show", "--no-all-versions", package).splitlines():
+            if line.startswith("Version:"):
+                return line.split(":", 1)[1].strip()
+        raise KernelUnavailableError(f"apt-cache show {package} gives no version")
+
     def download(self, packages: list[str], into: pathlib.Path) -> None:
         _run(["apt-get", *self.options, "-q", "download", *packages], cwd=into)
 
@@ -236,10 +251,17 @@ def _locked(path: pathlib.Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _unpack(apt: _Apt, packages: list[str], root: pathlib.Path) -> None:
+def _deb_name(package: str, version: str) -> str:
+    """The file name apt-get download gives a package (an epoch's colon as %3a)."""
+    return f"{package}_{version.replace(':', '%3a')}_amd64.deb"
+
+
+def _unpack(apt: _Apt, packages: dict[str, str], root: pathlib.Path) -> None:
+    """Downloads the packages (name: version) not yet in the cache and
+    unpacks them all into root."""
     debs = cache_dir() / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    wanted = [p for p in packages if not any(debs.glob(f"{p}_*.deb"))]
+    wanted = [p for p, v in packages.items() if not (debs / _deb_name(p, v)).exists()]
     if wanted:
         # Into a directory of its own first: an interrupted download must not
         # leave a .deb that a later run takes for whole.
@@ -257,13 +279,23 @@ def _unpack(apt: _Apt, packages: list[str], root: pathlib.Path) -> None:
                 done.rename(debs / done.name)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    for p in packages:
-        (deb,) = debs.glob(f"{p}_*.deb")
+    for p, v in packages.items():
+        deb = debs / _deb_name(p, v)
+        if not deb.exists():
+            raise KernelUnavailableError(f"apt-get download gave no {deb.name}")
         _run(["dpkg-deb", "-x", str(deb), str(root)])
     # 7.2's packages put modules (and the kernel) under usr/lib/modules only.
     if not (root / "lib" / "modules").exists() and (root / "usr/lib/modules").exists():
         (root / "lib").mkdir(exist_ok=True)
         (root / "lib" / "modules").symlink_to("../usr/lib/modules")
+
+
+def _release_of(root: pathlib.Path) -> str:
+    found = os.listdir(root / "lib" / "modules")
+    if len(found) != 1:
+        raise KernelUnavailableError(f"{root}/lib/modules holds {sorted(found)}, not one "
+                                     f"release")
+    return found[0]
 
 
 def _image_of(root: pathlib.Path, release: str) -> pathlib.Path:
@@ -285,25 +317,57 @@ def fetch(name: str) -> Kernel:
     track = DEBIAN_KERNELS[name]
     try:
         return _fetch(name, track)
-    except (KernelUnavailableError, RuntimeError, OSError) as e:
+    except (KernelUnavailableError, RuntimeError, OSError, ValueError) as e:
         raise KernelUnavailableError(f"Debian kernel {name} ({track}) is unavailable: "
                                      f"{e}") from None
 
 
 def _fetch(name: str, track: Track) -> Kernel:
+    resolved = cache_dir() / "resolved" / f"{name}.json"
     with _locked(cache_dir() / ".lock"):
         apt = _Apt(track.suite)
-        apt.update()
+        try:
+            apt.update()
+        except KernelUnavailableError as e:
+            # Offline: the build this name gave last, if it is still here.
+            kernel = _last(name, track, resolved)
+            if kernel is None:
+                raise
+            warnings.warn(f"Debian kernel {name}: {e}; taking the build it gave on "
+                          f"{json.loads(resolved.read_text())['date']}, {kernel.origin}",
+                          KernelWarning, stacklevel=3)
+            return kernel
         package = image_package(apt, track)
-        root = cache_dir() / package
+        version = apt.version(package)
+        # Keyed by version too: Debian rebuilds a release under the same name.
+        root = cache_dir() / _deb_name(package, version).removesuffix("_amd64.deb")
         if not (root / ".unpacked").exists():
-            _unpack(apt, parts_of(apt, package), root)
-            (release,) = os.listdir(root / "lib" / "modules")
-            _run(["depmod", "-b", str(root), release])
+            _unpack(apt, {p: apt.version(p) for p in parts_of(apt, package)}, root)
+            _run(["depmod", "-b", str(root), _release_of(root)])
             (root / ".unpacked").touch()
-    (release,) = os.listdir(root / "lib" / "modules")
+        resolved.parent.mkdir(exist_ok=True)
+        resolved.write_text(json.dumps({"package": package, "version": version,
+                                        "root": str(root),
+                                        "date": datetime.date.today().isoformat()}))
+    return _kernel_in(name, track, root, package, version)
+
+
+def _last(name: str, track: Track, resolved: pathlib.Path) -> Kernel | None:
+    try:
+        last = json.loads(resolved.read_text())
+        root = pathlib.Path(last["root"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not (root / ".unpacked").exists():
+        return None
+    return _kernel_in(name, track, root, last["package"], last["version"])
+
+
+def _kernel_in(name: str, track: Track, root: pathlib.Path, package: str,
+               version: str) -> Kernel:
+    release = _release_of(root)
     image = _image_of(root, release)
     if image_release(image) != release:
         raise KernelUnavailableError(f"{image} says it is {image_release(image)}, its "
                                      f"modules are for {release}")
-    return Kernel(name, release, image, root, f"{package} from {track.suite}")
+    return Kernel(name, release, image, root, f"{package} {version} from {track.suite}")

@@ -110,8 +110,8 @@ class Guest(concurrent.futures.Executor):
             _count(name, value)
         _positive("call_timeout_s", call_timeout_s)
         _positive("boot_timeout_s", boot_timeout_s)
+        self.accel = _qemu.choose_accel(accel)   # a bad accel fails before any fetch
         self.kernel = resolve(kernel)
-        self.accel = _qemu.choose_accel(accel)
         self.call_timeout_s = call_timeout_s
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[concurrent.futures.Future[Any], float]] = {}
@@ -184,7 +184,13 @@ class Guest(concurrent.futures.Executor):
                **kwargs: Any) -> concurrent.futures.Future[Any]:
         """Runs fn(*args, **kwargs) in the guest (fn importable there: a
         module-level function of an installed module); a Future of what it
-        returns or raises."""
+        returns or raises. Cancelling the Future before the worker takes
+        the call takes the call back; after, its outcome is dropped."""
+        assert self._machine is not None
+        with self._lock:
+            failed, closed = self._failure, self._closed
+        if failed is None and not closed and not self._machine.running():
+            self._fail(self._died())
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
             if self._failure is not None:
@@ -194,11 +200,37 @@ class Guest(concurrent.futures.Executor):
             data = pickle.dumps((fn, args, kwargs))
             name = f"{self._next:08d}"
             self._next += 1
-            _worker.write_whole(self._dir / "calls" / (name + _worker.CALL_SUFFIX), data)
-            # The call's clock starts when the one before it is answered:
-            # calls run one at a time (_watch moves it on).
+            _worker.write_whole(self._call(name), data)
+            # A call's clock starts when the one before it is answered: the
+            # worker takes them one at a time, in order (_answered).
             self._pending[name] = (future, 0.0 if self._pending else time.monotonic())
+        future.add_done_callback(lambda f: self._take_back(name, f))
         return future
+
+    def _call(self, name: str) -> pathlib.Path:
+        return self._dir / "calls" / (name + _worker.CALL_SUFFIX)
+
+    def _take_back(self, name: str, future: concurrent.futures.Future[Any]) -> None:
+        """A cancelled call the worker has not taken (its file still there)
+        is withdrawn; one it took runs on, and its outcome is dropped."""
+        if not future.cancelled():
+            return
+        with self._lock:
+            if name not in self._pending:
+                return
+            try:
+                self._call(name).unlink()
+            except FileNotFoundError:
+                return
+            self._answered(name)
+
+    def _answered(self, name: str) -> None:
+        """Drops a call from the pending ones and starts the next one's
+        clock (with the lock held)."""
+        self._pending.pop(name, None)
+        if self._pending:
+            first = min(self._pending)
+            self._pending[first] = (self._pending[first][0], time.monotonic())
 
     def run(self, config: Config | None = None, **fields: Any) -> Result:
         """Runs one experiment in the guest, as uffdkvm.run(config, **fields)."""
@@ -210,80 +242,94 @@ class Guest(concurrent.futures.Executor):
         result: Result = self.submit(run, config).result()
         return result
 
+    def _died(self) -> RunError:
+        assert self._machine is not None
+        return RunError(f"the {self.kernel} guest stopped; its console ended:\n"
+                        f"{self._machine.console_tail()}\nand its job's output:\n"
+                        f"{self._job_log()}")
+
     def _watch(self) -> None:
         """Hands each reply to its Future; fails them all if the guest dies
-        or a call overruns timeout_s."""
+        or a call overruns call_timeout_s. Whatever goes wrong here fails
+        them too: no Future is left waiting."""
+        try:
+            self._watch_replies()
+        except BaseException as e:  # noqa: BLE001 - every caller is told
+            self._fail(RunError(f"the {self.kernel} guest's replies could not be taken: "
+                                f"{type(e).__name__}: {e}"))
+
+    def _watch_replies(self) -> None:
         assert self._machine is not None
         while True:
             with self._lock:
                 if self._closed and not self._pending:
                     return
-                pending = sorted(self._pending)
-            for name in pending:
-                path = self._dir / "replies" / (name + _worker.REPLY_SUFFIX)
-                if not path.exists():
-                    break
-                with self._lock:
-                    future, _ = self._pending[name]
-                try:
-                    kind, value = pickle.loads(path.read_bytes())
-                except Exception as e:
-                    kind, value = "error", RunError(f"the guest's reply did not load: {e}")
-                path.unlink(missing_ok=True)
-                with self._lock:
-                    del self._pending[name]
-                    if self._pending:
-                        first = min(self._pending)
-                        self._pending[first] = (self._pending[first][0], time.monotonic())
-                with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled
-                    if kind == "ok":
-                        future.set_result(value)
-                    else:
-                        future.set_exception(value)
-            with self._lock:
-                late = [n for n, (_, since) in self._pending.items()
-                        if since and time.monotonic() - since > self.call_timeout_s]
-            if late:
-                self._fail(RunTimeoutError(f"a call in the {self.kernel} guest took over "
-                                           f"call_timeout_s={self.call_timeout_s:g} s; the "
-                                           f"guest was stopped"))
-                return
+                first = min(self._pending) if self._pending else None
+                started = self._pending[first][1] if first is not None else 0.0
+            if first is not None:
+                path = self._dir / "replies" / (first + _worker.REPLY_SUFFIX)
+                if path.exists():
+                    try:
+                        kind, value = pickle.loads(path.read_bytes())
+                    except Exception as e:
+                        kind, value = "error", RunError(f"the guest's reply did not load: {e}")
+                    path.unlink(missing_ok=True)
+                    with self._lock:
+                        entry = self._pending.get(first)
+                        self._answered(first)
+                    if entry is not None:
+                        with contextlib.suppress(concurrent.futures.InvalidStateError):
+                            if kind == "ok":    # (a cancelled Future takes neither)
+                                entry[0].set_result(value)
+                            else:
+                                entry[0].set_exception(value)
+                    continue
+                if started and time.monotonic() - started > self.call_timeout_s:
+                    self._fail(RunTimeoutError(
+                        f"a call in the {self.kernel} guest took over call_timeout_s="
+                        f"{self.call_timeout_s:g} s; the guest was stopped"))
+                    return
             if not self._machine.running():
                 with self._lock:
-                    anything = bool(self._pending)
-                if anything:
-                    self._fail(RunError(f"the {self.kernel} guest stopped; its console "
-                                        f"ended:\n{self._machine.console_tail()}\nand its "
-                                        f"job's output:\n{self._job_log()}"))
+                    stopped_here = self._closed
+                if not stopped_here:
+                    self._fail(self._died())
                 return
             time.sleep(POLL_S)
 
     def _fail(self, error: BaseException) -> None:
+        """Every pending call fails with ``error``, later submits raise it,
+        and QEMU is ended."""
         with self._lock:
-            self._failure = error
+            if self._failure is None:
+                self._failure = error
             pending, self._pending = self._pending, {}
         self._stop(graceful=False)
         for future, _ in pending.values():
-            if not future.done():
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
                 future.set_exception(error)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Powers the guest off: after the calls submitted so far (wait=True)
-        or at once (their Futures then fail or are cancelled)."""
+        or at once (cancel_futures=True cancels them; the others then fail)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            if cancel_futures:
-                for future, _ in self._pending.values():
-                    future.cancel()
-        if wait and not cancel_futures and self._machine is not None:
-            while True:
-                with self._lock:
-                    if not self._pending or self._failure is not None:
-                        break
-                time.sleep(POLL_S)
-        self._stop(graceful=wait and not cancel_futures)
+            cancelled = [f for f, _ in self._pending.values()] if cancel_futures else []
+        for future in cancelled:
+            future.cancel()
+        graceful = False
+        try:
+            if wait and not cancel_futures:
+                while True:
+                    with self._lock:
+                        if not self._pending or self._failure is not None:
+                            graceful = self._failure is None
+                            break
+                    time.sleep(POLL_S)
+        finally:  # a second Ctrl-C while waiting still ends QEMU
+            self._stop(graceful=graceful)
 
     def close(self) -> None:
         """Powers the guest off once the calls submitted so far are done."""
@@ -292,6 +338,9 @@ class Guest(concurrent.futures.Executor):
     def _stop(self, graceful: bool = True) -> None:
         """Powers the guest off: graceful, its worker told to end and the
         kernel let power off (30 s at most); else QEMU ended at once."""
+        with self._lock:
+            self._closed = True
+            pending, self._pending = self._pending, {}
         machine = self._machine
         if machine is not None:
             try:
@@ -300,13 +349,10 @@ class Guest(concurrent.futures.Executor):
                     machine.wait(30)
             finally:
                 machine.stop()
-        with self._lock:
-            self._closed = True
-            pending, self._pending = self._pending, {}
         for future, _ in pending.values():
-            if not future.done():
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
                 future.set_exception(RunError(f"the {self.kernel} guest was powered off "
-                                              f"before the call ran"))
+                                              f"before the call was answered"))
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __exit__(self, kind: Any, value: Any, tb: Any) -> None:

@@ -12,6 +12,7 @@ between runs mean anything there.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import pathlib
@@ -160,6 +161,11 @@ def kill_all() -> None:
             proc.kill()
 
 
+# A Guest never closed, or an interpreter that exits with one running,
+# leaves no QEMU behind.
+atexit.register(kill_all)
+
+
 class Machine:
     """One QEMU guest running ``job`` (a shell script, run in a chroot of the
     host's / with ``out`` as its directory). Start it, then wait() for it or
@@ -175,21 +181,29 @@ class Machine:
         (out / "job.sh").write_text(job)
         initrd = _initramfs.build(kernel, guest_kvm_module(accel), str(out), out / "initrd.gz")
         self.disk: pathlib.Path | None = out / "tmpdir.img"
-        with open(self.disk, "wb") as f:
-            f.truncate(TMPDIR_DISK_GIB << 30)
-        mkfs = subprocess.run([_mkfs(), "-q", "-F", "-E", "nodiscard", str(self.disk)],
-                              capture_output=True, text=True)
-        if mkfs.returncode:  # the guest's TMPDIR is then its tmpfs, and init says so
-            self.disk.unlink()
-            self.disk = None
-        self.argv = argv(kernel, accel, initrd, out, self.disk, memory_mib, cpus,
-                         gigantic_pages)
-        self.start = time.monotonic()
         self._console = open(out / "console.log", "w")
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._console,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        with _RUNNING_LOCK:
-            RUNNING.add(self.proc)
+        try:
+            with open(self.disk, "wb") as f:
+                f.truncate(TMPDIR_DISK_GIB << 30)
+            mkfs = subprocess.run([_mkfs(), "-q", "-F", "-E", "nodiscard", str(self.disk)],
+                                  capture_output=True, text=True, timeout=120)
+            if mkfs.returncode:  # the guest's TMPDIR is then its tmpfs, and init says so
+                self.disk.unlink()
+                self.disk = None
+            self.argv = argv(kernel, accel, initrd, out, self.disk, memory_mib, cpus,
+                             gigantic_pages)
+            self.start = time.monotonic()
+            # In this process's session and group: a Ctrl-C at the terminal
+            # ends QEMU too, and nothing outlives the process (atexit below).
+            with _RUNNING_LOCK:
+                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+                                             stdout=self._console, stderr=subprocess.STDOUT)
+                RUNNING.add(self.proc)
+        except BaseException:
+            self._console.close()
+            if self.disk is not None:
+                self.disk.unlink(missing_ok=True)
+            raise
 
     def running(self) -> bool:
         return self.proc.poll() is None
@@ -228,7 +242,10 @@ class Machine:
             return None
 
     def console(self) -> str:
-        return (self.out / "console.log").read_text(errors="replace")
+        try:
+            return (self.out / "console.log").read_text(errors="replace")
+        except OSError as e:
+            return f"(no console: {e})"
 
     def console_tail(self, lines: int = 15) -> str:
         return "\n".join(self.console().splitlines()[-lines:])

@@ -74,16 +74,21 @@ def serve(directory: pathlib.Path) -> int:
             time.sleep(POLL_S)
             continue
         for name in todo:
-            path = calls / name
+            taken = calls / f".{name}.taken"
+            try:
+                # Taken: from here the host can no longer take the call back.
+                os.rename(calls / name, taken)
+            except FileNotFoundError:
+                continue    # cancelled before it was taken
             value, error = None, None
             try:
-                fn, args, kwargs = pickle.loads(path.read_bytes())
+                fn, args, kwargs = pickle.loads(taken.read_bytes())
                 value = fn(*args, **kwargs)
             except BaseException as e:  # every failure goes back to its caller
                 error = e
             write_whole(replies / (name[:-len(CALL_SUFFIX)] + REPLY_SUFFIX),
                         _reply(value, error))
-            path.unlink()
+            taken.unlink()
 
 
 def main(directory: str) -> int:
