@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import uffdkvm
+from uffdkvm import kernels
 from children import ENV, python
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +59,8 @@ def test_api_page_documents_every_public_name(site):
     parser = _Ids()
     parser.feed((out / "api.html").read_text())
     missing = [n for n in uffdkvm.__all__ if f"uffdkvm.{n}" not in parser.ids]
+    missing += [f"kernels.{n}" for n in kernels.__all__
+                if f"uffdkvm.kernels.{n}" not in parser.ids]
     assert not missing, f"docs/api.md does not document {missing}"
 
 

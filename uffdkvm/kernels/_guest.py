@@ -182,7 +182,7 @@ class Guest(concurrent.futures.Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any,
                **kwargs: Any) -> concurrent.futures.Future[Any]:
-        """Runs fn(*args, **kwargs) in the guest (fn importable there: a
+        """Runs ``fn(*args, **kwargs)`` in the guest (fn importable there: a
         module-level function of an installed module); a Future of what it
         returns or raises. Cancelling the Future before the worker takes
         the call takes the call back; after, its outcome is dropped."""
@@ -233,7 +233,7 @@ class Guest(concurrent.futures.Executor):
             self._pending[first] = (self._pending[first][0], time.monotonic())
 
     def run(self, config: Config | None = None, **fields: Any) -> Result:
-        """Runs one experiment in the guest, as uffdkvm.run(config, **fields)."""
+        """Runs one experiment in the guest, as ``uffdkvm.run(config, **fields)``."""
         from ..run import run
         if config is not None and not isinstance(config, Config):
             raise ConfigError(f"config: expected a uffdkvm.Config, not "
