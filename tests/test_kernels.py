@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import time
 
@@ -23,6 +24,7 @@ from hostfacts import DEBIAN_ARCHIVE_UNREACHABLE, NO_STATIC_BUSYBOX, missing_too
 import uffdkvm
 from uffdkvm import kernels
 from uffdkvm.cli_common import CliError
+from uffdkvm.cli_kernel import PROG
 from uffdkvm.kernels import _debian, _kernel, _qemu
 from uffdkvm.testing import Comparison, _interleaved
 
@@ -284,9 +286,37 @@ def test_the_cli_compares_a_kernel_with_itself(debian_kernel):
     assert len(out["a"]) == len(out["b"]) == 8 and out["tolerance"] == 0.1
 
 
+def test_ctrl_c_ends_the_command_and_its_guest(debian_kernel, tmp_path):
+    # As at a terminal: SIGINT to the command's process group, QEMU included.
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    p = subprocess.Popen(uffdkvm_command("kernel", "run", KERNEL, "-b", "64M", "-d", "1000"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
+    try:
+        said = p.stderr.readline()                # printed once the guest is up
+        assert f"{PROG}: in {KERNEL} (" in said, said
+        time.sleep(2)                             # the run is under way in the guest
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 130 and "interrupted" in err, err
+    assert not [q for q in _qemus() if _group(q) == p.pid]
+    assert not list(tmp_path.glob("uffdkvm-guest-*"))
+
+
 def _qemus():
     return [p for p in os.listdir("/proc") if p.isdigit() and
             _cmdline(p).startswith(_qemu.QEMU)]
+
+
+def _group(pid):
+    try:
+        return os.getpgid(int(pid))
+    except ProcessLookupError:
+        return None
 
 
 def _cmdline(pid):

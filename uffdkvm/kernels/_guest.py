@@ -242,11 +242,16 @@ class Guest(concurrent.futures.Executor):
         result: Result = self.submit(run, config).result()
         return result
 
-    def _died(self) -> RunError:
+    def _died(self) -> BaseException:
+        """What a guest that stopped by itself gives its calls: a Ctrl-C
+        reaches QEMU too (it shares this process's group), and its calls
+        then end as the main thread does, interrupted."""
         assert self._machine is not None
-        return RunError(f"the {self.kernel} guest stopped; its console ended:\n"
-                        f"{self._machine.console_tail()}\nand its job's output:\n"
-                        f"{self._job_log()}")
+        tail = self._machine.console_tail()
+        if "terminating on signal 2" in tail:
+            return KeyboardInterrupt(f"the {self.kernel} guest was interrupted (SIGINT)")
+        return RunError(f"the {self.kernel} guest stopped; its console ended:\n{tail}\n"
+                        f"and its job's output:\n{self._job_log()}")
 
     def _watch(self) -> None:
         """Hands each reply to its Future; fails them all if the guest dies
