@@ -198,6 +198,15 @@ def _selected(path: str) -> str:
     return text[start + 1:end] if 0 <= start < end else text
 
 
+def _cpu_flags() -> set[str]:
+    """The first CPU's flags in /proc/cpuinfo."""
+    for line in _read("/proc/cpuinfo").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return set(value.split())
+    return set()
+
+
 def _cpuinfo() -> tuple[str, bool]:
     """(model name, whether the "hypervisor" flag is set) from /proc/cpuinfo."""
     model, hypervisor = "", False
@@ -224,15 +233,26 @@ def meminfo_bytes(key: str) -> int | None:
     return None
 
 
+# The CPU flag without which a vendor module cannot be what /dev/kvm runs on.
+VENDOR_FLAGS = {"kvm_intel": "vmx", "kvm_amd": "svm"}
+
+
 def _kvm_params() -> tuple[str, dict[str, str]]:
-    """(the vendor module, {"module.param": value}) from /sys/module."""
-    vendor, params = "", {}
+    """(the vendor module, {"module.param": value}) from /sys/module.
+
+    A kernel that builds both kvm_intel and kvm_amd in has both in
+    /sys/module (their parameters are there), though only the one for this
+    CPU initialised: the vendor is the one whose CPU flag (vmx, svm) is set.
+    """
+    params: dict[str, str] = {}
+    present = [m for m in KVM_MODULES if m != "kvm" and os.path.isdir(f"/sys/module/{m}")]
+    flags = _cpu_flags() | {""}
+    vendor = next((m for m in present if VENDOR_FLAGS.get(m, "") in flags),
+                  present[0] if present else "")
     for module in KVM_MODULES:
         directory = f"/sys/module/{module}"
         if not os.path.isdir(directory):
             continue
-        if module != "kvm" and not vendor:
-            vendor = module
         try:
             names = sorted(os.listdir(f"{directory}/parameters"))
         except OSError:
