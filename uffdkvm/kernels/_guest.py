@@ -70,9 +70,10 @@ def _positive(name: str, value: Any) -> None:
         raise ConfigError(f"{name}: expected a positive number, not {value!r}", field=name)
 
 
-def _count(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{name}: expected an int of 0 or more, not {value!r}", field=name)
+def _count(name: str, value: Any, least: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{name}: expected an int of {least} or more, not {value!r}",
+                          field=name)
 
 
 class Guest(concurrent.futures.Executor):
@@ -105,7 +106,7 @@ class Guest(concurrent.futures.Executor):
                  boot_timeout_s: float = BOOT_TIMEOUT_S,
                  _started_only: bool = False):
         for name, value in (("memory_mib", memory_mib), ("cpus", cpus)):
-            _positive(name, value)
+            _count(name, value, least=1)
         for name, value in (("hugepages", hugepages), ("gigantic_pages", gigantic_pages)):
             _count(name, value)
         _positive("call_timeout_s", call_timeout_s)
