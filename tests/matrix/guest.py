@@ -77,6 +77,8 @@ def node_id(test: str) -> str:
     """pytest's node id for a junit test name ("tests.test_x::name",
     "tests.test_x.TestY::name"): the module is the longest prefix that is a file."""
     classname, _, name = test.partition("::")
+    if classname.endswith(".py"):
+        return test     # already a node id (a file, or a file's test)
     words = classname.split(".")
     for n in range(len(words), 0, -1):
         path = "/".join(words[:n]) + ".py"
@@ -130,17 +132,18 @@ def main(argv: list[str] | None = None) -> int:
                          "no probes; the outcome goes to rerun.json")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.rerun:
-        nodes = [node_id(t) for t in json.loads(args.rerun.read_text())]
-        again = run_tests(args.part, args.out, args.timeout, emulated=args.target != "host",
-                          nodes=nodes)
-        (args.out / "rerun.json").write_text(json.dumps(again, indent=1))
-        return 0 if again["exit_status"] == 0 else 1
     start = time.monotonic()
     before = pathlib.Path(HUGEPAGES).read_text().strip()
     try:
+        # Reruns too: a huge-page test failed for want of them runs again with them.
         if args.hugepages:
             pathlib.Path(HUGEPAGES).write_text(str(args.hugepages))
+        if args.rerun:
+            nodes = [node_id(t) for t in json.loads(args.rerun.read_text())]
+            again = run_tests(args.part, args.out, args.timeout,
+                              emulated=args.target != "host", nodes=nodes)
+            (args.out / "rerun.json").write_text(json.dumps(again, indent=1))
+            return 0 if again["exit_status"] == 0 else 1
         result = {"target": args.target, "part": args.part, **probe()}
         result["pytest"] = run_tests(args.part, args.out, args.timeout,
                                      emulated=args.target != "host")
