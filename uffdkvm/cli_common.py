@@ -1,10 +1,10 @@
-"""What ``uffdkvm`` and ``uffdkvm sweep`` share: the run flags, upstream's
-names for backings, guest modes and CPU lists, the exit codes, and the
-top-level guard that turns every way out into one of them.
+"""What the commands share: the run flags, upstream's names for backings,
+guest modes and CPU lists, the exit codes, the top-level guard that turns
+every way out into one of them, and how a command runs here or in a
+booted kernel (Boot, booted, called).
 
-cli.py (the run command) and cli_sweep.py (the sweep) both import this
-module and nothing of each other's, except that cli.main dispatches
-``uffdkvm sweep`` to cli_sweep.main.
+cli_run.py (the run command), cli_sweep.py, cli_dirty.py, cli_migrate.py
+and cli_kernel.py import this module; cli.py only dispatches to them.
 """
 from __future__ import annotations
 

@@ -13,8 +13,11 @@ modules_install INSTALL_MOD_PATH=MODULES` filled.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,9 +35,16 @@ from .cli_common import (
     split_pins,
 )
 from .config import Config
-from .kernels import _guest, _qemu
+from .errors import ConfigError
+from .kernels import _debian, _guest, _qemu
+from .testing import Comparison, _check_fraction
 
 PROG = "uffdkvm kernel"
+# compare's flags take their defaults where they are declared.
+COMPARE_DEFAULTS = {
+    **{name: p.default for name, p in inspect.signature(kernels.compare).parameters.items()
+       if name in ("trials", "warmup")},
+    "tolerance": inspect.signature(Comparison.verdict).parameters["tolerance"].default}
 KERNEL_HELP = (f"a Debian kernel ({', '.join(kernels.DEBIAN_KERNELS)}: uffdkvm kernel "
                f"list), a bzImage's path, or IMAGE:MODULES with its module tree (the "
                f"INSTALL_MOD_PATH of make modules_install)")
@@ -97,10 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("b", metavar="B", help="the kernel compared")
     _guest_arguments(compare)
     c = compare.add_argument_group("the comparison (uffdkvm.testing.compare)")
-    c.add_argument("--trials", type=int, default=9, metavar="N",
-                   help="pairs of runs, A then B or B then A (default 9)")
-    c.add_argument("--warmup", type=int, default=1, metavar="N",
-                   help="pairs run first and thrown away (default 1)")
+    c.add_argument("--trials", type=int, default=COMPARE_DEFAULTS["trials"], metavar="N",
+                   help="pairs of runs, A then B or B then A (default %(default)s)")
+    c.add_argument("--warmup", type=int, default=COMPARE_DEFAULTS["warmup"], metavar="N",
+                   help="pairs run first and thrown away (default %(default)s)")
     c.add_argument("--metric", default="pages_per_s", metavar="NAME",
                    help="pages_per_s (default), overhead_ns_per_page, or a numeric Result "
                         "attribute with --higher-is-better or --lower-is-better")
@@ -108,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     better.add_argument("--higher-is-better", dest="higher_is_better", action="store_true",
                         default=None)
     better.add_argument("--lower-is-better", dest="higher_is_better", action="store_false")
-    c.add_argument("--tolerance", type=float, default=0.05, metavar="F",
-                   help="the difference the verdict ignores, a fraction (default 0.05)")
+    c.add_argument("--tolerance", type=float, default=COMPARE_DEFAULTS["tolerance"],
+                   metavar="F",
+                   help="the difference the verdict ignores, a fraction (default %(default)s)")
     c.add_argument("--fail-if", choices=VERDICTS, action="append", default=[],
                    help="exit 1 when the verdict is this (repeatable), as a CI gate: "
                         "--fail-if worse")
@@ -120,7 +131,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``uffdkvm kernel`` command: returns its exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return guarded(PROG, argv, lambda: _command(argv))
+    # SIGTERM (a CI job cancelled, `kill`) ends the command as an exception
+    # does, so that the guest is powered off (Python's default would skip
+    # every cleanup and leave QEMU running). Only where signals can be set.
+    if threading.current_thread() is not threading.main_thread():
+        return guarded(PROG, argv, lambda: _command(argv))
+    before = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return guarded(PROG, argv, lambda: _command(argv))
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _command(argv: list[str]) -> int:
@@ -149,7 +173,9 @@ def _command(argv: list[str]) -> int:
 def _list() -> str:
     lines = []
     for name, track in kernels.DEBIAN_KERNELS.items():
-        lines.append(f"{name:10} {track} ({track.about})")
+        have = _debian.fetched(name)
+        lines.append(f"{name:10} {track} ({track.about}); "
+                     + (f"fetched: {have.release}" if have else "not fetched yet"))
     lines.append(f"fetched into {kernels.cache_dir()} (UFFDKVM_KERNEL_CACHE); a kernel you "
                  f"built: its bzImage's path, or IMAGE:MODULES")
     return "\n".join(lines)
@@ -161,9 +187,10 @@ def _compare(fields: dict[str, Any]) -> int:
     trials, warmup, metric = fields.pop("trials"), fields.pop("warmup"), fields.pop("metric")
     higher, tolerance = fields.pop("higher_is_better"), fields.pop("tolerance")
     fail_if = fields.pop("fail_if")
-    if not 0 <= tolerance < 1:
-        raise CliError(f"--tolerance: a fraction from 0 to below 1 such as 0.05, not "
-                       f"{tolerance}")
+    try:
+        _check_fraction("tolerance", tolerance)
+    except ConfigError as e:
+        raise CliError(f"--{e}") from None
     pop_cli_options(fields)
     as_json = fields.pop("json")
     fields.pop("quiet")

@@ -324,7 +324,7 @@ def _ratio(va: Sequence[float | None], vb: Sequence[float | None], seed: int) ->
 def _check_fraction(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
         raise ConfigError(f"{name}: expected a fraction from 0 to below 1 such as 0.05 "
-                         f"(5%), not {value!r}")
+                         f"(5%), not {value!r}", field=name)
 
 
 def assert_not_slower(a: Config, b: Config, tolerance: float = 0.05,

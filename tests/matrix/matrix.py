@@ -167,12 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     def terminated(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, terminated)
+    before = signal.signal(signal.SIGTERM, terminated)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs))
     futures = [pool.submit(one, t) for t in targets]
     try:
         results = [f.result() for f in futures]
     finally:
+        signal.signal(signal.SIGTERM, before)   # main() may be called from a test
         # A Ctrl-C or SIGTERM leaves no guest running: no target starts after
         # it, and a guest that was booting as it came is ended as it starts.
         stopping.set()

@@ -6,7 +6,7 @@
     >>> with kernels.Guest("/src/linux/arch/x86/boot/bzImage") as g:
     ...     df = uffdkvm.sweep(readers=[1, 2], trials=3, executor=g)
     >>> c = kernels.compare("6.12", "7.2", uffdkvm.Config(mem_per_vcpu="16M"))
-    >>> print(c.table()); c.verdict(0.05)            # "worse", "better" or "same"
+    >>> print(c.table()); c.verdict(0.05)            # "worse", "better", "same", "unclear"
 
 A kernel is one of Debian's (DEBIAN_KERNELS: "6.1", "6.12", "6.18", "7.2",
 and "backports" and "sid", which follow the newest), fetched with an apt

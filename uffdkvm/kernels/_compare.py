@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..config import Config
-from ..errors import RunError
+from ..errors import ConfigError, RunError
 from ..result import Result
 from ..testing import Comparison, _check_args, _check_metric, _interleaved
 from ._guest import Guest
@@ -65,7 +65,8 @@ def compare(a: Any, b: Any, config: Config | None = None, metric: str = "pages_p
     the rest    as uffdkvm.testing.compare
 
     Returns a KernelComparison; ``.verdict(tolerance)`` says "worse",
-    "better" or "same" for b against a.
+    "better", "same" or "unclear" for b against a. Both sides run on one
+    accelerator (KVM against TCG would compare the emulator).
     """
     if config is None:
         config = Config()
@@ -108,6 +109,10 @@ def _booted(kernels: list[Any], options: dict[str, Any]) -> Iterator[list[Guest]
     whatever happens, the ones booted here are powered off at the end."""
     booted: list[Guest] = []
     try:
+        if options and all(isinstance(k, Guest) for k in kernels):
+            raise ConfigError(f"{', '.join(sorted(options))}: Guest options apply to the "
+                              f"kernels compare() boots, and a and b are both Guests "
+                              f"booted already", field=sorted(options)[0])
         guests = []
         for k in kernels:
             if isinstance(k, Guest):
@@ -117,6 +122,10 @@ def _booted(kernels: list[Any], options: dict[str, Any]) -> Iterator[list[Guest]
                 guests.append(booted[-1])
         for g in booted:
             g._until_ready()
+        if guests[0].accel.name != guests[1].accel.name:
+            raise ConfigError(f"accel: a runs under {guests[0].accel} and b under "
+                              f"{guests[1].accel}: a ratio between them is the "
+                              f"accelerator's; boot both with one accel", field="accel")
         yield guests
     finally:
         for g in booted:

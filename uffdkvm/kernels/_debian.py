@@ -41,6 +41,8 @@ DEFAULT_ARCHIVE = "http://deb.debian.org"
 KEYRING = pathlib.Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 # Lists older than this are refreshed before a name is resolved.
 LISTS_MAX_AGE_S = 24 * 3600
+# One fetch (downloads, unpacking, depmod) at a time per cache; another waits this long.
+LOCK_TIMEOUT_S = 1800
 
 
 class KernelWarning(UserWarning):
@@ -129,6 +131,11 @@ class _Apt:
         self.suite = suite
         self.root = cache_dir() / "apt" / suite
         etc = self.root / "etc"
+        # The host's apt.conf applies (its proxy, its mirror's quirks: this
+        # kind of machine's mirror serves sid with an expired Valid-Until,
+        # which its apt.conf.d accepts), but never its sources or pins, and
+        # the -o options, applied last (apt.conf(5)), keep every package
+        # signed whatever the host allows.
         self.options = [
             "-o", f"Dir::Etc::SourceList={etc / 'sources.list'}",
             "-o", f"Dir::Etc::SourceParts={etc / 'sources.list.d'}",
@@ -139,6 +146,9 @@ class _Apt:
             "-o", f"Dir::Cache={self.root / 'cache'}",
             "-o", "APT::Architecture=amd64", "-o", "APT::Architectures=amd64",
             "-o", "Acquire::Languages=none",
+            "-o", "Acquire::AllowInsecureRepositories=false",
+            "-o", "Acquire::AllowDowngradeToInsecureRepositories=false",
+            "-o", "APT::Get::AllowUnauthenticated=false",
         ]
         for d in ("etc/sources.list.d", "etc/preferences.d", "state/lists/partial",
                   "cache/archives/partial"):
@@ -157,9 +167,10 @@ class _Apt:
         return list((self.root / "state" / "lists").glob("*_Packages*"))
 
     def update(self, force: bool = False) -> None:
-        lists = self._lists()
-        if lists and not force and not self.stale and \
-                time.time() - min(p.stat().st_mtime for p in lists) < LISTS_MAX_AGE_S:
+        # Aged by when they were fetched (the stamp written below): apt gives
+        # each list file the archive's Last-Modified, often weeks old.
+        if self._lists() and not force and not self.stale and \
+                time.time() - self.updated_for.stat().st_mtime < LISTS_MAX_AGE_S:
             return
         if not KEYRING.exists():
             raise KernelUnavailableError(f"no {KEYRING}: apt-get install debian-archive-keyring")
@@ -244,7 +255,17 @@ def _locked(path: pathlib.Path) -> Iterator[None]:
     """One fetch at a time per cache (matrix targets fetch side by side)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise KernelUnavailableError(
+                        f"another process has held {path} for over {LOCK_TIMEOUT_S:.0f} s "
+                        f"(fetching a kernel); try again once it is done") from None
+                time.sleep(0.5)
         try:
             yield
         finally:
@@ -317,7 +338,9 @@ def fetch(name: str) -> Kernel:
     track = DEBIAN_KERNELS[name]
     try:
         return _fetch(name, track)
-    except (KernelUnavailableError, RuntimeError, OSError, ValueError) as e:
+    except (KernelUnavailableError, RuntimeError, OSError) as e:
+        # apt's and dpkg's failures (RuntimeError from _run) and the cache's
+        # (OSError); anything else is a bug here, not an unavailable kernel.
         raise KernelUnavailableError(f"Debian kernel {name} ({track}) is unavailable: "
                                      f"{e}") from None
 
@@ -350,6 +373,16 @@ def _fetch(name: str, track: Track) -> Kernel:
                                         "root": str(root),
                                         "date": datetime.date.today().isoformat()}))
     return _kernel_in(name, track, root, package, version)
+
+
+def fetched(name: str) -> Kernel | None:
+    """The build the Debian name ``name`` gave when last fetched, if it is
+    still in the cache; None if never (nothing is fetched to find out)."""
+    track = DEBIAN_KERNELS[name]
+    try:
+        return _last(name, track, cache_dir() / "resolved" / f"{name}.json")
+    except KernelUnavailableError:
+        return None
 
 
 def _last(name: str, track: Track, resolved: pathlib.Path) -> Kernel | None:

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -111,13 +112,22 @@ class Guest(concurrent.futures.Executor):
             _count(name, value)
         _positive("call_timeout_s", call_timeout_s)
         _positive("boot_timeout_s", boot_timeout_s)
-        self.accel = _qemu.choose_accel(accel)   # a bad accel fails before any fetch
+        reserved_mib = gigantic_pages * 1024 + hugepages * 2
+        if reserved_mib >= memory_mib:
+            raise ConfigError(
+                f"memory_mib: {memory_mib} MiB cannot hold the {reserved_mib} MiB that "
+                f"gigantic_pages={gigantic_pages} (1 GiB each) and hugepages={hugepages} "
+                f"(2 MiB each) reserve; give more memory or reserve fewer pages",
+                field="memory_mib")
+        _qemu.check_tools()                       # before any fetch, as a bad accel is
+        self.accel = _qemu.choose_accel(accel)
         self.kernel = resolve(kernel)
         self.call_timeout_s = call_timeout_s
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[concurrent.futures.Future[Any], float]] = {}
         self._next = 0
-        self._closed = False
+        self._closed = False      # no more submits
+        self._stopping = False    # _stop() ends QEMU: its end is no failure
         self._failure: BaseException | None = None
         self._dir = pathlib.Path(tempfile.mkdtemp(prefix="uffdkvm-guest-"))
         self._machine: _qemu.Machine | None = None
@@ -134,6 +144,7 @@ class Guest(concurrent.futures.Executor):
             self._stop(graceful=False)
             raise
         self._boot_timeout_s = boot_timeout_s
+        self._asked = {"cpus": cpus, "hugepages": hugepages, "gigantic_pages": gigantic_pages}
         self.release = ""
         if not _started_only:  # else the caller boots several at once, then _until_ready()s
             self._until_ready()
@@ -145,8 +156,10 @@ class Guest(concurrent.futures.Executor):
         except BaseException:
             self._stop(graceful=False)
             raise
-        self._watcher = threading.Thread(target=self._watch, name="uffdkvm-guest",
-                                         daemon=True)
+        # The watcher holds the Guest weakly, so that a Guest dropped unclosed
+        # is collected and its QEMU ended (__del__).
+        self._watcher = threading.Thread(target=_watch, args=(weakref.ref(self),),
+                                         name="uffdkvm-guest", daemon=True)
         self._watcher.start()
 
     def __repr__(self) -> str:
@@ -172,7 +185,15 @@ class Guest(concurrent.futures.Executor):
                                       f"within boot_timeout_s={timeout_s:g} s; its console "
                                       f"ended:\n{self._machine.console_tail()}")
             time.sleep(POLL_S * 5)
-        return str(json.loads(ready.read_text())["release"])
+        said = json.loads(ready.read_text())
+        short = {k: (said.get(k), n) for k, n in self._asked.items() if said.get(k) != n}
+        if short:
+            raise HostUnsupportedError(
+                f"the {self.kernel} guest has " + ", ".join(
+                    f"{k}={got} where {asked} were asked" for k, (got, asked) in short.items())
+                + f" (memory_mib={self._machine.memory_mib}: huge pages need memory "
+                f"enough, and 1 GiB pages a kernel with them)")
+        return str(said["release"])
 
     def _job_log(self) -> str:
         try:
@@ -198,6 +219,8 @@ class Guest(concurrent.futures.Executor):
                 raise self._failure
             if self._closed:
                 raise RuntimeError("cannot submit to a closed Guest")
+            if not callable(fn):
+                raise TypeError(f"submit: fn must be callable, not {type(fn).__name__}")
             data = pickle.dumps((fn, args, kwargs))
             name = f"{self._next:08d}"
             self._next += 1
@@ -226,10 +249,12 @@ class Guest(concurrent.futures.Executor):
             self._answered(name)
 
     def _answered(self, name: str) -> None:
-        """Drops a call from the pending ones and starts the next one's
-        clock (with the lock held)."""
+        """Drops a call from the pending ones and, if it was the one the
+        worker had (the first), starts the next one's clock (with the lock
+        held): a call taken back from the queue leaves the clock alone."""
+        was_first = bool(self._pending) and name == min(self._pending)
         self._pending.pop(name, None)
-        if self._pending:
+        if was_first and self._pending:
             first = min(self._pending)
             self._pending[first] = (self._pending[first][0], time.monotonic())
 
@@ -240,68 +265,63 @@ class Guest(concurrent.futures.Executor):
             raise ConfigError(f"config: expected a uffdkvm.Config, not "
                               f"{type(config).__name__}")
         config = (config or Config()).replace(**fields) if fields else (config or Config())
-        result: Result = self.submit(run, config).result()
+        future = self.submit(run, config)
+        try:
+            result: Result = future.result()
+        except BaseException:
+            future.cancel()     # a Ctrl-C here: the outcome is not wanted
+            raise
         return result
 
     def _died(self) -> BaseException:
-        """What a guest that stopped by itself gives its calls: a Ctrl-C
-        reaches QEMU too (it shares this process's group), and its calls
-        then end as the main thread does, interrupted."""
+        """What a guest that stopped by itself gives its calls."""
         assert self._machine is not None
-        tail = self._machine.console_tail()
-        if "terminating on signal 2" in tail:
-            return KeyboardInterrupt(f"the {self.kernel} guest was interrupted (SIGINT)")
-        return RunError(f"the {self.kernel} guest stopped; its console ended:\n{tail}\n"
-                        f"and its job's output:\n{self._job_log()}")
+        return RunError(f"the {self.kernel} guest stopped; its console ended:\n"
+                        f"{self._machine.console_tail()}\nand its job's output:\n"
+                        f"{self._job_log()}; boot a new Guest")
 
-    def _watch(self) -> None:
-        """Hands each reply to its Future; fails them all if the guest dies
-        or a call overruns call_timeout_s. Whatever goes wrong here fails
-        them too: no Future is left waiting."""
-        try:
-            self._watch_replies()
-        except BaseException as e:  # noqa: BLE001 - every caller is told
-            self._fail(RunError(f"the {self.kernel} guest's replies could not be taken: "
-                                f"{type(e).__name__}: {e}"))
-
-    def _watch_replies(self) -> None:
+    def _watch_once(self) -> bool:
+        """One look at the replies: hands the first pending call's reply to
+        its Future; fails them all if the guest died or that call overran
+        call_timeout_s. False once there is nothing more to watch."""
         assert self._machine is not None
-        while True:
-            with self._lock:
-                if self._closed and not self._pending:
-                    return
-                first = min(self._pending) if self._pending else None
-                started = self._pending[first][1] if first is not None else 0.0
-            if first is not None:
-                path = self._dir / "replies" / (first + _worker.REPLY_SUFFIX)
-                if path.exists():
-                    try:
-                        kind, value = pickle.loads(path.read_bytes())
-                    except Exception as e:
-                        kind, value = "error", RunError(f"the guest's reply did not load: {e}")
-                    path.unlink(missing_ok=True)
-                    with self._lock:
-                        entry = self._pending.get(first)
-                        self._answered(first)
-                    if entry is not None:
-                        with contextlib.suppress(concurrent.futures.InvalidStateError):
-                            if kind == "ok":    # (a cancelled Future takes neither)
-                                entry[0].set_result(value)
-                            else:
-                                entry[0].set_exception(value)
-                    continue
-                if started and time.monotonic() - started > self.call_timeout_s:
-                    self._fail(RunTimeoutError(
-                        f"a call in the {self.kernel} guest took over call_timeout_s="
-                        f"{self.call_timeout_s:g} s; the guest was stopped"))
-                    return
-            if not self._machine.running():
+        with self._lock:
+            if self._closed and not self._pending:
+                return False
+            first = min(self._pending) if self._pending else None
+            started = self._pending[first][1] if first is not None else 0.0
+        if first is not None:
+            path = self._dir / "replies" / (first + _worker.REPLY_SUFFIX)
+            if path.exists():
+                try:
+                    kind, value = pickle.loads(path.read_bytes())
+                except Exception as e:
+                    kind, value = "error", RunError(f"the guest's reply did not load: {e}")
+                path.unlink(missing_ok=True)
                 with self._lock:
-                    stopped_here = self._closed
-                if not stopped_here:
-                    self._fail(self._died())
-                return
-            time.sleep(POLL_S)
+                    entry = self._pending.get(first)
+                    self._answered(first)
+                if entry is not None:
+                    with contextlib.suppress(concurrent.futures.InvalidStateError):
+                        if kind == "ok":    # (a cancelled Future takes neither)
+                            entry[0].set_result(value)
+                        else:
+                            entry[0].set_exception(value)
+                return True
+            if started and time.monotonic() - started > self.call_timeout_s:
+                self._fail(RunTimeoutError(
+                    f"a call in the {self.kernel} guest took over call_timeout_s="
+                    f"{self.call_timeout_s:g} s; the guest was stopped"))
+                return False
+        if not self._machine.running():
+            # Ended by _stop (close, a failure): its calls are answered there.
+            # Else it died by itself, and every pending call fails here.
+            with self._lock:
+                stopped_here = self._stopping
+            if not stopped_here:
+                self._fail(self._died())
+            return False
+        return True
 
     def _fail(self, error: BaseException) -> None:
         """Every pending call fails with ``error``, later submits raise it,
@@ -343,28 +363,51 @@ class Guest(concurrent.futures.Executor):
 
     def _stop(self, graceful: bool = True) -> None:
         """Powers the guest off: graceful, its worker told to end and the
-        kernel let power off (30 s at most); else QEMU ended at once."""
+        kernel let power off (30 s at most); else QEMU ended at once. An
+        interrupt on the way (a second Ctrl-C) still fails the pending
+        calls and removes the guest's directory."""
         with self._lock:
-            self._closed = True
+            self._closed = self._stopping = True
             pending, self._pending = self._pending, {}
         machine = self._machine
-        if machine is not None:
-            try:
-                if graceful and machine.running():
-                    _worker.write_whole(self._dir / "calls" / _worker.STOP, b"")
-                    machine.wait(30)
-            finally:
-                machine.stop()
-        for future, _ in pending.values():
-            with contextlib.suppress(concurrent.futures.InvalidStateError):
-                future.set_exception(RunError(f"the {self.kernel} guest was powered off "
-                                              f"before the call was answered"))
-        shutil.rmtree(self._dir, ignore_errors=True)
+        try:
+            if machine is not None:
+                try:
+                    if graceful and machine.running():
+                        _worker.write_whole(self._dir / "calls" / _worker.STOP, b"")
+                        machine.wait(30)
+                finally:
+                    machine.stop()
+        finally:
+            for future, _ in pending.values():
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    future.set_exception(RunError(f"the {self.kernel} guest was powered "
+                                                  f"off before the call was answered"))
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
         # An exception (Ctrl-C among them) powers off at once; else after the calls.
         self.shutdown(wait=kind is None, cancel_futures=kind is not None)
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
+        if not getattr(self, "_stopping", True):
             self._stop(graceful=False)
+
+
+def _watch(guest_ref: weakref.ref[Guest]) -> None:
+    """The watcher thread: watches while the Guest lives and has calls or
+    may get them. Whatever goes wrong here fails every pending call: no
+    Future is left waiting."""
+    while True:
+        guest = guest_ref()
+        if guest is None:
+            return
+        try:
+            if not guest._watch_once():
+                return
+        except BaseException as e:  # noqa: BLE001 - every caller is told
+            guest._fail(RunError(f"the {guest.kernel} guest's replies could not be taken: "
+                                 f"{type(e).__name__}: {e}"))
+            return
+        del guest
+        time.sleep(POLL_S)

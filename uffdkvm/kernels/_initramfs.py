@@ -32,10 +32,15 @@ def _decompressed(path: pathlib.Path) -> tuple[str, bytes]:
         return name[:-3], gzip.decompress(data)
     if name.endswith(".zst"):
         try:
-            out = subprocess.run(["zstd", "-dc", str(path)], capture_output=True, check=True)
+            out = subprocess.run(["zstd", "-dc", str(path)], capture_output=True, check=True,
+                                 timeout=120)
         except FileNotFoundError:
             raise KernelUnavailableError(f"{path} is zstd-compressed: apt-get install "
                                          f"zstd") from None
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+            detail = getattr(e, "stderr", b"") or b""
+            raise KernelUnavailableError(f"{path}: zstd -dc failed ({e}): "
+                                         f"{detail.decode(errors='replace').strip()}") from None
         return name[:-4], out.stdout
     return name, data
 

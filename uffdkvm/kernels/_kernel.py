@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import re
 import subprocess
 
 from ..errors import ConfigError, HostUnsupportedError
@@ -95,6 +96,10 @@ def brought(image: os.PathLike[str] | str, modules: os.PathLike[str] | str | Non
     by its release unless ``name`` is given."""
     path = pathlib.Path(image).resolve()
     release = image_release(path)
+    if not re.fullmatch(r"[A-Za-z0-9._+~-]+", name or release):
+        # It names the matrix's result files and directories.
+        raise KernelUnavailableError(f"kernel image {path}: its name {name or release!r} is "
+                                     f"not a plain release (letters, digits and ._+~-)")
     root = module_root(modules, release) if modules is not None else None
     return Kernel(name or release, release, path, root, str(path))
 

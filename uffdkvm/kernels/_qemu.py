@@ -16,10 +16,12 @@ import atexit
 import dataclasses
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -99,8 +101,10 @@ def guest_kvm_module(accel: Accel) -> str:
 
 def check_tools() -> None:
     """KernelUnavailableError naming what is missing to boot a kernel here."""
+    # zstd: the modules of Debian's 6.18 and 7.2 are zstd-compressed.
     missing = [pkg for tool, pkg in ((QEMU, "qemu-system-x86"), ("cpio", "cpio"),
-                                     ("modprobe", "kmod"), ("mkfs.ext4", "e2fsprogs"))
+                                     ("modprobe", "kmod"), ("mkfs.ext4", "e2fsprogs"),
+                                     ("zstd", "zstd"))
                if shutil.which(tool) is None and
                not os.path.exists(f"/sbin/{tool}") and not os.path.exists(f"/usr/sbin/{tool}")]
     if missing:
@@ -116,6 +120,11 @@ def _mkfs() -> str:
     return "/sbin/mkfs.ext4"
 
 
+def _option_value(path: os.PathLike[str] | str) -> str:
+    """A path as a value in QEMU's comma-separated options (a comma doubled)."""
+    return os.fspath(path).replace(",", ",,")
+
+
 def argv(kernel: Kernel, accel: Accel, initrd: pathlib.Path, out: pathlib.Path,
          disk: pathlib.Path | None, memory_mib: int, cpus: int,
          gigantic_pages: int) -> list[str]:
@@ -126,14 +135,17 @@ def argv(kernel: Kernel, accel: Accel, initrd: pathlib.Path, out: pathlib.Path,
     cpu = ["-accel", "kvm", "-cpu", "host"] if not accel.emulated else \
         ["-accel", "tcg,thread=single", "-cpu", TCG_CPU]
     args = [QEMU, *cpu, "-smp", str(cpus), "-m", str(memory_mib),
-            "-kernel", str(kernel.image), "-initrd", str(initrd), "-append", append,
+            "-kernel", _option_value(kernel.image), "-initrd", _option_value(initrd),
+            "-append", append,
             "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
-            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=passthrough,"
+            # security_model=none: files the guest makes are this user's (the
+            # job's output), so that QEMU need not run as root.
+            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,"
                        "readonly=on,multidevs=remap",
-            "-virtfs", f"local,path={out},mount_tag=out,security_model=passthrough,"
+            "-virtfs", f"local,path={_option_value(out)},mount_tag=out,security_model=none,"
                        "multidevs=remap"]
     if disk is not None:
-        args += ["-drive", f"file={disk},if=virtio,format=raw,cache=unsafe"]
+        args += ["-drive", f"file={_option_value(disk)},if=virtio,format=raw,cache=unsafe"]
     return args
 
 
@@ -145,13 +157,23 @@ def job_script(commands: list[list[str]], cwd: os.PathLike[str] | str) -> str:
            "HOME": "/run/home", "TMPDIR": "/run/tmp", "PYTHONDONTWRITEBYTECODE": "1",
            "LANG": "C.UTF-8"}
     for name, value in os.environ.items():
-        if name.startswith("UFFDKVM_") or name in ("VIRTUAL_ENV", "PYTHONPATH"):
+        if (name.startswith("UFFDKVM_") and re.fullmatch(r"\w+", name, re.ASCII)) or \
+                name in ("VIRTUAL_ENV", "PYTHONPATH"):
             env[name] = value
     lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     lines += [f"cd {shlex.quote(str(cwd))}",
               'echo "uffdkvm-job: $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs"']
     lines += [shlex.join(c) for c in commands]
     return "\n".join(lines) + "\n"
+
+
+def _dying_with_this_thread(argv: list[str]) -> list[str]:
+    """argv run so that it gets SIGKILL when the thread that started it ends
+    (PR_SET_PDEATHSIG, kept across exec): util-linux's setpriv sets it, as
+    no Python code may safely run between fork and exec in a process with
+    threads."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
 def kill_all() -> None:
@@ -166,6 +188,18 @@ def kill_all() -> None:
 atexit.register(kill_all)
 
 
+def _disk_file() -> pathlib.Path:
+    """A new file for the guest's TMPDIR disk, beside the kernel cache (a
+    disk, where /tmp may be tmpfs and the guest's writes would take this
+    host's memory)."""
+    from ._debian import cache_dir
+    where = cache_dir().parent / "disks"
+    where.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix="tmpdir-", suffix=".img", dir=where)
+    os.close(fd)
+    return pathlib.Path(name)
+
+
 class Machine:
     """One QEMU guest running ``job`` (a shell script, run in a chroot of the
     host's / with ``out`` as its directory). Start it, then wait() for it or
@@ -175,14 +209,16 @@ class Machine:
                  memory_mib: int = 6144, cpus: int = 2, gigantic_pages: int = 0):
         check_tools()
         self.kernel, self.accel, self.out = kernel, accel, out
+        self.memory_mib, self.cpus = memory_mib, cpus
         out.mkdir(parents=True, exist_ok=True)
         for stale in ("job.exit", "job.log"):
             (out / stale).unlink(missing_ok=True)
         (out / "job.sh").write_text(job)
         initrd = _initramfs.build(kernel, guest_kvm_module(accel), str(out), out / "initrd.gz")
-        self.disk: pathlib.Path | None = out / "tmpdir.img"
         self._console = open(out / "console.log", "w")
+        self.disk: pathlib.Path | None = None
         try:
+            self.disk = _disk_file()
             with open(self.disk, "wb") as f:
                 f.truncate(TMPDIR_DISK_GIB << 30)
             mkfs = subprocess.run([_mkfs(), "-q", "-F", "-E", "nodiscard", str(self.disk)],
@@ -193,11 +229,17 @@ class Machine:
             self.argv = argv(kernel, accel, initrd, out, self.disk, memory_mib, cpus,
                              gigantic_pages)
             self.start = time.monotonic()
-            # In this process's session and group: a Ctrl-C at the terminal
-            # ends QEMU too, and nothing outlives the process (atexit below).
+            # A session of its own: a Ctrl-C at the terminal (or a Jupyter
+            # interrupt, sent to the kernel's group) reaches Python, which
+            # powers the guest off, and never kills a guest the user keeps.
+            # Nothing outlives this process: kill_all at exit, and from the
+            # main thread (which lives as long as the process) PDEATHSIG.
+            main = threading.current_thread() is threading.main_thread()
             with _RUNNING_LOCK:
-                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
-                                             stdout=self._console, stderr=subprocess.STDOUT)
+                self.proc = subprocess.Popen(
+                    _dying_with_this_thread(self.argv) if main else self.argv,
+                    stdin=subprocess.DEVNULL, stdout=self._console,
+                    stderr=subprocess.STDOUT, start_new_session=True)
                 RUNNING.add(self.proc)
         except BaseException:
             self._console.close()
@@ -217,17 +259,22 @@ class Machine:
             return False
 
     def stop(self) -> None:
-        """Ends QEMU (SIGTERM, then SIGKILL) and frees what the boot made."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            if not self.wait(10):
+        """Ends QEMU (SIGTERM, then SIGKILL) and frees what the boot made,
+        even when interrupted on the way."""
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                if not self.wait(10):
+                    self.proc.kill()
+                    self.proc.wait()
+        finally:
+            if self.proc.poll() is None:
                 self.proc.kill()
-                self.proc.wait()
-        with _RUNNING_LOCK:
-            RUNNING.discard(self.proc)
-        self._console.close()
-        if self.disk is not None:
-            self.disk.unlink(missing_ok=True)
+            with _RUNNING_LOCK:
+                RUNNING.discard(self.proc)
+            self._console.close()
+            if self.disk is not None:
+                self.disk.unlink(missing_ok=True)
 
     @property
     def seconds(self) -> float:

@@ -33,6 +33,16 @@ START = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
          "from uffdkvm.kernels import _worker; sys.exit(_worker.main(sys.argv[1]))")
 
 
+GIGANTIC = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
+
+
+def _pages(path: str) -> int:
+    try:
+        return int(pathlib.Path(path).read_text())
+    except (OSError, ValueError):
+        return 0
+
+
 def write_whole(path: pathlib.Path, data: bytes) -> None:
     """``data`` at ``path``, appearing all at once to the other side."""
     part = path.with_name(f".{path.name}.part")
@@ -62,9 +72,11 @@ def serve(directory: pathlib.Path) -> int:
     hugepages = os.environ.get("UFFDKVM_GUEST_HUGEPAGES")
     if hugepages:
         pathlib.Path("/proc/sys/vm/nr_hugepages").write_text(hugepages)
+    # What the kernel reserved, which may be fewer than asked: the Guest checks.
     write_whole(directory / "ready.json", json.dumps(
-        {"release": platform.release(), "pid": os.getpid(),
-         "cpus": os.cpu_count()}).encode())
+        {"release": platform.release(), "pid": os.getpid(), "cpus": os.cpu_count(),
+         "hugepages": _pages("/proc/sys/vm/nr_hugepages"),
+         "gigantic_pages": _pages(GIGANTIC)}).encode())
     while True:
         names = sorted(os.listdir(calls))
         if STOP in names:

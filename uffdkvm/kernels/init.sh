@@ -48,6 +48,6 @@ echo "uffdkvm-init: running the job"
 chroot /host /bin/sh "$out/job.sh" > "/host$out/job.log" 2>&1
 echo $? > "/host$out/job.exit"
 sync
-echo "uffdkvm-init: job exited $(cat /host$out/job.exit)"
+echo "uffdkvm-init: job exited $(cat "/host$out/job.exit")"
 umount /host/run/tmp 2>/dev/null
 poweroff -f
