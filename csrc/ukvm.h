@@ -47,7 +47,7 @@ extern "C" {
  * the rules of which field applies when, and the limits the core and Python
  * share (UKVM_MAX_READ_BATCH, UKVM_SOURCE_PATH_MAX, ...) are declared once,
  * in uffdkvm/schema.py, and generated into config_schema.h
- * (python -m uffdkvm.schema --write). What the values mean:
+ * (python tools/gen_schema.py --write). What the values mean:
  *
  * backing: anonymous (private, THP off: 4 KiB), shmem (memfd, mapped twice:
  *   guest + alias), anonymous_thp (MADV_HUGEPAGE: 2 MiB), anonymous_hugetlb
