@@ -47,7 +47,7 @@ extern "C" {
  * the rules of which field applies when, and the limits the core and Python
  * share (UKVM_MAX_READ_BATCH, UKVM_SOURCE_PATH_MAX, ...) are declared once,
  * in uffdkvm/schema.py, and generated into config_schema.h
- * (python -m uffdkvm.schema --write). What the values mean:
+ * (python tools/gen_schema.py --write). What the values mean:
  *
  * backing: anonymous (private, THP off: 4 KiB), shmem (memfd, mapped twice:
  *   guest + alias), anonymous_thp (MADV_HUGEPAGE: 2 MiB), anonymous_hugetlb
@@ -95,6 +95,7 @@ extern "C" {
  *   basic (counters only: nothing on the hot path but increments).
  */
 #include "config_schema.h"
+#include "result_schema.h"
 
 /* How guest TSC stamps became host CLOCK_MONOTONIC times (guest_timing). */
 enum ukvm_clock_sync {
@@ -131,16 +132,7 @@ uint64_t ukvm_hist_bucket_lower(unsigned b);
  * (Linux 5.18+), the start of the huge page.
  */
 struct ukvm_fault_record {
-	uint64_t raised_ns;	/* the guest was about to make the faulting access */
-	uint64_t read_ns;	/* a reader's read() returned the fault message */
-	uint64_t resolved_ns;	/* the resolving ioctl returned */
-	uint64_t resumed_ns;	/* the guest's access completed */
-	uint64_t gpa;		/* the 4 KiB page the vCPU touched, guest-physical (see above) */
-	int32_t vcpu;		/* the vCPU that faulted (UFFD_FEATURE_THREAD_ID), or -1 */
-	uint16_t uffd;
-	uint16_t reader;
-	uint32_t eexist;	/* 1 if another reader had resolved it */
-	uint32_t write;		/* 1 if the kernel reported a write fault (UFFD_PAGEFAULT_FLAG_WRITE) */
+	UKVM_FAULT_RECORD_MEMBERS
 };
 
 /*
@@ -194,94 +186,27 @@ struct ukvm_error {
 };
 
 /*
- * The result: every counter has the name its Python field has (uffdkvm/result.py),
- * and the binding's tables (result_fields and the ones beside it, in
- * csrc/python/result.c) hand each one over by that name. The one conversion is a unit: a duration X_ns
- * here is X_seconds in Python (X_ns / 1e9); a time stamp (CLOCK_MONOTONIC)
- * keeps its _ns. UKVM_RESULT_NONE marks a counter the run could not
- * measure: None in Python.
+ * The result structs' members (the fault record above and the structs
+ * below) are declared once, in uffdkvm/schema_results.py (a value's C type,
+ * unit, meaning and when it is measured), and generated into
+ * result_schema.h (python tools/gen_schema.py --write): UKVM_<STRUCT>_MEMBERS,
+ * whose comments say what each means, and the tables by which the binding
+ * (csrc/python/result.c) hands each one over under its own name, the name
+ * of its Python field (uffdkvm/result.py). The one conversion is a unit: a
+ * duration X_ns here is X_seconds in Python (X_ns / 1e9); a time stamp
+ * (CLOCK_MONOTONIC) keeps its _ns. UKVM_RESULT_NONE marks a counter the run
+ * could not measure: None in Python.
  */
 #define UKVM_RESULT_NONE	UINT64_MAX
 
+/* One vCPU: its thread, its faults (stats full), the guest's own timing (guest_timing). */
 struct ukvm_vcpu_result {
-	uint32_t index;
-	int32_t tid;		/* host thread that ran the vCPU */
-	uint64_t start_ns;	/* CLOCK_MONOTONIC, first KVM_RUN */
-	uint64_t end_ns;	/* the guest reported it was done */
-	uint64_t pages;		/* pages the guest says it touched */
-	uint64_t exits;		/* VM exits, from KVM's own "exits" stat (or UKVM_RESULT_NONE) */
-	uint64_t userspace_exits; /* returns from KVM_RUN (not its EAGAIN retries) */
-	uint64_t fault_exits;	/* resolver vCPU: of those, faults it resolved itself */
-	uint64_t regs_fault_exits; /* of those, bare EFAULTs whose page the guest's registers named */
-	uint64_t *kvm_stats;	/* ukvm_result.nr_vcpu_stats values, or NULL */
-	uint64_t *pass_end_ns;	/* when each of ukvm_result.passes ended */
-	uint64_t cpu_ns;	/* CPU time of the thread (getrusage) */
-	uint64_t throttled_ns;	/* auto_converge: the thread's throttle sleeps */
-	uint64_t cpus[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
-	/*
-	 * stats full: the faults this vCPU took (UFFD_FEATURE_THREAD_ID).
-	 * faults counts what it does at every level (this vCPU, a reader, the
-	 * run): faults resolved, EEXIST ones not included; faults + eexist are
-	 * the messages.
-	 */
-	uint64_t faults;	/* fault messages from this vCPU that were resolved */
-	uint64_t eexist;	/* its messages another reader had resolved first */
-	uint64_t blocked_ns;	/* time with a fault of this vCPU outstanding */
-	struct ukvm_hist service_latency; /* read -> the page's arrival (see the fault record) */
-	/* stats full + guest_timing: the stages the readers cannot see alone */
-	struct ukvm_hist queue_latency;	/* raised -> read */
-	struct ukvm_hist resume_latency; /* arrival -> the guest's access completed */
-	struct ukvm_hist fault_latency;	/* raised -> resumed: the whole fault; with overlap
-					 * also stalls another vCPU's fault ended (EEXIST) */
-	/* guest_timing: the guest's own view, in TSC cycles */
-	uint64_t access_cycles;	/* summed over all accesses */
-	uint64_t access_hist[64]; /* [i]: accesses of 2^i to 2^(i+1) - 1 cycles */
+	UKVM_VCPU_RESULT_MEMBERS
 };
 
-/* Every counter is kept by the reader thread itself and kept on every exit. */
-
+/* One reader: every counter is kept by the reader thread itself and kept on every exit. */
 struct ukvm_reader_result {
-	uint32_t uffd;		/* which uffd of the experiment */
-	uint32_t index;		/* which reader of that uffd */
-	uint64_t faults;	/* faults this reader resolved */
-	uint64_t wakeups;	/* returns from its wait */
-	uint64_t spurious_wakeups; /* woke, then read nothing (EAGAIN) */
-	uint64_t eexist;	/* resolved by someone else first */
-	int32_t tid;		/* the reader's host thread */
-	uint64_t busy_ns;	/* message read to resolving ioctl done */
-	/* Messages resolved by each ioctl (EEXIST included): which one ran. */
-	uint64_t copies;	/* UFFDIO_COPY */
-	uint64_t zeropages;	/* UFFDIO_ZEROPAGE */
-	uint64_t continues;	/* UFFDIO_CONTINUE */
-	uint64_t moves;		/* UFFDIO_MOVE */
-	uint64_t unprotects;	/* UFFDIO_WRITEPROTECT mode 0 (uffd_mode wp) */
-	uint64_t reads;		/* read(2)s of the uffd that returned messages */
-	/* [n]: reads that returned n messages; [0]: reads after a full batch
-	 * that found the uffd empty (not in reads) */
-	uint64_t read_sizes[UKVM_MAX_READ_BATCH + 1];
-	/* wait io_uring: completions of the ring's reads of the uffd that
-	 * brought messages (each is one of reads) */
-	uint64_t ring_completions;
-	/* Prefetch: readahead installs, those that found the page there, and
-	 * UFFDIO_WAKEs after an EEXIST (the page may have come with DONTWAKE). */
-	uint64_t prefetched;
-	uint64_t prefetch_eexist;
-	uint64_t wakes;
-	/*
-	 * Times the thread was switched out in all its life, from
-	 * getrusage(RUSAGE_THREAD).
-	 * A waiter that the kernel wakes and puts back to sleep without
-	 * returning to userspace (poll re-checks the uffd first) is invisible
-	 * to spurious_wakeups but still costs a switch: this counts it.
-	 */
-	uint64_t context_switches;
-	uint64_t voluntary_context_switches; /* of those, the thread's own sleeps */
-	uint64_t cpu_ns;	/* user + system CPU time of the thread, all its life */
-	uint64_t cpus[16];	/* CPUs the thread may run on, as it saw them: a bitmap */
-	struct ukvm_hist service_latency; /* stats full: message read to ioctl done */
-	struct ukvm_hist queue_latency;	/* stats full + guest_timing: raised -> read */
-	uint64_t source_bytes;	/* bytes it fetched from the page source */
-	uint64_t source_ns;	/* stats full, source not synthetic: time spent fetching */
+	UKVM_READER_RESULT_MEMBERS
 };
 
 /*
@@ -290,17 +215,7 @@ struct ukvm_reader_result {
  * host harvests and re-protects, as dirty_log_perf_test's do.
  */
 struct ukvm_dirty_pass {
-	uint32_t iteration;	/* 1..passes - 1: dirty_log_perf_test's iteration */
-	uint64_t start_ns;	/* the vCPUs were let into the pass (CLOCK_MONOTONIC) */
-	uint64_t dirty_ns;	/* start_ns to the last vCPU's end of the pass */
-	uint64_t harvest_ns;	/* KVM_GET_DIRTY_LOG, the rings' harvest, PAGEMAP_SCAN */
-	uint64_t reprotect_ns;	/* KVM_CLEAR_DIRTY_LOG, KVM_RESET_DIRTY_RINGS; 0 where the
-				 * harvest re-protects (bitmap, wp_async) */
-	uint64_t reprotect_calls; /* the ioctls that re-protected (clear chunks; 1 reset) */
-	uint64_t found_pages;	/* 4 KiB pages the tracker reported dirty */
-	uint64_t written_pages;	/* 4 KiB pages the guest wrote, from its own write counts */
-	uint64_t excess_pages;	/* found, not written (by design only: docs/dirty-tracking.md) */
-	uint64_t ring_full_exits; /* ring: KVM_EXIT_DIRTY_RING_FULL exits, all vCPUs */
+	UKVM_DIRTY_PASS_MEMBERS
 };
 
 /*
@@ -309,131 +224,16 @@ struct ukvm_dirty_pass {
  * tracker found dirty during the round before.
  */
 struct ukvm_migration_round {
-	uint32_t round;		/* 1, 2, ... */
-	uint64_t start_ns;	/* the round began (CLOCK_MONOTONIC) */
-	uint64_t send_ns;	/* start_ns to its last page on the link (round 1: after
-				 * re-protecting the whole region) */
-	uint64_t harvest_ns;	/* the harvest and re-protect at its end */
-	uint64_t sent_pages;	/* 4 KiB pages it put on the link */
-	uint64_t dirty_pages;	/* 4 KiB pages the tracker found written during it */
-	uint64_t ring_full_exits; /* ring: KVM_EXIT_DIRTY_RING_FULL exits from its start
-				   * to its harvest (the last round's: to the stop's) */
-	uint32_t throttle_percent; /* auto_converge: the vCPUs' throttle during it */
+	UKVM_MIGRATION_ROUND_MEMBERS
 };
 
+/*
+ * The run: its windows, the readers' sums (collect.c), the per-thread
+ * arrays (each beside its count), KVM's statistics, dirty tracking,
+ * migration, prefetch and verification.
+ */
 struct ukvm_result {
-	/* demand_paging_test's window: vCPU threads created ... all joined */
-	uint64_t threads_start_ns;
-	uint64_t threads_joined_ns;
-	uint64_t start_ns;	/* first KVM_RUN of any vCPU */
-	uint64_t end_ns;	/* last vCPU done */
-	uint64_t pages_per_vcpu;
-	uint64_t region_bytes;
-	uint64_t page_size;	/* the unit faults are resolved in */
-	uint64_t region_gpa;	/* where the test region starts, guest-physical */
-	uint32_t passes;
-	bool stats_full;
-	uint64_t blocktime_ns;	/* stats full: time during which every vCPU was blocked */
-	uint64_t tsc_khz;	/* guest TSC frequency, for guest_timing */
-	/* guest_timing: how the guest's TSC stamps were put on CLOCK_MONOTONIC */
-	enum ukvm_clock_sync clock_sync;
-	uint64_t clock_error_ns;	/* a bound on that conversion's error */
-	/* guest_timing, stats full: why clock_sync is NONE (KVM's offset moved, ...); else "" */
-	char clock_sync_message[320];
-	uint64_t misordered_faults; /* faults whose stamps contradict the readers' (clock error) */
-	uint64_t nr_fault_trace;	/* trace_faults: every fault, by start time */
-	struct ukvm_fault_record *fault_trace;
-	uint32_t uffds;
-	/* Every reader's, summed (collect.c): as ukvm_reader_result's */
-	uint64_t faults;
-	uint64_t eexist;
-	uint64_t spurious_wakeups;
-	uint64_t wakes;
-	uint64_t source_bytes;	/* and the pusher's, pusher_source_bytes */
-	uint64_t source_ns;
-	uint32_t nr_vcpus;
-	struct ukvm_vcpu_result *vcpus;
-	uint32_t nr_readers;
-	struct ukvm_reader_result *readers;
-	/*
-	 * KVM's binary statistics over the run (names from the kernel):
-	 * cumulative ones as deltas, instant and peak ones at the end. Empty
-	 * where the kernel has no KVM_GET_STATS_FD.
-	 */
-	uint32_t nr_kvm_stats;
-	char **kvm_stat_names;
-	uint64_t *kvm_stats;
-	uint32_t nr_vcpu_stats;
-	char **vcpu_stat_names;	/* values in each ukvm_vcpu_result.kvm_stats */
-	uint64_t dirty_pages;	/* wp_async: pages PAGEMAP_SCAN found written */
-	/* dirty_tracking: the tracked passes, and turning tracking on and off */
-	uint32_t nr_dirty_passes;
-	struct ukvm_dirty_pass *dirty_passes;
-	uint64_t dirty_enable_ns;
-	uint64_t dirty_disable_ns;
-	/*
-	 * migration (experiment/migrate.c): the source's rounds; the stop, at
-	 * the end of pass `passes` of every vCPU; and what it left for post-copy
-	 */
-	uint32_t nr_migration_rounds;
-	struct ukvm_migration_round *migration_rounds;
-	bool migration_converged;	/* the dirty set at the switch-over fit
-					 * downtime_target_ms on the link */
-	uint64_t migration_start_ns;	/* round 1 began (after pass 1) */
-	uint64_t migration_stop_ns;	/* the last source vCPU stopped */
-	uint64_t stopcopy_pages;	/* sent with the vCPUs stopped */
-	uint64_t stopcopy_ns;		/* migration_stop_ns to the last stop-copy page on
-					 * the link, the final harvest included */
-	uint64_t postcopy_pages;	/* never sent, or written since their last send */
-	uint64_t precopy_pages;		/* 4 KiB pages sent while the vCPUs ran, all rounds */
-	/* the pages the destination holds at the stop, each compared with the
-	 * source's page: 4 KiB page indexes, ascending */
-	uint64_t nr_migrated_pages;
-	uint32_t *migrated_pages;
-	enum ukvm_source_kind source;	/* the page source that ran */
-	uint64_t source_cached_pages_at_start; /* source file: its pages in the page cache
-						* as the vCPUs started (mincore) */
-	uint64_t touched_pages;	/* distinct 4 KiB pages the guest touched (touch_percent) */
-	uint64_t guest_accesses;	/* the guest's accesses, all vCPUs and passes */
-	/* trace_faults with touch_percent or access zipf: accesses per pass to
-	 * each 4 KiB page of the region, all vCPUs (verified against the
-	 * guest's own write counts); else NULL */
-	uint32_t *page_visits;
-	uint64_t nr_page_visits;
-	/*
-	 * uffd_mode missing with resolve copy: which pages went in how (pages
-	 * of page_size). touch_order: the pages faults installed, in the order
-	 * they were resolved (first installs only).
-	 */
-	bool resident_tracked;
-	uint64_t prefetched_pages;	/* installed by prefetch (readahead and pusher) */
-	uint64_t preinstalled_pages;	/* preinstall's, in before the vCPUs started */
-	uint64_t preinstall_ns;		/* putting them in (before demand_paging_test's window) */
-	uint64_t wasted_prefetch_pages;	/* of those, pages the guest never touches */
-	uint64_t touched_units;		/* pages of page_size the guest touches (any 4 KiB) */
-	uint64_t faulted_pages;		/* of those, pages a vCPU faulted on and waited for,
-					 * whoever installed them (EEXIST included) */
-	uint64_t faults_avoided;	/* touched_units - faulted_pages: touched pages no
-					 * vCPU waited for (prefetch came first) */
-	uint64_t resident_ns;		/* start_ns until the last page of the region went
-					 * in; UKVM_RESULT_NONE: never, or stats basic (no
-					 * clock read on the hot path) */
-	uint64_t pushed_pages;		/* of prefetched_pages, the pusher's */
-	uint64_t pusher_eexist;		/* the pusher's installs that found the page there */
-	uint64_t prefetch_eexist;	/* pusher_eexist + every reader's prefetch_eexist */
-	uint64_t pusher_source_bytes;	/* bytes the pusher fetched from the page source
-					 * (its own connection; not in readers[]) */
-	uint64_t nr_touch_order;
-	uint32_t *touch_order;		/* page indexes (of page_size) */
-	bool verified;		/* every page holds what it must */
-	/*
-	 * The pages' bytes were compared with what they must hold; false for
-	 * source remote without a local copy (source_path): then only the
-	 * counts (faults, pages touched) were, and verified says no more.
-	 */
-	bool contents_verified;
-	uint64_t bad_pages;	/* pages that did not, when !verified */
-	char verify_message[256]; /* the first bad page, explained */
+	UKVM_RESULT_MEMBERS
 };
 
 /* Frees the arrays of a result filled by ukvm_experiment_finish(). */

@@ -1,7 +1,9 @@
-"""uffdkvm/schema.py is the one declaration of every config field.
+"""uffdkvm/schema.py is the one declaration of every config field (and
+uffdkvm/schema_results.py of every result value: tests/test_result_fields.py).
 
-- Each file generated from it is current (Argument Clinic's model: a stale
-  one fails here, naming the file and the command that rewrites it).
+- Each file generated from either is current (Argument Clinic's model: a
+  stale one fails here, naming the file and the one command that rewrites
+  every one, tools/gen_schema.py).
 - The binding requires every core field and refuses any other key.
 - Every core field reaches the core: a run with a value other than the
   default shows an effect in what the core measured (for all but a few),
@@ -10,6 +12,7 @@
   ConfigError.field is set for each.
 """
 import importlib
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -29,12 +32,53 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # ---- the generated files ----
 
-@pytest.mark.parametrize("path", [schema.HEADER, schema.CONFIG_PY, schema.CORE_PYI,
-                                  schema.CONFIG_MD])
+def load_generator():
+    """tools/gen_schema.py, the one command that writes every generated file,
+    loaded by its path (tools/ is no package)."""
+    spec = importlib.util.spec_from_file_location("gen_schema", ROOT / "tools" / "gen_schema.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen_schema = load_generator()
+GENERATED = ("csrc/config_schema.h", "uffdkvm/config.py", "uffdkvm/_core.pyi", "docs/config.md",
+             "csrc/result_schema.h", "uffdkvm/result.py", "docs/results.md")
+
+
+def test_the_generator_writes_each_generated_file():
+    assert sorted(gen_schema.generated(ROOT)) == sorted(GENERATED)
+
+
+@pytest.mark.parametrize("path", GENERATED)
 def test_each_generated_file_is_current(path):
-    expected = schema.generated(ROOT)[path]
+    expected = gen_schema.generated(ROOT)[path]
     actual = (ROOT / path).read_text(encoding="utf-8")
-    assert actual == expected, f"{path} is stale: run {schema.COMMAND}"
+    assert actual == expected, f"{path} is stale: run {gen_schema.COMMAND}"
+
+
+def test_a_stale_file_is_named(tmp_path):
+    """The check itself: a tree whose generated files were edited by hand
+    (a member's comment, a field's docstring) is stale, file by file."""
+    for path in GENERATED:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(gen_schema.generated(ROOT)[path], encoding="utf-8")
+    assert gen_schema.stale(tmp_path) == []
+    header = tmp_path / "csrc/result_schema.h"
+    header.write_text(header.read_text().replace("uint64_t wakes;", "uint64_t wakes_; "))
+    result = tmp_path / "uffdkvm/result.py"
+    result.write_text(result.read_text().replace("    wakes: int = 0\n", ""))
+    assert gen_schema.stale(tmp_path) == ["csrc/result_schema.h", "uffdkvm/result.py"]
+
+
+def test_the_command_is_named_where_contributors_read():
+    """Every place that tells a contributor how to regenerate names the one
+    command (a module that has no __main__ once stood there)."""
+    for path in ("csrc/ukvm.h", "docs/config.md", "docs/results.md", "docs/development.md",
+                 "csrc/README.md", "uffdkvm/schema.py", "uffdkvm/schema_results.py"):
+        text = (ROOT / path).read_text(encoding="utf-8")
+        assert "python -m uffdkvm.schema" not in text, path
+        assert gen_schema.COMMAND in text, path
 
 
 def test_the_extension_exports_the_schemas_constants():

@@ -220,9 +220,8 @@ def vcpus_frame(r: Result) -> pandas.DataFrame:
 
 
 def dirty_passes_frame(r: Result) -> pandas.DataFrame:
-    """One row per tracked pass (dirty_tracking): ``iteration``,
-    ``dirty_seconds``, ``harvest_seconds``, ``reprotect_seconds``,
-    ``found_pages``, ``written_pages``, ``excess_pages``, ``ring_full_exits``."""
+    """One row per tracked pass (dirty_tracking): every field of DirtyPass
+    (``iteration``, ``dirty_seconds``, ...)."""
     return table_frame(r, "dirty_passes")
 
 
@@ -358,9 +357,8 @@ def faults_frame(r: Result) -> pandas.DataFrame:
     """One row per fault (trace_faults=True), by read time: ``t_s`` (seconds
     from the run's start, the vCPU threads' creation where Result.seconds
     begins, to the fault's read; NA in JSON from before uffdkvm recorded the
-    start), the trace's columns (``raised_ns``,
-    ``read_ns``, ``resolved_ns``, ``resumed_ns``, ``gpa``, ``vcpu``, ``uffd``,
-    ``reader``, ``eexist``, ``write``) and each fault's stages in ns:
+    start), the trace's columns (every field of FaultTrace but ``start_ns``:
+    ``raised_ns``, ``read_ns``, ...) and each fault's stages in ns:
     ``service_ns`` (read to the page's arrival: resolved, or resumed if the
     vCPU resumed before the reader saw its ioctl return) always;
     ``queue_ns`` (raised to read), ``resume_ns`` (arrival to resumed) and

@@ -5,14 +5,13 @@ Units are in the names where a name alone would leave them open.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _core, frames, invariants, serial, tables, touchorder
+from . import _core, frames, invariants, schema_results, serial, tables, touchorder
 from .config import Config, format_size
 from .errors import ResultError
 from .histogram import Histogram
@@ -52,88 +51,85 @@ def _access_latency(counts: Sequence[int], cycles: int, tsc_khz: int) -> Histogr
 
 @dataclass(frozen=True)
 class VcpuStats:
+    # BEGIN GENERATED VcpuStats by uffdkvm/schema_results.py
     """One vCPU.
-
-    seconds          from its first KVM_RUN until the guest reported done
-    pages            4 KiB pages the guest says it touched (all passes)
-    exits            VM exits during the run, from KVM's own "exits" counter
-                     (None where the kernel has no binary stats)
-    userspace_exits  returns from KVM_RUN to the vCPU thread, not counting
-                     the EAGAIN retries that never entered the guest (with
-                     guest_timing, 32 of them are the clock-sync exits; with
-                     auto_converge, the throttle's kicks, up to 100 a second)
-    fault_exits      with resolver="vcpu": those returns that were a fault
-                     this vCPU's own thread resolved (0 with readers)
-    regs_fault_exits of fault_exits, those where KVM_RUN's EFAULT did not
-                     name the page (stock x86 KVM) and the thread found it
-                     from the guest's registers (KVM_GET_REGS: the walk's
-                     access at %rip, its page in %rax)
-    kvm_stats        KVM's own statistics for this vCPU over the run, by the
-                     kernel's names: counters as deltas, the rest as they
-                     stood at the end (empty without KVM_GET_STATS_FD)
-    tid              the host thread that ran it
-    pass_seconds     how long each pass took (the first one demand-pages)
-    cpus             the CPUs the thread could run on, as it saw them itself
-    cpu_seconds      CPU time the thread used
-    throttled_seconds  a migration's source with auto_converge: the thread's
-                     throttle sleeps, the guest's time given up (0 otherwise)
-    faults           faults of this vCPU that a reader resolved
-                     (UFFD_FEATURE_THREAD_ID): as Result.faults and
-                     ReaderStats.faults count, EEXIST ones not included;
-                     with uffd_mode="wp", the write-protect faults: first
-                     writes to pages (reads do not fault); None with
-                     stats="basic"
-    eexist           fault messages of this vCPU that a reader found
-                     already resolved (another vCPU's fault on the same
-                     page came first): faults + eexist are the messages it
-                     caused; None with stats="basic"
 
     Each fault in stages (ns Histograms; stats="full"). A fault is raised when
     the guest is about to make the access, read when a reader's read()
     returns its message, resolved when the resolving ioctl returns, resumed
     when the guest's access completes. Raised and resumed come from the
-    guest's own rdtsc stamps, so they need guest_timing=True:
+    guest's own rdtsc stamps, so they need guest_timing=True. faults counts
+    what it does at every level (this vCPU, a reader, the run): faults
+    resolved, EEXIST ones not included; faults + eexist are the messages.
 
-    queue_latency    raised -> read: delivery, the wakeup, the herd
-                     (guest_timing, else None)
-    service_latency  read -> the page's arrival: the reader's work,
-                     delay_us included (service time only: not the whole
-                     fault). The page arrives when the resolving ioctl
-                     returns, or, with guest_timing, when the vCPU resumed
-                     if that came first (the ioctl wakes the vCPU before it
-                     returns)
-    resume_latency   the page's arrival -> resumed: waking the vCPU and
-                     finishing the access (guest_timing, else None)
-    fault_latency    raised -> resumed: the whole fault as the vCPU lived it,
-                     = queue + service + resume (guest_timing, else None)
-    blocked_seconds  time with a fault of this vCPU outstanding (QEMU's
-                     per-vCPU blocktime): raised -> resumed with guest_timing,
-                     read -> resolved without it
-    access_latency   guest_timing: Histogram of every access as the guest
-                     timed it with rdtsc (ns), faulting or not, all passes
+    index              the vCPU's index
+    tid                the host thread that ran it
+    seconds            from its first KVM_RUN until the guest reported done
+    pages              4 KiB pages the guest says it touched (all passes)
+    exits              VM exits during the run, from KVM's own "exits" counter (None where the
+                       kernel has no binary stats)
+    userspace_exits    returns from KVM_RUN to the vCPU thread, not counting the EAGAIN retries
+                       that never entered the guest (with guest_timing, 32 of them are the
+                       clock-sync exits; with auto_converge, the throttle's kicks, up to 100 a
+                       second)
+    fault_exits        with resolver="vcpu": those returns that were a fault this vCPU's own
+                       thread resolved (0 with readers)
+    regs_fault_exits   of fault_exits, those where KVM_RUN's EFAULT did not name the page (stock
+                       x86 KVM) and the thread found it from the guest's registers
+                       (KVM_GET_REGS: the walk's access at %rip, its page in %rax)
+    kvm_stats          KVM's own statistics for this vCPU over the run, by the kernel's names:
+                       counters as deltas, the rest as they stood at the end (empty without
+                       KVM_GET_STATS_FD)
+    pass_seconds       how long each pass took (the first one demand-pages)
+    cpu_seconds        CPU time the thread used (getrusage)
+    throttled_seconds  a migration's source with auto_converge: the thread's throttle sleeps,
+                       the guest's time given up (0 otherwise)
+    cpus               the CPUs the thread could run on, as it saw them itself
+    faults             faults of this vCPU that a reader resolved (UFFD_FEATURE_THREAD_ID): as
+                       Result.faults and ReaderStats.faults count, EEXIST ones not included;
+                       with uffd_mode="wp", the write-protect faults: first writes to pages
+                       (reads do not fault); None with stats="basic"
+    eexist             fault messages of this vCPU that a reader found already resolved (another
+                       vCPU's fault on the same page came first): faults + eexist are the
+                       messages it caused; None with stats="basic"
+    blocked_seconds    time with a fault of this vCPU outstanding (QEMU's per-vCPU blocktime):
+                       raised -> resumed with guest_timing, read -> resolved without it
+    service_latency    read -> the page's arrival: the reader's work, delay_us included (service
+                       time only: not the whole fault). The page arrives when the resolving
+                       ioctl returns, or, with guest_timing, when the vCPU resumed if that came
+                       first (the ioctl wakes the vCPU before it returns)
+    queue_latency      raised -> read: delivery, the wakeup, the herd (guest_timing, else None)
+    resume_latency     the page's arrival -> resumed: waking the vCPU and finishing the access
+                       (guest_timing, else None)
+    fault_latency      raised -> resumed: the whole fault as the vCPU lived it, = queue +
+                       service + resume; with overlap also stalls another vCPU's fault ended
+                       (EEXIST) (guest_timing, else None)
+    access_latency     guest_timing: Histogram of every access as the guest timed it with rdtsc
+                       (ns), faulting or not, all passes
     """
 
     index: int
+    tid: int
     seconds: float
     pages: int
     exits: int | None
     userspace_exits: int
-    tid: int
-    kvm_stats: dict[str, int] = field(default_factory=dict, hash=False)
-    pass_seconds: tuple[float, ...] = ()
-    cpus: tuple[int, ...] = ()
-    cpu_seconds: float = 0.0
-    faults: int | None = None
-    eexist: int | None = None
-    queue_latency: Histogram | None = None
-    service_latency: Histogram | None = None
-    resume_latency: Histogram | None = None
-    fault_latency: Histogram | None = None
-    blocked_seconds: float | None = None
-    access_latency: Histogram | None = None
     fault_exits: int = 0
     regs_fault_exits: int = 0
+    kvm_stats: dict[str, int] = field(default_factory=dict, hash=False)
+    pass_seconds: tuple[float, ...] = ()
+    cpu_seconds: float = 0.0
     throttled_seconds: float = 0.0
+    cpus: tuple[int, ...] = ()
+    faults: int | None = None
+    eexist: int | None = None
+    blocked_seconds: float | None = None
+    service_latency: Histogram | None = None
+    queue_latency: Histogram | None = None
+    resume_latency: Histogram | None = None
+    fault_latency: Histogram | None = None
+    access_latency: Histogram | None = None
+    # END GENERATED VcpuStats
 
     @property
     def all_passes_pages_per_s(self) -> float:
@@ -157,35 +153,32 @@ class VcpuStats:
 
 @dataclass(frozen=True)
 class DirtyPass:
+    # BEGIN GENERATED DirtyPass by uffdkvm/schema_results.py
     """One pass under dirty tracking (Config.dirty_tracking), as
     dirty_log_perf_test reports an iteration: pass ``iteration + 1`` of the
     run (pass 1 populates, untracked). The vCPUs wait at the pass's end
     while the host harvests and re-protects (docs/dirty-tracking.md).
 
     iteration          1, 2, ...: dirty_log_perf_test's iteration number
-    dirty_seconds      the vCPUs let into the pass to the last one ending it
-                       ("Iteration N dirty memory time")
-    harvest_seconds    collecting what the tracker found: KVM_GET_DIRTY_LOG,
-                       the rings' entries, PAGEMAP_SCAN ("get dirty log
-                       time"); for "bitmap" and "wp_async" the same call
-                       also re-protects
-    reprotect_seconds  re-protecting it: KVM_CLEAR_DIRTY_LOG
-                       (bitmap_manual), KVM_RESET_DIRTY_RINGS (ring); 0.0
-                       for "bitmap" and "wp_async", whose harvest did it
-                       ("clear dirty log time")
-    reprotect_calls    the ioctls that re-protected: one KVM_CLEAR_DIRTY_LOG
-                       per dirty_clear_pages chunk (bitmap_manual), one
-                       KVM_RESET_DIRTY_RINGS (ring), 0 for the others
+    dirty_seconds      the vCPUs let into the pass to the last one ending it ("Iteration N dirty
+                       memory time")
+    harvest_seconds    collecting what the tracker found: KVM_GET_DIRTY_LOG, the rings' entries,
+                       PAGEMAP_SCAN ("get dirty log time"); for "bitmap" and "wp_async" the same
+                       call also re-protects
+    reprotect_seconds  re-protecting it: KVM_CLEAR_DIRTY_LOG (bitmap_manual),
+                       KVM_RESET_DIRTY_RINGS (ring); 0.0 for "bitmap" and "wp_async", whose
+                       harvest did it ("clear dirty log time")
+    reprotect_calls    the ioctls that re-protected: one KVM_CLEAR_DIRTY_LOG per
+                       dirty_clear_pages chunk (bitmap_manual), one KVM_RESET_DIRTY_RINGS
+                       (ring), 0 for the others
     found_pages        4 KiB pages the tracker reported dirty
-    written_pages      4 KiB pages the guest wrote in the pass, from its own
-                       write counts (word 2 of each page); a written page
-                       the tracker missed fails the run
-    excess_pages       found but not written: bitmap_manual's first
-                       iteration (INITIALLY_SET reports every page), and
-                       with wp_async, hugetlb pages (PAGEMAP_SCAN reports
-                       the whole page); 0 otherwise
-    ring_full_exits    ring: KVM_EXIT_DIRTY_RING_FULL exits in the pass, all
-                       vCPUs (each vCPU then harvests its own ring and resets)
+    written_pages      4 KiB pages the guest wrote in the pass, from its own write counts (word
+                       2 of each page); a written page the tracker missed fails the run
+    excess_pages       found but not written: bitmap_manual's first iteration (INITIALLY_SET
+                       reports every page), and with wp_async, hugetlb pages (PAGEMAP_SCAN
+                       reports the whole page); 0 otherwise
+    ring_full_exits    ring: KVM_EXIT_DIRTY_RING_FULL exits in the pass, all vCPUs (each vCPU
+                       then harvests its own ring and resets)
     """
 
     iteration: int
@@ -197,30 +190,30 @@ class DirtyPass:
     written_pages: int
     excess_pages: int
     ring_full_exits: int = 0
+    # END GENERATED DirtyPass
 
 
 @dataclass(frozen=True)
 class MigrationRound:
+    # BEGIN GENERATED MigrationRound by uffdkvm/schema_results.py
     """One pre-copy round of a migration's source (Config.migration), its
     vCPUs running (docs/migration.md). Round 1 sends every page; each later
     round sends the pages the tracker found written during the one before.
 
-    round            1, 2, ...
-    send_seconds     its pages onto the link, paced to link_bandwidth_mbps
-                     (round 1: after re-protecting the whole region)
-    harvest_seconds  the tracker's harvest and re-protect at its end
-    sent_pages       4 KiB pages it sent
-    dirty_pages      4 KiB pages the tracker found written during it: the
-                     next round's, or at the switch-over the start of the
-                     stop-copy (or of what post-copy fetches)
-    ring_full_exits  dirty_tracking="ring": KVM_EXIT_DIRTY_RING_FULL exits,
-                     every vCPU's, from the round's start to its harvest (the
-                     last round's: to the final harvest at the stop); a vCPU
-                     whose ring fills stops to harvest its own (0 otherwise)
-    throttle_percent auto_converge: the throttle set for the round, the share
-                     of each vCPU's time it takes from the guest (0: none).
-                     The setting, not a measure: the vCPUs' sleeps are
-                     VcpuStats.throttled_seconds
+    round             1, 2, ...
+    send_seconds      its pages onto the link, paced to link_bandwidth_mbps (round 1: after
+                      re-protecting the whole region)
+    harvest_seconds   the tracker's harvest and re-protect at its end
+    sent_pages        4 KiB pages it sent
+    dirty_pages       4 KiB pages the tracker found written during it: the next round's, or at
+                      the switch-over the start of the stop-copy (or of what post-copy fetches)
+    ring_full_exits   dirty_tracking="ring": KVM_EXIT_DIRTY_RING_FULL exits, every vCPU's, from
+                      the round's start to its harvest (the last round's: to the final harvest
+                      at the stop); a vCPU whose ring fills stops to harvest its own (0
+                      otherwise)
+    throttle_percent  auto_converge: the throttle set for the round, the share of each vCPU's
+                      time it takes from the guest (0: none). The setting, not a measure: the
+                      vCPUs' sleeps are VcpuStats.throttled_seconds
     """
 
     round: int
@@ -230,6 +223,7 @@ class MigrationRound:
     dirty_pages: int
     ring_full_exits: int = 0
     throttle_percent: int = 0
+    # END GENERATED MigrationRound
 
     @property
     def seconds(self) -> float:
@@ -248,64 +242,70 @@ class MigrationRound:
 
 @dataclass(frozen=True)
 class ReaderStats:
-    """One reader thread of one uffd.
+    # BEGIN GENERATED ReaderStats by uffdkvm/schema_results.py
+    """One reader thread of one uffd. Every counter is kept by the reader
+    thread itself and kept on every exit.
 
-    faults            faults this reader resolved
-    wakeups           returns from its wait (poll, epoll_wait or read)
-    spurious_wakeups  wakeups after which the read found nothing (EAGAIN):
-                      another reader took the message
-    eexist            faults it found already resolved by another reader
-    copies, zeropages, continues, moves
-                      messages it resolved with UFFDIO_COPY, UFFDIO_ZEROPAGE,
-                      UFFDIO_CONTINUE, UFFDIO_MOVE (EEXIST ones included);
-                      moves is 0 in older JSON
-    unprotects        uffd_mode="wp": WP fault messages it answered by saving
-                      the page's old contents and un-protecting it with
-                      UFFDIO_WRITEPROTECT (EEXIST ones included: another
-                      vCPU's write to a page already being saved); 0 for the
-                      other modes and in older JSON
-    busy_seconds      service time summed: from reading a message to its
-                      resolving ioctl returning (the per-fault delay
-                      included); None with stats="basic", which reads no clocks
-    service_latency   Histogram of those intervals (ns); None with stats="basic"
-    queue_latency     guest_timing with stats="full": Histogram of the time
-                      from the guest raising each fault this reader read to
-                      the read returning (ns), else None
-    tid               the reader's host thread
-    context_switches  times the thread was switched out (getrusage): counts
-                      in-kernel herd wakeups that spurious_wakeups cannot see
-    voluntary_context_switches
-                      of those, the ones where it went to sleep itself (a
-                      spinning reader has next to none); 0 in older JSON
-    cpu_seconds       CPU time the thread used
-    cpus              the CPUs the thread could run on, as it saw them itself
-                      (with resolver="vcpu" the thread is the vCPU's, and
-                      these three are its counters, guest work included)
-    reads             read()s of the uffd that returned messages: (faults +
-                      eexist) / reads is messages per read, reads / wakeups
-                      reads per wakeup (above 1 only with read_batch above 1)
-    read_sizes        [n]: reads that returned n messages (Config.read_batch
-                      caps n); [0]: reads after a full batch that found the
-                      uffd empty (not in reads); empty in older JSON
-    ring_completions  wait="io_uring": completions of the reader's ring's reads
-                      of the uffd that brought messages, each one of ``reads``
-                      (the mode reads nothing with read(2), so the two are
-                      equal); 0 for the other modes and in older JSON
-    source_bytes      bytes it fetched from the page source (Config.source)
-                      for the pages it installed; 0 in older JSON
-    source_seconds    stats="full" with a source other than "synthetic": the
-                      time those fetches took (a file's pread or memcpy,
-                      page-cache misses included); None otherwise
-    prefetched        prefetch="readahead": pages it installed after its faults
-                      (UFFDIO_COPY_MODE_DONTWAKE)
-    prefetch_eexist   of its readahead copies, those that found the page there
-                      already (a fault or another prefetch got it first): races,
-                      not errors
-    wakes             UFFDIO_WAKEs it made after a fault found its page there
-                      (EEXIST): the failed ioctl wakes nobody, a prefetched page
-                      comes without a wake, and the faulting vCPU may be asleep
-                      on it (one per EEXIST of a 4 KiB page, of a huge page only
-                      with prefetch; none with resolver "vcpu")
+    uffd                        which uffd of the experiment
+    index                       which reader of that uffd
+    faults                      faults this reader resolved
+    wakeups                     returns from its wait (poll, epoll_wait or read)
+    spurious_wakeups            wakeups after which the read found nothing (EAGAIN): another
+                                reader took the message
+    eexist                      faults it found already resolved by another reader
+    busy_seconds                service time summed: from reading a message to its resolving
+                                ioctl returning (the per-fault delay included); None with
+                                stats="basic", which reads no clocks
+    context_switches            times the thread was switched out in all its life (getrusage):
+                                counts in-kernel herd wakeups that spurious_wakeups cannot see
+                                (a waiter the kernel wakes and puts back to sleep without
+                                returning to userspace)
+    cpu_seconds                 CPU time the thread used, user and system, all its life (with
+                                resolver="vcpu" the thread is the vCPU's, and this, cpus and
+                                context_switches are its counters, guest work included)
+    tid                         the reader's host thread
+    copies                      messages it resolved with UFFDIO_COPY (EEXIST ones included)
+    zeropages                   messages it resolved with UFFDIO_ZEROPAGE (EEXIST ones included)
+    continues                   messages it resolved with UFFDIO_CONTINUE (EEXIST ones included)
+    moves                       messages it resolved with UFFDIO_MOVE (EEXIST ones included); 0
+                                in older JSON
+    unprotects                  uffd_mode="wp": WP fault messages it answered by saving the
+                                page's old contents and un-protecting it with
+                                UFFDIO_WRITEPROTECT (EEXIST ones included: another vCPU's write
+                                to a page already being saved); 0 for the other modes and in
+                                older JSON
+    reads                       read()s of the uffd that returned messages: (faults + eexist) /
+                                reads is messages per read, reads / wakeups reads per wakeup
+                                (above 1 only with read_batch above 1)
+    read_sizes                  [n]: reads that returned n messages (Config.read_batch caps n);
+                                [0]: reads after a full batch that found the uffd empty (not in
+                                reads); empty in older JSON
+    ring_completions            wait="io_uring": completions of the reader's ring's reads of the
+                                uffd that brought messages, each one of ``reads`` (the mode
+                                reads nothing with read(2), so the two are equal); 0 for the
+                                other modes and in older JSON
+    prefetched                  prefetch="readahead": pages it installed after its faults
+                                (UFFDIO_COPY_MODE_DONTWAKE)
+    prefetch_eexist             of its readahead copies, those that found the page there already
+                                (a fault or another prefetch got it first): races, not errors
+    wakes                       UFFDIO_WAKEs it made after a fault found its page there
+                                (EEXIST): the failed ioctl wakes nobody, a prefetched page comes
+                                without a wake, and the faulting vCPU may be asleep on it (one
+                                per EEXIST of a 4 KiB page, of a huge page only with prefetch;
+                                none with resolver "vcpu")
+    voluntary_context_switches  of those, the ones where it went to sleep itself (a spinning
+                                reader has next to none); 0 in older JSON
+    cpus                        the CPUs the thread could run on, as it saw them itself
+    service_latency             Histogram of the busy_seconds intervals, message read to ioctl
+                                done (ns); None with stats="basic"
+    queue_latency               guest_timing with stats="full": Histogram of the time from the
+                                guest raising each fault this reader read to the read returning
+                                (ns), else None
+    source_bytes                bytes it fetched from the page source (Config.source) for the
+                                pages it installed; 0 in older JSON
+    source_seconds              stats="full" with a source other than "synthetic": the time
+                                those fetches took (a file's pread or memcpy, page-cache misses
+                                included); None otherwise
     """
 
     uffd: int
@@ -317,24 +317,25 @@ class ReaderStats:
     busy_seconds: float | None
     context_switches: int
     cpu_seconds: float
-    cpus: tuple[int, ...] = ()
-    service_latency: Histogram | None = None
-    queue_latency: Histogram | None = None
     tid: int = 0
     copies: int = 0
     zeropages: int = 0
     continues: int = 0
     moves: int = 0
+    unprotects: int = 0
     reads: int = 0
     read_sizes: tuple[int, ...] = ()
-    voluntary_context_switches: int = 0
     ring_completions: int = 0
-    unprotects: int = 0
-    source_bytes: int = 0
-    source_seconds: float | None = None
     prefetched: int = 0
     prefetch_eexist: int = 0
     wakes: int = 0
+    voluntary_context_switches: int = 0
+    cpus: tuple[int, ...] = ()
+    service_latency: Histogram | None = None
+    queue_latency: Histogram | None = None
+    source_bytes: int = 0
+    source_seconds: float | None = None
+    # END GENERATED ReaderStats
 
     def __repr__(self) -> str:
         busy = "None" if self.busy_seconds is None else f"{self.busy_seconds:.3g}"
@@ -345,26 +346,26 @@ class ReaderStats:
 
 @dataclass(frozen=True)
 class FaultTrace:
+    # BEGIN GENERATED FaultTrace by uffdkvm/schema_results.py
     """Every fault of a run (trace_faults=True), as columns, by read time.
     Times are CLOCK_MONOTONIC nanoseconds:
 
-    raised_ns     the guest was about to make the access (guest_timing,
-                  from its rdtsc stamp; None without guest timing)
-    read_ns       a reader's read() returned the fault message
-    resolved_ns   the resolving ioctl returned
-    resumed_ns    the guest's access completed (guest_timing, else None)
-    gpa           the 4 KiB page the vCPU touched, guest-physical (hugetlb
-                  on a kernel without UFFD_FEATURE_EXACT_ADDRESS, Linux
-                  5.18+: the huge page's start)
-    vcpu          the vCPU that faulted, or -1 if unknown
-    uffd, reader  who resolved it
-    eexist        another reader had resolved it first
-    write         the kernel reported a write fault (UFFD_PAGEFAULT_FLAG_WRITE):
-                  the guest's access was a write (None in JSON from before
-                  uffdkvm recorded it)
-    start_ns      the run's start: the vCPU threads' creation, where
-                  Result.seconds begins (faults_frame's t_s counts from it);
-                  None in JSON from before uffdkvm recorded it
+    raised_ns    the guest was about to make the access (guest_timing, from its rdtsc stamp;
+                 None without guest timing)
+    read_ns      a reader's read() returned the fault message
+    resolved_ns  the resolving ioctl returned
+    resumed_ns   the guest's access completed (guest_timing, else None)
+    gpa          the 4 KiB page the vCPU touched, guest-physical (hugetlb on a kernel without
+                 UFFD_FEATURE_EXACT_ADDRESS, Linux 5.18+: the huge page's start)
+    vcpu         the vCPU that faulted (UFFD_FEATURE_THREAD_ID), or -1 if unknown
+    uffd         the uffd of the reader that resolved it
+    reader       the reader (of that uffd) that resolved it
+    eexist       another reader had resolved it first
+    write        the kernel reported a write fault (UFFD_PAGEFAULT_FLAG_WRITE): the guest's
+                 access was a write (None in JSON from before uffdkvm recorded it)
+    start_ns     the run's start: the vCPU threads' creation, where Result.seconds begins
+                 (faults_frame's t_s counts from it); None in JSON from before uffdkvm recorded
+                 it
     """
 
     raised_ns: tuple[int | None, ...]
@@ -378,6 +379,7 @@ class FaultTrace:
     eexist: tuple[bool, ...]
     write: tuple[bool | None, ...]
     start_ns: int | None = None
+    # END GENERATED FaultTrace
 
     def __len__(self) -> int:
         return len(self.read_ns)
@@ -388,251 +390,257 @@ class FaultTrace:
 
 @dataclass(frozen=True)
 class Result:
+    # BEGIN GENERATED Result by uffdkvm/schema_results.py
     """One experiment.
 
-    seconds        demand_paging_test's "Total guest execution time": from
-                   just before the first vCPU thread is created to just after
-                   the last one is joined (with guest_timing, the guest's
-                   clock-sync exits before and after its walk fall inside)
-    kvm_run_seconds  the narrower window: the first KVM_RUN of any vCPU to
-                   the last vCPU reporting done (thread start-up and joining
-                   left out)
-    startup_seconds  the first vCPU thread's creation to the first KVM_RUN of
-                   any vCPU (a migration's destination: its vCPUs' start,
-                   in the downtime)
-    faults         faults resolved by all readers (EEXIST not counted; see
-                   ``eexist`` for those); with uffd_mode="wp", write-protect
-                   faults: one per page the guest writes (write_percent),
-                   none for pages it only reads
-    paging_rate    pages/s as upstream's demand_paging_test computes it:
-                   pages_per_vcpu * vcpus / seconds; with passes > 1, over the
-                   first pass (the one that demand-pages): from the threads'
-                   creation to the last vCPU ending that pass
-    pass_seconds   for each pass, first vCPU starting it to last vCPU ending it
-    blocktime_seconds  time during which every vCPU had a fault outstanding
-                   at once (QEMU's postcopy-blocktime), with each fault's
-                   span as in VcpuStats.blocked_seconds; None with
-                   stats="basic"
-    fault_trace    trace_faults: every fault (FaultTrace), else None
-    clock_sync     guest_timing with stats="full": how the guest's TSC stamps
-                   were put on the readers' clock (CLOCK_MONOTONIC):
-                   "kvm_tsc_offset" (KVM's offset, confirmed by the guest's
-                   clock-sync exits before and after the walk) or
-                   "sync_exits" (the exits' bracket alone); None where they
-                   could not be (clock_sync_message says why): then queue,
-                   resume and fault latencies are None too, and blocked time
-                   falls back to read -> resolved
-    clock_error_ns a bound on that conversion's error, ns (None with it)
-    clock_sync_message  why clock_sync is None where guest_timing with
-                   stats="full" asked for the conversion: KVM's TSC offset
-                   moved during the run (as KVM moves it where the host
-                   kernel marked its TSC unstable, e.g. Debian's 6.1 booted
-                   nested), the sync exits before and after the walk bracket
-                   no one offset, or the guest's TSC ran at another rate than
-                   the host's; None where clock_sync is set, where no
-                   conversion was asked for, and in JSON from before uffdkvm
-                   recorded it
-    misordered_faults  faults whose stamps contradict the readers' clock
-                   (raised after the read, or resumed before it), left out
-                   of the stages: 0 when the clocks agree (None without a
-                   conversion)
-    verified       every page of the region held what it must after the run,
-                   and every vCPU touched and read what it should have
-    contents_verified  whether verified compared the pages' bytes: False for
-                   source="remote" with source_address and no local copy
-                   (source_path), when only the counts (every fault resolved
-                   once, every page touched) were checked, not the bytes the
-                   server sent
-    bad_pages      pages that did not (0 when verified)
-    page_server    source="remote": the page server's own counters after the
-                   run (requests, urgent and background, bytes, queue time
-                   beyond its latency), else None
-    region_gpa     the guest physical address where the test region starts
-                   (fault_trace's gpa less this is the offset into the
-                   region); None in JSON from before uffdkvm recorded it
-    dirty_passes   dirty_tracking: one DirtyPass per pass after the first
-                   (the tracked ones), else empty
-    dirty_enable_seconds, dirty_disable_seconds  dirty_tracking: turning it
-                   on after pass 1 (KVM_MEM_LOG_DIRTY_PAGES set on the
-                   region's memslot; wp_async: UFFDIO_WRITEPROTECT of the
-                   region) and off after the last pass, as
-                   dirty_log_perf_test's "Enabling/Disabling dirty logging
-                   time"; None without tracking
-    migration_rounds  migration (the source side, docs/migration.md): one
-                   MigrationRound per pre-copy round, else empty
-    migration_converged  migration: precopy's rounds ended because the last
-                   one's dirty set fit downtime_target_ms on the link (not at
-                   max_rounds); False for postcopy and hybrid; else None
-    precopy_seconds  migration: round 1's start to the source's stop (the
-                   last vCPU at the end of its pass); 0.0 for postcopy
-    stopcopy_seconds  migration: the stop to the last stop-copy page on the
-                   link, the final harvest included (the source's share of
-                   the downtime; the link's latency is not in it)
-    precopy_pages, stopcopy_pages  migration: 4 KiB pages sent while the
-                   vCPUs ran (all rounds) and with them stopped
-    postcopy_pages migration: 4 KiB pages the destination does not hold at
-                   the stop (never sent, or written since): post-copy's
-    migrated_pages migration: the 4 KiB pages (indices from the region's
-                   start) the destination holds at the stop, each compared
-                   byte for byte with the source's then
-    dirty_pages    wp_async: the pages PAGEMAP_SCAN found written (their
-                   uffd-wp bit cleared by the kernel on the first write);
-                   verification checks they are exactly the pages the guest
-                   wrote. None otherwise
-    touched_pages  the distinct 4 KiB pages the guest touched, all vCPUs:
-                   the region's pages, or fewer with touch_percent < 100 or
-                   access="zipf" (each fault resolves one, or the huge page
-                   around it)
-    guest_accesses the guest's page accesses, all vCPUs and passes (with
-                   access="zipf", hot pages count once per visit)
-    page_visits    trace_faults with touch_percent < 100 or access="zipf":
-                   the accesses in one pass to each 4 KiB page of the region,
-                   all vCPUs together (0: never touched); verification checks
-                   them against the guest's own count of writes to each page
-                   it writes. Else None
-    touch_order    with Config.record_touch_order=True (uffd_mode="missing"
-                   with resolve="copy"): the pages faults installed, in the order
-                   they were resolved (first installs only, EEXIST ones left
-                   out), as page indices: pages of page_size counted from the
-                   region's start. What replay prefetch (Config.replay_from)
-                   takes; save_touch_order writes it. Empty elsewhere
-    preinstalled_pages, preinstall_seconds  Config.preinstall: the pages put in
-                   from the page source's local copy before the vCPU threads
-                   started (a migration's pre-copied pages: they never fault),
-                   and the time that took (outside every window above);
-                   None where no resident map was kept
-    prefetched_pages  pages installed by prefetch (readahead and the pusher);
-                   None where pages are not tracked (uffd_mode other than
-                   "missing", resolve other than "copy", prefault)
-    pushed_pages   of those, the ones the pusher installed (background, replay)
-    source_bytes   bytes fetched from the page source: every reader's, and the
-                   prefetch pusher's (pusher_source_bytes)
-    source_seconds time spent fetching from the page source, over every reader
-                   (stats="full", a source other than "synthetic"), else None
-    pusher_source_bytes  prefetch background or replay: bytes the pusher
-                   fetched from the page source, over a connection of its
-                   own (counted in source_bytes, not in any reader's); 0
-                   otherwise and in older JSON
-    wasted_prefetch_pages  prefetched pages the guest never touches
-    resident_seconds  from the first vCPU's start until every page of the
-                   region was resident (faulted or prefetched); None if that
-                   never happened, where pages are not tracked, or with
-                   stats="basic" (which reads no clock per fault)
-    faulted_pages  pages (of page_size) a vCPU faulted on and waited for,
-                   whoever installed them: a fault whose page prefetch
-                   installed while the vCPU waited (counted in eexist, not in
-                   faults) is one, as it is a stall; None where pages are not
-                   tracked
-    faults_avoided  the pages the guest touches less faulted_pages: those no
-                   vCPU waited for, since prefetch had installed them before
-                   the guest touched them (the same run without prefetch
-                   faults once per page touched)
-    prefetch_eexist  prefetch copies that found the page there already (the
-                   readers' readahead and the pusher's): races counted, not
-                   errors
-    eexist         fault messages the readers found already resolved (not in
-                   faults), every reader's
-    spurious_wakeups  every reader's wakeups that found nothing to read
-    wakes          UFFDIO_WAKEs after EEXIST, every reader's (ReaderStats.wakes):
-                   a failed ioctl wakes nobody, and a prefetched page comes
-                   without a wake; in JSON of schema 3, which named it
-                   prefetch_wakes, None where pages were not tracked
-    verify_message the first problem found, or "" when verified
-    source         the page source that ran, as the core reports it
-                   ("synthetic" in older JSON)
-    source_cached_pages_at_start
-                   source="file": the file's pages in the page cache as the
-                   vCPUs started, counted with mincore() (0 with
-                   source_cache="cold"; the whole region's pages with
-                   "warm"), else None
-    reader_cpus    the reader pins the core was handed (Config.reader_cpus as
-                   the run had it: reader k of all uffds, a uffd's readers
-                   together, on entry k modulo the length), or None: the
-                   readers ran where the scheduler put them (and in JSON
-                   from before uffdkvm recorded it: unknown there, see
-                   readers_with_vcpus)
-    readers_with_vcpus  whether each reader ran on the CPU of the vCPU it
-                   serves (Config.readers_with_vcpus as the run had it:
-                   pin_readers="vcpus", or the default pin_readers=None with
-                   pinned vCPUs and readers that share CPUs: every wait but
-                   "spin"); False for a CPU list,
-                   "scheduler" and runs without readers. None in JSON from
-                   before uffdkvm recorded it, when pin_readers=None left the
-                   readers to the scheduler: the Config's property would
-                   misread those runs
-    reader_wait    how the readers waited, as the core was handed it
-                   (Config.reader_wait as the run had it: wait, or for the
-                   default wait=None "spin_idle" beside pinned vCPUs, else
-                   "epoll_exclusive"); None for a run without readers
-                   (uffd_mode None, resolver "vcpu") and in JSON from before
-                   uffdkvm recorded it
-    kvm_stats      KVM's VM-wide statistics over the run, like VcpuStats'
-    host           the machine it ran on (None for a Result made by hand)
+    config                        the Config the run ran
+    seconds                       demand_paging_test's "Total guest execution time": from just
+                                  before the first vCPU thread is created to just after the last
+                                  one is joined (with guest_timing, the guest's clock-sync exits
+                                  before and after its walk fall inside)
+    paging_rate                   pages/s as upstream's demand_paging_test computes it:
+                                  pages_per_vcpu * vcpus / seconds; with passes > 1, over the
+                                  first pass (the one that demand-pages): from the threads'
+                                  creation to the last vCPU ending that pass
+    pages_per_vcpu                4 KiB pages each vCPU's part of the region holds
+    page_size                     the unit faults are resolved in, bytes
+    uffds                         the run's userfaultfds
+    faults                        faults resolved by all readers (EEXIST not counted; see
+                                  ``eexist`` for those); with uffd_mode="wp", write-protect
+                                  faults: one per page the guest writes (write_percent), none
+                                  for pages it only reads
+    vcpus                         one VcpuStats per vCPU, by index
+    readers                       one ReaderStats per reader thread, uffd by uffd
+    verified                      every page of the region held what it must after the run, and
+                                  every vCPU touched and read what it should have
+    bad_pages                     pages that did not (0 when verified)
+    verify_message                the first problem found, or "" when verified
+    kvm_run_seconds               the narrower window: the first KVM_RUN of any vCPU to the last
+                                  vCPU reporting done (thread start-up and joining left out)
+    startup_seconds               the first vCPU thread's creation to the first KVM_RUN of any
+                                  vCPU (a migration's destination: its vCPUs' start, in the
+                                  downtime)
+    pass_seconds                  for each pass, first vCPU starting it to last vCPU ending it
+    region_gpa                    the guest physical address where the test region starts
+                                  (fault_trace's gpa less this is the offset into the region);
+                                  None in JSON from before uffdkvm recorded it
+    blocktime_seconds             time during which every vCPU had a fault outstanding at once
+                                  (QEMU's postcopy-blocktime), with each fault's span as in
+                                  VcpuStats.blocked_seconds; None with stats="basic"
+    clock_sync                    guest_timing with stats="full": how the guest's TSC stamps
+                                  were put on the readers' clock (CLOCK_MONOTONIC):
+                                  "kvm_tsc_offset" (KVM's offset, confirmed by the guest's
+                                  clock-sync exits before and after the walk) or "sync_exits"
+                                  (the exits' bracket alone); None where they could not be
+                                  (clock_sync_message says why): then queue, resume and fault
+                                  latencies are None too, and blocked time falls back to read ->
+                                  resolved
+    clock_error_ns                a bound on that conversion's error, ns (None with it)
+    clock_sync_message            why clock_sync is None where guest_timing with stats="full"
+                                  asked for the conversion: KVM's TSC offset moved during the
+                                  run (as KVM moves it where the host kernel marked its TSC
+                                  unstable, e.g. Debian's 6.1 booted nested), the sync exits
+                                  before and after the walk bracket no one offset, or the
+                                  guest's TSC ran at another rate than the host's; None where
+                                  clock_sync is set, where no conversion was asked for, and in
+                                  JSON from before uffdkvm recorded it
+    misordered_faults             faults whose stamps contradict the readers' clock (raised
+                                  after the read, or resumed before it), left out of the stages:
+                                  0 when the clocks agree (None without a conversion)
+    fault_trace                   trace_faults: every fault (FaultTrace), by start time, else
+                                  None
+    eexist                        fault messages the readers found already resolved (not in
+                                  faults), every reader's
+    spurious_wakeups              every reader's wakeups that found nothing to read
+    wakes                         UFFDIO_WAKEs after EEXIST, every reader's (ReaderStats.wakes):
+                                  a failed ioctl wakes nobody, and a prefetched page comes
+                                  without a wake; in JSON of schema 3, which named it
+                                  prefetch_wakes, None where pages were not tracked
+    source_bytes                  bytes fetched from the page source: every reader's, and the
+                                  prefetch pusher's (pusher_source_bytes)
+    source_seconds                time spent fetching from the page source, over every reader
+                                  (stats="full", a source other than "synthetic"), else None
+    reader_cpus                   the reader pins the core was handed (Config.reader_cpus as the
+                                  run had it: reader k of all uffds, a uffd's readers together,
+                                  on entry k modulo the length), or None: the readers ran where
+                                  the scheduler put them (and in JSON from before uffdkvm
+                                  recorded it: unknown there, see readers_with_vcpus)
+    readers_with_vcpus            whether each reader ran on the CPU of the vCPU it serves
+                                  (Config.readers_with_vcpus as the run had it:
+                                  pin_readers="vcpus", or the default pin_readers=None with
+                                  pinned vCPUs and readers that share CPUs: every wait but
+                                  "spin"); False for a CPU list, "scheduler" and runs without
+                                  readers. None in JSON from before uffdkvm recorded it, when
+                                  pin_readers=None left the readers to the scheduler: the
+                                  Config's property would misread those runs
+    reader_wait                   how the readers waited, as the core was handed it
+                                  (Config.reader_wait as the run had it: wait, or for the
+                                  default wait=None "spin_idle" beside pinned vCPUs, else
+                                  "epoll_exclusive"); None for a run without readers (uffd_mode
+                                  None, resolver "vcpu") and in JSON from before uffdkvm
+                                  recorded it
+    kvm_stats                     KVM's VM-wide statistics over the run, like VcpuStats':
+                                  cumulative ones as deltas, instant and peak ones at the end
+                                  (empty where the kernel has no KVM_GET_STATS_FD)
+    dirty_pages                   wp_async: the pages PAGEMAP_SCAN found written (their uffd-wp
+                                  bit cleared by the kernel on the first write); verification
+                                  checks they are exactly the pages the guest wrote. None
+                                  otherwise
+    dirty_passes                  dirty_tracking: one DirtyPass per pass after the first (the
+                                  tracked ones), else empty
+    dirty_enable_seconds          dirty_tracking: turning it on after pass 1
+                                  (KVM_MEM_LOG_DIRTY_PAGES set on the region's memslot;
+                                  wp_async: UFFDIO_WRITEPROTECT of the region), as
+                                  dirty_log_perf_test's "Enabling dirty logging time"; None
+                                  without tracking
+    dirty_disable_seconds         dirty_tracking: turning it off after the last pass, as
+                                  dirty_log_perf_test's "Disabling dirty logging time"; None
+                                  without tracking
+    migration_rounds              migration (the source side, docs/migration.md): one
+                                  MigrationRound per pre-copy round, else empty
+    migration_converged           migration: precopy's rounds ended because the last one's dirty
+                                  set fit downtime_target_ms on the link (not at max_rounds);
+                                  False for postcopy and hybrid; else None
+    precopy_seconds               migration: round 1's start to the source's stop (the last vCPU
+                                  at the end of its pass); 0.0 for postcopy
+    stopcopy_pages                migration: 4 KiB pages sent with the vCPUs stopped
+    stopcopy_seconds              migration: the stop to the last stop-copy page on the link,
+                                  the final harvest included (the source's share of the
+                                  downtime; the link's latency is not in it)
+    postcopy_pages                migration: 4 KiB pages the destination does not hold at the
+                                  stop (never sent, or written since): post-copy's
+    precopy_pages                 migration: 4 KiB pages sent while the vCPUs ran (all rounds)
+    migrated_pages                migration: the 4 KiB pages (indices from the region's start)
+                                  the destination holds at the stop, each compared byte for byte
+                                  with the source's then, ascending
+    source                        the page source that ran, as the core reports it ("synthetic"
+                                  in older JSON)
+    source_cached_pages_at_start  source="file": the file's pages in the page cache as the vCPUs
+                                  started, counted with mincore() (0 with source_cache="cold";
+                                  the whole region's pages with "warm"), else None
+    page_server                   source="remote": the page server's own counters after the run
+                                  (requests, urgent and background, bytes, queue time beyond its
+                                  latency), else None
+    touched_pages                 the distinct 4 KiB pages the guest touched, all vCPUs: the
+                                  region's pages, or fewer with touch_percent < 100 or
+                                  access="zipf" (each fault resolves one, or the huge page
+                                  around it)
+    guest_accesses                the guest's page accesses, all vCPUs and passes (with
+                                  access="zipf", hot pages count once per visit)
+    page_visits                   trace_faults with touch_percent < 100 or access="zipf": the
+                                  accesses in one pass to each 4 KiB page of the region, all
+                                  vCPUs together (0: never touched); verification checks them
+                                  against the guest's own count of writes to each page it
+                                  writes. Else None
+    prefetched_pages              pages installed by prefetch (readahead and the pusher); None
+                                  where pages are not tracked (uffd_mode other than "missing",
+                                  resolve other than "copy", prefault)
+    preinstalled_pages            Config.preinstall: the pages put in from the page source's
+                                  local copy before the vCPU threads started (a migration's
+                                  pre-copied pages: they never fault); None where no resident
+                                  map was kept
+    preinstall_seconds            Config.preinstall: the time putting those pages in took
+                                  (outside every window above, and demand_paging_test's); None
+                                  where no resident map was kept
+    wasted_prefetch_pages         prefetched pages the guest never touches
+    faulted_pages                 pages (of page_size) a vCPU faulted on and waited for, whoever
+                                  installed them: a fault whose page prefetch installed while
+                                  the vCPU waited (counted in eexist, not in faults) is one, as
+                                  it is a stall; None where pages are not tracked
+    faults_avoided                the pages the guest touches less faulted_pages: those no vCPU
+                                  waited for, since prefetch had installed them before the guest
+                                  touched them (the same run without prefetch faults once per
+                                  page touched)
+    resident_seconds              from the first vCPU's start until every page of the region was
+                                  resident (faulted or prefetched); None if that never happened,
+                                  where pages are not tracked, or with stats="basic" (which
+                                  reads no clock per fault)
+    pushed_pages                  of prefetched_pages, the ones the pusher installed
+                                  (background, replay)
+    prefetch_eexist               prefetch copies that found the page there already (the
+                                  readers' readahead and the pusher's): races counted, not
+                                  errors
+    pusher_source_bytes           prefetch background or replay: bytes the pusher fetched from
+                                  the page source, over a connection of its own (counted in
+                                  source_bytes, not in any reader's); 0 otherwise and in older
+                                  JSON
+    touch_order                   with Config.record_touch_order=True (uffd_mode="missing" with
+                                  resolve="copy"): the pages faults installed, in the order they
+                                  were resolved (first installs only, EEXIST ones left out), as
+                                  page indices: pages of page_size counted from the region's
+                                  start. What replay prefetch (Config.replay_from) takes;
+                                  save_touch_order writes it. Empty elsewhere
+    contents_verified             whether verified compared the pages' bytes: False for
+                                  source="remote" with source_address and no local copy
+                                  (source_path), when only the counts (every fault resolved
+                                  once, every page touched) were checked, not the bytes the
+                                  server sent
+    host                          the machine it ran on (None for a Result made by hand)
     """
 
     config: Config
     seconds: float
-    pages_per_vcpu: int
-    faults: int
     paging_rate: float
+    pages_per_vcpu: int
+    page_size: int
+    uffds: int
+    faults: int
     vcpus: tuple[VcpuStats, ...]
     readers: tuple[ReaderStats, ...]
     verified: bool
     bad_pages: int
     verify_message: str
-    page_size: int
-    uffds: int
-    kvm_stats: dict[str, int] = field(default_factory=dict, repr=False, hash=False)
-    pass_seconds: tuple[float, ...] = ()
-    blocktime_seconds: float | None = None
-    fault_trace: FaultTrace | None = field(default=None, repr=False)
-    host: HostInfo | None = field(default=None, repr=False)
     kvm_run_seconds: float | None = None
     startup_seconds: float | None = None
+    pass_seconds: tuple[float, ...] = ()
+    region_gpa: int | None = None
+    blocktime_seconds: float | None = None
     clock_sync: str | None = None
     clock_error_ns: float | None = None
     clock_sync_message: str | None = None
     misordered_faults: int | None = None
-    dirty_pages: int | None = None
-    page_server: PageServerStats | None = None
-    source: str = "synthetic"
-    source_cached_pages_at_start: int | None = None
-    contents_verified: bool = True
-
-    pusher_source_bytes: int = 0
-    source_bytes: int = 0
-    source_seconds: float | None = None
-    touched_pages: int | None = None
-    guest_accesses: int | None = None
-    page_visits: tuple[int, ...] | None = field(default=None, repr=False)
-    touch_order: tuple[int, ...] = field(default=(), repr=False)
-    prefetched_pages: int | None = None
-    preinstalled_pages: int | None = None
-    preinstall_seconds: float | None = None
-    pushed_pages: int | None = None
-    wasted_prefetch_pages: int | None = None
-    resident_seconds: float | None = None
-    faulted_pages: int | None = None
-    faults_avoided: int | None = None
-    prefetch_eexist: int | None = None
-    wakes: int | None = None
+    fault_trace: FaultTrace | None = field(default=None, repr=False)
     eexist: int = 0
     spurious_wakeups: int = 0
+    wakes: int | None = None
+    source_bytes: int = 0
+    source_seconds: float | None = None
     reader_cpus: tuple[int, ...] | None = None
     readers_with_vcpus: bool | None = None
     reader_wait: str | None = None
+    kvm_stats: dict[str, int] = field(default_factory=dict, repr=False, hash=False)
+    dirty_pages: int | None = None
     dirty_passes: tuple[DirtyPass, ...] = ()
-    region_gpa: int | None = None
     dirty_enable_seconds: float | None = None
     dirty_disable_seconds: float | None = None
     migration_rounds: tuple[MigrationRound, ...] = ()
     migration_converged: bool | None = None
     precopy_seconds: float | None = None
-    stopcopy_seconds: float | None = None
-    precopy_pages: int | None = None
     stopcopy_pages: int | None = None
+    stopcopy_seconds: float | None = None
     postcopy_pages: int | None = None
+    precopy_pages: int | None = None
     migrated_pages: tuple[int, ...] = field(default=(), repr=False)
+    source: str = "synthetic"
+    source_cached_pages_at_start: int | None = None
+    page_server: PageServerStats | None = None
+    touched_pages: int | None = None
+    guest_accesses: int | None = None
+    page_visits: tuple[int, ...] | None = field(default=None, repr=False)
+    prefetched_pages: int | None = None
+    preinstalled_pages: int | None = None
+    preinstall_seconds: float | None = None
+    wasted_prefetch_pages: int | None = None
+    faulted_pages: int | None = None
+    faults_avoided: int | None = None
+    resident_seconds: float | None = None
+    pushed_pages: int | None = None
+    prefetch_eexist: int | None = None
+    pusher_source_bytes: int = 0
+    touch_order: tuple[int, ...] = field(default=(), repr=False)
+    contents_verified: bool = True
+    host: HostInfo | None = field(default=None, repr=False)
+    # END GENERATED Result
 
     @property
     def per_vcpu_rate(self) -> float:
@@ -786,52 +794,29 @@ class Result:
     def _from_core(cls, config: Config, raw: dict[str, Any]) -> Result:
         """The Result of the core's dict (csrc/python/result.c's tables): each field
         by its own name (see _from_raw), None where this run did not measure
-        it, and the times of _times."""
-        full = raw["stats_full"]
+        it (the schema's ``measured``, against _measured), and the times of
+        _times."""
         timing = config.guest_timing
-        # The guest's stamps give the stages around service, where its clock
-        # could be put on the readers'.
-        staged = full and timing and raw["clock_sync"] != _core.CLOCK_SYNC_NONE
-        timed_source = full and raw["source"] != _core.SOURCE_SYNTHETIC
-        tracked = raw["resident_tracked"]
+        measured = _measured(config, raw)
+        staged = measured["staged"]
         times = _times(raw)
-        # What this run did not measure, by level: None rather than a 0.
-        unmeasured_vcpu = [*_unless(staged, "queue_latency", "resume_latency", "fault_latency"),
-                           *_unless(full, "faults", "eexist", "service_latency",
-                                    "blocked_seconds")]
-        unmeasured_reader = [*_unless(full, "busy_seconds", "service_latency"),
-                             *_unless(staged, "queue_latency"),
-                             *_unless(timed_source, "source_seconds")]
-        unmeasured = [*_unless(full, "blocktime_seconds"),
-                      *_unless(timed_source and bool(raw["readers"]), "source_seconds"),
-                      *_unless(staged, "misordered_faults"),
-                      *_unless(config.wp_async, "dirty_pages"),
-                      *_unless(config.dirty_tracking is not None, "dirty_enable_seconds",
-                               "dirty_disable_seconds"),
-                      *_unless(config.migration is not None, "migration_converged",
-                               "precopy_seconds", "stopcopy_seconds", "precopy_pages",
-                               "stopcopy_pages", "postcopy_pages"),
-                      *_unless(raw["source"] == _core.SOURCE_FILE,
-                               "source_cached_pages_at_start"),
-                      *_unless(tracked, "prefetched_pages", "preinstalled_pages",
-                               "preinstall_seconds", "pushed_pages",
-                               "wasted_prefetch_pages", "resident_seconds", "faulted_pages",
-                               "faults_avoided", "prefetch_eexist")]
+        unmeasured = {s: schema_results.unmeasured(s, measured)
+                      for s in ("Result", "VcpuStats", "ReaderStats")}
         vcpus = tuple(
-            _from_raw(VcpuStats, v, unmeasured_vcpu, **vcpu_times,
+            _from_raw(VcpuStats, v, unmeasured["VcpuStats"], **vcpu_times,
                       access_latency=_access_latency(v["access_hist"], v["access_cycles"],
                                                      raw["tsc_khz"]) if timing else None)
             for v, vcpu_times in zip(raw["vcpus"], times.pop("vcpus"), strict=True))
         readers = tuple(
-            _from_raw(ReaderStats, r, unmeasured_reader,
+            _from_raw(ReaderStats, r, unmeasured["ReaderStats"],
                       read_sizes=tuple(r["read_sizes"][:config.read_batch + 1]))
             for r in raw["readers"])
         trace = raw["fault_trace"]
         dirty_passes = tuple(_from_raw(DirtyPass, p) for p in raw["dirty_passes"])
         rounds = tuple(_from_raw(MigrationRound, r) for r in raw["migration_rounds"])
         return _from_raw(
-            cls, raw, unmeasured, **times, config=config, vcpus=vcpus, readers=readers,
-            host=None, page_server=None, source=_SOURCE_NAMES[raw["source"]],
+            cls, raw, unmeasured["Result"], **times, config=config, vcpus=vcpus,
+            readers=readers, host=None, page_server=None, source=_SOURCE_NAMES[raw["source"]],
             dirty_passes=dirty_passes, migration_rounds=rounds,
             fault_trace=None if trace is None else FaultTrace(
                 **{name: tuple(column) for name, column in trace.items()},
@@ -845,40 +830,51 @@ class Result:
             if config.uffd_mode is not None and config.resolver == "readers" else None)
 
 
-def _unless(measured: bool, *names: str) -> tuple[str, ...]:
-    """names, where they were not measured (for _from_raw's unmeasured)."""
-    return () if measured else names
+def _measured(config: Config, raw: dict[str, Any]) -> dict[str, bool]:
+    """Which of the schema's CONDITIONS held for this run (a field measured
+    under a condition that did not hold is None)."""
+    full = bool(raw["stats_full"])
+    # The guest's stamps give the stages around service, where its clock
+    # could be put on the readers'.
+    staged = full and config.guest_timing and raw["clock_sync"] != _core.CLOCK_SYNC_NONE
+    timed_source = full and raw["source"] != _core.SOURCE_SYNTHETIC
+    return {"full": full, "staged": staged, "timed_source": timed_source,
+            "timed_source_read": timed_source and bool(raw["readers"]),
+            "wp_async": config.wp_async,
+            "dirty_tracking": config.dirty_tracking is not None,
+            "migration": config.migration is not None,
+            "source_file": raw["source"] == _core.SOURCE_FILE,
+            "tracked": bool(raw["resident_tracked"])}
 
 
 def _from_raw(cls: type[_T], raw: dict[str, Any], unmeasured: Sequence[str] = (),
               **given: Any) -> _T:
-    """A cls (VcpuStats, ReaderStats, Result) from one of the core's dicts.
+    """A cls (VcpuStats, ReaderStats, Result, ...) from one of the core's dicts.
 
-    Every field the core counts has the core's own name (csrc/ukvm.h), so
-    this is mechanical: field X is raw["X"], and the one conversion is a
-    unit, field X_seconds being the core's duration raw["X_ns"] / 1e9 (None
-    stays None: the core could not measure it). A list is a tuple, a
-    histogram's dict a Histogram. Fields in ``unmeasured`` are None (this run
-    did not measure them, e.g. latencies with stats="basic"); ``given`` are
-    what the core has no counter for (names, times, the Config). A field
-    found in none of these is a KeyError: a counter the core stopped
-    reporting cannot pass unnoticed.
+    Every field the core counts has the core's own name (the schema's value,
+    uffdkvm/schema_results.py), so this is mechanical: field X is raw["X"],
+    and the one conversion is a unit, field X_seconds being the core's
+    duration raw["X_ns"] / 1e9 (None stays None: the core could not measure
+    it). A list is a tuple, a histogram's dict a Histogram. Fields in
+    ``unmeasured`` are None (this run did not measure them, e.g. latencies
+    with stats="basic"); ``given`` are what the core has no counter for
+    (names, times, the Config). A field found in none of these is a
+    KeyError: a counter the core stopped reporting cannot pass unnoticed.
     """
     kwargs = dict(given)
-    for f in dataclasses.fields(typing.cast(Any, cls)):
-        name = f.name
+    for v in schema_results.BY_PY[cls.__name__].fields:
+        name = typing.cast(str, v.py_name)
         if name in kwargs:
             continue
         if name in unmeasured:
             kwargs[name] = None
             continue
-        if name in raw:
-            value = raw[name]
-        else:
-            value = raw[name.removesuffix("_seconds") + "_ns"] \
-                if name.endswith("_seconds") else raw[name]
-            value = None if value is None else value * NS
-        if isinstance(value, dict) and "buckets" in value:
+        if v.conversion is None:
+            raise KeyError(f"{cls.__name__}.{name}: a field of Python's, not given")
+        value = raw[v.name]
+        if v.unit == "s" and value is not None:
+            value = value * NS
+        elif v.conversion == "HIST":
             value = _latency(value)
         kwargs[name] = tuple(value) if isinstance(value, list) else value
     return cls(**kwargs)

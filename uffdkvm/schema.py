@@ -30,7 +30,6 @@ Python-side ones; the message is the same.
 """
 from __future__ import annotations
 
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -757,31 +756,3 @@ def generated(root: Path = ROOT) -> dict[str, str]:
                                    (CONFIG_MD, docs_section(), "<!--")):
         out[path] = _splice((root / path).read_text(encoding="utf-8"), section, path, comment)
     return out
-
-
-def stale(root: Path = ROOT) -> list[str]:
-    """The generated files whose checked-in text differs from the schema's."""
-    bad = []
-    for path, text in generated(root).items():
-        p = root / path
-        if not p.exists() or p.read_text(encoding="utf-8") != text:
-            bad.append(path)
-    return bad
-
-
-def main(argv: list[str]) -> int:
-    if argv == ["--write"]:
-        for path, text in generated().items():
-            p = ROOT / path
-            if not p.exists() or p.read_text(encoding="utf-8") != text:
-                p.write_text(text, encoding="utf-8")
-                print(f"wrote {path}")
-        return 0
-    if argv == ["--check"]:
-        bad = stale()
-        for path in bad:
-            print(f"{path} is stale: run {COMMAND}", file=sys.stderr)
-        return 1 if bad else 0
-    print("usage: python tools/gen_schema.py --write | --check", file=sys.stderr)
-    return 2
-

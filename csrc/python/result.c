@@ -6,8 +6,8 @@
 
 /*
  * The result side is tables too: one per result struct, each entry a
- * counter's name (the struct member's, which is the Python field's: ukvm.h),
- * how to convert it, and where it is, walked to build the dicts (as KVM's
+ * counter's name (the struct member's, which is the Python field's), how to
+ * convert it, and where it is, walked to build the dicts (as KVM's
  * KVM_STATS_DESC tables describe its binary stats). The fault trace's
  * columns are the entries of trace_fields.
  */
@@ -48,174 +48,29 @@ struct result_field {
 _Static_assert(sizeof(enum ukvm_clock_sync) == sizeof(int) &&
 	       sizeof(enum ukvm_source_kind) == sizeof(int), "R_ENUM reads an int");
 
-#define RES(name, type)	  { #name, type, offsetof(struct ukvm_result, name), 0 }
-#define VCPU(name, type)  { #name, type, offsetof(struct ukvm_vcpu_result, name), 0 }
-#define READER(name, type) { #name, type, offsetof(struct ukvm_reader_result, name), 0 }
-#define DIRTY(name, type) { #name, type, offsetof(struct ukvm_dirty_pass, name), 0 }
-#define ROUND(name, type) { #name, type, offsetof(struct ukvm_migration_round, name), 0 }
-#define TRACE(name, type) { #name, type, offsetof(struct ukvm_fault_record, name), 0 }
-#define ARRAY(s, name)	  { #name, R_U64_ARRAY, offsetof(struct s, name), \
-			    sizeof(((struct s *)0)->name) / sizeof(uint64_t) }
+/*
+ * The tables come from the result schema (uffdkvm/schema_results.py, through
+ * result_schema.h): each UKVM_<STRUCT>_FIELDS(X) lists X(member, conversion)
+ * for what the binding hands over. len is an array member's elements.
+ */
+#define U64S(s, name)	(sizeof(((struct s *)0)->name) / sizeof(uint64_t))
+#define ENTRY(s, name, type) { #name, R_##type, offsetof(struct s, name), U64S(s, name) },
+#define RES(name, type)		ENTRY(ukvm_result, name, type)
+#define VCPU(name, type)	ENTRY(ukvm_vcpu_result, name, type)
+#define READER(name, type)	ENTRY(ukvm_reader_result, name, type)
+#define DIRTY(name, type)	ENTRY(ukvm_dirty_pass, name, type)
+#define ROUND(name, type)	ENTRY(ukvm_migration_round, name, type)
+#define TRACE(name, type)	ENTRY(ukvm_fault_record, name, type)
 
-static const struct result_field result_fields[] = {
-	RES(threads_start_ns, R_U64),
-	RES(threads_joined_ns, R_U64),
-	RES(start_ns, R_U64),
-	RES(end_ns, R_U64),
-	RES(pages_per_vcpu, R_U64),
-	RES(region_bytes, R_U64),
-	RES(page_size, R_U64),
-	RES(region_gpa, R_U64),
-	RES(passes, R_U32),
-	RES(stats_full, R_BOOL),
-	RES(blocktime_ns, R_U64),
-	RES(tsc_khz, R_U64),
-	RES(clock_sync, R_ENUM),
-	RES(clock_error_ns, R_U64),
-	RES(clock_sync_message, R_STRING),
-	RES(misordered_faults, R_U64),
-	RES(fault_trace, R_FAULT_TRACE),
-	RES(uffds, R_U32),
-	RES(faults, R_U64),
-	RES(eexist, R_U64),
-	RES(spurious_wakeups, R_U64),
-	RES(wakes, R_U64),
-	RES(source_bytes, R_U64),
-	RES(source_ns, R_U64),
-	RES(vcpus, R_VCPUS),
-	RES(readers, R_READERS),
-	RES(kvm_stats, R_KVM_STATS),
-	RES(dirty_pages, R_U64),
-	RES(dirty_passes, R_DIRTY_PASSES),
-	RES(dirty_enable_ns, R_U64),
-	RES(dirty_disable_ns, R_U64),
-	RES(migration_rounds, R_MIGRATION_ROUNDS),
-	RES(migration_converged, R_BOOL),
-	RES(migration_start_ns, R_U64),
-	RES(migration_stop_ns, R_U64),
-	RES(stopcopy_pages, R_U64),
-	RES(stopcopy_ns, R_U64),
-	RES(postcopy_pages, R_U64),
-	RES(precopy_pages, R_U64),
-	RES(migrated_pages, R_MIGRATED_PAGES),
-	RES(source, R_ENUM),
-	RES(source_cached_pages_at_start, R_U64),
-	RES(touched_pages, R_U64),
-	RES(guest_accesses, R_U64),
-	RES(page_visits, R_PAGE_VISITS),
-	RES(resident_tracked, R_BOOL),
-	RES(prefetched_pages, R_U64),
-	RES(preinstalled_pages, R_U64),
-	RES(preinstall_ns, R_U64),
-	RES(wasted_prefetch_pages, R_U64),
-	RES(touched_units, R_U64),
-	RES(faulted_pages, R_U64),
-	RES(faults_avoided, R_U64),
-	RES(resident_ns, R_U64),
-	RES(pushed_pages, R_U64),
-	RES(pusher_eexist, R_U64),
-	RES(prefetch_eexist, R_U64),
-	RES(pusher_source_bytes, R_U64),
-	RES(touch_order, R_TOUCH_ORDER),
-	RES(verified, R_BOOL),
-	RES(contents_verified, R_BOOL),
-	RES(bad_pages, R_U64),
-	RES(verify_message, R_STRING),
-};
-
-static const struct result_field vcpu_fields[] = {
-	VCPU(index, R_U32),
-	VCPU(tid, R_I32),
-	VCPU(start_ns, R_U64),
-	VCPU(end_ns, R_U64),
-	VCPU(pages, R_U64),
-	VCPU(exits, R_U64),
-	VCPU(userspace_exits, R_U64),
-	VCPU(fault_exits, R_U64),
-	VCPU(regs_fault_exits, R_U64),
-	VCPU(kvm_stats, R_VCPU_KVM_STATS),
-	VCPU(pass_end_ns, R_PASS_END),
-	VCPU(cpu_ns, R_U64),
-	VCPU(throttled_ns, R_U64),
-	VCPU(cpus, R_CPUS),
-	VCPU(faults, R_U64),
-	VCPU(eexist, R_U64),
-	VCPU(blocked_ns, R_U64),
-	VCPU(service_latency, R_HIST),
-	VCPU(queue_latency, R_HIST),
-	VCPU(resume_latency, R_HIST),
-	VCPU(fault_latency, R_HIST),
-	VCPU(access_cycles, R_U64),
-	ARRAY(ukvm_vcpu_result, access_hist),
-};
-
-static const struct result_field reader_fields[] = {
-	READER(uffd, R_U32),
-	READER(index, R_U32),
-	READER(faults, R_U64),
-	READER(wakeups, R_U64),
-	READER(spurious_wakeups, R_U64),
-	READER(eexist, R_U64),
-	READER(tid, R_I32),
-	READER(busy_ns, R_U64),
-	READER(copies, R_U64),
-	READER(zeropages, R_U64),
-	READER(continues, R_U64),
-	READER(moves, R_U64),
-	READER(unprotects, R_U64),
-	READER(reads, R_U64),
-	ARRAY(ukvm_reader_result, read_sizes),
-	READER(ring_completions, R_U64),
-	READER(prefetched, R_U64),
-	READER(prefetch_eexist, R_U64),
-	READER(wakes, R_U64),
-	READER(context_switches, R_U64),
-	READER(voluntary_context_switches, R_U64),
-	READER(cpu_ns, R_U64),
-	READER(cpus, R_CPUS),
-	READER(service_latency, R_HIST),
-	READER(queue_latency, R_HIST),
-	READER(source_bytes, R_U64),
-	READER(source_ns, R_U64),
-};
-
-static const struct result_field dirty_pass_fields[] = {
-	DIRTY(iteration, R_U32),
-	DIRTY(start_ns, R_U64),
-	DIRTY(dirty_ns, R_U64),
-	DIRTY(harvest_ns, R_U64),
-	DIRTY(reprotect_ns, R_U64),
-	DIRTY(reprotect_calls, R_U64),
-	DIRTY(found_pages, R_U64),
-	DIRTY(written_pages, R_U64),
-	DIRTY(excess_pages, R_U64),
-	DIRTY(ring_full_exits, R_U64),
-};
-
+static const struct result_field result_fields[] = { UKVM_RESULT_FIELDS(RES) };
+static const struct result_field vcpu_fields[] = { UKVM_VCPU_RESULT_FIELDS(VCPU) };
+static const struct result_field reader_fields[] = { UKVM_READER_RESULT_FIELDS(READER) };
+static const struct result_field dirty_pass_fields[] = { UKVM_DIRTY_PASS_FIELDS(DIRTY) };
 static const struct result_field migration_round_fields[] = {
-	ROUND(round, R_U32),
-	ROUND(start_ns, R_U64),
-	ROUND(send_ns, R_U64),
-	ROUND(harvest_ns, R_U64),
-	ROUND(sent_pages, R_U64),
-	ROUND(dirty_pages, R_U64),
-	ROUND(ring_full_exits, R_U64),
-	ROUND(throttle_percent, R_U32),
+	UKVM_MIGRATION_ROUND_FIELDS(ROUND)
 };
-
 /* The fault trace's columns, one list each, in ukvm_fault_record's order. */
-static const struct result_field trace_fields[] = {
-	TRACE(raised_ns, R_STAMP),
-	TRACE(read_ns, R_U64),
-	TRACE(resolved_ns, R_U64),
-	TRACE(resumed_ns, R_STAMP),
-	TRACE(gpa, R_U64),
-	TRACE(vcpu, R_I32),
-	TRACE(uffd, R_U16),
-	TRACE(reader, R_U16),
-	TRACE(eexist, R_FLAG),
-	TRACE(write, R_FLAG),
-};
+static const struct result_field trace_fields[] = { UKVM_FAULT_RECORD_FIELDS(TRACE) };
 
 #define NR_TRACE_FIELDS	(sizeof(trace_fields) / sizeof(trace_fields[0]))
 
