@@ -3,7 +3,9 @@
  * One experiment's state, shared by the phases that run it:
  *
  *   setup.c       VM, backing memory, memslot, guest page tables, vCPUs, the
- *                 prefill, uffds and their reader pools; and the teardown
+ *                 prefill; and the teardown
+ *   paging.c      (for setup) uffds and their reader pools, preinstall, the
+ *                 pusher
  *   execute.c     vCPU threads start together; the controller waits for all
  *                 of them, a failure, a cancel or the deadline
  *   stop.c        stopping vCPUs and readers, bounded, naming any that
