@@ -11,7 +11,7 @@
  *   stop.c        stopping vCPUs and readers, bounded, naming any that
  *                 would not stop
  *   collect.c     KVM stats, reader stats and fault log, uffds closed, every
- *                 page verified, the result filled
+ *                 page verified (through check.c), the result filled
  *   experiment.c  the controller thread and the public lifecycle (ukvm.h)
  *
  * The phases take everything they share from here and never call up:
