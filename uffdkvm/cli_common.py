@@ -221,12 +221,25 @@ def pin_main_thread(cpu: int) -> None:
 
 # ---- the flags both commands take ----
 
-def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Convert],
-                      json_help: str) -> None:
+#: A flag's type, as add_run_arguments' ``listed`` wraps it.
+Listed = Callable[[Convert], Convert]
+
+
+def add_run_arguments(p: argparse.ArgumentParser, listed: Listed, json_help: str) -> None:
     """The run command's flags. ``listed`` wraps the type of every flag that
     sets one Config field: the identity for a run, a comma-separated list
     for a sweep. CPU lists (-c, --pin-*) are one value either way."""
     d = Config()
+    _add_upstream_arguments(p, listed, d)
+    _add_reader_arguments(p, listed, d)
+    _add_guest_arguments(p, listed, d)
+    _add_resolve_arguments(p, listed, d)
+    _add_source_arguments(p, listed, d)
+    _add_output_arguments(p, listed, d, json_help)
+
+
+def _add_upstream_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config) -> None:
+    """Upstream's flags (demand_paging_test's letters) and the vCPUs' CPUs."""
     p.add_argument("--version", action="version", version=f"uffdkvm {__version__}")
     p.add_argument("-m", dest="guest_modes", type=guest_mode, action="append", metavar="MODE",
                    help=f"upstream's guest mode ID; uffdkvm runs mode {GUEST_MODE} only "
@@ -259,6 +272,10 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     pins.add_argument("--pin-vcpus", dest="pin_vcpus", type=cpu_list, default=None,
                       metavar="CPULIST", help="pin vCPU threads to these CPUs round-robin "
                       "(any number of CPUs)")
+
+
+def _add_reader_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config) -> None:
+    """Who resolves faults; how readers wait, read, and where they run."""
     p.add_argument("--pin-readers", dest="pin_readers", type=reader_pins, default=None,
                    metavar="CPULIST", help="pin reader threads to host CPUs, round-robin; "
                    "'vcpus': each reader on the CPU of the vCPU it serves (with -c or "
@@ -280,6 +297,10 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    metavar="N", help="messages one read() of a uffd may return (1-64); above 1 "
                    "a reader reads again while reads come back full (default "
                    f"{d.read_batch})")
+
+
+def _add_guest_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config) -> None:
+    """What the guest does: its pages, their order, writes, passes, accesses."""
     p.add_argument("--guest-page-size", dest="guest_page_size",
                    type=listed(choice(tuple(GUEST_PAGE_SIZES), str.upper)),
                    default=d.guest_page_size, metavar="SIZE",
@@ -304,6 +325,10 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     p.add_argument("--accesses", type=listed(int), default=d.accesses, metavar="N",
                    help="with --access zipf: accesses per pass per vCPU (default: its "
                    "touched pages)")
+
+
+def _add_resolve_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config) -> None:
+    """How a fault is resolved, or that there is none."""
     p.add_argument("--resolve", type=listed(choice(RESOLVES)), default=d.resolve,
                    metavar="HOW",
                    help=f"missing faults: {', '.join(RESOLVES)} (default copy; move: "
@@ -316,6 +341,10 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
     p.add_argument("--wp-async", dest="wp_async", action="store_true",
                    help="with -u WP: UFFD_FEATURE_WP_ASYNC (Linux 6.7+), no faults; the "
                    "pages written are collected with PAGEMAP_SCAN after the run")
+
+
+def _add_source_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config) -> None:
+    """Where pages come from (a file, a page server), and prefetch."""
     p.add_argument("--source", type=listed(choice(SOURCES)), default=d.source, metavar="SRC",
                    help="where a resolved page's bytes come from: synthetic (default), "
                    "file (--source-path; -u MISSING with --resolve copy or move) or remote "
@@ -370,6 +399,11 @@ def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Co
                    default=d.max_inflight, metavar="N",
                    help="with a remote source: requests the page server serves at once, "
                    "the rest queue, faults first (default 0: no cap)")
+
+
+def _add_output_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config,
+                          json_help: str) -> None:
+    """The guest's work per access, limits, what is measured and shown."""
     p.add_argument("--guest-work", dest="guest_work", type=listed(int), default=d.guest_work,
                    metavar="N", help="guest busy-loop iterations after each page access "
                    "(4 instructions each; default 0)")

@@ -301,7 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
                       "(Result.to_json(): Result.dirty_passes, one per iteration) instead "
                       "of text")
     d = Config()
-    up = p.add_argument_group("dirty_log_perf_test's flags")
+    _add_upstream_arguments(p.add_argument_group("dirty_log_perf_test's flags"), d)
+    _add_own_arguments(p.add_argument_group("uffdkvm's own"), d)
+    return p
+
+
+def _add_upstream_arguments(up: argparse._ArgumentGroup, d: Config) -> None:
+    """dirty_log_perf_test's letters, with upstream's meaning."""
     track = up.add_mutually_exclusive_group()
     track.add_argument("-g", dest="tracking", action="store_const", const="bitmap",
                        help="KVM_GET_DIRTY_LOG alone, which clears as it reads (no "
@@ -344,7 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("-n", action=_Refuse, nargs=0, default=None, dest="nested",
                     why="nested (L2) vCPUs are not supported: uffdkvm's guest runs in L1",
                     help="refused: the guest runs in L1")
-    own = p.add_argument_group("uffdkvm's own")
+
+
+def _add_own_arguments(own: argparse._ArgumentGroup, d: Config) -> None:
+    """uffdkvm's flags, beside upstream's (and the run's it takes a letter from)."""
     own.add_argument("-u", dest="uffd_mode", type=uffd_mode, default=None, metavar="MODE",
                      help="userfaultfd for the populating pass: NONE (the default: the vCPUs "
                      "fault memory in, as upstream's do), MISSING, MINOR or WP")
@@ -368,7 +377,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="refused: give -i (the run has -i + 1 passes)")
     own.add_argument("--wp-async", action=_Refuse, nargs=0, default=None, dest="wp_async",
                      why="give --tracking wp_async", help="refused: --tracking wp_async")
-    return p
 
 
 

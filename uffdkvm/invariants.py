@@ -4,7 +4,7 @@ every run the core makes.
 
 The sums are those the core computes (csrc/experiment/collect.c,
 collect_reader_sums and ukvm_collect_result; csrc/uffd/faultlog.c for the
-per-vCPU counts, csrc/uffd/resolve.c and pool.c for a reader's): a Result
+per-vCPU counts, csrc/uffd/resolve.c and reader.c for a reader's): a Result
 whose totals are not the sums of its parts was not made by uffdkvm, or was
 changed since. Each failure is a ResultError naming the field by its path
 in the JSON (``$.readers[1].faults``) and what is wrong.

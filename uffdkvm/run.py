@@ -88,7 +88,7 @@ def _cpu_ranges(cpus: Iterable[int]) -> str:
 
 # Pages up to this size are copied from a source of each reader's own; larger
 # ones from one source per uffd; resolve="move" stages this much per resolver
-# (csrc/uffd/pool.h and pool.c use the same constants, from the schema).
+# (csrc/uffd/resolve.h and resolve.c use the same constants, from the schema).
 _READER_SOURCE_MAX = schema.LIMITS["READER_SRC_MAX"]
 _MOVE_STAGE_BYTES = schema.LIMITS["MOVE_STAGE_BYTES"]
 

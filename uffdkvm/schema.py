@@ -515,6 +515,22 @@ def header() -> str:
         "#define UKVM_CONFIG_SCHEMA_H",
         "",
     ]
+    out += _header_constants() + _header_enums() + _header_page_sizes()
+    out.append("/* struct ukvm_config's members (ukvm.h), in the schema's order. */")
+    out.append("#define UKVM_CONFIG_MEMBERS \\")
+    for f in CORE_FIELDS:
+        for line in _member(f):
+            out.append(f"\t{line} \\")
+    out.append("")
+    out += _header_fields() + _header_applies()
+    out.append("")
+    out.append("#endif /* UKVM_CONFIG_SCHEMA_H */")
+    return "\n".join(out) + "\n"
+
+
+def _header_constants() -> list[str]:
+    """config_schema.h's limits, and the list of them the binding exports."""
+    out = []
     for name, value, comment in CONSTANTS:
         out += _comment(comment)
         out.append(f"#define UKVM_{name}\t{_c_number(value)}")
@@ -525,6 +541,12 @@ def header() -> str:
     for name, _, _ in CONSTANTS:
         out.append(f"\tC({name}, UKVM_{name}) \\")
     out.append("")
+    return out
+
+
+def _header_enums() -> list[str]:
+    """config_schema.h's enums, the list of them, and each one's names."""
+    out = []
     enums = [f for f in CORE_FIELDS if f.kind == "enum"]
     for f in enums:
         out += _comment(f"{f.name}: {f.doc}")
@@ -550,6 +572,12 @@ def header() -> str:
             py = python_repr(f, python_value(f, c))
             out.append(f"\tV({_enumerator(f, c)}, {_c_string(c)}, {_c_string(py)}) \\")
         out.append("")
+    return out
+
+
+def _header_page_sizes() -> list[str]:
+    """config_schema.h's page sizes: each backing's, and those the guest may map with."""
+    out = []
     backing = BY_NAME["backing"]
     out.append("/* Each backing's page size, the unit its faults are resolved in: "
                "P(ENUMERATOR, bytes). */")
@@ -567,13 +595,24 @@ def header() -> str:
     out.append(f"#define UKVM_GUEST_PAGE_SIZE_NAMES\t"
                f"{_c_string(', '.join(names[:-1]) + ' or ' + names[-1])}")
     out.append("")
-    out.append("/* struct ukvm_config's members (ukvm.h), in the schema's order. */")
-    out.append("#define UKVM_CONFIG_MEMBERS \\")
-    for f in CORE_FIELDS:
-        for line in _member(f):
-            out.append(f"\t{line} \\")
-    out.append("")
-    out += [
+    return out
+
+
+def _c_default(f: Field) -> str:
+    """A field's core default as C writes it (strings, CPU and page lists: 0, none)."""
+    d = f.core_default
+    if f.kind == "enum":
+        return _enumerator(f, f.choices[d])
+    if f.kind == "bool":
+        return "true" if d else "false"
+    if f.kind in ("string", "cpus", "pages"):
+        return "0"
+    return _c_number(d)
+
+
+def _header_fields() -> list[str]:
+    """config_schema.h's field table."""
+    out = [
         "/*",
         " * The field table: X(KIND, member, \"name\", default, min, max, \"default\").",
         " * KIND: U32 U64 BOOL ENUM DOUBLE STRING CPUS PAGES; \"name\": the field as",
@@ -584,15 +623,6 @@ def header() -> str:
         "#define UKVM_CONFIG_FIELDS(X) \\",
     ]
     for f in CORE_FIELDS:
-        d = f.core_default
-        if f.kind == "enum":
-            default = _enumerator(f, f.choices[d])
-        elif f.kind == "bool":
-            default = "true" if d else "false"
-        elif f.kind in ("string", "cpus", "pages"):
-            default = "0"
-        else:
-            default = _c_number(d)
         lo = _c_number(f.min) if f.min is not None else "0"
         hi = _c_number(f.max) if f.max is not None else "0"
         if f.kind == "enum":
@@ -600,9 +630,14 @@ def header() -> str:
         if f.form == "optional" and f.kind == "u64":
             lo = "0"  # the core's 0 is Python's None
         pyd = "None" if f.default is None else python_repr(f, f.default)
-        out.append(f"\tX({f.kind.upper()}, {f.core_name}, {_c_string(f.name)}, {default}, "
-                   f"{lo}, {hi}, {_c_string(pyd)}) \\")
-    out += [
+        out.append(f"\tX({f.kind.upper()}, {f.core_name}, {_c_string(f.name)}, "
+                   f"{_c_default(f)}, {lo}, {hi}, {_c_string(pyd)}) \\")
+    return out
+
+
+def _header_applies() -> list[str]:
+    """config_schema.h's applies rules."""
+    out = [
         "",
         "/*",
         " * The applies rules: A(KIND, member, \"name\", default, on, on_type, applies,",
@@ -618,17 +653,11 @@ def header() -> str:
             continue
         assert len(f.applies) == 1, f"{f.name}: one applies pair is what the core checks"
         on = BY_NAME[f.applies[0][0]]
-        d = f.core_default
-        default = (_enumerator(f, f.choices[d]) if f.kind == "enum" else
-                   ("true" if d else "false") if f.kind == "bool" else
-                   "0" if f.kind in ("string", "cpus", "pages") else _c_number(d))
         pyd = "None" if f.default is None else python_repr(f, f.default)
-        out.append(f"\tA({f.kind.upper()}, {f.core_name}, {_c_string(f.name)}, {default}, "
-                   f"{on.core_name}, {on.enum_type}, {_applies_c(f)}, "
+        out.append(f"\tA({f.kind.upper()}, {f.core_name}, {_c_string(f.name)}, "
+                   f"{_c_default(f)}, {on.core_name}, {on.enum_type}, {_applies_c(f)}, "
                    f"{_c_string(_applies_text(f))}, {_c_string(pyd)}) \\")
-    out.append("")
-    out.append("#endif /* UKVM_CONFIG_SCHEMA_H */")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _pyi_type(f: Field) -> str:

@@ -211,14 +211,8 @@ def sweep(base: Config | None = None, *, trials: int = 1, progress: bool = True,
     # call's in the order they finished, which is the order they are
     # appended) and its errors. A run's trial is its place in that order, so
     # a rerun numbers the rows it loads as the sweep that ran them did.
-    results: list[list[Result]] = [[] for _ in configs]
+    results = _done(configs, trials, out)
     errors: list[list[str]] = [[] for _ in configs]
-    if out is not None and os.path.exists(out):
-        index = {_key(config): i for i, config in enumerate(configs)}
-        for r in read_results(out):
-            i = index.get(_key(r.config))
-            if i is not None and len(results[i]) < trials:
-                results[i].append(r)
     # Trial by trial: every point once, then every point again.
     todo = [(i, config) for t in range(trials) for i, config in enumerate(configs)
             if t >= len(results[i])]
@@ -241,7 +235,26 @@ def sweep(base: Config | None = None, *, trials: int = 1, progress: bool = True,
         outcomes.close()  # with an executor: cancels what is still queued
         bar.close()
         sink.close()
+    return _frame(pd, configs, results, errors, out)
 
+
+def _done(configs: list[Config], trials: int, out: PathLike | None) -> list[list[Result]]:
+    """Per point, the Results ``out`` already holds for it, in file order, at
+    most ``trials``."""
+    results: list[list[Result]] = [[] for _ in configs]
+    if out is not None and os.path.exists(out):
+        index = {_key(config): i for i, config in enumerate(configs)}
+        for r in read_results(out):
+            i = index.get(_key(r.config))
+            if i is not None and len(results[i]) < trials:
+                results[i].append(r)
+    return results
+
+
+def _frame(pd: Any, configs: list[Config], results: list[list[Result]],
+           errors: list[list[str]], out: PathLike | None) -> pandas.DataFrame:
+    """sweep()'s frame: per point its Results' rows, then its errors'; and
+    the warning of how many failed."""
     ordered = []
     for i, config in enumerate(configs):
         ordered += [_row(r, t) for t, r in enumerate(results[i])]

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * After the run: KVM's statistics, the readers' counters and fault log, the
- * uffds closed (a page the check reads must not fault into one), every page
- * verified, and the result filled in.
+ * uffds closed (a page the check reads must not fault into one), and the
+ * result filled in; between those steps, every page verified and the
+ * guests' reports checked (check.c).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include "base/errors.h"
 #include "base/tsc.h"
 #include "base/util.h"
+#include "experiment/check.h"
 #include "experiment/collect.h"
 #include "experiment/dirty.h"
 #include "experiment/migrate.h"
@@ -24,7 +26,6 @@
 #include "kvm/vm.h"
 #include "uffd/backing.h"
 #include "uffd/faultlog.h"
-#include "uffd/pagemap.h"
 #include "uffd/resident.h"
 #include "uffd/source.h"
 #include "uffd/verify.h"
@@ -347,73 +348,6 @@ static int collect_resident(struct ukvm_experiment *exp, const struct ukvm_verif
 }
 
 /*
- * Did the experiment happen as configured? Every page of the region must
- * have come through userfaultfd exactly once in a uffd mode (EEXIST aside:
- * a second message for a page already resolved), and none may have without
- * userfaultfd or with prefault. Contents are verify.c's job; this is the
- * accounting, so that a run whose pages arrived some other way (a kernel
- * that maps them without asking) is not reported as verified.
- */
-static void collect_verify_faults(struct ukvm_experiment *exp, const struct ukvm_faultlog *log,
-				  uint64_t wp_written, uint64_t installed_touched)
-{
-	const struct ukvm_config *cfg = &exp->cfg;
-	struct ukvm_result *res = &exp->result;
-	uint64_t resolved = res->faults, messages = res->faults + res->eexist, expected = 0;
-	const char *how = "";
-	if (cfg->wp_async) {
-		how = " (wp_async: the kernel un-protects written pages itself)";
-	} else if (cfg->uffd_mode == UKVM_UFFD_WP) {
-		/* Only writes fault, once per page, whatever prefault did. */
-		expected = wp_written;
-		how = wp_written ? "" : " (the guest wrote no page: write_percent)";
-	} else if (cfg->uffd_mode != UKVM_UFFD_NONE && !cfg->prefault) {
-		/*
-		 * The pages the guest touches, each once (touch_percent, access:
-		 * the rest must never fault), less those prefetch or preinstall
-		 * put in before the guest touched them.
-		 */
-		expected = (exp->visits ? exp->touched_units : exp->region_size /
-			    exp->mem.page_size) - installed_touched;
-		how = exp->visits ? " (touch_percent, access: one per page the guest touches, "
-				    "less those prefetch or preinstall put in first)" :
-		      installed_touched ? " (less the pages prefetch or preinstall put in first)" :
-		      "";
-	} else if (cfg->uffd_mode != UKVM_UFFD_NONE)
-		how = " (prefault populated every page before the vCPUs started)";
-	else
-		how = " (uffd_mode None: no userfaultfd)";
-
-	/* No fault at all without userfaultfd or with prefault (prefetch: EEXIST ones, woken). */
-	if (resolved != expected || (!expected && messages && !installed_touched)) {
-		snprintf(res->verify_message, sizeof(res->verify_message),
-			 "userfaultfd resolved %llu faults (%llu messages), expected %llu%s%s",
-			 (unsigned long long)resolved, (unsigned long long)messages,
-			 (unsigned long long)expected,
-			 !expected ? "" : cfg->uffd_mode == UKVM_UFFD_WP ?
-			 ": one per page the guest wrote" : exp->visits ? "" :
-			 ": one per page of the region", how);
-		res->verified = false;
-		return;
-	}
-	/*
-	 * WP: pages only read never fault; the snapshot's check stands for this
-	 * one. Prefetch and preinstall: their pages are the ones no fault resolved
-	 * (resident.h: each page goes in once).
-	 */
-	if (expected && res->stats_full && log->pages_not_once != installed_touched &&
-	    cfg->uffd_mode != UKVM_UFFD_WP) {
-		snprintf(res->verify_message, sizeof(res->verify_message),
-			 "%llu pages were not resolved exactly once: the page at gpa 0x%llx "
-			 "was %s", (unsigned long long)log->pages_not_once,
-			 (unsigned long long)log->first_bad_gpa,
-			 log->first_bad_untouched ? "resolved though the guest never touches it" :
-			 log->first_bad_resolved_again ? "resolved more than once" : "never resolved");
-		res->verified = false;
-	}
-}
-
-/*
  * Resolver vCPU: the resolver is the vCPU thread itself, so the thread's
  * own counters (context switches, CPU time, CPUs, tid) are the vCPU
  * thread's, guest time included; it never waited, and its fault counts are
@@ -440,47 +374,14 @@ static void collect_reader_sums(struct ukvm_result *res, const struct ukvm_reade
 }
 
 /*
- * Verification found pages other than the source file's, and the file was
- * written to during the run: the pages fetched before the write hold what
- * it held then. Said first, before the page that shows it.
+ * The result's arrays, and what the run, its readers and the pusher
+ * counted: the result filled up to the fault log. 0, or -errno with err.
  */
-static void collect_source_changed(struct ukvm_result *res)
-{
-	char page[sizeof(res->verify_message)];
-	static const char why[] = "the source changed during the run (source_path was written "
-				  "to after it was opened), so pages fetched before differ from it: ";
-
-	memcpy(page, res->verify_message, sizeof(page));
-	/* The page's own message after it, as much of it as fits. */
-	snprintf(res->verify_message, sizeof(res->verify_message), "%s%.*s", why,
-		 (int)(sizeof(res->verify_message) - sizeof(why)), page);
-}
-
-/* Verifies memory and what each vCPU's guest reported; fills the result. */
-int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
+static int collect_fill_run(struct ukvm_experiment *exp, struct ukvm_error *err)
 {
 	const struct ukvm_config *cfg = &exp->cfg;
 	struct ukvm_result *res = &exp->result;
-	struct ukvm_faultlog log = { 0 };
-	uint64_t pages = exp->slice_size / UKVM_PAGE_SIZE, read_sum = 0, wp_written = 0;
-	uint64_t installed_touched = 0;
-	uint64_t dirty_bad = 0;
-	uint8_t *dirty_map;
-	struct ukvm_verify_params vp = {
-		.filled = exp->filled,
-		.walkers = cfg->overlap ? cfg->vcpus : 1,
-		.write_pct = cfg->write_percent,
-		.write_key = exp->write_key,
-		.write_rotate = cfg->write_set == UKVM_WRITE_SET_PER_PASS ? GUEST_WRITE_ROTATE : 0,
-		.passes = exp->passes,
-		.unit_size = exp->mem.page_size,
-		/* Before the run: filled (prefault, MINOR's page cache, WP), else empty. */
-		.untouched_filled = cfg->prefault || cfg->uffd_mode == UKVM_UFFD_MINOR ||
-				    cfg->uffd_mode == UKVM_UFFD_WP,
-	};
-	uint64_t checksums = 0;
 	uint32_t i, u, r, n;
-	bool source_modified;
 	int ret;
 
 	res->nr_vcpus = cfg->vcpus;
@@ -498,7 +399,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "collecting KVM statistics");
 		return ret;
 	}
-	res->pages_per_vcpu = pages;
+	res->pages_per_vcpu = exp->slice_size / UKVM_PAGE_SIZE;
 	res->threads_start_ns = exp->threads_start_ns;
 	res->threads_joined_ns = exp->threads_joined_ns;
 	res->region_gpa = exp->region_gpa;
@@ -531,6 +432,87 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	res->pusher_source_bytes = exp->pusher.conn.bytes;
 	res->source_bytes += res->pusher_source_bytes;
 	res->stats_full = cfg->stats == UKVM_STATS_FULL;
+	return 0;
+}
+
+/* vCPU i's part of the result: its times, exits, CPUs, passes and KVM's statistics. */
+static int collect_fill_vcpu(struct ukvm_experiment *exp, uint32_t i, struct ukvm_error *err)
+{
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_vcpu *vcpu = &exp->vcpus[i];
+	struct ukvm_vcpu_result *vr = &res->vcpus[i];
+	uint64_t *a = exp_guest_args(exp, vcpu);
+	int ret;
+
+	vr->index = i;
+	vr->tid = vcpu->tid;
+	vr->start_ns = vcpu->start_ns;
+	vr->end_ns = vcpu->end_ns;
+	vr->pages = guest_arg(a, GA_ACCESSES);
+	vr->userspace_exits = vcpu->userspace_exits;
+	vr->throttled_ns = vcpu->throttled_ns;
+	vr->fault_exits = vcpu->fault_exits;
+	vr->regs_fault_exits = vcpu->regs_fault_exits;
+	vr->cpu_ns = vcpu->cpu_ns;
+	memcpy(vr->cpus, vcpu->affinity, sizeof(vr->cpus));
+	vr->pass_end_ns = calloc(exp->passes, sizeof(uint64_t));
+	if (!vr->pass_end_ns) {
+		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the result");
+		return -ENOMEM;
+	}
+	memcpy(vr->pass_end_ns, vcpu->pass_end_ns, exp->passes * sizeof(uint64_t));
+	if (exp->cfg.guest_timing) {
+		vr->access_cycles = guest_arg(a, GA_TSC_SUM);
+		memcpy(vr->access_hist, &guest_arg(a, GA_TSC_HIST), sizeof(vr->access_hist));
+	}
+	vr->exits = UKVM_RESULT_NONE;
+	ret = collect_vcpu_stats(exp, i, vr);
+	if (ret) {
+		ukvm_err_set(err, UKVM_ERR_RUN, -ret, "collecting KVM statistics");
+		return ret;
+	}
+	res->guest_accesses += vr->pages;
+	return 0;
+}
+
+/* The result's parts that come after the vCPUs': dirty passes, migration, page visits. */
+static int collect_fill_rest(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	struct ukvm_result *res = &exp->result;
+
+	ukvm_dirty_collect(&exp->dirty, res);
+	ukvm_migrate_collect(&exp->migrate, res);
+	res->touched_pages = exp->visits ? exp->touched_pages : exp->region_size / UKVM_PAGE_SIZE;
+	if (exp->cfg.trace_faults && exp->visits) {
+		res->nr_page_visits = exp->region_size / UKVM_PAGE_SIZE;
+		res->page_visits = malloc(res->nr_page_visits * sizeof(*res->page_visits));
+		if (!res->page_visits) {
+			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the page visit counts");
+			return -ENOMEM;
+		}
+		memcpy(res->page_visits, exp->visits, res->nr_page_visits * sizeof(*exp->visits));
+	}
+	return 0;
+}
+
+/*
+ * Fills the result and verifies memory and what each vCPU's guest
+ * reported, in the order the checks need: the dirty map while the uffds
+ * are open, then the uffds closed, then the pages.
+ */
+int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
+{
+	const struct ukvm_config *cfg = &exp->cfg;
+	struct ukvm_result *res = &exp->result;
+	struct ukvm_faultlog log = { 0 };
+	struct ukvm_check chk;
+	uint32_t i;
+	int ret;
+
+	ukvm_check_init(&chk, exp);
+	ret = collect_fill_run(exp, err);
+	if (ret)
+		return ret;
 	if (res->stats_full) {
 		ret = collect_faultlog(exp, &log, err);
 		if (ret) {
@@ -538,23 +520,8 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 			return ret;
 		}
 	}
-	/* wp_async: while the uffds are open (closing one clears every uffd-wp bit). */
 	if (cfg->wp_async) {
-		vp.visits = exp->visits;
-		dirty_map = malloc(exp->region_size / UKVM_PAGE_SIZE);
-		if (!dirty_map) {
-			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the dirty page map");
-			return -ENOMEM;
-		}
-		ret = ukvm_pagemap_written((uint64_t)(uintptr_t)exp->mem.hva, exp->region_size,
-					   dirty_map, err);
-		vp.gpa = exp->region_gpa;
-		vp.size = exp->region_size;
-		if (!ret)
-			dirty_bad = ukvm_verify_dirty(&vp, dirty_map, &res->dirty_pages,
-						      res->verify_message,
-						      sizeof(res->verify_message));
-		free(dirty_map);
+		ret = ukvm_check_dirty_map(exp, &chk, err);
 		if (ret)
 			return ret;
 	}
@@ -562,7 +529,7 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 	ukvm_stop_pools(exp, true);
 	res->preinstalled_pages = exp->preinstalled_pages;
 	res->preinstall_ns = exp->preinstall_ns;
-	if (collect_resident(exp, &vp, &installed_touched)) {
+	if (collect_resident(exp, &chk.vp, &chk.installed_touched)) {
 		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the touch order");
 		return -ENOMEM;
 	}
@@ -573,137 +540,29 @@ int ukvm_collect_result(struct ukvm_experiment *exp, struct ukvm_error *err)
 #endif
 
 	/* A file cut short or replaced under the run fails it, before verify reads it. */
-	ret = ukvm_source_check(&exp->source, &source_modified, err);
+	ret = ukvm_source_check(&exp->source, &chk.source_modified, err);
 	if (ret)
 		return ret;
 	res->verified = true;
 	/* A page server's bytes with no local copy to hold them against: counts only. */
 	res->contents_verified = !(cfg->source == UKVM_SOURCE_REMOTE && !exp->source.map);
 	for (i = 0; i < cfg->vcpus; i++) {
-		struct ukvm_vcpu *vcpu = &exp->vcpus[i];
-		struct ukvm_vcpu_result *vr = &res->vcpus[i];
-		uint64_t *a = exp_guest_args(exp, vcpu);
-		vr->index = i;
-		vr->tid = vcpu->tid;
-		vr->start_ns = vcpu->start_ns;
-		vr->end_ns = vcpu->end_ns;
-		vr->pages = guest_arg(a, GA_ACCESSES);
-		vr->userspace_exits = vcpu->userspace_exits;
-		vr->throttled_ns = vcpu->throttled_ns;
-		vr->fault_exits = vcpu->fault_exits;
-		vr->regs_fault_exits = vcpu->regs_fault_exits;
-		vr->cpu_ns = vcpu->cpu_ns;
-		memcpy(vr->cpus, vcpu->affinity, sizeof(vr->cpus));
-		vr->pass_end_ns = calloc(exp->passes, sizeof(uint64_t));
-		if (!vr->pass_end_ns) {
-			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the result");
-			return -ENOMEM;
-		}
-		memcpy(vr->pass_end_ns, vcpu->pass_end_ns, exp->passes * sizeof(uint64_t));
-		if (cfg->guest_timing) {
-			vr->access_cycles = guest_arg(a, GA_TSC_SUM);
-			memcpy(vr->access_hist, &guest_arg(a, GA_TSC_HIST), sizeof(vr->access_hist));
-		}
-		vr->exits = UKVM_RESULT_NONE;
-		ret = collect_vcpu_stats(exp, i, vr);
-		if (ret) {
-			ukvm_err_set(err, UKVM_ERR_RUN, -ret, "collecting KVM statistics");
+		ret = collect_fill_vcpu(exp, i, err);
+		ret = ret ?: ukvm_check_vcpu(exp, i, &chk, err);
+		if (ret)
 			return ret;
-		}
-
-		/* Partitioned: verify this vCPU's slice. Overlapped: the region, once. */
-		if (res->contents_verified && (!cfg->overlap || i == 0)) {
-			vp.hva = exp->mem.hva + (cfg->overlap ? 0 : i * exp->slice_size);
-			vp.gpa = exp->region_gpa + (cfg->overlap ? 0 : i * exp->slice_size);
-			/* Read after every installer has stopped: plain bytes now. */
-			vp.installed = exp->resident.faulted ? &exp->resident : NULL;
-			vp.installed_first = (vp.gpa - exp->region_gpa) / exp->mem.page_size;
-			vp.size = exp->slice_size;
-			/* source file: the file maps onto the region byte for byte. */
-			vp.expect = exp->source.map ? exp->source.map + (vp.gpa - exp->region_gpa)
-						    : NULL;
-			vp.visits = exp->visits ? exp->visits + (vp.gpa - exp->region_gpa) /
-							    UKVM_PAGE_SIZE : NULL;
-			res->bad_pages += ukvm_verify_region(&vp, &exp->ctl, &read_sum,
-							     res->verify_message,
-							     sizeof(res->verify_message));
-			if (exp_aborted(exp)) {
-				ukvm_err_set(err, UKVM_ERR_CANCELLED, 0, "cancelled during verification");
-				return -ECANCELED;
-			}
-		}
-		/* The host's count: its list's length (GA_PAGES) with touch_percent or zipf. */
-		if (vr->pages != guest_arg(a, GA_PAGES) * exp->passes && res->verified) {
-			snprintf(res->verify_message, sizeof(res->verify_message),
-				 "vCPU %u touched %llu pages, expected %llu", i,
-				 (unsigned long long)vr->pages,
-				 (unsigned long long)(guest_arg(a, GA_PAGES) * exp->passes));
-			res->verified = false;
-		}
-		res->guest_accesses += vr->pages;
-		/* Overlapped lists: each vCPU reads its own draws; their sum is checked below. */
-		checksums += guest_arg(a, GA_CHECKSUM);
-		if ((cfg->overlap && exp->visits) || !res->contents_verified)
-			continue;
-		/* A bad page the guest read explains a bad checksum, and names the page. */
-		if (guest_arg(a, GA_CHECKSUM) != read_sum && res->verified &&
-		    !res->bad_pages) {
-			snprintf(res->verify_message, sizeof(res->verify_message),
-				 "vCPU %u read data other than what was resolved: checksum "
-				 "0x%llx, expected 0x%llx", i,
-				 (unsigned long long)guest_arg(a, GA_CHECKSUM),
-				 (unsigned long long)(read_sum));
-			res->verified = false;
-		}
 	}
-	if (cfg->overlap && exp->visits && checksums != read_sum && res->verified &&
-	    !res->bad_pages && res->contents_verified) {
-		snprintf(res->verify_message, sizeof(res->verify_message),
-			 "the vCPUs read data other than what was resolved: their checksums sum "
-			 "to 0x%llx, expected 0x%llx", (unsigned long long)checksums,
-			 (unsigned long long)(read_sum));
-		res->verified = false;
-	}
-	ukvm_dirty_collect(&exp->dirty, res);
-	ukvm_migrate_collect(&exp->migrate, res);
-	res->touched_pages = exp->visits ? exp->touched_pages : exp->region_size / UKVM_PAGE_SIZE;
-	if (cfg->trace_faults && exp->visits) {
-		res->nr_page_visits = exp->region_size / UKVM_PAGE_SIZE;
-		res->page_visits = malloc(res->nr_page_visits * sizeof(*res->page_visits));
-		if (!res->page_visits) {
-			ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the page visit counts");
-			return -ENOMEM;
-		}
-		memcpy(res->page_visits, exp->visits, res->nr_page_visits * sizeof(*exp->visits));
-	}
-	if (res->bad_pages)
-		res->verified = false;
-	/*
-	 * wp_async: pages the dirty map got wrong (written and not found, or
-	 * found and not written) count as bad pages too; the message is the
-	 * last check's that failed.
-	 */
-	res->bad_pages += dirty_bad;
-	if (res->bad_pages)
-		res->verified = false;
-	if (res->verified && cfg->uffd_mode == UKVM_UFFD_WP && !cfg->wp_async) {
-		vp.hva = exp->snapshot;
-		vp.gpa = exp->region_gpa;
-		vp.size = exp->region_size;
-		vp.visits = exp->visits;
-		res->bad_pages += ukvm_verify_snapshot(&vp, &exp->ctl, &wp_written,
-						       res->verify_message,
-						       sizeof(res->verify_message));
-		if (res->bad_pages)
-			res->verified = false;
-	}
-	/* Or during verification, which then stopped at the first page gone. */
-	ret = ukvm_source_check(&exp->source, &source_modified, err);
+	ret = collect_fill_rest(exp, err);
 	if (ret)
 		return ret;
-	if (!res->verified && source_modified)
-		collect_source_changed(res);
+	ukvm_check_totals(exp, &chk);
+	/* Or during verification, which then stopped at the first page gone. */
+	ret = ukvm_source_check(&exp->source, &chk.source_modified, err);
+	if (ret)
+		return ret;
+	if (!res->verified && chk.source_modified)
+		ukvm_check_source_changed(res);
 	if (res->verified)
-		collect_verify_faults(exp, &log, wp_written, installed_touched);
+		ukvm_check_faults(exp, &log, chk.wp_written, chk.installed_touched);
 	return 0;
 }

@@ -2,18 +2,17 @@
 /*
  * Building an experiment and taking it apart: the VM, the backing memory
  * and its memslot, the guest's page tables and args, the vCPUs, the prefill,
- * the uffds and their reader pools. Every step can fail; teardown releases
- * whatever was built, in reverse, on every path.
+ * the uffds and their reader pools (paging.c); and the fd and thread
+ * budgets of all that. Every step can fail; teardown releases whatever was
+ * built, in reverse, on every path.
  */
 #include <errno.h>
 #include <linux/kvm.h>
-#include <linux/userfaultfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/uio.h>
 
 #include "base/errors.h"
 #include "base/util.h"
@@ -21,6 +20,7 @@
 #include "experiment/dirty.h"
 #include "experiment/gmem.h"
 #include "experiment/migrate.h"
+#include "experiment/paging.h"
 #include "experiment/setup.h"
 #include "experiment/state.h"
 #include "experiment/stop.h"
@@ -28,16 +28,12 @@
 #include "kvm/kvmstats.h"
 #include "kvm/vcpu.h"
 #include "kvm/vm.h"
-#include "uapi_compat.h"
 #include "uffd/backing.h"
 #include "uffd/fill.h"
 #include "uffd/pool.h"
 #include "uffd/pusher.h"
 #include "uffd/resident.h"
-#include "uffd/resolve.h"
-#include "uffd/ring.h"
 #include "uffd/source.h"
-#include "uffd/uffd.h"
 #include "ukvm.h"
 
 #define SZ_1G			(1ULL << 30)
@@ -303,273 +299,6 @@ static int setup_snapshot(struct ukvm_experiment *exp, struct ukvm_error *err)
 	return 0;
 }
 
-/* Resolver vCPU: vCPU i resolves its faults through its own resolver, in its uffd's pool. */
-static void setup_vcpu_resolvers(struct ukvm_experiment *exp)
-{
-	uint32_t i;
-
-	for (i = 0; i < exp->cfg.vcpus; i++) {
-		bool shared = exp->nr_pools == 1;
-		struct ukvm_pool *pool = &exp->pools[shared ? 0 : i];
-
-		exp->vcpus[i].resolver = &pool->resolvers[shared ? i : 0];
-		exp->vcpus[i].resolve_fault = ukvm_resolve_fault;
-	}
-}
-
-/*
- * wait io_uring: the RWF_* flags of the setup's check read (ukvm_ring_check):
- * 0, or in a test build RWF_NOWAIT for UKVM_INJECT_RING_NOWAIT.
- */
-static int setup_ring_rw_flags(const struct ukvm_config *cfg)
-{
-#ifdef UKVM_TEST_HOOKS
-	if (cfg->inject == UKVM_INJECT_RING_NOWAIT)
-		return RWF_NOWAIT;
-#endif
-	(void)cfg;
-	return 0;
-}
-
-/*
- * prefetch background or replay: the pusher, given every pool's range (in
- * region order) and the run's resident map. It waits for the vCPUs' go.
- */
-static bool setup_has_pusher(const struct ukvm_config *cfg)
-{
-	return cfg->prefetch == UKVM_PREFETCH_BACKGROUND || cfg->prefetch == UKVM_PREFETCH_REPLAY;
-}
-
-static int setup_pusher(struct ukvm_experiment *exp, struct ukvm_error *err)
-{
-	const struct ukvm_config *cfg = &exp->cfg;
-	struct ukvm_pusher *p = &exp->pusher;
-	uint32_t u;
-
-	if (!setup_has_pusher(cfg))
-		return 0;
-	p->ranges = calloc(exp->nr_pools, sizeof(*p->ranges));
-	if (!p->ranges) {
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating the pusher's ranges");
-		return -ENOMEM;
-	}
-	p->nr_ranges = exp->nr_pools;
-	for (u = 0; u < exp->nr_pools; u++)
-		p->ranges[u] = (struct ukvm_pusher_range){
-			.uffd = exp->pools[u].area.uffd,
-			.hva = exp->pools[u].area.hva_base,
-			.gpa = exp->pools[u].area.gpa_base,
-			.size = exp->pools[u].area.region_size,
-		};
-	p->ctl = &exp->ctl;
-	p->resident = &exp->resident;
-	p->source = &exp->source;
-	p->page_size = exp->mem.page_size;
-	p->bandwidth_mbps = cfg->prefetch_bandwidth_mbps;
-	if (cfg->prefetch == UKVM_PREFETCH_REPLAY) {
-		p->order = cfg->replay;
-		p->nr_order = cfg->nr_replay;
-	}
-	return ukvm_pusher_start(p, err);
-}
-
-/*
- * What cfg alone decides of pool u of nr_pools: its mode, resolving, ways
- * of waiting and readers. The same for the run (setup_pool) and for its fd
- * budget's dry pass (setup_pool_fds), which then asks the pool what it will
- * hold; nothing is allocated or opened here.
- */
-static void setup_pool_shape(const struct ukvm_config *cfg, uint32_t nr_pools,
-			     struct ukvm_pool *pool, uint32_t u)
-{
-	struct ukvm_resolve_area *a = &pool->area;
-
-	a->uffd_index = u;
-	a->mode = cfg->uffd_mode;
-	a->delay_ns = (uint64_t)cfg->delay_us * 1000;
-	a->delay_dist = cfg->delay_dist;
-	a->resolve = cfg->resolve;
-	a->vcpu_resolvers = cfg->resolver == UKVM_RESOLVER_VCPU;
-	a->full_stats = cfg->stats == UKVM_STATS_FULL;
-	a->seed = cfg->seed;
-	a->prefetch = cfg->prefetch;
-	a->prefetch_pages = cfg->prefetch_pages;
-	pool->wait = cfg->wait;
-	pool->read_batch = cfg->read_batch;
-	pool->vcpus_sharing = cfg->overlap ? cfg->vcpus : 1;
-	pool->pins = cfg->pin_readers;
-	pool->nr_pins = cfg->nr_pin_readers;
-	pool->first_reader = u * cfg->readers;
-	/* Resolver vCPU: a resolver per vCPU this uffd serves, and no threads. */
-	pool->first_vcpu = nr_pools == 1 ? 0 : u;
-	pool->nr_readers = cfg->resolver == UKVM_RESOLVER_READERS ? cfg->readers :
-			   nr_pools == 1 ? cfg->vcpus : 1;
-}
-
-/*
- * Pool u of the run, over the u-th range of range bytes: its shape from the
- * config, and where it sits in the run's memory and what it shares with
- * the run. Nothing is opened here.
- */
-static void setup_pool(struct ukvm_experiment *exp, struct ukvm_pool *pool, uint32_t u,
-		       uint64_t range)
-{
-	struct ukvm_resolve_area *a = &pool->area;
-
-	setup_pool_shape(&exp->cfg, exp->nr_pools, pool, u);
-	a->ctl = &exp->ctl;
-	a->page_size = exp->mem.page_size;
-	a->hva_base = (uint64_t)(uintptr_t)exp->mem.hva + u * range;
-	a->region_size = range;
-	a->gpa_base = exp->region_gpa + u * range;
-	a->region_off = u * range;
-	a->source = &exp->source;
-	a->resident = exp->resident.faulted ? &exp->resident : NULL;
-	a->resident_first = u * (range / exp->mem.page_size);
-	a->snapshot = exp->snapshot ? exp->snapshot + u * range : NULL;
-	a->wp_state = exp->wp_state ? exp->wp_state + u * range / UKVM_PAGE_SIZE : NULL;
-}
-
-/* How many uffds (pools) a run of cfg has. */
-static uint32_t setup_nr_pools(const struct ukvm_config *cfg)
-{
-	if (cfg->uffd_mode == UKVM_UFFD_NONE)
-		return 0;
-	return cfg->single_uffd || cfg->overlap ? 1 : cfg->vcpus;
-}
-
-/*
- * preinstall: each listed page in with its data from the source's local
- * copy, by the uffd of the pool whose range holds it, before any vCPU runs
- * (nobody waits to be woken). Timed, and bounded by cancel and the deadline.
- */
-static int setup_preinstall(struct ukvm_experiment *exp, uint64_t range, struct ukvm_error *err)
-{
-	uint64_t i, t0 = ukvm_now_ns(), size = exp->mem.page_size;
-	int ret;
-
-	if (!exp->cfg.nr_preinstall)
-		return 0;
-	/* The validator's rules (missing, copy, no prefault) are the resident map's. */
-	if (!exp->resident.faulted || !exp->source.map)
-		return ukvm_err_set(err, UKVM_ERR_RUN, EINVAL, "preinstall: no %s to install into",
-				    exp->source.map ? "resident map" : "local copy of the source");
-	for (i = 0; i < exp->cfg.nr_preinstall; i++) {
-		uint64_t page = exp->cfg.preinstall[i], off = page * size;
-
-		if (i % 4096 == 4095 && (exp_aborted(exp) || exp_past_deadline(exp)))
-			return ukvm_err_set(err, exp_aborted(exp) ? UKVM_ERR_CANCELLED : UKVM_ERR_TIMEOUT,
-					    exp_aborted(exp) ? 0 : ETIMEDOUT, "preinstall: stopped "
-					    "after %llu of %llu pages (%s)", (unsigned long long)i,
-					    (unsigned long long)exp->cfg.nr_preinstall,
-					    exp_aborted(exp) ? "cancelled" : "past timeout_s");
-		ret = ukvm_uffd_copy_dontwake(exp->pools[off / range].area.uffd,
-					      (uint64_t)(uintptr_t)(exp->mem.hva + off),
-					      exp->source.map + off, size);
-		if (ret)
-			return ukvm_err_set(err, UKVM_ERR_RUN, -ret, "preinstall: UFFDIO_COPY of page "
-					    "%llu (gpa 0x%llx) from source_path %s", (unsigned long long)page,
-					    (unsigned long long)(exp->region_gpa + off), exp->source.path);
-		ukvm_resident_mark(&exp->resident, page, UKVM_PAGE_PREINSTALLED);
-	}
-	exp->preinstalled_pages = exp->cfg.nr_preinstall;
-	exp->preinstall_ns = ukvm_now_ns() - t0;
-	return 0;
-}
-
-static int setup_uffds(struct ukvm_experiment *exp, struct ukvm_error *err)
-{
-	const struct ukvm_config *cfg = &exp->cfg;
-	uint64_t wanted = 0, range;
-	uint32_t u;
-	int ret;
-
-	if (cfg->uffd_mode == UKVM_UFFD_NONE)
-		return 0;
-	ret = ukvm_uffd_negotiate(cfg, &wanted, err);
-	if (ret)
-		return ret;
-	exp->exact_address = wanted & UFFD_FEATURE_EXACT_ADDRESS;
-
-	exp->nr_pools = setup_nr_pools(cfg);
-	range = exp->region_size / exp->nr_pools;
-	/* Pages that arrive with data by UFFDIO_COPY: how each went in, for prefetch's counts. */
-	if (cfg->uffd_mode == UKVM_UFFD_MISSING && cfg->resolve == UKVM_RESOLVE_COPY &&
-	    !cfg->prefault && !exp->probe) {
-		ret = ukvm_resident_create(&exp->resident, exp->region_size / exp->mem.page_size,
-					   cfg->record_touch_order, err);
-		if (ret)
-			return ret;
-		exp->resident.timed = cfg->stats == UKVM_STATS_FULL;
-	}
-	exp->pools = calloc(exp->nr_pools, sizeof(*exp->pools));
-	if (!exp->pools) {
-		exp->nr_pools = 0;
-		ukvm_err_set(err, UKVM_ERR_RUN, ENOMEM, "allocating reader pools");
-		return -ENOMEM;
-	}
-	for (u = 0; u < exp->nr_pools; u++)
-		ukvm_pool_init(&exp->pools[u]);
-	if (cfg->stats == UKVM_STATS_FULL && !cfg->guest_timing && !exp->probe) {
-		/* A queue per resolver: readers per pool, or a vCPU each. */
-		uint32_t resolvers = cfg->resolver == UKVM_RESOLVER_READERS ?
-				     exp->nr_pools * cfg->readers : cfg->vcpus;
-
-		ret = ukvm_online_create(&exp->online, cfg->vcpus, resolvers, exp->region_gpa,
-					 exp->region_size / exp->mem.page_size,
-					 exp->mem.page_size);
-		if (ret)
-			return ukvm_err_set(err, UKVM_ERR_RUN, -ret,
-					    "allocating the online statistics (stats full)");
-#ifdef UKVM_TEST_HOOKS
-		if (cfg->inject == UKVM_INJECT_ONLINE_DRAIN ||
-		    cfg->inject == UKVM_INJECT_ONLINE_SKIP_QUEUE)
-			exp->online.drain_at = cfg->inject_after ?: 1;
-		exp->online.test_skip_last = cfg->inject == UKVM_INJECT_ONLINE_SKIP_QUEUE;
-#endif
-	}
-
-	for (u = 0; u < exp->nr_pools; u++) {
-		struct ukvm_pool *pool = &exp->pools[u];
-		struct ukvm_resolve_area *a = &pool->area;
-
-		setup_pool(exp, pool, u, range);
-		a->online = exp->online.queues ? &exp->online : NULL;
-		a->records = cfg->stats == UKVM_STATS_FULL && (cfg->trace_faults || cfg->guest_timing);
-		/* Readers that block in read(2) need a blocking uffd. */
-		a->uffd = ukvm_uffd_open(cfg->wait != UKVM_WAIT_READ, wanted, err);
-		if (a->uffd < 0)
-			return a->uffd;
-		ret = ukvm_uffd_register(a->uffd, (void *)(uintptr_t)a->hva_base, range,
-					 cfg->uffd_mode, cfg->backing, err);
-		/* Registered, yet the guest's accesses would never fault through it (gmem.c). */
-		if (!ret && cfg->backing == UKVM_BACKING_GUEST_MEMFD)
-			ret = ukvm_gmem_refuse_uffd(&exp->vm, cfg, err);
-		/* WP: every (filled) page protected before any vCPU runs. */
-		if (!ret && cfg->uffd_mode == UKVM_UFFD_WP) {
-			ret = ukvm_uffd_writeprotect(a->uffd, a->hva_base, range, true);
-			if (ret)
-				ukvm_err_set(err, ret == -EINVAL || ret == -ENOENT ? UKVM_ERR_HOST
-					     : UKVM_ERR_RUN, -ret,
-					     "UFFDIO_WRITEPROTECT(MODE_WP, %llu bytes of %s memory)",
-					     (unsigned long long)range, ukvm_backing_name(cfg->backing));
-		}
-		/* Whether a ring can wait on a uffd at all: once, before any reader (ring.h). */
-		if (!ret && !u && cfg->wait == UKVM_WAIT_IO_URING)
-			ret = ukvm_ring_check(a->uffd, setup_ring_rw_flags(cfg), err);
-		if (!ret && !exp->probe)
-			ret = ukvm_pool_start(pool, err);
-		if (ret)
-			return ret;
-	}
-	if (cfg->resolver == UKVM_RESOLVER_VCPU && !exp->probe)
-		setup_vcpu_resolvers(exp);
-	if (exp->probe)
-		return 0;
-	/* Before the pusher: it skips what is already there. */
-	return setup_preinstall(exp, range, err) ?: setup_pusher(exp, err);
-}
-
 #ifdef UKVM_TEST_HOOKS
 /*
  * UKVM_INJECT_UNFAULTED_PAGE: page inject_after of the region is mapped
@@ -680,7 +409,7 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 	/* The page source, its cache made cold or warm as late as can be: just before the uffds. */
 	if (exp->probe)
 		return ukvm_source_open(&exp->source, cfg, exp->region_size, err) ?:
-		       setup_uffds(exp, err);
+		       ukvm_paging_setup(exp, err);
 	ret = setup_vcpus(exp, err);
 	ret = ret ?: ukvm_dirty_setup_vcpus(exp, err);
 	ret = ret ?: ukvm_migrate_setup(exp, err);
@@ -700,7 +429,7 @@ int ukvm_setup_build(struct ukvm_experiment *exp, struct ukvm_error *err)
 	setup_unfaulted_injection(exp);
 #endif
 	ret = ret ?: ukvm_source_open(&exp->source, cfg, exp->region_size, err);
-	ret = ret ?: setup_uffds(exp, err);
+	ret = ret ?: ukvm_paging_setup(exp, err);
 	if (!ret && exp_past_deadline(exp)) {
 		ukvm_err_set(err, UKVM_ERR_TIMEOUT, 0,
 			     "the run did not finish within timeout_s=%.3f: it was still being set "
@@ -732,10 +461,10 @@ int ukvm_setup_check_vcpus(const struct ukvm_config *cfg, struct ukvm_error *err
 
 /*
  * The fds the pools of a run (or probe) of cfg hold, from a dry pass: each
- * pool shaped by setup_pool_shape() as the run's will be, then asked what
- * it holds once started (ukvm_pool_fds), *conns of them its resolvers'
- * connections to a page server; a probe registers its uffds and starts no
- * pool. Nothing is allocated: the count cannot fail.
+ * pool shaped by ukvm_paging_pool_shape() as the run's will be, then asked
+ * what it holds once started (ukvm_pool_fds), *conns of them its
+ * resolvers' connections to a page server; a probe registers its uffds and
+ * starts no pool. Nothing is allocated: the count cannot fail.
  */
 static uint64_t setup_pool_fds(const struct ukvm_config *cfg, bool probe, uint32_t nr_pools,
 			       uint64_t *conns)
@@ -749,7 +478,7 @@ static uint64_t setup_pool_fds(const struct ukvm_config *cfg, bool probe, uint32
 		return nr_pools;
 	for (u = 0; u < nr_pools; u++) {
 		ukvm_pool_init(&pool);
-		setup_pool_shape(cfg, nr_pools, &pool, u);
+		ukvm_paging_pool_shape(cfg, nr_pools, &pool, u);
 		n += ukvm_pool_fds(&pool, cfg->source);
 		*conns += ukvm_pool_fds(&pool, cfg->source) -
 			  ukvm_pool_fds(&pool, UKVM_SOURCE_SYNTHETIC);
@@ -772,8 +501,8 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 	uint64_t source = cfg->source != UKVM_SOURCE_SYNTHETIC ? 1 : 0;
 	/* dirty_tracking wp_async: its uffd and /proc/self/pagemap, for the whole run. */
 	uint64_t dirty = cfg->dirty_tracking == UKVM_DIRTY_WP_ASYNC ? 2 : 0;
-	uint64_t pusher = !probe && setup_has_pusher(cfg) ? ukvm_pusher_fds(cfg->source) : 0;
-	uint32_t nr_pools = setup_nr_pools(cfg);
+	uint64_t pusher = !probe && ukvm_paging_has_pusher(cfg) ? ukvm_pusher_fds(cfg->source) : 0;
+	uint32_t nr_pools = ukvm_paging_nr_pools(cfg);
 	uint64_t conns, pools = setup_pool_fds(cfg, probe, nr_pools, &conns);
 	uint64_t waits = probe ? 0 : pools - conns - 2ULL * nr_pools;	/* epoll sets or rings */
 	size_t n;
@@ -818,7 +547,7 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
 /*
  * The threads a run of cfg starts, besides the caller's: the controller,
  * a thread per vCPU, each pool's readers (ukvm_pool_threads, of pools
- * shaped by setup_pool_shape() as the run's will be), the pusher, and the
+ * shaped by ukvm_paging_pool_shape() as the run's will be), the pusher, and the
  * worker task KVM itself starts for the VM at the first KVM_RUN
  * (kvm-nx-lpage-recovery, in this process's cgroups and counted against
  * RLIMIT_NPROC; refused, KVM_RUN fails with EAGAIN). Nothing is allocated:
@@ -826,14 +555,14 @@ uint64_t ukvm_setup_fds_needed(const struct ukvm_config *cfg, bool probe, char *
  */
 uint64_t ukvm_setup_threads_needed(const struct ukvm_config *cfg, char *why, size_t why_len)
 {
-	uint32_t nr_pools = setup_nr_pools(cfg), u;
-	uint64_t readers = 0, pusher = setup_has_pusher(cfg) ? 1 : 0;
+	uint32_t nr_pools = ukvm_paging_nr_pools(cfg), u;
+	uint64_t readers = 0, pusher = ukvm_paging_has_pusher(cfg) ? 1 : 0;
 	struct ukvm_pool pool;
 	size_t n;
 
 	for (u = 0; u < nr_pools; u++) {
 		ukvm_pool_init(&pool);
-		setup_pool_shape(cfg, nr_pools, &pool, u);
+		ukvm_paging_pool_shape(cfg, nr_pools, &pool, u);
 		readers += ukvm_pool_threads(&pool);
 	}
 	n = (size_t)snprintf(why, why_len, "1 controller, %u for the vCPUs, 1 KVM worker "

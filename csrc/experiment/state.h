@@ -3,13 +3,15 @@
  * One experiment's state, shared by the phases that run it:
  *
  *   setup.c       VM, backing memory, memslot, guest page tables, vCPUs, the
- *                 prefill, uffds and their reader pools; and the teardown
+ *                 prefill; and the teardown
+ *   paging.c      (for setup) uffds and their reader pools, preinstall, the
+ *                 pusher
  *   execute.c     vCPU threads start together; the controller waits for all
  *                 of them, a failure, a cancel or the deadline
  *   stop.c        stopping vCPUs and readers, bounded, naming any that
  *                 would not stop
  *   collect.c     KVM stats, reader stats and fault log, uffds closed, every
- *                 page verified, the result filled
+ *                 page verified (through check.c), the result filled
  *   experiment.c  the controller thread and the public lifecycle (ukvm.h)
  *
  * The phases take everything they share from here and never call up:

@@ -648,6 +648,56 @@ static bool vcpu_eagain_retry(struct ukvm_vcpu *vcpu, uint64_t *since_ns)
 	return false;
 }
 
+/* What a KVM_RUN failure's message names of the fault, before the reason. */
+enum vcpu_fault_detail {
+	DETAIL_NONE,
+	DETAIL_GPA,	/* the address KVM or the guest named, and which of them named it */
+	DETAIL_RIP,	/* no address named: the guest's rip, and KVM's exit reason */
+};
+
+/*
+ * KVM_RUN's failures that nothing resolved, as the run's error says them:
+ * "vCPU N: KVM_RUN", the detail, then why. The first row that matches
+ * speaks: its errno (0: any), a vCPU that resolves its own faults if the
+ * row asks for one, and for DETAIL_GPA an address that was named.
+ */
+static const struct vcpu_run_failure {
+	int err;
+	bool resolving;
+	enum vcpu_fault_detail detail;
+	const char *why;
+} vcpu_run_failures[] = {
+	{ EIO, false, DETAIL_NONE, ": KVM killed the VM" },
+	{ EFAULT, true, DETAIL_GPA, ", outside the memory this vCPU resolves" },
+	{ EFAULT, true, DETAIL_RIP, ": the guest touched memory the host could not provide" },
+	{ EFAULT, false, DETAIL_NONE, ": the guest touched memory the host could not provide "
+				      "(a fault that could not be resolved?)" },
+	{ 0, false, DETAIL_NONE, "" },	/* any other errno: the call and its errno */
+};
+
+/* KVM_RUN failed with errno e, and nothing resolved it: the run fails, saying why. */
+static void vcpu_fail_run(struct ukvm_vcpu *vcpu, int e)
+{
+	const struct vcpu_run_failure *f;
+	char detail[192] = "";
+
+	for (f = vcpu_run_failures; ; f++)	/* the last row matches every failure */
+		if ((!f->err || f->err == e) && (!f->resolving || vcpu->resolve_fault) &&
+		    (f->detail != DETAIL_GPA || vcpu->efault_named != UKVM_EFAULT_UNNAMED))
+			break;
+	if (f->detail == DETAIL_GPA)
+		snprintf(detail, sizeof(detail), ": EFAULT at gpa 0x%llx (named by %s)",
+			 (unsigned long long)vcpu->efault_gpa,
+			 vcpu->efault_named == UKVM_EFAULT_BY_KVM ?
+			 "KVM_EXIT_MEMORY_FAULT" : "the guest's %rax");
+	else if (f->detail == DETAIL_RIP)
+		snprintf(detail, sizeof(detail), ": EFAULT at guest rip 0x%llx, not one of the "
+			 "walk's accesses and not KVM_EXIT_MEMORY_FAULT (exit reason %u)",
+			 (unsigned long long)vcpu->efault_rip, vcpu->run->exit_reason);
+	ukvm_ctl_fail(vcpu->ctl, UKVM_ERR_RUN, e, "vCPU %u: KVM_RUN%s%s", vcpu->index, detail,
+		      f->why);
+}
+
 void *ukvm_vcpu_thread(void *arg)
 {
 	struct ukvm_vcpu *vcpu = arg;
@@ -723,33 +773,7 @@ void *ukvm_vcpu_thread(void *arg)
 				if (ret != -ENOENT)
 					break;	/* the failure is recorded */
 			}
-			if (e == EIO)
-				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
-					      "vCPU %u: KVM_RUN: KVM killed the VM", vcpu->index);
-			else if (e == EFAULT && vcpu->resolve_fault &&
-				 vcpu->efault_named != UKVM_EFAULT_UNNAMED)
-				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
-					      "vCPU %u: KVM_RUN: EFAULT at gpa 0x%llx (named by %s), "
-					      "outside the memory this vCPU resolves", vcpu->index,
-					      (unsigned long long)vcpu->efault_gpa,
-					      vcpu->efault_named == UKVM_EFAULT_BY_KVM ?
-					      "KVM_EXIT_MEMORY_FAULT" : "the guest's %rax");
-			else if (e == EFAULT && vcpu->resolve_fault)
-				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
-					      "vCPU %u: KVM_RUN: EFAULT at guest rip 0x%llx, not one "
-					      "of the walk's accesses and not KVM_EXIT_MEMORY_FAULT "
-					      "(exit reason %u): the guest touched memory the host "
-					      "could not provide", vcpu->index,
-					      (unsigned long long)vcpu->efault_rip,
-					      vcpu->run->exit_reason);
-			else if (e == EFAULT)
-				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e,
-					      "vCPU %u: KVM_RUN: the guest touched memory the "
-					      "host could not provide (a fault that could not "
-					      "be resolved?)", vcpu->index);
-			else
-				ukvm_ctl_fail(ctl, UKVM_ERR_RUN, e, "vCPU %u: KVM_RUN",
-					      vcpu->index);
+			vcpu_fail_run(vcpu, e);
 			break;
 		}
 		if (vcpu_handle_exit(vcpu, tsc_before, tsc_after) || vcpu->done)

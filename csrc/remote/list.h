@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * An intrusive doubly linked list, for the page server: the model's queues
- * (model.c) and the server's connections and their requests (server.c).
+ * (model.c) and the server's connections and their requests (server.c, conn.c).
  * A node alone is its own list (list_init), so list_del may run twice.
  */
 #ifndef UKVM_REMOTE_LIST_H

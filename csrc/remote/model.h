@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The page server's model of a remote source (model.c), without sockets:
- * the server (server.c) feeds it the requests it reads and the clock, and
+ * the server (server.c, conn.c) feeds it the requests it reads and the clock, and
  * writes each reply when the model says it has gone over the link.
  *
  * All times are CLOCK_MONOTONIC nanoseconds, given by the caller:

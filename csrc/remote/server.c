@@ -5,8 +5,11 @@
  *
  * The model of a remote source (latency, one link of a bandwidth,
  * max_inflight slots, URGENT ahead of background) is model.c's, without
- * sockets; this file feeds it the requests it reads and the clock, and
- * writes each reply when the model says its link time has ended.
+ * sockets; this file runs the loop that feeds it the requests its
+ * connections read and the clock, and writes each reply when the model
+ * says its link time has ended. What one connection does (its handshake,
+ * its requests, its replies) is conn.c's; the state the two share is
+ * server_state.h.
  *
  * The loop: one thread, one epoll instance over the listening socket, the
  * connections, a timerfd for the model's next event, a signalfd for
@@ -47,7 +50,6 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
-#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -55,15 +57,11 @@
 #include "base/util.h"
 #include "remote/address.h"
 #include "remote/auth.h"
+#include "remote/conn.h"
 #include "remote/list.h"
 #include "remote/model.h"
-#include "remote/protocol.h"
-#include "remote/wire.h"
+#include "remote/server_state.h"
 
-/* A connection with this many requests unanswered is not read until it drains. */
-#define SERVER_PENDING_MAX	4096
-/* Requests read per read(2) at most. */
-#define SERVER_READ_BATCH	256
 /* The longest epoll wait: nothing in the loop waits unbounded. */
 #define SERVER_WAIT_MS		1000
 /* Timer slack for this thread: the model's waits are microseconds. */
@@ -89,343 +87,8 @@
  */
 #define SERVER_LISTEN_RETRY_NS	(100 * NSEC_PER_MSEC)
 
-/* A reply being written: header, then payload (from the mapping or stats). */
-struct out {
-	struct list node;
-	struct ukvm_remote_reply hdr;
-	const uint8_t *data;
-	size_t written;			/* of header + payload */
-	bool counted;			/* a request: conn->pending drops when written */
-	struct ukvm_remote_stats stats;	/* a STATS reply's payload */
-};
-
-struct conn {
-	struct list node;		/* server.conns */
-	int fd;
-	bool dead;			/* closed; freed at the end of the loop's turn */
-	bool paused;			/* EPOLLIN off: too many pending */
-	bool want_out;			/* EPOLLOUT on */
-	uint32_t pending;		/* requests read, reply not yet written */
-	struct list requests;		/* its requests still in the model (in_owner) */
-	struct list outs;		/* replies being written, in order */
-	bool ready;			/* the handshake passed: what it sends are requests */
-	uint64_t deadline_ns;		/* for the handshake */
-	struct ukvm_remote_hello hello;	/* the one sent it */
-	size_t hs_got;
-	uint8_t hs[sizeof(struct ukvm_remote_auth)];
-	char peer[UKVM_REMOTE_ADDRESS_MAX + 48];	/* for the log */
-	size_t in_got;
-	uint8_t in[SERVER_READ_BATCH * sizeof(struct ukvm_remote_request)];
-};
-
-struct server {
-	const struct ukvm_pageserver_config *cfg;
-	int epfd, lfd, tfd, sfd, stop_fd;
-	const uint8_t *map;
-	uint64_t size;
-	struct ukvm_model model;
-	struct list conns;
-	struct ukvm_remote_stats stats;
-	struct ukvm_remote_key key;	/* len 0: none (a Unix socket's, peers checked by uid) */
-	uint64_t handshake_ns;
-	uint32_t handshakes;		/* conns neither dead nor ready */
-	bool listen_off;		/* out of fds: the listening socket not polled */
-	uint64_t listen_retry_ns;	/* when it is polled again, if no conn closes */
-	bool stop;
-};
-
 /* Tags for epoll's data: a struct conn pointer, or one of these. */
 static int tag_listen, tag_timer, tag_signal, tag_stop;
-
-/* ---- connections ---- */
-
-static int conn_events(struct server *s, struct conn *c)
-{
-	struct epoll_event ev = {
-		.events = (c->paused ? 0 : EPOLLIN) | (c->want_out ? EPOLLOUT : 0) | EPOLLRDHUP,
-		.data.ptr = c,
-	};
-
-	return epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev) ? -errno : 0;
-}
-
-static void conn_close(struct server *s, struct conn *c)
-{
-	struct list *p, *n;
-
-	if (c->dead)
-		return;
-	c->dead = true;
-	if (!c->ready)
-		s->handshakes--;
-	for (p = c->requests.next; p != &c->requests; p = n) {
-		struct ukvm_model_req *r = list_entry(p, struct ukvm_model_req, in_owner);
-
-		n = p->next;
-		list_del(&r->in_owner);
-		ukvm_model_drop(&s->model, r);
-	}
-	for (p = c->outs.next; p != &c->outs; p = n) {
-		n = p->next;
-		free(list_entry(p, struct out, node));
-	}
-	list_init(&c->outs);
-	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
-	c->fd = -1;
-}
-
-/* Writes what c's queue holds until the socket is full; 0, or -errno. */
-static int conn_write(struct server *s, struct conn *c)
-{
-	bool paused;
-
-	while (!list_empty(&c->outs)) {
-		struct out *o = list_entry(c->outs.next, struct out, node);
-		size_t hlen = sizeof(o->hdr), total = hlen + o->hdr.length;
-		struct iovec iov[2];
-		struct msghdr msg = { .msg_iov = iov };
-		ssize_t n;
-
-		if (o->written < hlen) {
-			iov[0].iov_base = (uint8_t *)&o->hdr + o->written;
-			iov[0].iov_len = hlen - o->written;
-			iov[1].iov_base = (void *)o->data;
-			iov[1].iov_len = o->hdr.length;
-			msg.msg_iovlen = o->hdr.length ? 2 : 1;
-		} else {
-			iov[0].iov_base = (void *)(o->data + (o->written - hlen));
-			iov[0].iov_len = total - o->written;
-			msg.msg_iovlen = 1;
-		}
-		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN) {
-			if (!c->want_out) {
-				c->want_out = true;
-				return conn_events(s, c);
-			}
-			return 0;
-		}
-		if (n < 0)
-			return -errno;	/* the client went away: not the server's failure */
-		o->written += (size_t)n;
-		if (o->written < total)
-			continue;
-		list_del(&o->node);
-		if (o->counted)
-			c->pending--;
-		free(o);
-	}
-	/* Drained: no EPOLLOUT; reading again once half the backlog is answered. */
-	paused = c->paused && c->pending >= SERVER_PENDING_MAX / 2;
-	if (c->want_out || paused != c->paused) {
-		c->want_out = false;
-		c->paused = paused;
-		return conn_events(s, c);
-	}
-	return 0;
-}
-
-/*
- * conn_write, and c closed if it fails: a write the client refused, or an
- * EPOLL_CTL_MOD that failed (which would leave c stalled, its replies
- * unsent, until the client's own timeout). 0, or -errno (c closed); the
- * server goes on with its other connections either way.
- */
-static int conn_flush(struct server *s, struct conn *c)
-{
-	int ret = conn_write(s, c);
-
-	if (ret)
-		conn_close(s, c);
-	return ret;
-}
-
-/* A reply queued on c (not yet written): 0 and *out, or -ENOMEM. */
-static int conn_reply(struct conn *c, const struct ukvm_remote_request *req, int32_t status,
-		      uint32_t length, const uint8_t *data, struct out **out)
-{
-	struct out *o = calloc(1, sizeof(*o));
-
-	*out = o;
-	if (!o)
-		return -ENOMEM;
-	o->hdr.offset = req->offset;
-	o->hdr.length = length;
-	o->hdr.status = status;
-	o->hdr.flags = req->flags;
-	o->data = data;
-	list_add_tail(&c->outs, &o->node);
-	return 0;
-}
-
-/* ---- the model's replies ---- */
-
-/* Hands the model the clock: each reply whose link time ended goes to its connection. */
-static int server_advance(struct server *s, uint64_t now)
-{
-	struct ukvm_model_req *r;
-	int ret = 0;
-
-	while (!ret && ukvm_model_step(&s->model, now, &r) > 0) {
-		struct conn *c = r->owner;
-		struct out *o;
-
-		if (c) {	/* else its connection closed while it was on the link */
-			list_del(&r->in_owner);
-			ret = conn_reply(c, &r->req, 0, r->req.length, s->map + r->req.offset, &o);
-			if (!ret) {
-				o->counted = true;
-				conn_flush(s, c);
-			}
-		}
-		free(r);
-	}
-	return ret;
-}
-
-/* ---- requests off the wire ---- */
-
-static int server_request(struct server *s, struct conn *c, const struct ukvm_remote_request *req,
-			  uint64_t now)
-{
-	struct ukvm_model_req *r;
-	struct out *o;
-	int32_t status = ukvm_wire_request_check(req, s->size);
-	int ret;
-
-	if (status == UKVM_WIRE_STATS) {
-		s->stats.stats_requests++;
-		ret = conn_reply(c, req, 0, sizeof(o->stats), NULL, &o);
-		if (ret)
-			return ret;
-		o->hdr.offset = 0;
-		o->stats = s->stats;
-		o->data = (const uint8_t *)&o->stats;
-		return 0;
-	}
-	if (status) {
-		s->stats.errors++;
-		return conn_reply(c, req, status, 0, NULL, &o);
-	}
-	ret = ukvm_model_arrive(&s->model, req, c, now, &r);
-	if (ret)
-		return ret;
-	list_add_tail(&c->requests, &r->in_owner);
-	c->pending++;
-	return 0;
-}
-
-static int server_read(struct server *s, struct conn *c)
-{
-	const size_t rec = sizeof(struct ukvm_remote_request);
-	size_t i, whole;
-	ssize_t n;
-	int ret;
-
-	for (;;) {
-		n = read(c->fd, c->in + c->in_got, sizeof(c->in) - c->in_got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			break;
-		if (n <= 0) {		/* EOF, or ECONNRESET: the client is gone */
-			conn_close(s, c);
-			return 0;
-		}
-		c->in_got += (size_t)n;
-		whole = c->in_got / rec * rec;
-		for (i = 0; i < whole; i += rec) {
-			struct ukvm_remote_request req;
-
-			memcpy(&req, c->in + i, rec);
-			ret = server_request(s, c, &req, ukvm_now_ns());
-			if (ret)
-				return ret;
-		}
-		memmove(c->in, c->in + whole, c->in_got - whole);
-		c->in_got -= whole;
-		if (c->pending >= SERVER_PENDING_MAX) {
-			c->paused = true;
-			ret = conn_events(s, c);
-			if (ret)
-				return ret;
-			break;
-		}
-	}
-	/* STATS and error replies go at once. */
-	if (!c->dead && !list_empty(&c->outs))
-		conn_flush(s, c);
-	return 0;
-}
-
-/* ---- the handshake ---- */
-
-/* Closes c, counted and logged: a peer that did not prove it may connect. */
-static void conn_refuse(struct server *s, struct conn *c, const char *why)
-{
-	s->stats.refused++;
-	fprintf(stderr, "uffdkvm page server: refused %s: %s\n", c->peer, why);
-	conn_close(s, c);
-}
-
-/* A handshake record written whole on a socket that has room (the first bytes each way). */
-static int conn_send_record(struct conn *c, const void *rec, size_t len)
-{
-	ssize_t n;
-
-	do
-		n = send(c->fd, rec, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -errno;
-	return (size_t)n == len ? 0 : -EAGAIN;
-}
-
-/* The auth record's bytes as they come; then checked, and c welcomed or refused. */
-static void conn_handshake(struct server *s, struct conn *c)
-{
-	struct ukvm_remote_welcome welcome;
-	ssize_t n;
-	int ret;
-
-	while (c->hs_got < sizeof(c->hs)) {
-		n = read(c->fd, c->hs + c->hs_got, sizeof(c->hs) - c->hs_got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0) {
-			conn_refuse(s, c, c->hs_got ? "closed in the middle of its handshake" :
-				    "closed without a handshake (no key?)");
-			return;
-		}
-		c->hs_got += (size_t)n;
-	}
-	ret = ukvm_auth_answer_check(&s->key, &c->hello, c->hs, sizeof(c->hs));
-	if (ret == -EPROTO || ret == -EACCES) {
-		/* Told why, so that a client with the wrong key can say so; then closed. */
-		ukvm_auth_welcome_make(&s->key, &c->hello, NULL, ret, &welcome);
-		conn_send_record(c, &welcome, sizeof(welcome));
-		conn_refuse(s, c, ret == -EACCES ? "wrong key (its HMAC is not this server's key's)"
-			    : "not a uffdkvm handshake (no auth record)");
-		return;
-	}
-	if (!ret)
-		ret = ukvm_auth_welcome_make(&s->key, &c->hello,
-					     (const struct ukvm_remote_auth *)c->hs, 0, &welcome);
-	if (!ret)
-		ret = conn_send_record(c, &welcome, sizeof(welcome));
-	explicit_bzero(&welcome, sizeof(welcome));
-	if (ret) {
-		conn_refuse(s, c, "the handshake failed on the server's side");
-		return;
-	}
-	c->ready = true;
-	s->handshakes--;
-}
 
 /* Refuses the connections whose handshake is past its deadline. */
 static void server_expire(struct server *s, uint64_t now)
@@ -436,7 +99,7 @@ static void server_expire(struct server *s, uint64_t now)
 		struct conn *c = list_entry(p, struct conn, node);
 
 		if (!c->dead && !c->ready && now >= c->deadline_ns)
-			conn_refuse(s, c, "no handshake before its deadline");
+			ukvm_conn_refuse(s, c, "no handshake before its deadline");
 	}
 }
 
@@ -455,43 +118,6 @@ static uint64_t server_next_deadline(const struct server *s)
 	return next;
 }
 
-/*
- * The new connection c's peer, named for the log; a Unix socket's checked
- * by uid (the server's own, or root). 0, or -errno with c refused and the
- * reason logged (-EACCES: another uid).
- */
-static int conn_peer(struct server *s, struct conn *c, const struct sockaddr_storage *sa,
-		     socklen_t len)
-{
-	struct ukvm_remote_address addr = { .len = len };
-	struct ucred cred;
-	socklen_t clen = sizeof(cred);
-
-	memcpy(&addr.sa, sa, sizeof(addr.sa));
-	if (sa->ss_family != AF_UNIX) {
-		if (ukvm_remote_address_format(&addr, c->peer, sizeof(c->peer)))
-			snprintf(c->peer, sizeof(c->peer), "a peer of family %d", sa->ss_family);
-		return 0;
-	}
-	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen)) {
-		int ret = -errno;
-		char why[96];
-
-		snprintf(c->peer, sizeof(c->peer), "a Unix socket peer");
-		snprintf(why, sizeof(why), "its uid is unknown: getsockopt(SO_PEERCRED): %s",
-			 strerror(-ret));
-		conn_refuse(s, c, why);
-		return ret;
-	}
-	snprintf(c->peer, sizeof(c->peer), "Unix socket peer pid %d uid %u", (int)cred.pid,
-		 (unsigned)cred.uid);
-	if (cred.uid != geteuid() && cred.uid != 0) {
-		conn_refuse(s, c, "its uid is neither this server's nor root's");
-		return -EACCES;
-	}
-	return 0;
-}
-
 /* Closes the oldest connection still in its handshake; false if there is none. */
 static bool server_evict(struct server *s, const char *why)
 {
@@ -501,7 +127,7 @@ static bool server_evict(struct server *s, const char *why)
 		struct conn *c = list_entry(p, struct conn, node);
 
 		if (!c->dead && !c->ready) {
-			conn_refuse(s, c, why);
+			ukvm_conn_refuse(s, c, why);
 			return true;
 		}
 	}
@@ -585,11 +211,11 @@ static int server_accept(struct server *s, struct ukvm_error *err)
 		s->handshakes++;
 		s->stats.connections++;
 		c->deadline_ns = ukvm_now_ns() + s->handshake_ns;
-		if (conn_peer(s, c, &peer, peer_len))
+		if (ukvm_conn_peer(s, c, &peer, peer_len))
 			continue;	/* refused, and logged why */
 		if (ukvm_auth_hello_make(&c->hello, s->key.len != 0) ||
-		    conn_send_record(c, &c->hello, sizeof(c->hello)))
-			conn_refuse(s, c, "the hello could not be sent");
+		    ukvm_conn_send_record(c, &c->hello, sizeof(c->hello)))
+			ukvm_conn_refuse(s, c, "the hello could not be sent");
 	}
 	return 0;
 }
@@ -649,7 +275,7 @@ static int server_loop(struct server *s, struct ukvm_error *err)
 		if (!ret && s->listen_off && ukvm_now_ns() >= s->listen_retry_ns)
 			ret = server_listen_events(s, true);
 		if (!ret)
-			ret = server_advance(s, ukvm_now_ns());
+			ret = ukvm_conn_deliver(s, ukvm_now_ns());
 		if (!ret)
 			ret = server_arm(s, err);
 		if (ret) {
@@ -688,12 +314,12 @@ static int server_loop(struct server *s, struct ukvm_error *err)
 				if (ret)
 					return ret;
 			} else if (!c->dead && !c->ready) {
-				conn_handshake(s, c);
+				ukvm_conn_handshake(s, c);
 			} else if (!c->dead) {
 				if (evs[i].events & EPOLLOUT)
-					conn_flush(s, c);
+					ukvm_conn_flush(s, c);
 				if (!c->dead && evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-					ret = server_read(s, c);
+					ret = ukvm_conn_read(s, c);
 					if (ret) {
 						ukvm_err_set(err, UKVM_ERR_RUN, -ret,
 							     "page server: reading a request");
@@ -850,7 +476,7 @@ static void server_free_all(struct server *s)
 
 	for (p = s->conns.next; p != &s->conns; p = n) {
 		n = p->next;
-		conn_close(s, list_entry(p, struct conn, node));
+		ukvm_conn_close(s, list_entry(p, struct conn, node));
 	}
 	(void)server_reap(s);	/* the listening socket is not polled again */
 	ukvm_model_free_all(&s->model);	/* the conns are gone: nothing else holds a request */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The records' checks (protocol.h), as pure functions: no socket, no
- * state, no allocation. server.c checks each request it reads with them,
+ * state, no allocation. conn.c checks each request it reads with them,
  * client.c each reply; tests/fuzz/ feeds them whatever a fuzzer makes.
  */
 #ifndef UKVM_REMOTE_WIRE_H

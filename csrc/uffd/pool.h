@@ -1,43 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Reader pools: the threads that wait for one uffd's fault messages, read
- * them and hand each to their resolver (resolve.h), and their lifecycle
- * (pool.c). With resolver vcpu a pool has no threads: its resolvers belong
- * to the vCPU threads, which resolve their own faults.
+ * them and hand each to their resolver (reader.h, resolve.h), and their
+ * lifecycle (pool.c). With resolver vcpu a pool has no threads: its
+ * resolvers belong to the vCPU threads, which resolve their own faults.
  */
 #ifndef UKVM_UFFD_POOL_H
 #define UKVM_UFFD_POOL_H
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "base/ctl.h"
-#include "base/thread.h"
 #include "uffd/pusher.h"
+#include "uffd/reader.h"
 #include "uffd/resolve.h"
 #include "ukvm.h"
-
-struct ukvm_pool;
-struct ukvm_ring;
-
-/* A reader thread, and the resolver it owns (one of its pool's resolvers[]). */
-struct ukvm_reader {
-	struct ukvm_pool *pool;
-	struct ukvm_fault_resolver *res;
-	uint32_t index;
-	pthread_t thread;
-	bool thread_started;
-	atomic_bool exited;
-	int epfd;
-	struct ukvm_ring *ring;		/* wait io_uring: the reader's own ring (ring.h) */
-	int cpu;			/* pinned to, or -1 */
-	struct ukvm_thread_state state;	/* where it is, for one that would not stop */
-#ifdef UKVM_TEST_HOOKS
-	uint64_t stall_ms;		/* UKVM_INJECT_READER_STALL, for this reader */
-#endif
-} __attribute__((aligned(UKVM_CACHELINE)));
 
 struct ukvm_pool {
 	/* The uffd, its range and how its faults are resolved: filled in by the caller. */

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * White-box cases of the reader pools (csrc/uffd/pool.c) that no run can show
+ * White-box cases of the reader pools (csrc/uffd/pool.c, reader.c) that no run can show
  * through the public interface, because the run they happen in fails and
  * hands back no result. It includes the core's internal headers (csrc/base,
  * csrc/uffd), as faultlog_accounting.c does.
  *
  *  - A reader that fails to pin still records its counters (getrusage, its
- *    affinity): every exit path of reader_thread keeps them.
+ *    affinity): every exit path of ukvm_reader_thread keeps them.
  *  - Letting go of a uffd while a reader still runs: the fault a thread
  *    waits on completes (the uffd file is released), and the fd number
  *    stays taken (by /dev/null) until the pool is destroyed.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fuzz target: the page server's request parser, as server.c runs it on
+ * Fuzz target: the page server's request parser, as conn.c runs it on
  * what a connection sends: each 16-byte record checked
  * (ukvm_wire_request_check, csrc/remote/wire.c), refused or fed to the
  * model (csrc/remote/model.c) on a clock, and each reply the model hands
@@ -56,7 +56,7 @@ static const uint32_t INFLIGHT[4] = { 0, 1, 2, 8 };
 		}								\
 	} while (0)
 
-/* One of the two connections: its requests still in the model, as server.c keeps them. */
+/* One of the two connections: its requests still in the model, as conn.c keeps them. */
 struct conn {
 	struct list requests;
 };
@@ -93,7 +93,7 @@ static bool client_could_send(const struct ukvm_remote_request *req)
 	       req->length <= UKVM_REMOTE_MAX_LENGTH;
 }
 
-/* The reply header server.c writes for req (conn_reply; STATS with offset 0). */
+/* The reply header conn.c writes for req (conn_reply; STATS with offset 0). */
 static void reply_for(const struct ukvm_remote_request *req, int status,
 		      struct ukvm_remote_reply *hdr)
 {
