@@ -123,14 +123,15 @@ def fields_for(flags: list[str], write: int) -> dict[str, Any]:
     return fields
 
 
-def commands(flags: list[str], ours: list[str], upstream: str | None) -> dict[str, list[str]]:
+def commands(flags: list[str], ours: list[str], upstream: str | None,
+             trackers: list[str]) -> dict[str, list[str]]:
     me = python_command(module="uffdkvm")
     cmds: dict[str, list[str]] = {}
     for w in WRITES:
         if upstream:
             for tracker, extra in UPSTREAM_TRACKERS.items():
                 cmds[f"upstream {tracker} w{w}"] = [upstream, *flags, *extra, "-w", str(w)]
-        for tracker in cli_dirty.TRACKERS:
+        for tracker in trackers:
             # The largest ring: kvm_pvm overruns a small one (docs/dirty-tracking.md).
             ring = ["--dirty-ring-entries", str(RING_ENTRIES)] if tracker == "ring" and \
                 "--dirty-ring-entries" not in ours else []
@@ -191,11 +192,11 @@ def harvest_s_per_gib(w100: Run | None, gib: float) -> float | None:
 
 
 def figures(runs: dict[str, list[Run | None]], pages: int, gib: float,
-            upstream: bool) -> dict[str, dict[str, list[float | None]]]:
+            upstream: bool, trackers: list[str]) -> dict[str, dict[str, list[float | None]]]:
     """Per tool and tracker: its per-trial figures."""
     out: dict[str, dict[str, list[float | None]]] = {}
     rows = ([f"upstream {t}" for t in UPSTREAM_TRACKERS] if upstream else []) + \
-        [f"uffdkvm {t}" for t in cli_dirty.TRACKERS]
+        [f"uffdkvm {t}" for t in trackers]
     for row in rows:
         w100, w0 = runs[f"{row} w100"], runs[f"{row} w0"]
         got = {"write_us_per_page": [write_cost_us(a, b, pages)
@@ -244,7 +245,13 @@ def main() -> None:
     ap.add_argument("--ours", default="", metavar="FLAGS",
                     help="extra flags for uffdkvm's tracked runs, e.g. '--dirty-clear-pages 512'")
     ap.add_argument("--json", metavar="PATH", help="write every run's times and figures here")
+    ap.add_argument("--trackers", default=",".join(cli_dirty.TRACKERS), metavar="LIST",
+                    help="uffdkvm's trackers to run, comma-separated (default: all, "
+                    "%(default)s); leave out what the kernel lacks (wp_async before 6.7)")
     a = ap.parse_args()
+    trackers = a.trackers.split(",")
+    if not trackers or set(trackers) - set(cli_dirty.TRACKERS):
+        ap.error(f"--trackers: a comma-separated list of {', '.join(cli_dirty.TRACKERS)}")
     flags, ours = shlex.split(a.flags), shlex.split(a.ours)
     check_flags(flags)
     config = uffdkvm.Config(**fields_for(flags, 100))
@@ -252,14 +259,14 @@ def main() -> None:
         ap.error("-i 1: the figures use iterations 2..N; give -i 2 or more")
     pages = config.region_bytes // 4096 // (1 if config.overlap else config.vcpus)
     gib = config.region_bytes / GIB
-    cmds = commands(flags, ours, a.upstream)
+    cmds = commands(flags, ours, a.upstream, trackers)
     names = list(cmds)
     runs: dict[str, list[Run | None]] = {n: [] for n in names}
     for t in range(a.trials):
         for name in overhead.rotated(names, t):
             runs[name].append(run_one(name, cmds[name]))
         print(f"  trial {t + 1}/{a.trials} done", file=sys.stderr)
-    got = figures(runs, pages, gib, bool(a.upstream))
+    got = figures(runs, pages, gib, bool(a.upstream), trackers)
     rows: list[list[str]] = []
     ratios: dict[str, dict[str, Any]] = {}
     for row, f in got.items():

@@ -520,8 +520,10 @@
 	 * prefetch faults once per page touched) */ \
 	uint64_t faults_avoided; \
 	/* from the first vCPU's start until every page of the region was resident (faulted or \
-	 * prefetched); None if that never happened, where pages are not tracked, or with \
-	 * stats="basic" (which reads no clock per fault) */ \
+	 * prefetched), as the thread that installed the last one stamped it after its ioctl \
+	 * returned (so a descheduled installer stamps it late, even after the vCPUs finished); \
+	 * None if that never happened, where pages are not tracked, or with stats="basic" \
+	 * (which reads no clock per fault) */ \
 	uint64_t resident_ns; \
 	/* of prefetched_pages, the ones the pusher installed (background, replay) */ \
 	uint64_t pushed_pages; \

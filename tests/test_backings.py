@@ -31,6 +31,16 @@ UFFD_VMFLAGS = {"missing": "um", "minor": "ui", "wp": "uw"}
 SHARED_BACKINGS = {"shmem", "shared_hugetlb", "guest_memfd"}
 
 
+def smaps_pass_seconds():
+    """How long one read of /proc/self/smaps takes here (milliseconds on a
+    host, a good part of a second in an emulated guest)."""
+    start = time.monotonic()
+    with open("/proc/self/smaps") as f:
+        for _ in f:
+            pass
+    return time.monotonic() - start
+
+
 def registered_mappings(**fields):
     """Runs an experiment that must verify (skipping as run_or_skip does)
     while a thread reads /proc/self/smaps: the kernel's own account of the
@@ -131,8 +141,10 @@ def test_backing_runs_and_verifies(kvm, hugepages, backing, mode):
         return
     page = BACKING_PAGE_SIZES[backing]
     faults = vcpus * mem // page
-    # Slow enough (about 0.1-0.2 s in all) that the watcher sees the run.
-    delay_us = 0 if mode is None else min(50_000, max(100, 400_000 // faults))
+    # Slow enough (0.4 s in all, or five of the watcher's passes over smaps
+    # where a pass is slower) that the watcher sees the run.
+    total_us = max(400_000, int(5e6 * smaps_pass_seconds()))
+    delay_us = 0 if mode is None else min(500_000, max(100, total_us // faults))
     r, mappings = registered_mappings(vcpus=vcpus, mem_per_vcpu=mem, backing=backing,
                                       uffd_mode=mode, readers=2, delay_us=delay_us)
     assert r.page_size == page  # the unit the core resolved in

@@ -146,11 +146,16 @@ def test_4_for_a_sweep_that_no_point_can_run_before_running_any(kvm, stage, tmp_
 
 
 def ctrl_c(args):
-    """The command, SIGINT 1.5 s in (past the imports, into a run): its
-    exit status, output and the seconds it took to stop."""
+    """The command, SIGINT once its run is under way (its vCPU and reader
+    threads exist: past the imports, which take seconds in an emulated
+    guest): its exit status, output and the seconds it took to stop."""
     proc = subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=CHILD_ENV)
-    time.sleep(1.5)
+    deadline = time.monotonic() + 120
+    while len(os.listdir(f"/proc/{proc.pid}/task")) < 3:
+        assert proc.poll() is None and time.monotonic() < deadline, "the run never started"
+        time.sleep(0.05)
+    time.sleep(0.5)                       # into the run
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hostfacts import NO_STEADY_KVM_TSC_OFFSET
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -143,8 +144,21 @@ def table_rows(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("|")]
 
 
+def unsynced(sample: str) -> str:
+    """The sample as a kernel whose KVM moves the guest's TSC offset (a
+    nested guest under TCG) prints it: guest_timing's queue and resume
+    stages None (clock_sync None, as README.md says), service as it was."""
+    lines = sample.splitlines(keepends=True)
+    stamped = [i for i, line in enumerate(lines) if line.startswith("Histogram(")]
+    for i in (stamped[0], stamped[-1]) if len(stamped) == 3 else ():
+        lines[i] = "None\n"
+    return "".join(lines)
+
+
 def compare(e: Example, real: str) -> None:
     sample = e.output.text
+    if "guest_timing=True" in e.code.text and NO_STEADY_KVM_TSC_OFFSET.holds:
+        sample = unsynced(sample)
     where = f"{e.output.path.name} line {e.output.line}"
     if is_sweep(e):
         want, got = table_rows(sample), table_rows(real)

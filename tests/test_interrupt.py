@@ -61,7 +61,11 @@ try:
     print(json.dumps({"finished": time.monotonic()}), flush=True)
 except KeyboardInterrupt:
     at = time.monotonic()
-    time.sleep(0.05)  # let the last joined threads leave /proc/self/task
+    # The run may hand its last teardown (a large memfd's pages freed) to the
+    # background after CANCEL_WAIT_NS, slow where the guest is emulated: wait
+    # for it, bounded, and let the last joined threads leave /proc/self/task.
+    uffdkvm._core.wait_idle(10.0)
+    time.sleep(0.05)
     print(json.dumps({"interrupted": at, "before": before, "after": counts()}), flush=True)
 r = uffdkvm.run(vcpus=2, mem_per_vcpu="1M", readers=2, wait=config.get("wait", "poll"))
 print(json.dumps({"verified": r.verified, "faults": r.faults}), flush=True)

@@ -100,6 +100,8 @@ def test_limits_are_none_where_nothing_is_set():
 def test_hierarchies_in_a_cgroup_namespace():
     """Inside a cgroup namespace /proc/self/cgroup says "/", which is the
     mount point itself; a v1 controller wins over v2's."""
+    if NO_V1_MEMORY.holds:   # hierarchies() keeps only directories that exist
+        host_skip(NO_V1_MEMORY, "the mount point the case names is this host's")
     mountinfo = ("31 23 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
                  "41 23 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n")
     found = limits.hierarchies("4:memory:/\n0::/\n", mountinfo)

@@ -26,6 +26,9 @@ from children import python
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 KERNEL = "uffdkvm-tests"  # a kernel spec of our own, so no other "python3" is picked up
 SMALL_RUN_S = 60          # each takes well under 20 s here; this catches a runaway
+# A notebook run as a script may take this long before it is called hung: its
+# time is test_runs_small's business (an emulated guest takes 2-5 times 60 s).
+HANG_S = 900
 
 
 def ids(paths):
@@ -124,7 +127,7 @@ def run_script(path, where, **extra_env):
                os.environ.get("PYTHONPATH")]))}
     env.pop("UFFDKVM_NB_HUGEPAGES", None)
     done = subprocess.run([sys.executable, f"{path.stem}.py"], cwd=where, env=env,
-                          capture_output=True, text=True, timeout=SMALL_RUN_S)
+                          capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, f"python {path.stem}.py failed:\n{done.stderr[-3000:]}"
     return done.stdout
 

@@ -552,9 +552,12 @@ class Result:
                                   touched them (the same run without prefetch faults once per
                                   page touched)
     resident_seconds              from the first vCPU's start until every page of the region was
-                                  resident (faulted or prefetched); None if that never happened,
-                                  where pages are not tracked, or with stats="basic" (which
-                                  reads no clock per fault)
+                                  resident (faulted or prefetched), as the thread that installed
+                                  the last one stamped it after its ioctl returned (so a
+                                  descheduled installer stamps it late, even after the vCPUs
+                                  finished); None if that never happened, where pages are not
+                                  tracked, or with stats="basic" (which reads no clock per
+                                  fault)
     pushed_pages                  of prefetched_pages, the ones the pusher installed
                                   (background, replay)
     prefetch_eexist               prefetch copies that found the page there already (the

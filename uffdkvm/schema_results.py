@@ -565,8 +565,10 @@ RESULT = Struct("result", "Result", "One experiment.", (
       "same run without prefetch faults once per page touched)", "int | None = None",
       unit="pages", measured="tracked"),
     V("resident_ns", U64, "from the first vCPU's start until every page of the region was "
-      "resident (faulted or prefetched); None if that never happened, where pages are not "
-      "tracked, or with stats=\"basic\" (which reads no clock per fault)",
+      "resident (faulted or prefetched), as the thread that installed the last one stamped "
+      "it after its ioctl returned (so a descheduled installer stamps it late, even after "
+      "the vCPUs finished); None if that never happened, where pages are not tracked, or "
+      "with stats=\"basic\" (which reads no clock per fault)",
       "float | None = None", unit="s", measured="tracked"),
     V("pushed_pages", U64, "of prefetched_pages, the ones the pusher installed (background, "
       "replay)", "int | None = None", unit="pages", measured="tracked"),

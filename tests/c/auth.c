@@ -31,7 +31,7 @@
 
 static const char hex_a[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
 static const char hex_b[] = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100\n";
-static char dir[] = "/tmp/ukvm-auth-XXXXXX";
+static char dir[64];
 static char snap_path[128], key_a[128], key_b[128], key_loose[128];
 
 static bool write_file(const char *path, const void *data, size_t len, mode_t mode)
@@ -48,6 +48,7 @@ static bool setup_files(void)
 {
 	static uint8_t snap[64 * 1024];
 
+	ukt_temp_template(dir, sizeof(dir), "/tmp", "ukvm-auth");
 	if (!mkdtemp(dir))
 		return false;
 	for (size_t i = 0; i < sizeof(snap); i++)
@@ -533,7 +534,7 @@ int main(void)
 	setvbuf(stderr, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
 	if (!setup_files()) {
-		printf("auth: cannot write the files under /tmp\n");
+		printf("auth: cannot write the files under %s\n", dir);
 		return T_EXIT_FAIL;
 	}
 	printf("auth: built %s libcrypto\n", ukvm_remote_auth_available() ? "with" : "without");

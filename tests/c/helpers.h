@@ -139,6 +139,21 @@ static inline void ukt_skip_case(const char *why)
 	fprintf(stderr, "[%s] skipped: %s\n", ukt_case_name, why);
 }
 
+/* A mkstemp()/mkdtemp() template for NAME in $TMPDIR, where the runner
+ * says files go (a booted kernel's / is read-only; the matrix points TMPDIR
+ * at a disk), else in FALLBACK: "/tmp", or "/var/tmp" for a file that must
+ * be on a disk. A $TMPDIR too long for a Unix socket path under it falls
+ * back too. */
+static inline void ukt_temp_template(char *buf, size_t size, const char *fallback,
+				     const char *name)
+{
+	const char *dir = getenv("TMPDIR");
+
+	if (!dir || !*dir || strlen(dir) > 48)
+		dir = fallback;
+	snprintf(buf, size, "%s/%s-XXXXXX", dir, name);
+}
+
 static inline void ukt_sleep_ms(unsigned ms)
 {
 	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };

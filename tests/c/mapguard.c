@@ -34,11 +34,12 @@ struct file_map {
 /* A file of PAGES pages, each byte its page's number + 1, mapped read-only. */
 static bool file_map_make(struct file_map *f)
 {
-	char path[] = "/var/tmp/ukvm-mapguard-XXXXXX";
+	char path[64];
 	uint8_t page[PAGE];
 	unsigned i;
 
 	f->map = NULL;
+	ukt_temp_template(path, sizeof(path), "/var/tmp", "ukvm-mapguard");
 	f->fd = mkstemp(path);
 	if (!CHECK(f->fd >= 0, "mkstemp: %s", strerror(errno)))
 		return false;

@@ -43,9 +43,14 @@ static void run_prefetch(const struct ukvm_config *asked, uint64_t *faults, uint
 	CHECK_EQ(*faults + res.prefetched_pages, pages);
 	CHECK_EQ(res.touched_units, pages);
 	CHECK_EQ(res.wasted_prefetch_pages, 0);
-	/* from the first KVM_RUN (0 if the pusher finished before it), within the run */
+	/*
+	 * From the first KVM_RUN (0 if the pusher finished before it), within
+	 * the run: stamped by the installer after its ioctl returned, which a
+	 * descheduled installer does after the vCPU it woke has finished (3 ms
+	 * late seen under TSan in an emulated guest), so within a slack.
+	 */
 	CHECK(res.resident_ns != UKVM_RESULT_NONE);
-	CHECK_LE(res.resident_ns, res.threads_joined_ns - res.start_ns);
+	CHECK_LE(res.resident_ns, res.threads_joined_ns - res.start_ns + 100 * NSEC_PER_MSEC);
 	CHECK_EQ(res.faults_avoided, res.touched_units - res.faulted_pages);
 	CHECK_EQ(res.faults, *faults);
 	CHECK_EQ(res.nr_touch_order, *faults);

@@ -28,17 +28,20 @@
 
 #define SNAP_BYTES	(4 * MiB)
 
-static char snap_path[] = "/tmp/ukvm-remote-snap-XXXXXX";
+static char snap_path[64];
 static uint8_t *snap;
 /* A TCP server's key (every TCP server needs one), in a 0600 file. */
-static char key_path[] = "/tmp/ukvm-remote-key-XXXXXX";
+static char key_path[64];
 static struct ukvm_remote_key key;
 
 static bool make_key(void)
 {
 	static const char hex[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
 	struct ukvm_error err;
-	int fd = mkstemp(key_path);	/* 0600 */
+	int fd;
+
+	ukt_temp_template(key_path, sizeof(key_path), "/tmp", "ukvm-remote-key");
+	fd = mkstemp(key_path);	/* 0600 */
 
 	if (fd < 0 || write(fd, hex, strlen(hex)) != (ssize_t)strlen(hex)) {
 		if (fd >= 0)
@@ -58,13 +61,16 @@ struct server {
 	pid_t pid;
 	int stop_w;		/* the server's stop fd is the other end */
 	char address[256];
-	char sock_path[64];
+	char sock_path[108];	/* sun_path's size */
 };
 
 static bool make_snapshot(void)
 {
 	uint64_t state = 42;
-	int fd = mkstemp(snap_path);
+	int fd;
+
+	ukt_temp_template(snap_path, sizeof(snap_path), "/tmp", "ukvm-remote-snap");
+	fd = mkstemp(snap_path);
 
 	if (fd < 0)
 		return false;
@@ -91,8 +97,9 @@ static bool server_start(struct server *s, bool tcp, uint64_t latency_ns, uint64
 	memset(s, 0, sizeof(*s));
 	if (pipe2(ready, O_CLOEXEC) || pipe2(stop, O_CLOEXEC))
 		return false;
-	snprintf(s->sock_path, sizeof(s->sock_path), "/tmp/ukvm-remote-%d-%u.sock", getpid(),
-		 seq++);
+	/* Beside the snapshot: the directory the runner gave, or /tmp. */
+	snprintf(s->sock_path, sizeof(s->sock_path), "%.*s/ukvm-remote-%d-%u.sock",
+		 (int)(strrchr(snap_path, '/') - snap_path), snap_path, getpid(), seq++);
 	fflush(stdout);
 	fflush(stderr);
 	s->pid = fork();

@@ -57,10 +57,10 @@ int main(void)
 	int fd;
 
 	ukt_init("source_file");
-	snprintf(snap_path, sizeof(snap_path), "/var/tmp/ukvm-source-XXXXXX");
+	ukt_temp_template(snap_path, sizeof(snap_path), "/var/tmp", "ukvm-source");
 	fd = mkstemp(snap_path);
 	if (fd < 0 || close(fd) || ukvm_snapshot_write(snap_path, 4 * MiB, 5, &err)) {
-		ukt_skip_program("cannot write a snapshot in /var/tmp: %s", err.message);
+		ukt_skip_program("cannot write a snapshot as %s: %s", snap_path, err.message);
 		return ukt_exit();
 	}
 
