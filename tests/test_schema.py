@@ -21,7 +21,7 @@ import pytest
 
 import uffdkvm
 from conftest import NO_STEADY_KVM_TSC_OFFSET
-from uffdkvm import Config, ConfigError, _core, schema
+from uffdkvm import Config, ConfigError, _core, schema, schema_faults
 from uffdkvm.config import core_config
 
 # The module, not the function uffdkvm re-exports under the same name.
@@ -43,7 +43,8 @@ def load_generator():
 
 gen_schema = load_generator()
 GENERATED = ("csrc/config_schema.h", "uffdkvm/config.py", "uffdkvm/_core.pyi", "docs/config.md",
-             "csrc/result_schema.h", "uffdkvm/result.py", "docs/results.md")
+             "csrc/result_schema.h", "uffdkvm/result.py", "docs/results.md",
+             "csrc/testhooks.h")
 
 
 def test_the_generator_writes_each_generated_file():
@@ -75,7 +76,8 @@ def test_the_command_is_named_where_contributors_read():
     """Every place that tells a contributor how to regenerate names the one
     command (a module that has no __main__ once stood there)."""
     for path in ("csrc/ukvm.h", "docs/config.md", "docs/results.md", "docs/development.md",
-                 "csrc/README.md", "uffdkvm/schema.py", "uffdkvm/schema_results.py"):
+                 "csrc/README.md", "uffdkvm/schema.py", "uffdkvm/schema_results.py",
+                 "uffdkvm/schema_faults.py"):
         text = (ROOT / path).read_text(encoding="utf-8")
         assert "python -m uffdkvm.schema" not in text, path
         assert gen_schema.COMMAND in text, path
@@ -90,6 +92,13 @@ def test_the_extension_exports_the_schemas_constants():
     for name, value, _ in schema.CONSTANTS:
         assert getattr(_core, name) == value, name
     assert _core.MAX_ZIPF_THETA == schema.MAX_ZIPF_THETA
+    # The fault injections, in a build with them (uffdkvm/schema_faults.py).
+    injects = {n: getattr(_core, n) for n in dir(_core) if n.startswith("INJECT_")}
+    if _core.TEST_HOOKS:
+        assert injects == {f"INJECT_{f.c_name}": i + 1
+                           for i, f in enumerate(schema_faults.FAULTS)}
+    else:
+        assert injects == {}
 
 
 def test_config_is_the_schemas():
