@@ -392,15 +392,25 @@ enum ukvm_migration {
 	V(UKVM_MIGRATION_POSTCOPY, "postcopy", "'postcopy'") \
 	V(UKVM_MIGRATION_HYBRID, "hybrid", "'hybrid'") \
 
-/* Each backing's page size, the unit its faults are resolved in: P(ENUMERATOR, bytes). */
-#define UKVM_BACKING_PAGE_SIZES(P) \
-	P(UKVM_BACKING_ANONYMOUS, 4096ULL) \
-	P(UKVM_BACKING_SHMEM, 4096ULL) \
-	P(UKVM_BACKING_ANONYMOUS_THP, 2097152ULL) \
-	P(UKVM_BACKING_ANONYMOUS_HUGETLB, 2097152ULL) \
-	P(UKVM_BACKING_ANONYMOUS_HUGETLB_1GB, 1073741824ULL) \
-	P(UKVM_BACKING_SHARED_HUGETLB, 2097152ULL) \
-	P(UKVM_BACKING_GUEST_MEMFD, 4096ULL) \
+/*
+ * Each backing and its properties (uffdkvm/schema.py, Backing):
+ * B(ENUMERATOR, page size in bytes, shared, hugetlb, private_anonymous, wp, migrates).
+ */
+#define UKVM_BACKINGS(B) \
+	B(UKVM_BACKING_ANONYMOUS, 4096ULL, false, false, true, true, true) \
+	B(UKVM_BACKING_SHMEM, 4096ULL, true, false, false, true, true) \
+	B(UKVM_BACKING_ANONYMOUS_THP, 2097152ULL, false, false, true, false, false) \
+	B(UKVM_BACKING_ANONYMOUS_HUGETLB, 2097152ULL, false, true, false, false, false) \
+	B(UKVM_BACKING_ANONYMOUS_HUGETLB_1GB, 1073741824ULL, false, true, false, false, false) \
+	B(UKVM_BACKING_SHARED_HUGETLB, 2097152ULL, true, true, false, false, false) \
+	B(UKVM_BACKING_GUEST_MEMFD, 4096ULL, true, false, false, false, false) \
+
+/* The backings with each property, as a message lists them. */
+#define UKVM_BACKINGS_SHARED_NAMES	"'shmem', 'shared_hugetlb' or 'guest_memfd'"
+#define UKVM_BACKINGS_HUGETLB_NAMES	"'anonymous_hugetlb', 'anonymous_hugetlb_1gb' or 'shared_hugetlb'"
+#define UKVM_BACKINGS_PRIVATE_ANONYMOUS_NAMES	"'anonymous' or 'anonymous_thp'"
+#define UKVM_BACKINGS_WP_NAMES	"'anonymous' or 'shmem'"
+#define UKVM_BACKINGS_MIGRATES_NAMES	"'anonymous' or 'shmem'"
 
 /* The page sizes the guest may map the region with: G(bytes, "name"). */
 #define UKVM_GUEST_PAGE_SIZES(G) \

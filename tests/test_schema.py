@@ -144,6 +144,28 @@ def test_the_cores_page_sizes_are_the_schemas(backing):
         _core.validate({**d, "guest_page_size": 8192})
 
 
+@pytest.mark.parametrize("backing", schema.BACKINGS, ids=lambda b: b.name)
+def test_the_cores_backing_properties_are_the_schemas(backing):
+    """The core's validator reads each backing's properties from the
+    schema's table (UKVM_BACKINGS): minor faults where it is shared, uffd-wp
+    where wp, UFFDIO_MOVE where private anonymous, zeropage where not hugetlb."""
+    base = {**core_config(Config(mem_per_vcpu="64K")),
+            "backing": getattr(_core, f"BACKING_{backing.name.upper()}"),
+            "mem_per_vcpu": backing.page_size}
+    cases = (("shared", {"uffd_mode": _core.UFFD_MINOR}, "uffd_mode: 'minor' needs"),
+             ("wp", {"uffd_mode": _core.UFFD_WP}, "uffd_mode: 'wp' runs on"),
+             ("private_anonymous", {"resolve": _core.RESOLVE_MOVE}, "resolve: 'move' needs"),
+             ("hugetlb", {"resolve": _core.RESOLVE_ZEROPAGE}, "resolve: 'zeropage' does not"))
+    for prop, change, refusal in cases:
+        try:
+            _core.validate({**base, **change})
+            refused = ""
+        except _core.CoreError as e:
+            refused = str(e)
+        says = getattr(backing, prop) if prop != "hugetlb" else not backing.hugetlb
+        assert (refusal not in refused) == says, (prop, refused)
+
+
 # ---- the binding: every key, no other ----
 
 def test_the_binding_refuses_a_missing_key():

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from . import schema
 from ._version import __version__
 from .config import (
     ACCESSES,
@@ -60,27 +61,14 @@ EXIT_STATUS_HELP = (
 PROGRESS_DELAY_S = 2.0
 
 # Upstream's -s names (tools/testing/selftests/kvm/lib/test_util.c) and what
-# uffdkvm backs each with; None for the huge page sizes uffdkvm does not have
-# (x86-64 has only 2 MiB and 1 GiB). guest_memfd is uffdkvm's own.
+# uffdkvm backs each with: each backing's `upstream` names in the schema, and
+# None for the huge page sizes uffdkvm does not have (x86-64 has only 2 MiB
+# and 1 GiB), which are refused by name. guest_memfd is uffdkvm's own.
+UPSTREAM_HUGE_PAGES_NOT_HERE = ("16kb", "64kb", "512kb", "1mb", "8mb", "16mb", "32mb", "256mb",
+                                "512mb", "2gb", "16gb")
 UPSTREAM_BACKINGS: dict[str, str | None] = {
-    "anonymous": "anonymous",
-    "anonymous_thp": "anonymous_thp",
-    "anonymous_hugetlb": "anonymous_hugetlb",
-    "anonymous_hugetlb_16kb": None,
-    "anonymous_hugetlb_64kb": None,
-    "anonymous_hugetlb_512kb": None,
-    "anonymous_hugetlb_1mb": None,
-    "anonymous_hugetlb_2mb": "anonymous_hugetlb",
-    "anonymous_hugetlb_8mb": None,
-    "anonymous_hugetlb_16mb": None,
-    "anonymous_hugetlb_32mb": None,
-    "anonymous_hugetlb_256mb": None,
-    "anonymous_hugetlb_512mb": None,
-    "anonymous_hugetlb_1gb": "anonymous_hugetlb_1gb",
-    "anonymous_hugetlb_2gb": None,
-    "anonymous_hugetlb_16gb": None,
-    "shmem": "shmem",
-    "shared_hugetlb": "shared_hugetlb",
+    **{name: b.name for b in schema.BACKINGS for name in b.upstream},
+    **{f"anonymous_hugetlb_{size}": None for size in UPSTREAM_HUGE_PAGES_NOT_HERE},
 }
 
 # Upstream's guest modes (enum vm_guest_mode in kvm_util.h, as `-h` lists

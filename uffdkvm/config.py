@@ -27,13 +27,14 @@ MAX_CPU = schema.LIMITS["MAX_CPU"]
 
 PAGE_SIZE = 4096
 BACKINGS = schema.choices("backing")
-SHARED_BACKINGS = ("shmem", "shared_hugetlb", "guest_memfd")
-HUGETLB_BACKINGS = ("anonymous_hugetlb", "anonymous_hugetlb_1gb", "shared_hugetlb")
+# Each backing's properties are the schema's (schema.BACKINGS), which the core reads too.
+SHARED_BACKINGS = schema.backings_where("shared")
+HUGETLB_BACKINGS = schema.backings_where("hugetlb")
 # What UFFDIO_MOVE moves pages into: private anonymous memory (resolve="move").
-MOVE_BACKINGS = ("anonymous", "anonymous_thp")
+MOVE_BACKINGS = schema.backings_where("private_anonymous")
 UFFD_MODES = schema.choices("uffd_mode")
 #: Backings uffd_mode="wp" runs on: 4 KiB pages, saved and verified one at a time.
-WP_BACKINGS = ("anonymous", "shmem")
+WP_BACKINGS = schema.backings_where("wp")
 WAITS = schema.choices("wait")
 RESOLVERS = schema.choices("resolver")
 PATTERNS = schema.choices("pattern")

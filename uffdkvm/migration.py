@@ -201,9 +201,10 @@ def _check_workload(c: Config) -> None:
     if c.migration is not None:
         raise ConfigError("migration: migrate() sets it for the source; pass mode= instead",
                           field="migration")
-    if c.backing not in ("anonymous", "shmem"):
+    if c.backing not in schema.backings_where("migrates"):
         raise ConfigError(f"backing: migrate() moves 4 KiB pages, and {c.backing!r} does "
-                          f"not fault in them; use backing='anonymous' or 'shmem'",
+                          f"not fault in them; use backing="
+                          f"{schema.listed(schema.backings_where('migrates'))}",
                           field="backing")
     if c.source != "synthetic":
         raise ConfigError("source: migrate() gives the destination its own page source (the "

@@ -8,7 +8,7 @@ that the generator can run before a build:
     python tools/gen_schema.py --check     # exit 1 naming any stale one
 
 From FIELDS come: csrc/config_schema.h (the config enums and their names,
-BACKING_PAGE_SIZES and GUEST_PAGE_SIZES, struct ukvm_config's members, the
+BACKINGS' properties (UKVM_BACKINGS), GUEST_PAGE_SIZES, struct ukvm_config's members, the
 table the binding and the core's validator walk: defaults, ranges, applies
 rules; the shared constants),
 Config's constructor signature in uffdkvm/config.py, the constants section
@@ -100,16 +100,61 @@ class Field:
 
 _2M, _1G = 2 << 20, 1 << 30
 
+
+
+@dataclass(frozen=True)
+class Backing:
+    """A backing (the config's `backing`) and what follows from its kind of
+    memory; the core's checks and Python's read the same entry."""
+    name: str
+    page_size: int              # bytes: its faults are resolved at this size
+    shared: bool                # a page cache: MINOR faults, an alias mapping
+    hugetlb: bool               # hugetlbfs pages, of page_size
+    private_anonymous: bool     # no file behind it: UFFDIO_MOVE moves pages into it
+    #                             (resolve="move"), and uffd-wp needs no WP_HUGETLBFS_SHMEM
+    wp: bool                    # uffd_mode="wp" runs on it: 4 KiB pages, saved and
+    #                             verified one at a time, whose writes reach userfaultfd
+    migrates: bool              # migrate() runs on it: 4 KiB pages that fault
+    upstream: tuple[str, ...] = ()  # demand_paging_test's -s names for it (the CLI takes them)
+
+
+#: Every backing, in the core's enum order.
+BACKINGS: tuple[Backing, ...] = (
+    Backing("anonymous", 4096, shared=False, hugetlb=False, private_anonymous=True, wp=True,
+            migrates=True, upstream=("anonymous",)),
+    Backing("shmem", 4096, shared=True, hugetlb=False, private_anonymous=False, wp=True,
+            migrates=True, upstream=("shmem",)),
+    Backing("anonymous_thp", _2M, shared=False, hugetlb=False, private_anonymous=True,
+            wp=False, migrates=False, upstream=("anonymous_thp",)),
+    Backing("anonymous_hugetlb", _2M, shared=False, hugetlb=True, private_anonymous=False,
+            wp=False, migrates=False, upstream=("anonymous_hugetlb", "anonymous_hugetlb_2mb")),
+    Backing("anonymous_hugetlb_1gb", _1G, shared=False, hugetlb=True, private_anonymous=False,
+            wp=False, migrates=False, upstream=("anonymous_hugetlb_1gb",)),
+    Backing("shared_hugetlb", _2M, shared=True, hugetlb=True, private_anonymous=False,
+            wp=False, migrates=False, upstream=("shared_hugetlb",)),
+    Backing("guest_memfd", 4096, shared=True, hugetlb=False, private_anonymous=False,
+            wp=False, migrates=False),
+)
+BACKING_BY_NAME = {b.name: b for b in BACKINGS}
+#: Backing's properties (its bool fields): csrc/config_schema.h's UKVM_BACKINGS
+#: gives each backing's, and UKVM_BACKINGS_<PROPERTY>_NAMES lists those that have it.
+BACKING_PROPERTIES = ("shared", "hugetlb", "private_anonymous", "wp", "migrates")
+
+
+def backings_where(prop: str) -> tuple[str, ...]:
+    """The backings that have the property (one of BACKING_PROPERTIES)."""
+    assert prop in BACKING_PROPERTIES, prop
+    return tuple(b.name for b in BACKINGS if getattr(b, prop))
+
+
+def listed(names: tuple[str, ...] | list[str]) -> str:
+    """Names as a message lists them: "'a', 'b' or 'c'"."""
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
 #: Each backing and the page size its faults are resolved at.
-BACKING_PAGE_SIZES = {
-    "anonymous": 4096,
-    "shmem": 4096,
-    "anonymous_thp": _2M,
-    "anonymous_hugetlb": _2M,
-    "anonymous_hugetlb_1gb": _1G,
-    "shared_hugetlb": _2M,
-    "guest_memfd": 4096,
-}
+BACKING_PAGE_SIZES = {b.name: b.page_size for b in BACKINGS}
 GUEST_PAGE_SIZES = {"4K": 4096, "2M": _2M, "1G": _1G}
 
 #: Limits the core and Python share: (name, value, comment). Each is a
@@ -551,21 +596,27 @@ def header() -> str:
             out.append(f"\tV({_enumerator(f, c)}, {_c_string(c)}, {_c_string(py)}) \\")
         out.append("")
     backing = BY_NAME["backing"]
-    out.append("/* Each backing's page size, the unit its faults are resolved in: "
-               "P(ENUMERATOR, bytes). */")
-    out.append("#define UKVM_BACKING_PAGE_SIZES(P) \\")
-    for c in backing.choices:
-        out.append(f"\tP({_enumerator(backing, c)}, {BACKING_PAGE_SIZES[c]}ULL) \\")
+    out += ["/*",
+            " * Each backing and its properties (uffdkvm/schema.py, Backing):",
+            f" * B(ENUMERATOR, page size in bytes, {', '.join(BACKING_PROPERTIES)}).",
+            " */",
+            "#define UKVM_BACKINGS(B) \\"]
+    for b in BACKINGS:
+        props = ", ".join("true" if getattr(b, p) else "false" for p in BACKING_PROPERTIES)
+        out.append(f"\tB({_enumerator(backing, b.name)}, {b.page_size}ULL, {props}) \\")
+    out.append("")
+    out.append("/* The backings with each property, as a message lists them. */")
+    for prop in BACKING_PROPERTIES:
+        names = _c_string(listed(backings_where(prop)))
+        out.append(f"#define UKVM_BACKINGS_{prop.upper()}_NAMES\t{names}")
     out.append("")
     out.append("/* The page sizes the guest may map the region with: G(bytes, \"name\"). */")
     out.append("#define UKVM_GUEST_PAGE_SIZES(G) \\")
     for name, size in GUEST_PAGE_SIZES.items():
         out.append(f"\tG({size}ULL, {_c_string(name)}) \\")
     out.append("")
-    names = [repr(n) for n in GUEST_PAGE_SIZES]
     out.append("/* Those names, as a message lists them. */")
-    out.append(f"#define UKVM_GUEST_PAGE_SIZE_NAMES\t"
-               f"{_c_string(', '.join(names[:-1]) + ' or ' + names[-1])}")
+    out.append(f"#define UKVM_GUEST_PAGE_SIZE_NAMES\t{_c_string(listed(tuple(GUEST_PAGE_SIZES)))}")
     out.append("")
     out.append("/* struct ukvm_config's members (ukvm.h), in the schema's order. */")
     out.append("#define UKVM_CONFIG_MEMBERS \\")

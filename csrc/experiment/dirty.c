@@ -55,8 +55,7 @@ static int dirty_setup_wp_async(struct ukvm_experiment *exp, struct ukvm_error *
 	uint64_t features = UFFD_FEATURE_WP_ASYNC;
 	int ret;
 
-	if (exp->cfg.backing != UKVM_BACKING_ANONYMOUS &&
-	    exp->cfg.backing != UKVM_BACKING_ANONYMOUS_THP)
+	if (!ukvm_backing_is_private_anonymous(exp->cfg.backing))
 		features |= UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
 	ret = ukvm_uffd_open(false, features, err);
 	if (ret < 0) {
