@@ -125,6 +125,47 @@ def test_the_clis_choices_are_the_schemas(flag, field, capsys):
     assert ", ".join(map(repr, schema.choices(field))) in err, err
 
 
+def run_flag_parsers():
+    """Every command that takes the run flags, by name: its parser."""
+    import argparse
+
+    from uffdkvm import cli_dirty, cli_kernel, cli_migrate, cli_run, cli_sweep
+    kernel = cli_kernel.build_parser()
+    sub = next(a for a in kernel._actions if isinstance(a, argparse._SubParsersAction))
+    return {"uffdkvm": cli_run.build_parser(), "uffdkvm sweep": cli_sweep.build_parser(),
+            "uffdkvm dirty-log": cli_dirty.build_parser(),
+            "uffdkvm migrate": cli_migrate.build_parser(),
+            **{f"uffdkvm kernel {name}": sub.choices[name] for name in ("run", "sweep", "compare")}}
+
+
+@pytest.mark.parametrize("command", list(run_flag_parsers()))
+def test_every_field_is_a_flag_of_every_command_that_takes_run_flags(command):
+    """The run flags are built from the schema (cli_common.add_field_arguments):
+    each Config field whose entry gives it a flag (Field.cli empty) is one,
+    under its entry's option strings, with its range and default in the
+    help; a field whose entry says where else it is set is no run flag.
+    dirty-log puts upstream's letters over some (-a, -r, -b, -o, -u) and
+    gives the fields long options of its own."""
+    p = run_flag_parsers()[command]
+    by_dest = {}
+    for a in p._actions:
+        by_dest.setdefault(a.dest, []).append(a)
+    for f in schema.CONFIG_FIELDS:
+        if f.cli:
+            continue
+        assert f.name in by_dest, f"{command} has no flag for {f.name}"
+        if command == "uffdkvm dirty-log":
+            continue
+        (a,) = by_dest[f.name]
+        assert tuple(a.option_strings) == f.option_strings, f.name
+        if f.min is not None and f.kind not in ("cpus", "double"):
+            assert f"{f.min}-{f.max}" in a.help, (f.name, a.help)
+        if f.default is not None and f.kind != "bool":
+            assert f"default {schema.python_repr(f, f.default).strip(chr(39))}" in a.help
+    run_only = {a.dest for a in run_flag_parsers()["uffdkvm"]._actions}
+    assert not {f.name for f in schema.CONFIG_FIELDS if f.cli} & run_only
+
+
 @pytest.mark.parametrize("backing", list(schema.BACKING_PAGE_SIZES))
 def test_the_cores_page_sizes_are_the_schemas(backing):
     """The validator's unit for mem_per_vcpu is the schema's page size of

@@ -351,7 +351,7 @@ def _check_python_side(c: Any) -> None:
             here = getattr(c, other)
             if here not in [schema.python_value(o, v) for v in values] and \
                     getattr(c, f.name) != f.default:
-                text = schema._applies_text(f)
+                text = schema.applies_text(f)
                 raise ConfigError(f"{f.name}: applies to {text} only, not {other}="
                                   f"{schema.python_repr(o, here)}; set {text} or leave "
                                   f"{f.name} at its default ({schema.python_repr(f, f.default)})",
@@ -453,7 +453,7 @@ def _from_schema(cls: type) -> type:
     lines = []
     for f in schema.CONFIG_FIELDS:
         default = "None" if f.default is None else schema.python_repr(f, f.default)
-        applies = schema._applies_text(f)
+        applies = schema.applies_text(f)
         more = f"; applies with {applies}" if applies else ""
         lines.append(f"    {f.name}  (default {default}{more})\n        {f.doc}")
     cls.__doc__ = (cls.__doc__ or "") + "\n".join(lines) + "\n"
