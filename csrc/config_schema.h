@@ -68,6 +68,10 @@
 #define UKVM_READER_SRC_MAX	2097152
 /* resolve move: each resolver stages this much of 4 KiB pages, or one larger page (uffd/resolve.c) */
 #define UKVM_MOVE_STAGE_BYTES	262144
+/* a dirty ring's entry, struct kvm_dirty_gfn (kvm/dirtylog.c asserts it) */
+#define UKVM_DIRTY_RING_ENTRY_BYTES	16
+/* dirty_tracking's write count per 4 KiB page, beside two bits (experiment/dirty.c asserts it) */
+#define UKVM_DIRTY_COUNT_BYTES	4
 #define UKVM_MAX_ZIPF_THETA	100.0
 
 /* The integer limits above, for the binding to export: C(NAME, value). */
@@ -95,6 +99,8 @@
 	C(SOURCE_ADDRESS_MAX, UKVM_SOURCE_ADDRESS_MAX) \
 	C(READER_SRC_MAX, UKVM_READER_SRC_MAX) \
 	C(MOVE_STAGE_BYTES, UKVM_MOVE_STAGE_BYTES) \
+	C(DIRTY_RING_ENTRY_BYTES, UKVM_DIRTY_RING_ENTRY_BYTES) \
+	C(DIRTY_COUNT_BYTES, UKVM_DIRTY_COUNT_BYTES) \
 
 /* backing: the memory (docs/backings.md); faults are resolved at its page size */
 enum ukvm_backing {

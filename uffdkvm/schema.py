@@ -205,6 +205,10 @@ CONSTANTS = (
      "reader's own, larger ones from one per uffd (uffd/resolve.h, struct ukvm_shared_buffer)"),
     ("MOVE_STAGE_BYTES", 256 << 10, "resolve move: each resolver stages this much of 4 KiB "
      "pages, or one larger page (uffd/resolve.c)"),
+    ("DIRTY_RING_ENTRY_BYTES", 16, "a dirty ring's entry, struct kvm_dirty_gfn "
+     "(kvm/dirtylog.c asserts it)"),
+    ("DIRTY_COUNT_BYTES", 4, "dirty_tracking's write count per 4 KiB page, beside two bits "
+     "(experiment/dirty.c asserts it)"),
 )
 #: The float constant, kept apart: C writes it as a double.
 MAX_ZIPF_THETA = 100.0

@@ -101,6 +101,8 @@ int ukvm_dirty_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 		.size = exp->region_size,
 		.hva = exp->mem.hva,
 	};
+	/* run.py's memory estimate counts the schema's DIRTY_COUNT_BYTES a page. */
+	_Static_assert(sizeof(*d->counts) == UKVM_DIRTY_COUNT_BYTES, "the schema's count size");
 	words = (d->pages + 63) / 64;
 	d->found = calloc(words, sizeof(*d->found));
 	/* A migration's rounds are migrate.c's: no pass records, no compare at gates. */
