@@ -141,17 +141,26 @@ def run_flag_parsers():
 @pytest.mark.parametrize("command", list(run_flag_parsers()))
 def test_every_field_is_a_flag_of_every_command_that_takes_run_flags(command):
     """The run flags are built from the schema (cli_common.add_field_arguments):
-    each Config field whose entry gives it a flag (Field.cli empty) is one,
-    under its entry's option strings, with its range and default in the
-    help; a field whose entry says where else it is set is no run flag.
-    dirty-log puts upstream's letters over some (-a, -r, -b, -o, -u) and
-    gives the fields long options of its own."""
+    each Config field whose entry makes it a run flag (Field.cli "run") is
+    one, under its entry's option strings, with its range and default in the
+    help. dirty-log puts upstream's letters over some (-a, -r, -b, -o, -u) and
+    gives the fields long options of its own. A field whose entry names
+    subcommands instead is a flag of those, built from the entry too; one
+    with none says where it is set (Field.cli_why)."""
     p = run_flag_parsers()[command]
-    by_dest = {}
+    by_dest, by_option = {}, {}
     for a in p._actions:
         by_dest.setdefault(a.dest, []).append(a)
+        by_option.update(dict.fromkeys(a.option_strings, a))
     for f in schema.CONFIG_FIELDS:
-        if f.cli:
+        assert f.cli or f.cli_why, f"{f.name}: no flag, and no word of where it is set"
+        assert set(f.cli) <= {"run", *schema.CLI_COMMANDS}, f.name
+        if not f.run_flag:
+            if command.split()[-1] in f.cli:
+                a = by_option[f.option_strings[0]]
+                assert a.help.startswith(f.doc.replace("%", "%%")), f.name
+            else:
+                assert f.name not in by_dest, f"{command} has a flag for {f.name}"
             continue
         assert f.name in by_dest, f"{command} has no flag for {f.name}"
         if command == "uffdkvm dirty-log":
@@ -162,8 +171,6 @@ def test_every_field_is_a_flag_of_every_command_that_takes_run_flags(command):
             assert f"{f.min}-{f.max}" in a.help, (f.name, a.help)
         if f.default is not None and f.kind != "bool":
             assert f"default {schema.python_repr(f, f.default).strip(chr(39))}" in a.help
-    run_only = {a.dest for a in run_flag_parsers()["uffdkvm"]._actions}
-    assert not {f.name for f in schema.CONFIG_FIELDS if f.cli} & run_only
 
 
 @pytest.mark.parametrize("backing", list(schema.BACKING_PAGE_SIZES))

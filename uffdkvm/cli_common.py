@@ -210,9 +210,10 @@ def _shown(f: schema.Field, value: Any) -> str:
     return schema.python_repr(f, value).strip("'")
 
 
-def field_help(f: schema.Field) -> str:
+def field_help(f: schema.Field, default: Any = None) -> str:
     """A flag's help: the field's (or the flag's own) text, then its choices,
-    range and default, from the schema."""
+    range and default (the schema's, or the command's own where given),
+    from the schema."""
     facts = []
     if f.kind == "enum" and f.cli_type != "uffd_mode":
         facts.append(f"one of {', '.join(schema.choices(f.name))}")
@@ -221,8 +222,9 @@ def field_help(f: schema.Field) -> str:
     if f.min is not None and f.kind != "cpus":
         facts.append(f"above {f.min:g}, at most {f.max:g}" if f.kind == "double"
                      else f"{f.min}-{f.max}")
-    if f.default is not None and f.kind != "bool":
-        facts.append(f"default {_shown(f, f.default)}")
+    default = f.default if default is None else default
+    if default is not None and f.kind != "bool":
+        facts.append(f"default {_shown(f, default)}")
     if f.applies:
         facts.append(f"only with {schema.applies_text(f)}")
     note = CONVERTERS[f.cli_type][2] if f.cli_type else ""
@@ -258,13 +260,37 @@ def field_argument(f: schema.Field, listed: Callable[[Convert], Convert]) -> dic
 
 def add_field_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Convert],
                         groups: dict[str, Any] | None = None) -> None:
-    """A flag for every Config field whose schema entry has one (Field.cli
-    empty), in the schema's order; groups: where a field's flag goes instead
-    of p (an argparse group)."""
+    """A flag for every Config field whose schema entry makes it a run flag
+    (Field.cli "run"), in the schema's order; groups: where a field's flag
+    goes instead of p (an argparse group)."""
     for f in schema.CONFIG_FIELDS:
-        if not f.cli:
+        if f.run_flag:
             (groups or {}).get(f.name, p).add_argument(*f.option_strings,
                                                        **field_argument(f, listed))
+
+
+#: add_field_argument's "not given": the schema's default.
+SCHEMA_DEFAULT: Any = object()
+
+
+def add_field_argument(container: Any, command: str, name: str, *,
+                       default: Any = SCHEMA_DEFAULT, shown: Any = None,
+                       dest: str | None = None) -> None:
+    """A subcommand's own flag for a Config field whose entry names that
+    command (Field.cli), built from the entry as the run flags are. default:
+    the flag's, where the command's differs from the schema's (None: left
+    to the function the command calls); shown: the default the help names,
+    where that is neither."""
+    f = schema.BY_NAME[name]
+    assert command in f.cli, f"{name}: its schema entry does not name {command}"
+    kw = field_argument(f, as_is)
+    if default is not SCHEMA_DEFAULT:
+        kw["default"] = default
+    kw["help"] = field_help(f, shown if shown is not None else
+                            (default if default is not SCHEMA_DEFAULT else None))
+    if dest is not None:
+        kw["dest"] = dest
+    container.add_argument(*f.option_strings, **kw)
 
 
 def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Convert],

@@ -52,6 +52,8 @@ KNOBS = ("max_rounds", "downtime_target_ms", "precopy_rounds", "link_bandwidth_m
          "link_latency_us", "dirty_tracking", "dirty_clear_pages", "dirty_ring_entries",
          "auto_converge", "throttle_initial_percent", "throttle_increment_percent",
          "throttle_max_percent")
+#: The source's dirty_tracking where none is given.
+DEFAULT_TRACKER = "bitmap"
 # Fields the source and the destination set for themselves.
 _MIGRATION_FIELDS = ("migration", *KNOBS, "migration_dump_path")
 
@@ -214,7 +216,7 @@ def _check_workload(c: Config) -> None:
 def _source_config(base: Config, mode: str, knobs: dict[str, Any], dump: str) -> Config:
     """The workload on the source: its own memory (no userfaultfd), a tracker
     for the rounds, and passes that bound the walk."""
-    knobs = {"dirty_tracking": base.dirty_tracking or "bitmap", **knobs}
+    knobs = {"dirty_tracking": base.dirty_tracking or DEFAULT_TRACKER, **knobs}
     return base.replace(uffd_mode=None, passes=_SOURCE_PASSES, migration=mode,
                         migration_dump_path=dump, prefetch="none", **knobs)
 

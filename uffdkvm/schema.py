@@ -78,14 +78,21 @@ class Field:
     form: str | None = None     # one of FORMS, or None: Python holds what the core does
     size: str = ""              # string: the buffer size constant (its NUL included)
     # The command line (uffdkvm/cli_common.py builds the flags from these):
-    cli: str = ""               # "": a flag of every command that takes the run flags;
-    #                             else where it is set instead (why it has no run flag)
+    cli: tuple[str, ...] = ("run",)  # the commands whose flag is built from this entry:
+    #                             "run": every command that takes the run flags; else
+    #                             CLI_COMMANDS', beside their own flags; (): none
+    cli_why: str = ""           # cli (): where the field is set instead
     flags: tuple[str, ...] = ()  # its option strings ((): --the-name-with-dashes)
     metavar: str = ""           # "": argparse's (the name upper-cased)
     cli_help: str = ""          # the flag's help where it differs from doc ("": doc);
     #                             its choices, range and default are added to either
     cli_type: str = ""          # a converter of cli_common.CONVERTERS, where the flag
     #                             takes more than the field (upstream's spellings)
+
+    @property
+    def run_flag(self) -> bool:
+        """A flag of every command that takes the run flags?"""
+        return "run" in self.cli
 
     @property
     def option_strings(self) -> tuple[str, ...]:
@@ -326,7 +333,7 @@ FIELDS: tuple[Field, ...] = (
           "(Result.touch_order, what save_touch_order writes and replay_from takes): 4 bytes "
           "a page (uffd_mode=\"missing\" with resolve=\"copy\": else it stays empty)",
           applies=(("resolve", ("copy",)),),
-          cli="the Python API's (Result.save_touch_order writes what it records)"),
+          cli=(), cli_why="the Python API's (Result.save_touch_order writes what it records)"),
     Field("timeout_s", "u64", None, "seconds before the run is abandoned with "
           "RunTimeoutError; None: a generous limit from the run's size "
           "(Config.effective_timeout_s); math.inf: no limit", core="timeout_ns",
@@ -398,7 +405,7 @@ FIELDS: tuple[Field, ...] = (
           "uffd_mode \"missing\" with resolve \"copy\", from source \"file\" or from "
           "source \"remote\"'s local copy (source_path)", form="page_list",
           applies=(("uffd_mode", ("missing",)),),
-          cli="the Python API's (uffdkvm.migrate() sets it for the destination)"),
+          cli=(), cli_why="the Python API's (uffdkvm.migrate() sets it for the destination)"),
     Field("remote_transport", "enum", "unix", "how the readers reach the page server: "
           "\"unix\" or \"tcp\" (loopback)", choices=("unix", "tcp"), core=None,
           applies=_REMOTE_ONLY,
@@ -418,7 +425,7 @@ FIELDS: tuple[Field, ...] = (
           "100: \"fixed\" (the same pages every pass) or \"per_pass\" (each pass draws its "
           "own, seeded by the pass number: a dirty set that moves)",
           choices=("fixed", "per_pass"),
-          cli="uffdkvm dirty-log's --write-set"),
+          cli=("dirty-log",), metavar="WHICH"),
     Field("dirty_tracking", "enum", None, "track the pages each pass writes after the first "
           "(docs/dirty-tracking.md): \"bitmap\" (KVM_GET_DIRTY_LOG), \"bitmap_manual\" "
           "(MANUAL_DIRTY_LOG_PROTECT2 with INITIALLY_SET, KVM_CLEAR_DIRTY_LOG), \"ring\" "
@@ -426,69 +433,72 @@ FIELDS: tuple[Field, ...] = (
           "uffd_mode None); None: off. Needs passes >= 2: pass 1 populates",
           choices=("none", "bitmap", "bitmap_manual", "ring", "wp_async"), c_prefix="DIRTY",
           form="none_choice",
-          cli="uffdkvm dirty-log's and uffdkvm migrate's --tracking"),
+          cli=("dirty-log", "migrate"), flags=("--tracking",), metavar="HOW"),
     Field("dirty_clear_pages", "u32", 0, "bitmap_manual: KVM_CLEAR_DIRTY_LOG in chunks of "
           "this many 4 KiB pages, a multiple of 64 (0: the whole memslot at once, as "
           "dirty_log_perf_test)", min=0, max=LIMITS["MAX_DIRTY_CLEAR_PAGES"],
           applies=(("dirty_tracking", ("bitmap_manual",)),),
-          cli="uffdkvm dirty-log's --dirty-clear-pages"),
+          cli=("dirty-log",), metavar="N"),
     Field("dirty_ring_entries", "u32", 4096, "ring: each vCPU's dirty ring, in entries of "
           "16 bytes (a power of two, at least a page's worth: 256; the host's "
           "KVM_CAP_DIRTY_LOG_RING caps the bytes)",
           min=256, max=LIMITS["MAX_DIRTY_RING_ENTRIES"],
           applies=(("dirty_tracking", ("ring",)),),
-          cli="uffdkvm dirty-log's and uffdkvm migrate's --dirty-ring-entries"),
+          cli=("dirty-log", "migrate"), metavar="N"),
     Field("migration", "enum", None, "the source side of a live migration, which "
           "uffdkvm.migrate() sets (docs/migration.md): \"precopy\", \"postcopy\" or "
           "\"hybrid\"; None: an ordinary run. After pass 1 the guest keeps walking while "
           "the host sends its pages over the modelled link, then stops at a pass's end",
           choices=("none", "precopy", "postcopy", "hybrid"), c_prefix="MIGRATION",
           form="none_choice",
-          cli="uffdkvm migrate's --mode"),
+          cli=(), cli_why="uffdkvm migrate's --mode"),
     Field("max_rounds", "u32", 30, "precopy: the rounds at most; a dirty set that never "
           "fits downtime_target_ms is sent with the vCPUs stopped after the last "
           "(converged False)", min=1, max=LIMITS["MAX_MIGRATION_ROUNDS"],
           applies=_PRECOPY_ONLY,
-          cli="uffdkvm migrate's --max-rounds"),
+          cli=("migrate",), metavar="N"),
     Field("downtime_target_ms", "u32", 300, "precopy: switch over once the pages still "
           "dirty can be sent in this long at link_bandwidth_mbps, with link_latency_us "
           "(QEMU's downtime-limit)", min=0, max=LIMITS["MAX_DOWNTIME_TARGET_MS"],
           applies=_PRECOPY_ONLY,
-          cli="uffdkvm migrate's --downtime-target-ms"),
+          cli=("migrate",), metavar="MS"),
     Field("precopy_rounds", "u32", 1, "hybrid: the pre-copy rounds before the switch-over; "
           "what is still dirty then is post-copied", min=1,
           max=LIMITS["MAX_MIGRATION_ROUNDS"], applies=(("migration", ("hybrid",)),),
-          cli="uffdkvm migrate's --precopy-rounds"),
+          cli=("migrate",), metavar="N"),
     Field("link_bandwidth_mbps", "u64", 1000, "the migration link, 10^6 bits/s: the source "
           "paces its sends to it, and the destination's page server serves post-copy "
           "faults over it (0: unlimited)", min=0,
           max=LIMITS["MAX_REMOTE_BANDWIDTH_MBPS"], applies=_MIGRATING,
-          cli="uffdkvm migrate's --link-bandwidth-mbps"),
+          cli=("migrate",), metavar="MBPS"),
     Field("link_latency_us", "u32", 0, "the migration link's one-way latency: a page "
           "arrives this long after it is sent, and each post-copy fetch waits it",
           min=0, max=LIMITS["MAX_REMOTE_LATENCY_US"], applies=_MIGRATING,
-          cli="uffdkvm migrate's --link-latency-us"),
+          cli=("migrate",), metavar="USEC"),
     Field("migration_dump_path", "string", None, "where the source writes its memory at "
           "the stop, the destination's page source (migrate() makes one in a private "
           "temporary directory; guest memory: keep it private)", form="path",
           size="SOURCE_PATH_MAX", applies=_MIGRATING,
-          cli="uffdkvm.migrate()'s (a private temporary directory)"),
+          cli=(), cli_why="uffdkvm.migrate()'s (a private temporary directory)"),
     Field("auto_converge", "bool", False, "precopy and hybrid: throttle the source's "
           "vCPUs after each round whose dirty set is over half of what it sent, as "
           "QEMU's auto-converge does (docs/migration.md); needs a second round "
           "(max_rounds or precopy_rounds >= 2)", applies=_PRECOPYING,
-          cli="uffdkvm migrate's --auto-converge"),
+          cli=("migrate",)),
     Field("throttle_initial_percent", "u32", 20, "auto_converge: the share of each vCPU's "
           "time taken from the guest at the first throttle (QEMU's cpu-throttle-initial)",
           min=1, max=99, applies=_PRECOPYING,
-          cli="uffdkvm migrate's --throttle-initial"),
+          cli=("migrate",), flags=("--throttle-initial",), metavar="PCT"),
     Field("throttle_increment_percent", "u32", 10, "auto_converge: added at each later "
           "throttle (QEMU's cpu-throttle-increment)", min=1, max=99, applies=_PRECOPYING,
-          cli="uffdkvm migrate's --throttle-increment"),
+          cli=("migrate",), flags=("--throttle-increment",), metavar="PCT"),
     Field("throttle_max_percent", "u32", 99, "auto_converge: the throttle at most "
           "(QEMU's max-cpu-throttle)", min=1, max=99, applies=_PRECOPYING,
-          cli="uffdkvm migrate's --throttle-max"),
+          cli=("migrate",), flags=("--throttle-max",), metavar="PCT"),
 )
+
+#: The subcommands that build flags of their own from entries (Field.cli).
+CLI_COMMANDS = ("dirty-log", "migrate")
 
 BY_NAME = {f.name: f for f in FIELDS}
 CONFIG_FIELDS = tuple(f for f in FIELDS if f.config)
