@@ -310,8 +310,6 @@ def build_parser() -> argparse.ArgumentParser:
                     metavar="N", help="tracked iterations, each a dirtying pass, a harvest "
                     f"and a re-protect (default {DEFAULT_ITERATIONS}, at least "
                     f"{MIN_ITERATIONS} as upstream); the run has N + 1 passes")
-    up.add_argument("-b", dest="mem_per_vcpu", default="1G", metavar="SIZE",
-                    help="memory each vCPU dirties, e.g. 64M or 2G (default 1G)")
     up.add_argument("-o", dest="overlap", action="store_true",
                     help="every vCPU walks all the memory (-v x -b bytes) instead of its own "
                     "-b, as upstream's -o")
@@ -324,7 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the seed of everything random (upstream's random seed)")
     up.add_argument("-w", "--write-percent", dest="write_percent", type=int,
                     default=d.write_percent, metavar="PCT",
-                    help="share of pages written in each pass, the rest read (default 100); "
+                    help="share of pages written in each pass, the rest read (default "
+                    f"{d.write_percent}); "
                     "each pass writes a subset of its own (--write-set per_pass), as "
                     "upstream draws each access; uffdkvm's populating pass writes the same "
                     "share, upstream's writes every page")
