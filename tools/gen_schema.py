@@ -45,7 +45,7 @@ def generated(root: Path = ROOT) -> dict[str, str]:
     """Every generated file's path (from root) and the text it should hold."""
     out = {**schema.generated(root), **gen_results.generated(schema_results, root, COMMAND)}
     # The faults' constants share _core.pyi with the config's: spliced into its text.
-    return {**out, **gen_faults.generated(schema_faults, root, COMMAND, out)}
+    return {**out, **gen_faults.generated(schema_faults, root, COMMAND, out, gen_results.banner)}
 
 
 def stale(root: Path = ROOT) -> list[str]:
