@@ -68,6 +68,10 @@
 #define UKVM_READER_SRC_MAX	2097152
 /* resolve move: each resolver stages this much of 4 KiB pages, or one larger page (uffd/resolve.c) */
 #define UKVM_MOVE_STAGE_BYTES	262144
+/* a dirty ring's entry, struct kvm_dirty_gfn (kvm/dirtylog.c asserts it) */
+#define UKVM_DIRTY_RING_ENTRY_BYTES	16
+/* dirty_tracking's write count per 4 KiB page, beside two bits (experiment/dirty.c asserts it) */
+#define UKVM_DIRTY_COUNT_BYTES	4
 #define UKVM_MAX_ZIPF_THETA	100.0
 
 /* The integer limits above, for the binding to export: C(NAME, value). */
@@ -95,6 +99,8 @@
 	C(SOURCE_ADDRESS_MAX, UKVM_SOURCE_ADDRESS_MAX) \
 	C(READER_SRC_MAX, UKVM_READER_SRC_MAX) \
 	C(MOVE_STAGE_BYTES, UKVM_MOVE_STAGE_BYTES) \
+	C(DIRTY_RING_ENTRY_BYTES, UKVM_DIRTY_RING_ENTRY_BYTES) \
+	C(DIRTY_COUNT_BYTES, UKVM_DIRTY_COUNT_BYTES) \
 
 /* backing: the memory (docs/backings.md); faults are resolved at its page size */
 enum ukvm_backing {
@@ -392,15 +398,25 @@ enum ukvm_migration {
 	V(UKVM_MIGRATION_POSTCOPY, "postcopy", "'postcopy'") \
 	V(UKVM_MIGRATION_HYBRID, "hybrid", "'hybrid'") \
 
-/* Each backing's page size, the unit its faults are resolved in: P(ENUMERATOR, bytes). */
-#define UKVM_BACKING_PAGE_SIZES(P) \
-	P(UKVM_BACKING_ANONYMOUS, 4096ULL) \
-	P(UKVM_BACKING_SHMEM, 4096ULL) \
-	P(UKVM_BACKING_ANONYMOUS_THP, 2097152ULL) \
-	P(UKVM_BACKING_ANONYMOUS_HUGETLB, 2097152ULL) \
-	P(UKVM_BACKING_ANONYMOUS_HUGETLB_1GB, 1073741824ULL) \
-	P(UKVM_BACKING_SHARED_HUGETLB, 2097152ULL) \
-	P(UKVM_BACKING_GUEST_MEMFD, 4096ULL) \
+/*
+ * Each backing and its properties (uffdkvm/schema.py, Backing):
+ * B(ENUMERATOR, page size in bytes, shared, hugetlb, private_anonymous, wp, migrates).
+ */
+#define UKVM_BACKINGS(B) \
+	B(UKVM_BACKING_ANONYMOUS, 4096ULL, false, false, true, true, true) \
+	B(UKVM_BACKING_SHMEM, 4096ULL, true, false, false, true, true) \
+	B(UKVM_BACKING_ANONYMOUS_THP, 2097152ULL, false, false, true, false, false) \
+	B(UKVM_BACKING_ANONYMOUS_HUGETLB, 2097152ULL, false, true, false, false, false) \
+	B(UKVM_BACKING_ANONYMOUS_HUGETLB_1GB, 1073741824ULL, false, true, false, false, false) \
+	B(UKVM_BACKING_SHARED_HUGETLB, 2097152ULL, true, true, false, false, false) \
+	B(UKVM_BACKING_GUEST_MEMFD, 4096ULL, true, false, false, false, false) \
+
+/* The backings with each property, as a message lists them. */
+#define UKVM_BACKINGS_SHARED_NAMES	"'shmem', 'shared_hugetlb' or 'guest_memfd'"
+#define UKVM_BACKINGS_HUGETLB_NAMES	"'anonymous_hugetlb', 'anonymous_hugetlb_1gb' or 'shared_hugetlb'"
+#define UKVM_BACKINGS_PRIVATE_ANONYMOUS_NAMES	"'anonymous' or 'anonymous_thp'"
+#define UKVM_BACKINGS_WP_NAMES	"'anonymous' or 'shmem'"
+#define UKVM_BACKINGS_MIGRATES_NAMES	"'anonymous' or 'shmem'"
 
 /* The page sizes the guest may map the region with: G(bytes, "name"). */
 #define UKVM_GUEST_PAGE_SIZES(G) \

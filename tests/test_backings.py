@@ -12,7 +12,7 @@ import uffdkvm.host
 from conftest import (
     GUEST_MEMFD_BYPASSES_UFFD, NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD, NO_UFFD_MINOR_SHMEM, host_skip,
     run_or_skip, run_with_fault)
-from uffdkvm.config import BACKING_PAGE_SIZES
+from uffdkvm.config import BACKING_PAGE_SIZES, SHARED_BACKINGS
 from uffdkvm.support import modes_for
 
 pytestmark = pytest.mark.kvm
@@ -28,7 +28,6 @@ def size_for(backing):
 
 # The VmFlags /proc/self/smaps shows on a range registered with userfaultfd, per mode.
 UFFD_VMFLAGS = {"missing": "um", "minor": "ui", "wp": "uw"}
-SHARED_BACKINGS = {"shmem", "shared_hugetlb", "guest_memfd"}
 
 
 def smaps_pass_seconds():

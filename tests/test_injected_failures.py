@@ -20,6 +20,7 @@ import uffdkvm
 from conftest import (assert_released, facts_for_run, host_skip, needs_test_hooks, resources,
                       run_or_skip)
 from hostfacts import NO_UFFD_MOVE
+from uffdkvm import schema_faults
 
 needs_test_hooks("every test here injects a failure", allow_module_level=True)
 from uffdkvm._testing import FAULTS, run_with_fault, wait_idle  # noqa: E402
@@ -49,27 +50,25 @@ def every_thread_and_fd_given_back(released):
 
 
 def test_every_fault_kind_is_tested():
-    """A fault added to the core without a test fails this: the failures are
-    tested here; the clock shifts in test_timeline.py, the unfaulted page in
-    test_accounting.py, the kernel without UFFDIO_MOVE in test_move.py, the
-    write-protect ones in test_wp.py, the wrong source offset in
-    test_source_file.py, the forgotten touched page in test_access.py, the
-    ring that does not wait in test_io_uring.py, the VM without guest_memfd
-    and the guest_memfd that userfaultfd registers in test_backings.py; the broken dirty trackers in test_dirty_tracking.py;
-    the tracker blind to a page mid-migration in test_migration.py;
-    the failed swap of a uffd for /dev/null in
+    """A fault added to the core without a test fails this: each entry of
+    uffdkvm/schema_faults.py names the test files that inject it, and each
+    of them names it (a Python test by its name, a C one by its enumerator).
+    The failures are tested here; the rest where their effect is: the clock
+    shifts in test_timeline.py, the broken dirty trackers in
+    test_dirty_tracking.py, the failed swap of a uffd for /dev/null in
     tests/c/pool_internals.c (a vCPU blocked on a uffd it cannot be let go
-    of needs a KVM whose kick does not interrupt a userfault wait)."""
-    assert set(FAULTS) == {"resolve_eio", "reader_exit", "guest_fault", "guest_mmio",
-                           "thread_create", "corrupt_page", "reader_stall", "vcpu_stall",
-                           "resolve_eagain", "reader_crash", "tsc_offset", "no_kvm_tsc_offset",
-                           "unfaulted_page", "tsc_jump", "no_exact_address", "no_move",
-                           "wp_no_save", "no_wp_features", "source_wrong_offset",
-                           "untouched_page", "ring_nowait", "no_vm_guest_memfd",
-                           "mincore_fail", "release_dup3", "online_drain",
-                           "online_skip_queue", "dirty_drop_page", "dirty_skip_reprotect",
-                           "migrate_blind_page", "guest_memfd_uffd_registers",
-                           "tsc_offset_moves"}
+    of needs a KVM whose kick does not interrupt a userfault wait), ..."""
+    root = Path(__file__).resolve().parent.parent
+    assert set(FAULTS) == {f.name for f in schema_faults.FAULTS}
+    unnamed = []
+    for f in schema_faults.FAULTS:
+        assert f.tests, f"{f.name}: no test injects it"
+        for path in f.tests:
+            text = (root / path).read_text(encoding="utf-8")
+            token = f"UKVM_INJECT_{f.c_name}" if path.endswith(".c") else f'"{f.name}"'
+            if token not in text:
+                unnamed.append(f"{path} does not name {token}")
+    assert not unnamed
 
 
 @pytest.mark.parametrize("after", [1, 3])
@@ -111,6 +110,19 @@ def test_a_build_without_the_hooks_never_says_injected():
         if "(injected)" in p.stdout:
             found.append(str(source.relative_to(csrc)))
     assert not found, f"'(injected)' outside UKVM_TEST_HOOKS in {found}"
+
+
+def test_a_run_that_stops_making_progress_fails_at_its_time_limit(kvm):
+    """The last vCPU never enters the guest (vcpu_hang): the run never ends
+    by itself, and fails at its time limit naming the vCPU still running.
+    (Without a limit, C callers get the no-progress watch: tests/c/timeout.c;
+    run() waits as long as the run goes on, for Ctrl-C.)"""
+    t0 = time.monotonic()
+    with pytest.raises(uffdkvm.RunTimeoutError) as e:
+        run_with_fault(fault="vcpu_hang", after=100, vcpus=2, mem_per_vcpu="1M",
+                       timeout_s=1.0)
+    assert time.monotonic() - t0 < 30
+    assert "within timeout_s=1.000: 1 of 2 vCPUs were still running" in str(e.value)
 
 
 def test_an_unknown_fault_is_refused():

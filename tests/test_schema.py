@@ -21,7 +21,7 @@ import pytest
 
 import uffdkvm
 from conftest import NO_STEADY_KVM_TSC_OFFSET
-from uffdkvm import Config, ConfigError, _core, schema
+from uffdkvm import Config, ConfigError, _core, schema, schema_faults
 from uffdkvm.config import core_config
 
 # The module, not the function uffdkvm re-exports under the same name.
@@ -43,7 +43,8 @@ def load_generator():
 
 gen_schema = load_generator()
 GENERATED = ("csrc/config_schema.h", "uffdkvm/config.py", "uffdkvm/_core.pyi", "docs/config.md",
-             "csrc/result_schema.h", "uffdkvm/result.py", "docs/results.md")
+             "csrc/result_schema.h", "uffdkvm/result.py", "docs/results.md",
+             "csrc/testhooks.h")
 
 
 def test_the_generator_writes_each_generated_file():
@@ -75,7 +76,8 @@ def test_the_command_is_named_where_contributors_read():
     """Every place that tells a contributor how to regenerate names the one
     command (a module that has no __main__ once stood there)."""
     for path in ("csrc/ukvm.h", "docs/config.md", "docs/results.md", "docs/development.md",
-                 "csrc/README.md", "uffdkvm/schema.py", "uffdkvm/schema_results.py"):
+                 "csrc/README.md", "uffdkvm/schema.py", "uffdkvm/schema_results.py",
+                 "uffdkvm/schema_faults.py"):
         text = (ROOT / path).read_text(encoding="utf-8")
         assert "python -m uffdkvm.schema" not in text, path
         assert gen_schema.COMMAND in text, path
@@ -90,6 +92,13 @@ def test_the_extension_exports_the_schemas_constants():
     for name, value, _ in schema.CONSTANTS:
         assert getattr(_core, name) == value, name
     assert _core.MAX_ZIPF_THETA == schema.MAX_ZIPF_THETA
+    # The fault injections, in a build with them (uffdkvm/schema_faults.py).
+    injects = {n: getattr(_core, n) for n in dir(_core) if n.startswith("INJECT_")}
+    if _core.TEST_HOOKS:
+        assert injects == {f"INJECT_{f.c_name}": i + 1
+                           for i, f in enumerate(schema_faults.FAULTS)}
+    else:
+        assert injects == {}
 
 
 def test_config_is_the_schemas():
@@ -116,6 +125,54 @@ def test_the_clis_choices_are_the_schemas(flag, field, capsys):
     assert ", ".join(map(repr, schema.choices(field))) in err, err
 
 
+def run_flag_parsers():
+    """Every command that takes the run flags, by name: its parser."""
+    import argparse
+
+    from uffdkvm import cli_dirty, cli_kernel, cli_migrate, cli_run, cli_sweep
+    kernel = cli_kernel.build_parser()
+    sub = next(a for a in kernel._actions if isinstance(a, argparse._SubParsersAction))
+    return {"uffdkvm": cli_run.build_parser(), "uffdkvm sweep": cli_sweep.build_parser(),
+            "uffdkvm dirty-log": cli_dirty.build_parser(),
+            "uffdkvm migrate": cli_migrate.build_parser(),
+            **{f"uffdkvm kernel {name}": sub.choices[name] for name in ("run", "sweep", "compare")}}
+
+
+@pytest.mark.parametrize("command", list(run_flag_parsers()))
+def test_every_field_is_a_flag_of_every_command_that_takes_run_flags(command):
+    """The run flags are built from the schema (cli_common.add_field_arguments):
+    each Config field whose entry makes it a run flag (Field.cli "run") is
+    one, under its entry's option strings, with its range and default in the
+    help. dirty-log puts upstream's letters over some (-a, -r, -b, -o, -u) and
+    gives the fields long options of its own. A field whose entry names
+    subcommands instead is a flag of those, built from the entry too; one
+    with none says where it is set (Field.cli_why)."""
+    p = run_flag_parsers()[command]
+    by_dest, by_option = {}, {}
+    for a in p._actions:
+        by_dest.setdefault(a.dest, []).append(a)
+        by_option.update(dict.fromkeys(a.option_strings, a))
+    for f in schema.CONFIG_FIELDS:
+        assert f.cli or f.cli_why, f"{f.name}: no flag, and no word of where it is set"
+        assert set(f.cli) <= {"run", *schema.CLI_COMMANDS}, f.name
+        if not f.run_flag:
+            if command.split()[-1] in f.cli:
+                a = by_option[f.option_strings[0]]
+                assert a.help.startswith(f.doc.replace("%", "%%")), f.name
+            else:
+                assert f.name not in by_dest, f"{command} has a flag for {f.name}"
+            continue
+        assert f.name in by_dest, f"{command} has no flag for {f.name}"
+        if command == "uffdkvm dirty-log":
+            continue
+        (a,) = by_dest[f.name]
+        assert tuple(a.option_strings) == f.option_strings, f.name
+        if f.min is not None and f.kind not in ("cpus", "double"):
+            assert f"{f.min}-{f.max}" in a.help, (f.name, a.help)
+        if f.default is not None and f.kind != "bool":
+            assert f"default {schema.python_repr(f, f.default).strip(chr(39))}" in a.help
+
+
 @pytest.mark.parametrize("backing", list(schema.BACKING_PAGE_SIZES))
 def test_the_cores_page_sizes_are_the_schemas(backing):
     """The validator's unit for mem_per_vcpu is the schema's page size of
@@ -133,6 +190,28 @@ def test_the_cores_page_sizes_are_the_schemas(backing):
             is None, name
     with pytest.raises(_core.CoreError, match="guest_page_size: must be '4K', '2M' or '1G'"):
         _core.validate({**d, "guest_page_size": 8192})
+
+
+@pytest.mark.parametrize("backing", schema.BACKINGS, ids=lambda b: b.name)
+def test_the_cores_backing_properties_are_the_schemas(backing):
+    """The core's validator reads each backing's properties from the
+    schema's table (UKVM_BACKINGS): minor faults where it is shared, uffd-wp
+    where wp, UFFDIO_MOVE where private anonymous, zeropage where not hugetlb."""
+    base = {**core_config(Config(mem_per_vcpu="64K")),
+            "backing": getattr(_core, f"BACKING_{backing.name.upper()}"),
+            "mem_per_vcpu": backing.page_size}
+    cases = (("shared", {"uffd_mode": _core.UFFD_MINOR}, "uffd_mode: 'minor' needs"),
+             ("wp", {"uffd_mode": _core.UFFD_WP}, "uffd_mode: 'wp' runs on"),
+             ("private_anonymous", {"resolve": _core.RESOLVE_MOVE}, "resolve: 'move' needs"),
+             ("hugetlb", {"resolve": _core.RESOLVE_ZEROPAGE}, "resolve: 'zeropage' does not"))
+    for prop, change, refusal in cases:
+        try:
+            _core.validate({**base, **change})
+            refused = ""
+        except _core.CoreError as e:
+            refused = str(e)
+        says = getattr(backing, prop) if prop != "hugetlb" else not backing.hugetlb
+        assert (refusal not in refused) == says, (prop, refused)
 
 
 # ---- the binding: every key, no other ----

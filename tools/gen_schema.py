@@ -8,7 +8,10 @@ From uffdkvm/schema.py (the config): csrc/config_schema.h and the marked
 sections of uffdkvm/config.py, uffdkvm/_core.pyi and docs/config.md. From
 uffdkvm/schema_results.py (the results, through tools/gen_results.py):
 csrc/result_schema.h and the marked sections of uffdkvm/result.py and
-docs/results.md. tests/test_schema.py fails while any of them is stale.
+docs/results.md. From uffdkvm/schema_faults.py (the test-only fault
+injections, through tools/gen_faults.py): csrc/testhooks.h and the INJECT_
+constants of uffdkvm/_core.pyi. tests/test_schema.py fails while any of
+them is stale.
 
 It loads the schemas by their paths, not through the uffdkvm package (whose
 __init__ imports the built extension), so it runs before any build.
@@ -33,13 +36,16 @@ def _load(name: str, path: Path):
 schema = _load("uffdkvm_schema", ROOT / "uffdkvm" / "schema.py")
 schema_results = _load("uffdkvm_schema_results", ROOT / "uffdkvm" / "schema_results.py")
 gen_results = _load("uffdkvm_gen_results", ROOT / "tools" / "gen_results.py")
+schema_faults = _load("uffdkvm_schema_faults", ROOT / "uffdkvm" / "schema_faults.py")
+gen_faults = _load("uffdkvm_gen_faults", ROOT / "tools" / "gen_faults.py")
 COMMAND = schema.COMMAND
 
 
 def generated(root: Path = ROOT) -> dict[str, str]:
     """Every generated file's path (from root) and the text it should hold."""
-    return {**schema.generated(root),
-            **gen_results.generated(schema_results, root, COMMAND)}
+    out = {**schema.generated(root), **gen_results.generated(schema_results, root, COMMAND)}
+    # The faults' constants share _core.pyi with the config's: spliced into its text.
+    return {**out, **gen_faults.generated(schema_faults, root, COMMAND, out, gen_results.banner)}
 
 
 def stale(root: Path = ROOT) -> list[str]:

@@ -16,26 +16,9 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from . import schema
 from ._version import __version__
-from .config import (
-    ACCESSES,
-    BACKINGS,
-    DELAY_DISTS,
-    GUEST_PAGE_SIZES,
-    PATTERNS,
-    PIN_WORDS,
-    PREFETCHES,
-    REMOTE_TRANSPORTS,
-    RESOLVERS,
-    RESOLVES,
-    SOURCE_CACHES,
-    SOURCE_READS,
-    SOURCES,
-    STATS,
-    WAITS,
-    Config,
-    parse_cpu_list,
-)
+from .config import BACKINGS, GUEST_PAGE_SIZES, PIN_WORDS, UFFD_MODES, parse_cpu_list
 from .errors import ConfigError, HostUnsupportedError, UffdkvmError
 from .progress import ConsoleProgress
 
@@ -60,27 +43,14 @@ EXIT_STATUS_HELP = (
 PROGRESS_DELAY_S = 2.0
 
 # Upstream's -s names (tools/testing/selftests/kvm/lib/test_util.c) and what
-# uffdkvm backs each with; None for the huge page sizes uffdkvm does not have
-# (x86-64 has only 2 MiB and 1 GiB). guest_memfd is uffdkvm's own.
+# uffdkvm backs each with: each backing's `upstream` names in the schema, and
+# None for the huge page sizes uffdkvm does not have (x86-64 has only 2 MiB
+# and 1 GiB), which are refused by name. guest_memfd is uffdkvm's own.
+UPSTREAM_HUGE_PAGES_NOT_HERE = ("16kb", "64kb", "512kb", "1mb", "8mb", "16mb", "32mb", "256mb",
+                                "512mb", "2gb", "16gb")
 UPSTREAM_BACKINGS: dict[str, str | None] = {
-    "anonymous": "anonymous",
-    "anonymous_thp": "anonymous_thp",
-    "anonymous_hugetlb": "anonymous_hugetlb",
-    "anonymous_hugetlb_16kb": None,
-    "anonymous_hugetlb_64kb": None,
-    "anonymous_hugetlb_512kb": None,
-    "anonymous_hugetlb_1mb": None,
-    "anonymous_hugetlb_2mb": "anonymous_hugetlb",
-    "anonymous_hugetlb_8mb": None,
-    "anonymous_hugetlb_16mb": None,
-    "anonymous_hugetlb_32mb": None,
-    "anonymous_hugetlb_256mb": None,
-    "anonymous_hugetlb_512mb": None,
-    "anonymous_hugetlb_1gb": "anonymous_hugetlb_1gb",
-    "anonymous_hugetlb_2gb": None,
-    "anonymous_hugetlb_16gb": None,
-    "shmem": "shmem",
-    "shared_hugetlb": "shared_hugetlb",
+    **{name: b.name for b in schema.BACKINGS for name in b.upstream},
+    **{f"anonymous_hugetlb_{size}": None for size in UPSTREAM_HUGE_PAGES_NOT_HERE},
 }
 
 # Upstream's guest modes (enum vm_guest_mode in kvm_util.h, as `-h` lists
@@ -117,13 +87,15 @@ Convert = Callable[[str], Any]
 
 
 def uffd_mode(value: str) -> str | None:
+    """-u: upstream's spelling, in any case; NONE is None."""
     v = value.strip().lower()
     if v == "none":
         return None
-    if v in ("missing", "minor", "wp"):
+    if v in UFFD_MODES:
         return v
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {value!r} (choose from 'MISSING', 'MINOR', 'WP', 'NONE')")
+        f"invalid choice: {value!r} (choose from "
+        f"{', '.join(repr(m.upper()) for m in (*UFFD_MODES, 'none'))})")
 
 
 def backing(value: str) -> str:
@@ -219,203 +191,124 @@ def pin_main_thread(cpu: int) -> None:
             f"{','.join(map(str, sorted(os.sched_getaffinity(0))))}", e.errno or 0) from None
 
 
-# ---- the flags both commands take ----
+# ---- the run flags, from the schema ----
 
-#: A flag's type, as add_run_arguments' ``listed`` wraps it.
-Listed = Callable[[Convert], Convert]
-
-
-def add_run_arguments(p: argparse.ArgumentParser, listed: Listed, json_help: str) -> None:
-    """The run command's flags. ``listed`` wraps the type of every flag that
-    sets one Config field: the identity for a run, a comma-separated list
-    for a sweep. CPU lists (-c, --pin-*) are one value either way."""
-    d = Config()
-    _add_upstream_arguments(p, listed, d)
-    _add_reader_arguments(p, listed, d)
-    _add_guest_arguments(p, listed, d)
-    _add_resolve_arguments(p, listed, d)
-    _add_source_arguments(p, listed, d)
-    _add_output_arguments(p, listed, d, json_help)
+#: The converters a schema entry may name (Field.cli_type): the function,
+#: whether a sweep takes a comma-separated list of it (CPU lists are one
+#: value either way), and what the flag's help adds.
+CONVERTERS: dict[str, tuple[Convert, bool, str]] = {
+    "uffd_mode": (uffd_mode, True, ""),
+    "backing": (backing, True, "upstream's names too (anonymous_hugetlb_2mb, "
+                "anonymous_hugetlb_1gb); see --list-backings"),
+    "cpus": (cpu_list, False, ""),
+    "reader_pins": (reader_pins, False, ""),
+}
 
 
-def _add_upstream_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config) -> None:
-    """Upstream's flags (demand_paging_test's letters) and the vCPUs' CPUs."""
+def _shown(f: schema.Field, value: Any) -> str:
+    """A value as the flag takes it: 1G, not '1G'."""
+    return schema.python_repr(f, value).strip("'")
+
+
+def field_help(f: schema.Field, default: Any = None) -> str:
+    """A flag's help: the field's (or the flag's own) text, then its choices,
+    range and default (the schema's, or the command's own where given),
+    from the schema."""
+    facts = []
+    if f.kind == "enum" and f.cli_type != "uffd_mode":
+        facts.append(f"one of {', '.join(schema.choices(f.name))}")
+    elif f.form == "page_size":
+        facts.append(f"one of {', '.join(GUEST_PAGE_SIZES)}")
+    if f.min is not None and f.kind != "cpus":
+        facts.append(f"above {f.min:g}, at most {f.max:g}" if f.kind == "double"
+                     else f"{f.min}-{f.max}")
+    default = f.default if default is None else default
+    if default is not None and f.kind != "bool":
+        facts.append(f"default {_shown(f, default)}")
+    if f.applies:
+        facts.append(f"only with {schema.applies_text(f)}")
+    note = CONVERTERS[f.cli_type][2] if f.cli_type else ""
+    text = (f.cli_help or f.doc) + (f"; {note}" if note else "")
+    if facts:
+        text += f" ({'; '.join(facts)})"
+    return text.replace("%", "%%")
+
+
+def field_argument(f: schema.Field, listed: Callable[[Convert], Convert]) -> dict[str, Any]:
+    """add_argument's keywords for a Config field's flag."""
+    if f.kind == "bool":
+        return {"dest": f.name, "action": "store_true", "help": field_help(f)}
+    kw: dict[str, Any] = {"dest": f.name, "metavar": f.metavar or None,
+                          "help": field_help(f),
+                          "default": f.default if f.form != "size" else _shown(f, f.default)}
+    if f.cli_type:
+        convert, lists, _ = CONVERTERS[f.cli_type]
+        kw["type"] = listed(convert) if lists else convert
+    elif f.kind == "enum":
+        kw["type"] = listed(choice(schema.choices(f.name)))
+    elif f.form == "page_size":
+        kw["type"] = listed(choice(tuple(GUEST_PAGE_SIZES), str.upper))
+    elif f.form == "size":
+        kw["type"] = listed(str)
+    elif f.form == "seconds" or f.kind == "double":
+        kw["type"] = listed(float)
+    elif f.kind in ("u32", "u64"):
+        kw["type"] = listed(int)
+    # strings (paths, addresses) and page lists: the text as given, one value either way
+    return kw
+
+
+def add_field_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Convert],
+                        groups: dict[str, Any] | None = None) -> None:
+    """A flag for every Config field whose schema entry makes it a run flag
+    (Field.cli "run"), in the schema's order; groups: where a field's flag
+    goes instead of p (an argparse group)."""
+    for f in schema.CONFIG_FIELDS:
+        if f.run_flag:
+            (groups or {}).get(f.name, p).add_argument(*f.option_strings,
+                                                       **field_argument(f, listed))
+
+
+#: add_field_argument's "not given": the schema's default.
+SCHEMA_DEFAULT: Any = object()
+
+
+def add_field_argument(container: Any, command: str, name: str, *,
+                       default: Any = SCHEMA_DEFAULT, shown: Any = None,
+                       dest: str | None = None) -> None:
+    """A subcommand's own flag for a Config field whose entry names that
+    command (Field.cli), built from the entry as the run flags are. default:
+    the flag's, where the command's differs from the schema's (None: left
+    to the function the command calls); shown: the default the help names,
+    where that is neither."""
+    f = schema.BY_NAME[name]
+    assert command in f.cli, f"{name}: its schema entry does not name {command}"
+    kw = field_argument(f, as_is)
+    if default is not SCHEMA_DEFAULT:
+        kw["default"] = default
+    kw["help"] = field_help(f, shown if shown is not None else
+                            (default if default is not SCHEMA_DEFAULT else None))
+    if dest is not None:
+        kw["dest"] = dest
+    container.add_argument(*f.option_strings, **kw)
+
+
+def add_run_arguments(p: argparse.ArgumentParser, listed: Callable[[Convert], Convert],
+                      json_help: str) -> None:
+    """The run command's flags: every Config field's that the schema gives
+    one (add_field_arguments), and the command line's own. ``listed`` wraps
+    the type of every flag that sets one Config field: the identity for a
+    run, a comma-separated list for a sweep. CPU lists (-c, --pin-*) are one
+    value either way."""
     p.add_argument("--version", action="version", version=f"uffdkvm {__version__}")
     p.add_argument("-m", dest="guest_modes", type=guest_mode, action="append", metavar="MODE",
                    help=f"upstream's guest mode ID; uffdkvm runs mode {GUEST_MODE} only "
                    f"({GUEST_MODES[GUEST_MODE]}), x86-64's, the default")
-    p.add_argument("-u", dest="uffd_mode", type=listed(uffd_mode), default=d.uffd_mode,
-                   metavar="MODE", help="MISSING (UFFDIO_COPY), MINOR (UFFDIO_CONTINUE, "
-                   "shared backings), WP (write-protect faults, a snapshot of each page "
-                   "before its first write; uffdkvm's own, not upstream's; anonymous and "
-                   "shmem) or NONE (no userfaultfd). Default: MISSING")
-    p.add_argument("-a", dest="single_uffd", action="store_true",
-                   help="one userfaultfd for all guest memory instead of one per vCPU")
-    p.add_argument("-d", dest="delay_us", type=listed(int), default=d.delay_us,
-                   metavar="USEC", help="delay per fault before resolving it, in microseconds")
-    p.add_argument("-r", dest="readers", type=listed(int), default=d.readers, metavar="N",
-                   help="reader threads per userfaultfd (default 1)")
-    p.add_argument("-b", dest="mem_per_vcpu", type=listed(str), default="1G", metavar="SIZE",
-                   help="memory each vCPU demand-pages, e.g. 64M or 2G (default 1G)")
-    p.add_argument("-s", dest="backing", type=listed(backing), default=d.backing,
-                   metavar="TYPE", help=f"backing memory: {', '.join(BACKINGS)} (default "
-                   f"{d.backing}); upstream's names too (anonymous_hugetlb_2mb, "
-                   "anonymous_hugetlb_1gb); see --list-backings")
-    p.add_argument("-v", dest="vcpus", type=listed(int), default=d.vcpus, metavar="N",
-                   help="vCPUs (default 1)")
-    p.add_argument("-o", dest="overlap", action="store_true",
-                   help="every vCPU walks the same memory (implies -a)")
     pins = p.add_mutually_exclusive_group()
     pins.add_argument("-c", dest="cpus", type=cpu_list, default=None, metavar="CPULIST",
                       help="pin vCPU i to the i-th CPU, e.g. 0,1 for 2 vCPUs; one more entry "
                       "pins the main thread (and the readers it starts), as upstream does")
-    pins.add_argument("--pin-vcpus", dest="pin_vcpus", type=cpu_list, default=None,
-                      metavar="CPULIST", help="pin vCPU threads to these CPUs round-robin "
-                      "(any number of CPUs)")
-
-
-def _add_reader_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config) -> None:
-    """Who resolves faults; how readers wait, read, and where they run."""
-    p.add_argument("--pin-readers", dest="pin_readers", type=reader_pins, default=None,
-                   metavar="CPULIST", help="pin reader threads to host CPUs, round-robin; "
-                   "'vcpus': each reader on the CPU of the vCPU it serves (with -c or "
-                   "--pin-vcpus; the default when the vCPUs are pinned and the readers "
-                   "share CPUs); 'scheduler': unpinned, where the scheduler puts them "
-                   "(upstream's placement, and with the default --wait upstream's wait)")
-    p.add_argument("--resolver", type=listed(choice(RESOLVERS)), default=d.resolver,
-                   metavar="WHO", help="who resolves faults: readers (reader threads, the "
-                   "default) or vcpu (each vCPU's own thread, through UFFD_FEATURE_SIGBUS: "
-                   "no reader threads)")
-    p.add_argument("--wait", type=listed(choice(WAITS)), default=d.wait, metavar="MODE",
-                   help=f"how readers wait: {', '.join(WAITS)} (default: spin_idle with a uffd "
-                        f"per vCPU and each vCPU on a CPU of its own, -c or --pin-vcpus, else "
-                        f"epoll_exclusive)")
-    p.add_argument("--allow-oversubscribe", dest="allow_oversubscribe", action="store_true",
-                   help="let --wait spin run more spinning readers than the CPUs beside the "
-                   "vCPUs")
-    p.add_argument("--read-batch", dest="read_batch", type=listed(int), default=d.read_batch,
-                   metavar="N", help="messages one read() of a uffd may return (1-64); above 1 "
-                   "a reader reads again while reads come back full (default "
-                   f"{d.read_batch})")
-
-
-def _add_guest_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config) -> None:
-    """What the guest does: its pages, their order, writes, passes, accesses."""
-    p.add_argument("--guest-page-size", dest="guest_page_size",
-                   type=listed(choice(tuple(GUEST_PAGE_SIZES), str.upper)),
-                   default=d.guest_page_size, metavar="SIZE",
-                   help="how the guest maps its memory: 4K, 2M or 1G (default 4K)")
-    p.add_argument("--pattern", type=listed(choice(PATTERNS)), default=d.pattern,
-                   metavar="ORDER", help=f"page order: {', '.join(PATTERNS)}")
-    p.add_argument("--seed", type=listed(int), default=d.seed, help="seed for everything random")
-    p.add_argument("--write-percent", dest="write_percent", type=listed(int),
-                   default=d.write_percent, metavar="PCT",
-                   help="share of pages written; the rest are read (default 100)")
-    p.add_argument("--passes", type=listed(int), default=d.passes, metavar="N",
-                   help="walks of the memory per vCPU; only the first faults")
-    p.add_argument("--touch-percent", dest="touch_percent", type=listed(int),
-                   default=d.touch_percent, metavar="PCT",
-                   help="share of its pages each vCPU touches at all, a seeded subset; the "
-                   "rest never fault (default 100)")
-    p.add_argument("--access", type=listed(choice(ACCESSES)), default=d.access, metavar="MODEL",
-                   help="uniform (every touched page once a pass, the default) or zipf "
-                   "(--accesses draws a pass from a Zipf distribution over the touched pages)")
-    p.add_argument("--zipf-theta", dest="zipf_theta", type=listed(float), default=d.zipf_theta,
-                   metavar="THETA", help="with --access zipf: the skew, above 0 (e.g. 0.99)")
-    p.add_argument("--accesses", type=listed(int), default=d.accesses, metavar="N",
-                   help="with --access zipf: accesses per pass per vCPU (default: its "
-                   "touched pages)")
-
-
-def _add_resolve_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config) -> None:
-    """How a fault is resolved, or that there is none."""
-    p.add_argument("--resolve", type=listed(choice(RESOLVES)), default=d.resolve,
-                   metavar="HOW",
-                   help=f"missing faults: {', '.join(RESOLVES)} (default copy; move: "
-                   "UFFDIO_MOVE, Linux 6.8+, anonymous memory)")
-    p.add_argument("--delay-dist", dest="delay_dist", type=listed(choice(DELAY_DISTS)),
-                   default=d.delay_dist, metavar="DIST",
-                   help=f"distribution of -d: {', '.join(DELAY_DISTS)}")
-    p.add_argument("--prefault", action="store_true",
-                   help="populate all memory before the vCPUs start (no faults)")
-    p.add_argument("--wp-async", dest="wp_async", action="store_true",
-                   help="with -u WP: UFFD_FEATURE_WP_ASYNC (Linux 6.7+), no faults; the "
-                   "pages written are collected with PAGEMAP_SCAN after the run")
-
-
-def _add_source_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config) -> None:
-    """Where pages come from (a file, a page server), and prefetch."""
-    p.add_argument("--source", type=listed(choice(SOURCES)), default=d.source, metavar="SRC",
-                   help="where a resolved page's bytes come from: synthetic (default), "
-                   "file (--source-path; -u MISSING with --resolve copy or move) or remote "
-                   "(a page server process serving --source-path over a socket, with the "
-                   "--remote-* model and --max-inflight)")
-    p.add_argument("--source-path", dest="source_path", default=d.source_path, metavar="PATH",
-                   help="--source file or remote: the snapshot file, at least the region's "
-                   "size (uffdkvm.make_snapshot writes one)")
-    p.add_argument("--source-address", dest="source_address", default=d.source_address,
-                   metavar="ADDRESS",
-                   help="--source remote: a page server already running (uffdkvm serve), "
-                   "unix:/path or tcp:HOST:PORT, instead of one the run starts; "
-                   "--source-path is then the local copy every page is checked against")
-    p.add_argument("--source-key-file", dest="source_key_file", default=d.source_key_file,
-                   metavar="PATH", help="with --source-address: the server's key file "
-                   "(uffdkvm serve --key-file; mode 0600)")
-    p.add_argument("--source-read", dest="source_read", type=listed(choice(SOURCE_READS)),
-                   default=d.source_read, metavar="HOW",
-                   help="--source file: pread (default) or mmap (memcpy from a mapping)")
-    p.add_argument("--source-cache", dest="source_cache",
-                   type=listed(choice(SOURCE_CACHES)), default=d.source_cache, metavar="STATE",
-                   help="--source file: the file's page cache as the vCPUs start: warm "
-                   "(default: read once first) or cold (dropped)")
-    p.add_argument("--prefetch", type=listed(choice(PREFETCHES)), default=d.prefetch,
-                   metavar="POLICY", help="install pages before the guest asks (-u MISSING "
-                   "with --resolve copy): none (default), readahead (the next "
-                   "--prefetch-pages after each fault), background (a pusher thread, the "
-                   "memory in address order) or replay (the pusher, in --replay-from's order)")
-    p.add_argument("--prefetch-pages", dest="prefetch_pages", type=listed(int),
-                   default=d.prefetch_pages, metavar="N",
-                   help=f"readahead's window in pages (default {d.prefetch_pages})")
-    p.add_argument("--prefetch-bandwidth-mbps", dest="prefetch_bandwidth_mbps",
-                   type=listed(int), default=d.prefetch_bandwidth_mbps, metavar="MBPS",
-                   help="the pusher's rate in megabits per second (background, replay; "
-                   "default 0: as fast as it goes)")
-    p.add_argument("--replay-from", dest="replay_from", default=None, metavar="PATH",
-                   help="with --prefetch replay: a touch order file (Result.save_touch_order: "
-                   "one page index a line)")
-    p.add_argument("--remote-transport", dest="remote_transport",
-                   type=listed(choice(REMOTE_TRANSPORTS)), default=d.remote_transport,
-                   metavar="HOW", help="with a remote source: how readers reach the page "
-                   "server, unix (a Unix socket, the default) or tcp (loopback TCP)")
-    p.add_argument("--remote-latency-us", dest="remote_latency_us", type=listed(int),
-                   default=d.remote_latency_us, metavar="USEC",
-                   help="with a remote source: the page server's latency per request, in "
-                   "microseconds (default 0)")
-    p.add_argument("--remote-bandwidth-mbps", dest="remote_bandwidth_mbps", type=listed(int),
-                   default=d.remote_bandwidth_mbps, metavar="MBPS",
-                   help="with a remote source: the page server's link, in megabits per "
-                   "second (default 0: unlimited)")
-    p.add_argument("--max-inflight", dest="max_inflight", type=listed(int),
-                   default=d.max_inflight, metavar="N",
-                   help="with a remote source: requests the page server serves at once, "
-                   "the rest queue, faults first (default 0: no cap)")
-
-
-def _add_output_arguments(p: argparse.ArgumentParser, listed: Listed, d: Config,
-                          json_help: str) -> None:
-    """The guest's work per access, limits, what is measured and shown."""
-    p.add_argument("--guest-work", dest="guest_work", type=listed(int), default=d.guest_work,
-                   metavar="N", help="guest busy-loop iterations after each page access "
-                   "(4 instructions each; default 0)")
-    p.add_argument("--timeout", dest="timeout_s", type=listed(float), default=d.timeout_s,
-                   metavar="SECONDS", help="abandon a run that takes longer than this")
-    p.add_argument("--stats", type=listed(choice(STATS)), default=d.stats,
-                   help="full (default): time every fault; basic: counters only")
-    p.add_argument("--guest-timing", dest="guest_timing", action="store_true",
-                   help="the guest stamps every access with rdtsc: each fault's queue, "
-                   "service and resume stages")
-    p.add_argument("--trace-faults", dest="trace_faults", action="store_true",
-                   help="keep every fault in the result (with --json)")
+    add_field_arguments(p, listed, {"pin_vcpus": pins})
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true",
                    help=f"no progress line on stderr (it shows only when stderr is a "

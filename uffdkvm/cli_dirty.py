@@ -42,9 +42,9 @@ from .cli_common import (
     EXIT_STATUS_HELP,
     GUEST_MODE,
     GUEST_MODES,
+    add_field_argument,
     add_run_arguments,
     as_is,
-    choice,
     console_progress,
     format_backing_support,
     format_fault_path_support,
@@ -63,8 +63,6 @@ PROG = "uffdkvm dirty-log"
 # Config.dirty_tracking's values (the schema's): KVM_GET_DIRTY_LOG alone
 # (upstream's -g), with KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 and KVM_CLEAR_DIRTY_LOG
 # (upstream's default), the dirty ring, userfaultfd WP_ASYNC with PAGEMAP_SCAN.
-TRACKERS = schema.choices("dirty_tracking")
-WRITE_SETS = schema.choices("write_set")
 DEFAULT_TRACKER = "bitmap_manual"
 DEFAULT_ITERATIONS = 2  # upstream's TEST_HOST_LOOP_N
 MIN_ITERATIONS = 2      # upstream asserts "The test should have at least two iterations"
@@ -312,17 +310,12 @@ def _add_upstream_arguments(up: argparse._ArgumentGroup, d: Config) -> None:
     track.add_argument("-g", dest="tracking", action="store_const", const="bitmap",
                        help="KVM_GET_DIRTY_LOG alone, which clears as it reads (no "
                        "KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2): --tracking bitmap")
-    track.add_argument("--tracking", dest="tracking", type=choice(TRACKERS), default=None,
-                       metavar="HOW", help=f"how dirty pages are tracked: {', '.join(TRACKERS)} "
-                       f"(default {DEFAULT_TRACKER}: manual protect with initially-set bitmaps "
-                       "and KVM_CLEAR_DIRTY_LOG, upstream's default; ring: the dirty ring; "
-                       "wp_async: userfaultfd WP_ASYNC and PAGEMAP_SCAN)")
+    add_field_argument(track, "dirty-log", "dirty_tracking", default=None, dest="tracking",
+                       shown=DEFAULT_TRACKER)
     up.add_argument("-i", dest="iterations", type=_iterations, default=DEFAULT_ITERATIONS,
                     metavar="N", help="tracked iterations, each a dirtying pass, a harvest "
                     f"and a re-protect (default {DEFAULT_ITERATIONS}, at least "
                     f"{MIN_ITERATIONS} as upstream); the run has N + 1 passes")
-    up.add_argument("-b", dest="mem_per_vcpu", default="1G", metavar="SIZE",
-                    help="memory each vCPU dirties, e.g. 64M or 2G (default 1G)")
     up.add_argument("-o", dest="overlap", action="store_true",
                     help="every vCPU walks all the memory (-v x -b bytes) instead of its own "
                     "-b, as upstream's -o")
@@ -335,7 +328,8 @@ def _add_upstream_arguments(up: argparse._ArgumentGroup, d: Config) -> None:
                     help="the seed of everything random (upstream's random seed)")
     up.add_argument("-w", "--write-percent", dest="write_percent", type=int,
                     default=d.write_percent, metavar="PCT",
-                    help="share of pages written in each pass, the rest read (default 100); "
+                    help="share of pages written in each pass, the rest read (default "
+                    f"{d.write_percent}); "
                     "each pass writes a subset of its own (--write-set per_pass), as "
                     "upstream draws each access; uffdkvm's populating pass writes the same "
                     "share, upstream's writes every page")
@@ -357,17 +351,13 @@ def _add_own_arguments(own: argparse._ArgumentGroup, d: Config) -> None:
     own.add_argument("-u", dest="uffd_mode", type=uffd_mode, default=None, metavar="MODE",
                      help="userfaultfd for the populating pass: NONE (the default: the vCPUs "
                      "fault memory in, as upstream's do), MISSING, MINOR or WP")
-    own.add_argument("--write-set", dest="write_set", type=choice(WRITE_SETS),
-                     default="per_pass", metavar="WHICH", help="with -w below 100: per_pass "
-                     "(the default here: each pass draws the pages it writes) or fixed (the "
-                     "same pages every pass, uffdkvm's default elsewhere)")
-    own.add_argument("--dirty-clear-pages", dest="dirty_clear_pages", type=int,
-                     default=None, metavar="N", help="bitmap_manual: clear N pages (a "
-                     "multiple of 64) a KVM_CLEAR_DIRTY_LOG call (default "
-                     f"{d.dirty_clear_pages}: the whole memslot in one, as upstream)")
-    own.add_argument("--dirty-ring-entries", dest="dirty_ring_entries", type=int,
-                     default=None, metavar="N", help="ring: entries in each vCPU's ring, a "
-                     f"power of two from 256 (default {d.dirty_ring_entries})")
+    # The tracker's and the write set's flags, from the schema entries that
+    # name this command (Field.cli); one not given is Config's default, but
+    # the write set's (per_pass here) and the tracker's (-g or --tracking).
+    for f in schema.CONFIG_FIELDS:
+        if "dirty-log" in f.cli and f.name != "dirty_tracking":
+            add_field_argument(own, "dirty-log", f.name,
+                               default="per_pass" if f.name == "write_set" else None)
     own.add_argument("--single-uffd", dest="single_uffd", action="store_true",
                      help="with -u: one userfaultfd for all memory (uffdkvm's -a)")
     own.add_argument("--readers", dest="readers", type=int, default=d.readers,

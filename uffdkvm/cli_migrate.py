@@ -23,6 +23,7 @@ from .cli_common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_STATUS_HELP,
+    add_field_argument,
     add_run_arguments,
     as_is,
     choice,
@@ -30,11 +31,10 @@ from .cli_common import (
     pop_cli_options,
 )
 from .config import PAGE_SIZE
-from .migration import KNOBS, MODES, MigrationResult, migrate
+from .migration import DEFAULT_TRACKER, KNOBS, MODES, MigrationResult, migrate
 
 PROG = "uffdkvm migrate"
 DEFAULT_MEM = "64M"
-TRACKERS = schema.choices("dirty_tracking")
 PREFETCHES = schema.choices("prefetch")
 
 
@@ -52,37 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="precopy (rounds, then stop-and-copy; the default), postcopy (stop "
                    "at once, the destination faults in the rest) or hybrid (--precopy-rounds "
                    "rounds, then post-copy)")
-    m.add_argument("--link-bandwidth-mbps", dest="link_bandwidth_mbps", type=int,
-                   default=schema.BY_NAME["link_bandwidth_mbps"].default, metavar="MBPS",
-                   help="the link, megabits per second (default %(default)s; 0: unlimited)")
-    m.add_argument("--link-latency-us", dest="link_latency_us", type=int,
-                   default=schema.BY_NAME["link_latency_us"].default, metavar="USEC",
-                   help="the link's one-way latency, microseconds (default %(default)s)")
-    m.add_argument("--downtime-target-ms", dest="downtime_target_ms", type=int,
-                   default=None, metavar="MS", help="precopy: switch over once what is "
-                   "dirty fits this on the link (default "
-                   f"{schema.BY_NAME['downtime_target_ms'].default})")
-    m.add_argument("--max-rounds", dest="max_rounds", type=int, default=None, metavar="N",
-                   help="precopy: rounds at most (default "
-                   f"{schema.BY_NAME['max_rounds'].default})")
-    m.add_argument("--precopy-rounds", dest="precopy_rounds", type=int, default=None,
-                   metavar="N", help="hybrid: rounds before post-copy (default "
-                   f"{schema.BY_NAME['precopy_rounds'].default})")
-    m.add_argument("--auto-converge", dest="auto_converge", action="store_true",
-                   default=None, help="precopy, hybrid: throttle the guest after each round "
-                   "whose dirty set is over half of what it sent (QEMU's auto-converge)")
-    for name, what in (("initial", "the first throttle"), ("increment", "added at each "
-                                                            "later one"),
-                       ("max", "the throttle at most")):
-        field = f"throttle_{name}_percent"
-        m.add_argument(f"--throttle-{name}", dest=field, type=int, default=None,
-                       metavar="PCT", help=f"--auto-converge: {what}, percent of each "
-                       f"vCPU's time (default {schema.BY_NAME[field].default})")
-    m.add_argument("--tracking", dest="dirty_tracking", type=choice(TRACKERS),
-                   default="bitmap", help="the source's dirty tracking: "
-                   f"{', '.join(TRACKERS)} (default %(default)s)")
-    m.add_argument("--dirty-ring-entries", dest="dirty_ring_entries", type=int, default=None,
-                   metavar="N", help="--tracking ring: each vCPU's ring")
+    # The knobs' flags, from the schema entries that name this command
+    # (Field.cli); a knob not given is migrate()'s default, as in the Python
+    # API: the schema's, but the tracker's.
+    for f in schema.CONFIG_FIELDS:
+        if "migrate" in f.cli:
+            add_field_argument(m, "migrate", f.name,
+                               default=DEFAULT_TRACKER if f.name == "dirty_tracking" else None)
     m.add_argument("--postcopy-prefetch", dest="postcopy_prefetch", type=choice(PREFETCHES),
                    default="background", help="the destination's prefetch for what it does "
                    "not hold (default %(default)s: stream it behind the faults)")

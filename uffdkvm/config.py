@@ -27,13 +27,14 @@ MAX_CPU = schema.LIMITS["MAX_CPU"]
 
 PAGE_SIZE = 4096
 BACKINGS = schema.choices("backing")
-SHARED_BACKINGS = ("shmem", "shared_hugetlb", "guest_memfd")
-HUGETLB_BACKINGS = ("anonymous_hugetlb", "anonymous_hugetlb_1gb", "shared_hugetlb")
+# Each backing's properties are the schema's (schema.BACKINGS), which the core reads too.
+SHARED_BACKINGS = schema.backings_where("shared")
+HUGETLB_BACKINGS = schema.backings_where("hugetlb")
 # What UFFDIO_MOVE moves pages into: private anonymous memory (resolve="move").
-MOVE_BACKINGS = ("anonymous", "anonymous_thp")
+MOVE_BACKINGS = schema.backings_where("private_anonymous")
 UFFD_MODES = schema.choices("uffd_mode")
 #: Backings uffd_mode="wp" runs on: 4 KiB pages, saved and verified one at a time.
-WP_BACKINGS = ("anonymous", "shmem")
+WP_BACKINGS = schema.backings_where("wp")
 WAITS = schema.choices("wait")
 RESOLVERS = schema.choices("resolver")
 PATTERNS = schema.choices("pattern")
@@ -350,7 +351,7 @@ def _check_python_side(c: Any) -> None:
             here = getattr(c, other)
             if here not in [schema.python_value(o, v) for v in values] and \
                     getattr(c, f.name) != f.default:
-                text = schema._applies_text(f)
+                text = schema.applies_text(f)
                 raise ConfigError(f"{f.name}: applies to {text} only, not {other}="
                                   f"{schema.python_repr(o, here)}; set {text} or leave "
                                   f"{f.name} at its default ({schema.python_repr(f, f.default)})",
@@ -452,7 +453,7 @@ def _from_schema(cls: type) -> type:
     lines = []
     for f in schema.CONFIG_FIELDS:
         default = "None" if f.default is None else schema.python_repr(f, f.default)
-        applies = schema._applies_text(f)
+        applies = schema.applies_text(f)
         more = f"; applies with {applies}" if applies else ""
         lines.append(f"    {f.name}  (default {default}{more})\n        {f.doc}")
     cls.__doc__ = (cls.__doc__ or "") + "\n".join(lines) + "\n"

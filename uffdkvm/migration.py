@@ -52,6 +52,8 @@ KNOBS = ("max_rounds", "downtime_target_ms", "precopy_rounds", "link_bandwidth_m
          "link_latency_us", "dirty_tracking", "dirty_clear_pages", "dirty_ring_entries",
          "auto_converge", "throttle_initial_percent", "throttle_increment_percent",
          "throttle_max_percent")
+#: The source's dirty_tracking where none is given.
+DEFAULT_TRACKER = "bitmap"
 # Fields the source and the destination set for themselves.
 _MIGRATION_FIELDS = ("migration", *KNOBS, "migration_dump_path")
 
@@ -201,9 +203,10 @@ def _check_workload(c: Config) -> None:
     if c.migration is not None:
         raise ConfigError("migration: migrate() sets it for the source; pass mode= instead",
                           field="migration")
-    if c.backing not in ("anonymous", "shmem"):
+    if c.backing not in schema.backings_where("migrates"):
         raise ConfigError(f"backing: migrate() moves 4 KiB pages, and {c.backing!r} does "
-                          f"not fault in them; use backing='anonymous' or 'shmem'",
+                          f"not fault in them; use backing="
+                          f"{schema.listed(schema.backings_where('migrates'))}",
                           field="backing")
     if c.source != "synthetic":
         raise ConfigError("source: migrate() gives the destination its own page source (the "
@@ -213,7 +216,7 @@ def _check_workload(c: Config) -> None:
 def _source_config(base: Config, mode: str, knobs: dict[str, Any], dump: str) -> Config:
     """The workload on the source: its own memory (no userfaultfd), a tracker
     for the rounds, and passes that bound the walk."""
-    knobs = {"dirty_tracking": base.dirty_tracking or "bitmap", **knobs}
+    knobs = {"dirty_tracking": base.dirty_tracking or DEFAULT_TRACKER, **knobs}
     return base.replace(uffd_mode=None, passes=_SOURCE_PASSES, migration=mode,
                         migration_dump_path=dump, prefetch="none", **knobs)
 

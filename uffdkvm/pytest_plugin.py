@@ -52,10 +52,9 @@ KVM_CAPS: dict[str, tuple[str, int]] = {
 _KVM_CHECK_EXTENSION = 0xAE03  # _IO(KVMIO, 0x03)
 #: Keywords of the marker that are counts, not Config fields.
 COUNTS = ("hugepages", "cpus")
-#: The key figures of each run that go into user_properties, with the name
-#: each has there (the DataFrame's column names).
-PROPERTIES = {"paging_rate": "pages_per_s", "faults": "faults", "seconds": "seconds",
-              "verified": "verified"}
+#: The key figures of each run that go into user_properties, under the name
+#: each has in a DataFrame (frames.RESULT_RENAMES: paging_rate is pages_per_s).
+PROPERTIES = ("paging_rate", "faults", "seconds", "verified")
 
 _results_key = pytest.StashKey["_Recorder"]()
 
@@ -270,7 +269,9 @@ def uffdkvm_run(request: pytest.FixtureRequest) -> Callable[..., Result]:
     its key figures into the test's user_properties (``uffdkvm[i].pages_per_s``,
     ``faults``, ``seconds``, ``verified`` for the test's i-th run) and, with
     --uffdkvm-results PATH, a JSON line into PATH."""
+    from .frames import RESULT_RENAMES
     from .run import run
+    names = {attr: RESULT_RENAMES.get(attr, attr) for attr in PROPERTIES}
     node = request.node
     recorder = request.config.stash.get(_results_key, None)
     runs = 0
@@ -279,7 +280,7 @@ def uffdkvm_run(request: pytest.FixtureRequest) -> Callable[..., Result]:
     def recording_run(*args: Any, **kwargs: Any) -> Result:
         nonlocal runs
         result = run(*args, **kwargs)
-        for attr, name in PROPERTIES.items():
+        for attr, name in names.items():
             node.user_properties.append((f"uffdkvm[{runs}].{name}", getattr(result, attr)))
         runs += 1
         if recorder is not None:

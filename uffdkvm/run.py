@@ -141,9 +141,11 @@ _BOOKKEEPING_FIXED = 8 << 20
 
 
 # dirty_tracking's page maps (csrc/experiment/dirty.c): each page's write
-# count (4 bytes) and two bits (found, written), by their sizes, not measured;
-# and each vCPU's dirty ring, 16 bytes an entry.
-_DIRTY_PER_PAGE = 5
+# count and two bits (found, written), by their sizes, not measured; and each
+# vCPU's dirty ring, an entry's bytes a slot. The sizes are the schema's,
+# which the C asserts.
+_DIRTY_PER_PAGE = schema.LIMITS["DIRTY_COUNT_BYTES"] + 1  # the two bits, rounded up
+_DIRTY_RING_ENTRY_BYTES = schema.LIMITS["DIRTY_RING_ENTRY_BYTES"]
 
 
 def _bookkeeping_bytes(c: Config) -> int:
@@ -152,7 +154,7 @@ def _bookkeeping_bytes(c: Config) -> int:
     if c.dirty_tracking is not None:
         dirty = c.region_bytes // PAGE_SIZE * _DIRTY_PER_PAGE
         if c.dirty_tracking == "ring":
-            dirty += c.vcpus * c.dirty_ring_entries * 16
+            dirty += c.vcpus * c.dirty_ring_entries * _DIRTY_RING_ENTRY_BYTES
     return (c.region_bytes // PAGE_SIZE * _BOOKKEEPING_PER_PAGE[kept]
             + c.region_bytes // BACKING_PAGE_SIZES[c.backing] * _BOOKKEEPING_PER_FAULT[kept]
             + dirty + _BOOKKEEPING_FIXED)

@@ -8,7 +8,7 @@ that the generator can run before a build:
     python tools/gen_schema.py --check     # exit 1 naming any stale one
 
 From FIELDS come: csrc/config_schema.h (the config enums and their names,
-BACKING_PAGE_SIZES and GUEST_PAGE_SIZES, struct ukvm_config's members, the
+BACKINGS' properties (UKVM_BACKINGS), GUEST_PAGE_SIZES, struct ukvm_config's members, the
 table the binding and the core's validator walk: defaults, ranges, applies
 rules; the shared constants),
 Config's constructor signature in uffdkvm/config.py, the constants section
@@ -77,6 +77,27 @@ class Field:
     applies: tuple[tuple[str, tuple[str, ...]], ...] = ()
     form: str | None = None     # one of FORMS, or None: Python holds what the core does
     size: str = ""              # string: the buffer size constant (its NUL included)
+    # The command line (uffdkvm/cli_common.py builds the flags from these):
+    cli: tuple[str, ...] = ("run",)  # the commands whose flag is built from this entry:
+    #                             "run": every command that takes the run flags; else
+    #                             CLI_COMMANDS', beside their own flags; (): none
+    cli_why: str = ""           # cli (): where the field is set instead
+    flags: tuple[str, ...] = ()  # its option strings ((): --the-name-with-dashes)
+    metavar: str = ""           # "": argparse's (the name upper-cased)
+    cli_help: str = ""          # the flag's help where it differs from doc ("": doc);
+    #                             its choices, range and default are added to either
+    cli_type: str = ""          # a converter of cli_common.CONVERTERS, where the flag
+    #                             takes more than the field (upstream's spellings)
+
+    @property
+    def run_flag(self) -> bool:
+        """A flag of every command that takes the run flags?"""
+        return "run" in self.cli
+
+    @property
+    def option_strings(self) -> tuple[str, ...]:
+        """The flag's option strings."""
+        return self.flags or (f"--{self.name.replace('_', '-')}",)
 
     @property
     def core_name(self) -> str | None:
@@ -100,16 +121,61 @@ class Field:
 
 _2M, _1G = 2 << 20, 1 << 30
 
+
+
+@dataclass(frozen=True)
+class Backing:
+    """A backing (the config's `backing`) and what follows from its kind of
+    memory; the core's checks and Python's read the same entry."""
+    name: str
+    page_size: int              # bytes: its faults are resolved at this size
+    shared: bool                # a page cache: MINOR faults, an alias mapping
+    hugetlb: bool               # hugetlbfs pages, of page_size
+    private_anonymous: bool     # no file behind it: UFFDIO_MOVE moves pages into it
+    #                             (resolve="move"), and uffd-wp needs no WP_HUGETLBFS_SHMEM
+    wp: bool                    # uffd_mode="wp" runs on it: 4 KiB pages, saved and
+    #                             verified one at a time, whose writes reach userfaultfd
+    migrates: bool              # migrate() runs on it: 4 KiB pages that fault
+    upstream: tuple[str, ...] = ()  # demand_paging_test's -s names for it (the CLI takes them)
+
+
+#: Every backing, in the core's enum order.
+BACKINGS: tuple[Backing, ...] = (
+    Backing("anonymous", 4096, shared=False, hugetlb=False, private_anonymous=True, wp=True,
+            migrates=True, upstream=("anonymous",)),
+    Backing("shmem", 4096, shared=True, hugetlb=False, private_anonymous=False, wp=True,
+            migrates=True, upstream=("shmem",)),
+    Backing("anonymous_thp", _2M, shared=False, hugetlb=False, private_anonymous=True,
+            wp=False, migrates=False, upstream=("anonymous_thp",)),
+    Backing("anonymous_hugetlb", _2M, shared=False, hugetlb=True, private_anonymous=False,
+            wp=False, migrates=False, upstream=("anonymous_hugetlb", "anonymous_hugetlb_2mb")),
+    Backing("anonymous_hugetlb_1gb", _1G, shared=False, hugetlb=True, private_anonymous=False,
+            wp=False, migrates=False, upstream=("anonymous_hugetlb_1gb",)),
+    Backing("shared_hugetlb", _2M, shared=True, hugetlb=True, private_anonymous=False,
+            wp=False, migrates=False, upstream=("shared_hugetlb",)),
+    Backing("guest_memfd", 4096, shared=True, hugetlb=False, private_anonymous=False,
+            wp=False, migrates=False),
+)
+BACKING_BY_NAME = {b.name: b for b in BACKINGS}
+#: Backing's properties (its bool fields): csrc/config_schema.h's UKVM_BACKINGS
+#: gives each backing's, and UKVM_BACKINGS_<PROPERTY>_NAMES lists those that have it.
+BACKING_PROPERTIES = ("shared", "hugetlb", "private_anonymous", "wp", "migrates")
+
+
+def backings_where(prop: str) -> tuple[str, ...]:
+    """The backings that have the property (one of BACKING_PROPERTIES)."""
+    assert prop in BACKING_PROPERTIES, prop
+    return tuple(b.name for b in BACKINGS if getattr(b, prop))
+
+
+def listed(names: tuple[str, ...] | list[str]) -> str:
+    """Names as a message lists them: "'a', 'b' or 'c'"."""
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
 #: Each backing and the page size its faults are resolved at.
-BACKING_PAGE_SIZES = {
-    "anonymous": 4096,
-    "shmem": 4096,
-    "anonymous_thp": _2M,
-    "anonymous_hugetlb": _2M,
-    "anonymous_hugetlb_1gb": _1G,
-    "shared_hugetlb": _2M,
-    "guest_memfd": 4096,
-}
+BACKING_PAGE_SIZES = {b.name: b.page_size for b in BACKINGS}
 GUEST_PAGE_SIZES = {"4K": 4096, "2M": _2M, "1G": _1G}
 
 #: Limits the core and Python share: (name, value, comment). Each is a
@@ -146,6 +212,10 @@ CONSTANTS = (
      "reader's own, larger ones from one per uffd (uffd/resolve.h, struct ukvm_shared_buffer)"),
     ("MOVE_STAGE_BYTES", 256 << 10, "resolve move: each resolver stages this much of 4 KiB "
      "pages, or one larger page (uffd/resolve.c)"),
+    ("DIRTY_RING_ENTRY_BYTES", 16, "a dirty ring's entry, struct kvm_dirty_gfn "
+     "(kvm/dirtylog.c asserts it)"),
+    ("DIRTY_COUNT_BYTES", 4, "dirty_tracking's write count per 4 KiB page, beside two bits "
+     "(experiment/dirty.c asserts it)"),
 )
 #: The float constant, kept apart: C writes it as a double.
 MAX_ZIPF_THETA = 100.0
@@ -163,25 +233,35 @@ _PRECOPYING = (("migration", ("precopy", "hybrid")),)
 # In Config's order (its positional order, kept as it was); struct
 # ukvm_config's members follow the same order.
 FIELDS: tuple[Field, ...] = (
-    Field("vcpus", "u32", 1, "vCPUs, each in its own host thread", min=1, max=LIMITS["MAX_VCPUS"]),
+    Field("vcpus", "u32", 1, "vCPUs, each in its own host thread", min=1, max=LIMITS["MAX_VCPUS"],
+          flags=("-v",), metavar="N"),
     Field("mem_per_vcpu", "u64", 1 << 30, "bytes each vCPU demand-pages: an int or a string "
           "such as \"64M\" or \"1G\", stored in bytes; a multiple of the backing's and the "
-          "guest's page size", form="size", min=4096, max=LIMITS["MAX_REGION_BYTES"]),
+          "guest's page size", form="size", min=4096, max=LIMITS["MAX_REGION_BYTES"],
+          flags=("-b",), metavar="SIZE"),
     Field("backing", "enum", "anonymous", "the memory (docs/backings.md); faults are "
-          "resolved at its page size", choices=tuple(BACKING_PAGE_SIZES)),
+          "resolved at its page size", choices=tuple(BACKING_PAGE_SIZES),
+          flags=("-s",), metavar="TYPE", cli_type="backing"),
     Field("uffd_mode", "enum", "missing", "\"missing\" (UFFDIO_COPY or UFFDIO_ZEROPAGE), "
           "\"minor\" (UFFDIO_CONTINUE after the page cache is prefilled; shared backings), "
           "\"wp\" (write-protect faults: QEMU's background snapshot), or None: no "
           "userfaultfd, the kernel pages memory in itself (the baseline)",
-          choices=("none", "missing", "minor", "wp"), c_prefix="UFFD", form="none_choice"),
+          choices=("none", "missing", "minor", "wp"), c_prefix="UFFD", form="none_choice",
+          flags=("-u",), metavar="MODE", cli_type="uffd_mode",
+          cli_help="MISSING (UFFDIO_COPY), MINOR (UFFDIO_CONTINUE, shared backings), WP "
+          "(write-protect faults, a snapshot of each page before its first write; uffdkvm's "
+          "own, not upstream's; anonymous and shmem) or NONE (no userfaultfd), in any case"),
     Field("single_uffd", "bool", False, "one uffd for the whole region instead of one per "
-          "vCPU"),
+          "vCPU",
+          flags=("-a",)),
     Field("resolver", "enum", "readers", "who resolves a fault: \"readers\" (reader threads "
           "read the uffd's messages) or \"vcpu\" (the uffd answers with SIGBUS and the "
           "faulting vCPU's own thread resolves it: no reader threads)",
-          choices=("readers", "vcpu")),
+          choices=("readers", "vcpu"),
+          metavar="WHO"),
     Field("readers", "u32", 1, "reader threads per uffd", min=1, max=LIMITS["MAX_READERS"],
-          applies=_READERS_ONLY),
+          applies=_READERS_ONLY,
+          flags=("-r",), metavar="N"),
     Field("wait", "enum", None, "how readers wait: \"poll\", \"epoll\", "
           "\"epoll_exclusive\", \"read\", \"spin\" (a non-blocking read in a loop), "
           "\"io_uring\" (needs a build with liburing and Linux 5.15+) or \"spin_idle\" "
@@ -191,44 +271,57 @@ FIELDS: tuple[Field, ...] = (
           "\"epoll_exclusive\"",
           choices=("poll", "epoll", "epoll_exclusive", "read", "spin", "io_uring",
                    "spin_idle"),
-          applies=_READERS_ONLY, form="wait"),
+          applies=_READERS_ONLY, form="wait",
+          metavar="MODE"),
     Field("read_batch", "u32", 1, "messages one read() of the uffd may return; above 1, "
           "while reads come back full a reader reads again before it waits (16 reads at "
-          "most)", min=1, max=LIMITS["MAX_READ_BATCH"], applies=_READERS_ONLY),
+          "most)", min=1, max=LIMITS["MAX_READ_BATCH"], applies=_READERS_ONLY,
+          metavar="N"),
     Field("allow_oversubscribe", "bool", False, "let wait=\"spin\" run more spinning "
           "readers than the CPUs left beside the vCPUs (run() refuses it otherwise)",
           core=None),
     Field("delay_us", "u32", 0, "microseconds a reader waits per fault before resolving it",
-          min=0, max=LIMITS["MAX_DELAY_US"]),
-    Field("overlap", "bool", False, "every vCPU walks the same region (implies one uffd)"),
+          min=0, max=LIMITS["MAX_DELAY_US"],
+          flags=("-d",), metavar="USEC"),
+    Field("overlap", "bool", False, "every vCPU walks the same region (implies one uffd)",
+          flags=("-o",)),
     Field("guest_work", "u32", 0, "guest computation after each page access: iterations "
-          "of a 4-instruction loop", min=0, max=LIMITS["MAX_GUEST_WORK"]),
+          "of a 4-instruction loop", min=0, max=LIMITS["MAX_GUEST_WORK"],
+          metavar="N"),
     Field("guest_page_size", "u64", "4K", "how the guest's page tables map the region: "
-          "\"4K\", \"2M\" or \"1G\"", form="page_size"),
+          "\"4K\", \"2M\" or \"1G\"", form="page_size",
+          metavar="SIZE"),
     Field("pattern", "enum", "sequential", "the order each vCPU visits its pages: "
           "\"sequential\", \"reverse\" or \"random\" (a seeded permutation)",
-          choices=("sequential", "reverse", "random")),
+          choices=("sequential", "reverse", "random"),
+          metavar="ORDER"),
     Field("seed", "u64", 0, "seeds everything random: order, reads, delays, the working "
           "set, Zipf draws"),
     Field("write_percent", "u32", 100, "the share of pages the guest writes; it reads the "
-          "rest, and the host checks what it read", min=0, max=100),
+          "rest, and the host checks what it read", min=0, max=100,
+          metavar="PCT"),
     Field("passes", "u32", 1, "walks of the region per vCPU; only the first faults",
-          min=1, max=LIMITS["MAX_PASSES"]),
+          min=1, max=LIMITS["MAX_PASSES"],
+          metavar="N"),
     Field("resolve", "enum", "copy", "missing faults: \"copy\" (UFFDIO_COPY), "
           "\"zeropage\" (UFFDIO_ZEROPAGE) or \"move\" (UFFDIO_MOVE of a staged page; "
-          "anonymous memory, Linux 6.8+)", choices=("copy", "zeropage", "move")),
+          "anonymous memory, Linux 6.8+)", choices=("copy", "zeropage", "move"),
+          metavar="HOW"),
     Field("delay_dist", "enum", "fixed", "the delay's distribution: \"fixed\", "
           "\"uniform\" (0 to 2 x delay_us) or \"exponential\" (mean delay_us)",
-          choices=("fixed", "uniform", "exponential"), c_prefix="DELAY"),
+          choices=("fixed", "uniform", "exponential"), c_prefix="DELAY",
+          metavar="DIST"),
     Field("pin_vcpus", "cpus", None, "host CPUs for the vCPU threads, round-robin: any "
           "iterable of CPU numbers, one number or a string \"0,2,3\"; stored as a tuple "
-          "(None: unpinned)", min=0, max=LIMITS["MAX_CPU"]),
+          "(None: unpinned)", min=0, max=LIMITS["MAX_CPU"],
+          metavar="CPULIST", cli_type="cpus"),
     Field("pin_readers", "cpus", None, "host CPUs for the reader threads, likewise; or "
           "\"vcpus\": each reader on the CPU of the vCPU it serves (needs pin_vcpus); or "
           "\"scheduler\": unpinned, where the scheduler puts them (upstream's placement). "
           "None: \"vcpus\" when pin_vcpus is set and the readers share CPUs (every wait but "
           "\"spin\"), else \"scheduler\"",
-          min=0, max=LIMITS["MAX_CPU"], applies=_READERS_ONLY, form="pin_readers"),
+          min=0, max=LIMITS["MAX_CPU"], applies=_READERS_ONLY, form="pin_readers",
+          metavar="CPULIST", cli_type="reader_pins"),
     Field("prefault", "bool", False, "populate the whole region before the vCPUs start: "
           "no userfaults at all, the ceiling"),
     Field("stats", "enum", "full", "\"full\": readers time every fault (latency, "
@@ -239,134 +332,173 @@ FIELDS: tuple[Field, ...] = (
     Field("record_touch_order", "bool", False, "record the order in which faults installed pages "
           "(Result.touch_order, what save_touch_order writes and replay_from takes): 4 bytes "
           "a page (uffd_mode=\"missing\" with resolve=\"copy\": else it stays empty)",
-          applies=(("resolve", ("copy",)),)),
+          applies=(("resolve", ("copy",)),),
+          cli=(), cli_why="the Python API's (Result.save_touch_order writes what it records)"),
     Field("timeout_s", "u64", None, "seconds before the run is abandoned with "
           "RunTimeoutError; None: a generous limit from the run's size "
           "(Config.effective_timeout_s); math.inf: no limit", core="timeout_ns",
-          form="seconds"),
+          form="seconds",
+          flags=("--timeout",), metavar="SECONDS"),
     Field("wp_async", "bool", False, "uffd_mode=\"wp\" only: UFFD_FEATURE_WP_ASYNC (Linux "
           "6.7+): no faults, the pages written found with PAGEMAP_SCAN after the run",
           applies=(("uffd_mode", ("wp",)),)),
     Field("source", "enum", "synthetic", "where a resolved page's bytes come from: "
           "\"synthetic\", \"file\" (the snapshot source_path) or \"remote\" (a page server "
           "that run() starts, serving source_path)", choices=("synthetic", "file", "remote"),
-          c_enum="source_kind"),
+          c_enum="source_kind",
+          metavar="SRC"),
     Field("source_path", "string", None, "the snapshot file, at least the region's size "
           "(uffdkvm.make_snapshot writes one); with source_address, the local copy every "
           "page is checked against (None: contents not checked)", form="path",
           size="SOURCE_PATH_MAX",
-          applies=(("source", ("file", "remote")),)),
+          applies=(("source", ("file", "remote")),),
+          metavar="PATH"),
     Field("source_address", "string", None, "a page server already running (uffdkvm serve), "
           "\"unix:/path\" or \"tcp:HOST:PORT\"; None: run() starts one serving "
-          "source_path", form="address", size="SOURCE_ADDRESS_MAX", applies=_REMOTE_ONLY),
+          "source_path", form="address", size="SOURCE_ADDRESS_MAX", applies=_REMOTE_ONLY,
+          metavar="ADDRESS"),
     Field("source_key_file", "string", None, "the key file of the server at source_address "
           "(uffdkvm serve --key-file; mode 0600), which a TCP server requires; run() gives "
           "the server it starts a fresh key of its own", form="path", size="SOURCE_PATH_MAX",
-          applies=_REMOTE_ONLY),
+          applies=_REMOTE_ONLY,
+          metavar="PATH"),
     Field("source_read", "enum", "pread", "how a page is read from the file: \"pread\" or "
-          "\"mmap\"", choices=("pread", "mmap"), applies=(("source", ("file",)),)),
+          "\"mmap\"", choices=("pread", "mmap"), applies=(("source", ("file",)),),
+          metavar="HOW"),
     Field("source_cache", "enum", "warm", "the file's page cache as the vCPUs start: "
           "\"warm\" or \"cold\" (dropped with POSIX_FADV_DONTNEED)",
-          choices=("warm", "cold"), applies=(("source", ("file",)),)),
+          choices=("warm", "cold"), applies=(("source", ("file",)),),
+          metavar="STATE"),
     Field("touch_percent", "u32", 100, "the seeded share of each vCPU's pages the guest "
-          "touches at all", min=1, max=100),
+          "touches at all", min=1, max=100,
+          metavar="PCT"),
     Field("access", "enum", "uniform", "\"uniform\": every touched page once per pass; "
           "\"zipf\": `accesses` draws from a Zipf distribution over the touched pages",
-          choices=("uniform", "zipf")),
+          choices=("uniform", "zipf"),
+          metavar="MODEL"),
     Field("zipf_theta", "double", None, "the Zipf skew (0.99 is the usual one)", min=0.0,
-          max=MAX_ZIPF_THETA, form="optional", applies=(("access", ("zipf",)),)),
+          max=MAX_ZIPF_THETA, form="optional", applies=(("access", ("zipf",)),),
+          metavar="THETA"),
     Field("accesses", "u64", None, "accesses per pass per vCPU (None: as many as it has "
           "touched pages)", min=1, max=LIMITS["MAX_ACCESSES"], form="optional",
-          applies=(("access", ("zipf",)),)),
+          applies=(("access", ("zipf",)),),
+          metavar="N"),
     Field("prefetch", "enum", "none", "install pages before the guest asks: \"none\", "
           "\"readahead\", \"background\" (a pusher thread, in address order) or \"replay\" "
           "(the pusher installs replay_from's pages in order)",
-          choices=("none", "readahead", "background", "replay")),
+          choices=("none", "readahead", "background", "replay"),
+          metavar="POLICY"),
     Field("prefetch_pages", "u32", 8, "readahead's window, in pages of the backing's page "
-          "size", min=1, max=LIMITS["MAX_PREFETCH_PAGES"], applies=(("prefetch", ("readahead",)),)),
+          "size", min=1, max=LIMITS["MAX_PREFETCH_PAGES"], applies=(("prefetch", ("readahead",)),),
+          metavar="N"),
     Field("prefetch_bandwidth_mbps", "u64", 0, "the pusher's rate in 10^6 bits/s (0: as "
           "fast as it goes)", min=0, max=LIMITS["MAX_PREFETCH_BANDWIDTH_MBPS"],
-          applies=(("prefetch", ("background", "replay")),)),
+          applies=(("prefetch", ("background", "replay")),),
+          metavar="MBPS"),
     Field("replay_from", "pages", None, "replay's order: a path to a file "
           "Result.save_touch_order wrote, or a sequence of page indices; stored as a tuple",
-          core="replay", form="page_list", applies=(("prefetch", ("replay",)),)),
+          core="replay", form="page_list", applies=(("prefetch", ("replay",)),),
+          metavar="PATH"),
     Field("preinstall", "pages", None, "pages installed from the page source before the "
           "vCPUs start, which never fault (a migration's pre-copied pages): a path to a "
           "file as replay_from takes, or a sequence of page indices; stored as a tuple. "
           "uffd_mode \"missing\" with resolve \"copy\", from source \"file\" or from "
           "source \"remote\"'s local copy (source_path)", form="page_list",
-          applies=(("uffd_mode", ("missing",)),)),
+          applies=(("uffd_mode", ("missing",)),),
+          cli=(), cli_why="the Python API's (uffdkvm.migrate() sets it for the destination)"),
     Field("remote_transport", "enum", "unix", "how the readers reach the page server: "
           "\"unix\" or \"tcp\" (loopback)", choices=("unix", "tcp"), core=None,
-          applies=_REMOTE_ONLY),
+          applies=_REMOTE_ONLY,
+          metavar="HOW"),
     Field("remote_latency_us", "u32", 0, "the page server's time from taking up a request "
           "to its reply", min=0, max=LIMITS["MAX_REMOTE_LATENCY_US"], core=None,
-          applies=_REMOTE_ONLY),
+          applies=_REMOTE_ONLY,
+          metavar="USEC"),
     Field("remote_bandwidth_mbps", "u64", 0, "the page server's one link, 10^6 bits/s (0: "
           "unlimited)", min=0, max=LIMITS["MAX_REMOTE_BANDWIDTH_MBPS"], core=None,
-          applies=_REMOTE_ONLY),
+          applies=_REMOTE_ONLY,
+          metavar="MBPS"),
     Field("max_inflight", "u32", 0, "requests the page server serves at once (0: no cap)",
-          min=0, max=LIMITS["MAX_INFLIGHT"], core=None, applies=_REMOTE_ONLY),
+          min=0, max=LIMITS["MAX_INFLIGHT"], core=None, applies=_REMOTE_ONLY,
+          metavar="N"),
     Field("write_set", "enum", "fixed", "which pages a pass writes, with write_percent below "
           "100: \"fixed\" (the same pages every pass) or \"per_pass\" (each pass draws its "
           "own, seeded by the pass number: a dirty set that moves)",
-          choices=("fixed", "per_pass")),
+          choices=("fixed", "per_pass"),
+          cli=("dirty-log",), metavar="WHICH"),
     Field("dirty_tracking", "enum", None, "track the pages each pass writes after the first "
           "(docs/dirty-tracking.md): \"bitmap\" (KVM_GET_DIRTY_LOG), \"bitmap_manual\" "
           "(MANUAL_DIRTY_LOG_PROTECT2 with INITIALLY_SET, KVM_CLEAR_DIRTY_LOG), \"ring\" "
           "(the dirty ring) or \"wp_async\" (userfaultfd WP_ASYNC and PAGEMAP_SCAN; "
           "uffd_mode None); None: off. Needs passes >= 2: pass 1 populates",
           choices=("none", "bitmap", "bitmap_manual", "ring", "wp_async"), c_prefix="DIRTY",
-          form="none_choice"),
+          form="none_choice",
+          cli=("dirty-log", "migrate"), flags=("--tracking",), metavar="HOW"),
     Field("dirty_clear_pages", "u32", 0, "bitmap_manual: KVM_CLEAR_DIRTY_LOG in chunks of "
           "this many 4 KiB pages, a multiple of 64 (0: the whole memslot at once, as "
           "dirty_log_perf_test)", min=0, max=LIMITS["MAX_DIRTY_CLEAR_PAGES"],
-          applies=(("dirty_tracking", ("bitmap_manual",)),)),
+          applies=(("dirty_tracking", ("bitmap_manual",)),),
+          cli=("dirty-log",), metavar="N"),
     Field("dirty_ring_entries", "u32", 4096, "ring: each vCPU's dirty ring, in entries of "
           "16 bytes (a power of two, at least a page's worth: 256; the host's "
           "KVM_CAP_DIRTY_LOG_RING caps the bytes)",
           min=256, max=LIMITS["MAX_DIRTY_RING_ENTRIES"],
-          applies=(("dirty_tracking", ("ring",)),)),
+          applies=(("dirty_tracking", ("ring",)),),
+          cli=("dirty-log", "migrate"), metavar="N"),
     Field("migration", "enum", None, "the source side of a live migration, which "
           "uffdkvm.migrate() sets (docs/migration.md): \"precopy\", \"postcopy\" or "
           "\"hybrid\"; None: an ordinary run. After pass 1 the guest keeps walking while "
           "the host sends its pages over the modelled link, then stops at a pass's end",
           choices=("none", "precopy", "postcopy", "hybrid"), c_prefix="MIGRATION",
-          form="none_choice"),
+          form="none_choice",
+          cli=(), cli_why="uffdkvm migrate's --mode"),
     Field("max_rounds", "u32", 30, "precopy: the rounds at most; a dirty set that never "
           "fits downtime_target_ms is sent with the vCPUs stopped after the last "
           "(converged False)", min=1, max=LIMITS["MAX_MIGRATION_ROUNDS"],
-          applies=_PRECOPY_ONLY),
+          applies=_PRECOPY_ONLY,
+          cli=("migrate",), metavar="N"),
     Field("downtime_target_ms", "u32", 300, "precopy: switch over once the pages still "
           "dirty can be sent in this long at link_bandwidth_mbps, with link_latency_us "
           "(QEMU's downtime-limit)", min=0, max=LIMITS["MAX_DOWNTIME_TARGET_MS"],
-          applies=_PRECOPY_ONLY),
+          applies=_PRECOPY_ONLY,
+          cli=("migrate",), metavar="MS"),
     Field("precopy_rounds", "u32", 1, "hybrid: the pre-copy rounds before the switch-over; "
           "what is still dirty then is post-copied", min=1,
-          max=LIMITS["MAX_MIGRATION_ROUNDS"], applies=(("migration", ("hybrid",)),)),
+          max=LIMITS["MAX_MIGRATION_ROUNDS"], applies=(("migration", ("hybrid",)),),
+          cli=("migrate",), metavar="N"),
     Field("link_bandwidth_mbps", "u64", 1000, "the migration link, 10^6 bits/s: the source "
           "paces its sends to it, and the destination's page server serves post-copy "
           "faults over it (0: unlimited)", min=0,
-          max=LIMITS["MAX_REMOTE_BANDWIDTH_MBPS"], applies=_MIGRATING),
+          max=LIMITS["MAX_REMOTE_BANDWIDTH_MBPS"], applies=_MIGRATING,
+          cli=("migrate",), metavar="MBPS"),
     Field("link_latency_us", "u32", 0, "the migration link's one-way latency: a page "
           "arrives this long after it is sent, and each post-copy fetch waits it",
-          min=0, max=LIMITS["MAX_REMOTE_LATENCY_US"], applies=_MIGRATING),
+          min=0, max=LIMITS["MAX_REMOTE_LATENCY_US"], applies=_MIGRATING,
+          cli=("migrate",), metavar="USEC"),
     Field("migration_dump_path", "string", None, "where the source writes its memory at "
           "the stop, the destination's page source (migrate() makes one in a private "
           "temporary directory; guest memory: keep it private)", form="path",
-          size="SOURCE_PATH_MAX", applies=_MIGRATING),
+          size="SOURCE_PATH_MAX", applies=_MIGRATING,
+          cli=(), cli_why="uffdkvm.migrate()'s (a private temporary directory)"),
     Field("auto_converge", "bool", False, "precopy and hybrid: throttle the source's "
           "vCPUs after each round whose dirty set is over half of what it sent, as "
           "QEMU's auto-converge does (docs/migration.md); needs a second round "
-          "(max_rounds or precopy_rounds >= 2)", applies=_PRECOPYING),
+          "(max_rounds or precopy_rounds >= 2)", applies=_PRECOPYING,
+          cli=("migrate",)),
     Field("throttle_initial_percent", "u32", 20, "auto_converge: the share of each vCPU's "
           "time taken from the guest at the first throttle (QEMU's cpu-throttle-initial)",
-          min=1, max=99, applies=_PRECOPYING),
+          min=1, max=99, applies=_PRECOPYING,
+          cli=("migrate",), flags=("--throttle-initial",), metavar="PCT"),
     Field("throttle_increment_percent", "u32", 10, "auto_converge: added at each later "
-          "throttle (QEMU's cpu-throttle-increment)", min=1, max=99, applies=_PRECOPYING),
+          "throttle (QEMU's cpu-throttle-increment)", min=1, max=99, applies=_PRECOPYING,
+          cli=("migrate",), flags=("--throttle-increment",), metavar="PCT"),
     Field("throttle_max_percent", "u32", 99, "auto_converge: the throttle at most "
-          "(QEMU's max-cpu-throttle)", min=1, max=99, applies=_PRECOPYING),
+          "(QEMU's max-cpu-throttle)", min=1, max=99, applies=_PRECOPYING,
+          cli=("migrate",), flags=("--throttle-max",), metavar="PCT"),
 )
+
+#: The subcommands that build flags of their own from entries (Field.cli).
+CLI_COMMANDS = ("dirty-log", "migrate")
 
 BY_NAME = {f.name: f for f in FIELDS}
 CONFIG_FIELDS = tuple(f for f in FIELDS if f.config)
@@ -479,7 +611,7 @@ def _applies_c(f: Field) -> str:
     return " && ".join(parts) or "1"
 
 
-def _applies_text(f: Field) -> str:
+def applies_text(f: Field) -> str:
     """The rule as the user reads it: "resolver='readers'"."""
     out = []
     for other, values in f.applies:
@@ -579,21 +711,27 @@ def _header_page_sizes() -> list[str]:
     """config_schema.h's page sizes: each backing's, and those the guest may map with."""
     out = []
     backing = BY_NAME["backing"]
-    out.append("/* Each backing's page size, the unit its faults are resolved in: "
-               "P(ENUMERATOR, bytes). */")
-    out.append("#define UKVM_BACKING_PAGE_SIZES(P) \\")
-    for c in backing.choices:
-        out.append(f"\tP({_enumerator(backing, c)}, {BACKING_PAGE_SIZES[c]}ULL) \\")
+    out += ["/*",
+            " * Each backing and its properties (uffdkvm/schema.py, Backing):",
+            f" * B(ENUMERATOR, page size in bytes, {', '.join(BACKING_PROPERTIES)}).",
+            " */",
+            "#define UKVM_BACKINGS(B) \\"]
+    for b in BACKINGS:
+        props = ", ".join("true" if getattr(b, p) else "false" for p in BACKING_PROPERTIES)
+        out.append(f"\tB({_enumerator(backing, b.name)}, {b.page_size}ULL, {props}) \\")
+    out.append("")
+    out.append("/* The backings with each property, as a message lists them. */")
+    for prop in BACKING_PROPERTIES:
+        names = _c_string(listed(backings_where(prop)))
+        out.append(f"#define UKVM_BACKINGS_{prop.upper()}_NAMES\t{names}")
     out.append("")
     out.append("/* The page sizes the guest may map the region with: G(bytes, \"name\"). */")
     out.append("#define UKVM_GUEST_PAGE_SIZES(G) \\")
     for name, size in GUEST_PAGE_SIZES.items():
         out.append(f"\tG({size}ULL, {_c_string(name)}) \\")
     out.append("")
-    names = [repr(n) for n in GUEST_PAGE_SIZES]
     out.append("/* Those names, as a message lists them. */")
-    out.append(f"#define UKVM_GUEST_PAGE_SIZE_NAMES\t"
-               f"{_c_string(', '.join(names[:-1]) + ' or ' + names[-1])}")
+    out.append(f"#define UKVM_GUEST_PAGE_SIZE_NAMES\t{_c_string(listed(tuple(GUEST_PAGE_SIZES)))}")
     out.append("")
     return out
 
@@ -656,7 +794,7 @@ def _header_applies() -> list[str]:
         pyd = "None" if f.default is None else python_repr(f, f.default)
         out.append(f"\tA({f.kind.upper()}, {f.core_name}, {_c_string(f.name)}, "
                    f"{_c_default(f)}, {on.core_name}, {on.enum_type}, {_applies_c(f)}, "
-                   f"{_c_string(_applies_text(f))}, {_c_string(pyd)}) \\")
+                   f"{_c_string(applies_text(f))}, {_c_string(pyd)}) \\")
     return out
 
 
@@ -762,7 +900,7 @@ def docs_section() -> str:
         default = "None" if f.default is None else python_repr(f, f.default)
         side = "" if f.core_name else " (Python-side: the core never sees it)"
         out.append(f"| `{f.name}` | {takes} | `{default}` | {rng} | "
-                   f"{_md(_applies_text(f))} | {_md(f.doc)}{side} |")
+                   f"{_md(applies_text(f))} | {_md(f.doc)}{side} |")
     return "\n".join(out) + "\n"
 
 

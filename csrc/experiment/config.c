@@ -319,8 +319,8 @@ static int config_check_memory(const struct ukvm_config *c, struct ukvm_error *e
 		    "fewer vCPUs", c->vcpus, (unsigned long long)c->mem_per_vcpu,
 		    UKVM_MAX_REGION_BYTES);
 	if (c->uffd_mode == UKVM_UFFD_MINOR && !ukvm_backing_is_shared(c->backing))
-		BAD("uffd_mode: 'minor' needs a shared backing ('shmem', 'shared_hugetlb', "
-		    "'guest_memfd'); MINOR faults come from pages that are in the page cache but "
+		BAD("uffd_mode: 'minor' needs a shared backing (" UKVM_BACKINGS_SHARED_NAMES "); "
+		    "MINOR faults come from pages that are in the page cache but "
 		    "not mapped, and %s memory has no page cache. Use backing='shmem' or "
 		    "uffd_mode='missing'", config_py_backing(c->backing));
 	/*
@@ -329,9 +329,8 @@ static int config_check_memory(const struct ukvm_config *c, struct ukvm_error *e
 	 * guest_memfd: KVM writes it for the guest without the host's page
 	 * tables, so no write-protect fault could come (gmem.c).
 	 */
-	if (c->uffd_mode == UKVM_UFFD_WP && c->backing != UKVM_BACKING_ANONYMOUS &&
-	    c->backing != UKVM_BACKING_SHMEM)
-		BAD("uffd_mode: 'wp' runs on 'anonymous' or 'shmem' memory, not %s: the snapshot "
+	if (c->uffd_mode == UKVM_UFFD_WP && !ukvm_backing_takes_wp(c->backing))
+		BAD("uffd_mode: 'wp' runs on " UKVM_BACKINGS_WP_NAMES " memory, not %s: the snapshot "
 		    "is saved and verified a 4 KiB page at a time (a huge page's first write "
 		    "would save it whole), and the guest's writes to guest_memfd never reach "
 		    "userfaultfd (KVM maps it for the guest itself). Use backing='anonymous' "
@@ -361,10 +360,9 @@ static int config_check_resolve(const struct ukvm_config *c, struct ukvm_error *
 	if (c->resolve == UKVM_RESOLVE_MOVE && c->uffd_mode != UKVM_UFFD_MISSING)
 		BAD("resolve: 'move' resolves missing faults only (a MINOR fault's page is in "
 		    "the page cache already); use uffd_mode='missing' or resolve='copy'");
-	if (c->resolve == UKVM_RESOLVE_MOVE && c->backing != UKVM_BACKING_ANONYMOUS &&
-	    c->backing != UKVM_BACKING_ANONYMOUS_THP)
-		BAD("resolve: 'move' needs private anonymous memory ('anonymous', "
-		    "'anonymous_thp'): UFFDIO_MOVE cannot move pages of %s memory; use "
+	if (c->resolve == UKVM_RESOLVE_MOVE && !ukvm_backing_is_private_anonymous(c->backing))
+		BAD("resolve: 'move' needs private anonymous memory (" UKVM_BACKINGS_PRIVATE_ANONYMOUS_NAMES
+		    "): UFFDIO_MOVE cannot move pages of %s memory; use "
 		    "resolve='copy' or backing='anonymous'", config_py_backing(c->backing));
 	/* A source supplies the data of a fault resolved with data; nothing else fetches. */
 	if (c->source != UKVM_SOURCE_SYNTHETIC &&

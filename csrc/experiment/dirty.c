@@ -55,8 +55,7 @@ static int dirty_setup_wp_async(struct ukvm_experiment *exp, struct ukvm_error *
 	uint64_t features = UFFD_FEATURE_WP_ASYNC;
 	int ret;
 
-	if (exp->cfg.backing != UKVM_BACKING_ANONYMOUS &&
-	    exp->cfg.backing != UKVM_BACKING_ANONYMOUS_THP)
+	if (!ukvm_backing_is_private_anonymous(exp->cfg.backing))
 		features |= UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
 	ret = ukvm_uffd_open(false, features, err);
 	if (ret < 0) {
@@ -102,6 +101,8 @@ int ukvm_dirty_setup(struct ukvm_experiment *exp, struct ukvm_error *err)
 		.size = exp->region_size,
 		.hva = exp->mem.hva,
 	};
+	/* run.py's memory estimate counts the schema's DIRTY_COUNT_BYTES a page. */
+	_Static_assert(sizeof(*d->counts) == UKVM_DIRTY_COUNT_BYTES, "the schema's count size");
 	words = (d->pages + 63) / 64;
 	d->found = calloc(words, sizeof(*d->found));
 	/* A migration's rounds are migrate.c's: no pass records, no compare at gates. */

@@ -18,7 +18,10 @@
 #include "kvm/dirtylog.h"
 #include "uapi_compat.h"
 
-#define RING_ENTRY_BYTES	sizeof(struct kvm_dirty_gfn)
+/* The schema's, which run.py's memory estimate reads too. */
+#define RING_ENTRY_BYTES	UKVM_DIRTY_RING_ENTRY_BYTES
+_Static_assert(sizeof(struct kvm_dirty_gfn) == UKVM_DIRTY_RING_ENTRY_BYTES,
+	       "the schema's DIRTY_RING_ENTRY_BYTES is KVM's entry");
 
 int ukvm_dirtylog_set_logging(const struct ukvm_dirty_slot *s, bool on, struct ukvm_error *err)
 {

@@ -31,35 +31,29 @@
 
 #define SZ_2M	(2ULL << 20)
 
-/* Each backing's page size is the schema's (uffdkvm/schema.py, BACKING_PAGE_SIZES). */
-static const uint64_t page_sizes[UKVM_BACKING__COUNT] = {
-#define P(backing, bytes) [backing] = (bytes),
-	UKVM_BACKING_PAGE_SIZES(P)
-#undef P
-};
-
+/* Each backing's page size and kind are the schema's (uffdkvm/schema.py, BACKINGS). */
 static const struct backing_kind {
+	uint64_t page_size;	/* its faults are resolved at this size */
 	bool shared;		/* a page cache: MINOR faults, an alias mapping */
 	bool hugetlb;		/* hugetlbfs pages, of the backing's page size */
+	bool private_anonymous;	/* no file behind it: UFFDIO_MOVE moves pages into it */
+	bool wp;		/* uffd_mode wp runs on it */
 } kinds[UKVM_BACKING__COUNT] = {
-	[UKVM_BACKING_ANONYMOUS] = { false, false },
-	[UKVM_BACKING_SHMEM] = { true, false },
-	[UKVM_BACKING_ANONYMOUS_THP] = { false, false },
-	[UKVM_BACKING_ANONYMOUS_HUGETLB] = { false, true },
-	[UKVM_BACKING_ANONYMOUS_HUGETLB_1GB] = { false, true },
-	[UKVM_BACKING_SHARED_HUGETLB] = { true, true },
-	[UKVM_BACKING_GUEST_MEMFD] = { true, false },
+#define B(backing, bytes, shared, hugetlb, private_anonymous, wp, migrates) \
+	[backing] = { (bytes), (shared), (hugetlb), (private_anonymous), (wp) },
+	UKVM_BACKINGS(B)
+#undef B
 };
 
 /* log2 of a hugetlb backing's page size (for MAP_HUGE_* and MFD_HUGE_*), 0 if none. */
 static unsigned hugetlb_shift(enum ukvm_backing b)
 {
-	return kinds[b].hugetlb ? (unsigned)__builtin_ctzll(page_sizes[b]) : 0;
+	return kinds[b].hugetlb ? (unsigned)__builtin_ctzll(kinds[b].page_size) : 0;
 }
 
 uint64_t ukvm_backing_page_size(enum ukvm_backing b)
 {
-	return (unsigned)b < UKVM_BACKING__COUNT ? page_sizes[b] : UKVM_PAGE_SIZE;
+	return (unsigned)b < UKVM_BACKING__COUNT ? kinds[b].page_size : UKVM_PAGE_SIZE;
 }
 
 bool ukvm_backing_is_shared(enum ukvm_backing b)
@@ -70,6 +64,16 @@ bool ukvm_backing_is_shared(enum ukvm_backing b)
 bool ukvm_backing_is_hugetlb(enum ukvm_backing b)
 {
 	return (unsigned)b < UKVM_BACKING__COUNT && kinds[b].hugetlb;
+}
+
+bool ukvm_backing_is_private_anonymous(enum ukvm_backing b)
+{
+	return (unsigned)b < UKVM_BACKING__COUNT && kinds[b].private_anonymous;
+}
+
+bool ukvm_backing_takes_wp(enum ukvm_backing b)
+{
+	return (unsigned)b < UKVM_BACKING__COUNT && kinds[b].wp;
 }
 
 void ukvm_backing_init(struct ukvm_backing_mem *b)
@@ -252,7 +256,7 @@ int ukvm_backing_create(struct ukvm_backing_mem *b, enum ukvm_backing kind, uint
 	ukvm_backing_init(b);
 	b->kind = kind;
 	b->size = size;
-	b->page_size = page_sizes[kind];
+	b->page_size = kinds[kind].page_size;
 
 	switch (kind) {
 	case UKVM_BACKING_ANONYMOUS:

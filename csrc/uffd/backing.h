@@ -39,5 +39,9 @@ void ukvm_backing_destroy(struct ukvm_backing_mem *b);
 /* A page cache behind it (MINOR faults, an alias mapping)? */
 bool ukvm_backing_is_shared(enum ukvm_backing kind);
 bool ukvm_backing_is_hugetlb(enum ukvm_backing kind);
+/* No file behind it (UFFDIO_MOVE's memory; uffd-wp without WP_HUGETLBFS_SHMEM)? */
+bool ukvm_backing_is_private_anonymous(enum ukvm_backing kind);
+/* Does uffd_mode wp run on it (4 KiB pages whose writes reach userfaultfd)? */
+bool ukvm_backing_takes_wp(enum ukvm_backing kind);
 
 #endif
