@@ -30,7 +30,8 @@ from children import python, uffdkvm_command
 from conftest import (NO_ASAN_RUNTIME, NO_CC, NOT_ROOT, host_skip, missing_tool, needs_keys,
                       needs_loopback)
 from hostfacts import NO_NETNS, c_compiler
-from pagewire import HELLO, WELCOME, client_handshake, read_key
+from pagewire import (AUTH, HELLO, KEYED, LABEL_CLIENT, LABEL_SERVER, MAGIC, VERSION, WELCOME,
+                      client_handshake, mac, read_key, recv_exact)
 
 import uffdkvm
 from uffdkvm import ConfigError
@@ -249,6 +250,65 @@ def test_a_wrong_key_no_key_and_a_truncated_handshake_are_refused(snapshot, tmp_
     assert log.count("refused tcp:127.0.0.1:") == 3, log
     assert "wrong key" in log and "closed without a handshake" in log and \
         "in the middle of its handshake" in log, log
+
+
+def _one_byte_off(mac):
+    """A MAC right in every byte but the last: a comparison of fewer bytes
+    than all 32 (a first-byte check, a prefix) takes it."""
+    return mac[:-1] + bytes([mac[-1] ^ 1])
+
+
+def test_the_server_checks_every_byte_of_the_clients_proof(snapshot):
+    needs_loopback()
+    needs_keys()
+    with PageServer(snapshot, transport="tcp") as server:
+        key = read_key(server.key_file)
+        host, port = server.address[4:].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            _, _, _, server_nonce = HELLO.unpack(recv_exact(s, HELLO.size))
+            nonce = os.urandom(32)
+            proof = _one_byte_off(mac(key, LABEL_CLIENT, server_nonce, nonce))
+            s.sendall(AUTH.pack(MAGIC, VERSION, 0, nonce, proof))
+            _, status, _ = WELCOME.unpack(recv_exact(s, WELCOME.size))
+        assert status == -errno.EACCES
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            assert client_handshake(s, key) == (0, True)    # the whole proof passes
+        assert server.stats().refused == 1
+
+
+def test_the_client_checks_every_byte_of_the_servers_proof(tmp_path):
+    """A server that answers the handshake with a proof one byte off (as a
+    server without the key would have to guess it) is refused by the client,
+    which never asks it for a page."""
+    needs_loopback()
+    needs_keys()
+    key_file = tmp_path / "page.key"
+    write_key(key_file)
+    key = read_key(key_file)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    asked = []
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            server_nonce = os.urandom(32)
+            conn.sendall(HELLO.pack(MAGIC, VERSION, KEYED, server_nonce))
+            _, _, _, nonce, _ = AUTH.unpack(recv_exact(conn, AUTH.size))
+            proof = _one_byte_off(mac(key, LABEL_SERVER, nonce, server_nonce))
+            conn.sendall(WELCOME.pack(MAGIC, 0, proof))
+            conn.settimeout(2)
+            with contextlib.suppress(OSError):
+                asked.append(conn.recv(64))
+    fake = threading.Thread(target=serve, daemon=True)
+    fake.start()
+    try:
+        with pytest.raises(PageServerError, match="did not prove it holds the key"):
+            PageClient(f"tcp:127.0.0.1:{port}", key_file=key_file)
+    finally:
+        fake.join(10)
+        listener.close()
+    assert asked in ([], [b""]), asked    # closed, never a request
 
 
 def test_a_silent_client_is_closed_at_its_deadline_and_stalls_nobody(snapshot):
