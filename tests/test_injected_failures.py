@@ -245,6 +245,20 @@ def test_a_corrupted_page_is_found_and_named(kvm, mode, backing, resolve, overla
     assert r.faults == (0 if mode is None else 256 if overlap else PAGES)
 
 
+# The pages at the edges, where an off-by-one in verification's bounds would
+# look: the region's first and last, and either side of the vCPUs' boundary.
+EDGES = {"region_first": 0, "vcpu0_last": PAGES // 2 - 1, "vcpu1_first": PAGES // 2,
+         "region_last": PAGES - 1}
+
+
+@pytest.mark.parametrize("page", list(EDGES.values()), ids=list(EDGES))
+def test_a_corrupted_page_at_an_edge_is_found(kvm, page):
+    r = run_with_fault(**TINY, fault="corrupt_page", after=page)
+    assert r.verified is False and r.bad_pages == 1, r.verify_message
+    gpa = int(re.match(r"page at gpa 0x([0-9a-f]+): ", r.verify_message).group(1), 16)
+    assert gpa % GIB == page * 4096, r.verify_message
+
+
 def test_a_corruption_beyond_the_region_touches_nothing(kvm):
     r = run_with_fault(**TINY, fault="corrupt_page", after=PAGES)
     assert r.verified and r.bad_pages == 0 and r.verify_message == ""
