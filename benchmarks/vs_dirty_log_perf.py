@@ -82,12 +82,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import overhead  # noqa: E402 - benchmarks/overhead.py, beside this file
 
 import uffdkvm  # noqa: E402
-from uffdkvm import cli_dirty  # noqa: E402
+from uffdkvm import cli_dirty, schema  # noqa: E402
 from uffdkvm._spawn import child_env, python_command  # noqa: E402
 
 FLAGS = "-v 1 -b 64M -i 3"
 UPSTREAM_FLAGS = {"-v", "-b", "-s", "-o", "-a", "-r", "-c", "-m", "-i"}
 WRITES = (100, 0)
+# uffdkvm's trackers: Config.dirty_tracking's values, as the schema declares them.
+TRACKERS = [c for c in schema.BY_NAME["dirty_tracking"].choices if c != "none"]
 UPSTREAM_TRACKERS = {"bitmap_manual": [], "bitmap": ["-g"]}  # its default, and -g
 GIB = 1 << 30
 RING_ENTRIES = 65536  # KVM's most (KVM_DIRTY_RING_MAX_ENTRIES)
@@ -245,13 +247,13 @@ def main() -> None:
     ap.add_argument("--ours", default="", metavar="FLAGS",
                     help="extra flags for uffdkvm's tracked runs, e.g. '--dirty-clear-pages 512'")
     ap.add_argument("--json", metavar="PATH", help="write every run's times and figures here")
-    ap.add_argument("--trackers", default=",".join(cli_dirty.TRACKERS), metavar="LIST",
+    ap.add_argument("--trackers", default=",".join(TRACKERS), metavar="LIST",
                     help="uffdkvm's trackers to run, comma-separated (default: all, "
                     "%(default)s); leave out what the kernel lacks (wp_async before 6.7)")
     a = ap.parse_args()
     trackers = a.trackers.split(",")
-    if not trackers or set(trackers) - set(cli_dirty.TRACKERS):
-        ap.error(f"--trackers: a comma-separated list of {', '.join(cli_dirty.TRACKERS)}")
+    if not trackers or set(trackers) - set(TRACKERS):
+        ap.error(f"--trackers: a comma-separated list of {', '.join(TRACKERS)}")
     flags, ours = shlex.split(a.flags), shlex.split(a.ours)
     check_flags(flags)
     config = uffdkvm.Config(**fields_for(flags, 100))

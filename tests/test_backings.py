@@ -140,10 +140,11 @@ def test_backing_runs_and_verifies(kvm, hugepages, backing, mode):
         return
     page = BACKING_PAGE_SIZES[backing]
     faults = vcpus * mem // page
-    # Slow enough (0.4 s in all, or five of the watcher's passes over smaps
-    # where a pass is slower) that the watcher sees the run.
-    total_us = max(400_000, int(5e6 * smaps_pass_seconds()))
-    delay_us = 0 if mode is None else min(500_000, max(100, total_us // faults))
+    # Slow enough (0.4 s in all, or ten of the watcher's passes over smaps
+    # where a pass is slower: an emulated guest) that the watcher sees the
+    # run; its 2 readers share the faults.
+    total_us = max(400_000, int(10e6 * smaps_pass_seconds()))
+    delay_us = 0 if mode is None else min(1_000_000, max(100, 2 * total_us // faults))
     r, mappings = registered_mappings(vcpus=vcpus, mem_per_vcpu=mem, backing=backing,
                                       uffd_mode=mode, readers=2, delay_us=delay_us)
     assert r.page_size == page  # the unit the core resolved in

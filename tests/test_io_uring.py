@@ -135,7 +135,7 @@ NO_RETRY = ("IORING_OP_READ of an empty non-blocking uffd completed at once: Res
 # Where the uffd is not FMODE_NOWAIT (6.1), the kernel refuses RWF_NOWAIT on
 # it outright: the stand-in then fails the read another way, refused alike.
 NOWAIT_REFUSED = ("IORING_OP_READ of an empty non-blocking uffd completed at once: "
-                  "Operation not supported (ENOTSUP)")
+                  "Operation not supported (EOPNOTSUPP). A ring cannot wait for this uffd")
 STAND_INS = (NO_RETRY, NOWAIT_REFUSED)
 
 

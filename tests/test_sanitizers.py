@@ -81,7 +81,7 @@ def sanitizer_runs(hugepages, c_build):
                 cmd = ["make", "-s", "--no-print-directory", "-C", str(C_TESTS),
                        f"BUILD={c_build}", f"-j{os.cpu_count() or 1}", f"check-{variant}"]
                 p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, timeout=900)
+                                   text=True, timeout=2400)   # a TCG guest's build: slow
                 print(p.stdout)  # the PASS/SKIP lines, for pytest -rP or -s
                 status = {m.group(2): (m.group(1), m.group(4) or "")
                           for m in LINE.finditer(p.stdout) if m.group(3) == variant}

@@ -346,8 +346,14 @@ def _uffd_features() -> int:
         os.close(fd)
 
 
+# The kernel's names where Python's errorcode gives the userspace alias (95 is
+# both EOPNOTSUPP and ENOTSUP): the core's messages use the kernel's.
+_KERNEL_ERRNO_NAMES = {errno.EOPNOTSUPP: "EOPNOTSUPP"}
+
+
 def _errno_text(call: str, errnum: int) -> str:
-    return f"{call}: {os.strerror(errnum)} ({errno.errorcode.get(errnum, errnum)})"
+    name = _KERNEL_ERRNO_NAMES.get(errnum) or errno.errorcode.get(errnum, errnum)
+    return f"{call}: {os.strerror(errnum)} ({name})"
 
 
 def _ring_read_refusal(ring: int, params: bytes, uffd: int) -> str | None:
@@ -392,7 +398,10 @@ def _ring_read_refusal(ring: int, params: bytes, uffd: int) -> str | None:
             return (f"{_errno_text(what, errno.EINVAL)}. This kernel's io_uring has no "
                     "IORING_OP_READ (Linux 5.6+; io_uring retries O_NONBLOCK files from "
                     "Linux 5.15)")
-        return _errno_text(what, -res) if res < 0 else f"{what}, with {res} bytes"
+        # Worded as the core's check (ring.c) words it: one message either way.
+        if res < 0:
+            return f"{_errno_text(what, -res)}. A ring cannot wait for this uffd"
+        return f"{what}, with {res} bytes: a ring cannot wait for this uffd"
     except OSError as e:
         return _errno_text("mmap(io_uring)", e.errno or 0)
     finally:
