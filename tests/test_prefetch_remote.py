@@ -137,7 +137,7 @@ def test_faults_racing_pages_in_flight_are_counted_not_failed(kvm, snapshot, pre
     (or its copy meets EEXIST): counted, skipped, and every page verifies.
     The paced pusher asks for the lowest absent pages, which the guest,
     faster than it, is faulting."""
-    for _ in range(3):  # a race is likely in one run, not certain: a few tries
+    for _ in range(10):  # a race is likely in one run, not certain: tries of 30 ms
         r = remote(snapshot, 300, vcpus=3, overlap=True, readers=2, mem_per_vcpu="2M",
                    **prefetch)
         if r.prefetch_eexist:

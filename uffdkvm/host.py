@@ -352,7 +352,7 @@ _KERNEL_ERRNO_NAMES = {errno.EOPNOTSUPP: "EOPNOTSUPP"}
 
 
 def _errno_text(call: str, errnum: int) -> str:
-    name = _KERNEL_ERRNO_NAMES.get(errnum) or errno.errorcode.get(errnum, errnum)
+    name = _KERNEL_ERRNO_NAMES.get(errnum) or errno.errorcode.get(errnum) or str(errnum)
     return f"{call}: {os.strerror(errnum)} ({name})"
 
 
