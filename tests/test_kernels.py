@@ -334,8 +334,15 @@ def test_a_signal_ends_the_command_and_its_guest(debian_kernel, tmp_path, sig, s
     while set(qemus) & set(_qemus()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not set(qemus) & set(_qemus())
-    if sig != signal.SIGKILL:                      # (a SIGKILL leaves its files)
-        assert not list(tmp_path.glob("uffdkvm-guest-*"))
+    left = list(_qemu.disk_dir().glob(f"tmpdir-{p.pid}-*.img"))
+    if sig != signal.SIGKILL:
+        assert not list(tmp_path.glob("uffdkvm-guest-*")) and not left
+    else:
+        # A SIGKILL leaves its disk, until the next guest's boot sweeps it away.
+        assert len(left) == 1, left
+        mine = _qemu._disk_file()
+        mine.unlink()
+        assert not left[0].exists()
 
 
 def _line_within(stream, seconds):

@@ -188,16 +188,36 @@ def kill_all() -> None:
 atexit.register(kill_all)
 
 
+def disk_dir() -> pathlib.Path:
+    """Where guests' TMPDIR disks are: beside the kernel cache."""
+    from ._debian import cache_dir
+    return cache_dir().parent / "disks"
+
+
 def _disk_file() -> pathlib.Path:
     """A new file for the guest's TMPDIR disk, beside the kernel cache (a
     disk, where /tmp may be tmpfs and the guest's writes would take this
-    host's memory)."""
-    from ._debian import cache_dir
-    where = cache_dir().parent / "disks"
+    host's memory), named by this process's pid; the disks of processes
+    that died without removing theirs (killed outright) go first."""
+    where = disk_dir()
     where.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix="tmpdir-", suffix=".img", dir=where)
+    for old in where.glob("tmpdir-*-*.img"):
+        if not _alive(old.name.split("-")[1]):
+            old.unlink(missing_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"tmpdir-{os.getpid()}-", suffix=".img", dir=where)
     os.close(fd)
     return pathlib.Path(name)
+
+
+def _alive(pid: str) -> bool:
+    """Whether a process of that pid exists (one that is not ours counts)."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Machine:
