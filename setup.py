@@ -10,7 +10,7 @@ the wheel is tagged cp310-abi3.
 
 Test hooks (fault injection, for the test suites) are built only when the
 environment says UFFDKVM_TEST_HOOKS=1: then the C macro UKVM_TEST_HOOKS is
-defined and uffdkvm/_testing.py ships; otherwise neither is in the build,
+defined and uffdkvm/testing/_faults.py ships; otherwise neither is in the build,
 and uffdkvm._core.TEST_HOOKS is False. The tests' install command is
 
     UFFDKVM_TEST_HOOKS=1 pip install '.[test]'
@@ -47,7 +47,7 @@ from setuptools.command.build_py import build_py
 
 CSRC = Path("csrc")
 LIMITED_API = "0x030A0000"  # Python 3.10: the oldest requires-python allows
-TESTING_MODULE = ("uffdkvm", "_testing")
+TESTING_MODULE = ("uffdkvm.testing", "_faults")
 
 
 def test_hooks_requested():
@@ -198,7 +198,7 @@ def remove_shadowing_builds(path):
 
 
 class BuildPy(build_py):
-    """Leaves uffdkvm/_testing.py out of builds without test hooks: the
+    """Leaves uffdkvm/testing/_faults.py out of builds without test hooks: the
     user's wheel has no fault injection. (MANIFEST.in still puts it in the
     sdist, so that the sdist can be built for its tests.)"""
 

@@ -23,7 +23,7 @@ import os
 import time
 
 import uffdkvm
-from uffdkvm import host
+from uffdkvm.host import facts as host
 
 KVM_CREATE_VM = 0xAE01
 KVM_CREATE_VCPU = 0xAE41

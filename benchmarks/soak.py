@@ -8,7 +8,7 @@ cycles through MATRIX (every wait mode, both resolvers, the uffd modes, every
 page source, every prefetch, wp, move, both stats modes, and runs that fail:
 timeouts, injected errors where the build has test hooks, Ctrl-C), each run
 small (64 KiB to 2 MiB a vCPU) so that 2,000 take minutes. Every Result must
-verify and pass uffdkvm.invariants; every failing run must fail as its case
+verify and pass uffdkvm._invariants; every failing run must fail as its case
 says. It measures the process (MEASURES: fds, threads, child processes,
 mappings, RSS and its high-water mark, the C heap) after a warm-up and at
 the end, and exits 1, printing the table, when any of them grew beyond its
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 import uffdkvm
-from uffdkvm.invariants import check_result
+from uffdkvm._invariants import check_result
 
 TINY = dict(vcpus=2, mem_per_vcpu="64K", readers=2)
 HOOKS = uffdkvm._core.TEST_HOOKS
@@ -45,7 +45,7 @@ WARM_UP_CYCLES = 3
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One kind of run: run(**fields), the snapshot as source_path where
-    ``file``, through uffdkvm._testing.run_with_fault where ``fault`` names
+    ``file``, through uffdkvm.testing._faults.run_with_fault where ``fault`` names
     an injected failure (fault, after), or ``special`` (a Ctrl-C). ``expect``
     is "verified" (a Result that verifies), "unverified" (one that does
     not: a page damaged on purpose) or the exception it must raise.
@@ -64,7 +64,7 @@ class Case:
         if self.special:
             return self.special()
         if self.fault:
-            from uffdkvm._testing import run_with_fault
+            from uffdkvm.testing._faults import run_with_fault
             return run_with_fault(fault=self.fault[0], after=self.fault[1], **fields)
         return uffdkvm.run(**fields)
 

@@ -28,7 +28,7 @@ import sys
 import time
 
 import uffdkvm
-from uffdkvm.serial import encode
+from uffdkvm.io.serial import encode
 
 SETTINGS = {
     "-u MISSING -v 1 -b 256M": dict(vcpus=1, mem_per_vcpu="256M"),

@@ -63,7 +63,7 @@ per-trial ratios (paired) for upstream's default against bitmap_manual and
 --flags are upstream's (-v, -b, -s, -o, -a, -r, -c, -m, -i; not -w or -g,
 which the script sets), given to both tools; --ours adds uffdkvm's own
 flags to its tracked runs. Upstream's output is read with the regexes of
-uffdkvm.cli_dirty.LINES, uffdkvm's from its --json.
+uffdkvm.cli.dirty_log.LINES, uffdkvm's from its --json.
 """
 from __future__ import annotations
 
@@ -82,8 +82,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import overhead  # noqa: E402 - benchmarks/overhead.py, beside this file
 
 import uffdkvm  # noqa: E402
-from uffdkvm import cli_dirty, schema  # noqa: E402
 from uffdkvm._spawn import child_env, python_command  # noqa: E402
+from uffdkvm.schema import fields as schema  # noqa: E402
+from uffdkvm.cli import dirty_log as cli_dirty  # noqa: E402
 
 FLAGS = "-v 1 -b 64M -i 3"
 UPSTREAM_FLAGS = {"-v", "-b", "-s", "-o", "-a", "-r", "-c", "-m", "-i"}

@@ -46,7 +46,7 @@ extern "C" {
  * ukvm_prefetch), struct ukvm_config's members, their defaults, ranges and
  * the rules of which field applies when, and the limits the core and Python
  * share (UKVM_MAX_READ_BATCH, UKVM_SOURCE_PATH_MAX, ...) are declared once,
- * in uffdkvm/schema.py, and generated into config_schema.h
+ * in uffdkvm/schema/fields.py, and generated into config_schema.h
  * (python tools/gen_schema.py --write). What the values mean:
  *
  * backing: anonymous (private, THP off: 4 KiB), shmem (memfd, mapped twice:
@@ -81,7 +81,7 @@ extern "C" {
  *   snapshot file that maps onto the region byte for byte (region offset o
  *   is file offset o; see ukvm_snapshot_write), or a page server serving
  *   such a file (source_address; the caller starts it:
- *   uffdkvm/pageserver.py). source_read: pread(2) from an fd, or memcpy from
+ *   uffdkvm/pages/server.py). source_read: pread(2) from an fd, or memcpy from
  *   a read-only MAP_SHARED mapping; source_cache: warm (read through once)
  *   or cold (written back and dropped, POSIX_FADV_DONTNEED).
  * prefetch (uffd_mode missing, resolve copy): pages installed before the
@@ -136,7 +136,7 @@ struct ukvm_fault_record {
 };
 
 /*
- * One experiment's config. Its members are declared in uffdkvm/schema.py (a
+ * One experiment's config. Its members are declared in uffdkvm/schema/fields.py (a
  * field's kind, default, range, what it means and when it applies) and
  * generated into config_schema.h's UKVM_CONFIG_MEMBERS; ukvm_config_init()
  * sets the schema's defaults. The ones that need a word more:
@@ -187,7 +187,7 @@ struct ukvm_error {
 
 /*
  * The result structs' members (the fault record above and the structs
- * below) are declared once, in uffdkvm/schema_results.py (a value's C type,
+ * below) are declared once, in uffdkvm/schema/results.py (a value's C type,
  * unit, meaning and when it is measured), and generated into
  * result_schema.h (python tools/gen_schema.py --write): UKVM_<STRUCT>_MEMBERS,
  * whose comments say what each means, and the tables by which the binding
@@ -346,7 +346,7 @@ uint64_t ukvm_backing_page_size(enum ukvm_backing b);
 /*
  * ---- The page server (csrc/remote/) ----
  *
- * A process of its own (uffdkvm/pageserver.py starts it) serves byte
+ * A process of its own (uffdkvm/pages/server.py starts it) serves byte
  * ranges of a snapshot file over a Unix or TCP socket, with a model of a
  * remote source on its side: a latency per request, one link of a given
  * bandwidth, a cap on requests in flight, faults (URGENT) ahead of
@@ -373,7 +373,7 @@ struct ukvm_pageserver_config {
  * The server's counters since it started, the one list of them: the
  * struct below, a STATS reply's payload (protocol.h: one u64 each, in this
  * order), the binding's dict and _core.REMOTE_STATS_FIELDS (which
- * uffdkvm/pageserver.py reads) are all built from it.
+ * uffdkvm/pages/server.py reads) are all built from it.
  * X(name, meaning). Queue time is what a request waited beyond its
  * latency: for an inflight slot, then for the link.
  */
@@ -423,7 +423,7 @@ int ukvm_pageserver_serve(const struct ukvm_pageserver_config *cfg, int ready_fd
 
 /*
  * A page server's client for callers above the core: the binding's
- * PageClient (uffdkvm/pageserver.py speaks the protocol only through
+ * PageClient (uffdkvm/pages/server.py speaks the protocol only through
  * these, so it has no wire format of its own). The same client the
  * readers use (csrc/remote/client.h: its returns), with a timeout per call
  * instead of a deadline and err filled on every failure. One connection,

@@ -51,7 +51,7 @@ SMALL_PAGES = 2 * 16 * 1024 * 1024 // 4096
 
 IS_ROOT = os.geteuid() == 0
 
-# Fault injection (uffdkvm._testing) is only in builds made with
+# Fault injection (uffdkvm.testing._faults) is only in builds made with
 # UFFDKVM_TEST_HOOKS=1; tests that inject skip elsewhere, citing the fact.
 TEST_HOOKS = uffdkvm._core.TEST_HOOKS
 
@@ -105,10 +105,10 @@ def _io_uring_cases(request):
 
 
 def run_with_fault(*args, **kwargs):
-    """uffdkvm._testing.run_with_fault(), or a skip in a build without test hooks."""
+    """uffdkvm.testing._faults.run_with_fault(), or a skip in a build without test hooks."""
     __tracebackhide__ = True
     needs_test_hooks()
-    from uffdkvm._testing import run_with_fault as run
+    from uffdkvm.testing._faults import run_with_fault as run
     return run(*args, **kwargs)
 
 
@@ -259,7 +259,7 @@ def resources():
     """What a run must give back: this process's open fds and threads, and
     its memory mappings (a leaked mapping shows as one more line). A failed
     run may still be handing its memory back in the background: wait for it
-    (with _core's wait_idle, which every build has; uffdkvm._testing's
+    (with _core's wait_idle, which every build has; uffdkvm.testing._faults's
     only adds the exception type)."""
     uffdkvm._core.wait_idle()
     with open("/proc/self/maps") as f:

@@ -947,7 +947,7 @@ def NO_THP():
 
 def mem_info(key):
     """A /proc/meminfo value in bytes, or None. Read here, not through
-    uffdkvm.host.meminfo_bytes: a probe never goes through uffdkvm."""
+    uffdkvm.host.facts.meminfo_bytes: a probe never goes through uffdkvm."""
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith(key + ":"):
@@ -978,7 +978,7 @@ def mem_available_below(nbytes):
 # a skip that cites one is explained only if the probe confirms it.
 
 @fact("built-without-test-hooks", "uffdkvm._core was built without test hooks (fault "
-      "injection, uffdkvm._testing): build with UFFDKVM_TEST_HOOKS=1")
+      "injection, uffdkvm.testing._faults): build with UFFDKVM_TEST_HOOKS=1")
 def BUILT_WITHOUT_TEST_HOOKS():
     # The tests decide by _core.TEST_HOOKS; the probe looks at something
     # else the build leaves: the INJECT_* constants the binding exports only

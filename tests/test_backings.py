@@ -8,7 +8,7 @@ import pytest
 
 import hostfacts
 import uffdkvm
-import uffdkvm.host
+import uffdkvm.host.facts
 from conftest import (
     GUEST_MEMFD_BYPASSES_UFFD, NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD, NO_UFFD_MINOR_SHMEM, host_skip,
     run_or_skip, run_with_fault)
@@ -239,7 +239,7 @@ def test_host_info_keeps_dev_kvm_and_vm_answers_apart(kvm, monkeypatch):
             return 0 if fd in vm_fds else 1
         return answer
 
-    monkeypatch.setattr(uffdkvm.host.fcntl, "ioctl", ioctl)
+    monkeypatch.setattr(uffdkvm.host.facts.fcntl, "ioctl", ioctl)
     h = uffdkvm.HostInfo.current()
     assert vm_fds, "HostInfo made no VM to ask"
     assert (h.kvm_caps["guest_memfd"], h.vm_caps["guest_memfd"]) == (1, 0)

@@ -1,6 +1,6 @@
 """``uffdkvm dirty-log``: dirty_log_perf_test's flags, each reaching the run
 (a flag the command dropped turns a test here red), upstream's lines in its
-words and order (uffdkvm.cli_dirty.LINES, the regexes the benchmark reads
+words and order (uffdkvm.cli.dirty_log.LINES, the regexes the benchmark reads
 too), the per-pass table, and the exit codes.
 
 Upstream's own binary is held to the same regexes where it is built: set
@@ -20,8 +20,8 @@ from conftest import host_skip, missing_tool, needs_test_hooks
 from hostfacts import NO_UFFD_WP_ASYNC
 
 import uffdkvm
-from uffdkvm import cli_dirty
-from uffdkvm.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from uffdkvm.cli import dirty_log as cli_dirty
+from uffdkvm.cli._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 UPSTREAM = os.environ.get("UFFDKVM_DIRTY_LOG_PERF_TEST") or shutil.which("dirty_log_perf_test")
 PAGES_PER_MIB = 256
@@ -376,8 +376,8 @@ def test_populate_and_enable_times_are_the_results(kvm):
 CHILD = """
 import sys
 import uffdkvm.cli as cli
-import uffdkvm.cli_dirty as cli_dirty
-from uffdkvm._testing import run_with_fault
+import uffdkvm.cli.dirty_log as cli_dirty
+from uffdkvm.testing._faults import run_with_fault
 def run(config, progress=None):
     return run_with_fault(config, "corrupt_page", after=3)
 cli_dirty.run = run
@@ -387,7 +387,7 @@ sys.exit(cli.main(sys.argv[1:]))
 
 @pytest.mark.kvm
 def test_1_when_memory_does_not_verify(kvm):
-    needs_test_hooks("the child corrupts a page with uffdkvm._testing")
+    needs_test_hooks("the child corrupts a page with uffdkvm.testing._faults")
     p = subprocess.run(python("dirty-log", "-b", "1M", code=CHILD), capture_output=True,
                        text=True, timeout=120, env=CHILD_ENV)
     assert p.returncode == EXIT_FAILED, p.stderr

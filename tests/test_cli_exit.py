@@ -4,8 +4,8 @@
     cannot run it (kselftest's skip), 130 Ctrl-C, 141 stdout's reader left.
 
 Where nothing real can produce the condition (a bug in uffdkvm, a corrupted
-page), the child replaces the run command's run (uffdkvm.cli_run.run) with
-run_with_fault from uffdkvm._testing, the core's own fault injection, or
+page), the child replaces the run command's run (uffdkvm.cli.run.run) with
+run_with_fault from uffdkvm.testing._faults, the core's own fault injection, or
 with a function that raises; everything else about the command is the real
 one.
 """
@@ -40,13 +40,13 @@ def uffdkvm_cli(*args, env=CHILD_ENV, **kwargs):
 CHILD = """
 import sys
 import uffdkvm.cli as cli
-import uffdkvm.cli_run as cli_run
+import uffdkvm.cli.run as cli_run
 {replacement}
 cli_run.run = run
 sys.exit(cli.main(sys.argv[1:]))
 """
 CORRUPT_PAGE = """
-from uffdkvm._testing import run_with_fault
+from uffdkvm.testing._faults import run_with_fault
 def run(config, progress=None):
     return run_with_fault(config, "corrupt_page", after=3)
 """
@@ -68,7 +68,7 @@ def test_0_when_memory_verifies(kvm):
 
 
 def test_1_when_memory_does_not_verify(kvm):
-    needs_test_hooks("the child corrupts a page with uffdkvm._testing")
+    needs_test_hooks("the child corrupts a page with uffdkvm.testing._faults")
     p = child(CORRUPT_PAGE, "-b", "1M")
     assert p.returncode == cli.EXIT_FAILED == 1, p.stderr
     assert "MEMORY VERIFICATION FAILED:\t1 bad pages" in p.stdout

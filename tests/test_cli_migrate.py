@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from uffdkvm import cli, cli_migrate
+from uffdkvm import cli
+from uffdkvm.cli import migrate as cli_migrate
 
 pytestmark = pytest.mark.kvm
 

@@ -10,7 +10,8 @@ import pytest
 from children import ENV as CHILD_ENV
 from children import uffdkvm_command
 from conftest import cpus_unavailable, host_skip
-from uffdkvm import cli, cli_sweep, read_results, spread_of
+from uffdkvm import cli, read_results, spread_of
+from uffdkvm.cli import sweep as cli_sweep
 
 pytest.importorskip("pandas")
 pytestmark = pytest.mark.kvm

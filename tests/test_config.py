@@ -245,7 +245,7 @@ def schema_bad_value(f):
     return {"bool": "yes", "enum": "bogus"}.get(f.kind, object())
 
 
-@pytest.mark.parametrize("f", uffdkvm.schema.CONFIG_FIELDS, ids=lambda f: f.name)
+@pytest.mark.parametrize("f", uffdkvm.schema.fields.CONFIG_FIELDS, ids=lambda f: f.name)
 def test_every_field_refuses_a_bad_value_naming_itself(no_core, f):
     """Every field of the schema, one bad value each, from the schema itself
     (so a new field is covered the moment it is declared); BAD above has the
@@ -253,7 +253,7 @@ def test_every_field_refuses_a_bad_value_naming_itself(no_core, f):
     fields = {f.name: schema_bad_value(f)}
     if f.applies:  # where it applies, so the value itself is what is refused
         other, values = f.applies[0]
-        fields[other] = uffdkvm.schema.python_value(uffdkvm.schema.BY_NAME[other], values[0])
+        fields[other] = uffdkvm.schema.fields.python_value(uffdkvm.schema.fields.BY_NAME[other], values[0])
         if other == "source":
             fields["source_path"] = "/var/tmp/x.img"
         if other == "access":
@@ -299,7 +299,7 @@ def test_vcpus_beyond_kvms_limit(kvm):
     before = resources()
     with pytest.raises(ConfigError) as info:
         uffdkvm.run(vcpus=limit + 1, mem_per_vcpu="4K")
-    if limit >= uffdkvm.schema.LIMITS["MAX_VCPUS"]:
+    if limit >= uffdkvm.schema.fields.LIMITS["MAX_VCPUS"]:
         # A KVM built with the highest limit (Debian's 6.12: 4096): the
         # config's own range, which is KVM's ceiling, refuses first.
         check(info.value, "vcpus", f"must be between 1 and {limit}, not {limit + 1}")

@@ -16,7 +16,7 @@ import uffdkvm
 from children import ENV as CHILD_ENV
 from children import python
 from conftest import skip_without_kvm
-from uffdkvm import frames
+from uffdkvm.io import frames
 
 pd = pytest.importorskip("pandas")
 

@@ -2,7 +2,7 @@
 exception, errno and a message naming the thread and the call, and gives
 back every thread and fd.
 
-The failures are real: uffdkvm._testing makes the core's own code fail at a
+The failures are real: uffdkvm.testing._faults makes the core's own code fail at a
 chosen point (csrc/testhooks.h, enum ukvm_inject), and the run goes down its
 normal error path.
 """
@@ -20,10 +20,10 @@ import uffdkvm
 from conftest import (assert_released, facts_for_run, host_skip, needs_test_hooks, resources,
                       run_or_skip)
 from hostfacts import NO_UFFD_MOVE
-from uffdkvm import schema_faults
+from uffdkvm.schema import faults as schema_faults
 
 needs_test_hooks("every test here injects a failure", allow_module_level=True)
-from uffdkvm._testing import FAULTS, run_with_fault, wait_idle  # noqa: E402
+from uffdkvm.testing._faults import FAULTS, run_with_fault, wait_idle  # noqa: E402
 
 pytestmark = pytest.mark.kvm
 
@@ -51,7 +51,7 @@ def every_thread_and_fd_given_back(released):
 
 def test_every_fault_kind_is_tested():
     """A fault added to the core without a test fails this: each entry of
-    uffdkvm/schema_faults.py names the test files that inject it, and each
+    uffdkvm/schema/faults.py names the test files that inject it, and each
     of them names it (a Python test by its name, a C one by its enumerator).
     The failures are tested here; the rest where their effect is: the clock
     shifts in test_timeline.py, the broken dirty trackers in

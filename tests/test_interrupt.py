@@ -342,7 +342,7 @@ def test_ctrl_c_answers_while_a_thread_will_not_stop(kvm, released, when):
 
 CRASH_CHILD = """
 import faulthandler, sys, uffdkvm
-from uffdkvm._testing import run_with_fault
+from uffdkvm.testing._faults import run_with_fault
 faulthandler.enable()
 print("running", flush=True)
 run_with_fault(vcpus=1, mem_per_vcpu="1M", readers=2, fault="reader_crash")

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import uffdkvm
-import uffdkvm.host
+import uffdkvm.host.facts
 from children import PACKAGE_ROOT, python
 from conftest import (NO_CC, NO_IO_URING_UFFD, assert_released, host_skip, needs_io_uring,
                       run_with_fault, small)
@@ -88,7 +88,7 @@ def test_ring_completions_reach_json_and_frames_and_read_as_0_from_older_json(io
     (x,) = r.readers
     assert x.ring_completions == x.reads == 256
     assert uffdkvm.Result.from_json(r.to_json()).readers[0].ring_completions == 256
-    assert list(uffdkvm.frames.readers_frame(r)["ring_completions"]) == [256]
+    assert list(uffdkvm.io.frames.readers_frame(r)["ring_completions"]) == [256]
     data = json.loads(r.to_json())
     del data["readers"][0]["ring_completions"]  # as uffdkvm wrote it before the field
     assert uffdkvm.Result.from_json(json.dumps(data)).readers[0].ring_completions == 0
@@ -140,7 +140,7 @@ STAND_INS = (NO_RETRY, NOWAIT_REFUSED)
 
 
 def test_a_ring_that_does_not_wait_for_the_uffd_is_refused_saying_so(io_uring, monkeypatch):
-    monkeypatch.setattr(uffdkvm.host, "_RING_READ_RW_FLAGS", RWF_NOWAIT)
+    monkeypatch.setattr(uffdkvm.host.facts, "_RING_READ_RW_FLAGS", RWF_NOWAIT)
     said = uffdkvm.HostInfo.current().io_uring
     assert said in STAND_INS
     with pytest.raises(uffdkvm.HostUnsupportedError) as info:
@@ -167,7 +167,7 @@ def test_io_uring_support_is_the_kernels_answer_not_its_release(io_uring, monkey
     uffdkvm.probe(vcpus=1, mem_per_vcpu="64K", wait="io_uring")
     assert small(vcpus=1, mem_per_vcpu="1M", wait="io_uring").readers[0].ring_completions == 256
     fake_release(monkeypatch, "6.18.0")
-    monkeypatch.setattr(uffdkvm.host, "_RING_READ_RW_FLAGS", RWF_NOWAIT)
+    monkeypatch.setattr(uffdkvm.host.facts, "_RING_READ_RW_FLAGS", RWF_NOWAIT)
     h = uffdkvm.HostInfo.current()
     assert h.kernel_release == "6.18.0" and h.io_uring in STAND_INS
 

@@ -139,9 +139,9 @@ class Odd:
 def test_nan_and_negative_infinity_round_trip_too():
     """serial writes every non-finite float as a string and reads it back;
     a Result holds none outside its config (see test_result_invariants)."""
-    text = uffdkvm.serial.to_json(Odd(-math.inf, math.nan))
-    assert strict(text) == {"schema": uffdkvm.serial.SCHEMA, "low": "-inf", "undefined": "nan"}
-    back = uffdkvm.serial.from_json(Odd, text)
+    text = uffdkvm.io.serial.to_json(Odd(-math.inf, math.nan))
+    assert strict(text) == {"schema": uffdkvm.io.serial.SCHEMA, "low": "-inf", "undefined": "nan"}
+    back = uffdkvm.io.serial.from_json(Odd, text)
     assert back.low == -math.inf and math.isnan(back.undefined)
 
 
@@ -229,7 +229,7 @@ def test_schema_3_files_load_with_the_readers_sums(kvm, marked, source, tmp_path
 
 def test_to_dict_says_its_schema(kvm):
     d = uffdkvm.run(vcpus=1, mem_per_vcpu="64K").to_dict()
-    assert d["schema"] == uffdkvm.serial.SCHEMA
+    assert d["schema"] == uffdkvm.io.serial.SCHEMA
     assert Result.from_json(json.dumps(d)).faults == 16
 
 

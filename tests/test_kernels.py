@@ -24,8 +24,8 @@ from hostfacts import DEBIAN_ARCHIVE_UNREACHABLE, NO_STATIC_BUSYBOX, missing_too
 
 import uffdkvm
 from uffdkvm import kernels
-from uffdkvm.cli_common import CliError
-from uffdkvm.cli_kernel import PROG
+from uffdkvm.cli._common import CliError
+from uffdkvm.cli.kernel import PROG
 from uffdkvm.kernels import _debian, _kernel, _qemu
 from uffdkvm.testing import Comparison, _interleaved
 
@@ -222,7 +222,7 @@ def test_a_sweep_runs_in_the_guest_it_is_given_as_executor(guest):
 
 
 def test_the_run_and_sweep_commands_run_in_the_guest(guest, capsys):
-    from uffdkvm import cli_run, cli_sweep
+    from uffdkvm.cli import run as cli_run, sweep as cli_sweep
 
     def boot():
         return contextlib.nullcontext(guest)     # the module's guest, left running
@@ -241,7 +241,7 @@ def test_the_run_and_sweep_commands_run_in_the_guest(guest, capsys):
 
 
 def test_a_command_checks_its_flags_before_it_boots():
-    from uffdkvm import cli_run, cli_sweep
+    from uffdkvm.cli import run as cli_run, sweep as cli_sweep
 
     def boot():
         pytest.fail("booted for a command whose flags are wrong")

@@ -18,9 +18,20 @@ any file of A has ``#include "B.h"``. Checked:
   but it catches the include left behind when the code that needed it moved;
 - internal.h, the one header every file used to include, is gone.
 
-Python package (uffdkvm/): no import cycle between modules. Every import in a module counts,
-also those inside functions and under ``if TYPE_CHECKING``: an import deferred to break an
-import-time loop still ties the two files to each other.
+Python package (uffdkvm/, recursively; docs/development.md draws it). Its parts: the core at the
+top (config, run, result and the modules beside them: each a part of its own), and one part per
+subpackage (schema/, host/, io/, pages/, analysis/, migration/, testing/, kernels/, cli/). Every
+import in a module counts, also those inside functions and under ``if TYPE_CHECKING``: an import
+deferred to break an import-time loop still ties the two files to each other. Checked:
+
+- no import cycle between modules, nor between parts (a subpackage counts as one);
+- the core and the parts below it (schema/, host/, io/, pages/) import none of the features
+  above (analysis/, migration/, testing/, kernels/, cli/);
+- schema/ imports nothing of uffdkvm (tools/gen_schema.py loads it by its path, before a build);
+- nothing imports the CLI but ``__main__`` (it is the top), and nothing in the package imports
+  testing/_faults.py (the fault injection only a test build ships);
+- a top-level module without a leading underscore is public: the package re-exports a name of
+  it, or it is a module users import (PUBLIC_MODULES).
 """
 
 from __future__ import annotations
@@ -240,49 +251,136 @@ def test_no_unused_includes_in_csrc() -> None:
 
 # ---- Python ----
 
+LOWER = {"schema", "host", "io", "pages"}                        # below or beside the core
+FEATURES = {"analysis", "migration", "testing", "kernels", "cli"}  # on top of it
+PUBLIC_MODULES = {"config", "errors", "result", "run"}  # imported as modules in docs and by users
+
+
 def py_modules() -> dict[str, Path]:
-    return {p.stem: p for p in sorted(PKG.glob("*.py"))}
+    """Every module by its dotted name within the package ("cli.run"; a package's
+    __init__ by the package's name, the top's as "__init__")."""
+    found = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = path.relative_to(PKG).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def part_of(module: str) -> str:
+    return module.split(".")[0]
+
+
+def imported(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of the package that ``module`` imports (by name within it)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    if module == "__init__":
+        package = ""
+
+    def target(name: str) -> str | None:
+        while name:
+            if name in modules:
+                return name
+            if list(PKG.glob(name.replace(".", "/") + ".*")):
+                return None  # an extension module (_core): no Python to import back
+            name = name.rpartition(".")[0]
+        return "__init__"  # a name the package itself defines
+
+    found: set[str | None] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[:len(base) - node.level + 1]
+            elif node.module and (node.module == PKG.name or
+                                  node.module.startswith(PKG.name + ".")):
+                base = []
+            else:
+                continue
+            name = node.module or ""
+            if node.level == 0:
+                name = name[len(PKG.name):].lstrip(".")
+            where = ".".join(base + ([name] if name else []))
+            for alias in node.names:
+                whole = f"{where}.{alias.name}" if where else alias.name
+                found.add(target(whole))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == PKG.name or alias.name.startswith(PKG.name + "."):
+                    found.add(target(alias.name[len(PKG.name):].lstrip(".")))
+    return {t for t in found if t and t != module}
 
 
 def py_graph() -> dict[str, set[str]]:
     modules = py_modules()
+    return {name: imported(name, path, modules) for name, path in modules.items()}
 
-    def target(name: str) -> str | None:
-        if name in modules:
-            return name
-        if list(PKG.glob(f"{name}.*")):
-            return None  # an extension module (_core): no Python to import back
-        return "__init__"  # a name the package itself defines
 
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        deps = graph.setdefault(name, set())
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            found: list[str | None] = []
-            if isinstance(node, ast.ImportFrom):
-                inside = node.level == 1 or (node.level == 0 and node.module and (
-                    node.module == PKG.name or node.module.startswith(PKG.name + ".")))
-                if not inside:
-                    continue
-                module = node.module or ""
-                if node.level == 0:
-                    module = module[len(PKG.name):].lstrip(".")
-                if module:
-                    found.append(target(module.split(".")[0]))
-                else:
-                    found.extend(target(alias.name) for alias in node.names)
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    parts = alias.name.split(".")
-                    if parts[0] == PKG.name:
-                        found.append(target(parts[1]) if len(parts) > 1 else "__init__")
-            deps.update(t for t in found if t and t != name)
-    return graph
+def parts_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    parts: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        parts.setdefault(part_of(module), set()).update(
+            part_of(d) for d in deps if part_of(d) != part_of(module))
+    return parts
 
 
 def test_no_import_cycles_in_package() -> None:
     graph = py_graph()
-    assert "config" in graph, "no Python modules found"
+    assert "config" in graph and "cli.run" in graph, "no Python modules found"
     found = cycles(graph)
     assert not found, "modules of uffdkvm/ that import each other in a circle:\n" + "\n".join(
         describe_cycle(c, graph) for c in found)
+
+
+def test_no_import_cycles_between_parts() -> None:
+    graph = parts_graph(py_graph())
+    found = cycles(graph)
+    assert not found, "parts of uffdkvm/ (top-level modules, subpackages) that import each " \
+        "other in a circle:\n" + "\n".join(describe_cycle(c, graph) for c in found)
+
+
+def test_parts_are_where_the_layout_says() -> None:
+    """A new subpackage is placed among the layers here and drawn in docs/development.md."""
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")}
+    assert packages == LOWER | FEATURES, (
+        f"uffdkvm's subpackages {sorted(packages)} are not LOWER | FEATURES: place a new one "
+        "in a layer here and in docs/development.md's drawing")
+
+
+def test_the_core_leans_on_no_feature() -> None:
+    problems = []
+    for module, deps in py_graph().items():
+        if part_of(module) in FEATURES or module in ("__init__", "__main__"):
+            continue
+        for dep in sorted(deps):
+            if part_of(dep) in FEATURES:
+                problems.append(f"{module} imports {dep}: {part_of(dep)}/ is a feature on top "
+                                "of the core, which must not lean on it")
+    assert not problems, "\n".join(problems)
+
+
+def test_schema_imports_nothing_of_the_package() -> None:
+    graph = py_graph()
+    leaning = {m: sorted(d) for m, d in graph.items() if part_of(m) == "schema" and d}
+    assert not leaning, f"schema/ must load by its path alone (tools/gen_schema.py): {leaning}"
+
+
+def test_only_main_imports_the_cli_and_nothing_the_fault_injection() -> None:
+    problems = []
+    for module, deps in py_graph().items():
+        if part_of(module) != "cli" and module != "__main__":
+            problems += [f"{module} imports {d}" for d in deps if part_of(d) == "cli"]
+        problems += [f"{module} imports {d} (only test builds ship it)"
+                     for d in deps if d == "testing._faults"]
+    assert not problems, "\n".join(problems)
+
+
+def test_top_level_modules_without_underscore_are_public() -> None:
+    init = (PKG / "__init__.py").read_text()
+    reexported = {n.module for n in ast.walk(ast.parse(init))
+                  if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+    internal = [p.stem for p in PKG.glob("*.py") if not p.stem.startswith("_")
+                and p.stem not in reexported | PUBLIC_MODULES]
+    assert not internal, (f"top-level modules {internal} are neither re-exported by uffdkvm nor "
+                          "public: underscore them or move them into the subpackage they serve")

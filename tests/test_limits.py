@@ -27,7 +27,7 @@ from conftest import NO_HUGEPAGES_2M, host_skip
 from hostfacts import NOT_ROOT, add_hugepages, fact, missing_tool, remove_hugepages
 
 import uffdkvm
-from uffdkvm import limits
+from uffdkvm.host import limits
 
 pytestmark = pytest.mark.kvm
 
@@ -148,8 +148,8 @@ def test_memory_limit_counts_the_bookkeeping():
     with Cgroup("memory") as cg:
         cg.write("memory.limit_in_bytes", 1 << 30)
         # The child sets its own limit: room for the region and half the bookkeeping.
-        body = (f"import uffdkvm.limits\n"
-                f"lim = uffdkvm.limits.memory()\n"
+        body = (f"import uffdkvm.host.limits\n"
+                f"lim = uffdkvm.host.limits.memory()\n"
                 f"open(lim.path, 'w').write(str(lim.used + {region} + {bookkeeping} // 2))\n"
                 + RUN.format(f"mem_per_vcpu={region}"))
         out = child([cg], body)
@@ -174,8 +174,8 @@ def test_memory_limit_v1_leaves_out_page_cache_read_twice(tmp_path):
     body = (f"for _ in range(2):\n"
             f"    with open({str(cached)!r}, 'rb') as f:\n"
             f"        while f.read(1 << 20): pass\n"
-            f"import uffdkvm.limits\n"
-            f"lim = uffdkvm.limits.memory()\n"
+            f"import uffdkvm.host.limits\n"
+            f"lim = uffdkvm.host.limits.memory()\n"
             f"stat = dict(line.split() for line in open(os.path.join(os.path.dirname(lim.path),"
             f" 'memory.stat')))\n"
             f"print(json.dumps({{'active_file': int(stat['total_active_file'])}}))\n"
@@ -194,11 +194,11 @@ def test_memory_limit_v1_leaves_out_page_cache_read_twice(tmp_path):
 MEASURE = r'''
 uffdkvm.run(mem_per_vcpu="4M", stats=STATS, backing=BACKING)  # the first use
 JOIN
-import uffdkvm.limits
-cg = uffdkvm.limits.hierarchies()["memory"].directory
+import uffdkvm.host.limits
+cg = uffdkvm.host.limits.hierarchies()["memory"].directory
 charged = []
 for region in REGIONS:
-    uffdkvm._testing.wait_idle()
+    uffdkvm.testing._faults.wait_idle()
     open(cg + "/memory.max_usage_in_bytes", "w").write("0")
     base = int(open(cg + "/memory.usage_in_bytes").read())
     r = uffdkvm.run(mem_per_vcpu=region, stats=STATS, backing=BACKING)
@@ -231,7 +231,7 @@ def test_the_bookkeeping_estimate_covers_what_a_run_charges(backing, stats, huge
         if huge and _free_2m() < 32:
             host_skip(NO_HUGEPAGES_2M, "needs 32 free 2 MiB pages")
         with Cgroup("memory") as cg:
-            out = child([], "import uffdkvm._testing\n" +
+            out = child([], "import uffdkvm.testing._faults\n" +
                         MEASURE.replace("JOIN", cg.join_code()).replace("STATS", repr(stats))
                         .replace("REGIONS", repr(regions)).replace("BACKING", repr(backing)))
     finally:
@@ -270,7 +270,7 @@ def _pids_body(extra, how, fields):
     threads plus extra, then runs."""
     return (f"import importlib\n"
             f"rm = importlib.import_module('uffdkvm.run')\n"
-            f"lim = uffdkvm.limits.pids()\n"
+            f"lim = uffdkvm.host.limits.pids()\n"
             f"c = uffdkvm.Config({fields})\n"
             f"n, _ = rm._threads_needed(c)\n"
             f"used = int(open(lim.path.replace('pids.max', 'pids.current')).read())\n"
@@ -288,14 +288,14 @@ def test_pids_max_below_the_threads_refuses_the_run():
     with Cgroup("pids") as cg:
         cg.write("pids.max", 1000)
         pids_max = os.path.join(cg.path, "pids.max")
-        out = child([cg], "import uffdkvm.limits\n" + _pids_body(-1, RUN, PIDS_FIELDS))
+        out = child([cg], "import uffdkvm.host.limits\n" + _pids_body(-1, RUN, PIDS_FIELDS))
         assert out.get("error") == "HostUnsupportedError", out
         m = out["message"]
         assert f"{pids_max} = " in m and "starts 8 threads" in m and "echo " in m, m
         assert "kvm-nx-lpage-recovery" in m, m
-        out = child([cg], "import uffdkvm.limits\n" + _pids_body(-1, PROBE, PIDS_FIELDS))
+        out = child([cg], "import uffdkvm.host.limits\n" + _pids_body(-1, PROBE, PIDS_FIELDS))
         assert out.get("error") == "HostUnsupportedError", out
-        out = child([cg], "import uffdkvm.limits\n" + _pids_body(0, RUN, PIDS_FIELDS))
+        out = child([cg], "import uffdkvm.host.limits\n" + _pids_body(0, RUN, PIDS_FIELDS))
         assert out == {"ok": True}, out
 
 
@@ -310,7 +310,7 @@ def test_threads_refused_mid_run_fail_the_run_naming_the_thread(extra):
     with Cgroup("pids") as cg:
         cg.write("pids.max", 1000)
         start = time.monotonic()
-        out = child([cg], "import uffdkvm.limits\n" + _pids_body(extra, CORE, PIDS_FIELDS))
+        out = child([cg], "import uffdkvm.host.limits\n" + _pids_body(extra, CORE, PIDS_FIELDS))
         assert time.monotonic() - start < 30
         assert out.get("error") == "RunError" and out["errno"] == 11, out
         assert "pthread_create(" in out["message"] or \
@@ -324,8 +324,8 @@ def test_kvm_run_retried_for_its_worker_counts_no_userspace_exits():
     what the same run counts without one (2 a vCPU: the guest's reports).
     Red when every EAGAIN was counted: some 300 more a vCPU."""
     need(NOT_ROOT, NO_V1_PIDS)
-    body = (f"import threading, time, uffdkvm.limits\n"
-            f"lim = uffdkvm.limits.pids()\n"
+    body = (f"import threading, time, uffdkvm.host.limits\n"
+            f"lim = uffdkvm.host.limits.pids()\n"
             f"def allow():\n"
             f"    time.sleep(0.3)\n"
             f"    open(lim.path, 'w').write(str(used + n + 8))\n"

@@ -16,7 +16,7 @@ from conftest import assert_released, facts_for_run, host_skip, needs_test_hooks
 
 import uffdkvm
 from uffdkvm import Config, ConfigError, RunError
-from uffdkvm.migration import migrate
+from uffdkvm.migration.migrate import migrate
 
 pytestmark = pytest.mark.kvm
 
@@ -51,7 +51,7 @@ def _migrate(mode: str = "precopy", tracker: str = "bitmap", **more):
 
 def _source(mode: str, tracker: str, tmp_path, **more) -> uffdkvm.Result:
     """The source's run alone, as migrate() makes it."""
-    from uffdkvm.migration import KNOBS, _source_config
+    from uffdkvm.migration.migrate import KNOBS, _source_config
     from uffdkvm.run import _run
     fields = _workload(tracker, link_bandwidth_mbps=400, **more)
     knobs = {k: fields.pop(k) for k in KNOBS if k in fields}
@@ -117,7 +117,7 @@ def test_a_tracker_blind_to_a_page_fails_the_migration(kvm, tracker):
     say so. (A page written only at a pass's end, or a pass longer than
     round 1, would leave it to the timing of a busy nested host.)"""
     needs_test_hooks()
-    from uffdkvm._testing import migrate_with_fault
+    from uffdkvm.testing._faults import migrate_with_fault
     before = resources()
     with pytest.raises(RunError, match=r"1 of the 256 pages the destination holds differ from "
                                        rf"the source's at the stop .*dirty_tracking='{tracker}'"):

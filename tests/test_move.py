@@ -148,7 +148,7 @@ def test_moves_reach_json_and_frames_and_old_json_reads_zero(kvm):
     back = uffdkvm.Result.from_json(r.to_json())
     assert [x.moves for x in back.readers] == [x.moves for x in r.readers]
     assert sum(x.moves for x in back.readers) == 64
-    from uffdkvm.frames import readers_frame
+    from uffdkvm.io.frames import readers_frame
     assert readers_frame(r)["moves"].sum() == 64
     old = json.loads(r.to_json())
     for x in old["readers"]:

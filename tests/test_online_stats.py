@@ -8,7 +8,7 @@ Python and without the core's code, each vCPU's faults, EEXISTs,
 service_latency histogram bucket by bucket, blocked time and the VM's
 blocktime (a sweep over the faults' start and end events), and compares.
 The runs merge their events in many small drains while they run
-(uffdkvm._testing's "online_drain": a drain every few events), so the
+(uffdkvm.testing._faults's "online_drain": a drain every few events), so the
 watermarks and the waiting flags of every way of waiting are exercised,
 not only the drain at the end. The C side of the merge (many producers,
 random timings, some waiting) is tests/c/online_drain.c.
@@ -83,7 +83,7 @@ def sweep(events, nr_vcpus):
 
 def traced_run(fields, fault="online_drain"):
     needs_test_hooks("makes the online statistics drain every few events")
-    from uffdkvm._testing import run_with_fault
+    from uffdkvm.testing._faults import run_with_fault
 
     if fields.get("wait") == "io_uring":
         needs_io_uring()

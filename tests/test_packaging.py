@@ -135,7 +135,7 @@ def test_sdist_holds_the_tests_their_c_programs_notebooks_and_docs(sdist_files):
     """Without git too (in an unpacked sdist, say): every source file under
     these directories is in the sdist, so that its tests can run."""
     expected = {"LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in",
-                "uffdkvm/_testing.py", "tests/conftest.py", "tests/c/Makefile"}
+                "uffdkvm/testing/_faults.py", "tests/conftest.py", "tests/c/Makefile"}
     for top in ("csrc", "uffdkvm", "tests", "notebooks", "docs", "benchmarks", ".ci"):
         for p in (ROOT / top).rglob("*"):
             rel = p.relative_to(ROOT)
@@ -154,9 +154,9 @@ def test_the_wheel_is_one_abi3_build_for_python_3_10_and_later(wheel, wheel_file
 
 
 def test_the_users_wheel_has_no_test_hooks(wheel_files, wheel_tree):
-    """No uffdkvm._testing, no INJECT_* constants, TEST_HOOKS False, and a
+    """No uffdkvm.testing._faults, no INJECT_* constants, TEST_HOOKS False, and a
     config asking for injection is refused rather than run without it."""
-    assert "uffdkvm/_testing.py" not in wheel_files
+    assert "uffdkvm/testing/_faults.py" not in wheel_files
     child = """
 import uffdkvm
 from uffdkvm import _core
@@ -167,7 +167,7 @@ try:  # small, should it run
 except ValueError as e:
     print("refused:", e)
 try:
-    import uffdkvm._testing
+    import uffdkvm.testing._faults
 except ImportError as e:
     print(type(e).__name__)
 """
@@ -217,7 +217,7 @@ def test_auditwheel_accepts_the_wheel_as_manylinux_x86_64(wheel, tmp_path):
         names = z.namelist()
     # Nothing grafted: the core needs only the libraries every manylinux has.
     assert [n for n in names if ".so" in n] == ["uffdkvm/_core.abi3.so"], names
-    assert "uffdkvm/_testing.py" not in names
+    assert "uffdkvm/testing/_faults.py" not in names
 
 
 # ---- refusals at build time ----

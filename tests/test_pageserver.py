@@ -1,4 +1,4 @@
-"""The page server (csrc/remote/, uffdkvm/pageserver.py): a real process, a real socket.
+"""The page server (csrc/remote/, uffdkvm/pages/server.py): a real process, a real socket.
 
 What it serves (the file's bytes, refusals past the end), its model on the
 server's side (latency, bandwidth, max_inflight, URGENT ahead of background),
@@ -37,8 +37,9 @@ from children import python
 from pagewire import client_handshake, read_key, recv_exact, server_handshake
 
 import uffdkvm
-from uffdkvm import ConfigError, schema
-from uffdkvm.pageserver import (
+from uffdkvm import ConfigError
+from uffdkvm.schema import fields as schema
+from uffdkvm.pages.server import (
     PageClient,
     PageServer,
     PageServerError,
@@ -666,7 +667,7 @@ def test_a_forked_child_does_not_stop_its_parents_server(snapshot, data):
 
 PARENT = """
 import sys, time
-from uffdkvm.pageserver import PageServer
+from uffdkvm.pages.server import PageServer
 server = PageServer(sys.argv[1])
 print(server.pid, server.address, flush=True)
 time.sleep(600)
@@ -693,7 +694,7 @@ def test_server_whose_parent_dies_exits_by_itself(snapshot, tmp_path):
 
 INTERRUPTED = """
 import os, signal, sys, threading, time
-import uffdkvm.pageserver as ps
+import uffdkvm.pages.server as ps
 # A slow server: its ready line comes a second late, so the Ctrl-C lands inside
 # PageServer() (in Popen, or waiting for the line) whatever this host's speed.
 read_ready = ps._read_ready
@@ -774,17 +775,17 @@ def test_the_core_checks_the_limits_once_for_both_entries(snapshot, tmp_path, fi
         assert info.value.field == field, str(info.value)
         assert str(info.value).startswith(f"{field}: at most {limit}"), str(info.value)
     out = subprocess.run(python("--snapshot", snapshot, "--listen", f"unix:{tmp_path}/s",
-                                flag, str(limit + 1), module="uffdkvm.serve_pages"),
+                                flag, str(limit + 1), module="uffdkvm.pages.process"),
                          env=CHILD_ENV, capture_output=True, text=True, timeout=60,
                          stdin=subprocess.DEVNULL)
     assert out.returncode == 1, out
-    assert f"uffdkvm.serve_pages: {field}: at most {limit}" in out.stderr, out.stderr
+    assert f"uffdkvm.pages.process: {field}: at most {limit}" in out.stderr, out.stderr
     assert not (tmp_path / "s").exists()
 
 
 def test_server_command_reports_a_missing_snapshot(tmp_path):
     out = subprocess.run(python("--snapshot", tmp_path / "none.img",
-                                "--listen", f"unix:{tmp_path}/s", module="uffdkvm.serve_pages"),
+                                "--listen", f"unix:{tmp_path}/s", module="uffdkvm.pages.process"),
                          env=CHILD_ENV, capture_output=True, text=True, timeout=60,
                          stdin=subprocess.DEVNULL)
     assert out.returncode == 1

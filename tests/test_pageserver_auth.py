@@ -35,7 +35,7 @@ from pagewire import (AUTH, HELLO, KEYED, LABEL_CLIENT, LABEL_SERVER, MAGIC, VER
 
 import uffdkvm
 from uffdkvm import ConfigError
-from uffdkvm.pageserver import PageClient, PageServer, PageServerError, write_key
+from uffdkvm.pages.server import PageClient, PageServer, PageServerError, write_key
 
 SNAPSHOT_BYTES = 1 << 20
 NOBODY = 65534
@@ -557,7 +557,7 @@ SCARCE_SERVER = """
 import dataclasses, json, resource, sys
 nofile = int(sys.argv[3])
 resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-from uffdkvm.pageserver import serve
+from uffdkvm.pages.server import serve
 stats = serve(sys.argv[1], "tcp:127.0.0.1:0", key_file=sys.argv[2], ready_fd=1, stop_fd=0,
               handshake_timeout_s=5.0)
 print(json.dumps(dataclasses.asdict(stats)), flush=True)
@@ -751,7 +751,8 @@ def test_no_former_key_is_a_live_field():
     """serial.FORMER_KEYS names keys that are not fields (any more): a name
     that is a field again (Config.source_address, the page server's
     address) must leave the list, or the list says what is not so."""
-    from uffdkvm import pageserver, serial
+    from uffdkvm.pages import server as pageserver
+    from uffdkvm.io import serial
     classes = {"Result": uffdkvm.Result, "Config": uffdkvm.Config,
                "PageServerStats": pageserver.PageServerStats}
     assert set(serial.FORMER_KEYS) <= set(classes), serial.FORMER_KEYS

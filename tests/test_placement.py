@@ -321,9 +321,9 @@ def test_cli_main_thread_cpu_with_resolver_vcpu(two_cpus) -> None:
 
 
 def test_sweep_cli_refuses_a_main_thread_cpu_over_both_resolvers(capsys) -> None:
-    from uffdkvm import cli_sweep
-    code = cli_sweep.main(["-q", "-v", "2", "-b", "4M", "-c", "0,1,0",
-                           "--resolver", "readers,vcpu"])
+    from uffdkvm.cli import main
+    code = main(["sweep", "-q", "-v", "2", "-b", "4M", "-c", "0,1,0",
+                 "--resolver", "readers,vcpu"])
     assert code == 2
     assert "applies to resolver='readers' only" in capsys.readouterr().err
 
@@ -383,7 +383,7 @@ def test_json_that_contradicts_itself_on_the_placement_is_refused(two_cpus) -> N
 
 
 def test_a_sweep_over_pin_readers_tells_the_placements_apart(two_cpus) -> None:
-    from uffdkvm.sweep import points as sweep_points
+    from uffdkvm.analysis.sweep import points as sweep_points
     points = sweep_points(Config(vcpus=2, mem_per_vcpu="1M", pin_vcpus="0,1"),
                             pin_readers=[None, "scheduler", "vcpus"])
     assert [p.pin_readers for p in points] == [None, "scheduler", "vcpus"]

@@ -1,4 +1,4 @@
-"""The pytest plugin (uffdkvm.pytest_plugin), run through pytester: inner
+"""The pytest plugin (uffdkvm.testing.pytest_plugin), run through pytester: inner
 suites that use its fixtures and marker, with and without the plugin."""
 import json
 import os
@@ -130,7 +130,7 @@ def test_a_kvm_capability_feature_is_kvms_answer(pytester, kvm):
 
 
 def test_a_capability_kvm_lacks_is_missing_with_its_name():
-    from uffdkvm.pytest_plugin import kvm_cap_missing
+    from uffdkvm.testing.pytest_plugin import kvm_cap_missing
     # No KVM numbers a capability this high: KVM_CHECK_EXTENSION answers 0.
     why = kvm_cap_missing("KVM_CAP_NOT_ONE", 1 << 20)
     assert why is not None and "KVM_CAP_NOT_ONE" in why and "answers 0" in why
@@ -299,7 +299,7 @@ _PLAIN_SUITE = """
 
     def test_zz_the_plugin_ran_nothing():
         import sys
-        plugin = sys.modules.get("uffdkvm.pytest_plugin")
+        plugin = sys.modules.get("uffdkvm.testing.pytest_plugin")
         if plugin is not None:
             for probe in (plugin._kvm_unusable, plugin._feature_missing,
                           plugin._config_refused):
@@ -323,7 +323,7 @@ def test_the_plugin_changes_nothing_for_a_suite_that_does_not_use_it(pytester):
 
 
 def test_the_plugin_imports_nothing_heavy():
-    code = ("import sys, uffdkvm.pytest_plugin; "
+    code = ("import sys, uffdkvm.testing.pytest_plugin; "
             "print(sorted(m for m in ('pandas', 'numpy', 'scipy') if m in sys.modules))")
     out = subprocess.run(python(code=code), env=ENV, capture_output=True, text=True,
                          check=True).stdout

@@ -1,5 +1,5 @@
 """Hostile replay and touch-order files (Config.replay_from, read_touch_order,
-uffdkvm/touchorder.py): cut short, huge, binary, not UTF-8, indices that
+uffdkvm/_touchorder.py): cut short, huge, binary, not UTF-8, indices that
 are no page of the region, a FIFO, /dev/zero, a directory, a file that is
 not there. Each is a ConfigError on replay_from naming the path (and the
 line, where there is one), raised without hanging and without reading
@@ -15,7 +15,7 @@ import tracemalloc
 import pytest
 
 import uffdkvm
-from uffdkvm import ConfigError, touchorder
+from uffdkvm import ConfigError, _touchorder as touchorder
 
 PAGES = 16                        # the region below: 64 KiB of 4 KiB pages
 REGION = dict(vcpus=1, mem_per_vcpu=PAGES * 4096, prefetch="replay")

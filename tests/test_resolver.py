@@ -137,7 +137,7 @@ def test_a_resolution_that_fails_fails_the_run_at_once_naming_the_vcpu(kvm, rele
     naming that vCPU: not a timeout, not a reader's name."""
     import time
     needs_test_hooks()      # a plain `pip install .` has no fault injection: a host skip
-    from uffdkvm import _testing as testing
+    from uffdkvm.testing import _faults as testing
     start = time.monotonic()
     with pytest.raises(uffdkvm.RunError, match=message):
         testing.run_with_fault(vcpus=2, mem_per_vcpu="4M", resolver="vcpu", fault=fault,
@@ -159,7 +159,7 @@ def test_each_fault_is_found_where_this_kvm_says_it_and_as_the_access_it_was(
     On purpose a tripwire: a stock KVM that began to name the page for shared
     memory would fail here, and docs/config.md would need to say so.
     """
-    from uffdkvm import host
+    from uffdkvm.host import facts as host
 
     r = run_or_skip(vcpus=2, mem_per_vcpu="2M", resolver="vcpu", write_percent=write_percent,
                     trace_faults=True)

@@ -1,5 +1,5 @@
 """Every result value reaches Python under its own name, as the result
-schema (uffdkvm/schema_results.py) declares it.
+schema (uffdkvm/schema/results.py) declares it.
 
 The structs' members, the binding's tables and the dataclasses' fields are
 all generated from the schema (tests/test_schema.py fails while any is
@@ -13,7 +13,8 @@ import dataclasses
 import pytest
 
 import uffdkvm
-from uffdkvm import Config, _core, schema_results
+from uffdkvm import Config, _core
+from uffdkvm.schema import results as schema_results
 from uffdkvm.config import core_config
 
 pytestmark = pytest.mark.kvm

@@ -1,7 +1,7 @@
 """Result.from_json raises ResultError, and nothing else, for anything but a
 valid Result: text that is not JSON or too large or too deep, values of the
 wrong type or range at any level, keys missing or unknown, a future schema;
-and Results that break uffdkvm.invariants (a negative count, a total that is
+and Results that break uffdkvm._invariants (a negative count, a total that is
 not the sum of its parts). Each hole is a real Result saved, then damaged.
 Results the core makes pass the invariants, in every mode of the soak's
 matrix."""
@@ -18,7 +18,7 @@ import uffdkvm
 from conftest import facts_for_run, guest_clock_converted, host_skip, skip_without_kvm
 from test_soak import soak
 from uffdkvm import Result, ResultError
-from uffdkvm.invariants import check_result
+from uffdkvm._invariants import check_result
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_text_over_max_bytes_is_refused_with_the_number(timed, tmp_path):
         Result.from_json(text, max_bytes=len(text) - 1)
     with pytest.raises(ResultError, match=f"{len(text)} bytes of JSON"):
         Result.from_json(text.encode(), max_bytes=len(text) - 1)
-    assert uffdkvm.serial.MAX_JSON_BYTES == 1 << 30
+    assert uffdkvm.io.serial.MAX_JSON_BYTES == 1 << 30
     # read_results skips a line too long unread, and reads the ones after it
     path = tmp_path / "runs.jsonl"
     path.write_text(text + "\n" + "[" * (len(text) + 10) + "\n" + text + "\n")
@@ -171,7 +171,7 @@ def test_missing_and_unknown_keys(timed):
 
 
 def test_a_schema_from_the_future_or_of_no_kind(timed):
-    refused({**timed, "schema": uffdkvm.serial.SCHEMA + 1}, "upgrade uffdkvm")
+    refused({**timed, "schema": uffdkvm.io.serial.SCHEMA + 1}, "upgrade uffdkvm")
     refused({**timed, "schema": "4"}, r"\$\.schema: '4' is not a schema")
     refused({**timed, "schema": True}, r"\$\.schema")
     refused("null", "expected a JSON object")
@@ -260,7 +260,7 @@ def one_more_service(d, v=0):
     h["count"] += 1
 
 
-# (name, fixture, damage, the message) : each check of uffdkvm.invariants
+# (name, fixture, damage, the message) : each check of uffdkvm._invariants
 BROKEN = [
     ("negative-count", "timed", setter(("faults",), -1), r"\$\.faults: -1 is outside 0"),
     ("negative-reader-count", "timed", setter(("readers", 1, "eexist"), -3),

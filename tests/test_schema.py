@@ -1,5 +1,5 @@
-"""uffdkvm/schema.py is the one declaration of every config field (and
-uffdkvm/schema_results.py of every result value: tests/test_result_fields.py).
+"""uffdkvm/schema/fields.py is the one declaration of every config field (and
+uffdkvm/schema/results.py of every result value: tests/test_result_fields.py).
 
 - Each file generated from either is current (Argument Clinic's model: a
   stale one fails here, naming the file and the one command that rewrites
@@ -21,7 +21,8 @@ import pytest
 
 import uffdkvm
 from conftest import NO_STEADY_KVM_TSC_OFFSET
-from uffdkvm import Config, ConfigError, _core, schema, schema_faults
+from uffdkvm import Config, ConfigError, _core
+from uffdkvm.schema import faults as schema_faults, fields as schema
 from uffdkvm.config import core_config
 
 # The module, not the function uffdkvm re-exports under the same name.
@@ -76,10 +77,10 @@ def test_the_command_is_named_where_contributors_read():
     """Every place that tells a contributor how to regenerate names the one
     command (a module that has no __main__ once stood there)."""
     for path in ("csrc/ukvm.h", "docs/config.md", "docs/results.md", "docs/development.md",
-                 "csrc/README.md", "uffdkvm/schema.py", "uffdkvm/schema_results.py",
-                 "uffdkvm/schema_faults.py"):
+                 "csrc/README.md", "uffdkvm/schema/fields.py", "uffdkvm/schema/results.py",
+                 "uffdkvm/schema/faults.py"):
         text = (ROOT / path).read_text(encoding="utf-8")
-        assert "python -m uffdkvm.schema" not in text, path
+        assert "python -m uffdkvm.schema.fields" not in text, path
         assert gen_schema.COMMAND in text, path
 
 
@@ -92,7 +93,7 @@ def test_the_extension_exports_the_schemas_constants():
     for name, value, _ in schema.CONSTANTS:
         assert getattr(_core, name) == value, name
     assert _core.MAX_ZIPF_THETA == schema.MAX_ZIPF_THETA
-    # The fault injections, in a build with them (uffdkvm/schema_faults.py).
+    # The fault injections, in a build with them (uffdkvm/schema/faults.py).
     injects = {n: getattr(_core, n) for n in dir(_core) if n.startswith("INJECT_")}
     if _core.TEST_HOOKS:
         assert injects == {f"INJECT_{f.c_name}": i + 1
@@ -116,7 +117,7 @@ def test_the_clis_choices_are_the_schemas(flag, field, capsys):
     """The CLI's choices come from the schema: a bad value's error lists them."""
     import argparse
 
-    from uffdkvm import cli_common
+    from uffdkvm.cli import _common as cli_common
     p = argparse.ArgumentParser()
     cli_common.add_run_arguments(p, lambda convert: convert, "")
     with pytest.raises(SystemExit):
@@ -129,7 +130,11 @@ def run_flag_parsers():
     """Every command that takes the run flags, by name: its parser."""
     import argparse
 
-    from uffdkvm import cli_dirty, cli_kernel, cli_migrate, cli_run, cli_sweep
+    from uffdkvm.cli import dirty_log as cli_dirty
+    from uffdkvm.cli import kernel as cli_kernel
+    from uffdkvm.cli import migrate as cli_migrate
+    from uffdkvm.cli import run as cli_run
+    from uffdkvm.cli import sweep as cli_sweep
     kernel = cli_kernel.build_parser()
     sub = next(a for a in kernel._actions if isinstance(a, argparse._SubParsersAction))
     return {"uffdkvm": cli_run.build_parser(), "uffdkvm sweep": cli_sweep.build_parser(),

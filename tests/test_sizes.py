@@ -14,7 +14,7 @@ comment's end, a ``;``, a ``}`` or a preprocessor line) to the closing brace. A 
 function runs from its first decorator (or ``def``) to its last line, nested functions
 counting in their parent too.
 
-Generated code is recognised by the marks its generator writes (uffdkvm/schema.py, through
+Generated code is recognised by the marks its generator writes (uffdkvm/schema/fields.py, through
 tools/gen_schema.py): a file with ``GENERATED`` and ``do not edit`` in its first lines
 (csrc/config_schema.h) is exempt whole, and a Python function inside a ``# BEGIN GENERATED``
 ... ``# END GENERATED`` section (uffdkvm/config.py) is exempt. tests/ and benchmarks/ are

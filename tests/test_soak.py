@@ -1,7 +1,7 @@
 """benchmarks/soak.py, 200 runs: its matrix and its measures, imported, so
 that the benchmark and the test are one definition. Every case of the
 feature matrix runs (the host's refusals aside, each named), every Result
-verifies and passes uffdkvm.invariants, every failing case fails as it
+verifies and passes uffdkvm._invariants, every failing case fails as it
 should, and nothing the process holds grows: fds, threads, child processes,
 mappings, RSS, the C heap (the tolerances are soak.TOLERANCE's).
 

@@ -22,7 +22,7 @@ from hostfacts import NO_UFFD_MOVE
 
 import uffdkvm
 from uffdkvm import ConfigError, RunError, RunTimeoutError
-from uffdkvm.pageserver import PageServer
+from uffdkvm.pages.server import PageServer
 
 pytestmark = pytest.mark.kvm
 
@@ -30,7 +30,7 @@ PAGE = 4096
 VCPUS = 2
 MEM = 2 << 20                       # per vCPU: one 2 MiB huge page, 512 pages of 4 KiB
 REGION = VCPUS * MEM
-SERVE_PAGES = "uffdkvm.serve_pages"
+SERVE_PAGES = "uffdkvm.pages.process"
 RUN_MODULE = sys.modules["uffdkvm.run"]   # uffdkvm.run is the function
 
 

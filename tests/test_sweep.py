@@ -12,7 +12,7 @@ import uffdkvm
 from uffdkvm import Config, ConfigError, SweepWarning
 
 pd = pytest.importorskip("pandas")
-sweep_module = importlib.import_module("uffdkvm.sweep")  # uffdkvm.sweep is the function
+sweep_module = importlib.import_module("uffdkvm.analysis.sweep")
 
 BASE = Config(vcpus=1, mem_per_vcpu="1M")  # 256 faults: a few ms a run
 PAGES = 256

@@ -14,7 +14,7 @@ from children import ENV as CHILD_ENV
 from children import python
 from conftest import cpus_unavailable, host_skip, skip_without_kvm
 from uffdkvm import Config, HostInfo, Result
-from uffdkvm.host import UFFD_FEATURES
+from uffdkvm.host.facts import UFFD_FEATURES
 
 TINY = dict(vcpus=1, mem_per_vcpu="64K")
 
@@ -54,7 +54,7 @@ def test_a_numpy_run_runs(kvm):
     np.array([1, 2]), pd.Series([1, 2]), range(1, 3), (n for n in (1, 2)), [1, 2],
 ], ids=["numpy", "series", "range", "generator", "list"])
 def test_any_iterable_is_a_sweep_axis(axis):
-    from uffdkvm.sweep import points
+    from uffdkvm.analysis.sweep import points
     configs = points(Config(**TINY), readers=axis, wait="poll")
     assert [c.readers for c in configs] == [1, 2]
     assert {c.wait for c in configs} == {"poll"}  # a string is held fixed
@@ -160,7 +160,7 @@ def read(path):
 
 
 def test_host_facts_match_the_kernels_files():
-    h = uffdkvm.host.capture()
+    h = uffdkvm.host.facts.capture()
     enabled = read("/sys/kernel/mm/transparent_hugepage/enabled")
     if enabled is not None:
         assert f"[{h.thp_enabled}]" in enabled
@@ -197,7 +197,7 @@ def test_one_refused_kvm_create_vm_does_not_empty_the_vm_facts(kvm, monkeypatch)
     refused between two that worked. The probe asks again before it gives up."""
     import fcntl
 
-    from uffdkvm import host
+    from uffdkvm.host import facts as host
 
     real, refusals = fcntl.ioctl, []
 

@@ -19,7 +19,7 @@ import uffdkvm
 from children import ENV, PACKAGE_ROOT, python, uffdkvm_command
 from conftest import host_skip, missing_tool
 from uffdkvm._spawn import python_command
-from uffdkvm.pageserver import PageServer
+from uffdkvm.pages.server import PageServer
 
 INSTALLED = str(Path(uffdkvm.__file__).resolve())
 
@@ -64,7 +64,7 @@ def test_a_page_server_from_there_serves(stray, snapshot):
         stats = server.stats()
         cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
     assert stats.errors == 0
-    assert b"uffdkvm.serve_pages" in cmdline
+    assert b"uffdkvm.pages.process" in cmdline
     assert not stray.exists(), stray.read_text()
 
 

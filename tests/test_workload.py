@@ -49,7 +49,7 @@ def unmapped_leaf_fault(size, page):
     """The address the guest's #PF handler reports (CR2) when the page-table
     leaf that maps vCPU 0's page `page` is cleared before the run: the
     guest's first access under that leaf, which walks its pages in order."""
-    from uffdkvm._testing import run_with_fault
+    from uffdkvm.testing._faults import run_with_fault
     with pytest.raises(uffdkvm.RunError) as info:
         run_with_fault(vcpus=1, mem_per_vcpu="4M", guest_page_size=size, fault="guest_fault",
                        after=page)

@@ -1,4 +1,4 @@
-"""The emitters of uffdkvm/schema_results.py: the text of every file (or
+"""The emitters of uffdkvm/schema/results.py: the text of every file (or
 marked section) generated from the result schema. tools/gen_schema.py
 writes and checks them with the config's; this module only computes them.
 
@@ -18,7 +18,7 @@ from types import ModuleType
 HEADER = "csrc/result_schema.h"
 RESULT_PY = "uffdkvm/result.py"
 RESULTS_MD = "docs/results.md"
-SOURCE = "uffdkvm/schema_results.py"
+SOURCE = "uffdkvm/schema/results.py"
 WIDTH = 96  # the tree's 100 columns, less a margin for a comment's " * " and " \"
 
 

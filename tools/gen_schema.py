@@ -4,11 +4,11 @@
     python tools/gen_schema.py --write     # rewrite every stale generated file
     python tools/gen_schema.py --check     # exit 1 naming any stale one
 
-From uffdkvm/schema.py (the config): csrc/config_schema.h and the marked
+From uffdkvm/schema/fields.py (the config): csrc/config_schema.h and the marked
 sections of uffdkvm/config.py, uffdkvm/_core.pyi and docs/config.md. From
-uffdkvm/schema_results.py (the results, through tools/gen_results.py):
+uffdkvm/schema/results.py (the results, through tools/gen_results.py):
 csrc/result_schema.h and the marked sections of uffdkvm/result.py and
-docs/results.md. From uffdkvm/schema_faults.py (the test-only fault
+docs/results.md. From uffdkvm/schema/faults.py (the test-only fault
 injections, through tools/gen_faults.py): csrc/testhooks.h and the INJECT_
 constants of uffdkvm/_core.pyi. tests/test_schema.py fails while any of
 them is stale.
@@ -33,10 +33,10 @@ def _load(name: str, path: Path):
     return module
 
 
-schema = _load("uffdkvm_schema", ROOT / "uffdkvm" / "schema.py")
-schema_results = _load("uffdkvm_schema_results", ROOT / "uffdkvm" / "schema_results.py")
+schema = _load("uffdkvm_schema", ROOT / "uffdkvm" / "schema" / "fields.py")
+schema_results = _load("uffdkvm_schema_results", ROOT / "uffdkvm" / "schema" / "results.py")
 gen_results = _load("uffdkvm_gen_results", ROOT / "tools" / "gen_results.py")
-schema_faults = _load("uffdkvm_schema_faults", ROOT / "uffdkvm" / "schema_faults.py")
+schema_faults = _load("uffdkvm_schema_faults", ROOT / "uffdkvm" / "schema" / "faults.py")
 gen_faults = _load("uffdkvm_gen_faults", ROOT / "tools" / "gen_faults.py")
 COMMAND = schema.COMMAND
 

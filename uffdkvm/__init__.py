@@ -11,6 +11,8 @@ See README.md for the host requirements and docs/ for the API (guide.md), what
 every number means (measurements.md) and the CLI (cli.md).
 """
 from ._version import __version__
+from .analysis.spread import Ratio, Spread, ratio_of, spread_of, summarize
+from .analysis.sweep import SweepWarning, read_results, sweep
 from .config import Config, parse_size, read_touch_order
 from .errors import (
     ConfigError,
@@ -22,17 +24,15 @@ from .errors import (
     UffdkvmError,
 )
 from .histogram import Histogram
-from .host import HostInfo
-from .migration import MigrationResult, migrate
-from .migration_sweep import migration_sweep
+from .host.facts import HostInfo
+from .migration.migrate import MigrationResult, migrate
+from .migration.sweep import migration_sweep
 from .progress import Progress
-from .recorded import load_results
 from .result import DirtyPass, FaultTrace, MigrationRound, ReaderStats, Result, VcpuStats
 from .run import probe, run
 from .snapshot import make_snapshot
-from .spread import Ratio, Spread, ratio_of, spread_of, summarize
 from .support import backing_support, fault_path_support, source_support
-from .sweep import SweepWarning, read_results, sweep
+from .testing._recorded import load_results
 
 __all__ = [
     "Config", "ConfigError", "DirtyPass", "FaultTrace", "Histogram", "HostInfo",

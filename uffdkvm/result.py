@@ -11,12 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _core, frames, invariants, schema_results, serial, tables, touchorder
+from . import _core
+from . import _invariants as invariants
+from . import _touchorder as touchorder
 from .config import Config, format_size
 from .errors import ResultError
 from .histogram import Histogram
-from .host import HostInfo
-from .pageserver import PageServerStats
+from .host.facts import HostInfo
+from .io import frames, serial, tables
+from .pages.server import PageServerStats
+from .schema import results as schema_results
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -51,7 +55,7 @@ def _access_latency(counts: Sequence[int], cycles: int, tsc_khz: int) -> Histogr
 
 @dataclass(frozen=True)
 class VcpuStats:
-    # BEGIN GENERATED VcpuStats by uffdkvm/schema_results.py
+    # BEGIN GENERATED VcpuStats by uffdkvm/schema/results.py
     """One vCPU.
 
     Each fault in stages (ns Histograms; stats="full"). A fault is raised when
@@ -153,7 +157,7 @@ class VcpuStats:
 
 @dataclass(frozen=True)
 class DirtyPass:
-    # BEGIN GENERATED DirtyPass by uffdkvm/schema_results.py
+    # BEGIN GENERATED DirtyPass by uffdkvm/schema/results.py
     """One pass under dirty tracking (Config.dirty_tracking), as
     dirty_log_perf_test reports an iteration: pass ``iteration + 1`` of the
     run (pass 1 populates, untracked). The vCPUs wait at the pass's end
@@ -195,7 +199,7 @@ class DirtyPass:
 
 @dataclass(frozen=True)
 class MigrationRound:
-    # BEGIN GENERATED MigrationRound by uffdkvm/schema_results.py
+    # BEGIN GENERATED MigrationRound by uffdkvm/schema/results.py
     """One pre-copy round of a migration's source (Config.migration), its
     vCPUs running (docs/migration.md). Round 1 sends every page; each later
     round sends the pages the tracker found written during the one before.
@@ -242,7 +246,7 @@ class MigrationRound:
 
 @dataclass(frozen=True)
 class ReaderStats:
-    # BEGIN GENERATED ReaderStats by uffdkvm/schema_results.py
+    # BEGIN GENERATED ReaderStats by uffdkvm/schema/results.py
     """One reader thread of one uffd. Every counter is kept by the reader
     thread itself and kept on every exit.
 
@@ -346,7 +350,7 @@ class ReaderStats:
 
 @dataclass(frozen=True)
 class FaultTrace:
-    # BEGIN GENERATED FaultTrace by uffdkvm/schema_results.py
+    # BEGIN GENERATED FaultTrace by uffdkvm/schema/results.py
     """Every fault of a run (trace_faults=True), as columns, by read time.
     Times are CLOCK_MONOTONIC nanoseconds:
 
@@ -390,7 +394,7 @@ class FaultTrace:
 
 @dataclass(frozen=True)
 class Result:
-    # BEGIN GENERATED Result by uffdkvm/schema_results.py
+    # BEGIN GENERATED Result by uffdkvm/schema/results.py
     """One experiment.
 
     config                        the Config the run ran
@@ -759,7 +763,7 @@ class Result:
     # ---- frames (pandas, loaded on call) and JSON
 
     def to_frame(self) -> pandas.DataFrame:
-        """One row: Config fields, results and aggregates (see uffdkvm.frames)."""
+        """One row: Config fields, results and aggregates (see uffdkvm.io.frames)."""
         return frames.run_frame(self)
 
     def vcpus_frame(self) -> pandas.DataFrame:
@@ -779,7 +783,7 @@ class Result:
         return frames.faults_frame(self)
 
     def to_json(self, **dumps_kwargs: Any) -> str:
-        """Everything, losslessly, as one line of strict JSON (see uffdkvm.serial)."""
+        """Everything, losslessly, as one line of strict JSON (see uffdkvm.io.serial)."""
         return serial.to_json(self, **dumps_kwargs)
 
     @classmethod
@@ -787,7 +791,7 @@ class Result:
         """The Result that :meth:`to_json` wrote: ``Result.from_json(r.to_json()) == r``.
         Raises ResultError (a ValueError) naming what is wrong, for anything
         but a valid Result: text that is not JSON or over max_bytes, values
-        of the wrong type, and values no run could have made (uffdkvm.invariants:
+        of the wrong type, and values no run could have made (uffdkvm._invariants:
         a negative count, a total that is not the sum of its parts)."""
         result: Result = serial.from_json(cls, text, max_bytes)
         invariants.check_result(result)
@@ -855,7 +859,7 @@ def _from_raw(cls: type[_T], raw: dict[str, Any], unmeasured: Sequence[str] = ()
     """A cls (VcpuStats, ReaderStats, Result, ...) from one of the core's dicts.
 
     Every field the core counts has the core's own name (the schema's value,
-    uffdkvm/schema_results.py), so this is mechanical: field X is raw["X"],
+    uffdkvm/schema/results.py), so this is mechanical: field X is raw["X"],
     and the one conversion is a unit, field X_seconds being the core's
     duration raw["X_ns"] / 1e9 (None stays None: the core could not measure
     it). A list is a tuple, a histogram's dict a Histogram. Fields in

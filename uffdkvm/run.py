@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from . import _core, limits, schema
+from . import _core
 from .config import (
     BACKING_PAGE_SIZES,
     HUGETLB_BACKINGS,
@@ -20,10 +20,12 @@ from .config import (
     format_size,
 )
 from .errors import ConfigError, HostUnsupportedError, RunError, RunTimeoutError, UffdkvmError
-from .host import HostInfo, meminfo_bytes, usable_cpus_at_import
-from .pageserver import PageServer, PageServerError
+from .host import limits
+from .host.facts import HostInfo, meminfo_bytes, usable_cpus_at_import
+from .pages.server import PageServer, PageServerError
 from .progress import ProgressCallback, _Reporter, make_callback
 from .result import Result
+from .schema import fields as schema
 
 _ERRORS: dict[int, type[UffdkvmError]] = {
     _core.ERR_HOST: HostUnsupportedError, _core.ERR_RUN: RunError,
@@ -428,7 +430,7 @@ def run(config: Config | None = None, *, progress: bool | ProgressCallback | Non
 def _run(config: Config, progress: ProgressCallback | None = None,
          **core_fields: Any) -> Result:
     """run() for a Config; core_fields go to the core as they are (tests
-    inject failures this way, see uffdkvm._testing)."""
+    inject failures this way, see uffdkvm.testing._faults)."""
     _wait_for_earlier_runs()
     _check_fits_host(config)
     _check_pins(config)

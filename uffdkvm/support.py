@@ -16,7 +16,7 @@ from .config import (
     Config,
 )
 from .errors import UffdkvmError
-from .host import usable_cpus_at_import
+from .host.facts import usable_cpus_at_import
 from .run import probe, run
 from .snapshot import make_snapshot
 

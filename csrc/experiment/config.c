@@ -6,7 +6,7 @@
  * ("readers: ...") and spells values as the Python user writes them.
  *
  * The fields, their defaults, ranges and the rules of which field applies
- * when come from config_schema.h (generated from uffdkvm/schema.py): a
+ * when come from config_schema.h (generated from uffdkvm/schema/fields.py): a
  * generic pass over that table first, then the rules between fields that a
  * table does not say. Validating is pure: what this host or build lacks is
  * the setup's and the probe's to say (experiment.c).
@@ -295,7 +295,7 @@ static int config_check_memory(const struct ukvm_config *c, struct ukvm_error *e
 {
 	uint64_t unit;
 
-	/* The schema's guest page sizes (uffdkvm/schema.py, GUEST_PAGE_SIZES). */
+	/* The schema's guest page sizes (uffdkvm/schema/fields.py, GUEST_PAGE_SIZES). */
 #define G(bytes, name) c->guest_page_size != (bytes) &&
 	if (UKVM_GUEST_PAGE_SIZES(G) true)
 		BAD("guest_page_size: must be " UKVM_GUEST_PAGE_SIZE_NAMES ", not %llu bytes",

@@ -35,7 +35,7 @@
  * The link is a model: a page takes 4096 x 8 / link_bandwidth_mbps us of
  * it, the sender sleeps when it is ahead of the link, and a page arrives
  * link_latency_us after it left (the latency is added by the caller's
- * arithmetic, uffdkvm/migration.py: nothing here waits for an arrival).
+ * arithmetic, uffdkvm/migration/migrate.py: nothing here waits for an arrival).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -7,7 +7,7 @@
 
 /*
  * The field table is the schema's (config_schema.h, generated from
- * uffdkvm/schema.py): every key a core field by its struct member's name,
+ * uffdkvm/schema/fields.py): every key a core field by its struct member's name,
  * each required, none unknown. Each kind converts one way in and one way out.
  */
 enum field_type { F_U32, F_U64, F_BOOL, F_ENUM, F_DOUBLE, F_STRING, F_CPUS, F_PAGES };
@@ -306,7 +306,7 @@ int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 		}
 #endif
 		PyErr_Format(PyExc_KeyError, "%s: not a field of the core's config (fields: "
-			     "uffdkvm/schema.py)", name);
+			     "uffdkvm/schema/fields.py)", name);
 		return -1;
 	}
 	for (i = 0; i < NFIELDS(config_fields); i++) {
@@ -316,7 +316,7 @@ int pyconfig_from_dict(PyObject *dict, const char *fn, struct ukvm_config *cfg)
 		if (!item) {
 			pyconfig_free(cfg);
 			PyErr_Format(PyExc_KeyError, "%s: missing; the core takes every field of "
-				     "its config (uffdkvm/schema.py)", f->name);
+				     "its config (uffdkvm/schema/fields.py)", f->name);
 			return -1;
 		}
 		/*

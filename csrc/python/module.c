@@ -17,7 +17,7 @@
  * Py_LIMITED_API), so one abi3 build serves every later Python.
  *
  * Fault injection (the config's "inject" and "inject_after", the INJECT_*
- * constants, uffdkvm._testing) exists only in builds for the tests: setup.py
+ * constants, uffdkvm.testing._faults) exists only in builds for the tests: setup.py
  * defines UKVM_TEST_HOOKS when UFFDKVM_TEST_HOOKS=1 at build time, and
  * TEST_HOOKS says which build this is.
  */
@@ -332,7 +332,7 @@ static int add_constants(PyObject *m)
 		{ "ERR_TIMEOUT", UKVM_ERR_TIMEOUT },
 		{ "ERR_CANCELLED", UKVM_ERR_CANCELLED },
 #ifdef UKVM_TEST_HOOKS
-		/* The fault injections (testhooks.h, from uffdkvm/schema_faults.py). */
+		/* The fault injections (testhooks.h, from uffdkvm/schema/faults.py). */
 #define INJECT(id)	{ #id + 5, id },
 		UKVM_INJECTS(INJECT)
 #undef INJECT

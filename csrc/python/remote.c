@@ -108,7 +108,7 @@ static PyObject *core_pageserver_serve(PyObject *self, PyObject *args)
 }
 
 /*
- * A client connection (uffdkvm/pageserver.py's PageClient) is a capsule
+ * A client connection (uffdkvm/pages/server.py's PageClient) is a capsule
  * around one of these; the capsule's destructor closes it. busy is set
  * (under the GIL) while a call runs without the GIL, so that a second
  * thread's call or close() is refused instead of racing the first.
@@ -441,7 +441,7 @@ static PyMethodDef remote_methods[] = {
 	{ "pageserver_serve", core_pageserver_serve, METH_VARARGS,
 	  "pageserver_serve(snapshot_path, listen, latency_ns, bandwidth_mbps, max_inflight, "
 	  "ready_fd, stop_fd, key_file=None, handshake_timeout_s=0) -> dict\n\nServe the "
-	  "snapshot (the page server process's body: uffdkvm/pageserver.py), the GIL "
+	  "snapshot (the page server process's body: uffdkvm/pages/server.py), the GIL "
 	  "released, until SIGTERM or SIGINT or stop_fd (if >= 0) polls readable; writes "
 	  "\"ready ADDRESS\" to ready_fd once listening; every client proves it holds "
 	  "key_file's key (required for TCP). "

@@ -49,7 +49,7 @@ _Static_assert(sizeof(enum ukvm_clock_sync) == sizeof(int) &&
 	       sizeof(enum ukvm_source_kind) == sizeof(int), "R_ENUM reads an int");
 
 /*
- * The tables come from the result schema (uffdkvm/schema_results.py, through
+ * The tables come from the result schema (uffdkvm/schema/results.py, through
  * result_schema.h): each UKVM_<STRUCT>_FIELDS(X) lists X(member, conversion)
  * for what the binding hands over. len is an array member's elements.
  */

@@ -2,7 +2,7 @@
 /*
  * The page server's wire protocol, defined here and nowhere else: server.c
  * serves it, client.c speaks it, and Python speaks it through client.c
- * (uffdkvm/pageserver.py's PageClient calls _core's remote_* functions).
+ * (uffdkvm/pages/server.py's PageClient calls _core's remote_* functions).
  *
  * A stream socket (Unix or TCP) carries fixed-size little-endian records;
  * both ends are x86-64, so the structs below go on the wire as they are.

@@ -31,7 +31,7 @@
 
 #define SZ_2M	(2ULL << 20)
 
-/* Each backing's page size and kind are the schema's (uffdkvm/schema.py, BACKINGS). */
+/* Each backing's page size and kind are the schema's (uffdkvm/schema/fields.py, BACKINGS). */
 static const struct backing_kind {
 	uint64_t page_size;	/* its faults are resolved at this size */
 	bool shared;		/* a page cache: MINOR faults, an alias mapping */

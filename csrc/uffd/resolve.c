@@ -16,7 +16,7 @@
  * present and not shared with another process (EBUSY: a fork's copy-on-
  * write page). So each resolver stages pages in a private anonymous area
  * (MADV_DONTFORK: a fork of this process leaves its pages exclusive),
- * UKVM_MOVE_STAGE_BYTES (config_schema.h, from uffdkvm/schema.py) of 4 KiB
+ * UKVM_MOVE_STAGE_BYTES (config_schema.h, from uffdkvm/schema/fields.py) of 4 KiB
  * pages or one 2 MiB page (anonymous_thp, 2 MiB aligned, MADV_HUGEPAGE, so
  * that a whole huge page moves at once),
  * takes the next page per fault, fetches its bytes into it and moves it,

@@ -44,7 +44,7 @@
  * (benchmarks/RESULTS.md has the runs that showed it). All of it is
  * ordinary memory whatever the backing, and uffdkvm/run.py counts it in its
  * memory check. UKVM_READER_SRC_MAX (2 MiB) is in config_schema.h, from
- * uffdkvm/schema.py, which run.py reads too.
+ * uffdkvm/schema/fields.py, which run.py reads too.
  */
 
 struct ukvm_shared_buffer {

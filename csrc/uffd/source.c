@@ -14,7 +14,7 @@
  *              back with fdatasync, then dropped with POSIX_FADV_DONTNEED),
  *              or warm (read through once); mincore() on the mapping then
  *              counts what is cached, so a cold run can prove it was cold.
- *   remote     a page server process (remote/, uffdkvm/pageserver.py) that
+ *   remote     a page server process (remote/, uffdkvm/pages/server.py) that
  *              serves such a file over a socket, with its own latency and
  *              bandwidth model: each installing thread has a connection
  *              of its own, and a fault's request is marked urgent. The

@@ -1,4 +1,4 @@
-"""atheris target: the touch-order file's reader (uffdkvm/touchorder.py),
+"""atheris target: the touch-order file's reader (uffdkvm/_touchorder.py),
 which Config.replay_from reads, over arbitrary file contents.
 
 Each input is a file's bytes. ``touchorder.read`` must return page indices
@@ -20,7 +20,7 @@ import atheris
 
 with atheris.instrument_imports():
     import uffdkvm
-    from uffdkvm import touchorder
+    from uffdkvm import _touchorder as touchorder
 
 # Under $TMPDIR (the tests give it theirs); emptied after every input.
 DIR = tempfile.mkdtemp(prefix="uffdkvm-fuzz-touch-order-")

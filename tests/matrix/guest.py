@@ -42,7 +42,7 @@ def _keyed(support: dict) -> dict:
 
 def probe() -> dict:
     import uffdkvm
-    from uffdkvm import host
+    from uffdkvm.host import facts as host
 
     info = dataclasses.asdict(host.capture())
     return {"kernel_release": info["kernel_release"], "kvm_module": info["kvm_module"],

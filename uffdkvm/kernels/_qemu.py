@@ -26,7 +26,7 @@ import threading
 import time
 
 from ..errors import ConfigError, HostUnsupportedError
-from ..host import _kvm_params
+from ..host.facts import _kvm_params
 from . import _initramfs
 from ._kernel import Kernel, KernelUnavailableError
 

@@ -66,7 +66,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import ResultError
-from .schema import choices
+from .schema.fields import choices
 
 WAITS = choices("wait")
 

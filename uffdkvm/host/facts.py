@@ -449,7 +449,7 @@ def io_uring_refusal() -> str | None:
 
 def capture() -> HostInfo:
     """This host's facts, read now (as HostInfo.current())."""
-    from ._version import __version__
+    from .._version import __version__
 
     uname = os.uname()
     model, hypervisor = _cpuinfo()

@@ -57,7 +57,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, ResultError
+from ..errors import ConfigError, ResultError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -334,7 +334,7 @@ def swept_fields(df: pandas.DataFrame) -> list[str]:
     Config's order: what tells its points apart (``trial`` and measurements
     are not Config fields; Config's derived columns, ``region_bytes`` and
     such, are left out too)."""
-    from .config import Config
+    from ..config import Config
     fields = [f.name for f in dataclasses.fields(Config)]
     return [f for f in fields if f in df.columns
             and len({_key(v) for v in df[f]}) > 1]
@@ -362,7 +362,7 @@ def summarize(df: pandas.DataFrame, metric: str | Sequence[str] = "pages_per_s",
     sweep's error rows) counts in ``_failed``. Points whose ``by`` values
     are missing (None, NaN) group together, not dropped.
     """
-    from .frames import _pandas
+    from ..io.frames import _pandas
     pd = _pandas()
     _check(confidence, resamples, seed)
     metrics = [metric] if isinstance(metric, str) else list(metric)

@@ -22,17 +22,25 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from .cli_common import EXIT_OK, CliError, guarded
-from .errors import ConfigError
-from .pageserver import serve, write_key
+from ..errors import ConfigError
+from ..pages.server import serve, write_key
+from ._common import EXIT_OK, CliError, alone, guarded
+
+NAME = "serve"
+PROG = f"uffdkvm {NAME}"
+HELP = "serve a snapshot's pages to runs here or on another host"
+PARSER: dict[str, Any] = dict(
+    description="Serve a snapshot's bytes to runs with source='remote' and "
+                "source_address (and source_key_file) set, on this host or another.")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="uffdkvm serve",
-        description="Serve a snapshot's bytes to runs with source='remote' and "
-                    "source_address (and source_key_file) set, on this host or another.")
+    return alone(PROG, PARSER, add_arguments)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("snapshot", metavar="SNAPSHOT", help="the file to serve "
                    "(uffdkvm.make_snapshot writes one; keep it mode 0600: it is guest memory)")
     p.add_argument("--listen", required=True, metavar="ADDRESS",
@@ -48,16 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model's one link, megabits per second (0: unlimited)")
     p.add_argument("--max-inflight", type=int, default=0, metavar="N",
                    help="requests served at once (0: no cap)")
-    return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    return guarded("uffdkvm serve", argv, lambda: _serve(argv))
+def command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``uffdkvm serve`` once its flags are parsed: returns its exit status."""
+    return guarded(PROG, argv, lambda: _serve(args))
 
 
-def _serve(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+def _serve(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.snapshot):
         raise ConfigError(f"snapshot {args.snapshot}: no such file; give the snapshot to serve "
                           "(uffdkvm.make_snapshot writes one)", field="snapshot_path")

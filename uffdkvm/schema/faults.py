@@ -1,5 +1,5 @@
 """The one declaration of every test-only fault injection, the test side of
-uffdkvm/schema.py: what each breaks and which tests use it.
+uffdkvm/schema/fields.py: what each breaks and which tests use it.
 
 Pure data, the standard library only, importable without the extension.
 The one command that writes the config's files writes these too:
@@ -10,7 +10,7 @@ The one command that writes the config's files writes these too:
 From FAULTS come csrc/testhooks.h (enum ukvm_inject, each entry's comment,
 UKVM_INJECTS(X) that the binding walks to export INJECT_<NAME>), the
 INJECT_ constants of uffdkvm/_core.pyi, and, read at import,
-uffdkvm._testing.FAULTS. tests/test_injected_failures.py checks that every
+uffdkvm.testing._faults.FAULTS. tests/test_injected_failures.py checks that every
 entry's tests name it.
 
 A fault's ``name`` is what run_with_fault() takes; its C enumerator is

@@ -1,7 +1,7 @@
-"""The page server process's body: ``python -m uffdkvm.serve_pages``.
+"""The page server process's body: ``python -m uffdkvm.pages.process``.
 
-:class:`uffdkvm.pageserver.PageServer` starts it; ``uffdkvm serve`` is the
-same server as a user command (uffdkvm/cli_serve.py). A module of its own,
+:class:`uffdkvm.pages.server.PageServer` starts it; ``uffdkvm serve`` is the
+same server as a user command (uffdkvm/cli/serve.py). A module of its own,
 which the package never imports, so that running it does not run a module
 the package has imported already.
 """
@@ -15,7 +15,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m uffdkvm.serve_pages",
+        prog="python -m uffdkvm.pages.process",
         description="Serve a snapshot file's bytes to uffdkvm's readers (csrc/remote/protocol.h). "
                     "Prints 'ready ADDRESS' once listening; stops on SIGTERM, SIGINT or when "
                     "stdin closes.")
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--remove-dir", help="a directory to remove on exit (the socket's and "
                         "the key's: the key file in it is removed first)")
     args = parser.parse_args(argv)
-    from .errors import UffdkvmError
-    from .pageserver import serve
+    from ..errors import UffdkvmError
+    from .server import serve
 
     try:
         serve(args.snapshot, args.listen, key_file=args.key_file, latency_us=args.latency_us,
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
               ready_fd=sys.stdout.fileno(), stop_fd=sys.stdin.fileno(),
               handshake_timeout_s=args.handshake_timeout_s)
     except UffdkvmError as e:
-        print(f"uffdkvm.serve_pages: {e}", file=sys.stderr)
+        print(f"uffdkvm.pages.process: {e}", file=sys.stderr)
         return 1
     finally:
         if args.remove_dir:

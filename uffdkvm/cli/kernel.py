@@ -21,25 +21,30 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from . import cli_run, cli_sweep, kernels
-from .cli_common import (
+from .. import kernels
+from ..config import Config
+from ..errors import ConfigError
+from ..kernels import _debian, _guest, _qemu
+from ..testing import Comparison, _check_fraction
+from . import run as cli_run
+from . import sweep as cli_sweep
+from ._common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_STATUS_HELP,
     MAIN_CPU_IN_GUEST,
     CliError,
     add_run_arguments,
+    alone,
     as_is,
     guarded,
     pop_cli_options,
     split_pins,
 )
-from .config import Config
-from .errors import ConfigError
-from .kernels import _debian, _guest, _qemu
-from .testing import Comparison, _check_fraction
 
-PROG = "uffdkvm kernel"
+NAME = "kernel"
+PROG = f"uffdkvm {NAME}"
+HELP = "run, sweep or compare in another kernel, booted under QEMU"
 # compare's flags take their defaults where they are declared.
 COMPARE_DEFAULTS = {
     **{name: p.default for name, p in inspect.signature(kernels.compare).parameters.items()
@@ -76,16 +81,25 @@ def _guest_options(fields: dict[str, Any]) -> dict[str, Any]:
             "call_timeout_s": fields.pop("call_timeout")}
 
 
+PARSER: dict[str, Any] = dict(
+    description="Run uffdkvm's experiments in another kernel, booted under "
+    "QEMU with this host's / as its root (read-only): Debian's own kernels, fetched "
+    "with apt, or one you built. Each command's output is what it prints here, from "
+    "the guest; under TCG (no KVM that nests here) every rate is the emulator's, and "
+    "only ratios between runs mean anything.",
+    epilog=EXIT_STATUS_HELP + " A kernel that cannot be had (not in Debian's archive "
+    "any more, no network, no QEMU) exits 4, saying why.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG, description="Run uffdkvm's experiments in another kernel, booted under "
-        "QEMU with this host's / as its root (read-only): Debian's own kernels, fetched "
-        "with apt, or one you built. Each command's output is what it prints here, from "
-        "the guest; under TCG (no KVM that nests here) every rate is the emulator's, and "
-        "only ratios between runs mean anything.",
-        epilog=EXIT_STATUS_HELP + " A kernel that cannot be had (not in Debian's archive "
-        "any more, no network, no QEMU) exits 4, saying why.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    return alone(PROG, PARSER, add_arguments)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    # Plain parsers below (not uffdkvm's, which hand a subcommand's flags over
+    # as one value): this command reads its subcommand's flags beside its own.
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           parser_class=argparse.ArgumentParser)
     sub.add_parser("list", help="Debian's kernels by name, what each tracks, and which "
                    "are fetched")
 
@@ -99,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "(uffdkvm sweep --help)")
     sweep.add_argument("kernel", metavar="KERNEL", help=KERNEL_HELP)
     _guest_arguments(sweep)
-    cli_sweep.add_sweep_arguments(sweep)
+    cli_sweep.add_arguments(sweep)
 
     compare = sub.add_parser("compare", help="one experiment in kernel A and in kernel B, "
                              "interleaved trials, B / A with its interval and a verdict")
@@ -125,20 +139,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 1 when the verdict is this (repeatable), as a CI gate: "
                         "--fail-if worse")
     add_run_arguments(compare, as_is, "print the comparison as one line of JSON")
-    return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The ``uffdkvm kernel`` command: returns its exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+def command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``uffdkvm kernel`` once its flags are parsed: returns its exit status."""
     # SIGTERM (a CI job cancelled, `kill`) ends the command as an exception
     # does, so that the guest is powered off (Python's default would skip
     # every cleanup and leave QEMU running). Only where signals can be set.
     if threading.current_thread() is not threading.main_thread():
-        return guarded(PROG, argv, lambda: _command(argv))
+        return guarded(PROG, argv, lambda: _command(vars(args)))
     before = signal.signal(signal.SIGTERM, _terminated)
     try:
-        return guarded(PROG, argv, lambda: _command(argv))
+        return guarded(PROG, argv, lambda: _command(vars(args)))
     finally:
         signal.signal(signal.SIGTERM, before)
 
@@ -147,8 +159,7 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _command(argv: list[str]) -> int:
-    fields = vars(build_parser().parse_args(argv))
+def _command(fields: dict[str, Any]) -> int:
     command = fields.pop("command")
     if command == "list":
         print(_list())

@@ -37,8 +37,14 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import tables
-from .cli_common import (
+from ..analysis.spread import Spread, spread_of
+from ..analysis.sweep import SweepWarning, points, sweep
+from ..config import BACKING_PAGE_SIZES, GUEST_PAGE_SIZES, PIN_SCHEDULER, Config, format_size
+from ..errors import HostUnsupportedError, UffdkvmError
+from ..io import tables
+from ..run import probe, run
+from ..support import backing_support
+from ._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -49,6 +55,7 @@ from .cli_common import (
     CliError,
     Convert,
     add_run_arguments,
+    alone,
     booted,
     called,
     console_progress,
@@ -58,12 +65,6 @@ from .cli_common import (
     pop_cli_options,
     split_pins,
 )
-from .config import BACKING_PAGE_SIZES, GUEST_PAGE_SIZES, PIN_SCHEDULER, Config, format_size
-from .errors import HostUnsupportedError, UffdkvmError
-from .run import probe, run
-from .spread import Spread, spread_of
-from .support import backing_support
-from .sweep import SweepWarning, points, sweep
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
 # --spread: what a cell shows beside the median, and how the footer says it.
@@ -72,7 +73,9 @@ SPREADS = {
     "iqr": "(interquartile range: 25th-75th percentile)",
     "minmax": "(min-max)",
 }
-PROG = "uffdkvm sweep"
+NAME = "sweep"
+PROG = f"uffdkvm {NAME}"
+HELP = "many runs over a grid of values, one comparison table"
 
 
 def _list_of(convert: Convert) -> Convert:
@@ -122,29 +125,29 @@ def _setting(text: str) -> tuple[str, list[Any]]:
     return field, [_convert(field, hint, v.strip()) for v in values.split(",")]
 
 
+PARSER: dict[str, Any] = dict(
+    description="Run KVM demand-paging experiments over every combination of the "
+    "given values and print one comparison table. Takes the flags of the run command "
+    "(uffdkvm --help); each flag that sets one Config field also takes a "
+    "comma-separated list (-r 1,2,4 --wait poll,epoll_exclusive), and --set sweeps any "
+    "Config field.",
+    epilog="Table: one row per combination of the swept fields, one column per --wait "
+    "mode (or, when --wait is fixed, per value of the last swept field); each cell is "
+    "the median of --metric over the trials with, in brackets, the bootstrap 95% "
+    "confidence interval of that median (--spread). Below it: the coefficient of "
+    "variation (stdev/mean) of the trials per column. Every argument, --metric "
+    "included, is checked and the host probed before the first run; a run that fails "
+    "is reported and the sweep goes on. " + EXIT_STATUS_HELP.replace(
+        "1 the run failed or its memory did not verify", "1 some run failed or did not "
+        "verify").replace("4 this host", "4 pandas is missing, or this host") +
+    " After an interrupt the finished runs are in --out.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        description="Run KVM demand-paging experiments over every combination of the "
-        "given values and print one comparison table. Takes the flags of the run command "
-        "(uffdkvm --help); each flag that sets one Config field also takes a "
-        "comma-separated list (-r 1,2,4 --wait poll,epoll_exclusive), and --set sweeps any "
-        "Config field.",
-        epilog="Table: one row per combination of the swept fields, one column per --wait "
-        "mode (or, when --wait is fixed, per value of the last swept field); each cell is "
-        "the median of --metric over the trials with, in brackets, the bootstrap 95% "
-        "confidence interval of that median (--spread). Below it: the coefficient of "
-        "variation (stdev/mean) of the trials per column. Every argument, --metric "
-        "included, is checked and the host probed before the first run; a run that fails "
-        "is reported and the sweep goes on. " + EXIT_STATUS_HELP.replace(
-            "1 the run failed or its memory did not verify", "1 some run failed or did not "
-            "verify").replace("4 this host", "4 pandas is missing, or this host") +
-        " After an interrupt the finished runs are in --out.")
-    add_sweep_arguments(p)
-    return p
+    return alone(PROG, PARSER, add_arguments)
 
 
-def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The sweep command's flags: the run command's, each taking a list, and its own."""
     add_run_arguments(p, _list_of, "print every run as one line of JSON (the frame's rows) "
                       "instead of the table")
@@ -295,14 +298,9 @@ def _isnan(v: Any) -> bool:
 
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The ``uffdkvm sweep`` command: returns its exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    return guarded(PROG, argv, lambda: _sweep_command(argv))
-
-
-def _sweep_command(argv: list[str]) -> int:
-    return sweep_fields(vars(build_parser().parse_args(argv)))
+def command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``uffdkvm sweep`` once its flags are parsed: returns its exit status."""
+    return guarded(PROG, argv, lambda: sweep_fields(vars(args)))
 
 
 def sweep_fields(options: dict[str, Any], boot: Boot | None = None) -> int:
@@ -406,7 +404,7 @@ def _preflight(configs: list[Config],
     for --metric. Raises HostUnsupportedError when no point can run here (a
     host without KVM, say), so that the sweep does not run every point to
     fail each; None when the tiny run failed otherwise (the sweep will say)."""
-    from .frames import run_row
+    from ..io.frames import run_row
 
     first: HostUnsupportedError | None = None
     for i, config in enumerate(configs):

@@ -30,13 +30,17 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import schema, tables
-from .cli_common import (
+from ..config import PIN_SCHEDULER, Config, parse_size
+from ..io import tables
+from ..result import Result
+from ..run import run
+from ..schema import fields as schema
+from ..support import backing_support, fault_path_support
+from ._common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_STATUS_HELP,
@@ -44,6 +48,7 @@ from .cli_common import (
     GUEST_MODES,
     add_field_argument,
     add_run_arguments,
+    alone,
     as_is,
     console_progress,
     format_backing_support,
@@ -54,12 +59,10 @@ from .cli_common import (
     split_pins,
     uffd_mode,
 )
-from .config import PIN_SCHEDULER, Config, parse_size
-from .result import Result
-from .run import run
-from .support import backing_support, fault_path_support
 
-PROG = "uffdkvm dirty-log"
+NAME = "dirty-log"
+PROG = f"uffdkvm {NAME}"
+HELP = "track the pages a guest dirties: dirty_log_perf_test's flags and lines"
 # Config.dirty_tracking's values (the schema's): KVM_GET_DIRTY_LOG alone
 # (upstream's -g), with KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 and KVM_CLEAR_DIRTY_LOG
 # (upstream's default), the dirty ring, userfaultfd WP_ASYNC with PAGEMAP_SCAN.
@@ -281,27 +284,32 @@ def _not_used(value: str) -> None:
         "dirty_log_perf_test parses -p but never uses it)")
 
 
+# "resolve": the flags added after add_run_arguments take their letters
+# from the run command's (-a, -r, -u), as upstream's letters mean here.
+PARSER: dict[str, Any] = dict(
+    conflict_handler="resolve",
+    description="Track the pages a KVM guest dirties: dirty_log_perf_test's "
+    "experiment and flags, its lines first, then uffdkvm's table of every tracked "
+    "pass. Pass 1 populates memory, dirty tracking is enabled, then each of -i "
+    "iterations dirties memory, harvests the dirty pages and re-protects them.",
+    epilog="Upstream's letters keep upstream's meaning here: -a is random access (one "
+    "userfaultfd is --single-uffd), -r the seed (readers per uffd are --readers), and "
+    "-u defaults to NONE, as dirty_log_perf_test has no userfaultfd. -o: every vCPU "
+    "walks all the memory, vcpus x -b, as upstream's. Upstream's -e, -n, -p and -x "
+    "(but -x 1) are refused. " + EXIT_STATUS_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    # "resolve": the flags added after add_run_arguments take their letters
-    # from the run command's (-a, -r, -u), as upstream's letters mean here.
-    p = argparse.ArgumentParser(
-        prog=PROG, conflict_handler="resolve",
-        description="Track the pages a KVM guest dirties: dirty_log_perf_test's "
-        "experiment and flags, its lines first, then uffdkvm's table of every tracked "
-        "pass. Pass 1 populates memory, dirty tracking is enabled, then each of -i "
-        "iterations dirties memory, harvests the dirty pages and re-protects them.",
-        epilog="Upstream's letters keep upstream's meaning here: -a is random access (one "
-        "userfaultfd is --single-uffd), -r the seed (readers per uffd are --readers), and "
-        "-u defaults to NONE, as dirty_log_perf_test has no userfaultfd. -o: every vCPU "
-        "walks all the memory, vcpus x -b, as upstream's. Upstream's -e, -n, -p and -x "
-        "(but -x 1) are refused. " + EXIT_STATUS_HELP)
+    return alone(PROG, PARSER, add_arguments)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p, as_is, "print the whole result as one line of JSON "
                       "(Result.to_json(): Result.dirty_passes, one per iteration) instead "
                       "of text")
     d = Config()
     _add_upstream_arguments(p.add_argument_group("dirty_log_perf_test's flags"), d)
     _add_own_arguments(p.add_argument_group("uffdkvm's own"), d)
-    return p
 
 
 def _add_upstream_arguments(up: argparse._ArgumentGroup, d: Config) -> None:
@@ -398,14 +406,13 @@ def fields_of(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:
     return fields, main_cpu
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``uffdkvm dirty-log``: returns its exit status (EXIT_STATUS_HELP)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    return guarded(PROG, argv, lambda: _run_command(argv))
+def command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``uffdkvm dirty-log`` once its flags are parsed: returns its exit status
+    (EXIT_STATUS_HELP)."""
+    return guarded(PROG, argv, lambda: _run_command(args))
 
 
-def _run_command(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+def _run_command(args: argparse.Namespace) -> int:
     if args.list_backings:
         print(format_backing_support(backing_support()))
         print(format_fault_path_support(fault_path_support()))

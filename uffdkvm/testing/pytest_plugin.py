@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .host import HostInfo
-    from .result import Result
+    from ..host.facts import HostInfo
+    from ..result import Result
 
 MARKER = "uffdkvm_requires"
 
@@ -91,7 +91,7 @@ class _Recorder:
             raise pytest.UsageError(f"--uffdkvm-results {path}: cannot write it: {e}") from None
 
     def write(self, nodeid: str, result: Result) -> None:
-        from .recorded import record_line
+        from ._recorded import record_line
         line = record_line(nodeid, result) + "\n"
         with self._lock, open(self.path, "a", encoding="utf-8") as f:
             f.write(line)
@@ -113,8 +113,8 @@ def _usage_errors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]
         else:
             fields[name] = value
     if fields:
-        from .config import Config
-        from .errors import ConfigError
+        from ..config import Config
+        from ..errors import ConfigError
         try:
             Config(**fields)
         except TypeError as e:
@@ -174,8 +174,8 @@ def _missing(features: tuple[str, ...], kwargs: tuple[tuple[str, Any], ...]) -> 
 def _kvm_unusable() -> str | None:
     """Why no experiment runs here (no usable /dev/kvm or userfaultfd), or None:
     the smallest config, probed."""
-    from .errors import HostUnsupportedError
-    from .run import probe
+    from ..errors import HostUnsupportedError
+    from ..run import probe
     try:
         probe(vcpus=1, mem_per_vcpu="4K")
     except HostUnsupportedError as e:
@@ -207,9 +207,9 @@ def kvm_cap_missing(cap: str, number: int, path: str = "/dev/kvm") -> str | None
 def _feature_missing(feature: str) -> str | None:
     if feature in KVM_CAPS:
         return kvm_cap_missing(*KVM_CAPS[feature])
-    from .config import Config
-    from .errors import HostUnsupportedError
-    from .run import run
+    from ..config import Config
+    from ..errors import HostUnsupportedError
+    from ..run import run
     try:
         r = run(Config(vcpus=1, mem_per_vcpu="64K", **FEATURES[feature]))
     except HostUnsupportedError as e:
@@ -218,7 +218,7 @@ def _feature_missing(feature: str) -> str | None:
 
 
 def _count_missing(name: str, wanted: int) -> str | None:
-    from .host import HostInfo
+    from ..host.facts import HostInfo
     host = HostInfo.current()
     if name == "cpus":
         if host.usable_cpus < wanted:
@@ -237,9 +237,9 @@ def _count_missing(name: str, wanted: int) -> str | None:
 def _config_refused(fields: tuple[tuple[str, Any], ...]) -> str | None:
     """Why probe() refuses a Config of these fields here, or None. Fields
     not given are the defaults, but for one vCPU and one page of memory."""
-    from .config import BACKING_PAGE_SIZES, Config
-    from .errors import HostUnsupportedError
-    from .run import probe
+    from ..config import BACKING_PAGE_SIZES, Config
+    from ..errors import HostUnsupportedError
+    from ..run import probe
     given = dict(fields)
     given.setdefault("vcpus", 1)
     given.setdefault("mem_per_vcpu", BACKING_PAGE_SIZES[Config(**given).backing])
@@ -259,7 +259,7 @@ def uffdkvm_host() -> HostInfo:
     why = _kvm_unusable()
     if why:
         pytest.skip(f"uffdkvm: {why}")
-    from .host import HostInfo
+    from ..host.facts import HostInfo
     return HostInfo.current()
 
 
@@ -269,8 +269,8 @@ def uffdkvm_run(request: pytest.FixtureRequest) -> Callable[..., Result]:
     its key figures into the test's user_properties (``uffdkvm[i].pages_per_s``,
     ``faults``, ``seconds``, ``verified`` for the test's i-th run) and, with
     --uffdkvm-results PATH, a JSON line into PATH."""
-    from .frames import RESULT_RENAMES
-    from .run import run
+    from ..io.frames import RESULT_RENAMES
+    from ..run import run
     names = {attr: RESULT_RENAMES.get(attr, attr) for attr in PROPERTIES}
     node = request.node
     recorder = request.config.stash.get(_results_key, None)

@@ -1,9 +1,9 @@
 """The one declaration of every result value: what the core measures and
-what Python makes of it, the result side of uffdkvm/schema.py.
+what Python makes of it, the result side of uffdkvm/schema/fields.py.
 
 Pure data, the standard library only, importable without the extension.
 Everything below is generated from STRUCTS by the one command that writes
-the config's files too (see uffdkvm/schema.py):
+the config's files too (see uffdkvm/schema/fields.py):
 
     python tools/gen_schema.py --write     # rewrite every generated file
     python tools/gen_schema.py --check     # exit 1 naming any stale one

@@ -52,10 +52,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Config
-from .errors import ConfigError
-from .result import Result
-from .spread import CONFIDENCE, RESAMPLES, SEED, Ratio, ratio_of, spread_of
+from ..analysis.spread import CONFIDENCE, RESAMPLES, SEED, Ratio, ratio_of, spread_of
+from ..config import Config
+from ..errors import ConfigError
+from ..result import Result
 
 __all__ = ["Comparison", "assert_faster", "assert_not_slower", "compare", "trials_needed"]
 
@@ -217,7 +217,7 @@ def _run_side(config: Config, setup: Setup | None, metric: str,
     """One trial of one side: its metric, from ``runner`` (uffdkvm.run, or
     a Guest's run for a kernel under QEMU)."""
     if runner is None:
-        from .run import run
+        from ..run import run
         runner = run
     configs = [config]
     if metric == "overhead_ns_per_page":

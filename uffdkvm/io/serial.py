@@ -31,7 +31,7 @@ where it catches real mistakes:
 
 What the values mean (counts non-negative, totals the sums of their parts)
 is checked after decoding, by the class's own check (Result's is
-uffdkvm.invariants).
+uffdkvm._invariants).
 
 ``schema`` is raised when an existing field changes meaning or type; older
 schemas are read by migrating them first (:data:`MIGRATIONS`).
@@ -73,7 +73,7 @@ import types
 import typing
 from typing import Any
 
-from .errors import ResultError
+from ..errors import ResultError
 
 SCHEMA = 4
 

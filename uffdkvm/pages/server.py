@@ -3,7 +3,7 @@
 For ``source="remote"``: the readers fetch each faulted page from a server
 that uffdkvm starts and stops, as QEMU's post-copy destination asks the
 migration source. The server is C (csrc/remote/server.c) run inside
-``python -m uffdkvm.serve_pages``; it models a remote source on its side:
+``python -m uffdkvm.pages.process``; it models a remote source on its side:
 a latency per request, one link of a given bandwidth, a cap on the
 requests in flight, and faults (URGENT requests) served ahead of queued
 background ones. The wire protocol is defined in one place,
@@ -44,10 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NamedTuple
 
-from . import _core
-from ._spawn import child_env, python_command
-from .config import REMOTE_TRANSPORTS as TRANSPORTS
-from .errors import ConfigError, HostUnsupportedError, RunError
+from .. import _core
+from .._spawn import child_env, python_command
+from ..config import REMOTE_TRANSPORTS as TRANSPORTS
+from ..errors import ConfigError, HostUnsupportedError, RunError
 
 START_TIMEOUT_S = 30.0   # Python's start and the import of uffdkvm, on a loaded host
 KEY_BYTES = 32           # a fresh key's random bytes (written as 64 hex digits)
@@ -109,7 +109,7 @@ class PageServerStats:
 # The fields above are typed for mypy; the names are the core's. A core
 # whose list differs is refused here, at import, not somewhere in a result.
 if tuple(f.name for f in dataclasses.fields(PageServerStats)) != _core.REMOTE_STATS_FIELDS:
-    raise ImportError("uffdkvm.pageserver: PageServerStats does not match the C core's "
+    raise ImportError("uffdkvm.pages.server: PageServerStats does not match the C core's "
                       f"counters {_core.REMOTE_STATS_FIELDS} (csrc/ukvm.h, "
                       "UKVM_REMOTE_STATS_FIELDS): rebuild, or update the dataclass")
 # What each counter means, from the same list.
@@ -494,7 +494,7 @@ class PageServer:
                 "--remove-dir", p.tmpdir]
         # The child imports this uffdkvm, wherever it was imported from, and
         # never a uffdkvm/ in our working directory (_spawn says why).
-        cmd = python_command(module="uffdkvm.serve_pages", args=args)
+        cmd = python_command(module="uffdkvm.pages.process", args=args)
         env = child_env()
         p.stderr = tempfile.TemporaryFile()
         with _sigint_deferred():

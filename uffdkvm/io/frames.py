@@ -39,14 +39,14 @@ import typing
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .errors import MissingDependencyError, ResultError
-from .histogram import Histogram
+from ..errors import MissingDependencyError, ResultError
+from ..histogram import Histogram
 from .serial import type_hints
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
-    from .config import Config
+    from ..config import Config
 
 # A uffdkvm.Result (not imported: result.py imports this module).
 Result = Any

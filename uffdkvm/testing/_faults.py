@@ -7,24 +7,25 @@ made for the tests, with UFFDKVM_TEST_HOOKS=1 in the environment (setup.py
 leaves this file out of other builds; _core.TEST_HOOKS says which build
 this is).
 
-    from uffdkvm._testing import run_with_fault
+    from uffdkvm.testing._faults import run_with_fault
     run_with_fault(cfg, "resolve_eio", after=3)    # raises RunError (EIO)
 """
 from __future__ import annotations
 
 from typing import Any
 
-from . import _core, schema_faults
-from .config import Config
-from .migration import KNOBS, MigrationResult, _migrate
-from .result import Result
-from .run import _config_of, _raise_from_core, _run
+from .. import _core
+from ..config import Config
+from ..migration.migrate import KNOBS, MigrationResult, _migrate
+from ..result import Result
+from ..run import _config_of, _raise_from_core, _run
+from ..schema import faults as schema_faults
 
 if not _core.TEST_HOOKS:
-    raise ImportError("uffdkvm._testing needs a uffdkvm._core built with test hooks "
+    raise ImportError("uffdkvm.testing._faults needs a uffdkvm._core built with test hooks "
                       f"({_core.__file__} has none): build it with UFFDKVM_TEST_HOOKS=1 "
                       "in the environment")
-#: Each fault's name and the core's constant for it, from uffdkvm/schema_faults.py
+#: Each fault's name and the core's constant for it, from uffdkvm/schema/faults.py
 #: (which says what each breaks and which tests use it).
 FAULTS = {f.name: getattr(_core, f"INJECT_{f.c_name}") for f in schema_faults.FAULTS}
 

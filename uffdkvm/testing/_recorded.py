@@ -1,5 +1,5 @@
 """The runs a pytest session recorded (``pytest --uffdkvm-results PATH``):
-one JSON line per run, written by the plugin (uffdkvm.pytest_plugin), read
+one JSON line per run, written by the plugin (uffdkvm.testing.pytest_plugin), read
 back by :func:`load_results`."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from .errors import ResultError
-from .frames import _pandas, run_row
-from .result import Result
-from .serial import MAX_JSON_BYTES, encode
+from ..errors import ResultError
+from ..io.frames import _pandas, run_row
+from ..io.serial import MAX_JSON_BYTES, encode
+from ..result import Result
 
 if TYPE_CHECKING:
     import pandas

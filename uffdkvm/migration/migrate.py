@@ -30,11 +30,11 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import schema
-from .config import PAGE_SIZE, Config
-from .errors import ConfigError
-from .result import MigrationRound, Result
-from .run import _config_of, _run
+from ..config import PAGE_SIZE, Config
+from ..errors import ConfigError
+from ..result import MigrationRound, Result
+from ..run import _config_of, _run
+from ..schema import fields as schema
 
 if TYPE_CHECKING:
     import pandas
@@ -130,12 +130,12 @@ class MigrationResult:
         """One row: the scalars above, the knobs (link_bandwidth_mbps, ...),
         and the source's and destination's Result columns prefixed
         ``source_`` and ``destination_``."""
-        from .frames import migration_frame
+        from ..io.frames import migration_frame
         return migration_frame(self, KNOBS)
 
     def rounds_frame(self) -> pandas.DataFrame:
         """One row per pre-copy round (the source's migration_rounds)."""
-        from .frames import table_frame
+        from ..io.frames import table_frame
         return table_frame(self.source, "migration_rounds")
 
     def to_dict(self) -> dict[str, Any]:
@@ -183,7 +183,7 @@ def _migrate(base: Config, mode: str, knobs: dict[str, Any],
              postcopy_prefetch: str = "background", **source_core_fields: Any) -> MigrationResult:
     """migrate() for a workload and the knobs; source_core_fields go to the
     source's core as they are (tests inject failures this way, see
-    uffdkvm._testing)."""
+    uffdkvm.testing._faults)."""
     if mode not in MODES:
         raise ConfigError(f"mode: {mode!r} is not one of {', '.join(map(repr, MODES))}",
                           field="mode")

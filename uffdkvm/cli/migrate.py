@@ -15,35 +15,43 @@ uffdkvm's: 0 when the migration verified, 1 when it did not.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
+from typing import Any
 
-from . import schema, tables
-from .cli_common import (
+from ..config import PAGE_SIZE
+from ..io import tables
+from ..migration.migrate import DEFAULT_TRACKER, KNOBS, MODES, MigrationResult, migrate
+from ..schema import fields as schema
+from ._common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_STATUS_HELP,
     add_field_argument,
     add_run_arguments,
+    alone,
     as_is,
     choice,
     guarded,
     pop_cli_options,
 )
-from .config import PAGE_SIZE
-from .migration import DEFAULT_TRACKER, KNOBS, MODES, MigrationResult, migrate
 
-PROG = "uffdkvm migrate"
+NAME = "migrate"
+PROG = f"uffdkvm {NAME}"
+HELP = "migrate a running guest live (pre-copy, post-copy or hybrid)"
+PARSER: dict[str, Any] = dict(
+    description="Migrate a running guest live: a source VM whose guest keeps writing while "
+    "its memory crosses a modelled link, then a destination VM that runs on from it "
+    "(docs/migration.md).", epilog=EXIT_STATUS_HELP)
 DEFAULT_MEM = "64M"
 PREFETCHES = schema.choices("prefetch")
 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG, description="Migrate a running guest live: a source VM whose guest "
-        "keeps writing while its memory crosses a modelled link, then a destination VM "
-        "that runs on from it (docs/migration.md).", epilog=EXIT_STATUS_HELP)
+    return alone(PROG, PARSER, add_arguments)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p, as_is, "print the whole migration as one line of JSON "
                       "(MigrationResult.to_json()) instead of text")
     p.set_defaults(mem_per_vcpu=DEFAULT_MEM)
@@ -62,7 +70,6 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--postcopy-prefetch", dest="postcopy_prefetch", type=choice(PREFETCHES),
                    default="background", help="the destination's prefetch for what it does "
                    "not hold (default %(default)s: stream it behind the faults)")
-    return p
 
 
 def format_text(m: MigrationResult) -> str:
@@ -92,13 +99,12 @@ def format_text(m: MigrationResult) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    return guarded(PROG, argv, lambda: _run_command(argv))
+def command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``uffdkvm migrate`` once its flags are parsed: returns its exit status."""
+    return guarded(PROG, argv, lambda: _run_command(vars(args)))
 
 
-def _run_command(argv: list[str]) -> int:
-    fields = vars(build_parser().parse_args(argv))
+def _run_command(fields: dict[str, Any]) -> int:
     pop_cli_options(fields)
     as_json = fields.pop("json")
     fields.pop("quiet")

@@ -1,6 +1,6 @@
 """migration_sweep(): every combination of migrate()'s keywords, as one DataFrame.
 
-    df = uffdkvm.migration_sweep(mode=["precopy", "postcopy", "hybrid"],
+    df = uffdkvm.migration.sweep(mode=["precopy", "postcopy", "hybrid"],
                                  write_percent=[0, 10, 30, 100],
                                  link_bandwidth_mbps=1000, trials=3,
                                  vcpus=2, mem_per_vcpu="64M")
@@ -18,11 +18,11 @@ import itertools
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from .config import Config
-from .errors import ConfigError, UffdkvmError
-from .frames import _pandas, migration_row
-from .migration import KNOBS, migrate
-from .sweep import SweepWarning, _axis
+from ..analysis.sweep import SweepWarning, _axis
+from ..config import Config
+from ..errors import ConfigError, UffdkvmError
+from ..io.frames import _pandas, migration_row
+from .migrate import KNOBS, migrate
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas

@@ -16,11 +16,11 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import schema
-from ._version import __version__
-from .config import BACKINGS, GUEST_PAGE_SIZES, PIN_WORDS, UFFD_MODES, parse_cpu_list
-from .errors import ConfigError, HostUnsupportedError, UffdkvmError
-from .progress import ConsoleProgress
+from .._version import __version__
+from ..config import BACKINGS, GUEST_PAGE_SIZES, PIN_WORDS, UFFD_MODES, parse_cpu_list
+from ..errors import ConfigError, HostUnsupportedError, UffdkvmError
+from ..progress import ConsoleProgress
+from ..schema import fields as schema
 
 # Exit status, in the conventions test harnesses read (kselftest: 4 is a skip).
 EXIT_OK = 0              # the run passed: memory verified
@@ -393,6 +393,15 @@ def format_fault_path_support(support: dict[str, dict[str, str | None]]) -> str:
         lines.append(f"{field}: " + (", ".join(works) if works else "none runs here"))
         lines += [f"    not {m}: {why}" for m, why in modes.items() if why is not None]
     return "\n".join(lines)
+
+
+def alone(prog: str, parser: dict[str, Any],
+          add_arguments: Callable[[argparse.ArgumentParser], None]) -> argparse.ArgumentParser:
+    """A command's parser on its own (prog "uffdkvm NAME"), as uffdkvm's
+    parser holds it as a subcommand: for callers that parse only its flags."""
+    p = argparse.ArgumentParser(prog=prog, **parser)
+    add_arguments(p)
+    return p
 
 
 # ---- the way out ----

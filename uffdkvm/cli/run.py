@@ -1,13 +1,19 @@
 """The run command: one experiment, printed as upstream's three lines and
-uffdkvm's tables (or JSON). cli.py dispatches to it and to the others."""
+uffdkvm's tables (or JSON). Its flags are uffdkvm's own (``uffdkvm -v 4``):
+the other commands are subcommands of its parser (uffdkvm/cli/__init__.py)."""
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from . import tables
-from .cli_common import (
+from ..config import PIN_SCHEDULER, Config
+from ..histogram import Histogram
+from ..io import tables
+from ..result import Result
+from ..run import run
+from ..support import backing_support, fault_path_support
+from ._common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_STATUS_HELP,
@@ -21,15 +27,11 @@ from .cli_common import (
     console_progress,
     format_backing_support,
     format_fault_path_support,
+    guarded,
     pin_main_thread,
     pop_cli_options,
     split_pins,
 )
-from .config import PIN_SCHEDULER, Config
-from .histogram import Histogram
-from .result import Result
-from .run import run
-from .support import backing_support, fault_path_support
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -176,8 +178,9 @@ def _us(h: Histogram | None, q: float) -> str | None:
     return None if value is None else f"{value / 1000:.1f}"
 
 
-def _run_command(argv: list[str]) -> int:
-    return run_fields(vars(build_parser().parse_args(argv)))
+def command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``uffdkvm`` once its flags are parsed: returns its exit status."""
+    return guarded("uffdkvm", argv, lambda: run_fields(vars(args)))
 
 
 def run_fields(fields: dict[str, Any], boot: Boot | None = None) -> int:

@@ -30,12 +30,12 @@ import warnings
 from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Any, Union
 
-from .config import Config
-from .errors import ConfigError, UffdkvmError
-from .frames import _pandas, config_row, run_row
-from .result import Result
-from .run import run
-from .serial import MAX_JSON_BYTES, encode
+from ..config import Config
+from ..errors import ConfigError, UffdkvmError
+from ..io.frames import _pandas, config_row, run_row
+from ..io.serial import MAX_JSON_BYTES, encode
+from ..result import Result
+from ..run import run
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
