@@ -27,7 +27,6 @@ from ._common import (
     console_progress,
     format_backing_support,
     format_fault_path_support,
-    guarded,
     pin_main_thread,
     pop_cli_options,
     split_pins,
@@ -179,8 +178,9 @@ def _us(h: Histogram | None, q: float) -> str | None:
 
 
 def command(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """``uffdkvm`` once its flags are parsed: returns its exit status."""
-    return guarded("uffdkvm", argv, lambda: run_fields(vars(args)))
+    """``uffdkvm`` once its flags are parsed: returns its exit status. (Its
+    prog is uffdkvm's own, whose guard, in cli.main, maps what it raises.)"""
+    return run_fields(vars(args))
 
 
 def run_fields(fields: dict[str, Any], boot: Boot | None = None) -> int:

@@ -43,6 +43,10 @@ Metrics (``metric=``):
   ``higher_is_better=`` given (required: uffdkvm cannot know what you want of
   it). A run whose attribute is None counts as a failed trial and its pair
   is left out.
+
+The testing package holds, beside this public API, uffdkvm's pytest plugin
+(pytest_plugin.py, the ``pytest11`` entry point), the files it records
+(_recorded.py) and, in test builds only, fault injection (_faults.py).
 """
 from __future__ import annotations
 
