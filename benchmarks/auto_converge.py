@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-rounds", type=int, default=30)
     ap.add_argument("--json", type=Path, help="write every migration's row here (JSON)")
     args = ap.parse_args(argv)
-    df = uffdkvm.migration.sweep(
+    df = uffdkvm.migration_sweep(
         mode="precopy", auto_converge=[False, True], trials=args.trials, vcpus=args.vcpus,
         mem_per_vcpu=args.mem, write_percent=100, link_bandwidth_mbps=args.bandwidth,
         downtime_target_ms=args.downtime_target_ms, max_rounds=args.max_rounds)

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write each point's trials here (JSON)")
     args = ap.parse_args(argv)
     percents = [int(p) for p in args.write_percent.split(",")]
-    df = uffdkvm.migration.sweep(
+    df = uffdkvm.migration_sweep(
         mode=list(MODES), write_percent=percents, trials=args.trials, vcpus=args.vcpus,
         mem_per_vcpu=args.mem, link_bandwidth_mbps=args.bandwidth,
         link_latency_us=args.latency)

@@ -1,6 +1,6 @@
 """migration_sweep(): every combination of migrate()'s keywords, as one DataFrame.
 
-    df = uffdkvm.migration.sweep(mode=["precopy", "postcopy", "hybrid"],
+    df = uffdkvm.migration_sweep(mode=["precopy", "postcopy", "hybrid"],
                                  write_percent=[0, 10, 30, 100],
                                  link_bandwidth_mbps=1000, trials=3,
                                  vcpus=2, mem_per_vcpu="64M")
