@@ -86,6 +86,9 @@ def test_1_when_the_run_fails(kvm):
     (["-r", "x"], "argument -r: invalid int value: 'x'"),        # argparse's
     (["-v", "0"], "uffdkvm: vcpus"),                              # ConfigError
     (["-v", "2", "-c", "0,1,0,1"], "-c: 4 CPUs for 2 vCPU(s)"),  # after argparse
+    # a run flag before a subcommand would be parsed into the run's namespace and lost
+    (["-v", "2", "sweep", "--trials", "2"], "-v before 'sweep' would be ignored"),
+    (["-b", "8M", "--wait", "poll", "dirty-log"], "-b, --wait before 'dirty-log'"),
 ])
 def test_2_for_usage_errors(args, message):
     p = uffdkvm_cli(*args)

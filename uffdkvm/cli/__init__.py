@@ -31,6 +31,7 @@ from ._common import (  # noqa: F401 - the exit codes, for callers of main()
     EXIT_OK,
     EXIT_SKIP,
     EXIT_USAGE,
+    CliError,
     guarded,
 )
 from .run import format_text, remote_line  # noqa: F401 - for callers of uffdkvm.cli
@@ -66,12 +67,29 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``uffdkvm`` command: returns its exit status (see EXIT_STATUS_HELP)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return guarded("uffdkvm", argv, lambda: _dispatch(build_parser().parse_args(argv), argv))
+    return guarded("uffdkvm", argv, lambda: _dispatch(build_parser(), argv))
 
 
-def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
+def _dispatch(parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    args = parser.parse_args(argv)
     name = args.command
     if name is None:
         del args.command
         return int(run.command(args, argv))
+    _refuse_run_flags(parser, args, name)
     return int(COMMANDS[name].command(args.command_args, argv))
+
+
+def _refuse_run_flags(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                      name: str) -> None:
+    """The run command's flags before a subcommand (``uffdkvm -v 2 sweep``)
+    would be parsed into the run's namespace and dropped: refuse them,
+    saying where they go. --debug is read from argv by guarded(), so it may
+    stand anywhere."""
+    given = [a for a in parser._actions  # argparse keeps no public list of them
+             if a.option_strings and a.dest not in ("help", "debug", "command")
+             and getattr(args, a.dest, a.default) != a.default]
+    if given:
+        flags = ", ".join(a.option_strings[0] for a in given)
+        raise CliError(f"{flags} before '{name}' would be ignored: "
+                       f"put {name}'s flags after it (uffdkvm {name} --help lists them)")
