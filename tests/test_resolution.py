@@ -159,3 +159,28 @@ def test_prefault_leaves_nothing_to_fault(kvm, mode, backing):
               write_percent=50)
     assert r.faults == 0
     assert all(x.wakeups == 0 for x in r.readers)
+
+
+def test_a_fault_that_finds_its_page_there_wakes_its_vcpu(kvm):
+    """Owns the UFFDIO_WAKE after EEXIST (csrc/uffd/resolve.c, resolve_wake):
+    a reader whose fault's page is already there must wake the vCPU asleep
+    on it, for nothing else will. The pusher installs pages without waking
+    anyone (UFFDIO_COPY_MODE_DONTWAKE), in address order and paced, while
+    the vCPU walks in reverse: its first access, to the last page, faults
+    long before the pusher gets there, and the reader, held by its delay
+    until after, finds that page installed (EEXIST). The pusher has put in
+    every other page by then: one message, no fault, one wake. Without the
+    wake the vCPU sleeps until the time limit, a RunTimeoutError in seconds
+    instead of a hang."""
+    # 256 pages at 100 Mbit/s: one every 0.33 ms, the last after ~85 ms,
+    # well inside the reader's 300 ms delay.
+    r = small(vcpus=1, mem_per_vcpu="1M", readers=1, pattern="reverse",
+              prefetch="background", prefetch_bandwidth_mbps=100, delay_us=300_000,
+              timeout_s=5, trace_faults=True)
+    assert (r.faults, r.eexist, r.wakes) == (0, 1, 1)
+    assert r.readers[0].eexist == r.readers[0].wakes == 1
+    # The message was the vCPU's first access: the region's last page.
+    t = r.fault_trace
+    assert list(t.eexist) == [True]
+    assert t.gpa[0] == r.region_gpa + (1 << 20) - 4096
+    assert r.pushed_pages == 256
