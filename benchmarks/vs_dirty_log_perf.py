@@ -83,8 +83,8 @@ import overhead  # noqa: E402 - benchmarks/overhead.py, beside this file
 
 import uffdkvm  # noqa: E402
 from uffdkvm._spawn import child_env, python_command  # noqa: E402
-from uffdkvm.schema import fields as schema  # noqa: E402
 from uffdkvm.cli import dirty_log as cli_dirty  # noqa: E402
+from uffdkvm.schema import fields as schema  # noqa: E402
 
 FLAGS = "-v 1 -b 64M -i 3"
 UPSTREAM_FLAGS = {"-v", "-b", "-s", "-o", "-a", "-r", "-c", "-m", "-i"}
