@@ -17,6 +17,7 @@ import pytest
 
 pytest.register_assert_rewrite("hostfacts", "broken_host")
 
+import machine_lock  # noqa: E402
 import uffdkvm  # noqa: E402
 from hostfacts import (  # noqa: F401 - re-exported for the tests
     ALL_CPU_NUMBERS_USABLE, BUILT_WITHOUT_TEST_HOOKS, FACTS, HUGEPAGE_POOLS,
@@ -88,6 +89,28 @@ def needs_keys(detail="a page server with a key (every TCP one)"):
     __tracebackhide__ = True
     if WITHOUT_LIBCRYPTO.holds:
         host_skip(WITHOUT_LIBCRYPTO, f"{detail}: {WITHOUT_LIBCRYPTO.evidence}")
+
+
+def _xdist_run_id(config):
+    """pytest-xdist's id for this session, in one of its workers; else None."""
+    workerinput = getattr(config, "workerinput", None)
+    return workerinput["testrunuid"] if workerinput else None
+
+
+@pytest.fixture(autouse=True)
+def _machine(request):
+    """Two tests at a time under pytest-xdist, and an ``alone`` test with the
+    machine to itself (tests/machine_lock.py)."""
+    alone = request.node.get_closest_marker("alone") is not None
+    with machine_lock.machine(_xdist_run_id(request.config), alone):
+        yield
+
+
+def pytest_sessionfinish(session):
+    run_id = _xdist_run_id(session.config)
+    if run_id is not None:
+        machine_lock.remove(run_id)
+
 
 
 @pytest.fixture(autouse=True)
@@ -184,12 +207,14 @@ def small(**fields):
     return r
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def hugepages():
     """As root, adds to the huge page pools what the tests need at once
     (HUGEPAGE_POOLS), for the session, and takes the same number out after
     (add_hugepages: by count and under a lock, so that sessions running at
-    once do not take each other's pages). Without root, the tests that need
+    once do not take each other's pages). For every session, from its
+    start: each of pytest-xdist's workers is a session, and a test that
+    pages through huge pages beside another must find both workers' there. Without root, the tests that need
     huge pages skip citing NO_HUGEPAGES_2M or NO_HUGEPAGES_1G."""
     added = {}
     if IS_ROOT:

@@ -153,6 +153,15 @@ def _unknown_fact(name):
 
 # ---- the audit ----
 
+_FACTS_FOUND = "host facts found"  # a skip report's user property
+
+
+def _skip_reason(report):
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+
+
 class HostSkipAudit:
     """Collects every skip, sorts them into explained and unexplained at the
     end, prints them, and fails the session on an unexplained one."""
@@ -165,11 +174,22 @@ class HostSkipAudit:
     def _record(self, report):
         if not report.skipped or hasattr(report, "wasxfail"):
             return
-        longrepr = report.longrepr
-        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-        if reason.startswith("Skipped: "):
-            reason = reason[len("Skipped: "):]
-        self.skips.append((report.nodeid, reason))
+        self.skips.append((report.nodeid, _skip_reason(report)))
+        # A fact a pytest-xdist worker made (a family's, as missing_tool's)
+        # is known here only by what the worker found.
+        for name, description, holds, evidence in dict(
+                getattr(report, "user_properties", ())).get(_FACTS_FOUND, ()):
+            if name not in FACTS:
+                FACTS[name] = Fact(name, description, lambda h=holds, e=evidence: (h, e))
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        """A skip carries what its facts' probes found where it ran."""
+        report = (yield).get_result()
+        if report.skipped and not hasattr(report, "wasxfail"):
+            facts, _ = cited_facts(_skip_reason(report))
+            report.user_properties.append(
+                (_FACTS_FOUND, [(f.name, f.description, *f.establish()) for f in facts]))
 
     def pytest_runtest_logreport(self, report):
         self._record(report)

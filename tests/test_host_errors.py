@@ -153,6 +153,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.alone  # counts the free 2 MiB pages first: no other worker may take them
 def test_huge_pages_reserved_by_root_serve_an_unprivileged_user(broken_host, hugepages,
                                                                unprivileged):
     """Reserving huge pages takes root, once; using them takes nothing."""

@@ -21,7 +21,8 @@ from children import python
 from conftest import (assert_released, host_skip, mem_available_below, mem_info, needs_test_hooks,
                       run_with_fault)
 
-pytestmark = pytest.mark.kvm
+# alone (tests/machine_lock.py): Ctrl-C answered within a bound.
+pytestmark = [pytest.mark.kvm, pytest.mark.alone]
 
 # How long after a signal or the time limit the run may take to end. A vCPU
 # waiting on a fault that a reader holds is woken by closing its uffd, which

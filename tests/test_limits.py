@@ -209,9 +209,11 @@ print(json.dumps({"ok": True, "charged": charged}))
 '''
 
 
-@pytest.mark.parametrize("backing, stats", [("anonymous", "full"), ("anonymous", "basic"),
-                                            ("anonymous_hugetlb", "full"),
-                                            ("anonymous_hugetlb", "basic")])
+# The huge page cases count the free 2 MiB pages, then take them: alone.
+@pytest.mark.parametrize("backing, stats", [
+    ("anonymous", "full"), ("anonymous", "basic"),
+    pytest.param("anonymous_hugetlb", "full", marks=pytest.mark.alone),
+    pytest.param("anonymous_hugetlb", "basic", marks=pytest.mark.alone)])
 def test_the_bookkeeping_estimate_covers_what_a_run_charges(backing, stats, hugepages):
     """Measured again, as the constants were: the peak charge of a run to its
     memory cgroup, less what the process held before, at two sizes. Each is
@@ -365,6 +367,7 @@ def _free_2m():
         return free - int(f.read())
 
 
+@pytest.mark.alone  # counts the free 2 MiB pages first: no other worker may take them
 def test_hugetlb_limit_v2_refuses_a_huge_page_run(hugepages):
     """A v2 hugetlb cgroup (hugetlb.2MB.max) below the region refuses the run
     naming the file, even with the pool's pages free; probe() says the same;
@@ -384,6 +387,7 @@ def test_hugetlb_limit_v2_refuses_a_huge_page_run(hugepages):
         assert child([cg], RUN.format(HUGE)) == {"ok": True}
 
 
+@pytest.mark.alone  # counts the free 2 MiB pages first: no other worker may take them
 def test_hugetlb_limit_met_mid_run_fails_the_resolving_ioctl(hugepages):
     """The check bypassed, as a limit lowered after it: the pages are
     reserved at mmap (not charged to hugetlb.2MB.max until faulted), so the
@@ -399,6 +403,7 @@ def test_hugetlb_limit_met_mid_run_fails_the_resolving_ioctl(hugepages):
         assert "UFFDIO_COPY" in out["message"] and out["errno"] == 12, out
 
 
+@pytest.mark.alone  # takes every free 2 MiB page of the host
 def test_a_huge_page_pool_drained_mid_run_does_not_starve_the_run(hugepages):
     """Another mapping takes every free huge page while the run pages (a
     thread of this process: the pool is the host's, whoever maps it): the

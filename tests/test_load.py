@@ -9,7 +9,8 @@ import pytest
 
 from conftest import host_skip, mem_available_below, mem_info, small
 
-pytestmark = pytest.mark.kvm
+# alone (tests/machine_lock.py): a 4 GiB region paged within a time bound.
+pytestmark = [pytest.mark.kvm, pytest.mark.alone]
 
 WAITS = ["poll", "epoll", "epoll_exclusive", "read", "io_uring"]
 

@@ -11,6 +11,8 @@ writes.
 """
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 from conftest import assert_released, facts_for_run, host_skip, needs_test_hooks, resources
 
@@ -264,11 +266,11 @@ def test_the_frame_and_json_carry_the_knobs_and_both_sides(kvm):
 
 # ---- failures leave nothing behind ----
 
-def test_a_link_process_killed_mid_postcopy_fails_and_leaves_nothing(kvm, monkeypatch):
+def test_a_link_process_killed_mid_postcopy_fails_and_leaves_nothing(kvm, monkeypatch,
+                                                                   tmp_path):
     """The destination's page server (the link to the source's memory) is
     SIGKILLed while post-copy faults wait on it: RunError naming it, no
     thread, fd, mapping, process or file left."""
-    import glob
     import importlib
     import os
     import signal
@@ -292,8 +294,10 @@ def test_a_link_process_killed_mid_postcopy_fails_and_leaves_nothing(kvm, monkey
         if started:
             os.kill(started[0].pid, signal.SIGKILL)
 
+    # The migration's work directory goes under tmp_path, where no other
+    # test's (another worker's) can be.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = resources()
-    temps = set(glob.glob("/tmp/uffdkvm-migrate-*"))
     killer = threading.Thread(target=kill_later, daemon=True)
     killer.start()
     with pytest.raises(RunError, match="was killed by signal 9"):
@@ -303,18 +307,17 @@ def test_a_link_process_killed_mid_postcopy_fails_and_leaves_nothing(kvm, monkey
     # The interpreter's allocator may map an arena meanwhile: a little slack.
     assert_released(before, within_s=5)
     assert resources()["maps"] <= before["maps"] + 8
-    assert set(glob.glob("/tmp/uffdkvm-migrate-*")) == temps
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_ctrl_c_mid_round_stops_the_migration_and_leaves_nothing(kvm):
+def test_ctrl_c_mid_round_stops_the_migration_and_leaves_nothing(kvm, monkeypatch, tmp_path):
     """SIGINT while round 1 crawls over an 8 Mbit/s link: KeyboardInterrupt
     within a second, everything given back, and the next migration runs."""
-    import glob
     import signal
     import threading
     import time
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # as above
     before = resources()
-    temps = set(glob.glob("/tmp/uffdkvm-migrate-*"))
     sent = {}
 
     def fire():
@@ -329,5 +332,5 @@ def test_ctrl_c_mid_round_stops_the_migration_and_leaves_nothing(kvm):
     timer.join()
     assert_released(before, within_s=5)
     assert resources()["maps"] <= before["maps"] + 8
-    assert set(glob.glob("/tmp/uffdkvm-migrate-*")) == temps
+    assert list(tmp_path.iterdir()) == []
     assert _migrate("precopy", mem_per_vcpu="1M").verified

@@ -20,6 +20,10 @@ from children import uffdkvm_command
 from conftest import cpus_unavailable, fewer_cpus_than, host_skip, run_watching_affinity, small
 from evidence import CpuSampler, Trace
 
+# alone (tests/machine_lock.py): where the scheduler puts the threads, with no
+# other test's threads beside them.
+pytestmark = pytest.mark.alone
+
 CPUS = sorted(os.sched_getaffinity(0))
 
 

@@ -15,7 +15,8 @@ import pytest
 import uffdkvm
 from uffdkvm.progress import ConsoleProgress, Progress
 
-pytestmark = pytest.mark.kvm
+# alone (tests/machine_lock.py): progress reported against time bounds.
+pytestmark = [pytest.mark.kvm, pytest.mark.alone]
 
 MEM = "128M"       # 32768 pages per vCPU: about a second here, several reports
 

@@ -33,6 +33,7 @@ def test_the_entry_point_loads_the_plugin(pytester):
     assert "--uffdkvm-results" not in result.stdout.str()
 
 
+@pytest.mark.alone  # reads the host's free huge pages twice: no other worker may move them
 def test_a_count_the_host_cannot_give_skips_with_the_hosts_reason(pytester, kvm):
     host = uffdkvm.HostInfo.current()
     pytester.makepyfile(f"""

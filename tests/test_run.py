@@ -165,6 +165,9 @@ def test_run_overrides_fields_of_a_config(kvm):
     assert len(r.readers) == 2
 
 
+# alone (tests/machine_lock.py): KVM exits counted against a bound, which a busy
+# machine's extra timer exits would cross.
+@pytest.mark.alone
 def test_guest_work_runs_between_accesses_and_still_verifies(kvm):
     # What the work costs the guest: test_effects_guest.py.
     plain = small(vcpus=1, mem_per_vcpu="4M", trace_faults=True)

@@ -20,7 +20,8 @@ from hostfacts import HUGEPAGES_LOCK, _pools_locked
 
 from uffdkvm._spawn import child_env
 
-pytestmark = pytest.mark.kvm
+# alone (tests/machine_lock.py): the script raises the host's huge page pool.
+pytestmark = [pytest.mark.kvm, pytest.mark.alone]
 
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "scaling.py"
 NR_HUGEPAGES = pathlib.Path("/proc/sys/vm/nr_hugepages")

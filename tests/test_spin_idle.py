@@ -26,6 +26,9 @@ import uffdkvm
 from uffdkvm import Config, ConfigError
 from conftest import fewer_cpus_than, host_skip
 
+# alone (tests/machine_lock.py): CPU time and scheduling classes compared between threads.
+pytestmark = pytest.mark.alone
+
 CPUS = sorted(os.sched_getaffinity(0))
 SCHED_IDLE = 5  # linux/sched.h; /proc/TID/stat field 41 is the policy
 

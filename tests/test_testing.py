@@ -24,6 +24,9 @@ from uffdkvm.testing import (
     trials_needed,
 )
 
+# alone (tests/machine_lock.py): the A/B statistics' verdicts on real runs: a difference in speed needs a quiet machine.
+pytestmark = pytest.mark.alone
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "docs" / "examples" / "test_my_kernel.py"
 

@@ -95,7 +95,9 @@ def run_tests(part: str, out: pathlib.Path, timeout_s: float, emulated: bool,
     # (unlike `python -m pytest`) does not put the root's source tree on sys.path.
     script = pathlib.Path(sys.executable).with_name("pytest")
     runner = [str(script)] if script.exists() else [sys.executable, "-P", "-m", "pytest"]
-    argv = [*runner, "-p", "no:cacheprovider", "-q", "-rfEs",
+    # One test at a time (-n 0): two guests already share this machine's CPUs,
+    # and a bound's SIGINT then stops one pytest, which writes its junit file.
+    argv = [*runner, "-p", "no:cacheprovider", "-q", "-rfEs", "-n", "0",
             f"--junitxml={junit}", *(nodes or parts.pytest_args(part, emulated))]
     start = time.monotonic()
     timed_out = False

@@ -1,0 +1,72 @@
+"""The machine shared between pytest-xdist's workers: a test marked
+``alone`` runs with the machine to itself, every other test beside others.
+
+A test is ``alone`` when what it checks depends on the rest of the machine
+being quiet: it measures time or the scheduler's placement against a bound,
+or changes what the whole host shares (a huge page pool set to a value,
+all of a cgroup's memory). Everything else only gets slower beside another
+test, and runs two at a time.
+
+The lock is two flock(2)s on files that the session's workers share, named
+by xdist's test-run id: every test holds ``share`` (an ``alone`` test
+exclusively, the others shared), and takes ``turnstile`` for a moment
+first. A test waiting to be alone holds the turnstile while it waits, so
+that tests arriving after it queue behind it instead of overlapping each
+other forever (flock(2) alone gives a waiting exclusive lock no priority).
+Without xdist (``-n 0``, or a pytest that runs tests in a subprocess) there
+is one test at a time anyway, and nothing is locked.
+"""
+import contextlib
+import fcntl
+import os
+import tempfile
+import time
+
+# A test waits at most this long for the machine (the longest test here
+# takes about a minute): past it, the test fails saying so, never hangs.
+WAIT_S = 1800
+
+
+def lock_paths(run_id):
+    base = os.path.join(tempfile.gettempdir(), f"uffdkvm-tests-{run_id}")
+    return base + ".turnstile", base + ".share"
+
+
+@contextlib.contextmanager
+def _flocked(path, operation, what):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, operation | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"waited {WAIT_S} s for {what} ({path}): "
+                                       "another worker's test never finished") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def machine(run_id, alone):
+    """Held around one test: the machine to itself when alone, else shared."""
+    if run_id is None:
+        yield
+        return
+    turnstile, share = lock_paths(run_id)
+    with contextlib.ExitStack() as held:
+        with _flocked(turnstile, fcntl.LOCK_EX, "the turnstile"):
+            held.enter_context(_flocked(share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH,
+                                        "the machine"))
+        yield
+
+
+def remove(run_id):
+    """The session's lock files, once every worker is done."""
+    for path in lock_paths(run_id):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

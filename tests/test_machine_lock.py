@@ -1,0 +1,55 @@
+"""tests/machine_lock.py, which pytest-xdist's workers share: tests beside
+each other, an ``alone`` test with the machine to itself, and a test waiting
+to be alone served before the tests that come after it.
+
+flock(2) locks belong to an open file, so threads that each open the lock
+files contend as the workers' processes do."""
+import threading
+import time
+import uuid
+
+import machine_lock
+
+
+def hold(run_id, alone, seconds, spans, name):
+    with machine_lock.machine(run_id, alone):
+        start = time.monotonic()
+        time.sleep(seconds)
+        spans[name] = (start, time.monotonic())
+
+
+def overlap(a, b):
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_tests_share_and_an_alone_one_waits_and_goes_first():
+    run_id = f"selftest-{uuid.uuid4().hex}"
+    spans = {}
+    started = []
+
+    def start(name, alone, seconds):
+        t = threading.Thread(target=hold, args=(run_id, alone, seconds, spans, name))
+        t.start()
+        started.append(t)
+        time.sleep(0.1)  # each arrives after the one before is holding or waiting
+
+    try:
+        start("shared-1", False, 0.5)
+        start("shared-2", False, 0.5)   # beside shared-1
+        start("alone", True, 0.3)       # waits for both
+        start("shared-3", False, 0.1)   # came after alone: waits for it
+        for t in started:
+            t.join(10)
+    finally:
+        machine_lock.remove(run_id)
+    assert set(spans) == {"shared-1", "shared-2", "alone", "shared-3"}, spans
+    assert overlap(spans["shared-1"], spans["shared-2"]), spans
+    for other in ("shared-1", "shared-2", "shared-3"):
+        assert not overlap(spans["alone"], spans[other]), (other, spans)
+    assert spans["shared-3"][0] >= spans["alone"][1], spans
+
+
+def test_without_xdist_nothing_is_locked():
+    with machine_lock.machine(None, alone=True):
+        with machine_lock.machine(None, alone=True):
+            pass
