@@ -91,26 +91,23 @@ def needs_keys(detail="a page server with a key (every TCP one)"):
         host_skip(WITHOUT_LIBCRYPTO, f"{detail}: {WITHOUT_LIBCRYPTO.evidence}")
 
 
-def _xdist_run_id(config):
-    """pytest-xdist's id for this session, in one of its workers; else None."""
-    workerinput = getattr(config, "workerinput", None)
-    return workerinput["testrunuid"] if workerinput else None
+@pytest.fixture(scope="session")
+def _machine_lock_dir(request, tmp_path_factory):
+    """Where pytest-xdist's workers keep the machine's lock files: the
+    session's temporary directory, which holds each worker's own; None
+    without workers."""
+    if not hasattr(request.config, "workerinput"):
+        return None
+    return str(tmp_path_factory.getbasetemp().parent)
 
 
 @pytest.fixture(autouse=True)
-def _machine(request):
-    """Two tests at a time under pytest-xdist, and an ``alone`` test with the
-    machine to itself (tests/machine_lock.py)."""
+def _machine(request, _machine_lock_dir):
+    """Tests beside each other under pytest-xdist, and an ``alone`` test with
+    the machine to itself (tests/machine_lock.py)."""
     alone = request.node.get_closest_marker("alone") is not None
-    with machine_lock.machine(_xdist_run_id(request.config), alone):
+    with machine_lock.machine(_machine_lock_dir, alone):
         yield
-
-
-def pytest_sessionfinish(session):
-    run_id = _xdist_run_id(session.config)
-    if run_id is not None:
-        machine_lock.remove(run_id)
-
 
 
 @pytest.fixture(autouse=True)
@@ -214,8 +211,9 @@ def hugepages():
     (add_hugepages: by count and under a lock, so that sessions running at
     once do not take each other's pages). For every session, from its
     start: each of pytest-xdist's workers is a session, and a test that
-    pages through huge pages beside another must find both workers' there. Without root, the tests that need
-    huge pages skip citing NO_HUGEPAGES_2M or NO_HUGEPAGES_1G."""
+    pages through huge pages beside another must find both workers' there.
+    Without root, the tests that need huge pages skip citing
+    NO_HUGEPAGES_2M or NO_HUGEPAGES_1G."""
     added = {}
     if IS_ROOT:
         for size_kb, want in HUGEPAGE_POOLS.items():

@@ -5,10 +5,11 @@ A test is ``alone`` when what it checks depends on the rest of the machine
 being quiet: it measures time or the scheduler's placement against a bound,
 or changes what the whole host shares (a huge page pool set to a value,
 all of a cgroup's memory). Everything else only gets slower beside another
-test, and runs two at a time.
+test, and runs beside the others.
 
-The lock is two flock(2)s on files that the session's workers share, named
-by xdist's test-run id: every test holds ``share`` (an ``alone`` test
+The lock is two flock(2)s on files in the session's temporary directory,
+which holds every worker's own (pytest's retention removes it like any
+other): every test holds ``share`` (an ``alone`` test
 exclusively, the others shared), and takes ``turnstile`` for a moment
 first. A test waiting to be alone holds the turnstile while it waits, so
 that tests arriving after it queue behind it instead of overlapping each
@@ -19,17 +20,11 @@ is one test at a time anyway, and nothing is locked.
 import contextlib
 import fcntl
 import os
-import tempfile
 import time
 
 # A test waits at most this long for the machine (the longest test here
 # takes about a minute): past it, the test fails saying so, never hangs.
 WAIT_S = 1800
-
-
-def lock_paths(run_id):
-    base = os.path.join(tempfile.gettempdir(), f"uffdkvm-tests-{run_id}")
-    return base + ".turnstile", base + ".share"
 
 
 @contextlib.contextmanager
@@ -52,21 +47,18 @@ def _flocked(path, operation, what):
 
 
 @contextlib.contextmanager
-def machine(run_id, alone):
-    """Held around one test: the machine to itself when alone, else shared."""
-    if run_id is None:
+def machine(directory, alone):
+    """Held around one test: the machine to itself when alone, else shared.
+    directory: where the session's workers keep the lock files (None: no
+    workers, nothing to lock)."""
+    if directory is None:
         yield
         return
-    turnstile, share = lock_paths(run_id)
+    turnstile = os.path.join(directory, "machine.turnstile")
+    share = os.path.join(directory, "machine.share")
     with contextlib.ExitStack() as held:
         with _flocked(turnstile, fcntl.LOCK_EX, "the turnstile"):
             held.enter_context(_flocked(share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH,
                                         "the machine"))
         yield
 
-
-def remove(run_id):
-    """The session's lock files, once every worker is done."""
-    for path in lock_paths(run_id):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)

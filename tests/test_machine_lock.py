@@ -6,13 +6,12 @@ flock(2) locks belong to an open file, so threads that each open the lock
 files contend as the workers' processes do."""
 import threading
 import time
-import uuid
 
 import machine_lock
 
 
-def hold(run_id, alone, seconds, spans, name):
-    with machine_lock.machine(run_id, alone):
+def hold(directory, alone, seconds, spans, name):
+    with machine_lock.machine(directory, alone):
         start = time.monotonic()
         time.sleep(seconds)
         spans[name] = (start, time.monotonic())
@@ -22,26 +21,22 @@ def overlap(a, b):
     return a[0] < b[1] and b[0] < a[1]
 
 
-def test_tests_share_and_an_alone_one_waits_and_goes_first():
-    run_id = f"selftest-{uuid.uuid4().hex}"
+def test_tests_share_and_an_alone_one_waits_and_goes_first(tmp_path):
     spans = {}
     started = []
 
     def start(name, alone, seconds):
-        t = threading.Thread(target=hold, args=(run_id, alone, seconds, spans, name))
+        t = threading.Thread(target=hold, args=(str(tmp_path), alone, seconds, spans, name))
         t.start()
         started.append(t)
         time.sleep(0.1)  # each arrives after the one before is holding or waiting
 
-    try:
-        start("shared-1", False, 0.5)
-        start("shared-2", False, 0.5)   # beside shared-1
-        start("alone", True, 0.3)       # waits for both
-        start("shared-3", False, 0.1)   # came after alone: waits for it
-        for t in started:
-            t.join(10)
-    finally:
-        machine_lock.remove(run_id)
+    start("shared-1", False, 0.5)
+    start("shared-2", False, 0.5)   # beside shared-1
+    start("alone", True, 0.3)       # waits for both
+    start("shared-3", False, 0.1)   # came after alone: waits for it
+    for t in started:
+        t.join(10)
     assert set(spans) == {"shared-1", "shared-2", "alone", "shared-3"}, spans
     assert overlap(spans["shared-1"], spans["shared-2"]), spans
     for other in ("shared-1", "shared-2", "shared-3"):
