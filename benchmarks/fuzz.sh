@@ -36,7 +36,7 @@ make -s -C "$fuzz" BUILD="$build" PYTHON="$python" all atheris-asan >"$work/make
 	exit 2
 }
 # Every target the Makefile lists: a new one joins this run, and
-# tests/test_fuzz.py, by being added to TARGETS (or ATHERIS) there.
+# tests/project/test_fuzz.py, by being added to TARGETS (or ATHERIS) there.
 c_targets=$(make -s -C "$fuzz" list)
 py_targets=$(make -s -C "$fuzz" list-atheris)
 asan_env=$(make -s -C "$fuzz" BUILD="$build" PYTHON="$python" asan-env)

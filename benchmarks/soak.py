@@ -16,7 +16,7 @@ TOLERANCE or a run ended otherwise than its case expects.
 
 Cases the host cannot run (HostUnsupportedError: io_uring, spin with too few
 CPUs, a kernel without UFFDIO_MOVE) are left out at the warm-up and listed.
-tests/test_soak.py runs 200 of these same runs.
+tests/benchmarks/test_soak.py runs 200 of these same runs.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ uffdkvm/schema/results.py (the results, through tools/gen_results.py):
 csrc/result_schema.h and the marked sections of uffdkvm/result.py and
 docs/results.md. From uffdkvm/schema/faults.py (the test-only fault
 injections, through tools/gen_faults.py): csrc/testhooks.h and the INJECT_
-constants of uffdkvm/_core.pyi. tests/test_schema.py fails while any of
+constants of uffdkvm/_core.pyi. tests/project/test_schema.py fails while any of
 them is stale.
 
 It loads the schemas by their paths, not through the uffdkvm package (whose

@@ -133,7 +133,7 @@ def _snapshot_bytes(c: Config) -> int:
 # with 4 KiB pages; 25 and 12 with 2 MiB hugetlb pages, 14 with THP. Plain
 # stats="full" keeps no record per fault (its statistics are computed during
 # the run) and charges as "basic" does (27 bytes measured). Rounded up;
-# tests/test_limits.py measures "full" and "basic" again and fails if a run
+# tests/host/test_limits.py measures "full" and "basic" again and fails if a run
 # charges more.
 _BOOKKEEPING_PER_PAGE = {"records": 32, "full": 16, "basic": 16}
 _BOOKKEEPING_PER_FAULT = {"records": 192, "full": 48, "basic": 48}

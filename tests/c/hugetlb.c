@@ -5,9 +5,9 @@
  * UFFDIO_CONTINUE of 2 MiB, and no userfaultfd. Each 2 MiB page faults once
  * and every 4 KiB page verifies.
  *
- * Huge pages must be reserved beforehand, by root (the Python side grows
- * the pool for the session: tests/test_sanitizers.py). With fewer free than
- * the largest case needs, the whole program skips (77) and says so.
+ * Huge pages must be reserved beforehand, by root (the Python side grows the
+ * pool for the session: tests/project/test_sanitizers.py). With fewer free
+ * than the largest case needs, the whole program skips (77) and says so.
  */
 #include "helpers.h"
 

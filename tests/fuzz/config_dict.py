@@ -13,7 +13,7 @@ with a NUL after it), and the dict itself may be a subclass with odd
 exceptions it documents (ConfigError, TypeError, ValueError, KeyError,
 OverflowError, or the validator's CoreError), with a message, or accept a
 dict that holds exactly the core's fields; anything else escaping, or a
-crash, is a finding. Run it with PYTHONMALLOC=debug (tests/test_fuzz.py and
+crash, is a finding. Run it with PYTHONMALLOC=debug (tests/project/test_fuzz.py and
 benchmarks/fuzz.sh do): freed objects are then overwritten, so a use after
 free crashes here instead of reading stale memory.
 

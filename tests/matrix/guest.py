@@ -76,8 +76,8 @@ def junit_outcomes(path: pathlib.Path) -> dict:
 
 
 def node_id(test: str) -> str:
-    """pytest's node id for a junit test name ("tests.test_x::name",
-    "tests.test_x.TestY::name"): the module is the longest prefix that is a file."""
+    """pytest's node id for a junit test name ("tests.core.test_run::name",
+    "tests.core.test_run.TestY::name"): the module is the longest prefix that is a file."""
     classname, _, name = test.partition("::")
     if classname.endswith(".py"):
         return test     # already a node id (a file, or a file's test)

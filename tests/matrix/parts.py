@@ -20,65 +20,65 @@ keep. They are deselected, not skipped, and where-it-runs.md lists them.
 KERNELS = ["6.1", "6.12", "6.18", "7.2"]
 
 SMOKE = [
-    "tests/test_resolver.py",
-    "tests/test_move.py",
-    "tests/test_wp.py",
-    "tests/test_io_uring.py::test_every_read_is_a_completion_of_the_readers_ring",
-    "tests/test_prefetch.py::test_readahead_cuts_sequential_faults_by_its_window",
-    "tests/test_fault_paths.py",
-    "tests/test_spin_idle.py",
-    "tests/test_host_facts.py",
-    "tests/test_working_directory.py",
-    "tests/test_dirty_tracking.py",
-    "tests/test_cli_dirty.py::test_ring_entries_reach_the_ring",
-    "tests/test_cli_dirty.py::test_the_tracker_is_the_one_asked_for",
-    "tests/test_preinstall.py",
-    "tests/test_migration.py::test_the_source_sends_what_the_tracker_found",
-    "tests/test_migration.py::test_a_tracker_blind_to_a_page_fails_the_migration",
-    "tests/test_migration.py::test_each_mode_verifies_and_the_destination_holds_what_was_sent",
-    "tests/test_migration.py::test_postcopy_moves_each_page_exactly_once",
+    "tests/fault_paths/test_resolver.py",
+    "tests/fault_paths/test_move.py",
+    "tests/fault_paths/test_wp.py",
+    "tests/fault_paths/test_io_uring.py::test_every_read_is_a_completion_of_the_readers_ring",
+    "tests/fault_paths/test_prefetch.py::test_readahead_cuts_sequential_faults_by_its_window",
+    "tests/fault_paths/test_support.py",
+    "tests/fault_paths/test_spin_idle.py",
+    "tests/host/test_hostfacts.py",
+    "tests/core/test_working_directory.py",
+    "tests/core/test_dirty_tracking.py",
+    "tests/cli/test_dirty_log.py::test_ring_entries_reach_the_ring",
+    "tests/cli/test_dirty_log.py::test_the_tracker_is_the_one_asked_for",
+    "tests/core/test_preinstall.py",
+    "tests/migration/test_migrate.py::test_the_source_sends_what_the_tracker_found",
+    "tests/migration/test_migrate.py::test_a_tracker_blind_to_a_page_fails_the_migration",
+    "tests/migration/test_migrate.py::test_each_mode_verifies_and_the_destination_holds_what_was_sent",
+    "tests/migration/test_migrate.py::test_postcopy_moves_each_page_exactly_once",
     # auto_converge's kicks: KVM_RUN's EINTR and immediate_exit, on each KVM
-    "tests/test_migration.py::test_auto_converge_throttles_by_its_rule_and_vcpus_sleep",
+    "tests/migration/test_migrate.py::test_auto_converge_throttles_by_its_rule_and_vcpus_sleep",
     # guest_memfd: none on 6.1, only for other VM types on 6.12, mmap-able from
     # 6.18 and refused by userfaultfd there, each for the kernel's own reason
-    "tests/test_backings.py::test_backing_runs_and_verifies[guest_memfd-missing]",
-    "tests/test_backings.py::test_backing_runs_and_verifies[guest_memfd-None]",
-    "tests/test_backings.py::test_guest_memfd_with_userfaultfd_is_refused_before_the_run_"
+    "tests/core/test_backings.py::test_backing_runs_and_verifies[guest_memfd-missing]",
+    "tests/core/test_backings.py::test_backing_runs_and_verifies[guest_memfd-None]",
+    "tests/core/test_backings.py::test_guest_memfd_with_userfaultfd_is_refused_before_the_run_"
     "for_the_kernels_reason",
-    "tests/test_backings.py::test_host_info_keeps_dev_kvm_and_vm_answers_apart",
+    "tests/core/test_backings.py::test_host_info_keeps_dev_kvm_and_vm_answers_apart",
     # the guest's clock: KVM's TSC offset, steady or (6.1 nested) moved by KVM
-    "tests/test_timeline.py::test_every_fault_read_falls_inside_the_guests_own_stall",
-    "tests/test_timeline.py::test_a_guest_clock_that_moves_during_the_run_gives_no_stages",
+    "tests/measurements/test_timeline.py::test_every_fault_read_falls_inside_the_guests_own_stall",
+    "tests/measurements/test_timeline.py::test_a_guest_clock_that_moves_during_the_run_gives_no_stages",
 ]
 
 DESELECTED = {
-    "tests/test_notebooks.py::test_runs_small":
+    "tests/project/test_notebooks.py::test_runs_small":
         "each notebook must run in under 60 s at its small scale",
-    "tests/test_effects_guest.py::test_guest_work_adds_guest_instructions_and_time_per_page":
+    "tests/core/test_effects_guest.py::test_guest_work_adds_guest_instructions_and_time_per_page":
         "guest work must cost more than 4 times a fault's time per page, as on a host "
         "that emulates every guest instruction",
-    "tests/test_placement.py::test_pinned_threads_ran_only_where_they_were_pinned":
+    "tests/core/test_placement.py::test_pinned_threads_ran_only_where_they_were_pinned":
         "samples /proc for a fixed time and needs 20 samples of each thread",
-    "tests/test_kernels.py":
+    "tests/kernels/test_kernels.py":
         "boots kernels under QEMU, five times: inside an emulated guest each would be a "
         "guest of its KVM, itself emulated (minutes a boot)",
-    "tests/test_prefetch_remote.py::test_the_pusher_keeps_requests_in_flight":
+    "tests/pages/test_prefetch_remote.py::test_the_pusher_keeps_requests_in_flight":
         "the pipelined pusher must make every page resident within a quarter of the "
         "unpipelined floor (0.35 s of 1.28 s in the 6.1 guest)",
-    "tests/test_prefetch_remote.py::test_a_stop_mid_pipeline_leaves_promptly_and_leaves_"
+    "tests/pages/test_prefetch_remote.py::test_a_stop_mid_pipeline_leaves_promptly_and_leaves_"
     "nothing":
         "a stop must end within 3.5 s of the failure (4.0 s in the 6.12 guest)",
-    "tests/test_sanitizers.py::test_c_program_under_sanitizer[asan-stall]":
+    "tests/project/test_sanitizers.py::test_c_program_under_sanitizer[asan-stall]":
         "a cancel with a stalled reader and vCPU must end within 3.5 s (3.5-4.1 s in both "
         "guests, under the sanitizers)",
-    "tests/test_sanitizers.py::test_c_program_under_sanitizer[tsan-stall]":
+    "tests/project/test_sanitizers.py::test_c_program_under_sanitizer[tsan-stall]":
         "as asan-stall",
-    "tests/test_sanitizers.py::test_c_program_under_sanitizer[asan-timeout]":
+    "tests/project/test_sanitizers.py::test_c_program_under_sanitizer[asan-timeout]":
         "one of two vCPUs must finish its 2 MiB within the no-progress window of 0.1 s "
         "(neither did, in both guests)",
-    "tests/test_sanitizers.py::test_c_program_under_sanitizer[tsan-timeout]":
+    "tests/project/test_sanitizers.py::test_c_program_under_sanitizer[tsan-timeout]":
         "as asan-timeout",
-    "tests/test_timeline.py::test_a_delay_lands_in_service_not_in_queue_or_resume":
+    "tests/measurements/test_timeline.py::test_a_delay_lands_in_service_not_in_queue_or_resume":
         "a fault's queue stage must stay under 250 us at the median (301-304 us in both "
         "guests)",
 }

@@ -3,7 +3,7 @@
 A target's result is guest.py's result.json (and wall_seconds, problem from
 matrix.py). record() keeps one in tests/matrix/recorded/<target>.json;
 render() turns the recorded ones into the "Where it runs" page, which
-tests/test_matrix.py checks is current.
+tests/project/test_matrix.py checks is current.
 """
 from __future__ import annotations
 

@@ -190,7 +190,7 @@ def quantile(ordered: Sequence[float], q: float) -> float:
     same cut points but as (x[j] * (n - d) + x[j + 1] * d) / n: a cut that
     falls on a value comes back an ulp off it (x * 40 / 40), and the interval
     of 3 to 5 values would no longer be exactly their [min, max]
-    (test_spread.py's test_up_to_five_values_the_interval_is_the_min_max).
+    (tests/analysis/test_spread.py's test_up_to_five_values_the_interval_is_the_min_max).
     It also takes only cut points i / n, not any level."""
     h = (len(ordered) - 1) * q
     lo = math.floor(h)

@@ -22,7 +22,7 @@ are ``--readers``) and -u defaults to NONE (dirty_log_perf_test has no
 userfaultfd: its vCPUs fault the memory in themselves). Upstream flags
 uffdkvm has no counterpart for (-e, -n, -p, -x but 1) are refused, naming
 why. :data:`LINES` holds one regex per upstream line: the output is
-checked against them (tests/test_cli_dirty.py, also against upstream's own
+checked against them (tests/cli/test_dirty_log.py, also against upstream's own
 binary where it is built) and benchmarks/vs_dirty_log_perf.py parses both
 tools' output with them.
 """

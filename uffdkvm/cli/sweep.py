@@ -14,7 +14,7 @@ list, run over every combination and printed as one comparison table.
 
 (Real output of that command on a 2-CPU development VM whose KVM is software
 virtualization, under load from other jobs: hence the low rates.
-tests/test_cli_sweep.py runs the command and compares the shape.)
+tests/cli/test_sweep.py runs the command and compares the shape.)
 
 One row per combination of the swept fields, one column per --wait mode (or,
 when --wait is fixed, per value of the last swept field; with one swept field,

@@ -1,0 +1,1 @@
+"""uffdkvm/analysis/: sweep() and the spread helpers (medians, intervals, ratios)."""

@@ -1,0 +1,3 @@
+"""The command line (uffdkvm/cli/), one file per command, and its exit status
+and live progress.
+"""

@@ -1,0 +1,1 @@
+"""uffdkvm/kernels/: experiments in another kernel, booted under QEMU."""

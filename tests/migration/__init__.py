@@ -1,0 +1,1 @@
+"""Live migration (uffdkvm/migration/): migrate() and migration_sweep()."""

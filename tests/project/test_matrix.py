@@ -1,0 +1,86 @@
+"""The kernel matrix (tests/matrix/) and what it generates.
+
+docs/where-it-runs.md is generated from the matrix's recorded results
+(tests/matrix/recorded/*.json) and must be what report.py renders from them
+now: a hand edit of the page, or a recorded result the page was not
+regenerated from, fails here. The matrix's smoke part names only tests that
+exist, so that a renamed test cannot silently drop out of what .ci/run
+proves on stock KVM.
+"""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "matrix"))
+
+import parts  # noqa: E402
+import report  # noqa: E402
+
+
+def test_where_it_runs_is_generated_from_the_recorded_matrix():
+    results = report.recorded()
+    assert {r["target"] for r in results} >= {"6.1", "6.12", "host"}, \
+        "record every target: python3 tests/matrix/matrix.py --part full --record"
+    assert report.DOCS.read_text() == report.render(results), \
+        "docs/where-it-runs.md is stale: rerun tests/matrix/report.py's write_docs()"
+    kvm = {r["target"]: r.get("kvm_module") for r in results}
+    assert kvm["6.1"] == kvm["6.12"] == "kvm_amd", kvm  # stock KVM, not this host's
+
+
+def test_smoke_part_names_tests_that_exist():
+    for spec in parts.SMOKE:
+        path, _, name = spec.partition("::")
+        source = (ROOT / path).read_text()
+        if name:
+            assert f"def {name.partition('[')[0]}(" in source, f"{spec}: no such test"
+
+
+def test_a_part_stopped_at_its_bound_still_counts_what_ran(tmp_path):
+    # A bound that kills pytest outright loses its junit file, and the table
+    # said "0 passed" for a kernel that had run most of its part.
+    import guest
+
+    tests = tmp_path / "test_bounded.py"
+    tests.write_text("import time\n\n"
+                     "def test_quick():\n    pass\n\n"
+                     "def test_past_the_bound():\n    time.sleep(300)\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    r = guest.run_tests("smoke", out, timeout_s=10, emulated=False, nodes=[str(tests)])
+    assert r["timed_out"] and r["exit_status"] is None, r
+    assert r["passed"] == 1, (r, (out / "pytest.log").read_text()[-2000:])
+    assert r["seconds"] < 10 + guest.INTERRUPT_GRACE_S
+    assert "stopped at the bound" in report.line({"target": "6.1", "pytest": r})
+
+
+def test_a_kernel_that_cannot_be_had_is_unavailable_never_passed(tmp_path, monkeypatch,
+                                                                  capsys):
+    # Nothing listens on 127.0.0.1:9: the archive cannot be reached, as
+    # without a network, so the kernel cannot be fetched.
+    import matrix
+
+    monkeypatch.setenv("UFFDKVM_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UFFDKVM_DEBIAN_MIRROR", "http://127.0.0.1:9")
+    assert matrix.main(["--target", "7.2", "--out", str(tmp_path / "out")]) == 2
+    out = capsys.readouterr().out
+    assert "matrix: 7.2: unavailable: Debian kernel 7.2 (the newest 7.2 in sid)" in out
+    assert "| 7.2 | ?, ? | smoke | 0 | 0 | 0 | none: unavailable |" in out
+    (r,) = json.loads((tmp_path / "out" / "matrix.json").read_text())
+    assert "Could not connect to 127.0.0.1:9" in r["unavailable"] and "pytest" not in r
+
+
+def test_a_brought_kernel_whose_tree_was_never_indexed_is_refused_before_a_boot(
+        tmp_path, capsys):
+    import matrix
+    from bzimage import write_bzimage
+
+    image = write_bzimage(tmp_path / "bzImage", b"6.19.0-mine #1")
+    # Its tree lacks modules.dep: refused before anything boots, naming --kernel.
+    with pytest.raises(SystemExit):
+        matrix.main(["--kernel", f"{image}:{tmp_path}", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert "--kernel: modules: no " in err and "6.19.0-mine/modules.dep" in err, err
+    assert not (tmp_path / "out").exists()

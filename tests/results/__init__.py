@@ -1,0 +1,3 @@
+"""A Result and its forms: its fields as the result schema declares them, the
+checks from_json makes, JSON, DataFrames, and values in and out.
+"""
