@@ -81,7 +81,7 @@ from uffdkvm._spawn import python_command  # noqa: E402
 from uffdkvm.config import parse_size  # noqa: E402
 
 NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
-# The lock tests/hostfacts.py takes around its own changes to the pools.
+# The lock tests/helpers/hostfacts.py takes around its own changes to the pools.
 HUGEPAGES_LOCK = os.path.join(tempfile.gettempdir(), "uffdkvm-hugepages.lock")
 HUGE = 2 << 20
 PAGE = 4096
@@ -208,7 +208,7 @@ class Hugepages:
     """nr_hugepages raised for the run and put back, whatever happens.
 
     Changes are relative and made under the lock the test suite's host
-    probes take (tests/hostfacts.py), so that a test session adding pages
+    probes take (tests/helpers/hostfacts.py), so that a test session adding pages
     meanwhile keeps its own: the script adds what it lacks and later takes
     away exactly what it added."""
 

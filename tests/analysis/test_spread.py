@@ -9,8 +9,8 @@ import warnings
 import pytest
 
 import uffdkvm
-from children import ENV as CHILD_ENV
-from children import python
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python
 from uffdkvm import Ratio, SweepWarning, ratio_of, spread_of, summarize
 
 np = pytest.importorskip("numpy")

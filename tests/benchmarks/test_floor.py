@@ -14,9 +14,8 @@ import sys
 
 import pytest
 
-from conftest import (BUILT_WITHOUT_LIBURING, NO_CC, NO_UFFD_MINOR_SHMEM, NO_USERFAULTFD,
-                      cpus_unavailable, host_skip)
-from hostfacts import c_compiler
+from helpers.hostfacts import (BUILT_WITHOUT_LIBURING, NO_CC, NO_UFFD_MINOR_SHMEM, NO_USERFAULTFD,
+                               c_compiler, cpus_unavailable, host_skip)
 
 pytestmark = pytest.mark.kvm
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import skip_without_kvm
+from helpers.skips import skip_without_kvm
 
 from uffdkvm._spawn import child_env
 

@@ -15,12 +15,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import NO_HUGEPAGES_2M, NOT_ROOT, host_skip, skip_without_kvm
-from hostfacts import HUGEPAGES_LOCK, _pools_locked
+from helpers.hostfacts import HUGEPAGES_LOCK, NOT_ROOT, NO_HUGEPAGES_2M, _pools_locked, host_skip
+from helpers.skips import skip_without_kvm
 
 from uffdkvm._spawn import child_env
 
-# alone (tests/machine_lock.py): the script raises the host's huge page pool.
+# alone (tests/helpers/machine_lock.py): the script raises the host's huge page pool.
 pytestmark = [pytest.mark.kvm, pytest.mark.alone]
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "scaling.py"
@@ -36,7 +36,7 @@ def load_scaling():
 
 
 def hugepages():
-    """nr_hugepages, read under the lock the script and tests/hostfacts.py
+    """nr_hugepages, read under the lock the script and tests/helpers/hostfacts.py
     change the pools under (so no other session's change is half seen)."""
     with _pools_locked():
         return int(NR_HUGEPAGES.read_text())

@@ -16,8 +16,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import host_skip, missing_tool, skip_without_kvm
-from hostfacts import NO_UFFD_WP_ASYNC
+from helpers.hostfacts import NO_UFFD_WP_ASYNC, host_skip, missing_tool
+from helpers.skips import skip_without_kvm
 
 from uffdkvm._spawn import child_env
 

@@ -14,10 +14,10 @@ import shutil
 import subprocess
 
 import pytest
-from children import ENV as CHILD_ENV
-from children import python, uffdkvm_command
-from conftest import host_skip, missing_tool, needs_test_hooks
-from hostfacts import NO_UFFD_WP_ASYNC
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python, uffdkvm_command
+from helpers.hostfacts import NO_UFFD_WP_ASYNC, host_skip, missing_tool
+from helpers.skips import needs_test_hooks
 
 import uffdkvm
 from uffdkvm.cli import dirty_log as cli_dirty

@@ -18,10 +18,10 @@ import pandas
 import pytest
 
 import uffdkvm
-from broken_host import Stage, skip_unless_namespaces
-from children import ENV as CHILD_ENV
-from children import python, uffdkvm_command
-from conftest import needs_test_hooks
+from helpers.broken_host import Stage, skip_unless_namespaces
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python, uffdkvm_command
+from helpers.skips import needs_test_hooks
 from uffdkvm import cli
 
 pytestmark = pytest.mark.kvm
@@ -121,7 +121,7 @@ def stage():
 
 
 def no_kvm(stage, *args):
-    """The command on a host without /dev/kvm (a private /dev, tests/broken_host.py),
+    """The command on a host without /dev/kvm (a private /dev, tests/helpers/broken_host.py),
     with pandas importable beside the staged package."""
     site = os.path.dirname(os.path.dirname(pandas.__file__))
     env = stage.env(PYTHONPATH=os.pathsep.join([str(stage.pythonpath), site]))

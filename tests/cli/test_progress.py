@@ -13,10 +13,10 @@ import threading
 
 import pytest
 
-from children import ENV as CHILD_ENV
-from children import uffdkvm_command
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import uffdkvm_command
 
-# alone (tests/machine_lock.py): a progress line that shows only after a delay.
+# alone (tests/helpers/machine_lock.py): a progress line that shows only after a delay.
 pytestmark = [pytest.mark.kvm, pytest.mark.alone]
 
 # 2048 faults resolved 1.5 ms after each is read: 3 s or more, past the 2 s delay.

@@ -7,9 +7,9 @@ import subprocess
 import pytest
 
 import uffdkvm
-from children import ENV as CHILD_ENV
-from children import uffdkvm_command
-from conftest import cpus_unavailable, host_skip
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import uffdkvm_command
+from helpers.hostfacts import cpus_unavailable, host_skip
 from uffdkvm import cli
 
 pytestmark = pytest.mark.kvm

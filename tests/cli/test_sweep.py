@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from children import ENV as CHILD_ENV
-from children import uffdkvm_command
-from conftest import cpus_unavailable, host_skip
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import uffdkvm_command
+from helpers.hostfacts import cpus_unavailable, host_skip
 from uffdkvm import cli, read_results, spread_of
 from uffdkvm.cli import sweep as cli_sweep
 

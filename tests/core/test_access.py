@@ -11,9 +11,10 @@ import subprocess
 import pytest
 
 import uffdkvm
-from children import ENV as CHILD_ENV
-from children import uffdkvm_command
-from conftest import guest_clock_converted, run_or_skip, run_with_fault
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import uffdkvm_command
+from helpers.guest_clock import guest_clock_converted
+from helpers.runs import run_or_skip, run_with_fault
 from uffdkvm import ConfigError
 
 pytestmark = pytest.mark.kvm

@@ -14,7 +14,7 @@ import pytest
 
 import uffdkvm
 
-from conftest import run_with_fault, small
+from helpers.runs import run_with_fault, small
 
 
 @pytest.mark.parametrize("fields", [

@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-import hostfacts
+from helpers import hostfacts
 import uffdkvm
 import uffdkvm.host.facts
-from conftest import (
-    GUEST_MEMFD_BYPASSES_UFFD, NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD, NO_UFFD_MINOR_SHMEM, host_skip,
-    run_or_skip, run_with_fault)
+from helpers.hostfacts import (GUEST_MEMFD_BYPASSES_UFFD, NO_GUEST_MEMFD, NO_GUEST_MEMFD_UFFD,
+                               NO_UFFD_MINOR_SHMEM, host_skip)
+from helpers.runs import run_or_skip, run_with_fault
 from uffdkvm.config import BACKING_PAGE_SIZES, SHARED_BACKINGS
 from uffdkvm.support import modes_for
 

@@ -17,22 +17,12 @@ import shutil
 import subprocess
 
 import pytest
-from children import ENV as CHILD_ENV
-from children import python
-from conftest import (
-    ALL_CPU_NUMBERS_USABLE,
-    KVM_TAKES_EVERY_CONFIG_VCPUS,
-    NO_HUGEPAGES_1G,
-    NO_HUGEPAGES_2M,
-    NO_MEMAVAILABLE,
-    assert_released,
-    cpus_unavailable,
-    host_skip,
-    mem_info,
-    missing_tool,
-    nofile_hard_limit_below,
-    resources,
-)
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python
+from helpers.hostfacts import (ALL_CPU_NUMBERS_USABLE, KVM_TAKES_EVERY_CONFIG_VCPUS,
+                               NO_HUGEPAGES_1G, NO_HUGEPAGES_2M, NO_MEMAVAILABLE, cpus_unavailable,
+                               host_skip, mem_info, missing_tool, nofile_hard_limit_below)
+from helpers.resources import assert_released, resources
 
 import uffdkvm
 from uffdkvm import Config, ConfigError, HostUnsupportedError

@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import facts_for_run, host_skip, resources, run_or_skip, run_with_fault
+from helpers.hostfacts import facts_for_run, host_skip
+from helpers.resources import resources
+from helpers.runs import run_or_skip, run_with_fault
 
 import uffdkvm
 from uffdkvm import Config, ConfigError, HostUnsupportedError, Result, RunError
@@ -258,7 +260,7 @@ def test_a_kernel_without_wp_async_is_told_what_is_missing(kvm):
     """Where userfaultfd lacks UFFD_FEATURE_WP_ASYNC (Debian's 6.1 in the
     matrix), the refusal says so, not just which ioctl failed; where it has
     it, the tracker runs."""
-    from hostfacts import NO_UFFD_WP_ASYNC
+    from helpers.hostfacts import NO_UFFD_WP_ASYNC
     if not NO_UFFD_WP_ASYNC.holds:
         assert uffdkvm.run(**_fields("wp_async")).verified
         return

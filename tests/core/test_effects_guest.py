@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import small
-from evidence import Trace, run_keeping_core_output
+from helpers.evidence import Trace, run_keeping_core_output
+from helpers.runs import small
 
 pytestmark = pytest.mark.kvm
 

@@ -8,7 +8,8 @@ import pickle
 import pytest
 
 import uffdkvm
-from conftest import KVM_TAKES_EVERY_CONFIG_VCPUS, host_skip, skip_without_kvm
+from helpers.hostfacts import KVM_TAKES_EVERY_CONFIG_VCPUS, host_skip
+from helpers.skips import skip_without_kvm
 from uffdkvm import (
     Config,
     ConfigError,
@@ -82,7 +83,7 @@ except uffdkvm.MissingDependencyError as e:
 def test_a_missing_pandas_is_a_uffdkvm_error_and_an_import_error(kvm):
     import subprocess
 
-    from children import ENV, python
+    from helpers.children import ENV, python
     p = subprocess.run(python(code=NO_PANDAS), capture_output=True, text=True,
                        timeout=120, env=ENV)
     assert p.returncode == 0, p.stderr

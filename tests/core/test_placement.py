@@ -10,21 +10,64 @@ core an empty reader pin list) turns them red.
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import pytest
 
 import uffdkvm
 from uffdkvm import Config, ConfigError, HostUnsupportedError
-from children import ENV as CHILD_ENV
-from children import uffdkvm_command
-from conftest import cpus_unavailable, fewer_cpus_than, host_skip, run_watching_affinity, small
-from evidence import CpuSampler, Trace
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import uffdkvm_command
+from helpers.evidence import CpuSampler, Trace
+from helpers.hostfacts import cpus_unavailable, fewer_cpus_than, host_skip
+from helpers.runs import small
 
-# alone (tests/machine_lock.py): where the scheduler puts the threads, with no
+# alone (tests/helpers/machine_lock.py): where the scheduler puts the threads, with no
 # other test's threads beside them.
 pytestmark = pytest.mark.alone
 
 CPUS = sorted(os.sched_getaffinity(0))
+
+
+def _cpu_list(text):
+    """ "0-2,5" as {0, 1, 2, 5}."""
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(cpus)
+
+
+def run_watching_affinity(**fields):
+    """Runs an experiment that must verify, while another thread reads
+    every thread's Cpus_allowed_list from /proc/self/task/TID/status: the
+    kernel's own record of where each may run, independent of what the
+    threads report of themselves. Returns (result, {tid: CPUs}), each
+    thread's last reading (after it pinned itself: it pins as it starts)."""
+    seen, done = {}, threading.Event()
+
+    def watch():
+        while not done.is_set():
+            for tid in os.listdir("/proc/self/task"):
+                try:
+                    with open(f"/proc/self/task/{tid}/status") as f:
+                        for line in f:
+                            if line.startswith("Cpus_allowed_list:"):
+                                seen[int(tid)] = _cpu_list(line.split(":")[1].strip())
+                except OSError:
+                    pass  # the thread left
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        r = uffdkvm.run(**fields)
+    finally:
+        done.set()
+        watcher.join()
+    assert r.verified, r.verify_message
+    return r, seen
 
 
 @pytest.fixture

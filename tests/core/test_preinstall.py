@@ -8,7 +8,7 @@ import copy
 import json
 
 import pytest
-from conftest import run_or_skip
+from helpers.runs import run_or_skip
 
 import uffdkvm
 from uffdkvm import Config, ConfigError, Result, ResultError
@@ -293,7 +293,7 @@ def test_hugetlb_pages_count_in_huge_pages(snapshot):
 
 @pytest.fixture(scope="module")
 def preinstalled_json(kvm_reason, snapshot):
-    from conftest import skip_without_kvm
+    from helpers.skips import skip_without_kvm
     skip_without_kvm(kvm_reason)
     r = uffdkvm.run(vcpus=VCPUS, mem_per_vcpu=MEM, source="file", source_path=snapshot,
                     preinstall=EVERY_OTHER, prefetch="readahead")

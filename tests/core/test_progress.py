@@ -15,7 +15,7 @@ import pytest
 import uffdkvm
 from uffdkvm.progress import ConsoleProgress, Progress
 
-# alone (tests/machine_lock.py): progress reported against time bounds.
+# alone (tests/helpers/machine_lock.py): progress reported against time bounds.
 pytestmark = [pytest.mark.kvm, pytest.mark.alone]
 
 MEM = "128M"       # 32768 pages per vCPU: about a second here, several reports

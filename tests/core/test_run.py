@@ -6,7 +6,8 @@ import time
 import pytest
 
 import uffdkvm
-from conftest import NO_KVM_STATS, SMALL_PAGES, host_skip, small
+from helpers.hostfacts import NO_KVM_STATS, host_skip
+from helpers.runs import SMALL_PAGES, small
 
 pytestmark = pytest.mark.kvm
 
@@ -165,7 +166,7 @@ def test_run_overrides_fields_of_a_config(kvm):
     assert len(r.readers) == 2
 
 
-# alone (tests/machine_lock.py): KVM exits counted against a bound, which a busy
+# alone (tests/helpers/machine_lock.py): KVM exits counted against a bound, which a busy
 # machine's extra timer exits would cross.
 @pytest.mark.alone
 def test_guest_work_runs_between_accesses_and_still_verifies(kvm):

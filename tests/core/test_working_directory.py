@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import uffdkvm
-from children import ENV, PACKAGE_ROOT, python, uffdkvm_command
-from conftest import host_skip, missing_tool
+from helpers.children import ENV, PACKAGE_ROOT, python, uffdkvm_command
+from helpers.hostfacts import host_skip, missing_tool
 from uffdkvm._spawn import python_command
 from uffdkvm.pages.server import PageServer
 

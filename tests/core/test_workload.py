@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import uffdkvm
-from conftest import needs_test_hooks, run_or_skip, small
+from helpers.runs import run_or_skip, small
+from helpers.skips import needs_test_hooks
 
 pytestmark = pytest.mark.kvm
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import uffdkvm
-from conftest import run_or_skip
+from helpers.runs import run_or_skip
 from uffdkvm.config import BACKING_PAGE_SIZES
 
 pytestmark = pytest.mark.kvm

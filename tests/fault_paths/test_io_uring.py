@@ -23,9 +23,11 @@ import pytest
 
 import uffdkvm
 import uffdkvm.host.facts
-from children import PACKAGE_ROOT, python
-from conftest import (NO_CC, NO_IO_URING_UFFD, assert_released, host_skip, needs_io_uring,
-                      run_with_fault, small)
+from helpers.children import PACKAGE_ROOT, python
+from helpers.hostfacts import NO_CC, NO_IO_URING_UFFD, host_skip
+from helpers.resources import assert_released
+from helpers.runs import run_with_fault, small
+from helpers.skips import needs_io_uring
 
 ROOT = Path(__file__).resolve().parents[2]
 

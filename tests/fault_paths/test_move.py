@@ -11,10 +11,10 @@ import time
 import pytest
 
 import uffdkvm
-from children import ENV as CHILD_ENV
-from children import uffdkvm_command
-from conftest import facts_for_run, host_skip, run_or_skip, run_with_fault
-from hostfacts import NO_UFFD_MOVE
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import uffdkvm_command
+from helpers.hostfacts import NO_UFFD_MOVE, facts_for_run, host_skip
+from helpers.runs import run_or_skip, run_with_fault
 from uffdkvm import ConfigError, HostUnsupportedError
 from uffdkvm.config import RESOLVES
 

@@ -14,10 +14,11 @@ import threading
 import time
 
 import pytest
-from children import ENV as CHILD_ENV
-from children import python
-from conftest import assert_released, resources, run_or_skip, run_with_fault
-from hostfacts import NO_THP, host_skip
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python
+from helpers.hostfacts import NO_THP, host_skip
+from helpers.resources import assert_released, resources
+from helpers.runs import run_or_skip, run_with_fault
 
 import uffdkvm
 from uffdkvm import Result

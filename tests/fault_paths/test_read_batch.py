@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import small
+from helpers.runs import small
 
 pytestmark = pytest.mark.kvm
 

@@ -14,8 +14,8 @@ import pytest
 from scipy import stats
 
 import uffdkvm
-from conftest import small
-from evidence import Trace
+from helpers.evidence import Trace
+from helpers.runs import small
 
 pytestmark = pytest.mark.kvm
 

@@ -12,12 +12,15 @@ their own resolve.
 from __future__ import annotations
 
 import pytest
-from conftest import guest_clock_converted, needs_test_hooks, resources, run_or_skip
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import uffdkvm_command
+from helpers.guest_clock import guest_clock_converted
+from helpers.resources import resources
+from helpers.runs import run_or_skip
+from helpers.skips import needs_test_hooks
 
 import uffdkvm
 from uffdkvm import Config, ConfigError
-from children import ENV as CHILD_ENV
-from children import uffdkvm_command
 
 pytestmark = pytest.mark.kvm
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 import uffdkvm
-from conftest import small
+from helpers.runs import small
 
 pytestmark = pytest.mark.kvm
 

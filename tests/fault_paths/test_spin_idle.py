@@ -24,9 +24,9 @@ import pytest
 
 import uffdkvm
 from uffdkvm import Config, ConfigError
-from conftest import fewer_cpus_than, host_skip
+from helpers.hostfacts import fewer_cpus_than, host_skip
 
-# alone (tests/machine_lock.py): CPU time and scheduling classes compared between threads.
+# alone (tests/helpers/machine_lock.py): CPU time and scheduling classes compared between threads.
 pytestmark = pytest.mark.alone
 
 CPUS = sorted(os.sched_getaffinity(0))

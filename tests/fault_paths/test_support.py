@@ -9,9 +9,8 @@ import pytest
 
 import uffdkvm
 from uffdkvm.config import PREFETCHES, RESOLVERS, WAITS
-from children import ENV, python, uffdkvm_command
-from conftest import BUILT_WITHOUT_LIBURING, LOOPBACK_DOWN, host_skip
-from hostfacts import TMPDIR_ON_TMPFS
+from helpers.children import ENV, python, uffdkvm_command
+from helpers.hostfacts import BUILT_WITHOUT_LIBURING, LOOPBACK_DOWN, TMPDIR_ON_TMPFS, host_skip
 
 pytestmark = pytest.mark.kvm
 

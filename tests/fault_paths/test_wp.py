@@ -12,8 +12,9 @@ the kernel's own write flag for every page.
 from __future__ import annotations
 
 import pytest
-from conftest import facts_for_run, host_skip, run_or_skip, run_with_fault
-from evidence import Trace
+from helpers.evidence import Trace
+from helpers.hostfacts import facts_for_run, host_skip
+from helpers.runs import run_or_skip, run_with_fault
 
 import uffdkvm
 from uffdkvm import Config, ConfigError, Result

@@ -1,7 +1,7 @@
 """A host that lacks KVM or userfaultfd gets a HostUnsupportedError that says
 what is missing and what to do, not a crash.
 
-Each case builds the broken host for real (tests/broken_host.py): a private
+Each case builds the broken host for real (tests/helpers/broken_host.py): a private
 mount namespace with a tmpfs over /dev holding only the device nodes the case
 allows, and capabilities dropped with setpriv, or a real unprivileged user.
 The process inside imports a copy of the uffdkvm this session imported, so
@@ -14,9 +14,10 @@ import sys
 
 import pytest
 
-from broken_host import (KVM, KVM_DEV, KVM_GROUP, KVM_ROOT_ONLY, NOBODY, USERFAULTFD,
-                         USERFAULTFD_DEV, USERFAULTFD_OWNED, Stage, skip_unless_namespaces)
-from conftest import NO_DEV_USERFAULTFD, NO_HUGEPAGES_2M, UNPRIVILEGED_USERFAULTFD, host_skip
+from helpers.broken_host import (KVM, KVM_DEV, KVM_GROUP, KVM_ROOT_ONLY, NOBODY, USERFAULTFD,
+                                 USERFAULTFD_DEV, USERFAULTFD_OWNED, Stage, skip_unless_namespaces)
+from helpers.hostfacts import (NO_DEV_USERFAULTFD, NO_HUGEPAGES_2M, UNPRIVILEGED_USERFAULTFD,
+                               host_skip)
 
 pytestmark = pytest.mark.kvm
 

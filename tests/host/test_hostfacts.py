@@ -1,4 +1,4 @@
-"""The skip audit (tests/hostfacts.py): a skip that no fact about the host
+"""The skip audit (tests/helpers/hostfacts.py): a skip that no fact about the host
 explains fails the session, an explained one does not, and the summary lists
 every host skip with its fact. Each case is a real pytest session (pytester,
 in this process) with the plugin loaded.
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-import hostfacts
-from children import python
-from broken_host import KVM, Stage, skip_unless_namespaces
-from conftest import NO_KVM, NO_USERFAULTFD
+from helpers import hostfacts
+from helpers.broken_host import KVM, Stage, skip_unless_namespaces
+from helpers.children import python
+from helpers.hostfacts import NO_KVM, NO_USERFAULTFD
 
 TESTS = Path(__file__).resolve().parents[1]
 
 FACTS_CONFTEST = """
-from hostfacts import fact
+from helpers.hostfacts import fact
 
 @fact("test-holds", "a fact that holds")
 def HOLDS():
@@ -47,13 +47,13 @@ def session(pytester, monkeypatch):
 
     def run(source, *args):
         pytester.makepyfile(test_it=source)
-        return pytester.runpytest("-p", "hostfacts", "-p", "no:cacheprovider", *args)
+        return pytester.runpytest("-p", "helpers.hostfacts", "-p", "no:cacheprovider", *args)
     return run
 
 
 def test_an_explained_skip_passes_and_is_listed(session):
     r = session("""
-from hostfacts import FACTS, host_skip
+from helpers.hostfacts import FACTS, host_skip
 
 def test_needs_the_thing():
     host_skip(FACTS["test-holds"], "needs the thing")
@@ -96,7 +96,7 @@ def test_a_skip_that_cites_no_fact_fails_the_session(session, how, nodeid, reaso
 
 def test_a_skip_citing_a_fact_that_does_not_hold_fails_the_session(session):
     r = session("""
-from hostfacts import FACTS, host_skip
+from helpers.hostfacts import FACTS, host_skip
 
 def test_wrong_excuse():
     host_skip(FACTS["test-does-not-hold"], "the host surely lacks it")
@@ -122,7 +122,7 @@ def test_runs():
 def test_a_failing_session_stays_failed_and_still_lists_its_skips(session):
     r = session("""
 import pytest
-from hostfacts import FACTS, host_skip
+from helpers.hostfacts import FACTS, host_skip
 
 def test_fails():
     assert False
@@ -184,7 +184,8 @@ def test_needs_brokenmod():
 # ---- the facts against hosts built for real ----
 
 FACTS_PROBE = """
-import json, uffdkvm, hostfacts
+import json, uffdkvm
+from helpers import hostfacts
 try:
     uffdkvm.run(mem_per_vcpu="64K")
     run = None

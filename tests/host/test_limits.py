@@ -3,7 +3,7 @@ before they start, naming the limit; those that fit run; and where the
 kernel starves a run after the check, the run fails with an error that user
 space can see, or (a memory cgroup) the kernel kills it, as documented.
 
-Every case makes real cgroups (tests/cgroups.py) and runs the experiment
+Every case makes real cgroups (tests/helpers/cgroups.py) and runs the experiment
 in a child process that moves itself into them first, so that only the
 child is limited. The child either goes through uffdkvm.run() (the checks)
 or calls the core directly (``_core.run``: the checks bypassed), to see
@@ -21,10 +21,10 @@ import threading
 import time
 
 import pytest
-from cgroups import Cgroup, v1_mounted, v2_available
-from children import ENV, python
-from conftest import NO_HUGEPAGES_2M, host_skip
-from hostfacts import NOT_ROOT, add_hugepages, fact, missing_tool, remove_hugepages
+from helpers.cgroups import Cgroup, v1_mounted, v2_available
+from helpers.children import ENV, python
+from helpers.hostfacts import (NOT_ROOT, NO_HUGEPAGES_2M, add_hugepages, fact, host_skip,
+                               missing_tool, remove_hugepages)
 
 import uffdkvm
 from uffdkvm.host import limits

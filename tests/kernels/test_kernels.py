@@ -17,10 +17,9 @@ import threading
 import time
 
 import pytest
-from bzimage import write_bzimage
-from children import uffdkvm_command
-from conftest import host_skip
-from hostfacts import DEBIAN_ARCHIVE_UNREACHABLE, NO_STATIC_BUSYBOX, missing_tool
+from helpers.bzimage import write_bzimage
+from helpers.children import uffdkvm_command
+from helpers.hostfacts import DEBIAN_ARCHIVE_UNREACHABLE, NO_STATIC_BUSYBOX, host_skip, missing_tool
 
 import uffdkvm
 from uffdkvm import kernels

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import uffdkvm
-from children import ENV as CHILD_ENV
-from children import python
-from conftest import small
-from evidence import Trace, intersect, length, union
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python
+from helpers.evidence import Trace, intersect, length, union
+from helpers.runs import small
 from uffdkvm.result import LATENCY_BOUNDS, ReaderStats, VcpuStats
 
 pytestmark = pytest.mark.kvm

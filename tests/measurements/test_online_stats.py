@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import uffdkvm
-from conftest import needs_io_uring, needs_test_hooks
-from hostfacts import facts_for_run, host_skip
+from helpers.hostfacts import facts_for_run, host_skip
+from helpers.skips import needs_io_uring, needs_test_hooks
 
 pytestmark = pytest.mark.kvm
 

@@ -10,7 +10,7 @@ before the guest's access completed. A guest clock converted with the wrong
 offset puts reads outside that window; one converted at the wrong rate
 disagrees with the guest's own measurement of each access. Where no one
 offset exists (KVM moves it on a host whose TSC is unstable), the run must
-say so and give no stage: guest_clock_converted() in conftest asserts which
+say so and give no stage: guest_clock_converted() (helpers/guest_clock.py) asserts which
 this host must get, against the host fact's own reading of KVM's offset.
 """
 import re
@@ -21,9 +21,9 @@ import pytest
 
 import uffdkvm
 
-from conftest import (NO_KVM_TSC_OFFSET, NO_STEADY_KVM_TSC_OFFSET, facts_for_run,
-                      guest_clock_converted, host_skip, no_stages, run_or_skip,
-                      run_with_fault, small)
+from helpers.guest_clock import guest_clock_converted, no_stages
+from helpers.hostfacts import NO_KVM_TSC_OFFSET, NO_STEADY_KVM_TSC_OFFSET, facts_for_run, host_skip
+from helpers.runs import run_or_skip, run_with_fault, small
 
 TIMED = dict(vcpus=2, mem_per_vcpu="8M", guest_timing=True, trace_faults=True)
 PAGES = 2 * 8 * 256

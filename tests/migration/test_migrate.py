@@ -14,7 +14,9 @@ from __future__ import annotations
 import tempfile
 
 import pytest
-from conftest import assert_released, facts_for_run, host_skip, needs_test_hooks, resources
+from helpers.hostfacts import facts_for_run, host_skip
+from helpers.resources import assert_released, resources
+from helpers.skips import needs_test_hooks
 
 import uffdkvm
 from uffdkvm import Config, ConfigError, RunError

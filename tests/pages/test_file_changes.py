@@ -17,8 +17,8 @@ import subprocess
 import textwrap
 
 import pytest
-from children import ENV as CHILD_ENV
-from children import python
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python
 
 pytestmark = pytest.mark.kvm
 

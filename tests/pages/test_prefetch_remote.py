@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_released, resources, run_with_fault
+from helpers.resources import assert_released, resources
+from helpers.runs import run_with_fault
 
 import uffdkvm
 

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from children import ENV as CHILD_ENV
-from children import python
-from pagewire import client_handshake, read_key, recv_exact, server_handshake
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python
+from helpers.pagewire import client_handshake, read_key, recv_exact, server_handshake
 
 import uffdkvm
 from uffdkvm import ConfigError

@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 
 import pytest
-from children import ENV as CHILD_ENV
-from children import python, uffdkvm_command
-from conftest import (NO_ASAN_RUNTIME, NO_CC, NOT_ROOT, host_skip, missing_tool, needs_keys,
-                      needs_loopback)
-from hostfacts import NO_NETNS, c_compiler
-from pagewire import (AUTH, HELLO, KEYED, LABEL_CLIENT, LABEL_SERVER, MAGIC, VERSION, WELCOME,
-                      client_handshake, mac, read_key, recv_exact)
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python, uffdkvm_command
+from helpers.hostfacts import (NOT_ROOT, NO_ASAN_RUNTIME, NO_CC, NO_NETNS, c_compiler, host_skip,
+                               missing_tool)
+from helpers.pagewire import (AUTH, HELLO, KEYED, LABEL_CLIENT, LABEL_SERVER, MAGIC, VERSION,
+                              WELCOME, client_handshake, mac, read_key, recv_exact)
+from helpers.skips import needs_keys, needs_loopback
 
 import uffdkvm
 from uffdkvm import ConfigError
@@ -242,7 +242,7 @@ def test_a_wrong_key_no_key_and_a_truncated_handshake_are_refused(snapshot, tmp_
             s.sendall(b"\x55\x4b\x50\x53" + bytes(20))   # 24 of the auth's 72 bytes
         time.sleep(0.2)
         with socket.create_connection((host, int(port)), timeout=10) as s:
-            # The handshake in Python (tests/pagewire.py), with the right key: passes.
+            # The handshake in Python (tests/helpers/pagewire.py), with the right key: passes.
             assert client_handshake(s, read_key(server.key_file)) == (0, True)
         stats = server.stats()
         log = server._process.stderr_text()

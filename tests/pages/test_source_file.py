@@ -9,9 +9,9 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import (assert_released, facts_for_run, host_skip, resources, run_or_skip,
-                      run_with_fault)
-from hostfacts import NO_UFFD_MOVE
+from helpers.hostfacts import NO_UFFD_MOVE, facts_for_run, host_skip
+from helpers.resources import assert_released, resources
+from helpers.runs import run_or_skip, run_with_fault
 
 import uffdkvm
 from uffdkvm import ConfigError, HostUnsupportedError

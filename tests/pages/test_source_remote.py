@@ -14,11 +14,12 @@ import threading
 import time
 
 import pytest
-from children import ENV as CHILD_ENV
-from children import uffdkvm_command
-from conftest import (assert_released, host_skip, needs_loopback, resources, run_or_skip,
-                      run_with_fault)
-from hostfacts import NO_UFFD_MOVE
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import uffdkvm_command
+from helpers.hostfacts import NO_UFFD_MOVE, host_skip
+from helpers.resources import assert_released, resources
+from helpers.runs import run_or_skip, run_with_fault
+from helpers.skips import needs_loopback
 
 import uffdkvm
 from uffdkvm import ConfigError, RunError, RunTimeoutError

@@ -2,7 +2,7 @@
 and what to do, on a host where KVM or userfaultfd is unusable, unless
 UFFDKVM_ALLOW_NO_KVM=1 says to go on (and then it says so, loudly).
 
-The hosts are built for real (tests/broken_host.py): a private mount
+The hosts are built for real (tests/helpers/broken_host.py): a private mount
 namespace without /dev/kvm, an unprivileged user without access to it, a
 root without the capability userfaultfd() needs. The preflight and .ci/run
 run there on a copy of the uffdkvm this session imported.
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from broken_host import (KVM, KVM_ROOT_ONLY, NOBODY, USERFAULTFD_OWNED, Stage,
-                         skip_unless_namespaces)
-from conftest import UNPRIVILEGED_USERFAULTFD, host_skip
+from helpers.broken_host import (KVM, KVM_ROOT_ONLY, NOBODY, USERFAULTFD_OWNED, Stage,
+                                 skip_unless_namespaces)
+from helpers.hostfacts import UNPRIVILEGED_USERFAULTFD, host_skip
 
 pytestmark = pytest.mark.kvm
 

@@ -18,7 +18,7 @@ import pytest
 
 import uffdkvm
 from uffdkvm import kernels
-from children import ENV, python
+from helpers.children import ENV, python
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

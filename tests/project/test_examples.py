@@ -37,7 +37,7 @@ if __name__ == "__main__":
     # Run as a script (above), Python puts this file's folder on the path, and the
     # helpers are in the one above it, tests/.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostfacts import NO_STEADY_KVM_TSC_OFFSET  # noqa: E402
+from helpers.hostfacts import NO_STEADY_KVM_TSC_OFFSET
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -126,7 +126,7 @@ def run(e: Example) -> str:
             argv[i + 1] = "1"
         argv.append("--no-progress")
     # The uffdkvm under test, first on the child's path.
-    from children import ENV, uffdkvm_command
+    from helpers.children import ENV, uffdkvm_command
     done = subprocess.run(uffdkvm_command(*argv[1:]), capture_output=True,
                           text=True, timeout=RUN_S, env=ENV)
     assert done.returncode == 0, f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr}"

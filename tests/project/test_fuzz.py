@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import host_skip, missing_module, missing_tool
-from hostfacts import NO_LIBFUZZER
+from helpers.hostfacts import NO_LIBFUZZER, host_skip, missing_module, missing_tool
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 SECONDS = int(os.environ.get("UFFDKVM_FUZZ_SECONDS", "4"))

@@ -1,4 +1,4 @@
-"""tests/machine_lock.py, which pytest-xdist's workers share: tests beside
+"""tests/helpers/machine_lock.py, which pytest-xdist's workers share: tests beside
 each other, an ``alone`` test with the machine to itself, and a test waiting
 to be alone served before the tests that come after it.
 
@@ -7,7 +7,7 @@ files contend as the workers' processes do."""
 import threading
 import time
 
-import machine_lock
+from helpers import machine_lock
 
 
 def hold(directory, alone, seconds, spans, name):

@@ -75,7 +75,7 @@ def test_a_kernel_that_cannot_be_had_is_unavailable_never_passed(tmp_path, monke
 def test_a_brought_kernel_whose_tree_was_never_indexed_is_refused_before_a_boot(
         tmp_path, capsys):
     import matrix
-    from bzimage import write_bzimage
+    from helpers.bzimage import write_bzimage
 
     image = write_bzimage(tmp_path / "bzImage", b"6.19.0-mine #1")
     # Its tree lacks modules.dep: refused before anything boots, naming --kernel.

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import uffdkvm
-from conftest import NO_STEADY_KVM_TSC_OFFSET
-from children import python
+from helpers.children import python
+from helpers.hostfacts import NO_STEADY_KVM_TSC_OFFSET
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 KERNEL = "uffdkvm-tests"  # a kernel spec of our own, so no other "python3" is picked up

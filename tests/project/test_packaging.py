@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NO_CC, NOT_A_GIT_CHECKOUT, host_skip, missing_tool
-from children import python
+from helpers.children import python
+from helpers.hostfacts import NOT_A_GIT_CHECKOUT, NO_CC, host_skip, missing_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 # Tracked files the sdist leaves out on purpose.

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (KVM_FACTS, NO_ASAN_RUNTIME, NO_CC, NO_HUGEPAGES_2M, NO_TSAN_RUNTIME,
-                      host_skip, missing_tool)
-from hostfacts import NO_UFFD_MOVE, NO_UFFD_WP_ASYNC
+from helpers.hostfacts import (NO_ASAN_RUNTIME, NO_CC, NO_HUGEPAGES_2M, NO_TSAN_RUNTIME,
+                               NO_UFFD_MOVE, NO_UFFD_WP_ASYNC, host_skip, missing_tool)
+from helpers.skips import KVM_FACTS
 
 pytestmark = pytest.mark.kvm
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import uffdkvm
-from conftest import NO_STEADY_KVM_TSC_OFFSET
+from helpers.hostfacts import NO_STEADY_KVM_TSC_OFFSET
 from uffdkvm import Config, ConfigError, _core
 from uffdkvm.schema import faults as schema_faults, fields as schema
 from uffdkvm.config import core_config

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from children import ENV as CHILD_ENV
-from children import PACKAGE_ROOT, python
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import PACKAGE_ROOT, python
 
 ROOT = Path(__file__).resolve().parents[2]
 

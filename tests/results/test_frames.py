@@ -13,9 +13,9 @@ from typing import Dict, List
 import pytest
 
 import uffdkvm
-from children import ENV as CHILD_ENV
-from children import python
-from conftest import skip_without_kvm
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python
+from helpers.skips import skip_without_kvm
 from uffdkvm.io import frames
 
 pd = pytest.importorskip("pandas")

@@ -15,7 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import uffdkvm
-from conftest import facts_for_run, guest_clock_converted, host_skip, skip_without_kvm
+from helpers.guest_clock import guest_clock_converted
+from helpers.hostfacts import facts_for_run, host_skip
+from helpers.skips import skip_without_kvm
 from benchmarks.test_soak import soak
 from uffdkvm import Result, ResultError
 from uffdkvm._invariants import check_result

@@ -12,7 +12,7 @@ import platform
 import pytest
 
 import uffdkvm
-from conftest import skip_without_kvm
+from helpers.skips import skip_without_kvm
 from uffdkvm import HostInfo, Result, ResultError
 
 

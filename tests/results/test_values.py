@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 
 import uffdkvm
-from children import ENV as CHILD_ENV
-from children import python
-from conftest import cpus_unavailable, host_skip, skip_without_kvm
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python
+from helpers.hostfacts import cpus_unavailable, host_skip
+from helpers.skips import skip_without_kvm
 from uffdkvm import Config, HostInfo, Result
 from uffdkvm.host.facts import UFFD_FEATURES
 
@@ -232,7 +233,7 @@ def test_usable_cpus_are_read_before_anything_pins_the_process():
 def test_each_run_carries_the_host_facts_of_its_own_time(kvm):
     """A fact that changes between runs (here the 2 MiB pool, as root) is
     read again for the next Result, not kept from the first."""
-    from conftest import NOT_ROOT, add_hugepages, remove_hugepages
+    from helpers.hostfacts import NOT_ROOT, add_hugepages, remove_hugepages
     if os.geteuid() != 0:
         host_skip(NOT_ROOT, "only root can change the huge page pool")
     before = uffdkvm.run(vcpus=1, mem_per_vcpu="64K").host.hugepages_2m

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 import uffdkvm
-from conftest import (assert_released, facts_for_run, host_skip, needs_test_hooks, resources,
-                      run_or_skip)
-from hostfacts import NO_UFFD_MOVE
+from helpers.hostfacts import NO_UFFD_MOVE, facts_for_run, host_skip
+from helpers.resources import assert_released, resources
+from helpers.runs import run_or_skip
+from helpers.skips import needs_test_hooks
 from uffdkvm.schema import faults as schema_faults
 
 needs_test_hooks("every test here injects a failure", allow_module_level=True)

@@ -12,7 +12,7 @@ import collections
 import pytest
 
 import uffdkvm
-from conftest import run_or_skip, small
+from helpers.runs import run_or_skip, small
 
 pytestmark = pytest.mark.kvm
 

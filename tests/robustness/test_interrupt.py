@@ -16,12 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import uffdkvm
-from children import ENV as CHILD_ENV
-from children import python
-from conftest import (assert_released, host_skip, mem_available_below, mem_info, needs_test_hooks,
-                      run_with_fault)
+from helpers.children import ENV as CHILD_ENV
+from helpers.children import python
+from helpers.hostfacts import host_skip, mem_available_below, mem_info
+from helpers.resources import assert_released
+from helpers.runs import run_with_fault
+from helpers.skips import needs_test_hooks
 
-# alone (tests/machine_lock.py): Ctrl-C answered within a bound.
+# alone (tests/helpers/machine_lock.py): Ctrl-C answered within a bound.
 pytestmark = [pytest.mark.kvm, pytest.mark.alone]
 
 # How long after a signal or the time limit the run may take to end. A vCPU

@@ -18,7 +18,9 @@ import threading
 import pytest
 
 import uffdkvm
-from conftest import TEST_HOOKS, assert_released, resources, run_with_fault
+from helpers.resources import assert_released, resources
+from helpers.runs import run_with_fault
+from helpers.skips import TEST_HOOKS
 
 pytestmark = pytest.mark.kvm
 

@@ -7,9 +7,10 @@ it is marked slow (it still runs by default; -m "not slow" leaves it out).
 """
 import pytest
 
-from conftest import host_skip, mem_available_below, mem_info, small
+from helpers.hostfacts import host_skip, mem_available_below, mem_info
+from helpers.runs import small
 
-# alone (tests/machine_lock.py): a 4 GiB region paged within a time bound.
+# alone (tests/helpers/machine_lock.py): a 4 GiB region paged within a time bound.
 pytestmark = [pytest.mark.kvm, pytest.mark.alone]
 
 WAITS = ["poll", "epoll", "epoll_exclusive", "read", "io_uring"]

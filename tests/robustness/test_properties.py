@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import uffdkvm
-from conftest import assert_released, resources
-from hostfacts import NO_UFFD_MOVE
+from helpers.hostfacts import NO_UFFD_MOVE
+from helpers.resources import assert_released, resources
 from uffdkvm import Config, ConfigError, HostUnsupportedError, RunError
 from uffdkvm.config import (ACCESSES, BACKING_PAGE_SIZES, BACKINGS, DELAY_DISTS,
                             HUGETLB_BACKINGS, PATTERNS, PREFETCHES, RESOLVERS, RESOLVES,

@@ -24,7 +24,7 @@ from uffdkvm.testing import (
     trials_needed,
 )
 
-# alone (tests/machine_lock.py): the A/B statistics' verdicts on real runs: a difference in speed needs a quiet machine.
+# alone (tests/helpers/machine_lock.py): the A/B statistics' verdicts on real runs: a difference in speed needs a quiet machine.
 pytestmark = pytest.mark.alone
 
 ROOT = Path(__file__).resolve().parents[2]

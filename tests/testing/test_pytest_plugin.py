@@ -10,8 +10,8 @@ import pandas  # noqa: F401 - loaded before pytester's in-process runs: a module
 import pytest  # first loaded inside one is unloaded after it, and numpy cannot load twice
 
 import uffdkvm
-from children import ENV, python
-from conftest import NO_GUEST_MEMFD
+from helpers.children import ENV, python
+from helpers.hostfacts import NO_GUEST_MEMFD
 
 TINY = 'vcpus=1, mem_per_vcpu="64K"'
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import uffdkvm
 from uffdkvm._spawn import HAVE_SAFE_PATH
-from hostfacts import NO_DEV_USERFAULTFD, NOT_ROOT, host_skip, misc_device, missing_tool
+from .hostfacts import NO_DEV_USERFAULTFD, NOT_ROOT, host_skip, misc_device, missing_tool
 
 NOBODY = 65534
 

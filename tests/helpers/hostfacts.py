@@ -12,13 +12,13 @@ first asked.
 
 Skipping a test::
 
-    from conftest import host_skip, NO_HUGEPAGES_2M, NO_KVM, NO_USERFAULTFD
+    from helpers.hostfacts import NO_HUGEPAGES_2M, NO_KVM, NO_USERFAULTFD, host_skip
 
     host_skip(NO_HUGEPAGES_2M, "needs 16 free 2 MiB huge pages")
     host_skip((NO_KVM, NO_USERFAULTFD), str(error))   # explained if either holds
 
 host_skip() raises pytest's skip (pass allow_module_level=True at module
-level). The ``kvm`` fixture and ``run_or_skip()`` in conftest cite the right
+level). The ``kvm`` fixture and ``run_or_skip()`` (runs.py) cite the right
 facts for you; ``facts_for_run(**config_fields)`` gives the facts that can
 stop a run of that config, for a test that catches HostUnsupportedError
 itself. ``pytest.importorskip("x")`` counts as citing ``missing_module("x")``.
@@ -241,7 +241,7 @@ class HostSkipAudit:
             for nodeid, reason, why in self.unexplained:
                 tr.write_line(f"UNEXPLAINED SKIP {nodeid}: {reason}", red=True)
                 tr.write_line(f"    {why}")
-            tr.write_line("A skip must cite a host fact that holds here (tests/hostfacts.py): "
+            tr.write_line("A skip must cite a host fact that holds here (tests/helpers/hostfacts.py): "
                           "fix the test, or cite or add the fact.", red=True)
 
 
@@ -1040,7 +1040,7 @@ def BUILT_WITHOUT_LIBURING():
                            "ring.c's refusal of a build without liburing")
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @fact("not-a-git-checkout", "the tests run outside a git checkout of uffdkvm (an unpacked "
