@@ -106,6 +106,16 @@ def hugepages():
         remove_hugepages(size_kb, count)
 
 
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory):
+    """An 8 MiB snapshot file (make_snapshot), one per test module, as a str:
+    enough for the largest region a module pages from it (2 vCPUs of 4 MiB;
+    a smaller run takes its first bytes), and served as it is by the page
+    server tests. Under pytest's temporary directory, not /dev/shm: a tmpfs
+    file could not be made cold (source_cache="cold")."""
+    return uffdkvm.make_snapshot(tmp_path_factory.mktemp("snapshot") / "mem.img", 8 << 20)
+
+
 @pytest.fixture
 def released():
     """Asserts, after the test, that every fd and thread it made is gone."""

@@ -18,11 +18,6 @@ pytestmark = pytest.mark.kvm
 PAGES = 1024  # 4 MiB per vCPU, 2 vCPUs
 
 
-@pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
-    return str(uffdkvm.make_snapshot(tmp_path_factory.mktemp("pre") / "mem.img", 8 << 20))
-
-
 def _run(snapshot, **more):
     return run_or_skip(**{"vcpus": 2, "mem_per_vcpu": "4M", "source": "file",
                           "source_path": snapshot, "write_percent": 50, **more})

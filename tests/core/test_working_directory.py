@@ -38,11 +38,6 @@ def stray(tmp_path, monkeypatch):
     return marker
 
 
-@pytest.fixture
-def snapshot(tmp_path):
-    return uffdkvm.make_snapshot(tmp_path / "vm.img", 2 << 20, seed=7)
-
-
 def test_the_stray_package_shadows_an_unsafe_child(stray):
     """The control: `python -c` with the working directory on its path
     imports the stray package (so the tests below would see it)."""

@@ -23,13 +23,6 @@ pytestmark = pytest.mark.kvm
 PAGE = 4096
 
 
-@pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
-    """One snapshot large enough for every run here (2 vCPUs of 4 MiB)."""
-    return uffdkvm.make_snapshot(tmp_path_factory.mktemp("prefetch-remote") / "snap.img",
-                                 8 << 20)
-
-
 def remote(snapshot, latency_us, **fields):
     """A run from a page server latency_us away that must verify."""
     r = uffdkvm.run(**{"mem_per_vcpu": "4M", "timeout_s": 60, "source": "remote",

@@ -49,20 +49,16 @@ from uffdkvm.pages.server import (
     check_limits,
 )
 
-SNAPSHOT_BYTES = 8 << 20
+SNAPSHOT_BYTES = 8 << 20  # the snapshot fixture's (conftest.py)
 _2M = 2 << 20
 
 
 @pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
-    path = tmp_path_factory.mktemp("pageserver") / "snapshot.img"
-    path.write_bytes(random.Random(11).randbytes(SNAPSHOT_BYTES))
-    return path
-
-
-@pytest.fixture(scope="module")
 def data(snapshot):
-    return snapshot.read_bytes()
+    """The snapshot's bytes (the snapshot fixture, conftest.py)."""
+    data = Path(snapshot).read_bytes()
+    assert len(data) == SNAPSHOT_BYTES
+    return data
 
 
 def server_processes(marker: str) -> list[int]:
@@ -723,10 +719,10 @@ os._exit(0)
 
 
 @pytest.mark.parametrize("after_s", [0.02, 0.1, 0.5])
-def test_ctrl_c_while_starting_leaves_no_process(snapshot, tmp_path, after_s):
+def test_ctrl_c_while_starting_leaves_no_process(data, tmp_path, after_s):
     # Its own copy of the snapshot: the process list is searched for its path.
     snap = tmp_path / f"interrupted-{after_s}.img"
-    snap.write_bytes(snapshot.read_bytes()[:65536])
+    snap.write_bytes(data[:65536])
     out = subprocess.run(python(str(snap), str(after_s), code=INTERRUPTED),
                          env=CHILD_ENV, capture_output=True, text=True, timeout=60)
     words = out.stdout.split()

@@ -107,8 +107,9 @@ print(json.dumps({"uid": os.getuid(), "got": got.hex(), "notes": notes}))
 
 
 @pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
-    """A 0600 snapshot of root's (or of whoever runs the tests) that nobody cannot open."""
+def private_snapshot(tmp_path_factory):
+    """A 0600 snapshot of root's (or of whoever runs the tests) that nobody cannot open:
+    not the suite's snapshot fixture (conftest.py), which anyone may read."""
     path = tmp_path_factory.mktemp("auth") / "snapshot.img"
     path.write_bytes(os.urandom(SNAPSHOT_BYTES))
     path.chmod(0o600)
@@ -138,13 +139,13 @@ def assert_no_snapshot_bytes(got: bytes, data: bytes) -> None:
 
 
 @pytest.mark.parametrize("transport", ["unix", "tcp"])
-def test_nobody_reads_nothing_from_the_server_run_starts(snapshot, transport):
+def test_nobody_reads_nothing_from_the_server_run_starts(private_snapshot, transport):
     """The server PageServer (and so run()) starts, as root: nobody cannot
     read one byte over TCP (no key) or the Unix socket (its 0700 directory;
     and with the directory opened up, SO_PEERCRED); every try is refused
     and counted."""
-    data = snapshot.read_bytes()
-    with PageServer(snapshot, transport=transport) as server:
+    data = private_snapshot.read_bytes()
+    with PageServer(private_snapshot, transport=transport) as server:
         if transport == "unix":
             out = as_nobody(server.address)
             assert all("Permission denied" in n for n in out["notes"]), out["notes"]
@@ -172,15 +173,15 @@ def open_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def test_nobody_on_a_keyless_unix_socket_is_refused_by_uid(snapshot, open_dir):
+def test_nobody_on_a_keyless_unix_socket_is_refused_by_uid(private_snapshot, open_dir):
     """`uffdkvm serve` on a Unix socket without a key, its socket open to
     all: SO_PEERCRED alone keeps nobody out (refused before the hello)."""
     sock = open_dir / "sock"
-    with serving(snapshot, f"unix:{sock}") as (proc, address):
+    with serving(private_snapshot, f"unix:{sock}") as (proc, address):
         os.chmod(sock, 0o777)
         out = as_nobody(address)
         with PageClient(address) as client:   # root, without a key: let in
-            assert client.fetch(0, 4096) == snapshot.read_bytes()[:4096]
+            assert client.fetch(0, 4096) == private_snapshot.read_bytes()[:4096]
             assert client.stats().refused == 3
     assert out["got"] == b"", out
     assert "uid 65534" in proc.stderr_text
@@ -220,16 +221,16 @@ def serving(snapshot, listen, *extra, netns=None):
             _, served.stderr_text = proc.communicate(timeout=30)
 
 
-def test_a_wrong_key_no_key_and_a_truncated_handshake_are_refused(snapshot, tmp_path):
+def test_a_wrong_key_no_key_and_a_truncated_handshake_are_refused(private_snapshot, tmp_path):
     """TCP: the key's holder is served; a wrong key, no key, a handshake cut
     short are refused (the client says which, naming the address), counted
     and logged with the peer."""
     needs_loopback()
     needs_keys()
     wrong = write_key(tmp_path / "wrong.key")
-    with PageServer(snapshot, transport="tcp") as server:
+    with PageServer(private_snapshot, transport="tcp") as server:
         with server.connect() as client:
-            assert client.fetch(4096, 4096) == snapshot.read_bytes()[4096:8192]
+            assert client.fetch(4096, 4096) == private_snapshot.read_bytes()[4096:8192]
         with pytest.raises(PageServerError, match="refused the key") as e:
             PageClient(server.address, key_file=wrong)
         assert e.value.errno == errno.EACCES and server.address in str(e.value)
@@ -258,10 +259,10 @@ def _one_byte_off(mac):
     return mac[:-1] + bytes([mac[-1] ^ 1])
 
 
-def test_the_server_checks_every_byte_of_the_clients_proof(snapshot):
+def test_the_server_checks_every_byte_of_the_clients_proof(private_snapshot):
     needs_loopback()
     needs_keys()
-    with PageServer(snapshot, transport="tcp") as server:
+    with PageServer(private_snapshot, transport="tcp") as server:
         key = read_key(server.key_file)
         host, port = server.address[4:].rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=10) as s:
@@ -311,10 +312,10 @@ def test_the_client_checks_every_byte_of_the_servers_proof(tmp_path):
     assert asked in ([], [b""]), asked    # closed, never a request
 
 
-def test_a_silent_client_is_closed_at_its_deadline_and_stalls_nobody(snapshot):
+def test_a_silent_client_is_closed_at_its_deadline_and_stalls_nobody(private_snapshot):
     needs_loopback()
     needs_keys()
-    with PageServer(snapshot, transport="tcp", handshake_timeout_s=1.0) as server:
+    with PageServer(private_snapshot, transport="tcp", handshake_timeout_s=1.0) as server:
         host, port = server.address[4:].rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=10) as silent:
             t0 = time.monotonic()
@@ -331,7 +332,7 @@ def test_a_silent_client_is_closed_at_its_deadline_and_stalls_nobody(snapshot):
         assert "no handshake before its deadline" in server._process.stderr_text()
 
 
-def test_key_files_with_loose_modes_are_refused(snapshot, tmp_path):
+def test_key_files_with_loose_modes_are_refused(private_snapshot, tmp_path):
     """0644 (others may read it): refused by the client, by a run and by the
     server, each saying chmod 600."""
     needs_loopback()
@@ -340,7 +341,7 @@ def test_key_files_with_loose_modes_are_refused(snapshot, tmp_path):
     write_key(loose)
     assert stat.S_IMODE(loose.stat().st_mode) == 0o600
     loose.chmod(0o644)
-    with PageServer(snapshot, transport="tcp") as server:
+    with PageServer(private_snapshot, transport="tcp") as server:
         with pytest.raises(ConfigError, match="chmod 600") as e:
             PageClient(server.address, key_file=loose)
         assert e.value.field == "key_file"
@@ -348,7 +349,7 @@ def test_key_files_with_loose_modes_are_refused(snapshot, tmp_path):
             uffdkvm.run(vcpus=1, mem_per_vcpu="1M", source="remote",
                         source_address=server.address, source_key_file=loose)
         assert e.value.field == "source_key_file"
-    p = subprocess.run(uffdkvm_command("serve", snapshot, "--listen", "tcp:127.0.0.1:0",
+    p = subprocess.run(uffdkvm_command("serve", private_snapshot, "--listen", "tcp:127.0.0.1:0",
                                        "--key-file", loose), capture_output=True, text=True,
                        env=CHILD_ENV, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 2 and "chmod 600" in p.stderr, p
@@ -356,39 +357,41 @@ def test_key_files_with_loose_modes_are_refused(snapshot, tmp_path):
 
 @pytest.mark.parametrize("listen,why", [("tcp:127.0.0.1:0", "a TCP server needs a key"),
                                         ("tcp:0.0.0.0:0", "listens beyond loopback")])
-def test_tcp_without_a_key_file_is_refused(snapshot, listen, why):
+def test_tcp_without_a_key_file_is_refused(private_snapshot, listen, why):
     needs_keys()
-    p = subprocess.run(uffdkvm_command("serve", snapshot, "--listen", listen),
+    p = subprocess.run(uffdkvm_command("serve", private_snapshot, "--listen", listen),
                        capture_output=True, text=True, env=CHILD_ENV, timeout=60,
                        stdin=subprocess.DEVNULL)
     assert p.returncode == 2, p
     assert why in p.stderr and "key" in p.stderr and p.stdout == "", p
 
 
-def test_serve_new_key_writes_a_0600_key_and_never_overwrites(snapshot, tmp_path):
+def test_serve_new_key_writes_a_0600_key_and_never_overwrites(private_snapshot, tmp_path):
     needs_loopback()
     needs_keys()
     key = tmp_path / "k"
-    with serving(snapshot, "tcp:127.0.0.1:0", "--key-file", key, "--new-key") as (_, address):
+    with serving(private_snapshot, "tcp:127.0.0.1:0", "--key-file", key,
+                 "--new-key") as (_, address):
         assert stat.S_IMODE(key.stat().st_mode) == 0o600
         assert len(read_key(key)) == 32
         with PageClient(address, key_file=key) as client:
-            assert client.fetch(0, 4096) == snapshot.read_bytes()[:4096]
-    p = subprocess.run(uffdkvm_command("serve", snapshot, "--listen", "tcp:127.0.0.1:0",
+            assert client.fetch(0, 4096) == private_snapshot.read_bytes()[:4096]
+    p = subprocess.run(uffdkvm_command("serve", private_snapshot, "--listen", "tcp:127.0.0.1:0",
                                        "--key-file", key, "--new-key"),
                        capture_output=True, text=True, env=CHILD_ENV, timeout=60)
     assert p.returncode == 2 and "exists" in p.stderr, p
 
 
-def test_a_run_pages_from_a_server_already_running(kvm, snapshot, tmp_path):
+def test_a_run_pages_from_a_server_already_running(kvm, private_snapshot, tmp_path):
     """source_address on this host: verified against a local copy; without
     one, the Result says the bytes were not checked."""
     needs_loopback()
     needs_keys()
     key = tmp_path / "k"
-    with serving(snapshot, "tcp:127.0.0.1:0", "--key-file", key, "--new-key") as (_, address):
+    with serving(private_snapshot, "tcp:127.0.0.1:0", "--key-file", key,
+                 "--new-key") as (_, address):
         r = uffdkvm.run(vcpus=1, mem_per_vcpu="1M", source="remote", source_address=address,
-                        source_key_file=key, source_path=snapshot)
+                        source_key_file=key, source_path=private_snapshot)
         assert r.verified and r.contents_verified, r.verify_message
         assert r.source_bytes == SNAPSHOT_BYTES
         blind = uffdkvm.run(vcpus=1, mem_per_vcpu="1M", source="remote",
@@ -449,7 +452,7 @@ def run_in(ns: str, *args: object) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def test_serve_and_source_address_across_two_network_namespaces(kvm, netns_pair, snapshot,
+def test_serve_and_source_address_across_two_network_namespaces(kvm, netns_pair, private_snapshot,
                                                                 tmp_path):
     """`uffdkvm serve` in one namespace on its veth address with a key file;
     a run in the other pages every page over the veth and verifies it
@@ -459,9 +462,9 @@ def test_serve_and_source_address_across_two_network_namespaces(kvm, netns_pair,
     key = tmp_path / "k"
     wrong = write_key(tmp_path / "wrong")
     local = tmp_path / "local-copy.img"
-    shutil.copyfile(snapshot, local)
+    shutil.copyfile(private_snapshot, local)
     listen = f"tcp:{ADDR_SERVER}:4719"
-    with serving(snapshot, listen, "--key-file", key, "--new-key",
+    with serving(private_snapshot, listen, "--key-file", key, "--new-key",
                  netns=NS_SERVER) as (served, address):
         assert address == listen
         ok = run_in(NS_RUN, address, key, local)
@@ -529,17 +532,18 @@ def test_config_says_which_remote_fields_go_together(tmp_path):
     assert c.source_path is None and c.source_key_file == str(tmp_path / "k")
 
 
-def test_the_cli_pages_from_a_server_already_running(kvm, snapshot, tmp_path):
+def test_the_cli_pages_from_a_server_already_running(kvm, private_snapshot, tmp_path):
     """`uffdkvm --source remote --source-address ... --source-key-file ...`:
     with --source-path verified; without, it says the bytes went unchecked
     (and still exits 0: what it checked held)."""
     needs_loopback()
     needs_keys()
     key = tmp_path / "k"
-    with serving(snapshot, "tcp:127.0.0.1:0", "--key-file", key, "--new-key") as (_, address):
+    with serving(private_snapshot, "tcp:127.0.0.1:0", "--key-file", key,
+                 "--new-key") as (_, address):
         common = ["-v", "1", "-b", "1M", "-q", "--source", "remote", "--source-address",
                   address, "--source-key-file", key]
-        checked = subprocess.run(uffdkvm_command(*common, "--source-path", snapshot),
+        checked = subprocess.run(uffdkvm_command(*common, "--source-path", private_snapshot),
                                  capture_output=True, text=True, env=CHILD_ENV, timeout=300)
         blind = subprocess.run(uffdkvm_command(*common), capture_output=True, text=True,
                                env=CHILD_ENV, timeout=300)
@@ -608,7 +612,7 @@ def scarce_server(snapshot, tmp_path, nofile):
         server.kill()
 
 
-def test_silent_connections_out_of_fds_do_not_stall_a_keyed_client(snapshot, tmp_path):
+def test_silent_connections_out_of_fds_do_not_stall_a_keyed_client(private_snapshot, tmp_path):
     """100 silent connections (no key) against a server with 64 fds, and
     more arriving all the while (one every 5 ms): out of fds, the oldest
     handshake is closed for the newer (counted in refused), so the keyed
@@ -630,7 +634,7 @@ def test_silent_connections_out_of_fds_do_not_stall_a_keyed_client(snapshot, tmp
         for _, s in held:
             s.close()
 
-    with scarce_server(snapshot, tmp_path, 64) as server:
+    with scarce_server(private_snapshot, tmp_path, 64) as server:
         try:
             for _ in range(100):
                 silent.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
@@ -642,7 +646,7 @@ def test_silent_connections_out_of_fds_do_not_stall_a_keyed_client(snapshot, tmp
             for _ in range(3):
                 t0 = time.monotonic()
                 with PageClient(server.address, key_file=server.key) as client:
-                    assert client.fetch(0, 4096) == snapshot.read_bytes()[:4096]
+                    assert client.fetch(0, 4096) == private_snapshot.read_bytes()[:4096]
                 waits.append(time.monotonic() - t0)
                 time.sleep(0.5)
             cpu, wall = server.cpu_seconds() - cpu0, time.monotonic() - wall0
@@ -658,11 +662,11 @@ def test_silent_connections_out_of_fds_do_not_stall_a_keyed_client(snapshot, tmp
     assert "closed for a newer connection: out of fds" in log
 
 
-def test_at_most_64_connections_wait_in_their_handshake(snapshot, tmp_path):
+def test_at_most_64_connections_wait_in_their_handshake(private_snapshot, tmp_path):
     """Fds to spare: of 100 silent connections the 36 oldest are closed at
     once (EOF after the hello, long before the 5 s deadline), counted in
     refused and logged."""
-    with scarce_server(snapshot, tmp_path, 1024) as server:
+    with scarce_server(private_snapshot, tmp_path, 1024) as server:
         silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10)
                   for _ in range(100)]
         try:
@@ -684,12 +688,12 @@ def test_at_most_64_connections_wait_in_their_handshake(snapshot, tmp_path):
     assert log.count("closed for a newer connection: too many handshakes") == 36, log
 
 
-def test_out_of_fds_with_no_handshake_to_close_the_server_does_not_spin(snapshot, tmp_path):
+def test_out_of_fds_with_no_handshake_to_close_the_server_does_not_spin(private_snapshot, tmp_path):
     """Every fd held by keyed clients: a new connection waits in the backlog
     while the server's CPU time stays under half the wall time (the
     listening socket is not polled), and is accepted (gets its hello) once
     a client closes."""
-    with scarce_server(snapshot, tmp_path, 40) as server:
+    with scarce_server(private_snapshot, tmp_path, 40) as server:
         clients = []
         try:
             for _ in range(64):
@@ -712,7 +716,7 @@ def test_out_of_fds_with_no_handshake_to_close_the_server_does_not_spin(snapshot
             clients.pop().close()
             waiting.settimeout(2)
             assert len(waiting.recv(HELLO.size, socket.MSG_WAITALL)) == HELLO.size
-            assert clients[0].fetch(0, 4096) == snapshot.read_bytes()[:4096]
+            assert clients[0].fetch(0, 4096) == private_snapshot.read_bytes()[:4096]
             waiting.close()
         finally:
             for c in clients:

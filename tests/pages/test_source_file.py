@@ -26,13 +26,6 @@ REGION = VCPUS * MEM
 SYNTHETIC_WORD3 = 0xa5c3a5c3a5c3a5c3 ^ 3   # csrc/uffd/fill.h UKVM_FILL_WORD(3)
 
 
-@pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
-    """A snapshot as large as every run here needs, on a disk filesystem
-    (tmp_path: a tmpfs file could not be made cold)."""
-    return uffdkvm.make_snapshot(tmp_path_factory.mktemp("snap") / "mem.img", REGION, seed=7)
-
-
 def file_run(snapshot, **fields):
     return run_or_skip(**{"vcpus": VCPUS, "mem_per_vcpu": MEM, "source": "file",
                           "source_path": snapshot, **fields})

@@ -35,13 +35,6 @@ SERVE_PAGES = "uffdkvm.pages.process"
 RUN_MODULE = sys.modules["uffdkvm.run"]   # uffdkvm.run is the function
 
 
-@pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
-    """A snapshot as large as every run here needs (the longest: 4 MiB of one vCPU)."""
-    return uffdkvm.make_snapshot(tmp_path_factory.mktemp("snap") / "mem.img", 2 * REGION,
-                                 seed=11)
-
-
 @pytest.fixture
 def servers(monkeypatch):
     """The PageServers run() starts, in order (the same class, recorded)."""

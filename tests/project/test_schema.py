@@ -484,11 +484,6 @@ def expected(f, config, server):
     return schema.to_core_value(f, getattr(config, f.name))
 
 
-@pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
-    return str(uffdkvm.make_snapshot(tmp_path_factory.mktemp("snap") / "mem.img", 4 << 20))
-
-
 def generic_case(f):
     """A field without a case of its own: the schema's next value after its
     default (a number one more, within its range; a flag flipped; an enum's
