@@ -19,11 +19,12 @@ import pytest
 # a module it is told of before its first import, which is below.
 pytest.register_assert_rewrite("helpers")
 
-import uffdkvm  # noqa: E402
 from helpers import machine_lock  # noqa: E402
 from helpers.hostfacts import HUGEPAGE_POOLS, add_hugepages, remove_hugepages  # noqa: E402
 from helpers.resources import assert_released, resources  # noqa: E402
 from helpers.skips import needs_io_uring, needs_keys, needs_loopback, skip_without_kvm  # noqa: E402
+
+import uffdkvm  # noqa: E402
 
 pytest_plugins = ("pytester", "helpers.hostfacts")
 
@@ -92,8 +93,8 @@ def hugepages():
     once do not take each other's pages). For every session, from its
     start: each of pytest-xdist's workers is a session, and a test that
     pages through huge pages beside another must find both workers' there.
-    Without root, the tests that need huge pages skip citing
-    NO_HUGEPAGES_2M or NO_HUGEPAGES_1G."""
+    Without root, the tests that need huge pages skip citing NO_HUGEPAGES_2M
+    or NO_HUGEPAGES_1G."""
     added = {}
     if os.geteuid() == 0:
         for size_kb, want in HUGEPAGE_POOLS.items():
