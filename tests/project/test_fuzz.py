@@ -17,6 +17,7 @@ benchmarks/fuzz.sh. Without clang-14's libFuzzer (.ci/run installs clang-14
 and libclang-rt-14-dev) or atheris (the test extra), the tests skip citing
 that.
 """
+import mmap
 import os
 import re
 import shutil
@@ -84,12 +85,40 @@ def command(build, target):
     return [sys.executable, "-S", str(FUZZ / f"{target}.py")], {**os.environ, **asan_env}
 
 
+def run_forked(cmd, **kwargs):
+    """subprocess.run(cmd), the child started by fork(), never vfork():
+    libFuzzer's -rss_limit_mb reads the process's peak RSS (getrusage's
+    ru_maxrss), which execve() carries over from the memory it replaces;
+    after vfork() that is the pytest worker's, whose peak is whatever its
+    largest test mapped (4 GiB in tests/robustness/test_load.py), and a
+    target reported an "oom" on its first input. After fork() it starts
+    from the worker's present RSS."""
+    use_vfork = subprocess._USE_VFORK   # the switch Python's docs give for this
+    subprocess._USE_VFORK = False
+    try:
+        return subprocess.run(cmd, **kwargs)
+    finally:
+        subprocess._USE_VFORK = use_vfork
+
+
 def run(build, target, args, cwd):
     cmd, env = command(build, target)
     env["TMPDIR"] = str(cwd)  # what a target makes (a socket, files) goes there
-    return subprocess.run(cmd + ["-timeout=30", "-rss_limit_mb=2048", *args], cwd=cwd, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=SECONDS + 300)
+    return run_forked(cmd + ["-timeout=30", "-rss_limit_mb=2048", *args], cwd=cwd, env=env,
+                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                      timeout=SECONDS + 300)
+
+
+def test_a_target_does_not_start_with_the_workers_peak_rss():
+    """After this process has held 512 MiB, a child's peak RSS is its own."""
+    held = mmap.mmap(-1, 512 << 20)
+    for offset in range(0, len(held), mmap.PAGESIZE):
+        held[offset] = 1
+    held.close()
+    code = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    p = run_forked([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                   check=True)
+    assert int(p.stdout) < 256 << 10, f"the child's peak RSS: {p.stdout.strip()} KiB"
 
 
 @pytest.mark.parametrize("target", C_TARGETS + PY_TARGETS)
@@ -101,6 +130,7 @@ def test_every_committed_input_passes(build, target, tmp_path):
     assert sorted(ran) == inputs, p.stdout[-5000:]
 
 
+@pytest.mark.slow  # the build first, then each target for seconds
 @pytest.mark.parametrize("target", C_TARGETS + PY_TARGETS)
 def test_fuzzing_finds_nothing(build, target, tmp_path):
     corpus = tmp_path / "corpus"
