@@ -10,6 +10,7 @@ HostUnsupportedError; anything else skips with ``host_skip(FACT, detail)``::
 
     from helpers.hostfacts import NO_HUGEPAGES_2M, host_skip
 """
+import collections
 import os
 import signal
 
@@ -37,23 +38,58 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the files that hold alone tests first, then those
+    that hold slow ones, then the rest, each group by its number of tests,
+    largest first (xdist's own order, which pyproject's
+    --no-loadscope-reorder turns off so that this one stands); each file's
+    tests in their order. xdist hands out files in this order: the alone
+    tests run while the other worker's tests are short, so that a test
+    waiting to be alone waits for little (behind a guest's boot or a
+    sanitizer build it waited up to 40 s, a worker idle meanwhile), and no
+    long file is left to run by itself at the end."""
+    if not hasattr(config, "workerinput"):
+        return
+    alone_files = {item.path for item in items if machine_lock.is_alone(item)}
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    count = collections.Counter(item.path for item in items)
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.path, i)
+    items.sort(key=lambda item: (item.path not in alone_files, item.path not in slow_files,
+                                 -count[item.path], first[item.path]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Notes whether this worker's next test is alone too, so that an alone
+    test can keep the machine for it (tests/helpers/machine_lock.py)."""
+    item.stash[machine_lock.NEXT_IS_ALONE] = machine_lock.is_alone(nextitem)
+
+
 @pytest.fixture(scope="session")
-def _machine_lock_dir(request, tmp_path_factory):
-    """Where pytest-xdist's workers keep the machine's lock files: the
-    session's temporary directory, which holds each worker's own; None
-    without workers."""
-    if not hasattr(request.config, "workerinput"):
-        return None
-    return str(tmp_path_factory.getbasetemp().parent)
+def _machine_hold(request, tmp_path_factory):
+    """This worker's hold on the machine; its lock files are in the session's
+    temporary directory, which holds each worker's own (no workers: nothing
+    is locked)."""
+    directory = None
+    if hasattr(request.config, "workerinput"):
+        directory = str(tmp_path_factory.getbasetemp().parent)
+    hold = machine_lock.Hold(directory)
+    yield hold
+    hold.leave()
 
 
 @pytest.fixture(autouse=True)
-def _machine(request, _machine_lock_dir):
+def _machine(request, _machine_hold):
     """Tests beside each other under pytest-xdist, and an ``alone`` test with
-    the machine to itself (tests/helpers/machine_lock.py)."""
-    alone = request.node.get_closest_marker("alone") is not None
-    with machine_lock.machine(_machine_lock_dir, alone):
-        yield
+    the machine to itself, kept for the next test if it is alone too
+    (tests/helpers/machine_lock.py)."""
+    alone = machine_lock.is_alone(request.node)
+    _machine_hold.enter(alone)
+    yield
+    if not (alone and request.node.stash.get(machine_lock.NEXT_IS_ALONE, False)):
+        _machine_hold.leave()
 
 
 @pytest.fixture(autouse=True)

@@ -16,11 +16,19 @@ that tests arriving after it queue behind it instead of overlapping each
 other forever (flock(2) alone gives a waiting exclusive lock no priority).
 Without xdist (``-n 0``, or a pytest that runs tests in a subprocess) there
 is one test at a time anyway, and nothing is locked.
+
+A worker keeps the machine from one ``alone`` test to the next when it runs
+them one after the other (Hold): taking it means waiting for the other
+workers' tests in flight to end, and with about 120 alone tests, most of
+them in runs of a module's, that wait, paid per test, was a minute of a
+worker's idle time.
 """
 import contextlib
 import fcntl
 import os
 import time
+
+import pytest
 
 # A test waits at most this long for the machine (the longest test here
 # takes about a minute): past it, the test fails saying so, never hangs.
@@ -62,3 +70,36 @@ def machine(directory, alone):
                                         "the machine"))
         yield
 
+
+# Set on each test by conftest's pytest_runtest_protocol: whether the test
+# this worker runs next is alone too.
+NEXT_IS_ALONE = pytest.StashKey[bool]()
+
+
+def is_alone(item):
+    """Whether a test (None: no test) is marked alone."""
+    return item is not None and item.get_closest_marker("alone") is not None
+
+
+class Hold:
+    """One worker's hold on the machine, kept from an ``alone`` test to the
+    next alone one (enter() again with alone=True while held alone is a
+    no-op); any other test lets it go first."""
+
+    def __init__(self, directory):
+        self._directory = directory
+        self._held = None      # the entered machine(), or None
+        self._alone = False
+
+    def enter(self, alone):
+        if self._held is not None and self._alone and alone:
+            return
+        self.leave()
+        held = machine(self._directory, alone)
+        held.__enter__()
+        self._held, self._alone = held, alone
+
+    def leave(self):
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(None, None, None)

@@ -290,6 +290,7 @@ def test_cancelling_a_call_the_worker_has_not_taken_takes_it_back(guest):
     assert guest.run(SMALL).verified                      # and the guest goes on
 
 
+@pytest.mark.slow  # two guests booted under TCG, eight trials each
 def test_the_cli_compares_a_kernel_with_itself(debian_kernel):
     k = debian_kernel
     p = subprocess.run(uffdkvm_command("kernel", "compare", KERNEL, f"{k.image}:{k.modules}",
@@ -306,6 +307,7 @@ def test_the_cli_compares_a_kernel_with_itself(debian_kernel):
     assert len(out["a"]) == len(out["b"]) == 8 and out["tolerance"] == 0.1
 
 
+@pytest.mark.slow  # a guest booted under TCG for each
 @pytest.mark.parametrize("sig, status, said", [
     (signal.SIGINT, 130, "interrupted"),      # Ctrl-C at a terminal: to the group
     (signal.SIGTERM, 143, ""),                # kill, a CI job cancelled

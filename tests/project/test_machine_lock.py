@@ -48,3 +48,23 @@ def test_without_xdist_nothing_is_locked():
     with machine_lock.machine(None, alone=True):
         with machine_lock.machine(None, alone=True):
             pass
+
+
+def test_a_worker_keeps_the_machine_from_one_alone_test_to_the_next(tmp_path):
+    """Hold: two alone tests in a row on one worker, with another worker's
+    test arriving between them, keep the machine; the other test runs once
+    a test that is not alone lets it go."""
+    worker = machine_lock.Hold(str(tmp_path))
+    spans = {}
+    worker.enter(alone=True)                    # the first alone test
+    other = threading.Thread(target=hold, args=(str(tmp_path), False, 0.1, spans, "other"))
+    other.start()
+    time.sleep(0.3)                             # the other worker waits, meanwhile
+    worker.enter(alone=True)                    # the next alone test: still held
+    time.sleep(0.3)
+    assert "other" not in spans, spans
+    released = time.monotonic()
+    worker.enter(alone=False)                   # a shared test: lets the machine go
+    other.join(10)
+    worker.leave()
+    assert spans["other"][0] >= released, spans

@@ -88,6 +88,7 @@ NO_STAGES = "no stages on this host: KVM's TSC offset of vCPU "
 
 
 @pytest.mark.kvm
+@pytest.mark.slow  # every notebook's experiments, in a Jupyter kernel
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
 def test_runs_small(kvm, hugepages, kernel_env, tmp_path, path):
     nbformat = pytest.importorskip("nbformat")
@@ -133,6 +134,7 @@ def run_script(path, where, **extra_env):
 
 
 @pytest.mark.kvm
+@pytest.mark.slow  # every notebook's experiments, as a script
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
 def test_runs_as_plain_python(kvm, hugepages, tmp_path, path):
     pytest.importorskip("matplotlib")

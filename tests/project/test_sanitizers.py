@@ -25,7 +25,8 @@ from helpers.hostfacts import (NO_ASAN_RUNTIME, NO_CC, NO_HUGEPAGES_2M, NO_TSAN_
                                NO_UFFD_MOVE, NO_UFFD_WP_ASYNC, host_skip, missing_tool)
 from helpers.skips import KVM_FACTS
 
-pytestmark = pytest.mark.kvm
+# slow: each set is built (the core and every program) and run, under its sanitizer
+pytestmark = [pytest.mark.kvm, pytest.mark.slow]
 
 C_TESTS = Path(__file__).resolve().parents[1] / "c"
 VARIANTS = ("asan", "tsan")
