@@ -52,19 +52,13 @@ def pytest_collection_modifyitems(config, items):
         return
     alone_files = {item.path for item in items if machine_lock.is_alone(item)}
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    group = {path: 0 if path in alone_files else 1 if path in slow_files else 2
+             for path in {item.path for item in items}}
     count = collections.Counter(item.path for item in items)
     first = {}
     for i, item in enumerate(items):
         first.setdefault(item.path, i)
-    items.sort(key=lambda item: (item.path not in alone_files, item.path not in slow_files,
-                                 -count[item.path], first[item.path]))
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Notes whether this worker's next test is alone too, so that an alone
-    test can keep the machine for it (tests/helpers/machine_lock.py)."""
-    item.stash[machine_lock.NEXT_IS_ALONE] = machine_lock.is_alone(nextitem)
+    items.sort(key=lambda item: (group[item.path], -count[item.path], first[item.path]))
 
 
 @pytest.fixture(scope="session")
@@ -76,20 +70,33 @@ def _machine_hold(request, tmp_path_factory):
     if hasattr(request.config, "workerinput"):
         directory = str(tmp_path_factory.getbasetemp().parent)
     hold = machine_lock.Hold(directory)
+    request.config.stash[machine_lock.HOLD] = hold
     yield hold
     hold.leave()
 
 
 @pytest.fixture(autouse=True)
-def _machine(request, _machine_hold):
+def _machine(_machine_hold, request):
     """Tests beside each other under pytest-xdist, and an ``alone`` test with
-    the machine to itself, kept for the next test if it is alone too
-    (tests/helpers/machine_lock.py)."""
-    alone = machine_lock.is_alone(request.node)
-    _machine_hold.enter(alone)
-    yield
-    if not (alone and request.node.stash.get(machine_lock.NEXT_IS_ALONE, False)):
-        _machine_hold.leave()
+    the machine to itself (tests/helpers/machine_lock.py); let go after the
+    test by pytest_runtest_teardown below."""
+    _machine_hold.enter(machine_lock.is_alone(request.node))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test's teardown, the machine let go unless this test and
+    the worker's next are both alone (then the next keeps it). Here rather
+    than in _machine's teardown, so that it is let go also after a test that
+    never reached the fixture (skipped by a marker, a module fixture that
+    failed)."""
+    try:
+        return (yield)
+    finally:
+        hold = item.config.stash.get(machine_lock.HOLD, None)
+        if hold is not None and not (machine_lock.is_alone(item) and
+                                     machine_lock.is_alone(nextitem)):
+            hold.leave()
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,8 @@ Without xdist (``-n 0``, or a pytest that runs tests in a subprocess) there
 is one test at a time anyway, and nothing is locked.
 
 A worker keeps the machine from one ``alone`` test to the next when it runs
-them one after the other (Hold): taking it means waiting for the other
+them one after the other (Hold; another worker's test then waits for the
+whole run): taking it means waiting for the other
 workers' tests in flight to end, and with about 120 alone tests, most of
 them in runs of a module's, that wait, paid per test, was a minute of a
 worker's idle time.
@@ -71,9 +72,8 @@ def machine(directory, alone):
         yield
 
 
-# Set on each test by conftest's pytest_runtest_protocol: whether the test
-# this worker runs next is alone too.
-NEXT_IS_ALONE = pytest.StashKey[bool]()
+# The worker's Hold, kept in its config for conftest's pytest_runtest_teardown.
+HOLD = pytest.StashKey["Hold"]()
 
 
 def is_alone(item):
