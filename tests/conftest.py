@@ -55,10 +55,8 @@ def pytest_collection_modifyitems(config, items):
     group = {path: 0 if path in alone_files else 1 if path in slow_files else 2
              for path in {item.path for item in items}}
     count = collections.Counter(item.path for item in items)
-    first = {}
-    for i, item in enumerate(items):
-        first.setdefault(item.path, i)
-    items.sort(key=lambda item: (group[item.path], -count[item.path], first[item.path]))
+    # A stable sort: a file's tests stay together and in order, and so do files of one key.
+    items.sort(key=lambda item: (group[item.path], -count[item.path]))
 
 
 @pytest.fixture(scope="session")
