@@ -360,6 +360,12 @@ def _fetch(name: str, track: Track) -> Kernel:
                           f"{json.loads(resolved.read_text())['date']}, {kernel.origin}",
                           KernelWarning, stacklevel=3)
             return kernel
+        # Lists no newer than this name's last answer give the same answer:
+        # taken as it is, without a second of apt-cache.
+        if resolved.exists() and resolved.stat().st_mtime >= apt.updated_for.stat().st_mtime:
+            kernel = _last(name, track, resolved)
+            if kernel is not None:
+                return kernel
         package = image_package(apt, track)
         version = apt.version(package)
         # Keyed by version too: Debian rebuilds a release under the same name.
@@ -369,8 +375,8 @@ def _fetch(name: str, track: Track) -> Kernel:
             _run(["depmod", "-b", str(root), _release_of(root)])
             (root / ".unpacked").touch()
         resolved.parent.mkdir(exist_ok=True)
-        resolved.write_text(json.dumps({"package": package, "version": version,
-                                        "root": str(root),
+        resolved.write_text(json.dumps({"track": str(track), "package": package,
+                                        "version": version, "root": str(root),
                                         "date": datetime.date.today().isoformat()}))
     return _kernel_in(name, track, root, package, version)
 
@@ -391,7 +397,8 @@ def _last(name: str, track: Track, resolved: pathlib.Path) -> Kernel | None:
         root = pathlib.Path(last["root"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not (root / ".unpacked").exists():
+    # What another track gave (the name now follows another suite or series) is not this one's.
+    if last.get("track") != str(track) or not (root / ".unpacked").exists():
         return None
     return _kernel_in(name, track, root, last["package"], last["version"])
 
