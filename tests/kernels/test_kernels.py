@@ -169,6 +169,17 @@ def test_each_debian_name_unpacks_to_a_kernel_and_its_modules(debian_kernel):
     assert not missing and any(f.name.replace("-", "_").startswith("kvm_amd.ko") for f in files)
 
 
+def test_a_name_is_resolved_again_only_when_its_lists_are_newer(debian_kernel, monkeypatch):
+    asked = []
+    real = _debian._Apt.cache
+    monkeypatch.setattr(_debian._Apt, "cache", lambda self, *a: asked.append(a) or real(self, *a))
+    assert kernels.fetch(KERNEL) == debian_kernel and not asked   # the same lists: no apt-cache
+    resolved = kernels.cache_dir() / "resolved" / f"{KERNEL}.json"
+    os.utime(resolved, (0, 0))                                     # lists newer than the answer
+    assert kernels.fetch(KERNEL) == debian_kernel and asked
+    assert resolved.stat().st_mtime > 0
+
+
 def test_interleaved_trials_run_each_side_with_its_own_runner(kvm):
     # B's runner makes every fault wait 300 us: if compare ran A's runner
     # for both, the two would be the same.
@@ -307,23 +318,32 @@ def test_the_cli_compares_a_kernel_with_itself(debian_kernel):
     assert len(out["a"]) == len(out["b"]) == 8 and out["tolerance"] == 0.1
 
 
-@pytest.mark.slow  # a guest booted under TCG for each
-@pytest.mark.parametrize("sig, status, said", [
-    (signal.SIGINT, 130, "interrupted"),      # Ctrl-C at a terminal: to the group
-    (signal.SIGTERM, 143, ""),                # kill, a CI job cancelled
-    (signal.SIGKILL, -signal.SIGKILL, ""),    # no cleanup at all: QEMU dies with it
+@pytest.mark.slow  # a guest booted under TCG for the one signalled while running
+@pytest.mark.parametrize("sig, status, said, when", [
+    # Ctrl-C at a terminal (to the group), in the middle of a run in the guest
+    (signal.SIGINT, 130, "interrupted", "running"),
+    # kill, a CI job cancelled: SystemExit where SIGINT raises KeyboardInterrupt,
+    # the same unwinding; here while the guest boots, where Guest() unwinds it
+    (signal.SIGTERM, 143, "", "booting"),
+    # no cleanup at all: QEMU dies with it (PR_SET_PDEATHSIG), whenever it comes
+    (signal.SIGKILL, -signal.SIGKILL, "", "booting"),
 ])
-def test_a_signal_ends_the_command_and_its_guest(debian_kernel, tmp_path, sig, status, said):
+def test_a_signal_ends_the_command_and_its_guest(debian_kernel, tmp_path, sig, status, said,
+                                                 when):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     p = subprocess.Popen(uffdkvm_command("kernel", "run", KERNEL, "-b", "64M", "-d", "1000"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          start_new_session=True)
     try:
-        line = _line_within(p.stderr, 600)       # printed once the guest is up
-        assert f"{PROG}: in {KERNEL} (" in line, line
-        qemus = [q for q in _qemus() if _parent(q) == p.pid]
+        if when == "running":
+            line = _line_within(p.stderr, 600)       # printed once the guest is up
+            assert f"{PROG}: in {KERNEL} (" in line, line
+            qemus = [q for q in _qemus() if _parent(q) == p.pid]
+            time.sleep(2)                            # the run is under way in the guest
+        else:
+            qemus = _children_within(p.pid, 60)
+            time.sleep(1)                            # QEMU is loading the kernel
         assert len(qemus) == 1, qemus
-        time.sleep(2)                            # the run is under way in the guest
         os.killpg(p.pid, sig)
         out, err = p.communicate(timeout=60)
     finally:
@@ -356,6 +376,18 @@ def _line_within(stream, seconds):
     if not box:
         pytest.fail(f"nothing printed within {seconds} s")
     return box[0]
+
+
+def _children_within(pid, seconds):
+    """The QEMUs whose parent is pid, once there is one (pytest.fail after
+    `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        qemus = [q for q in _qemus() if _parent(q) == pid]
+        if qemus:
+            return qemus
+        time.sleep(0.05)
+    pytest.fail(f"no QEMU started within {seconds} s")
 
 
 def _qemus():
