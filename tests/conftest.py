@@ -10,7 +10,6 @@ HostUnsupportedError; anything else skips with ``host_skip(FACT, detail)``::
 
     from helpers.hostfacts import NO_HUGEPAGES_2M, host_skip
 """
-import collections
 import os
 import signal
 
@@ -39,24 +38,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist, the files that hold alone tests first, then those
-    that hold slow ones, then the rest, each group by its number of tests,
-    largest first (xdist's own order, which pyproject's
-    --no-loadscope-reorder turns off so that this one stands); each file's
-    tests in their order. xdist hands out files in this order: the alone
-    tests run while the other worker's tests are short, so that a test
-    waiting to be alone waits for little (behind a guest's boot or a
-    sanitizer build it waited up to 40 s, a worker idle meanwhile), and no
-    long file is left to run by itself at the end."""
-    if not hasattr(config, "workerinput"):
-        return
-    alone_files = {item.path for item in items if machine_lock.is_alone(item)}
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    group = {path: 0 if path in alone_files else 1 if path in slow_files else 2
-             for path in {item.path for item in items}}
-    count = collections.Counter(item.path for item in items)
-    # A stable sort: a file's tests stay together and in order, and so do files of one key.
-    items.sort(key=lambda item: (group[item.path], -count[item.path]))
+    """Under pytest-xdist, the tests in the order machine_lock.order gives
+    (pyproject's --no-loadscope-reorder keeps xdist's own away)."""
+    if hasattr(config, "workerinput"):
+        machine_lock.order(items)
 
 
 @pytest.fixture(scope="session")

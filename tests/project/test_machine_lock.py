@@ -68,3 +68,22 @@ def test_a_worker_keeps_the_machine_from_one_alone_test_to_the_next(tmp_path):
     other.join(10)
     worker.leave()
     assert spans["other"][0] >= released, spans
+
+
+def test_the_order_runs_a_files_alone_tests_first_and_keeps_files_whole(pytester):
+    """The order under xdist: files with alone tests first, and in each file
+    its alone tests first; a file's tests never split."""
+    pytester.makepyfile(
+        test_few="def test_x(): pass\n",
+        test_many="import pytest\n"
+                  "def test_a(): pass\n"
+                  "@pytest.mark.alone\n"
+                  "def test_b(): pass\n"
+                  "def test_c(): pass\n"
+                  "@pytest.mark.alone\n"
+                  "def test_d(): pass\n",
+        test_other="def test_y(): pass\ndef test_z(): pass\n")
+    items, _ = pytester.inline_genitems()
+    machine_lock.order(items)
+    assert [i.name for i in items] == ["test_b", "test_d", "test_a", "test_c",
+                                       "test_y", "test_z", "test_x"]
