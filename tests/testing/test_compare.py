@@ -1,7 +1,7 @@
 """uffdkvm.testing: compare(), assert_not_slower(), assert_faster(), trials_needed(),
 and the example suite docs/examples/test_my_kernel.py run through pytester.
 
-Real runs, tiny (one vCPU, 4 MiB). The effect used is delay_us=50: every fault
+Real runs, tiny (one vCPU, 2 MiB). The effect used is delay_us=50: every fault
 waits 50 µs more, which halves the paging rate here; no test times anything
 on its own. "Two identical configs pass assert_not_slower in at least 19 of
 20 repetitions" is measured by benchmarks/not_slower_flake.py (RESULTS.md),
@@ -30,8 +30,8 @@ pytestmark = pytest.mark.alone
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "test_my_kernel.py"
 
-FAST = uffdkvm.Config(vcpus=1, mem_per_vcpu="4M")
-SLOW = uffdkvm.Config(vcpus=1, mem_per_vcpu="4M", delay_us=50)
+FAST = uffdkvm.Config(vcpus=1, mem_per_vcpu="2M")
+SLOW = uffdkvm.Config(vcpus=1, mem_per_vcpu="2M", delay_us=50)
 
 
 def test_identical_configs_are_not_slower(kvm):
@@ -79,7 +79,7 @@ def test_overhead_metric_sees_the_delay(kvm):
 
 
 def test_overhead_matches_fields_that_need_userfaultfd(kvm):
-    zero = uffdkvm.Config(vcpus=1, mem_per_vcpu="4M", resolve="zeropage")
+    zero = uffdkvm.Config(vcpus=1, mem_per_vcpu="2M", resolve="zeropage")
     c = compare(FAST, zero, metric="overhead_ns_per_page", trials=3, warmup=0)
     assert all(v is not None for v in c.a + c.b)
 
@@ -140,7 +140,7 @@ def test_bad_sides_and_tolerances_name_the_field():
         compare({"vcpus": 1}, FAST)
     with pytest.raises(uffdkvm.ConfigError, match="^b: expected a uffdkvm.Config"):
         compare(FAST, None)
-    none = uffdkvm.Config(vcpus=1, mem_per_vcpu="4M", uffd_mode=None)
+    none = uffdkvm.Config(vcpus=1, mem_per_vcpu="2M", uffd_mode=None)
     with pytest.raises(uffdkvm.ConfigError, match="^b.uffd_mode: overhead_ns_per_page"):
         compare(FAST, none, metric="overhead_ns_per_page")
     with pytest.raises(uffdkvm.ConfigError, match="^tolerance: "):
