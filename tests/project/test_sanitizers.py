@@ -3,7 +3,7 @@ and run by ``make -C tests/c check-asan`` (AddressSanitizer, UndefinedBehavior-
 Sanitizer and LeakSanitizer) and ``check-tsan`` (ThreadSanitizer).
 
 Each sanitizer's set is built and run once (with the huge page pools grown,
-as root, for the hugetlb program); each program is a test here, that fails
+as root, for the hugetlb program; as many programs at once as there are CPUs); each program is a test here, that fails
 on the program's failure or any sanitizer report and shows its output. A
 program either runs every case or skips as a whole (exit 77) for a reason
 that a host fact explains: without KVM or userfaultfd any of them, without
@@ -79,10 +79,13 @@ def sanitizer_runs(hugepages, c_build):
             if any(f.holds for f in facts):
                 runs[variant] = facts
             else:
+                cpus = os.cpu_count() or 1
                 cmd = ["make", "-s", "--no-print-directory", "-C", str(C_TESTS),
-                       f"BUILD={c_build}", f"-j{os.cpu_count() or 1}", f"check-{variant}"]
+                       f"BUILD={c_build}", f"-j{cpus}", f"check-{variant}"]
+                # The programs mostly wait: as many at once as there are CPUs.
+                env = {**os.environ, "UKVM_TEST_JOBS": str(cpus)}
                 p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, timeout=2400)   # a TCG guest's build: slow
+                                   text=True, env=env, timeout=2400)  # a TCG guest's build: slow
                 print(p.stdout)  # the PASS/SKIP lines, for pytest -rP or -s
                 status = {m.group(2): (m.group(1), m.group(4) or "")
                           for m in LINE.finditer(p.stdout) if m.group(3) == variant}
