@@ -124,6 +124,11 @@ def read(path: str | os.PathLike[str], *,
             if text.startswith("#"):
                 if not seen_comment:
                     m = _PAGE_SIZE_RE.search(text)
+                    if m and len(m.group(1)) > 20:
+                        # As an index, at most 2^64 - 1; and written back, a
+                        # longer one would make a header past MAX_LINE_BYTES.
+                        raise bad(f"a page size of {len(m.group(1))} digits is not a page "
+                                  f"size")
                     page_size = int(m.group(1)) if m else None
                     written_by_us = text.startswith(_WRITTEN_BY_US)
                     seen_comment = True

@@ -61,6 +61,18 @@ def test_a_file_cut_at_a_line_end_is_a_shorter_order(tmp_path):
     assert uffdkvm.Config(**REGION, replay_from=path).replay_from == (3, 14)
 
 
+def test_a_page_size_longer_than_any_is_refused_at_its_line(tmp_path):
+    """Found by tests/fuzz/touch_order.py: a header whose page size had
+    4,000 digits was read, and written back made a header past the
+    longest line read, which then failed to read."""
+    path = tmp_path / "order.txt"
+    path.write_text(f"# uffdkvm touch_order: 1 page indices ({'9' * 4000}-byte pages\n0\n")
+    with pytest.raises(touchorder.FormatError, match="line 1: a page size of 4000 digits"):
+        touchorder.read(path)
+    path.write_text(f"# uffdkvm touch_order: 1 page indices ({2**64 - 1}-byte pages\n0\n")
+    assert touchorder.read(path) == ((0,), 2**64 - 1)
+
+
 def test_a_hand_written_file_may_end_without_a_newline(tmp_path):
     path = tmp_path / "mine.txt"
     path.write_text("1\n2\n3")
