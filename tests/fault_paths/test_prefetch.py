@@ -304,12 +304,22 @@ REPLAY = dict(prefetch="replay", prefetch_bandwidth_mbps=1, replay_from=range(51
 
 
 def _interrupted(**fields):
-    timer = threading.Timer(0.3, signal.raise_signal, (signal.SIGINT,))
-    timer.start()
+    """Ctrl-C once the run's vCPUs and readers are up (a fixed 0.3 s came
+    before them on a busy machine, and the run ended with no pusher)."""
+    up = len(os.listdir("/proc/self/task")) + 1 + fields["vcpus"] + fields["readers"]
+
+    def interrupt():
+        deadline = time.monotonic() + 10
+        while len(os.listdir("/proc/self/task")) < up and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(0.1)
+        signal.raise_signal(signal.SIGINT)
+    interrupter = threading.Thread(target=interrupt)
+    interrupter.start()
     try:
         uffdkvm.run(**fields, delay_us=20_000)
     finally:
-        timer.join()
+        interrupter.join()
 
 
 # name: (how the run ends, the prefetch that runs a pusher, the error)
