@@ -14,5 +14,6 @@ cgroups       real cgroups: made, limited, entered by a child, removed
 evidence      independent records of what a run did (the trace as numpy, /proc)
 pagewire      the page server's handshake, written again in Python
 bzimage       a file with a bzImage's setup header, for uffdkvm.kernels
+archive       a Debian archive nothing serves, for kernels that cannot be fetched
 machine_lock  the lock pytest-xdist's workers share (``alone`` tests)
 """

@@ -17,6 +17,7 @@ import threading
 import time
 
 import pytest
+from helpers.archive import unreachable_archive
 from helpers.bzimage import write_bzimage
 from helpers.children import uffdkvm_command
 from helpers.hostfacts import DEBIAN_ARCHIVE_UNREACHABLE, NO_STATIC_BUSYBOX, host_skip, missing_tool
@@ -144,9 +145,7 @@ def test_kvm_is_used_only_where_the_hosts_kvm_nests():
 
 
 def test_a_kernel_that_cannot_be_fetched_is_unavailable_and_says_why(tmp_path, monkeypatch):
-    # Nothing listens on port 9 (discard) of 127.0.0.1: apt's update fails.
-    monkeypatch.setenv("UFFDKVM_KERNEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("UFFDKVM_DEBIAN_MIRROR", "http://127.0.0.1:9")
+    unreachable_archive(monkeypatch, tmp_path)    # apt's update fails
     with pytest.raises(kernels.KernelUnavailableError) as e:
         kernels.fetch("7.2")
     assert "Debian kernel 7.2 (the newest 7.2 in sid) is unavailable" in str(e.value)

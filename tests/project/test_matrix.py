@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.archive import unreachable_archive
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "matrix"))
@@ -62,8 +63,7 @@ def test_a_kernel_that_cannot_be_had_is_unavailable_never_passed(tmp_path, monke
     # without a network, so the kernel cannot be fetched.
     import matrix
 
-    monkeypatch.setenv("UFFDKVM_KERNEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("UFFDKVM_DEBIAN_MIRROR", "http://127.0.0.1:9")
+    unreachable_archive(monkeypatch, tmp_path)
     assert matrix.main(["--target", "7.2", "--out", str(tmp_path / "out")]) == 2
     out = capsys.readouterr().out
     assert "matrix: 7.2: unavailable: Debian kernel 7.2 (the newest 7.2 in sid)" in out
