@@ -77,8 +77,12 @@ def two_cpus(kvm) -> None:
         host_skip(fewer_cpus_than(2), "needs two CPUs to place threads apart")
 
 
-# Slow enough (0.5 ms a fault) that the watcher reads every thread while it runs.
-WATCHED = dict(mem_per_vcpu="4M", delay_us=500)
+# Slow enough (1 ms a fault, 256 a vCPU) that the watcher reads every thread
+# while it runs. (Two spin_idle readers on one CPU, one of them sleeping
+# through the delay, take about a tick a fault here, 3.7 ms against 0.33
+# with one reader: both run at SCHED_IDLE, which would leave the woken
+# sleeper behind the spinner's slice. At 4 MiB the run took 7 s.)
+WATCHED = dict(mem_per_vcpu="1M", delay_us=1000)
 
 
 def test_per_vcpu_uffds_put_each_reader_with_its_vcpu(two_cpus) -> None:
