@@ -127,8 +127,10 @@ def test_spin_idle_readers_run_at_sched_idle_and_the_vcpus_do_not(two_cpus) -> N
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        # slow enough (0.5 ms a fault) that the watcher reads every reader while it runs
-        r = uffdkvm.run(vcpus=2, mem_per_vcpu="4M", delay_us=500, readers=2,
+        # slow enough (1 ms a fault) that the watcher reads every reader while it
+        # runs; 1 MiB, since two readers on a CPU that sleep through the delay
+        # cost about a tick a fault (test_placement.py's WATCHED says why)
+        r = uffdkvm.run(vcpus=2, mem_per_vcpu="1M", delay_us=1000, readers=2,
                         pin_vcpus=(CPUS[0], CPUS[1]))
     finally:
         done.set()

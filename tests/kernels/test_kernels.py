@@ -291,7 +291,7 @@ def test_the_guests_sizes_reach_it(brought_guest):
 
 
 def test_cancelling_a_call_the_worker_has_not_taken_takes_it_back(guest):
-    first = guest.submit(uffdkvm.run, uffdkvm.Config(mem_per_vcpu="16M", delay_us=500))
+    first = guest.submit(uffdkvm.run, uffdkvm.Config(mem_per_vcpu="8M", delay_us=500))
     second = guest.submit(uffdkvm.run, SMALL)
     assert second.cancel()
     assert first.result(timeout=300).verified
@@ -412,9 +412,9 @@ def _cmdline(pid):
 # These two power their guests off: they come last.
 
 def test_a_call_over_its_bound_stops_the_guest(guest):
-    guest.call_timeout_s = 5
+    guest.call_timeout_s = 2
     slow = guest.submit(uffdkvm.run, uffdkvm.Config(mem_per_vcpu="64M", delay_us=1000))
-    with pytest.raises(uffdkvm.RunTimeoutError, match="call_timeout_s=5"):
+    with pytest.raises(uffdkvm.RunTimeoutError, match="call_timeout_s=2"):
         slow.result(timeout=120)
     assert guest.closed and not guest._machine.running()
     with pytest.raises(uffdkvm.RunTimeoutError):
