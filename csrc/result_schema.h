@@ -158,7 +158,8 @@
 	uint64_t faults; \
 	/* returns from its wait (poll, epoll_wait or read) */ \
 	uint64_t wakeups; \
-	/* wakeups after which the read found nothing (EAGAIN): another reader took the message */ \
+	/* wakeups after which the read found nothing (EAGAIN, or EINTR when the run's stop \
+	 * kicked the read): another reader took the message */ \
 	uint64_t spurious_wakeups; \
 	/* faults it found already resolved by another reader */ \
 	uint64_t eexist; \

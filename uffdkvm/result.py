@@ -254,8 +254,9 @@ class ReaderStats:
     index                       which reader of that uffd
     faults                      faults this reader resolved
     wakeups                     returns from its wait (poll, epoll_wait or read)
-    spurious_wakeups            wakeups after which the read found nothing (EAGAIN): another
-                                reader took the message
+    spurious_wakeups            wakeups after which the read found nothing (EAGAIN, or EINTR
+                                when the run's stop kicked the read): another reader took the
+                                message
     eexist                      faults it found already resolved by another reader
     busy_seconds                service time summed: from reading a message to its resolving
                                 ioctl returning (the per-fault delay included); None with

@@ -78,11 +78,17 @@ static bool reader_stopping(struct ukvm_reader *r)
 	return atomic_load_explicit(&r->area->stop, memory_order_relaxed);
 }
 
-/* Why a read is made, which decides what an empty uffd (EAGAIN) counts as. */
+/*
+ * Why a read is made, which decides what an empty uffd counts as. Empty is
+ * EAGAIN, or on a non-blocking uffd EINTR too: the kernel's read looks for
+ * a message before it looks for a pending signal, so a kick that lands in
+ * a non-blocking read says the queue was empty (userfaultfd_ctx_read).
+ */
 enum reader_read_kind {
 	READ_WOKEN,	/* the first after a wakeup: empty is a spurious wakeup */
 	READ_DRAIN,	/* after a full batch: empty is read_sizes[0] */
 	READ_SPIN,	/* a spinner's poll: empty is nothing worth counting */
+	READ_BLOCKING,	/* wait="read": EINTR is a kick while it waited, no wakeup */
 };
 
 /*
@@ -103,7 +109,7 @@ static int reader_take(struct ukvm_reader *r, const struct uffd_msg *msgs, ssize
 	int i, count, ret;
 
 	if (n < 0) {
-		if (n == -EAGAIN) {
+		if (n == -EAGAIN || (n == -EINTR && kind != READ_BLOCKING)) {
 			if (kind == READ_WOKEN)
 				r->res->stats.spurious_wakeups++;
 			else if (kind == READ_DRAIN)
@@ -237,7 +243,7 @@ static void reader_loop_read(struct ukvm_reader *r)
 
 	while (!reader_stopping(r)) {
 		reader_sleep(r);
-		ret = reader_read(r, READ_WOKEN);
+		ret = reader_read(r, READ_BLOCKING);
 		if (ret < 0)
 			return;
 		r->res->stats.wakeups += ret > 0;	/* a blocking read that returned messages */

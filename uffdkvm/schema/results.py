@@ -248,8 +248,9 @@ READER_RESULT = Struct("reader_result", "ReaderStats", (
     V("faults", U64, "faults this reader resolved", "int", unit="count"),
     V("wakeups", U64, "returns from its wait (poll, epoll_wait or read)", "int",
       unit="count"),
-    V("spurious_wakeups", U64, "wakeups after which the read found nothing (EAGAIN): "
-      "another reader took the message", "int", unit="count"),
+    V("spurious_wakeups", U64, "wakeups after which the read found nothing (EAGAIN, or "
+      "EINTR when the run's stop kicked the read): another reader took the message", "int",
+      unit="count"),
     V("eexist", U64, "faults it found already resolved by another reader", "int",
       unit="count"),
     V("tid", "int32_t", "the reader's host thread", "int = 0"),
