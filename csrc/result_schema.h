@@ -159,7 +159,8 @@
 	/* returns from its wait (poll, epoll_wait or read) */ \
 	uint64_t wakeups; \
 	/* wakeups after which the read found nothing (EAGAIN, or EINTR when the run's stop \
-	 * kicked the read): another reader took the message */ \
+	 * kicked the read): another reader took the message, or the vCPU, kicked at the stop, \
+	 * left its fault */ \
 	uint64_t spurious_wakeups; \
 	/* faults it found already resolved by another reader */ \
 	uint64_t eexist; \

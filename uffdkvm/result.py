@@ -256,7 +256,7 @@ class ReaderStats:
     wakeups                     returns from its wait (poll, epoll_wait or read)
     spurious_wakeups            wakeups after which the read found nothing (EAGAIN, or EINTR
                                 when the run's stop kicked the read): another reader took the
-                                message
+                                message, or the vCPU, kicked at the stop, left its fault
     eexist                      faults it found already resolved by another reader
     busy_seconds                service time summed: from reading a message to its resolving
                                 ioctl returning (the per-fault delay included); None with

@@ -26,7 +26,8 @@ from typing import Any
 # How often the calls directory is looked at: every 50 ms after a call,
 # backing off to every 0.4 s while none comes. Under TCG each look over 9p
 # is dear: at a steady 50 ms an idle guest took 13% of a host CPU, from
-# whatever else ran beside it.
+# whatever else ran beside it. A call that comes after a pause may so wait
+# up to IDLE_POLL_S more to be taken (inside its call_timeout_s).
 POLL_S = 0.05
 IDLE_POLL_S = 0.4
 CALL_SUFFIX = ".call"

@@ -249,8 +249,8 @@ READER_RESULT = Struct("reader_result", "ReaderStats", (
     V("wakeups", U64, "returns from its wait (poll, epoll_wait or read)", "int",
       unit="count"),
     V("spurious_wakeups", U64, "wakeups after which the read found nothing (EAGAIN, or "
-      "EINTR when the run's stop kicked the read): another reader took the message", "int",
-      unit="count"),
+      "EINTR when the run's stop kicked the read): another reader took the message, or the "
+      "vCPU, kicked at the stop, left its fault", "int", unit="count"),
     V("eexist", U64, "faults it found already resolved by another reader", "int",
       unit="count"),
     V("tid", "int32_t", "the reader's host thread", "int = 0"),
