@@ -99,7 +99,10 @@ def run_tests(part: str, out: pathlib.Path, timeout_s: float, emulated: bool,
     runner = [str(script)] if script.exists() else [sys.executable, "-P", "-m", "pytest"]
     # One test at a time (-n 0): two guests already share this machine's CPUs,
     # and a bound's SIGINT then stops one pytest, which writes its junit file.
-    argv = [*runner, "-p", "no:cacheprovider", "-q", "-rfEs", "-n", "0",
+    # -v names each test's outcome in pytest.log as it ends, so that a run cut
+    # short (a full part takes hours under TCG) still says what failed, and
+    # --durations says where a part's hours went.
+    argv = [*runner, "-p", "no:cacheprovider", "-v", "-rfEs", "--durations=40", "-n", "0",
             f"--junitxml={junit}", *(nodes or parts.pytest_args(part, emulated))]
     start = time.monotonic()
     timed_out = False
