@@ -53,7 +53,11 @@ _Static_assert(sizeof(enum ukvm_clock_sync) == sizeof(int) &&
  * result_schema.h): each UKVM_<STRUCT>_FIELDS(X) lists X(member, conversion)
  * for what the binding hands over. len is an array member's elements.
  */
-#define U64S(s, name)	(sizeof(((struct s *)0)->name) / sizeof(uint64_t))
+/* A named constant, not sizeof(uint64_t): for a pointer member (a fault
+ * trace's column) len is unused, and gcc's -Wsizeof-pointer-div would take
+ * sizeof(uint64_t *) / sizeof(uint64_t) there for a mistake. */
+enum { U64_BYTES = sizeof(uint64_t) };
+#define U64S(s, name)	(sizeof(((struct s *)0)->name) / U64_BYTES)
 #define ENTRY(s, name, type) { #name, R_##type, offsetof(struct s, name), U64S(s, name) },
 #define RES(name, type)		ENTRY(ukvm_result, name, type)
 #define VCPU(name, type)	ENTRY(ukvm_vcpu_result, name, type)

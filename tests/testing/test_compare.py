@@ -192,17 +192,19 @@ def test_the_example_suite_passes(kvm, pytester):
     r.assert_outcomes(passed=3)
 
 
-@QUIET
 def test_the_example_suite_fails_when_its_budget_is_broken(kvm, pytester):
     """The same suite with a MINOR budget of 1 ns and a knob that slows every
-    fault of b: its checks go red."""
+    fault of b: its checks go red. Its one check that must pass, within 5%,
+    is left out: that verdict is the passing suite's (QUIET) business, and
+    the red ones hold beside other tests."""
     source = EXAMPLE.read_text().replace("MINOR_P99_NS = 200_000", "MINOR_P99_NS = 1")
     source = source.replace(
         "assert_not_slower(EPOLL_READERS, EPOLL_READERS,",
         "assert_not_slower(EPOLL_READERS, uffdkvm.Config(**{**EPOLL_READERS.to_dict(), "
         "'delay_us': 50}),")
     pytester.makepyfile(test_my_kernel=source)
-    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
-    r.assert_outcomes(passed=1, failed=2)
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "--deselect",
+                                      "test_my_kernel.py::test_basic_stats_cost_no_more_per_fault")
+    r.assert_outcomes(passed=0, failed=2, deselected=1)
     r.stdout.fnmatch_lines(["*b is slower than a by more than 5%*",
                             "*MINOR fault p99 * ns is over the budget of 1 ns*"])
