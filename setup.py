@@ -136,10 +136,11 @@ def check_platform():
 
 
 class BuildExt(build_ext):
-    """Checks the platform first; looks for liburing; builds again when the
-    test-hook or liburing choice differs from the existing build's
-    (setuptools would call an unchanged source up to date); teaches the compiler that .S (csrc/kvm/guest.S) is a source (gcc and
-    clang preprocess and assemble it)."""
+    """Checks the platform first; looks for liburing and libcrypto; builds
+    again when the test-hook, liburing or libcrypto choice differs from the
+    existing build's (setuptools would call an unchanged source up to date);
+    teaches the compiler that .S (csrc/kvm/guest.S) is a source (gcc and
+    clang preprocess and assemble it); compiles the sources in parallel."""
 
     def run(self):
         check_platform()
@@ -172,7 +173,18 @@ class BuildExt(build_ext):
                          else " (no <openssl/hmac.h> and libcrypto: apt-get install "
                               "libssl-dev); TCP page servers are refused"), level=2)
         self.crypto = crypto
-        super().build_extensions()
+        parallel = compiles_in_parallel(self.compiler)
+        if parallel:
+            # The one extension's sources, --parallel N (N > 1) at a time, else
+            # one a CPU this process may run on.
+            jobs = self.parallel if type(self.parallel) is int and self.parallel > 0 \
+                else len(os.sched_getaffinity(0))
+            self.compiler.compile = functools.partial(compile_in_parallel, self.compiler, jobs)
+        try:
+            super().build_extensions()
+        finally:
+            if parallel:
+                del self.compiler.compile
 
     def build_extension(self, ext):
         # The choices the objects in build_temp were compiled with.
@@ -182,25 +194,32 @@ class BuildExt(build_ext):
         force = self.force
         if not stamp.exists() or stamp.read_text() != want:
             self.force = True
-        compile_one_by_one = self.compiler.compile
-        self.compiler.compile = functools.partial(compile_at_once, self.compiler,
-                                                  self.parallel or os.cpu_count() or 1)
         try:
             super().build_extension(ext)
         finally:
             self.force = force
-            self.compiler.compile = compile_one_by_one
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(want)
 
 
-def compile_at_once(compiler, jobs, sources, output_dir=None, macros=None, include_dirs=None,
-                    debug=False, extra_preargs=None, extra_postargs=None, depends=None):
-    """CCompiler.compile, its sources compiled ``jobs`` at a time (build_ext's
-    --parallel, else one a CPU): setuptools runs one extension's compiler
-    commands one after another, and the core is one extension of some fifty
-    files. Threads suffice: each compile is a child process. The steps are
-    CCompiler.compile's own (the same objects, flags and up-to-date checks)."""
+def compiles_in_parallel(compiler):
+    """Whether compile_in_parallel can stand in for this compiler's compile():
+    distutils' own compile() over _compile(), as the unix compiler has (one
+    that overrides compile() itself, as msvc's does, is left alone)."""
+    own = getattr(type(compiler).compile, "__qualname__", "")
+    return own in ("CCompiler.compile", "Compiler.compile") and all(
+        hasattr(compiler, name) for name in ("_setup_compile", "_get_cc_args", "_compile"))
+
+
+def compile_in_parallel(compiler, jobs, sources, output_dir=None, macros=None,
+                        include_dirs=None, debug=False, extra_preargs=None,
+                        extra_postargs=None, depends=None):
+    """distutils' CCompiler.compile, its sources compiled ``jobs`` at a time:
+    setuptools compiles one extension's sources one after another, and the
+    core is one extension of some fifty files. The same steps (the objects'
+    folders made first, the same flags, the objects in the sources' order);
+    threads suffice, as each compile is a child process. The first failure
+    (or Ctrl-C) cancels the compiles not yet started, and is raised."""
     macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
         output_dir, macros, include_dirs, sources, depends, extra_postargs)
     cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
@@ -208,9 +227,14 @@ def compile_at_once(compiler, jobs, sources, output_dir=None, macros=None, inclu
     def one(obj):
         src, ext = build[obj]
         compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
-    with concurrent.futures.ThreadPoolExecutor(max(1, int(jobs))) as pool:
-        for done in [pool.submit(one, obj) for obj in build]:
-            done.result()   # the first failure, as the serial loop would raise it
+    pool = concurrent.futures.ThreadPoolExecutor(max(1, jobs))
+    try:
+        for done in [pool.submit(one, obj) for obj in objects if obj in build]:
+            done.result()
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return objects
 
 

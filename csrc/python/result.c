@@ -51,11 +51,12 @@ _Static_assert(sizeof(enum ukvm_clock_sync) == sizeof(int) &&
 /*
  * The tables come from the result schema (uffdkvm/schema/results.py, through
  * result_schema.h): each UKVM_<STRUCT>_FIELDS(X) lists X(member, conversion)
- * for what the binding hands over. len is an array member's elements.
+ * for what the binding hands over. len is an array member's elements; for a
+ * pointer member (kvm_stats, pass_end_ns) it is unused, and dividing by a
+ * named constant rather than sizeof(uint64_t) keeps gcc's
+ * -Wsizeof-pointer-div from taking sizeof(uint64_t *) / sizeof(uint64_t) for
+ * a mistake.
  */
-/* A named constant, not sizeof(uint64_t): for a pointer member (a fault
- * trace's column) len is unused, and gcc's -Wsizeof-pointer-div would take
- * sizeof(uint64_t *) / sizeof(uint64_t) there for a mistake. */
 enum { U64_BYTES = sizeof(uint64_t) };
 #define U64S(s, name)	(sizeof(((struct s *)0)->name) / U64_BYTES)
 #define ENTRY(s, name, type) { #name, R_##type, offsetof(struct s, name), U64S(s, name) },

@@ -196,7 +196,10 @@ def test_the_example_suite_fails_when_its_budget_is_broken(kvm, pytester):
     """The same suite with a MINOR budget of 1 ns and a knob that slows every
     fault of b: its checks go red. Its one check that must pass, within 5%,
     is left out: that verdict is the passing suite's (QUIET) business, and
-    the red ones hold beside other tests."""
+    the red ones hold beside other tests. Not alone, though its knob is a
+    host-wide sysctl: vm.stat_interval only sets how often the kernel folds
+    its per-CPU vm counters, which no test reads, and each B run puts the
+    old value back."""
     source = EXAMPLE.read_text().replace("MINOR_P99_NS = 200_000", "MINOR_P99_NS = 1")
     source = source.replace(
         "assert_not_slower(EPOLL_READERS, EPOLL_READERS,",
