@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 
+import guest
 import parts
 import report
 
@@ -49,11 +50,18 @@ MEMORY_MIB = 6144
 
 def run_target(target: str | kernels.Kernel, part: str, out: pathlib.Path, hugepages: int,
                timeout_s: float, memory_mib: int, accel: str,
-               rerun: list[str] | None = None) -> dict:
+               rerun: list[str] | None = None, left_out: dict[str, str] | None = None) -> dict:
     """Runs guest.py for target ("host", a Debian name, or a Kernel brought
     with --kernel) on the host or booted; its result.json, or, with rerun
-    (junit names), the earlier result with those tests run again."""
+    (junit names), the earlier result with those tests run again and the
+    ones in left_out (deselected since) taken out of its failures."""
     name = target.name if isinstance(target, kernels.Kernel) else target
+    if rerun == []:     # nothing failed, or only tests deselected since: no boot
+        result = report.with_rerun(name, {"passed": 0, "failed": 0, "errors": 0,
+                                          "skipped": 0, "skips": [], "failures": [],
+                                          "exit_status": 0}, left_out) \
+            if left_out else report.recorded_of(name)
+        return {**result, "wall_seconds": 0.0}
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").unlink(missing_ok=True)
     (out / "rerun.json").unlink(missing_ok=True)
@@ -88,7 +96,8 @@ def run_target(target: str | kernels.Kernel, part: str, out: pathlib.Path, hugep
                        f"(status {b.exit_status}, {b.seconds:.0f} s); its console ended:\n{tail}")
     try:
         if rerun is not None:
-            result = report.with_rerun(name, json.loads((out / "rerun.json").read_text()))
+            result = report.with_rerun(name, json.loads((out / "rerun.json").read_text()),
+                                       left_out)
         else:
             result = json.loads((out / "result.json").read_text())
     except (OSError, ValueError) as e:
@@ -133,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rerun-failed", action="store_true",
                     help="run again only the tests that failed in each target's recorded "
                          "result, and record the result with their new outcomes (kept "
-                         "under 'rerun')")
+                         "under 'reruns'); a failure the part deselects since is not run "
+                         "again but leaves the failures, named")
     ap.add_argument("--jobs", type=int, default=1,
                     help="targets run at once (each guest's TCG takes one host CPU)")
     args = ap.parse_args(argv)
@@ -156,11 +166,16 @@ def main(argv: list[str] | None = None) -> int:
         if stopping.is_set():
             return {"target": name, "part": args.part, "problem": "not run: interrupted"}
         print(f"matrix: {name}: {args.part} part ...", flush=True)
-        rerun = None
+        rerun = left_out = None
         if args.rerun_failed:
-            rerun = [f["test"] for f in report.recorded_of(name)["pytest"]["failures"]]
+            failed = [f["test"] for f in report.recorded_of(name)["pytest"]["failures"]]
+            # A failure the part deselects since (on an emulated kernel) is not
+            # run again: it leaves the failures, saying so.
+            left_out = {t: why for t in failed if name != "host" and
+                        (why := parts.deselected_by(guest.node_id(t)))}
+            rerun = [t for t in failed if t not in left_out]
         r = run_target(target, args.part, args.out / name, args.hugepages,
-                       args.timeout, args.memory, args.accel, rerun)
+                       args.timeout, args.memory, args.accel, rerun, left_out)
         print(report.line(r), flush=True)
         return r
 

@@ -89,6 +89,15 @@ PARTS = {
 }
 
 
+def deselected_by(node: str) -> str | None:
+    """Why DESELECTED leaves the test with this node id out, or None: a key
+    covers the node ids it begins, as pytest's --deselect does."""
+    for key, why in DESELECTED.items():
+        if node == key or node.startswith((key + "::", key + "[")):
+            return why
+    return None
+
+
 def pytest_args(part: str, emulated: bool) -> list[str]:
     """The arguments after `pytest` for a part, on an emulated kernel or not."""
     args = list(PARTS[part])

@@ -70,13 +70,17 @@ def recorded_of(target: str) -> dict:
     return json.loads((RECORDED / f"{target}.json").read_text())
 
 
-def with_rerun(target: str, again: dict) -> dict:
+def with_rerun(target: str, again: dict, left_out: dict[str, str] | None = None) -> dict:
     """The target's recorded result, with the tests of `again` (a rerun's
     pytest outcome) taking their new outcomes; the rerun is kept under
-    "rerun" (which tests, and how they came out), as the page says."""
+    "reruns" (which tests, and how they came out), as the page says.
+    left_out: failed tests (junit name -> why) that the part deselects since
+    the recorded run, not run again: they leave the failures, and the
+    deselected list becomes the part's present one."""
     r = recorded_of(target)
     p = r["pytest"]
-    names = [f["test"] for f in p["failures"]]
+    left_out = left_out or {}
+    names = [f["test"] for f in p["failures"] if f["test"] not in left_out]
     p["passed"] += again["passed"]
     p["skipped"] += again["skipped"]
     p["skips"] += again["skips"]
@@ -84,9 +88,12 @@ def with_rerun(target: str, again: dict) -> dict:
     p["failed"], p["errors"] = again["failed"], again["errors"]
     if again["exit_status"] == 0 and not again["failures"]:
         p["exit_status"] = 0
-    r.setdefault("reruns", []).append({"tests": names, "passed": again["passed"],
-                                       "failed": again["failed"] + again["errors"],
-                                       "skipped": again["skipped"]})
+    entry = {"tests": names, "passed": again["passed"],
+             "failed": again["failed"] + again["errors"], "skipped": again["skipped"]}
+    if left_out:
+        entry["deselected"] = sorted(left_out)
+        r["deselected"] = parts.DESELECTED
+    r.setdefault("reruns", []).append(entry)
     return r
 
 
@@ -156,11 +163,17 @@ def render(results: list[dict]) -> str:
                     + " |")
     for r in results:
         for again in r.get("reruns", []):
-            head += ["", f"On {r['target']}, {len(again['tests'])} tests that failed in the "
-                     f"recorded run were run again ({again['passed']} passed, "
-                     f"{again['failed']} failed, {again['skipped']} skipped); the counts "
-                     "above hold their second outcome: " +
-                     ", ".join(f"`{t}`" for t in again["tests"]) + "."]
+            if again["tests"]:
+                head += ["", f"On {r['target']}, {len(again['tests'])} tests that failed in "
+                         f"the recorded run were run again ({again['passed']} passed, "
+                         f"{again['failed']} failed, {again['skipped']} skipped); the counts "
+                         "above hold their second outcome: " +
+                         ", ".join(f"`{t}`" for t in again["tests"]) + "."]
+            if again.get("deselected"):
+                head += ["", f"On {r['target']}, {len(again['deselected'])} more that failed "
+                         "there are deselected since (below: each holds this host's timing "
+                         "to a bound), and were not run again: " +
+                         ", ".join(f"`{t}`" for t in again["deselected"]) + "."]
     deselected = {node: why for r in results for node, why in r.get("deselected", {}).items()}
     if deselected:
         head += ["", "## Left out under TCG", "",

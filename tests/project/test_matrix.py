@@ -84,3 +84,41 @@ def test_a_brought_kernel_whose_tree_was_never_indexed_is_refused_before_a_boot(
     err = capsys.readouterr().err
     assert "--kernel: modules: no " in err and "6.19.0-mine/modules.dep" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failure_deselected_since_leaves_the_failures_and_is_named(tmp_path, monkeypatch):
+    """--rerun-failed: of two recorded failures, one the part deselects
+    since is not run again; the merged result has only the other's new
+    outcome, the present deselected list, and the page names both."""
+    import matrix
+
+    # junit names of tests in this very file, as a guest's junit file names them
+    gone = "tests.project.test_matrix::test_bound[x]"
+    kept = "tests.project.test_matrix::test_other"
+    monkeypatch.setitem(parts.DESELECTED, "tests/project/test_matrix.py::test_bound", "a bound")
+    monkeypatch.setattr(report, "RECORDED", tmp_path)
+    (tmp_path / "6.1.json").write_text(json.dumps({
+        "target": "6.1", "part": "full", "kernel_release": "6.1.0", "deselected": {},
+        "pytest": {"exit_status": 1, "passed": 5, "failed": 2, "errors": 0, "skipped": 0,
+                   "skips": [], "failures": [{"test": gone, "message": "slow"},
+                                             {"test": kept, "message": "flaky"}]}}))
+    ran = []
+
+    # The guest's part, as its rerun would come back: booting one is not this test's point.
+    def rerun_guest(target, part, out, hugepages, timeout_s, memory_mib, accel, rerun,
+                    left_out):
+        ran.append(rerun)
+        return report.with_rerun(target, {"passed": 1, "failed": 0, "errors": 0,
+                                          "skipped": 0, "skips": [], "failures": [],
+                                          "exit_status": 0}, left_out)
+    monkeypatch.setattr(matrix, "run_target", rerun_guest)
+    assert matrix.main(["--target", "6.1", "--rerun-failed", "--out", str(tmp_path / "o")]) == 0
+    assert ran == [[kept]]
+    (r,) = json.loads((tmp_path / "o" / "matrix.json").read_text())
+    p = r["pytest"]
+    assert (p["passed"], p["failed"], p["failures"], p["exit_status"]) == (6, 0, [], 0), p
+    assert r["deselected"]["tests/project/test_matrix.py::test_bound"] == "a bound"
+    assert r["reruns"] == [{"tests": [kept], "passed": 1, "failed": 0, "skipped": 0,
+                            "deselected": [gone]}]
+    page = report.render([r])
+    assert "were run again (1 passed, 0 failed, 0 skipped)" in page and f"`{gone}`" in page
