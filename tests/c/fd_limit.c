@@ -90,8 +90,14 @@ static uint64_t needed_fds(const struct ukvm_config *cfg, uint64_t limit, uint64
 	CHECK(strstr(err.message, "'ulimit -n ") &&
 	      strstr(err.message, "resource.setrlimit(resource.RLIMIT_NOFILE, (") &&
 	      strstr(err.message, "or use fewer readers or vCPUs"), "%s", err.message);
-	/* Refused before anything was built: no thread, at once. */
-	CHECK_EQ(ukt_threads(), threads);
+	/*
+	 * Refused before anything was built: no thread, at once. The count may
+	 * have fallen, never risen: a thread of the case before can still be
+	 * leaving when it was taken (a joined thread leaves /proc a hair after
+	 * its join, io_uring's workers after their ring; under TSan in the 6.1
+	 * guest it was 3 before and 2 after).
+	 */
+	CHECK_LE(ukt_threads(), threads);
 	CHECK_LT(took, 500 * NSEC_PER_MSEC);
 	return n;
 }

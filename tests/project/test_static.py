@@ -47,16 +47,19 @@ def test_the_core_stub_matches_the_built_module(tmp_path):
     # The stub declares the fault-injection constants, which only a build with
     # test hooks (UFFDKVM_TEST_HOOKS=1) has.
     allow.write_text("" if _core.TEST_HOOKS else "uffdkvm._core.INJECT_.*\n")
-    # The built extension is what is checked: from /, with the package under
-    # test first on the path (an installed one, or this tree built in place).
-    # No cache (MYPY_CACHE_DIR): from its working directory mypy would write
-    # .mypy_cache into the tree, which may be read-only, and into the sdist
-    # (stubtest does not read one: it checks from scratch).
-    env = {**CHILD_ENV, "MYPY_CACHE_DIR": "/dev/null"}
+    # The built extension is what is checked: from a directory of its own,
+    # with the package under test first on the path (an installed one, or
+    # this tree built in place). stubtest writes .mypy_cache where it runs,
+    # whatever MYPY_CACHE_DIR says: from / it left one there, and on a
+    # read-only / (a matrix guest's) it failed; from the tree it would write
+    # into the tree and the sdist.
+    env = dict(CHILD_ENV)
     if "site-packages" not in PACKAGE_ROOT:  # mypy refuses site-packages in MYPYPATH
         env["MYPYPATH"] = PACKAGE_ROOT
+    where = tmp_path / "cwd"
+    where.mkdir()
     p = subprocess.run(python("uffdkvm._core", "--allowlist", allow, module="mypy.stubtest"),
-                       cwd="/", env=env, capture_output=True, text=True, timeout=600)
+                       cwd=where, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"stubtest found differences:\n{p.stdout}{p.stderr}"
 
 
