@@ -17,13 +17,18 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import mmap
 import os
 import platform
+import signal
 import socket
 import struct
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 # The CPUs this process may use, read when uffdkvm is imported: before a
 # caller (the CLI's -c) pins the main thread to one of them.
@@ -272,6 +277,35 @@ def _check_extensions(fd: int, caps: dict[str, int]) -> dict[str, int]:
     return answers
 
 
+_T = TypeVar("_T")
+
+
+def _sigint_held(probe: Callable[[], _T]) -> Callable[[], _T]:
+    """probe() with Ctrl-C held back until it returns: a SIGINT that lands in
+    a syscall that makes an fd (KVM_CREATE_VM takes milliseconds, under TCG
+    tens) raises KeyboardInterrupt as the call returns, before the fd has a
+    name to close it by; in Debian's 6.1 guest every such Ctrl-C left a VM
+    open. Held, it is raised as the probe ends, its fds closed. Only the main
+    thread runs Python's signal handlers: elsewhere there is nothing to hold,
+    and neither where SIGINT's handler is not Python's to put back."""
+    @functools.wraps(probe)
+    def held() -> _T:
+        if threading.current_thread() is not threading.main_thread():
+            return probe()
+        before = signal.getsignal(signal.SIGINT)
+        if before is None:
+            return probe()
+        came: list[int] = []
+        signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+        try:
+            return probe()
+        finally:
+            signal.signal(signal.SIGINT, before)
+            if came:
+                signal.raise_signal(signal.SIGINT)   # to the handler put back
+    return held
+
+
 def _create_vm(kvm: int) -> int:
     """A default VM's fd, or -1. A refusal is asked again a few times, 10 ms
     apart: CI once saw one KVM_CREATE_VM fail between two that worked (every
@@ -286,6 +320,7 @@ def _create_vm(kvm: int) -> int:
     return -1
 
 
+@_sigint_held
 def _kvm_caps() -> tuple[dict[str, int], dict[str, int]]:
     """(/dev/kvm's answers for KVM_CAPS, a fresh default VM's for VM_CAPS)."""
     try:
@@ -333,6 +368,7 @@ def _uffd_api(fd: int) -> int:
     return int(struct.unpack("=QQQ", api)[1])
 
 
+@_sigint_held
 def _uffd_features() -> int:
     """UFFDIO_API's answer: every feature this kernel's userfaultfd offers."""
     fd = _userfaultfd()
@@ -409,6 +445,7 @@ def _ring_read_refusal(ring: int, params: bytes, uffd: int) -> str | None:
             m.close()
 
 
+@_sigint_held
 def io_uring_refusal() -> str | None:
     """Why a reader could not wait for a uffd through io_uring here, or None:
     asks the kernel, never its version. io_uring_setup for a one-entry ring
