@@ -23,10 +23,6 @@ from helpers.evidence import CpuSampler, Trace
 from helpers.hostfacts import cpus_unavailable, fewer_cpus_than, host_skip
 from helpers.runs import small
 
-# alone (tests/helpers/machine_lock.py): where the scheduler puts the threads, with no
-# other test's threads beside them.
-pytestmark = pytest.mark.alone
-
 CPUS = sorted(os.sched_getaffinity(0))
 
 
@@ -282,6 +278,10 @@ def seen_on(r, sampler):
     return out
 
 
+# alone (tests/helpers/machine_lock.py): it samples where each thread ran for a
+# fixed time, and needs 20 samples of each. The others read each thread's
+# Cpus_allowed_list, which other tests' threads beside them cannot change.
+@pytest.mark.alone
 def test_pinned_threads_ran_only_where_they_were_pinned(kvm):
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:

@@ -1,9 +1,9 @@
 """Load: far more threads than cores, and a region of several GiB.
 
 64 vCPUs and 64 readers on one uffd on a 2-core host, and 4 GiB demand-paged
-and verified. The large run touches every 4 KiB page of 4 GiB in the guest
-and checks each afterwards, which takes seconds even in its cheapest form;
-it is marked slow (it still runs by default; -m "not slow" leaves it out).
+and verified. The large run faults in all of 4 GiB and checks every 4 KiB
+page afterwards, which takes seconds even in its cheapest form; it is
+marked slow (it still runs by default; -m "not slow" leaves it out).
 """
 import pytest
 
@@ -41,13 +41,15 @@ def test_64_vcpus_overlapping_on_one_region(kvm, released):
 def test_a_4_gib_region_demand_pages_and_verifies(kvm, released):
     """The cheapest honest 4 GiB: 2 MiB pages (anonymous THP) resolved with
     UFFDIO_COPY and mapped by the guest with 2 MiB pages, so 2048 faults
-    and few exits; the guest still touches, and the host still verifies,
-    every 4 KiB page. About 8-20 s on the development host."""
+    and few exits. The guest touches a seeded tenth of the 4 KiB pages,
+    spread over all 4 GiB (each 2 MiB page holds 512: every one is
+    touched, and faults); the host still verifies every 4 KiB page. All of
+    them took 8-20 s where the guest is emulated, a tenth 1-3 s."""
     size = 4 << 30
     if (mem_info("MemAvailable") or 0) < size + (1 << 30):
         host_skip(mem_available_below(size + (1 << 30)), "needs 5 GiB of available memory")
     r = small(vcpus=2, mem_per_vcpu="2G", backing="anonymous_thp", guest_page_size="2M",
-              readers=2, timeout_s=600)
-    assert sum(v.pages for v in r.vcpus) * 4096 == size
+              readers=2, touch_percent=10, timeout_s=600)
     assert r.faults == size // (2 << 20)
-    assert all(v.pages == (2 << 30) // 4096 for v in r.vcpus)
+    # About a tenth of each vCPU's 4 KiB pages; every 2 MiB page faulted, so all over it.
+    assert all(0.09 < v.pages / ((2 << 30) // 4096) < 0.11 for v in r.vcpus)
