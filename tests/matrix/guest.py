@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import pathlib
@@ -126,6 +127,34 @@ def run_tests(part: str, out: pathlib.Path, timeout_s: float, emulated: bool,
             "seconds": time.monotonic() - start, **junit_outcomes(junit)}
 
 
+def kernel_log() -> str:
+    """The kernel's log as dmesg prints it, read from /dev/kmsg: what the
+    guest's kernel said during the job (a TSC marked unstable, a KVM
+    warning), which the console's early lines do not hold."""
+    lines = []
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        return f"(no kernel log: /dev/kmsg: {e.strerror})"
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192).decode(errors="replace")
+            except BlockingIOError:
+                break                       # the end of the buffer
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # records overwritten meanwhile: go on
+                    continue
+                break
+            header, _, text = record.partition(";")
+            fields = header.split(",")
+            usec = int(fields[2]) if len(fields) > 2 and fields[2].isdigit() else 0
+            lines.append(f"[{usec / 1e6:12.6f}] {text.rstrip()}")
+    finally:
+        os.close(fd)
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", required=True)
@@ -165,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.target != "host" and args.part == "full":
             result["deselected"] = parts.DESELECTED
     finally:
+        if args.target != "host":  # the host's own log is its business, not the job's
+            (args.out / "kernel.log").write_text(kernel_log())
         if args.hugepages:
             pathlib.Path(HUGEPAGES).write_text(before)
         if args.target == "host" and gigantic_before is not None:

@@ -12,7 +12,8 @@ machine as it is. The Debian targets are uffdkvm.kernels.DEBIAN_KERNELS,
 fetched with apt's own configuration; --kernel adds a kernel you built,
 named by its release. Every target runs guest.py, which probes what runs
 there and runs the part's tests from the repository root. The results go to
-OUT/<target>/ (result.json, pytest.log, junit.xml, console.log) and
+OUT/<target>/ (result.json, pytest.log, junit.xml, console.log, a guest's
+kernel.log) and
 OUT/matrix.json; the table of passed, failed and skipped per target is
 printed. --record keeps the targets' results in tests/matrix/recorded/ and
 regenerates docs/where-it-runs.md from them (report.py).

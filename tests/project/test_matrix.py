@@ -39,6 +39,29 @@ def test_smoke_part_names_tests_that_exist():
             assert f"def {name.partition('[')[0]}(" in source, f"{spec}: no such test"
 
 
+def test_the_kernel_log_holds_what_the_kernel_said_last(tmp_path):
+    """What a guest's job keeps of its kernel's log (kernel.log): here, this
+    kernel's, with a line written into it just before."""
+    import os
+    import uuid
+
+    import guest
+    from helpers.hostfacts import NOT_ROOT, host_skip
+
+    if NOT_ROOT.holds:
+        host_skip(NOT_ROOT, "writes a line into the kernel's log (/dev/kmsg)")
+    marker = f"uffdkvm-test-{uuid.uuid4().hex}"
+    fd = os.open("/dev/kmsg", os.O_WRONLY)
+    try:
+        os.write(fd, f"{marker}\n".encode())
+    finally:
+        os.close(fd)
+    lines = guest.kernel_log().splitlines()
+    mine = [line for line in lines if line.endswith(marker)]
+    assert len(mine) == 1, lines[-5:]
+    assert mine[0].startswith("[") and float(mine[0][1:].split("]")[0]) > 0, mine
+
+
 def test_a_part_stopped_at_its_bound_still_counts_what_ran(tmp_path):
     # A bound that kills pytest outright loses its junit file, and the table
     # said "0 passed" for a kernel that had run most of its part.
