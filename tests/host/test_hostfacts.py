@@ -258,3 +258,20 @@ def test_a_probe_asks_again_when_kvm_create_vm_is_interrupted(kvm, monkeypatch):
     with hostfacts._Fds() as fds:
         kvm_fd, vm, why = hostfacts._create_vm(fds)
         assert vm is None and "KVM_CREATE_VM" in why and len(calls) == 1
+
+
+def test_a_fact_that_may_come_to_hold_is_asked_again_until_it_does():
+    """A kernel marks its TSC unstable once, at any time, for good: the
+    fact's probe runs again while it does not hold, and never after. Any
+    other fact is probed once."""
+    answers = iter([(False, "steady"), (False, "steady"), (True, "moved"), (False, "steady")])
+    calls = []
+
+    def probe():
+        calls.append(1)
+        return next(answers)
+    later = hostfacts.Fact("test-comes-to-hold", "a test's", probe, may_come_to_hold=True)
+    assert [later.holds, later.holds, later.holds, later.holds] == [False, False, True, True]
+    assert later.evidence == "moved" and len(calls) == 3
+    once = hostfacts.Fact("test-once", "a test's", lambda: (calls.append(1), (False, "no"))[1])
+    assert [once.holds, once.holds] == [False, False] and len(calls) == 4
