@@ -49,6 +49,14 @@ TARGETS = ["host", *kernels.DEBIAN_KERNELS]
 MEMORY_MIB = 6144
 
 
+def _exists(node: str) -> bool:
+    """Whether the test a node id names is in the tree now: its file, and a
+    function of its name (parameters aside)."""
+    path, _, name = node.partition("::")
+    source = ROOT / path
+    return source.is_file() and f"def {name.partition('[')[0]}(" in source.read_text()
+
+
 def run_target(target: str | kernels.Kernel, part: str, out: pathlib.Path, hugepages: int,
                timeout_s: float, memory_mib: int, accel: str,
                rerun: list[str] | None = None, left_out: dict[str, str] | None = None) -> dict:
@@ -97,8 +105,13 @@ def run_target(target: str | kernels.Kernel, part: str, out: pathlib.Path, hugep
                        f"(status {b.exit_status}, {b.seconds:.0f} s); its console ended:\n{tail}")
     try:
         if rerun is not None:
-            result = report.with_rerun(name, json.loads((out / "rerun.json").read_text()),
-                                       left_out)
+            again = json.loads((out / "rerun.json").read_text())
+            if again["exit_status"] not in (0, 1):  # pytest ran none of them
+                problem = problem or (f"the rerun ran nothing: pytest exited "
+                                      f"{again['exit_status']} (see {out / 'pytest.log'})")
+                result = report.recorded_of(name)
+            else:
+                result = report.with_rerun(name, again, left_out)
         else:
             result = json.loads((out / "result.json").read_text())
     except (OSError, ValueError) as e:
@@ -174,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
             # run again: it leaves the failures, saying so.
             left_out = {t: why for t in failed if name != "host" and
                         (why := parts.deselected_by(guest.node_id(t)))}
+            # One renamed or removed since cannot be run again (pytest would
+            # run none): it stays a failure, and the page says why.
+            left_out |= {t: report.GONE for t in failed
+                         if t not in left_out and not _exists(guest.node_id(t))}
             rerun = [t for t in failed if t not in left_out]
         r = run_target(target, args.part, args.out / name, args.hugepages,
                        args.timeout, args.memory, args.accel, rerun, left_out)
@@ -208,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"PROBLEM on {r['target']}: {r['problem']}")
     if args.record:
         for r in results:
-            if not r.get("unavailable"):
+            # A rerun that ran nothing leaves the recording as it was.
+            if not r.get("unavailable") and not (args.rerun_failed and r.get("problem")):
                 report.record(r)
         report.write_docs()
     if any(r.get("problem") for r in results):

@@ -70,28 +70,38 @@ def recorded_of(target: str) -> dict:
     return json.loads((RECORDED / f"{target}.json").read_text())
 
 
+# Why a failed test is not run again: no test of its name is in the tree now.
+GONE = "renamed or removed since the recorded run"
+
+
 def with_rerun(target: str, again: dict, left_out: dict[str, str] | None = None) -> dict:
     """The target's recorded result, with the tests of `again` (a rerun's
     pytest outcome) taking their new outcomes; the rerun is kept under
     "reruns" (which tests, and how they came out), as the page says.
-    left_out: failed tests (junit name -> why) that the part deselects since
-    the recorded run, not run again: they leave the failures, and the
-    deselected list becomes the part's present one."""
+    left_out: failed tests (junit name -> why) not run again: those the
+    part deselects since the recorded run leave the failures, and the
+    deselected list becomes the part's present one; those GONE from the
+    tree stay failures, listed as such."""
     r = recorded_of(target)
     p = r["pytest"]
     left_out = left_out or {}
+    gone = sorted(t for t, why in left_out.items() if why == GONE)
+    deselected = sorted(t for t in left_out if t not in gone)
     names = [f["test"] for f in p["failures"] if f["test"] not in left_out]
     p["passed"] += again["passed"]
     p["skipped"] += again["skipped"]
     p["skips"] += again["skips"]
-    p["failures"] = again["failures"]
-    p["failed"], p["errors"] = again["failed"], again["errors"]
-    if again["exit_status"] == 0 and not again["failures"]:
+    kept = [f for f in p["failures"] if f["test"] in gone]
+    p["failures"] = kept + again["failures"]
+    p["failed"], p["errors"] = len(kept) + again["failed"], again["errors"]
+    if again["exit_status"] == 0 and not p["failures"]:
         p["exit_status"] = 0
     entry = {"tests": names, "passed": again["passed"],
              "failed": again["failed"] + again["errors"], "skipped": again["skipped"]}
-    if left_out:
-        entry["deselected"] = sorted(left_out)
+    if gone:
+        entry["gone"] = gone
+    if deselected:
+        entry["deselected"] = deselected
         r["deselected"] = parts.DESELECTED
     r.setdefault("reruns", []).append(entry)
     return r
@@ -169,6 +179,10 @@ def render(results: list[dict]) -> str:
                          f"{again['failed']} failed, {again['skipped']} skipped); the counts "
                          "above hold their second outcome: " +
                          ", ".join(f"`{t}`" for t in again["tests"]) + "."]
+            if again.get("gone"):
+                head += ["", f"On {r['target']}, {len(again['gone'])} more that failed there "
+                         f"were not run again, {GONE}; they stay failures: " +
+                         ", ".join(f"`{t}`" for t in again["gone"]) + "."]
             if again.get("deselected"):
                 head += ["", f"On {r['target']}, {len(again['deselected'])} more that failed "
                          "there are deselected since (below: each holds this host's timing "

@@ -8,6 +8,8 @@ exist, so that a renamed test cannot silently drop out of what .ci/run
 proves on stock KVM.
 """
 import json
+import pathlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -117,7 +119,7 @@ def test_a_failure_deselected_since_leaves_the_failures_and_is_named(tmp_path, m
 
     # junit names of tests in this very file, as a guest's junit file names them
     gone = "tests.project.test_matrix::test_bound[x]"
-    kept = "tests.project.test_matrix::test_other"
+    kept = "tests.project.test_matrix::test_smoke_part_names_tests_that_exist"
     monkeypatch.setitem(parts.DESELECTED, "tests/project/test_matrix.py::test_bound", "a bound")
     monkeypatch.setattr(report, "RECORDED", tmp_path)
     (tmp_path / "6.1.json").write_text(json.dumps({
@@ -145,3 +147,69 @@ def test_a_failure_deselected_since_leaves_the_failures_and_is_named(tmp_path, m
                             "deselected": [gone]}]
     page = report.render([r])
     assert "were run again (1 passed, 0 failed, 0 skipped)" in page and f"`{gone}`" in page
+
+
+def _recorded_with_failures(tmp_path, monkeypatch, failures):
+    monkeypatch.setattr(report, "RECORDED", tmp_path)
+    (tmp_path / "6.1.json").write_text(json.dumps({
+        "target": "6.1", "part": "full", "kernel_release": "6.1.0", "deselected": {},
+        "pytest": {"exit_status": 1, "passed": 5, "failed": len(failures), "errors": 0,
+                   "skipped": 0, "skips": [],
+                   "failures": [{"test": t, "message": "m"} for t in failures]}}))
+
+
+def test_a_failure_renamed_since_stays_a_failure_and_is_named(tmp_path, monkeypatch):
+    """--rerun-failed: a recorded failure whose test is no longer in the
+    tree is not run again (pytest would run none of the list); it stays a
+    failure, and the page says why."""
+    import matrix
+
+    renamed = "tests.project.test_matrix::test_that_was_renamed[a]"
+    kept = "tests.project.test_matrix::test_smoke_part_names_tests_that_exist"
+    _recorded_with_failures(tmp_path, monkeypatch, [renamed, kept])
+    ran = []
+
+    def rerun_guest(target, part, out, hugepages, timeout_s, memory_mib, accel, rerun,
+                    left_out):
+        ran.append(rerun)
+        return report.with_rerun(target, {"passed": 1, "failed": 0, "errors": 0,
+                                          "skipped": 0, "skips": [], "failures": [],
+                                          "exit_status": 0}, left_out)
+    monkeypatch.setattr(matrix, "run_target", rerun_guest)
+    assert matrix.main(["--target", "6.1", "--rerun-failed", "--out", str(tmp_path / "o")]) == 1
+    assert ran == [[kept]]
+    (r,) = json.loads((tmp_path / "o" / "matrix.json").read_text())
+    p = r["pytest"]
+    assert (p["passed"], p["failed"], p["exit_status"]) == (6, 1, 1), p
+    assert [f["test"] for f in p["failures"]] == [renamed]
+    assert r["reruns"] == [{"tests": [kept], "passed": 1, "failed": 0, "skipped": 0,
+                            "gone": [renamed]}]
+    assert f"were not run again, {report.GONE}" in report.render([r])
+
+
+def test_a_rerun_that_ran_nothing_leaves_the_recording_as_it_was(tmp_path, monkeypatch):
+    """A rerun whose pytest ran none of its tests (exit 4: a node id it
+    did not know) is a problem, never "0 failed", and is not recorded."""
+    import matrix
+
+    kept = "tests.project.test_matrix::test_smoke_part_names_tests_that_exist"
+    _recorded_with_failures(tmp_path, monkeypatch, [kept])
+    (tmp_path / "host.json").write_text((tmp_path / "6.1.json").read_text()
+                                        .replace('"6.1"', '"host"'))
+    before = (tmp_path / "host.json").read_text()
+
+    def host_job(cmd, cwd=None):
+        out = pathlib.Path(cmd[cmd.index("--out") + 1])
+        (out / "rerun.json").write_text(json.dumps({
+            "passed": 0, "failed": 0, "errors": 0, "skipped": 0, "skips": [],
+            "failures": [], "exit_status": 4}))
+        return subprocess.CompletedProcess(cmd, 1)
+    monkeypatch.setattr(matrix.subprocess, "run", host_job)
+    monkeypatch.setattr(matrix.report, "write_docs", lambda: None)
+    code = matrix.main(["--target", "host", "--rerun-failed", "--record",
+                        "--out", str(tmp_path / "o")])
+    assert code == 2
+    (r,) = json.loads((tmp_path / "o" / "matrix.json").read_text())
+    assert "the rerun ran nothing: pytest exited 4" in r["problem"], r
+    assert r["pytest"]["failed"] == 1 and r["pytest"]["failures"][0]["test"] == kept
+    assert (tmp_path / "host.json").read_text() == before
