@@ -111,6 +111,34 @@ def test_a_brought_kernel_whose_tree_was_never_indexed_is_refused_before_a_boot(
     assert not (tmp_path / "out").exists()
 
 
+def _recorded_with_failures(tmp_path, monkeypatch, failures):
+    """A recorded 6.1 result, in tmp_path, whose failures are these junit names."""
+    monkeypatch.setattr(report, "RECORDED", tmp_path)
+    (tmp_path / "6.1.json").write_text(json.dumps({
+        "target": "6.1", "part": "full", "kernel_release": "6.1.0", "deselected": {},
+        "pytest": {"exit_status": 1, "passed": 5, "failed": len(failures), "errors": 0,
+                   "skipped": 0, "skips": [],
+                   "failures": [{"test": t, "message": "m"} for t in failures]}}))
+
+
+def _reruns_that_pass(monkeypatch):
+    """matrix.run_target replaced by the guest's part as its rerun would come
+    back, every test passed (booting one is not these tests' point); returns
+    the list each call's rerun list is appended to."""
+    import matrix
+
+    ran = []
+
+    def rerun_guest(target, part, out, hugepages, timeout_s, memory_mib, accel, rerun,
+                    left_out):
+        ran.append(rerun)
+        return report.with_rerun(target, {"passed": 1, "failed": 0, "errors": 0,
+                                          "skipped": 0, "skips": [], "failures": [],
+                                          "exit_status": 0}, left_out)
+    monkeypatch.setattr(matrix, "run_target", rerun_guest)
+    return ran
+
+
 def test_a_failure_deselected_since_leaves_the_failures_and_is_named(tmp_path, monkeypatch):
     """--rerun-failed: of two recorded failures, one the part deselects
     since is not run again; the merged result has only the other's new
@@ -121,22 +149,8 @@ def test_a_failure_deselected_since_leaves_the_failures_and_is_named(tmp_path, m
     gone = "tests.project.test_matrix::test_bound[x]"
     kept = "tests.project.test_matrix::test_smoke_part_names_tests_that_exist"
     monkeypatch.setitem(parts.DESELECTED, "tests/project/test_matrix.py::test_bound", "a bound")
-    monkeypatch.setattr(report, "RECORDED", tmp_path)
-    (tmp_path / "6.1.json").write_text(json.dumps({
-        "target": "6.1", "part": "full", "kernel_release": "6.1.0", "deselected": {},
-        "pytest": {"exit_status": 1, "passed": 5, "failed": 2, "errors": 0, "skipped": 0,
-                   "skips": [], "failures": [{"test": gone, "message": "slow"},
-                                             {"test": kept, "message": "flaky"}]}}))
-    ran = []
-
-    # The guest's part, as its rerun would come back: booting one is not this test's point.
-    def rerun_guest(target, part, out, hugepages, timeout_s, memory_mib, accel, rerun,
-                    left_out):
-        ran.append(rerun)
-        return report.with_rerun(target, {"passed": 1, "failed": 0, "errors": 0,
-                                          "skipped": 0, "skips": [], "failures": [],
-                                          "exit_status": 0}, left_out)
-    monkeypatch.setattr(matrix, "run_target", rerun_guest)
+    _recorded_with_failures(tmp_path, monkeypatch, [gone, kept])
+    ran = _reruns_that_pass(monkeypatch)
     assert matrix.main(["--target", "6.1", "--rerun-failed", "--out", str(tmp_path / "o")]) == 0
     assert ran == [[kept]]
     (r,) = json.loads((tmp_path / "o" / "matrix.json").read_text())
@@ -149,15 +163,6 @@ def test_a_failure_deselected_since_leaves_the_failures_and_is_named(tmp_path, m
     assert "were run again (1 passed, 0 failed, 0 skipped)" in page and f"`{gone}`" in page
 
 
-def _recorded_with_failures(tmp_path, monkeypatch, failures):
-    monkeypatch.setattr(report, "RECORDED", tmp_path)
-    (tmp_path / "6.1.json").write_text(json.dumps({
-        "target": "6.1", "part": "full", "kernel_release": "6.1.0", "deselected": {},
-        "pytest": {"exit_status": 1, "passed": 5, "failed": len(failures), "errors": 0,
-                   "skipped": 0, "skips": [],
-                   "failures": [{"test": t, "message": "m"} for t in failures]}}))
-
-
 def test_a_failure_renamed_since_stays_a_failure_and_is_named(tmp_path, monkeypatch):
     """--rerun-failed: a recorded failure whose test is no longer in the
     tree is not run again (pytest would run none of the list); it stays a
@@ -167,15 +172,7 @@ def test_a_failure_renamed_since_stays_a_failure_and_is_named(tmp_path, monkeypa
     renamed = "tests.project.test_matrix::test_that_was_renamed[a]"
     kept = "tests.project.test_matrix::test_smoke_part_names_tests_that_exist"
     _recorded_with_failures(tmp_path, monkeypatch, [renamed, kept])
-    ran = []
-
-    def rerun_guest(target, part, out, hugepages, timeout_s, memory_mib, accel, rerun,
-                    left_out):
-        ran.append(rerun)
-        return report.with_rerun(target, {"passed": 1, "failed": 0, "errors": 0,
-                                          "skipped": 0, "skips": [], "failures": [],
-                                          "exit_status": 0}, left_out)
-    monkeypatch.setattr(matrix, "run_target", rerun_guest)
+    ran = _reruns_that_pass(monkeypatch)
     assert matrix.main(["--target", "6.1", "--rerun-failed", "--out", str(tmp_path / "o")]) == 1
     assert ran == [[kept]]
     (r,) = json.loads((tmp_path / "o" / "matrix.json").read_text())
